@@ -1,0 +1,22 @@
+# Every dependency comes from a Debian package that scripts/setup installs.
+find_package(Threads REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)  # libopenblas-dev
+find_package(CLI11 CONFIG REQUIRED)                             # libcli11-dev
+find_package(nlohmann_json 3.10 REQUIRED)                       # nlohmann-json3-dev
+if(DTRAIN_TESTS)
+  find_package(GTest REQUIRED)                                  # libgtest-dev
+endif()
+
+set(DTRAIN_HAVE_MPI 0)
+if(NOT DTRAIN_WITH_MPI STREQUAL "OFF")
+  if(DTRAIN_WITH_MPI STREQUAL "ON")
+    find_package(MPI REQUIRED COMPONENTS C)                     # libopenmpi-dev
+  else()
+    find_package(MPI QUIET COMPONENTS C)
+  endif()
+  if(MPI_C_FOUND)
+    set(DTRAIN_HAVE_MPI 1)
+  endif()
+endif()
+message(STATUS "dtrain: MPI backend ${DTRAIN_HAVE_MPI}")

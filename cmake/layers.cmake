@@ -1,0 +1,32 @@
+# dtrain_layer(NAME DIR <dir> [DEPS ...] [EXCLUDE_DIRS ...]): one static library per layer,
+# built from the .cc files under DIR (new files are picked up without editing CMake).
+function(dtrain_layer name)
+  cmake_parse_arguments(ARG "" "DIR" "DEPS;EXCLUDE_DIRS" ${ARGN})
+  file(GLOB_RECURSE sources CONFIGURE_DEPENDS "${ARG_DIR}/*.cc")
+  foreach(ex ${ARG_EXCLUDE_DIRS})
+    list(FILTER sources EXCLUDE REGEX "${ARG_DIR}/${ex}/")
+  endforeach()
+  if(NOT sources)  # a layer with headers only: still a library, so layers link uniformly
+    set(sources ${PROJECT_BINARY_DIR}/generated/empty_layer.cc)
+    file(WRITE ${sources} "// A layer with headers only.\n")
+  endif()
+  add_library(${name} STATIC ${sources})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src ${PROJECT_BINARY_DIR}/generated)
+  target_compile_options(${name} PRIVATE ${DTRAIN_WARNINGS})
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+endfunction()
+
+# dtrain_test_suite(NAME DIR <dir> DEPS ...): one GoogleTest binary per tests/ folder.
+function(dtrain_test_suite name)
+  cmake_parse_arguments(ARG "" "DIR" "DEPS;LABELS" ${ARGN})
+  file(GLOB sources CONFIGURE_DEPENDS "${ARG_DIR}/*_test.cc")
+  if(NOT sources)
+    return()
+  endif()
+  add_executable(${name} ${sources})
+  target_compile_options(${name} PRIVATE ${DTRAIN_WARNINGS})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${ARG_LABELS}"
+                       TIMEOUT 300)
+endfunction()

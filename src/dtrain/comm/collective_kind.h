@@ -1,0 +1,82 @@
+// The names shared by the engine's collectives and the planner's cost model: which collective,
+// which algorithm, which reduction. Header-only, so plan/ can use it without a backend.
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+namespace dtrain::comm {
+
+enum class CollectiveOp { broadcast, reduce, all_reduce, reduce_scatter, all_gather };
+
+// ring: bandwidth-optimal, 2(N-1) steps for all-reduce (reduce-scatter + all-gather).
+// naive: everything through one root (reduce to the root, then broadcast).
+// tree: latency-optimal, O(log N) steps: recursive doubling for all-reduce, Bruck for
+//   all-gather, binomial trees for broadcast / reduce / reduce-scatter (reduce, then scatter).
+// automatic: tree for small messages, ring for large ones (see choose_algorithm).
+enum class Algorithm { automatic, ring, naive, tree };
+
+enum class ReduceOp { sum, avg, max };
+
+constexpr std::string_view name(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::broadcast: return "broadcast";
+    case CollectiveOp::reduce: return "reduce";
+    case CollectiveOp::all_reduce: return "all_reduce";
+    case CollectiveOp::reduce_scatter: return "reduce_scatter";
+    case CollectiveOp::all_gather: return "all_gather";
+  }
+  return "?";
+}
+
+constexpr std::string_view name(Algorithm algo) {
+  switch (algo) {
+    case Algorithm::automatic: return "auto";
+    case Algorithm::ring: return "ring";
+    case Algorithm::naive: return "naive";
+    case Algorithm::tree: return "tree";
+  }
+  return "?";
+}
+
+constexpr std::string_view name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::avg: return "avg";
+    case ReduceOp::max: return "max";
+  }
+  return "?";
+}
+
+inline std::optional<CollectiveOp> parse_collective_op(std::string_view s) {
+  for (CollectiveOp op : {CollectiveOp::broadcast, CollectiveOp::reduce, CollectiveOp::all_reduce,
+                          CollectiveOp::reduce_scatter, CollectiveOp::all_gather}) {
+    if (s == name(op)) return op;
+  }
+  return std::nullopt;
+}
+
+inline std::optional<Algorithm> parse_algorithm(std::string_view s) {
+  for (Algorithm a : {Algorithm::automatic, Algorithm::ring, Algorithm::naive, Algorithm::tree}) {
+    if (s == name(a)) return a;
+  }
+  return std::nullopt;
+}
+
+inline std::optional<ReduceOp> parse_reduce_op(std::string_view s) {
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
+    if (s == name(op)) return op;
+  }
+  return std::nullopt;
+}
+
+// Messages up to this size per rank use the latency-optimal tree under Algorithm::automatic.
+inline constexpr long long kTreeMaxBytes = 64 * 1024;
+
+constexpr Algorithm choose_algorithm(Algorithm requested, long long bytes, int world) {
+  if (requested != Algorithm::automatic) return requested;
+  (void)world;
+  return bytes <= kTreeMaxBytes ? Algorithm::tree : Algorithm::ring;
+}
+
+}  // namespace dtrain::comm

@@ -1,0 +1,53 @@
+// activation_bytes_per_layer: the component sum written out in activation_memory.h.
+#include "dtrain/plan/activation_memory.h"
+
+#include "dtrain/core/check.h"
+
+namespace dtrain::plan {
+
+std::string_view name(Recompute r) {
+  switch (r) {
+    case Recompute::none: return "none";
+    case Recompute::selective: return "selective";
+    case Recompute::full: return "full";
+  }
+  return "?";
+}
+
+double activation_bytes_per_layer(const ActivationShape& x) {
+  DTRAIN_CHECK(x.seq > 0 && x.micro_batch > 0 && x.hidden > 0 && x.heads > 0 && x.tp > 0,
+               "activation_bytes_per_layer: sizes must be positive (seq ", x.seq, ", micro_batch ",
+               x.micro_batch, ", hidden ", x.hidden, ", heads ", x.heads, ", tp ", x.tp, ")");
+  const double s = static_cast<double>(x.seq), b = static_cast<double>(x.micro_batch);
+  const double h = static_cast<double>(x.hidden), a = static_cast<double>(x.heads);
+  const double t = static_cast<double>(x.tp);
+  const double ffn = x.ffn_hidden > 0 ? static_cast<double>(x.ffn_hidden) : 4.0 * h;
+  const double e = static_cast<double>(x.bytes_per_element);
+  const double sbh = s * b * h;
+  // Parts that TP replicates and sequence parallelism splits.
+  const double replicated_split = x.sequence_parallel ? t : 1.0;
+
+  if (x.recompute == Recompute::full) {
+    // Only the layer input is kept; the forward is re-run during backward.
+    return e * sbh / replicated_split;
+  }
+  double elements = 0;
+  double mask_bytes = 0;
+  elements += 4 * sbh / replicated_split;       // LN1 input, QKV input, LN2 input, MLP input
+  elements += 4 * sbh / t;                      // Q, K, V, projection input
+  elements += 2 * ffn * s * b / t;              // GELU input, second linear input
+  if (x.dropout) mask_bytes += 2 * sbh / replicated_split;  // attention and MLP dropout masks
+  if (x.recompute == Recompute::none) {
+    const double scores = a * s * s * b / t;
+    elements += scores;  // softmax output
+    if (x.dropout) {
+      mask_bytes += scores;  // softmax dropout mask
+      elements += scores;    // dropout output
+    }
+  }
+  double bytes = e * elements + mask_bytes;
+  if (x.count_layernorm_stats) bytes += 4.0 * 4.0 * s * b / replicated_split;
+  return bytes;
+}
+
+}  // namespace dtrain::plan

@@ -1,0 +1,55 @@
+// Activation memory of one transformer layer, by component, after Korthikanti et al. 2022
+// ("Reducing Activation Recomputation in Large Transformer Models", §4, Table 2). The engine
+// keeps exactly these tensors for backward, so its measured activation bytes per layer are
+// tested against this function, and the planner uses the same function at cluster scale.
+//
+// Components per layer (s = sequence, b = micro-batch, h = hidden, a = heads, t = TP size;
+// "elements" are bytes_per_element each, masks 1 byte each):
+//   LayerNorm 1 input         s*b*h           (split by t under sequence parallelism)
+//   QKV input (LN1 output)    s*b*h           (split by t under SP)
+//   Q and K                   2*s*b*h / t
+//   softmax output            a*s*s*b / t
+//   softmax dropout mask      a*s*s*b / t bytes   (dropout only)
+//   dropout output            a*s*s*b / t         (dropout only; else the softmax output is used)
+//   V                         s*b*h / t
+//   projection input          s*b*h / t
+//   attention dropout mask    s*b*h bytes         (dropout only; split by t under SP)
+//   LayerNorm 2 input         s*b*h           (split by t under SP)
+//   MLP input (LN2 output)    s*b*h           (split by t under SP)
+//   GELU input                ffn*s*b / t     (ffn = 4h for GPT)
+//   second linear input       ffn*s*b / t
+//   MLP dropout mask          s*b*h bytes         (dropout only; split by t under SP)
+//   LayerNorm statistics      4*s*b floats (mean and 1/std of both LNs; Korthikanti omits
+//                             them, the engine keeps them: count_layernorm_stats)
+// With 2-byte elements, dropout, ffn = 4h and t = 1 this is s*b*h*(34 + 5*a*s/h) bytes, the
+// paper's Eq. 1; with t and no SP, s*b*h*(10 + 24/t + 5*a*s/(h*t)) (Eq. 2); with SP,
+// s*b*h/t*(34 + 5*a*s/h) (Eq. 4). Selective recompute drops the a*s*s terms (Eq. 6); full
+// recompute keeps only the layer input, 2*s*b*h (s*b*h/t with SP).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace dtrain::plan {
+
+enum class Recompute { none, selective, full };
+std::string_view name(Recompute r);
+
+struct ActivationShape {
+  int64_t seq = 0;          // s
+  int64_t micro_batch = 0;  // b
+  int64_t hidden = 0;       // h
+  int64_t heads = 0;        // a
+  int64_t ffn_hidden = 0;   // 0 means 4*h
+  int64_t tp = 1;           // t
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::none;
+  int64_t bytes_per_element = 2;  // 2 for fp16/bf16 activations, 4 for fp32
+  bool dropout = true;            // 1-byte masks and the dropout output
+  bool count_layernorm_stats = false;
+};
+
+// Bytes of activations one layer keeps for its backward pass, for one micro-batch.
+double activation_bytes_per_layer(const ActivationShape& shape);
+
+}  // namespace dtrain::plan
