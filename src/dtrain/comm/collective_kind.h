@@ -20,30 +20,42 @@ enum class ReduceOp { sum, avg, max };
 
 constexpr std::string_view name(CollectiveOp op) {
   switch (op) {
-    case CollectiveOp::broadcast: return "broadcast";
-    case CollectiveOp::reduce: return "reduce";
-    case CollectiveOp::all_reduce: return "all_reduce";
-    case CollectiveOp::reduce_scatter: return "reduce_scatter";
-    case CollectiveOp::all_gather: return "all_gather";
+    case CollectiveOp::broadcast:
+      return "broadcast";
+    case CollectiveOp::reduce:
+      return "reduce";
+    case CollectiveOp::all_reduce:
+      return "all_reduce";
+    case CollectiveOp::reduce_scatter:
+      return "reduce_scatter";
+    case CollectiveOp::all_gather:
+      return "all_gather";
   }
   return "?";
 }
 
 constexpr std::string_view name(Algorithm algo) {
   switch (algo) {
-    case Algorithm::automatic: return "auto";
-    case Algorithm::ring: return "ring";
-    case Algorithm::naive: return "naive";
-    case Algorithm::tree: return "tree";
+    case Algorithm::automatic:
+      return "auto";
+    case Algorithm::ring:
+      return "ring";
+    case Algorithm::naive:
+      return "naive";
+    case Algorithm::tree:
+      return "tree";
   }
   return "?";
 }
 
 constexpr std::string_view name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::avg: return "avg";
-    case ReduceOp::max: return "max";
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::avg:
+      return "avg";
+    case ReduceOp::max:
+      return "max";
   }
   return "?";
 }

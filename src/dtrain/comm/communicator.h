@@ -29,7 +29,7 @@ class CommError : public Error {
 
 // What one rank sent and received: cumulative on a communicator, or for one collective call.
 struct Traffic {
-  int64_t steps = 0;           // communication rounds run by collectives
+  int64_t steps = 0;  // communication rounds run by collectives
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
   int64_t messages_sent = 0;

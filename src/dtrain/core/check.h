@@ -30,9 +30,9 @@ namespace detail {
 
 // DTRAIN_CHECK(cond, parts...): throws dtrain::Error with str(parts...) when cond is false.
 // Without parts the message names the condition and its source location.
-#define DTRAIN_CHECK(cond, ...)                                                            \
-  do {                                                                                     \
-    if (!(cond)) [[unlikely]] {                                                            \
+#define DTRAIN_CHECK(cond, ...)                                                              \
+  do {                                                                                       \
+    if (!(cond)) [[unlikely]] {                                                              \
       ::dtrain::detail::check_failed(#cond, __FILE__, __LINE__, ::dtrain::str(__VA_ARGS__)); \
-    }                                                                                      \
+    }                                                                                        \
   } while (0)

@@ -7,11 +7,16 @@ namespace dtrain {
 
 std::string_view memory_tag_name(MemoryTag tag) {
   switch (tag) {
-    case MemoryTag::params: return "params";
-    case MemoryTag::grads: return "grads";
-    case MemoryTag::optimizer: return "optimizer";
-    case MemoryTag::activations: return "activations";
-    case MemoryTag::communication: return "communication";
+    case MemoryTag::params:
+      return "params";
+    case MemoryTag::grads:
+      return "grads";
+    case MemoryTag::optimizer:
+      return "optimizer";
+    case MemoryTag::activations:
+      return "activations";
+    case MemoryTag::communication:
+      return "communication";
   }
   return "unknown";
 }

@@ -7,9 +7,12 @@ namespace dtrain::plan {
 
 std::string_view name(Recompute r) {
   switch (r) {
-    case Recompute::none: return "none";
-    case Recompute::selective: return "selective";
-    case Recompute::full: return "full";
+    case Recompute::none:
+      return "none";
+    case Recompute::selective:
+      return "selective";
+    case Recompute::full:
+      return "full";
   }
   return "?";
 }
@@ -33,9 +36,9 @@ double activation_bytes_per_layer(const ActivationShape& x) {
   }
   double elements = 0;
   double mask_bytes = 0;
-  elements += 4 * sbh / replicated_split;       // LN1 input, QKV input, LN2 input, MLP input
-  elements += 4 * sbh / t;                      // Q, K, V, projection input
-  elements += 2 * ffn * s * b / t;              // GELU input, second linear input
+  elements += 4 * sbh / replicated_split;  // LN1 input, QKV input, LN2 input, MLP input
+  elements += 4 * sbh / t;                 // Q, K, V, projection input
+  elements += 2 * ffn * s * b / t;         // GELU input, second linear input
   if (x.dropout) mask_bytes += 2 * sbh / replicated_split;  // attention and MLP dropout masks
   if (x.recompute == Recompute::none) {
     const double scores = a * s * s * b / t;

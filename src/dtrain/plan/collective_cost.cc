@@ -1,0 +1,142 @@
+// collective_traffic: one case per (collective, algorithm), each a few lines of closed form.
+// The shapes of the algorithms are described in comm/collectives.cc and docs/algorithms.md.
+#include "dtrain/plan/collective_cost.h"
+
+#include "dtrain/core/check.h"
+
+namespace dtrain::plan {
+namespace {
+
+using comm::Algorithm;
+using comm::CollectiveOp;
+
+int floor_log2(int n) {
+  int k = 0;
+  while ((2 << k) <= n) ++k;
+  return k;
+}
+int ceil_log2(int n) {
+  int k = 0;
+  while ((1 << k) < n) ++k;
+  return k;
+}
+
+// Binomial tree rooted at relative rank 0 (MPICH's shape): rank r receives from
+// r - lowbit(r) and sends to r + 2^j for every 2^j < lowbit(r) (any j for r = 0) below N.
+int binomial_children(int r, int world) {
+  int limit = 1;
+  while (limit < world) limit <<= 1;
+  const int low = r == 0 ? limit : (r & -r);
+  int children = 0;
+  for (int mask = 1; mask < low; mask <<= 1) {
+    if (r + mask < world) ++children;
+  }
+  return children;
+}
+
+// Recursive doubling over N ranks: with p the largest power of two <= N and rem = N - p, the
+// ranks below 2*rem pair up first (even sends its data to odd, then waits for the result).
+CollectiveTraffic recursive_doubling_all_reduce(double s, int world, int rank) {
+  const int p = 1 << floor_log2(world);
+  const int rem = world - p;
+  const int rounds = floor_log2(world);
+  if (rank < 2 * rem) {
+    if (rank % 2 == 0) return {2, s, s};  // hands its data over, gets the result back
+    return {rounds + 2, s * (rounds + 1), s * (rounds + 1)};
+  }
+  return {rounds, s * rounds, s * rounds};
+}
+
+}  // namespace
+
+CollectiveTraffic collective_traffic(CollectiveOp op, Algorithm algo, double s, int world, int rank,
+                                     int root) {
+  DTRAIN_CHECK(world >= 1, "collective_traffic: world must be >= 1, got ", world);
+  DTRAIN_CHECK(rank >= 0 && rank < world && root >= 0 && root < world, "collective_traffic: rank ",
+               rank, " / root ", root, " outside world ", world);
+  DTRAIN_CHECK(algo != Algorithm::automatic,
+               "collective_traffic: resolve Algorithm::automatic with comm::choose_algorithm");
+  if (world == 1 || s <= 0) return {};
+  const double n = world;
+  const double chunk = s / n;
+  const bool is_root = rank == root;
+  const int rel = (rank - root + world) % world;
+
+  switch (algo) {
+    case Algorithm::ring:
+      switch (op) {
+        case CollectiveOp::reduce_scatter:
+        case CollectiveOp::all_gather:
+          return {world - 1, (n - 1) * chunk, (n - 1) * chunk};
+        case CollectiveOp::all_reduce:
+          return {2 * (world - 1), 2 * (n - 1) * chunk, 2 * (n - 1) * chunk};
+        case CollectiveOp::broadcast:
+          // The root scatters one chunk to each rank, then a ring all-gather.
+          if (is_root) return {2 * (world - 1), 2 * (n - 1) * chunk, (n - 1) * chunk};
+          return {world, (n - 1) * chunk, s};
+        case CollectiveOp::reduce:
+          // A ring reduce-scatter, then every rank sends its reduced chunk to the root.
+          if (is_root) return {2 * (world - 1), (n - 1) * chunk, 2 * (n - 1) * chunk};
+          return {world, s, (n - 1) * chunk};
+      }
+      break;
+    case Algorithm::naive:
+      switch (op) {
+        case CollectiveOp::broadcast:
+          return is_root ? CollectiveTraffic{world - 1, (n - 1) * s, 0}
+                         : CollectiveTraffic{1, 0, s};
+        case CollectiveOp::reduce:
+          return is_root ? CollectiveTraffic{world - 1, 0, (n - 1) * s}
+                         : CollectiveTraffic{1, s, 0};
+        case CollectiveOp::all_reduce:  // reduce to the root, then broadcast from it
+          return is_root ? CollectiveTraffic{2 * (world - 1), (n - 1) * s, (n - 1) * s}
+                         : CollectiveTraffic{2, s, s};
+        case CollectiveOp::reduce_scatter:  // reduce to the root, which sends each its chunk
+          return is_root ? CollectiveTraffic{2 * (world - 1), (n - 1) * chunk, (n - 1) * s}
+                         : CollectiveTraffic{2, s, chunk};
+        case CollectiveOp::all_gather:  // gather chunks at the root, then broadcast the whole
+          return is_root ? CollectiveTraffic{2 * (world - 1), (n - 1) * s, (n - 1) * chunk}
+                         : CollectiveTraffic{2, chunk, s};
+      }
+      break;
+    case Algorithm::tree:
+      switch (op) {
+        case CollectiveOp::broadcast: {
+          const int children = binomial_children(rel, world);
+          const int parent = rel == 0 ? 0 : 1;
+          return {children + parent, children * s, parent * s};
+        }
+        case CollectiveOp::reduce: {
+          const int children = binomial_children(rel, world);
+          const int parent = rel == 0 ? 0 : 1;
+          return {children + parent, parent * s, children * s};
+        }
+        case CollectiveOp::all_reduce:
+        case CollectiveOp::reduce_scatter:  // recursive-doubling all-reduce, keep own chunk
+          return recursive_doubling_all_reduce(s, world, rank);
+        case CollectiveOp::all_gather:  // Bruck: ceil(log2 N) rounds, N-1 chunks in all
+          return {ceil_log2(world), (n - 1) * chunk, (n - 1) * chunk};
+      }
+      break;
+    case Algorithm::automatic:
+      break;
+  }
+  throw Error("collective_traffic: unknown collective or algorithm");
+}
+
+double bus_bandwidth_factor(CollectiveOp op, int world) {
+  const double n = world;
+  switch (op) {
+    case CollectiveOp::all_reduce:
+      return 2 * (n - 1) / n;
+    case CollectiveOp::reduce_scatter:
+    case CollectiveOp::all_gather:
+      return (n - 1) / n;
+    case CollectiveOp::broadcast:
+    case CollectiveOp::reduce:
+      return 1;
+  }
+  return 1;
+}
+
+}  // namespace dtrain::plan
