@@ -16,7 +16,9 @@
 #include <string_view>
 #include <vector>
 
+#include "dtrain/core/buffer.h"
 #include "dtrain/core/check.h"
+#include "dtrain/core/memory.h"
 
 namespace dtrain::comm {
 
@@ -100,6 +102,12 @@ class Communicator {
   // Sequence number of the next collective on this communicator (same on every member).
   int64_t next_sequence() { return sequence_++; }
 
+  // Reusable scratch space for the collectives (kScratchSlots independent slots), grown on
+  // demand and never shrunk; charged to the memory tracker, if any, as `communication`.
+  static constexpr int kScratchSlots = 3;
+  void* scratch(int slot, int64_t bytes);
+  void set_memory_tracker(MemoryTracker* tracker) { tracker_ = tracker; }
+
  protected:
   // Backends implement these; the byte accounting above wraps them.
   virtual RequestPtr start_send(const void* data, int64_t bytes, int peer, int tag) = 0;
@@ -115,6 +123,8 @@ class Communicator {
   int accounted_world_ = 0;
   std::string current_operation_;
   int64_t sequence_ = 0;
+  MemoryTracker* tracker_ = nullptr;
+  Buffer<std::byte> scratch_[kScratchSlots];
 };
 
 // Names the operation a rank is in for the duration of a scope, and measures its traffic.

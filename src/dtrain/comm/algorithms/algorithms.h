@@ -1,0 +1,86 @@
+// Internal to comm/: the algorithm families behind collectives.h, one file each (ring.cc,
+// naive.cc, tree.cc), and the element-wise reduction they share. collectives.cc validates
+// arguments, opens the OperationScope and dispatches here; these functions may assume
+// size() > 1 and count > 0.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "dtrain/comm/chunks.h"
+#include "dtrain/comm/collective_kind.h"
+#include "dtrain/comm/communicator.h"
+
+namespace dtrain::comm::detail {
+
+// Message tags, one per collective, so a mismatch between ranks shows up as an error naming
+// the tags instead of silently pairing the wrong messages.
+inline constexpr int kTagBroadcast = 101;
+inline constexpr int kTagReduce = 102;
+inline constexpr int kTagAllReduce = 103;
+inline constexpr int kTagReduceScatter = 104;
+inline constexpr int kTagAllGather = 105;
+
+// dst[i] = a[i] (op) b[i]; dst may alias a or b. avg reduces like sum (callers scale once).
+template <typename T>
+inline void reduce_into(T* dst, const T* a, const T* b, int64_t n, ReduceOp op) {
+  if (op == ReduceOp::max) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = std::max(a[i], b[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = a[i] + b[i];
+  }
+}
+
+template <typename T>
+inline void scale(T* data, int64_t n, T factor) {
+  for (int64_t i = 0; i < n; ++i) data[i] *= factor;
+}
+
+inline int64_t max_chunk(int64_t count, int parts) {
+  return chunk_of(count, parts, 0).count;
+}
+
+// Ring (bandwidth-optimal).
+template <typename T>
+void ring_reduce_scatter_in_place(Communicator& comm, OperationScope& scope, T* data, int64_t count,
+                                  ReduceOp op, int tag);
+template <typename T>
+void ring_all_gather_in_place(Communicator& comm, OperationScope& scope, T* data, int64_t count,
+                              int tag);
+template <typename T>
+void ring_reduce_scatter(Communicator& comm, OperationScope& scope, const T* input, T* output,
+                         int64_t count, ReduceOp op, int tag);
+template <typename T>
+void ring_broadcast(Communicator& comm, OperationScope& scope, T* data, int64_t count, int root);
+template <typename T>
+void ring_reduce(Communicator& comm, OperationScope& scope, const T* input, T* output,
+                 int64_t count, ReduceOp op, int root);
+
+// Naive (everything through one root).
+template <typename T>
+void naive_broadcast(Communicator& comm, OperationScope& scope, T* data, int64_t count, int root,
+                     int tag);
+template <typename T>
+void naive_reduce(Communicator& comm, OperationScope& scope, const T* input, T* output,
+                  int64_t count, ReduceOp op, int root, int tag);
+template <typename T>
+void naive_reduce_scatter(Communicator& comm, OperationScope& scope, const T* input, T* output,
+                          int64_t count, ReduceOp op);
+template <typename T>
+void naive_all_gather(Communicator& comm, OperationScope& scope, const T* input, T* output,
+                      int64_t count);
+
+// Tree (latency-optimal).
+template <typename T>
+void tree_broadcast(Communicator& comm, OperationScope& scope, T* data, int64_t count, int root);
+template <typename T>
+void tree_reduce(Communicator& comm, OperationScope& scope, const T* input, T* output,
+                 int64_t count, ReduceOp op, int root);
+template <typename T>
+void recursive_doubling_all_reduce(Communicator& comm, OperationScope& scope, T* data,
+                                   int64_t count, ReduceOp op, int tag);
+template <typename T>
+void bruck_all_gather(Communicator& comm, OperationScope& scope, const T* input, T* output,
+                      int64_t count);
+
+}  // namespace dtrain::comm::detail

@@ -1,0 +1,202 @@
+// Collective entry points: validate the arguments, short-circuit the trivial cases (one rank,
+// no elements), open the OperationScope that names the call in errors and measures its
+// traffic, and dispatch to the algorithm family (algorithms/ring.cc, naive.cc, tree.cc).
+#include "dtrain/comm/collectives.h"
+
+#include <cstring>
+#include <type_traits>
+
+#include "dtrain/comm/algorithms/algorithms.h"
+
+namespace dtrain::comm {
+namespace {
+
+using detail::kTagAllReduce;
+using detail::kTagReduceScatter;
+
+template <typename T>
+void check_op(ReduceOp op, CollectiveOp what) {
+  if constexpr (std::is_integral_v<T>) {
+    DTRAIN_CHECK(op != ReduceOp::avg, name(what),
+                 ": avg is defined for float32 only; use sum on integer counters");
+  }
+}
+
+void check_common(const Communicator& comm, int64_t count, CollectiveOp what) {
+  DTRAIN_CHECK(count >= 0, name(what), ": negative element count ", count);
+  (void)comm;
+}
+
+void check_root(const Communicator& comm, int root, CollectiveOp what) {
+  DTRAIN_CHECK(root >= 0 && root < comm.size(), name(what), ": root ", root,
+               " is outside the group of ", comm.size(), " ranks");
+}
+
+std::string operation_name(Communicator& comm, CollectiveOp op, Algorithm algo) {
+  return str(name(op), " #", comm.next_sequence(), " (", name(algo), ")");
+}
+
+template <typename T>
+void finish_average(T* data, int64_t count, int ranks) {
+  if constexpr (std::is_floating_point_v<T>) {
+    detail::scale(data, count, static_cast<T>(1) / static_cast<T>(ranks));
+  } else {
+    (void)data, (void)count, (void)ranks;
+  }
+}
+
+}  // namespace
+
+template <typename T>
+Traffic broadcast(Communicator& comm, T* data, int64_t count, int root, Algorithm algo) {
+  check_common(comm, count, CollectiveOp::broadcast);
+  check_root(comm, root, CollectiveOp::broadcast);
+  algo = choose_algorithm(algo, count * static_cast<long long>(sizeof(T)), comm.size());
+  OperationScope scope(comm, operation_name(comm, CollectiveOp::broadcast, algo));
+  if (comm.size() == 1 || count == 0) return scope.traffic();
+  switch (algo) {
+    case Algorithm::ring:
+      detail::ring_broadcast(comm, scope, data, count, root);
+      break;
+    case Algorithm::naive:
+      detail::naive_broadcast(comm, scope, data, count, root, detail::kTagBroadcast);
+      break;
+    default:
+      detail::tree_broadcast(comm, scope, data, count, root);
+      break;
+  }
+  return scope.traffic();
+}
+
+template <typename T>
+Traffic reduce(Communicator& comm, const T* input, T* output, int64_t count, ReduceOp op, int root,
+               Algorithm algo) {
+  check_common(comm, count, CollectiveOp::reduce);
+  check_root(comm, root, CollectiveOp::reduce);
+  check_op<T>(op, CollectiveOp::reduce);
+  DTRAIN_CHECK(comm.rank() != root || output != nullptr || count == 0,
+               "reduce: the root needs an output buffer");
+  algo = choose_algorithm(algo, count * static_cast<long long>(sizeof(T)), comm.size());
+  OperationScope scope(comm, operation_name(comm, CollectiveOp::reduce, algo));
+  if (count == 0) return scope.traffic();
+  if (comm.size() == 1) {
+    if (output != input) std::memcpy(output, input, count * sizeof(T));
+  } else {
+    switch (algo) {
+      case Algorithm::ring:
+        detail::ring_reduce(comm, scope, input, output, count, op, root);
+        break;
+      case Algorithm::naive:
+        detail::naive_reduce(comm, scope, input, output, count, op, root, detail::kTagReduce);
+        break;
+      default:
+        detail::tree_reduce(comm, scope, input, output, count, op, root);
+        break;
+    }
+  }
+  if (op == ReduceOp::avg && comm.rank() == root) finish_average(output, count, comm.size());
+  return scope.traffic();
+}
+
+template <typename T>
+Traffic all_reduce(Communicator& comm, T* data, int64_t count, ReduceOp op, Algorithm algo) {
+  check_common(comm, count, CollectiveOp::all_reduce);
+  check_op<T>(op, CollectiveOp::all_reduce);
+  algo = choose_algorithm(algo, count * static_cast<long long>(sizeof(T)), comm.size());
+  OperationScope scope(comm, operation_name(comm, CollectiveOp::all_reduce, algo));
+  const int n = comm.size();
+  if (n == 1 || count == 0) return scope.traffic();
+  switch (algo) {
+    case Algorithm::ring: {
+      detail::ring_reduce_scatter_in_place(comm, scope, data, count, op, kTagAllReduce);
+      // Average the owned chunk once, before it is shared, so every rank gets the same bits.
+      const Chunk mine = chunk_of(count, n, comm.rank());
+      if (op == ReduceOp::avg) finish_average(data + mine.offset, mine.count, n);
+      detail::ring_all_gather_in_place(comm, scope, data, count, kTagAllReduce);
+      return scope.traffic();
+    }
+    case Algorithm::naive:
+      detail::naive_reduce(comm, scope, data, data, count, op, 0, kTagAllReduce);
+      if (op == ReduceOp::avg && comm.rank() == 0) finish_average(data, count, n);
+      detail::naive_broadcast(comm, scope, data, count, 0, kTagAllReduce);
+      return scope.traffic();
+    default:
+      detail::recursive_doubling_all_reduce(comm, scope, data, count, op, kTagAllReduce);
+      if (op == ReduceOp::avg) finish_average(data, count, n);
+      return scope.traffic();
+  }
+}
+
+template <typename T>
+Traffic reduce_scatter(Communicator& comm, const T* input, T* output, int64_t count, ReduceOp op,
+                       Algorithm algo) {
+  check_common(comm, count, CollectiveOp::reduce_scatter);
+  check_op<T>(op, CollectiveOp::reduce_scatter);
+  algo = choose_algorithm(algo, count * static_cast<long long>(sizeof(T)), comm.size());
+  OperationScope scope(comm, operation_name(comm, CollectiveOp::reduce_scatter, algo));
+  const int n = comm.size();
+  const Chunk mine = chunk_of(count, n, comm.rank());
+  if (count == 0) return scope.traffic();
+  if (n == 1) {
+    if (output != input) std::memmove(output, input, count * sizeof(T));
+    return scope.traffic();
+  }
+  switch (algo) {
+    case Algorithm::ring:
+      detail::ring_reduce_scatter(comm, scope, input, output, count, op, kTagReduceScatter);
+      break;
+    case Algorithm::naive:
+      detail::naive_reduce_scatter(comm, scope, input, output, count, op);
+      break;
+    default: {
+      // Latency-optimal: a recursive-doubling all-reduce of a copy, keeping this rank's chunk.
+      T* work = static_cast<T*>(comm.scratch(1, count * sizeof(T)));
+      std::memcpy(work, input, count * sizeof(T));
+      detail::recursive_doubling_all_reduce(comm, scope, work, count, op, kTagReduceScatter);
+      std::memmove(output, work + mine.offset, mine.count * sizeof(T));
+      break;
+    }
+  }
+  if (op == ReduceOp::avg) finish_average(output, mine.count, n);
+  return scope.traffic();
+}
+
+template <typename T>
+Traffic all_gather(Communicator& comm, const T* input, T* output, int64_t count, Algorithm algo) {
+  check_common(comm, count, CollectiveOp::all_gather);
+  algo = choose_algorithm(algo, count * static_cast<long long>(sizeof(T)), comm.size());
+  OperationScope scope(comm, operation_name(comm, CollectiveOp::all_gather, algo));
+  const int n = comm.size();
+  const Chunk mine = chunk_of(count, n, comm.rank());
+  if (count == 0) return scope.traffic();
+  if (n == 1) {
+    if (output != input) std::memmove(output, input, count * sizeof(T));
+    return scope.traffic();
+  }
+  switch (algo) {
+    case Algorithm::ring:
+      if (output + mine.offset != input) {
+        std::memmove(output + mine.offset, input, mine.count * sizeof(T));
+      }
+      detail::ring_all_gather_in_place(comm, scope, output, count, detail::kTagAllGather);
+      break;
+    case Algorithm::naive:
+      detail::naive_all_gather(comm, scope, input, output, count);
+      break;
+    default:
+      detail::bruck_all_gather(comm, scope, input, output, count);
+      break;
+  }
+  return scope.traffic();
+}
+
+#define DTRAIN_INSTANTIATE_COLLECTIVES(T)                                                        \
+  template Traffic broadcast<T>(Communicator&, T*, int64_t, int, Algorithm);                     \
+  template Traffic reduce<T>(Communicator&, const T*, T*, int64_t, ReduceOp, int, Algorithm);    \
+  template Traffic all_reduce<T>(Communicator&, T*, int64_t, ReduceOp, Algorithm);               \
+  template Traffic reduce_scatter<T>(Communicator&, const T*, T*, int64_t, ReduceOp, Algorithm); \
+  template Traffic all_gather<T>(Communicator&, const T*, T*, int64_t, Algorithm);
+DTRAIN_INSTANTIATE_COLLECTIVES(float)
+DTRAIN_INSTANTIATE_COLLECTIVES(int64_t)
+
+}  // namespace dtrain::comm

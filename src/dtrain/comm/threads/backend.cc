@@ -1,0 +1,353 @@
+// Threads backend. Matching follows MPI's rules within one group: a message matches the first
+// posted receive with the same (source, tag), in posting order. Each destination rank has a
+// mailbox of unmatched sends and unmatched receives; whichever side arrives second copies the
+// bytes and completes both requests. Waiting spins briefly (a wake-up through the kernel costs
+// tens of microseconds on a VM), then blocks on a per-rank condition variable.
+#include "dtrain/comm/threads/backend.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <list>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "dtrain/core/check.h"
+#include "dtrain/core/timer.h"
+
+namespace dtrain::comm::threads {
+namespace {
+
+enum class State { pending, done, failed };
+
+struct Envelope {
+  uint64_t context = 0;
+  int src = 0;  // world ranks
+  int dst = 0;
+  int tag = 0;
+  const void* send_data = nullptr;
+  void* recv_data = nullptr;
+  int64_t bytes = 0;
+  bool is_send = false;
+  std::atomic<State> state{State::pending};
+  std::string error;  // set before state becomes failed
+};
+
+class World {
+ public:
+  World(int size, WorldOptions options)
+      : size_(size), options_(options), mailboxes_(size), waiters_(size), exited_(size) {
+    for (auto& e : exited_) e.store(false);
+    spin_iterations_ = size <= static_cast<int>(std::thread::hardware_concurrency()) ? 20000 : 50;
+  }
+
+  int size() const { return size_; }
+  double timeout_s() const { return options_.timeout_s; }
+
+  // Posts a send or receive; completes it at once when its partner is already waiting.
+  void post(Envelope* e) {
+    Mailbox& box = mailboxes_[e->dst];
+    Envelope* partner = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(box.mu);
+      auto& others = e->is_send ? box.recvs : box.sends;
+      auto it = std::find_if(others.begin(), others.end(), [&](const Envelope* o) {
+        return o->context == e->context && o->src == e->src && o->tag == e->tag;
+      });
+      if (it != others.end()) {
+        partner = *it;
+        others.erase(it);
+      } else {
+        (e->is_send ? box.sends : box.recvs).push_back(e);
+      }
+    }
+    if (partner != nullptr) complete(e->is_send ? e : partner, e->is_send ? partner : e);
+  }
+
+  // Takes a pending envelope back out of its mailbox and marks it failed. False if a partner
+  // already matched it (then a copy is in flight and the envelope completes momentarily).
+  bool cancel(Envelope* e) {
+    Mailbox& box = mailboxes_[e->dst];
+    std::lock_guard<std::mutex> lock(box.mu);
+    auto& list = e->is_send ? box.sends : box.recvs;
+    auto it = std::find(list.begin(), list.end(), e);
+    if (it == list.end()) return false;
+    list.erase(it);
+    e->error = "cancelled";
+    e->state.store(State::failed, std::memory_order_release);
+    return true;
+  }
+
+  void wait(Envelope* e, const std::string& what) {
+    const int me = e->is_send ? e->src : e->dst;
+    const int peer = e->is_send ? e->dst : e->src;
+    for (int i = 0; i < spin_iterations_; ++i) {
+      if (e->state.load(std::memory_order_acquire) != State::pending) return finish(e);
+      if ((i & 63) == 63) std::this_thread::yield();
+    }
+    const double deadline_us = now_us() + options_.timeout_s * 1e6;
+    Waiter& w = waiters_[me];
+    std::unique_lock<std::mutex> lock(w.mu);
+    while (true) {
+      if (e->state.load(std::memory_order_acquire) != State::pending) break;
+      if (aborted_.load()) {
+        lock.unlock();
+        fail_pending(e, str(failure_message(), "; ", what));
+      }
+      if (exited_[peer].load()) {
+        lock.unlock();
+        fail_pending(e,
+                     str("rank ", peer, " finished its work while ", what,
+                         " was still pending; the ranks disagree on the sequence of operations"));
+      }
+      const double left_us = deadline_us - now_us();
+      if (left_us <= 0) {
+        lock.unlock();
+        fail_pending(e, str("timed out after ", options_.timeout_s, " s: ", what,
+                            " never completed (is rank ", peer, " stuck or dead?)"));
+      }
+      w.cv.wait_for(lock,
+                    std::chrono::microseconds(static_cast<int64_t>(std::min(left_us, 100000.0))));
+    }
+    lock.unlock();
+    finish(e);
+  }
+
+  // Called when a request is destroyed unfinished: take it back, or wait out a copy in flight.
+  void abandon(Envelope* e) {
+    if (e->state.load(std::memory_order_acquire) != State::pending) return;
+    if (cancel(e)) return;
+    while (e->state.load(std::memory_order_acquire) == State::pending) std::this_thread::yield();
+  }
+
+  void abort(int rank, const std::string& reason) {
+    {
+      std::lock_guard<std::mutex> lock(failure_mu_);
+      if (aborted_.load()) return;
+      failure_ = str("rank ", rank, " failed: ", reason);
+      aborted_.store(true);
+    }
+    wake_all();
+  }
+
+  void mark_exited(int rank) {
+    exited_[rank].store(true);
+    wake_all();
+  }
+
+ private:
+  struct Mailbox {
+    std::mutex mu;
+    std::list<Envelope*> sends;  // unmatched sends to this rank
+    std::list<Envelope*> recvs;  // unmatched receives posted by this rank
+  };
+  struct Waiter {
+    std::mutex mu;
+    std::condition_variable cv;
+  };
+
+  void complete(Envelope* send, Envelope* recv) {
+    if (send->bytes != recv->bytes) {
+      const std::string msg =
+          str("message size mismatch: rank ", send->src, " sends ", send->bytes, " bytes to rank ",
+              recv->dst, " (tag ", send->tag, ") which expects ", recv->bytes);
+      send->error = msg;
+      recv->error = msg;
+      send->state.store(State::failed, std::memory_order_release);
+      recv->state.store(State::failed, std::memory_order_release);
+    } else {
+      if (send->bytes > 0) std::memcpy(recv->recv_data, send->send_data, send->bytes);
+      send->state.store(State::done, std::memory_order_release);
+      recv->state.store(State::done, std::memory_order_release);
+    }
+    notify(send->src);
+    notify(recv->dst);
+  }
+
+  void notify(int rank) {
+    { std::lock_guard<std::mutex> lock(waiters_[rank].mu); }
+    waiters_[rank].cv.notify_all();
+  }
+
+  void wake_all() {
+    for (int r = 0; r < size_; ++r) notify(r);
+  }
+
+  std::string failure_message() {
+    std::lock_guard<std::mutex> lock(failure_mu_);
+    return failure_;
+  }
+
+  [[noreturn]] void fail_pending(Envelope* e, const std::string& message) {
+    abandon(e);
+    throw CommError(message);
+  }
+
+  void finish(Envelope* e) {
+    if (e->state.load(std::memory_order_acquire) == State::failed) throw CommError(e->error);
+  }
+
+  int size_;
+  WorldOptions options_;
+  int spin_iterations_ = 0;
+  std::vector<Mailbox> mailboxes_;
+  std::vector<Waiter> waiters_;
+  std::vector<std::atomic<bool>> exited_;
+  std::atomic<bool> aborted_{false};
+  std::mutex failure_mu_;
+  std::string failure_;
+};
+
+class ThreadRequest : public Request {
+ public:
+  ThreadRequest(World& world, std::string what) : world_(world), what_(std::move(what)) {}
+  ~ThreadRequest() override { world_.abandon(&envelope_); }
+  void wait() override { world_.wait(&envelope_, what_); }
+  bool done() override { return envelope_.state.load() != State::pending; }
+  Envelope& envelope() { return envelope_; }
+
+ private:
+  World& world_;
+  std::string what_;
+  Envelope envelope_;
+};
+
+// FNV-1a over the parent's context, the group's name and its members: a context id that all
+// members compute alike, with no communication.
+uint64_t derive_context(uint64_t parent, std::string_view name, const std::vector<int>& members) {
+  uint64_t h = 1469598103934665603ull ^ parent;
+  auto mix = [&](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  for (char c : name) mix(static_cast<unsigned char>(c));
+  mix(0xfeed);
+  for (int m : members) mix(static_cast<uint64_t>(m));
+  return h == 0 ? 1 : h;
+}
+
+class ThreadCommunicator : public Communicator {
+ public:
+  ThreadCommunicator(World& world, std::vector<int> members, int rank, uint64_t context)
+      : world_(world), members_(std::move(members)), rank_(rank), context_(context) {
+    init_accounting(world.size());
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(members_.size()); }
+  int global_rank_of(int rank) const override { return members_[rank]; }
+  int world_size() const override { return world_.size(); }
+
+  void barrier() override {
+    // Dissemination barrier: ceil(log2 N) rounds of empty messages.
+    const int n = size();
+    for (int d = 1; d < n; d <<= 1) {
+      char token = 0;
+      send_recv(&token, 0, (rank_ + d) % n, &token, 0, (rank_ - d + n) % n, kBarrierTag);
+    }
+  }
+
+  std::unique_ptr<Communicator> subgroup(std::span<const int> ranks,
+                                         std::string_view name) override {
+    std::vector<int> members;
+    int my_index = -1;
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      DTRAIN_CHECK(ranks[i] >= 0 && ranks[i] < size(), "subgroup '", name, "': rank ", ranks[i],
+                   " is outside the parent group of ", size());
+      DTRAIN_CHECK(i == 0 || ranks[i] > ranks[i - 1], "subgroup '", name,
+                   "': ranks must be ascending and distinct");
+      if (ranks[i] == rank_) my_index = static_cast<int>(i);
+      members.push_back(members_[ranks[i]]);
+    }
+    DTRAIN_CHECK(my_index >= 0, "subgroup '", name, "': rank ", rank_,
+                 " creates a group it is not a member of");
+    const uint64_t context = derive_context(context_, name, members);
+    return std::make_unique<ThreadCommunicator>(world_, std::move(members), my_index, context);
+  }
+
+ protected:
+  RequestPtr start_send(const void* data, int64_t bytes, int peer, int tag) override {
+    auto request = std::make_unique<ThreadRequest>(world_, describe("send to", peer, tag));
+    Envelope& e = request->envelope();
+    fill(e, peer, tag, bytes, /*is_send=*/true);
+    e.send_data = data;
+    world_.post(&e);
+    return request;
+  }
+  RequestPtr start_recv(void* data, int64_t bytes, int peer, int tag) override {
+    auto request = std::make_unique<ThreadRequest>(world_, describe("recv from", peer, tag));
+    Envelope& e = request->envelope();
+    fill(e, peer, tag, bytes, /*is_send=*/false);
+    e.recv_data = data;
+    world_.post(&e);
+    return request;
+  }
+
+ private:
+  static constexpr int kBarrierTag = -1;
+
+  void fill(Envelope& e, int peer, int tag, int64_t bytes, bool is_send) {
+    e.context = context_;
+    e.src = is_send ? members_[rank_] : members_[peer];
+    e.dst = is_send ? members_[peer] : members_[rank_];
+    e.tag = tag;
+    e.bytes = bytes;
+    e.is_send = is_send;
+  }
+
+  World& world_;
+  std::vector<int> members_;  // world ranks, by group rank
+  int rank_;
+  uint64_t context_;
+};
+
+}  // namespace
+
+void run_ranks(int ranks, const std::function<void(Communicator&)>& fn, WorldOptions options) {
+  DTRAIN_CHECK(ranks >= 1, "run_ranks: the number of ranks must be >= 1, got ", ranks);
+  DTRAIN_CHECK(options.timeout_s > 0, "run_ranks: the timeout must be positive, got ",
+               options.timeout_s);
+  World world(ranks, options);
+  std::vector<int> members(ranks);
+  for (int r = 0; r < ranks; ++r) members[r] = r;
+
+  std::mutex first_mu;
+  std::exception_ptr first_error;
+  auto body = [&](int r) {
+    try {
+      ThreadCommunicator comm(world, members, r, /*context=*/0);
+      fn(comm);
+      world.mark_exited(r);
+    } catch (const std::exception& e) {
+      {
+        std::lock_guard<std::mutex> lock(first_mu);
+        if (!first_error) first_error = std::current_exception();
+      }
+      world.abort(r, e.what());
+      world.mark_exited(r);
+    } catch (...) {
+      {
+        std::lock_guard<std::mutex> lock(first_mu);
+        if (!first_error) first_error = std::current_exception();
+      }
+      world.abort(r, "unknown exception");
+      world.mark_exited(r);
+    }
+  };
+  if (ranks == 1) {
+    body(0);
+  } else {
+    std::vector<std::thread> threads;
+    threads.reserve(ranks);
+    for (int r = 0; r < ranks; ++r) threads.emplace_back(body, r);
+    for (auto& t : threads) t.join();
+  }
+  if (first_error) std::rethrow_exception(first_error);
+}
+
+}  // namespace dtrain::comm::threads
