@@ -1,0 +1,308 @@
+// run_collective: verify once against the closed form, count one call's traffic, then time
+// trials of back-to-back calls (the slowest rank's mean per call), as the OpenMPI peer in the
+// shared peers folder does, so the two sets of figures compare directly.
+#include "bench/collectives_bench.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <iomanip>
+#include <ostream>
+
+#include "dtrain/comm/collectives.h"
+#include "dtrain/comm/threads/backend.h"
+#include "dtrain/core/buffer.h"
+#include "dtrain/core/check.h"
+#include "dtrain/core/timer.h"
+#include "dtrain/core/units.h"
+
+namespace dtrain::bench {
+namespace {
+
+using comm::Algorithm;
+using comm::CollectiveOp;
+using comm::Communicator;
+
+// Input and output element counts of one rank for a collective of S = count elements.
+struct Shapes {
+  int64_t in = 0, out = 0;
+};
+Shapes shapes(CollectiveOp op, int64_t count, int world, int rank) {
+  const int64_t chunk = comm::chunk_of(count, world, rank).count;
+  switch (op) {
+    case CollectiveOp::reduce_scatter:
+      return {count, chunk};
+    case CollectiveOp::all_gather:
+      return {chunk, count};
+    default:
+      return {count, count};
+  }
+}
+
+comm::Traffic run_once(Communicator& comm, const CollectiveRunConfig& c, int64_t count, float* in,
+                       float* out) {
+  switch (c.op) {
+    case CollectiveOp::all_reduce:
+      return comm::all_reduce(comm, in, count, comm::ReduceOp::sum, c.algorithm);
+    case CollectiveOp::broadcast:
+      return comm::broadcast(comm, in, count, c.root, c.algorithm);
+    case CollectiveOp::reduce:
+      return comm::reduce(comm, in, out, count, comm::ReduceOp::sum, c.root, c.algorithm);
+    case CollectiveOp::reduce_scatter:
+      return comm::reduce_scatter(comm, in, out, count, comm::ReduceOp::sum, c.algorithm);
+    case CollectiveOp::all_gather:
+      return comm::all_gather(comm, in, out, count, c.algorithm);
+  }
+  return {};
+}
+
+// Rank r contributes r + 1 at every position it owns: every result has a closed form.
+bool verify(const CollectiveRunConfig& c, int64_t count, int world, int rank, const float* in,
+            const float* out) {
+  const comm::Chunk mine = comm::chunk_of(count, world, rank);
+  const float sum = static_cast<float>(world * (world + 1) / 2);
+  auto all_equal = [](const float* p, int64_t n, float v) {
+    return std::all_of(p, p + n, [v](float x) { return x == v; });
+  };
+  switch (c.op) {
+    case CollectiveOp::all_reduce:
+      return all_equal(in, count, sum);
+    case CollectiveOp::broadcast:
+      return all_equal(in, count, static_cast<float>(c.root + 1));
+    case CollectiveOp::reduce:
+      return rank != c.root || all_equal(out, count, sum);
+    case CollectiveOp::reduce_scatter:
+      return all_equal(out, mine.count, sum);
+    case CollectiveOp::all_gather:
+      for (int q = 0; q < world; ++q) {
+        const comm::Chunk ch = comm::chunk_of(count, world, q);
+        if (!all_equal(out + ch.offset, ch.count, static_cast<float>(q + 1))) return false;
+      }
+      return true;
+  }
+  return false;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
+  DTRAIN_CHECK(config.ranks >= 1 && config.ranks <= 1024,
+               "--ranks must be between 1 and 1024, got ", config.ranks);
+  DTRAIN_CHECK(config.bytes >= 0, "--size must not be negative");
+  DTRAIN_CHECK(config.bytes % 4 == 0, "--size ", config.bytes,
+               " bytes is not a whole number of float32 elements (a multiple of 4)");
+  DTRAIN_CHECK(config.root >= 0 && config.root < config.ranks, "--root ", config.root,
+               " is outside 0..", config.ranks - 1);
+  DTRAIN_CHECK(config.trials >= 1, "--trials must be >= 1, got ", config.trials);
+  DTRAIN_CHECK(config.warmup >= 0, "--warmup must be >= 0, got ", config.warmup);
+
+  CollectiveRunReport report;
+  report.config = config;
+  report.count = config.bytes / 4;
+  report.algorithm = comm::choose_algorithm(config.algorithm, config.bytes, config.ranks);
+  report.ranks.resize(static_cast<size_t>(config.ranks));
+  std::vector<int> verified(static_cast<size_t>(config.ranks), 0);
+  std::vector<double> trial_us;
+  int iterations = 1;
+  CollectiveRunConfig c = config;
+  c.algorithm = report.algorithm;
+
+  comm::threads::run_ranks(
+      config.ranks,
+      [&](Communicator& world) {
+        const int r = world.rank(), n = world.size();
+        // Timing agreements travel on their own group so they never mix with the measured op.
+        std::vector<int> all(static_cast<size_t>(n));
+        for (int i = 0; i < n; ++i) all[i] = i;
+        auto control = world.subgroup(all, "timing");
+        const Shapes s = shapes(c.op, report.count, n, r);
+        Buffer<float> in(s.in, MemoryTag::communication, nullptr);
+        Buffer<float> out(s.out, MemoryTag::communication, nullptr);
+
+        // 1. One verified call, whose traffic is the measured figure.
+        std::fill(in.data(), in.data() + s.in, static_cast<float>(r + 1));
+        RankTraffic& rt = report.ranks[r];
+        rt.rank = r;
+        rt.measured = run_once(world, c, report.count, in.data(), out.data());
+        rt.formula =
+            plan::collective_traffic(c.op, c.algorithm, static_cast<double>(c.bytes), n, r, c.root);
+        verified[r] = verify(c, report.count, n, r, in.data(), out.data()) ? 1 : 0;
+
+        // 2. Timing on zeros (sums of zeros stay zeros however often they run).
+        in.zero();
+        for (int i = 0; i < c.warmup; ++i) run_once(world, c, report.count, in.data(), out.data());
+        control->barrier();
+        Stopwatch probe;
+        run_once(world, c, report.count, in.data(), out.data());
+        float probe_us = static_cast<float>(probe.elapsed_us());
+        comm::all_reduce(*control, &probe_us, 1, comm::ReduceOp::max);
+        const int64_t iters = std::clamp<int64_t>(
+            static_cast<int64_t>(c.trial_seconds * 1e6 / std::max<double>(probe_us, 0.01)), 1,
+            100000);
+        for (int t = 0; t < c.trials; ++t) {
+          control->barrier();
+          Stopwatch clock;
+          for (int64_t i = 0; i < iters; ++i) {
+            run_once(world, c, report.count, in.data(), out.data());
+          }
+          float mean_us = static_cast<float>(clock.elapsed_us() / static_cast<double>(iters));
+          comm::all_reduce(*control, &mean_us, 1, comm::ReduceOp::max);
+          if (r == 0) trial_us.push_back(mean_us);
+        }
+        if (r == 0) iterations = static_cast<int>(iters);
+      },
+      comm::threads::WorldOptions{config.timeout_s});
+
+  report.verified = std::all_of(verified.begin(), verified.end(), [](int v) { return v == 1; });
+  report.iterations_per_trial = iterations;
+  report.time_us = median(trial_us);
+  report.best_time_us = *std::min_element(trial_us.begin(), trial_us.end());
+  report.algbw_gbps =
+      report.time_us > 0 ? static_cast<double>(config.bytes) / (report.time_us * 1e3) : 0;
+  report.busbw_gbps = report.algbw_gbps * plan::bus_bandwidth_factor(config.op, config.ranks);
+  return report;
+}
+
+void print_report(const CollectiveRunReport& r, std::ostream& out) {
+  const CollectiveRunConfig& c = r.config;
+  out << comm::name(c.op) << " of " << format_bytes(static_cast<double>(c.bytes)) << " (" << r.count
+      << " float32) on " << c.ranks << " ranks (threads backend), algorithm "
+      << comm::name(r.algorithm) << ", result " << (r.verified ? "verified" : "WRONG") << "\n\n";
+  out << std::left << std::setw(6) << "rank" << std::right << std::setw(8) << "steps"
+      << std::setw(10) << "formula" << std::setw(16) << "bytes sent" << std::setw(16) << "formula"
+      << std::setw(16) << "bytes recvd" << std::setw(16) << "formula"
+      << "\n";
+  out << std::fixed << std::setprecision(0);
+  for (const RankTraffic& t : r.ranks) {
+    out << std::left << std::setw(6) << t.rank << std::right << std::setw(8) << t.measured.steps
+        << std::setw(10) << t.formula.steps << std::setw(16) << t.measured.bytes_sent
+        << std::setw(16) << t.formula.bytes_sent << std::setw(16) << t.measured.bytes_received
+        << std::setw(16) << t.formula.bytes_received << "\n";
+  }
+  out << std::setprecision(2) << "\ntime " << r.time_us << " us (median of " << c.trials
+      << " trials x " << r.iterations_per_trial << " calls; best " << r.best_time_us
+      << " us)\nalgbw " << std::setprecision(3) << r.algbw_gbps << " GB/s   busbw " << r.busbw_gbps
+      << " GB/s   (GB = 1e9 bytes; busbw = algbw * " << std::setprecision(4)
+      << plan::bus_bandwidth_factor(c.op, c.ranks) << ")\n";
+  out.unsetf(std::ios::fixed);
+}
+
+nlohmann::json to_json(const CollectiveRunReport& r) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankTraffic& t : r.ranks) {
+    ranks.push_back({{"rank", t.rank},
+                     {"steps", t.measured.steps},
+                     {"bytes_sent", t.measured.bytes_sent},
+                     {"bytes_received", t.measured.bytes_received},
+                     {"messages_sent", t.measured.messages_sent},
+                     {"formula_steps", t.formula.steps},
+                     {"formula_bytes_sent", t.formula.bytes_sent},
+                     {"formula_bytes_received", t.formula.bytes_received}});
+  }
+  return {{"op", comm::name(r.config.op)},
+          {"algorithm", comm::name(r.algorithm)},
+          {"ranks", r.config.ranks},
+          {"bytes", r.config.bytes},
+          {"count", r.count},
+          {"verified", r.verified},
+          {"per_rank", ranks},
+          {"trials", r.config.trials},
+          {"iterations_per_trial", r.iterations_per_trial},
+          {"time_us", r.time_us},
+          {"best_time_us", r.best_time_us},
+          {"algbw_GBps", r.algbw_gbps},
+          {"busbw_GBps", r.busbw_gbps},
+          {"bus_factor", plan::bus_bandwidth_factor(r.config.op, r.config.ranks)}};
+}
+
+double measure_memcpy_gbps(int64_t bytes) {
+  Buffer<char> a(bytes, MemoryTag::communication, nullptr);
+  Buffer<char> b(bytes, MemoryTag::communication, nullptr);
+  std::memset(a.data(), 1, static_cast<size_t>(bytes));
+  std::memcpy(b.data(), a.data(), static_cast<size_t>(bytes));  // warm up, fault pages in
+  std::vector<double> seconds;
+  for (int i = 0; i < 15; ++i) {
+    Stopwatch clock;
+    std::memcpy(b.data(), a.data(), static_cast<size_t>(bytes));
+    seconds.push_back(clock.elapsed_s());
+  }
+  return static_cast<double>(bytes) / median(seconds) / 1e9;
+}
+
+CollectiveSweepReport run_collective_sweep(CollectiveSweepConfig config) {
+  if (config.sizes.empty()) {
+    for (int64_t s = 4 << 10; s <= int64_t{256} << 20; s *= 4) config.sizes.push_back(s);
+  }
+  CollectiveSweepReport report;
+  report.memcpy_gbps = measure_memcpy_gbps();
+  for (int world : config.worlds) {
+    for (int64_t bytes : config.sizes) {
+      for (Algorithm algo : config.algorithms) {
+        CollectiveRunConfig c;
+        c.ranks = world;
+        c.bytes = bytes;
+        c.op = config.op;
+        c.algorithm = algo;
+        c.trials = config.trials;
+        c.trial_seconds = config.trial_seconds;
+        c.warmup = 1;
+        const CollectiveRunReport r = run_collective(c);
+        DTRAIN_CHECK(r.verified, "bench collectives: ", comm::name(config.op), " ",
+                     comm::name(algo), " on ", world, " ranks of ", bytes,
+                     " bytes gave a wrong result");
+        report.rows.push_back({world, bytes, algo, r.time_us, r.busbw_gbps});
+      }
+    }
+  }
+  report.config = std::move(config);
+  return report;
+}
+
+void print_report(const CollectiveSweepReport& r, std::ostream& out) {
+  out << "bench collectives: " << comm::name(r.config.op)
+      << " on the threads backend, busbw (GB/s, nccl-tests definition) and busbw / memcpy\n"
+      << "memcpy bandwidth measured in this run: " << std::fixed << std::setprecision(2)
+      << r.memcpy_gbps << " GB/s (one thread, 64 MiB buffers, bytes copied per second)\n";
+  for (int world : r.config.worlds) {
+    out << "\nN = " << world << "\n" << std::left << std::setw(10) << "size";
+    for (Algorithm a : r.config.algorithms) {
+      out << std::right << std::setw(12) << (std::string(comm::name(a)) + " us") << std::setw(10)
+          << "busbw" << std::setw(8) << "ratio";
+    }
+    out << "\n";
+    for (int64_t bytes : r.config.sizes) {
+      out << std::left << std::setw(10) << format_bytes(static_cast<double>(bytes));
+      for (Algorithm a : r.config.algorithms) {
+        for (const CollectiveSweepRow& row : r.rows) {
+          if (row.world != world || row.bytes != bytes || row.algorithm != a) continue;
+          out << std::right << std::setprecision(1) << std::setw(12) << row.time_us
+              << std::setprecision(3) << std::setw(10) << row.busbw_gbps << std::setw(8)
+              << row.busbw_gbps / r.memcpy_gbps;
+        }
+      }
+      out << "\n";
+    }
+  }
+  out.unsetf(std::ios::fixed);
+}
+
+nlohmann::json to_json(const CollectiveSweepReport& r) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const CollectiveSweepRow& row : r.rows) {
+    rows.push_back({{"np", row.world},
+                    {"bytes", row.bytes},
+                    {"algorithm", comm::name(row.algorithm)},
+                    {"time_us", row.time_us},
+                    {"busbw_GBps", row.busbw_gbps},
+                    {"busbw_over_memcpy", row.busbw_gbps / r.memcpy_gbps}});
+  }
+  return {{"op", comm::name(r.config.op)}, {"memcpy_GBps", r.memcpy_gbps}, {"rows", rows}};
+}
+
+}  // namespace dtrain::bench

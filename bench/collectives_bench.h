@@ -1,0 +1,87 @@
+// Measuring collectives on the threads backend, nccl-tests style: each rank's measured steps
+// and bytes beside the planner's formula, then time, algbw and busbw. `dtrain collectives`
+// runs one configuration; `dtrain bench collectives` sweeps sizes, world sizes and algorithms
+// and puts busbw beside this machine's memcpy bandwidth measured in the same run.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dtrain/comm/collective_kind.h"
+#include "dtrain/comm/communicator.h"
+#include "dtrain/plan/collective_cost.h"
+
+namespace dtrain::bench {
+
+struct CollectiveRunConfig {
+  int ranks = 2;
+  int64_t bytes = 64 << 20;  // S as nccl-tests defines it (see plan/collective_cost.h)
+  comm::CollectiveOp op = comm::CollectiveOp::all_reduce;
+  comm::Algorithm algorithm = comm::Algorithm::ring;
+  int root = 0;
+  int warmup = 2;
+  int trials = 5;              // the reported time is the median trial
+  double trial_seconds = 0.2;  // each trial runs enough back-to-back calls to last this long
+  double timeout_s = 120;
+};
+
+struct RankTraffic {
+  int rank = 0;
+  comm::Traffic measured;           // one call, counted by the communicator
+  plan::CollectiveTraffic formula;  // plan::collective_traffic for this rank
+};
+
+struct CollectiveRunReport {
+  CollectiveRunConfig config;
+  comm::Algorithm algorithm = comm::Algorithm::ring;  // resolved from automatic
+  int64_t count = 0;                                  // float32 elements
+  bool verified = false;                              // result checked against its closed form
+  std::vector<RankTraffic> ranks;
+  int iterations_per_trial = 0;
+  double time_us = 0;       // median over trials of the slowest rank's mean time per call
+  double best_time_us = 0;  // fastest trial
+  double algbw_gbps = 0;    // S / time, GB = 1e9 bytes
+  double busbw_gbps = 0;    // algbw * bus factor (2(N-1)/N for all_reduce)
+};
+
+// Runs `config` on config.ranks threads. Throws Error on bad configuration.
+CollectiveRunReport run_collective(const CollectiveRunConfig& config);
+void print_report(const CollectiveRunReport& report, std::ostream& out);
+nlohmann::json to_json(const CollectiveRunReport& report);
+
+// This machine's memory bandwidth: bytes copied per second by one thread's memcpy of
+// `bytes`-sized buffers (median of several copies), GB/s.
+double measure_memcpy_gbps(int64_t bytes = 64 << 20);
+
+struct CollectiveSweepConfig {
+  comm::CollectiveOp op = comm::CollectiveOp::all_reduce;
+  std::vector<int> worlds = {2, 4};
+  std::vector<int64_t> sizes;  // default: 4 KiB to 256 MiB in powers of 4
+  std::vector<comm::Algorithm> algorithms = {comm::Algorithm::ring, comm::Algorithm::tree,
+                                             comm::Algorithm::naive};
+  int trials = 3;
+  double trial_seconds = 0.1;
+};
+
+struct CollectiveSweepRow {
+  int world = 0;
+  int64_t bytes = 0;
+  comm::Algorithm algorithm = comm::Algorithm::ring;
+  double time_us = 0;
+  double busbw_gbps = 0;
+};
+
+struct CollectiveSweepReport {
+  CollectiveSweepConfig config;
+  double memcpy_gbps = 0;
+  std::vector<CollectiveSweepRow> rows;
+};
+
+CollectiveSweepReport run_collective_sweep(CollectiveSweepConfig config);
+void print_report(const CollectiveSweepReport& report, std::ostream& out);
+nlohmann::json to_json(const CollectiveSweepReport& report);
+
+}  // namespace dtrain::bench

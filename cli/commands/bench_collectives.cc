@@ -1,0 +1,72 @@
+// `dtrain bench collectives`: busbw of each algorithm from 4 KiB to 256 MiB at N = 2 and 4,
+// beside this machine's memcpy bandwidth measured in the same run.
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/collectives_bench.h"
+#include "command_registry.h"
+#include "dtrain/core/units.h"
+
+namespace dtrain::cli {
+namespace {
+
+struct BenchCollectivesFlags {
+  bench::CollectiveSweepConfig config;
+  std::string op = "all_reduce";
+  std::vector<std::string> algos = {"ring", "tree", "naive"};
+  std::string min_size = "4KiB", max_size = "256MiB";
+  bool json = false;
+};
+
+void add_bench_collectives(CLI::App& bench_app) {
+  auto f = std::make_shared<BenchCollectivesFlags>();
+  CLI::App* cmd = bench_app.add_subcommand(
+      "collectives",
+      "Sweep message sizes for N = 2 and 4: busbw per algorithm, beside this machine's memcpy "
+      "bandwidth measured in the same run, and their ratio");
+  cmd->add_option("--op", f->op, "Collective: all_reduce, reduce_scatter, all_gather, ...")
+      ->capture_default_str();
+  cmd->add_option("--ranks", f->config.worlds, "World sizes to sweep")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--algos", f->algos, "Algorithms to sweep (ring, tree, naive)")
+      ->capture_default_str();
+  cmd->add_option("--min-size", f->min_size, "Smallest S")->capture_default_str();
+  cmd->add_option("--max-size", f->max_size, "Largest S (sizes grow by 4x)")->capture_default_str();
+  cmd->add_option("--trials", f->config.trials, "Timed trials per point (median reported)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--trial-seconds", f->config.trial_seconds, "Length of one trial")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--json", f->json, "Print the same figures as JSON");
+  cmd->callback([f] {
+    const auto op = comm::parse_collective_op(f->op);
+    DTRAIN_CHECK(op.has_value(), "--op: unknown collective '", f->op, "'");
+    f->config.op = *op;
+    f->config.algorithms.clear();
+    for (const std::string& a : f->algos) {
+      const auto algo = comm::parse_algorithm(a);
+      DTRAIN_CHECK(algo.has_value() && *algo != comm::Algorithm::automatic, "--algos: unknown ",
+                   "algorithm '", a, "' (use ring, tree or naive)");
+      f->config.algorithms.push_back(*algo);
+    }
+    const int64_t lo = parse_bytes(f->min_size, "--min-size");
+    const int64_t hi = parse_bytes(f->max_size, "--max-size");
+    DTRAIN_CHECK(lo >= 4 && lo <= hi, "--min-size must be at least 4 bytes and at most --max-size");
+    for (int64_t s = lo; s <= hi; s *= 4) f->config.sizes.push_back(s / 4 * 4);
+    const bench::CollectiveSweepReport report = bench::run_collective_sweep(f->config);
+    if (f->json) {
+      std::cout << bench::to_json(report).dump(2) << "\n";
+    } else {
+      bench::print_report(report, std::cout);
+    }
+  });
+}
+
+const CommandRegistration kRegistration("bench", add_bench_collectives);
+
+}  // namespace
+}  // namespace dtrain::cli

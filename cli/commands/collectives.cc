@@ -1,0 +1,78 @@
+// `dtrain collectives`: one collective on N thread ranks; per-rank measured steps and bytes
+// beside the formula, then time, algbw and busbw (bench/collectives_bench does the work).
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "bench/collectives_bench.h"
+#include "command_registry.h"
+#include "dtrain/core/units.h"
+
+namespace dtrain::cli {
+namespace {
+
+struct CollectivesFlags {
+  bench::CollectiveRunConfig config;
+  std::string size = "64MiB", op = "all_reduce", algo = "ring";
+  bool json = false;
+};
+
+void add_collectives(CLI::App& app) {
+  auto f = std::make_shared<CollectivesFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "collectives",
+      "Run one collective on N thread ranks: measured steps and bytes per rank beside the "
+      "formula, then time, algbw and busbw (nccl-tests definitions)");
+  cmd->add_option("--ranks", f->config.ranks, "Number of ranks (threads), 1..1024")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--size", f->size,
+                  "S as nccl-tests defines it: the buffer for all_reduce/broadcast/reduce, the "
+                  "input per rank for reduce_scatter, the output per rank for all_gather. "
+                  "Units B, KiB, MiB, GiB (or KB, MB, GB)")
+      ->capture_default_str();
+  cmd->add_option("--op", f->op,
+                  "Collective: all_reduce, reduce_scatter, all_gather, broadcast, reduce")
+      ->capture_default_str();
+  cmd->add_option("--algo", f->algo,
+                  "Algorithm: ring (bandwidth-optimal), tree (latency-optimal), naive (through "
+                  "one root) or auto (tree up to 64 KiB, ring above)")
+      ->capture_default_str();
+  cmd->add_option("--root", f->config.root, "Root rank of broadcast and reduce")
+      ->capture_default_str();
+  cmd->add_option("--trials", f->config.trials, "Timed trials; the median is reported")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--trial-seconds", f->config.trial_seconds,
+                  "Length of one trial of back-to-back calls")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--timeout", f->config.timeout_s,
+                  "Seconds a rank waits for a peer before failing")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--json", f->json, "Print the same figures as JSON");
+  cmd->callback([f] {
+    f->config.bytes = parse_bytes(f->size, "--size");
+    const auto op = comm::parse_collective_op(f->op);
+    DTRAIN_CHECK(op.has_value(), "--op: unknown collective '", f->op,
+                 "' (use all_reduce, reduce_scatter, all_gather, broadcast or reduce)");
+    const auto algo = comm::parse_algorithm(f->algo);
+    DTRAIN_CHECK(algo.has_value(), "--algo: unknown algorithm '", f->algo,
+                 "' (use ring, tree, naive or auto)");
+    f->config.op = *op;
+    f->config.algorithm = *algo;
+    const bench::CollectiveRunReport report = bench::run_collective(f->config);
+    if (f->json) {
+      std::cout << bench::to_json(report).dump(2) << "\n";
+    } else {
+      bench::print_report(report, std::cout);
+    }
+    DTRAIN_CHECK(report.verified, comm::name(*op), " produced a wrong result");
+  });
+}
+
+const CommandRegistration kRegistration("", add_collectives);
+
+}  // namespace
+}  // namespace dtrain::cli
