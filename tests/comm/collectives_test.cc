@@ -1,7 +1,7 @@
 // The collectives against closed-form results, swept over collective x algorithm x world size
-// x element count, on the threads backend. Inputs are small integers, so every sum is exact in
-// any order and results are compared bit for bit. Each call's measured traffic (steps, bytes
-// sent and received) is compared with the planner's formula, plan::collective_traffic.
+// x element count, on the backend under test (harness.h). Inputs are small integers, so every sum
+// is exact in any order and results are compared bit for bit. Each call's measured traffic (steps,
+// bytes sent and received) is compared with the planner's formula, plan::collective_traffic.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "dtrain/comm/collectives.h"
-#include "dtrain/comm/threads/backend.h"
 #include "dtrain/plan/collective_cost.h"
+#include "harness.h"
 
 namespace dtrain::comm {
 namespace {
@@ -72,18 +72,11 @@ struct SweepCase {
   CountKind count;
 };
 
-std::string case_name(const testing::TestParamInfo<SweepCase>& info) {
+std::string case_name(const ::testing::TestParamInfo<SweepCase>& info) {
   const SweepCase& c = info.param;
   static const char* kCounts[] = {"zero", "one", "Nminus1", "Nplus1", "prime", "large"};
   return str(name(c.op), "_", name(c.algo), "_N", c.world, "_", kCounts[static_cast<int>(c.count)]);
 }
-
-struct RankResult {
-  std::vector<float> f32;  // this rank's output (or the reduce output on the root)
-  std::vector<int64_t> i64;
-  Traffic traffic_f32;
-  Traffic traffic_i64;
-};
 
 // Runs one collective of each element type on every rank and records outputs and traffic.
 template <typename T>
@@ -160,7 +153,7 @@ void check_output(const SweepCase& c, int64_t count, ReduceOp op, int rank,
   }
 }
 
-class CollectiveSweep : public testing::TestWithParam<SweepCase> {};
+class CollectiveSweep : public ::testing::TestWithParam<SweepCase> {};
 
 TEST_P(CollectiveSweep, MatchesClosedFormAndTrafficFormula) {
   const SweepCase c = GetParam();
@@ -168,25 +161,23 @@ TEST_P(CollectiveSweep, MatchesClosedFormAndTrafficFormula) {
   const ReduceOp f32_op =
       c.world % 3 == 0 ? ReduceOp::avg : (c.world % 3 == 1 ? ReduceOp::sum : ReduceOp::max);
   const ReduceOp i64_op = c.world % 2 == 0 ? ReduceOp::sum : ReduceOp::max;
-  std::vector<RankResult> results(static_cast<size_t>(c.world));
-  threads::run_ranks(c.world, [&](Communicator& comm) {
-    RankResult& res = results[comm.rank()];
-    res.traffic_f32 = run_one<float>(comm, c, count, f32_op, res.f32);
-    res.traffic_i64 = run_one<int64_t>(comm, c, count, i64_op, res.i64);
-  });
-
   const int root = (c.world - 1) / 2;
   const Algorithm algo = choose_algorithm(c.algo, 0, c.world);
-  int64_t total_sent = 0, total_received = 0;
-  for (int r = 0; r < c.world; ++r) {
+  testing::run_group(c.world, [&](Communicator& comm) {
+    const int r = comm.rank();
     SCOPED_TRACE(str("rank ", r));
-    check_output<float>(c, count, f32_op, r, results[r].f32);
-    check_output<int64_t>(c, count, i64_op, r, results[r].i64);
+    std::vector<float> f32;
+    std::vector<int64_t> i64;
+    const Traffic t32 = run_one<float>(comm, c, count, f32_op, f32);
+    const Traffic t64 = run_one<int64_t>(comm, c, count, i64_op, i64);
+    check_output<float>(c, count, f32_op, r, f32);
+    check_output<int64_t>(c, count, i64_op, r, i64);
 
     // The naive all_reduce / reduce_scatter / all_gather use rank 0 as their root.
     const bool rooted = c.op == CollectiveOp::broadcast || c.op == CollectiveOp::reduce;
-    for (const auto& [traffic, elem] : {std::pair{results[r].traffic_f32, sizeof(float)},
-                                        std::pair{results[r].traffic_i64, sizeof(int64_t)}}) {
+    int64_t totals[2] = {0, 0};  // bytes sent and received by this rank, both calls
+    for (const auto& [traffic, elem] :
+         {std::pair{t32, sizeof(float)}, std::pair{t64, sizeof(int64_t)}}) {
       const double bytes = static_cast<double>(count) * elem;
       const plan::CollectiveTraffic want =
           plan::collective_traffic(c.op, algo, bytes, c.world, r, rooted ? root : 0);
@@ -199,18 +190,19 @@ TEST_P(CollectiveSweep, MatchesClosedFormAndTrafficFormula) {
       EXPECT_LE(std::abs(traffic.bytes_received - want.bytes_received), slack)
           << "bytes received: measured " << traffic.bytes_received << ", formula "
           << want.bytes_received;
-      total_sent += traffic.bytes_sent;
-      total_received += traffic.bytes_received;
+      totals[0] += traffic.bytes_sent;
+      totals[1] += traffic.bytes_received;
     }
-  }
-  EXPECT_EQ(total_sent, total_received) << "every byte sent is received exactly once";
-  if (algo == Algorithm::ring && count > 0 && c.world > 1 &&
-      (c.op == CollectiveOp::reduce_scatter || c.op == CollectiveOp::all_gather ||
-       c.op == CollectiveOp::all_reduce)) {
-    // Summed over ranks the ring's rounding cancels: each step moves every chunk once.
-    const int64_t per_pass = (c.world - 1) * count * static_cast<int64_t>(sizeof(float) + 8);
-    EXPECT_EQ(total_sent, c.op == CollectiveOp::all_reduce ? 2 * per_pass : per_pass);
-  }
+    all_reduce(comm, totals, 2, ReduceOp::sum, Algorithm::naive);
+    EXPECT_EQ(totals[0], totals[1]) << "every byte sent is received exactly once";
+    if (algo == Algorithm::ring && count > 0 && c.world > 1 &&
+        (c.op == CollectiveOp::reduce_scatter || c.op == CollectiveOp::all_gather ||
+         c.op == CollectiveOp::all_reduce)) {
+      // Summed over ranks the ring's rounding cancels: each step moves every chunk once.
+      const int64_t per_pass = (c.world - 1) * count * static_cast<int64_t>(sizeof(float) + 8);
+      EXPECT_EQ(totals[0], c.op == CollectiveOp::all_reduce ? 2 * per_pass : per_pass);
+    }
+  });
 }
 
 std::vector<SweepCase> sweep_cases() {
@@ -230,7 +222,7 @@ std::vector<SweepCase> sweep_cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(All, CollectiveSweep, testing::ValuesIn(sweep_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(All, CollectiveSweep, ::testing::ValuesIn(sweep_cases()), case_name);
 
 TEST(Collectives, AutomaticPicksTreeForSmallAndRingForLarge) {
   EXPECT_EQ(choose_algorithm(Algorithm::automatic, 4096, 8), Algorithm::tree);
@@ -242,38 +234,35 @@ TEST(Collectives, AllReduceResultIsBitwiseIdenticalOnEveryRank) {
   // Non-integer data: sums round differently in different orders, yet every rank must end
   // with the same bits (the ring shares one reduced copy of each chunk).
   for (Algorithm algo : {Algorithm::ring, Algorithm::naive, Algorithm::tree}) {
-    const int world = 5;
-    const int64_t count = 1000;
-    std::vector<std::vector<float>> out(world);
-    threads::run_ranks(world, [&](Communicator& comm) {
+    testing::run_group(5, [&](Communicator& comm) {
+      const int64_t count = 1000;
       std::vector<float> data(count);
       for (int64_t i = 0; i < count; ++i) data[i] = std::sin(0.37f * i + comm.rank()) / 3.0f;
       all_reduce(comm, data.data(), count, ReduceOp::avg, algo);
-      out[comm.rank()] = data;
+      std::vector<float> rank0 = data;
+      broadcast(comm, rank0.data(), count, 0, Algorithm::naive);
+      EXPECT_EQ(data, rank0) << name(algo) << " rank " << comm.rank();
     });
-    for (int r = 1; r < world; ++r) EXPECT_EQ(out[r], out[0]) << name(algo) << " rank " << r;
   }
 }
 
 TEST(Collectives, AverageOfIntegersIsRejected) {
-  EXPECT_THROW(threads::run_ranks(2,
-                                  [](Communicator& comm) {
-                                    int64_t x = 1;
-                                    all_reduce(comm, &x, 1, ReduceOp::avg);
-                                  }),
-               Error);
+  testing::run_group(2, [](Communicator& comm) {
+    int64_t x = 1;
+    EXPECT_THROW(all_reduce(comm, &x, 1, ReduceOp::avg), Error);
+  });
 }
 
 TEST(Collectives, RootOutsideTheGroupIsAnError) {
-  try {
-    threads::run_ranks(2, [](Communicator& comm) {
-      float x = 1;
+  testing::run_group(2, [](Communicator& comm) {
+    float x = 1;
+    try {
       broadcast(comm, &x, 1, /*root=*/2);
-    });
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("root 2"), std::string::npos) << e.what();
-  }
+      ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("root 2"), std::string::npos) << e.what();
+    }
+  });
 }
 
 }  // namespace

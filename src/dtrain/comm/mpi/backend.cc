@@ -1,0 +1,268 @@
+// MPI backend: point-to-point with MPI_Isend/MPI_Irecv of bytes, waits by polling MPI_Test
+// against a deadline, barrier by MPI_Ibarrier, subgroups by MPI_Comm_create_group (only the
+// members call it, as the contract says). Errors are returned, not fatal (MPI_ERRORS_RETURN),
+// and turned into CommError with the rank, peer, tag and operation.
+#include "dtrain/comm/mpi/backend.h"
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dtrain/core/check.h"
+#include "dtrain/core/timer.h"
+
+namespace dtrain::comm::mpi {
+namespace {
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  return std::string(text, static_cast<size_t>(length));
+}
+
+// Polls `request` until it completes or the deadline passes. Spins first (a collective step is
+// often microseconds away), then yields, then sleeps briefly so an oversubscribed machine
+// still makes progress.
+void poll(MPI_Request& request, MPI_Status* status, double timeout_s, const std::string& what) {
+  const double deadline_us = now_us() + timeout_s * 1e6;
+  for (int64_t i = 0;; ++i) {
+    int done = 0;
+    const int rc = MPI_Test(&request, &done, status);
+    if (rc != MPI_SUCCESS) {
+      int error_class = 0;
+      MPI_Error_class(rc, &error_class);
+      if (error_class == MPI_ERR_TRUNCATE) {
+        throw CommError(str("message size mismatch: ", what, " received a larger message than the ",
+                            "buffer it posted (", mpi_error_text(rc), ")"));
+      }
+      throw CommError(str(what, " failed: ", mpi_error_text(rc)));
+    }
+    if (done) return;
+    if (i > 2000) {
+      if (now_us() > deadline_us) {
+        MPI_Cancel(&request);
+        throw CommError(str("timed out after ", timeout_s, " s: ", what,
+                            " never completed (is the peer stuck or dead?)"));
+      }
+      if (i > 20000)
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      else
+        std::this_thread::yield();
+    }
+  }
+}
+
+class MpiRequest : public Request {
+ public:
+  MpiRequest(double timeout_s, std::string what, int64_t expected_bytes, bool is_recv)
+      : timeout_s_(timeout_s),
+        what_(std::move(what)),
+        expected_bytes_(expected_bytes),
+        is_recv_(is_recv) {}
+  ~MpiRequest() override {
+    if (!finished_ && request_ != MPI_REQUEST_NULL) {
+      // Abandoned while pending (an exception unwound past it): cancel, then let MPI finish it.
+      MPI_Cancel(&request_);
+      MPI_Request_free(&request_);
+    }
+  }
+  void wait() override {
+    if (finished_) return;
+    MPI_Status status;
+    poll(request_, &status, timeout_s_, what_);
+    finished_ = true;
+    if (is_recv_) {
+      int count = 0;
+      MPI_Get_count(&status, MPI_BYTE, &count);
+      DTRAIN_CHECK(count == expected_bytes_, "message size mismatch: ", what_, " expected ",
+                   expected_bytes_, " bytes but ", count, " arrived");
+    }
+  }
+  bool done() override {
+    if (finished_) return true;
+    int flag = 0;
+    MPI_Request_get_status(request_, &flag, MPI_STATUS_IGNORE);
+    return flag != 0;
+  }
+  MPI_Request* handle() { return &request_; }
+
+ private:
+  double timeout_s_;
+  std::string what_;
+  int64_t expected_bytes_;
+  bool is_recv_;
+  bool finished_ = false;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+};
+
+// A tag for MPI_Comm_create_group from the group's name, so two groups with the same
+// members but different names are created independently.
+int name_tag(std::string_view name) {
+  uint32_t h = 2166136261u;
+  for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
+  return static_cast<int>(h % 30000u);
+}
+
+class MpiCommunicator : public Communicator {
+ public:
+  MpiCommunicator(MPI_Comm comm, bool owned, std::vector<int> members, double timeout_s)
+      : comm_(comm), owned_(owned), members_(std::move(members)), timeout_s_(timeout_s) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    init_accounting(world_size_);
+  }
+  ~MpiCommunicator() override {
+    if (owned_) MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int global_rank_of(int rank) const override { return members_[rank]; }
+  int world_size() const override { return world_size_; }
+
+  void barrier() override {
+    MPI_Request request;
+    const int rc = MPI_Ibarrier(comm_, &request);
+    if (rc != MPI_SUCCESS) throw CommError(str("barrier failed: ", mpi_error_text(rc)));
+    poll(request, MPI_STATUS_IGNORE, timeout_s_,
+         str("rank ", global_rank(), ": barrier",
+             current_operation().empty() ? "" : " in " + current_operation()));
+  }
+
+  std::unique_ptr<Communicator> subgroup(std::span<const int> ranks,
+                                         std::string_view name) override {
+    std::vector<int> members;
+    bool member = false;
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      DTRAIN_CHECK(ranks[i] >= 0 && ranks[i] < size_, "subgroup '", name, "': rank ", ranks[i],
+                   " is outside the parent group of ", size_);
+      DTRAIN_CHECK(i == 0 || ranks[i] > ranks[i - 1], "subgroup '", name,
+                   "': ranks must be ascending and distinct");
+      member = member || ranks[i] == rank_;
+      members.push_back(members_[ranks[i]]);
+    }
+    DTRAIN_CHECK(member, "subgroup '", name, "': rank ", rank_,
+                 " creates a group it is not a member of");
+    MPI_Group parent_group, group;
+    MPI_Comm_group(comm_, &parent_group);
+    MPI_Group_incl(parent_group, static_cast<int>(ranks.size()), ranks.data(), &group);
+    MPI_Comm child;
+    const int rc = MPI_Comm_create_group(comm_, group, name_tag(name), &child);
+    MPI_Group_free(&group);
+    MPI_Group_free(&parent_group);
+    if (rc != MPI_SUCCESS) {
+      throw CommError(str("subgroup '", name, "' could not be created: ", mpi_error_text(rc)));
+    }
+    return std::make_unique<MpiCommunicator>(child, true, std::move(members), timeout_s_);
+  }
+
+ protected:
+  RequestPtr start_send(const void* data, int64_t bytes, int peer, int tag) override {
+    check_message(bytes, tag);
+    auto request =
+        std::make_unique<MpiRequest>(timeout_s_, describe("send to", peer, tag), bytes, false);
+    const int rc =
+        MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, comm_, request->handle());
+    if (rc != MPI_SUCCESS)
+      throw CommError(describe("send to", peer, tag) + ": " + mpi_error_text(rc));
+    return request;
+  }
+  RequestPtr start_recv(void* data, int64_t bytes, int peer, int tag) override {
+    check_message(bytes, tag);
+    auto request =
+        std::make_unique<MpiRequest>(timeout_s_, describe("recv from", peer, tag), bytes, true);
+    const int rc =
+        MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, comm_, request->handle());
+    if (rc != MPI_SUCCESS)
+      throw CommError(describe("recv from", peer, tag) + ": " + mpi_error_text(rc));
+    return request;
+  }
+
+ private:
+  static void check_message(int64_t bytes, int tag) {
+    DTRAIN_CHECK(bytes <= INT_MAX, "MPI backend: one message is limited to ", INT_MAX,
+                 " bytes, got ", bytes);
+    DTRAIN_CHECK(tag >= 0 && tag <= 32767, "MPI backend: tag ", tag, " outside 0..32767");
+  }
+
+  MPI_Comm comm_;
+  bool owned_;
+  std::vector<int> members_;
+  double timeout_s_;
+  int rank_ = 0, size_ = 0, world_size_ = 0;
+};
+
+}  // namespace
+
+bool launched_by_mpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
+         std::getenv("PMIX_RANK") != nullptr;
+}
+
+namespace {
+
+std::unique_ptr<MpiCommunicator>& world_slot() {
+  static std::unique_ptr<MpiCommunicator> slot;
+  return slot;
+}
+
+}  // namespace
+
+Communicator& world(WorldOptions options) {
+  auto& slot = world_slot();
+  if (slot) return *slot;
+  DTRAIN_CHECK(launched_by_mpirun(),
+               "--backend mpi: this process was not started by mpirun (run it as "
+               "`mpirun -np N dtrain ...`, or use --backend threads)");
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+  }
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::vector<int> members(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) members[r] = r;
+  slot = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false, members, options.timeout_s);
+  return *slot;
+}
+
+void finalize() {
+  auto& slot = world_slot();
+  if (!slot) return;
+  slot.reset();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+void run_ranks(int ranks, const std::function<void(Communicator&)>& fn, WorldOptions options) {
+  Communicator& comm = world(options);
+  if (ranks != 0 && ranks != comm.size()) {
+    const int size = comm.size();
+    finalize();
+    throw Error(
+        str("the layout needs ", ranks, " ranks but mpirun started ", size, " processes (-np)"));
+  }
+  try {
+    fn(comm);
+  } catch (const std::exception& e) {
+    // Name the culprit, then take the whole job down: the others would wait for this rank.
+    std::fprintf(stderr, "error: rank %d failed: %s\n", comm.rank(), e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  finalize();
+}
+
+}  // namespace dtrain::comm::mpi
