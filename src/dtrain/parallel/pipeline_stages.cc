@@ -1,0 +1,121 @@
+// balanced_partition / explicit_partition: argument checks with flag-naming messages, the
+// remainder rule of the balanced split, and the StagePartition lookups.
+#include "dtrain/parallel/pipeline_stages.h"
+
+#include <charconv>
+#include <numeric>
+#include <sstream>
+
+#include "dtrain/core/check.h"
+
+namespace dtrain::parallel {
+namespace {
+
+void check_shape(int layers, int stages, int chunks, const PartitionFlags& flags) {
+  DTRAIN_CHECK(stages >= 1, flags.stages, " must be >= 1, got ", stages);
+  DTRAIN_CHECK(chunks >= 1, flags.chunks, " must be >= 1, got ", chunks);
+  DTRAIN_CHECK(layers >= 1, flags.layers, " must be >= 1, got ", layers);
+  DTRAIN_CHECK(stages <= layers, flags.stages, " ", stages, " is larger than ", flags.layers, " ",
+               layers);
+  DTRAIN_CHECK(stages * chunks <= layers, flags.chunks, " ", chunks, " needs at least ",
+               flags.stages, " * ", flags.chunks, " = ", stages * chunks,
+               " layers (one per model chunk), got ", flags.layers, " ", layers);
+}
+
+}  // namespace
+
+StagePartition::StagePartition(int stages, int chunks, std::vector<int> chunk_layers)
+    : stages_(stages), chunks_(chunks), chunk_layers_(std::move(chunk_layers)) {
+  DTRAIN_CHECK(stages >= 1 && chunks >= 1, "a partition needs stages >= 1 and chunks >= 1, got ",
+               stages, " and ", chunks);
+  DTRAIN_CHECK(static_cast<int>(chunk_layers_.size()) == stages * chunks, "a partition of ", stages,
+               " stages x ", chunks, " chunks needs ", stages * chunks, " chunk sizes, got ",
+               chunk_layers_.size());
+  chunk_first_.reserve(chunk_layers_.size());
+  for (int n : chunk_layers_) {
+    DTRAIN_CHECK(n >= 1, "every model chunk needs at least one layer, got ", n);
+    chunk_first_.push_back(layers_);
+    layers_ += n;
+  }
+}
+
+int StagePartition::first_layer(int rank, int chunk) const {
+  return chunk_first_.at(static_cast<size_t>(virtual_stage(rank, chunk)));
+}
+
+int StagePartition::layer_count(int rank, int chunk) const {
+  return chunk_layers_.at(static_cast<size_t>(virtual_stage(rank, chunk)));
+}
+
+std::vector<int> StagePartition::stage_layers() const {
+  std::vector<int> per_rank(static_cast<size_t>(stages_), 0);
+  for (int vs = 0; vs < virtual_stages(); ++vs) {
+    per_rank[static_cast<size_t>(rank_of(vs))] += chunk_layers_[static_cast<size_t>(vs)];
+  }
+  return per_rank;
+}
+
+int StagePartition::rank_of_layer(int layer) const {
+  DTRAIN_CHECK(layer >= 0 && layer < layers_, "layer ", layer, " outside 0..", layers_ - 1);
+  int vs = virtual_stages() - 1;
+  while (chunk_first_[static_cast<size_t>(vs)] > layer) --vs;
+  return rank_of(vs);
+}
+
+StagePartition balanced_partition(int layers, int stages, int chunks, const PartitionFlags& flags) {
+  check_shape(layers, stages, chunks, flags);
+  const int n = stages * chunks;
+  std::vector<int> sizes(static_cast<size_t>(n), layers / n);
+  int extra = layers % n;  // at most n - 1
+  // Interior chunks 1 .. n-2 first, then chunk 0; the last chunk (with the head) never.
+  for (int vs = 1; vs + 1 < n && extra > 0; ++vs, --extra) ++sizes[static_cast<size_t>(vs)];
+  if (extra > 0) ++sizes[0], --extra;
+  DTRAIN_CHECK(extra == 0, "internal: ", extra, " layers left over in the balanced split");
+  return StagePartition(stages, chunks, std::move(sizes));
+}
+
+StagePartition explicit_partition(int layers, int stages, int chunks,
+                                  std::span<const int> chunk_layers, const PartitionFlags& flags) {
+  check_shape(layers, stages, chunks, flags);
+  const int n = stages * chunks;
+  std::ostringstream joined;
+  for (size_t i = 0; i < chunk_layers.size(); ++i) joined << (i ? "," : "") << chunk_layers[i];
+  const std::string list = joined.str();
+  if (chunks == 1) {
+    DTRAIN_CHECK(static_cast<int>(chunk_layers.size()) == n, flags.stage_layers, " ", list, " has ",
+                 chunk_layers.size(), " entries, but ", flags.stages, " is ", stages);
+  } else {
+    DTRAIN_CHECK(static_cast<int>(chunk_layers.size()) == n, flags.stage_layers, " ", list, " has ",
+                 chunk_layers.size(), " entries; with ", flags.chunks, " ", chunks,
+                 " it lists each model chunk, ", flags.stages, " * ", flags.chunks, " = ", n);
+  }
+  for (int x : chunk_layers) {
+    DTRAIN_CHECK(x >= 1, flags.stage_layers, " ", list,
+                 " has an empty stage; every entry must be >= 1");
+  }
+  const int sum = std::accumulate(chunk_layers.begin(), chunk_layers.end(), 0);
+  DTRAIN_CHECK(sum == layers, flags.stage_layers, " ", list, " sums to ", sum, ", not ",
+               flags.layers, " ", layers);
+  return StagePartition(stages, chunks, std::vector<int>(chunk_layers.begin(), chunk_layers.end()));
+}
+
+std::vector<int> parse_stage_layers(std::string_view text, std::string_view flag) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (true) {
+    const size_t comma = text.find(',', pos);
+    const std::string_view item =
+        text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    int value = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    DTRAIN_CHECK(
+        !item.empty() && ec == std::errc() && end == item.data() + item.size() && value >= 1, flag,
+        " \"", text, "\" must be a comma-separated list of positive layer counts");
+    out.push_back(value);
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace dtrain::parallel
