@@ -37,8 +37,10 @@ double activation_bytes_per_layer(const ActivationShape& x) {
   double elements = 0;
   double mask_bytes = 0;
   elements += 4 * sbh / replicated_split;  // LN1 input, QKV input, LN2 input, MLP input
-  elements += 4 * sbh / t;                 // Q, K, V, projection input
-  elements += 2 * ffn * s * b / t;         // GELU input, second linear input
+  const double kv = x.kv_heads > 0 ? static_cast<double>(x.kv_heads) / a : 1.0;
+  elements += (2 + 2 * kv) * sbh / t;  // Q, projection input; K, V
+  // GELU input and second linear input; SwiGLU keeps the gate and up outputs and the down input.
+  elements += (x.gated_mlp ? 3 : 2) * ffn * s * b / t;
   if (x.dropout) mask_bytes += 2 * sbh / replicated_split;  // attention and MLP dropout masks
   if (x.recompute == Recompute::none) {
     const double scores = a * s * s * b / t;

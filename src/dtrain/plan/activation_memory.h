@@ -25,6 +25,10 @@
 // paper's Eq. 1; with t and no SP, s*b*h*(10 + 24/t + 5*a*s/(h*t)) (Eq. 2); with SP,
 // s*b*h/t*(34 + 5*a*s/h) (Eq. 4). Selective recompute drops the a*s*s terms (Eq. 6); full
 // recompute keeps only the layer input, 2*s*b*h (s*b*h/t with SP).
+//
+// Llama-style layers (extension): with kv_heads < heads, K and V are each
+// s*b*h*kv_heads/(heads*t); with gated_mlp the MLP keeps the gate and up projections' outputs
+// and the down projection's input, 3*ffn*s*b/t, in place of GELU's 2*ffn*s*b/t.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +51,9 @@ struct ActivationShape {
   int64_t bytes_per_element = 2;  // 2 for fp16/bf16 activations, 4 for fp32
   bool dropout = true;            // 1-byte masks and the dropout output
   bool count_layernorm_stats = false;
+  // Extensions for Llama-style layers (appended, so existing initialisers keep their meaning):
+  int64_t kv_heads = 0;    // grouped-query attention: K and V are kv_heads/heads of Q; 0 = heads
+  bool gated_mlp = false;  // SwiGLU: gate output, up output and down input, 3*ffn*s*b/t
 };
 
 // Bytes of activations one layer keeps for its backward pass, for one micro-batch.

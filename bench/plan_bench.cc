@@ -1,0 +1,98 @@
+// run_plan_bench: the timed searches and the published layout's evaluation.
+#include "bench/plan_bench.h"
+
+#include <algorithm>
+#include <ostream>
+
+#include "dtrain/core/check.h"
+#include "dtrain/core/timer.h"
+#include "dtrain/plan/format.h"
+#include "dtrain/plan/report.h"
+
+namespace dtrain::bench {
+namespace {
+
+plan::PlanInput bench_input(const PlanBenchConfig& config) {
+  plan::PlanInput in;
+  in.model = plan::model_preset(config.model);
+  in.cluster = plan::parse_cluster(config.cluster);
+  in.training.global_batch = in.model.default_global_batch;
+  in.training.tokens = in.model.default_tokens;
+  return in;
+}
+
+}  // namespace
+
+PlanBenchReport run_plan_bench(const PlanBenchConfig& config) {
+  DTRAIN_CHECK(config.repeats >= 1, "--repeats must be >= 1, got ", config.repeats);
+  PlanBenchReport r;
+  r.config = config;
+  const plan::PlanInput in = bench_input(config);
+  r.gpus = in.cluster.world();
+  for (int i = 0; i < config.repeats; ++i) {
+    Stopwatch watch;
+    const plan::SearchResult result = plan::search(in);
+    r.seconds.push_back(watch.elapsed_s());
+    r.evaluated = result.evaluated;
+    r.fitting = result.fitting;
+    if (!result.top.empty()) r.best = result.top.front().plan;
+  }
+  std::vector<double> sorted = r.seconds;
+  std::sort(sorted.begin(), sorted.end());
+  r.median_seconds = sorted[sorted.size() / 2];
+
+  // The paper's layout for this row (Table 1: tp=8, pp=64 on 3072 GPUs; it trains with full
+  // activation recompute), micro-batch 1, with the plain and the interleaved 1F1B schedules.
+  if (config.model == "megatron-1t" && r.gpus == 3072) {
+    for (int v : {1, 2}) {
+      plan::Layout l;
+      l.tp = 8;
+      l.pp = 64;
+      l.dp = 6;
+      l.vp = v;
+      l.recompute = plan::Recompute::full;
+      l.schedule = v > 1 ? plan::ScheduleKind::interleaved : plan::ScheduleKind::one_f_one_b;
+      r.published.push_back({v > 1 ? "tp=8 pp=64 dp=6, interleaved v=2" : "tp=8 pp=64 dp=6, 1F1B",
+                             plan::evaluate(in, l)});
+    }
+  }
+  return r;
+}
+
+void print_report(const PlanBenchReport& r, std::ostream& out) {
+  out << "dtrain bench plan: full search for " << r.config.model << " on " << r.config.cluster
+      << " (" << r.gpus << " GPUs)\n";
+  out << "  runs:";
+  for (double s : r.seconds) out << " " << plan::format_seconds(s);
+  out << "\n  median " << plan::format_seconds(r.median_seconds) << " for "
+      << plan::format_count(static_cast<double>(r.evaluated)) << " layouts evaluated ("
+      << plan::format_fixed(r.median_seconds / static_cast<double>(r.evaluated) * 1e6, 2)
+      << " us each), " << plan::format_count(static_cast<double>(r.fitting)) << " fit\n";
+  out << "  budget: the issue asks for under 1 s; this run used "
+      << plan::format_percent(r.median_seconds / 1.0) << " of it\n";
+  out << "  search's best: " << plan::describe(r.best.layout) << ": "
+      << plan::format_fixed(r.best.time.hardware_flops_per_gpu * 1e-12, 1)
+      << " TFLOP/s per GPU with recompute, MFU " << plan::format_percent(r.best.time.mfu) << "\n";
+  for (const PublishedLayout& p : r.published) {
+    const double tflops = p.plan.time.hardware_flops_per_gpu * 1e-12;
+    out << "  " << p.label << " (full recompute, b=1): predicted " << plan::format_fixed(tflops, 1)
+        << " TFLOP/s per GPU vs " << kPublishedTflopsPerGpu
+        << " measured by Narayanan et al. 2021 (Table 1): ratio "
+        << plan::format_fixed(tflops / kPublishedTflopsPerGpu, 2) << "\n";
+  }
+}
+
+nlohmann::json to_json(const PlanBenchReport& r) {
+  nlohmann::json published = nlohmann::json::array();
+  for (const PublishedLayout& p : r.published) {
+    published.push_back({{"label", p.label},
+                         {"plan", plan::plan_json(p.plan)},
+                         {"published_tflops_per_gpu", kPublishedTflopsPerGpu}});
+  }
+  return {
+      {"model", r.config.model}, {"cluster", r.config.cluster},        {"gpus", r.gpus},
+      {"seconds", r.seconds},    {"median_seconds", r.median_seconds}, {"evaluated", r.evaluated},
+      {"fitting", r.fitting},    {"best", plan::plan_json(r.best)},    {"published", published}};
+}
+
+}  // namespace dtrain::bench

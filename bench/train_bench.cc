@@ -1,0 +1,220 @@
+// run_train_bench: per thread count, a fresh SerialEngine on a fixed batch; a clean timed pass
+// for ms/step, a second pass with sgemm timing for the GEMM share; then the sgemm peak.
+#include "bench/train_bench.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "dtrain/core/buffer.h"
+#include "dtrain/core/check.h"
+#include "dtrain/core/rng.h"
+#include "dtrain/core/timer.h"
+#include "dtrain/model/gemm.h"
+#include "dtrain/train/serial_engine.h"
+
+namespace dtrain::bench {
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+std::string lpad(const std::string& s, size_t width) {
+  return s.size() < width ? std::string(width - s.size(), ' ') + s : s;
+}
+
+// The peer's data: one batch of uniform random tokens, targets shifted by one.
+train::Batch fixed_random_batch(int64_t B, int64_t T, int64_t V) {
+  Rng rng(1234);
+  std::vector<int32_t> seq(static_cast<size_t>(B * (T + 1)));
+  for (int32_t& t : seq) t = static_cast<int32_t>(rng.uniform_int(static_cast<uint64_t>(V)));
+  train::Batch batch;
+  batch.resize(B, T);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      batch.inputs[static_cast<size_t>(b * T + t)] = seq[static_cast<size_t>(b * (T + 1) + t)];
+      batch.targets[static_cast<size_t>(b * T + t)] = seq[static_cast<size_t>(b * (T + 1) + t + 1)];
+    }
+  }
+  return batch;
+}
+
+TrainBenchRow bench_threads(const TrainBenchOptions& o, const train::SerialEngineConfig& config,
+                            const train::Batch& batch, int threads) {
+  model::set_blas_threads(threads);
+  // The peak is measured before and after the steps and the higher kept, so that a burst of
+  // load from other processes during one measurement does not set it.
+  const double peak_before = measure_sgemm_gflops(o.sgemm_size, o.sgemm_seconds / 2);
+  train::SerialEngine engine(config);
+  const float lr = 3e-4f;
+  TrainBenchRow row;
+  row.threads = threads;
+  for (int64_t i = 0; i < o.warmup; ++i) {
+    const float loss = engine.train_step(batch, lr).loss;
+    if (i == 0) row.loss_first = loss;
+  }
+  std::vector<double> step_ms, fwd, bwd, opt;
+  for (int64_t i = 0; i < o.steps; ++i) {
+    Stopwatch watch;
+    const train::StepStats s = engine.train_step(batch, lr);
+    step_ms.push_back(watch.elapsed_us() * 1e-3);
+    fwd.push_back(s.forward_ms);
+    bwd.push_back(s.backward_ms);
+    opt.push_back(s.optimizer_ms);
+    if (o.warmup == 0 && i == 0) row.loss_first = s.loss;
+    row.loss_last = s.loss;
+  }
+  row.ms_per_step = median(step_ms);
+  row.best_ms_per_step = *std::min_element(step_ms.begin(), step_ms.end());
+  row.tokens_per_s = static_cast<double>(batch.batch * batch.seq) / (row.ms_per_step * 1e-3);
+  row.forward_ms = median(fwd);
+  row.backward_ms = median(bwd);
+  row.optimizer_ms = median(opt);
+
+  // Second pass with every sgemm call timed.
+  model::GemmStats gemm;
+  engine.model().set_gemm_stats(&gemm);
+  double total_ms = 0;
+  for (int64_t i = 0; i < o.steps; ++i) {
+    Stopwatch watch;
+    engine.train_step(batch, lr);
+    total_ms += watch.elapsed_us() * 1e-3;
+  }
+  engine.model().set_gemm_stats(nullptr);
+  const auto n = static_cast<double>(o.steps);
+  row.gemm_ms_per_step = gemm.time_us * 1e-3 / n;
+  row.gemm_fraction = gemm.time_us * 1e-3 / total_ms;
+  row.gemm_gflop_per_step = gemm.flops / n * 1e-9;
+  row.gemm_gflops = gemm.flops / (gemm.time_us * 1e-6) * 1e-9;
+  row.step_gflops = row.gemm_gflop_per_step / (row.ms_per_step * 1e-3);
+  row.sgemm_peak_gflops =
+      std::max(peak_before, measure_sgemm_gflops(o.sgemm_size, o.sgemm_seconds / 2));
+  row.gemm_vs_peak = row.gemm_gflops / row.sgemm_peak_gflops;
+  return row;
+}
+
+}  // namespace
+
+double measure_sgemm_gflops(int64_t n, double min_seconds) {
+  Buffer<float> a(n * n, MemoryTag::activations, nullptr);
+  Buffer<float> b(n * n, MemoryTag::activations, nullptr);
+  Buffer<float> c(n * n, MemoryTag::activations, nullptr);
+  Rng rng(42);
+  for (int64_t i = 0; i < n * n; ++i) {
+    a[i] = static_cast<float>(rng.uniform() - 0.5);
+    b[i] = static_cast<float>(rng.uniform() - 0.5);
+  }
+  auto call = [&] {
+    model::sgemm(model::Trans::no, model::Trans::no, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
+                 c.data(), n);
+  };
+  call();
+  call();
+  std::vector<double> seconds;
+  Stopwatch total;
+  while (seconds.size() < 10 || total.elapsed_s() < min_seconds) {
+    Stopwatch watch;
+    call();
+    seconds.push_back(watch.elapsed_s());
+  }
+  const double flops =
+      2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+  return flops / median(seconds) * 1e-9;
+}
+
+TrainBenchReport run_train_bench(const TrainBenchOptions& o) {
+  const model::GptPreset& preset = model::gpt_preset(o.model);
+  DTRAIN_CHECK(o.steps > 0, "--steps must be positive (got ", o.steps, ")");
+  DTRAIN_CHECK(o.warmup >= 0, "--warmup must not be negative (got ", o.warmup, ")");
+  DTRAIN_CHECK(o.batch >= 0, "--batch must be positive (got ", o.batch, ")");
+  DTRAIN_CHECK(!o.threads.empty(), "--threads needs at least one thread count");
+  for (int t : o.threads) DTRAIN_CHECK(t > 0, "--threads: counts must be positive (got ", t, ")");
+  TrainBenchReport r;
+  r.model_name = preset.name;
+  r.model = preset.config;
+  r.params = model::gpt_param_count(preset.config);
+  r.batch = o.batch > 0 ? o.batch : preset.batch;
+  r.seq = preset.config.context;
+  r.sgemm_size = o.sgemm_size;
+  r.blas_corename = model::blas_corename();
+
+  train::SerialEngineConfig config;
+  config.model = preset.config;
+  config.batch = r.batch;
+  config.seq = r.seq;
+  config.adamw = {0.9f, 0.95f, 1e-8f, 0.1f};
+  config.grad_clip = 0;  // the peer does not clip
+  config.init_seed = 0;
+  const train::Batch batch = fixed_random_batch(r.batch, r.seq, preset.config.vocab);
+  const int before = model::blas_threads();
+  for (int t : o.threads) r.rows.push_back(bench_threads(o, config, batch, t));
+  model::set_blas_threads(before);
+  return r;
+}
+
+void print_train_bench(std::ostream& out, const TrainBenchReport& r) {
+  out << "dtrain bench train: " << r.model_name << " model (" << model::describe(r.model) << ", "
+      << r.params << " params), batch " << r.batch << " x seq " << r.seq << " = " << r.batch * r.seq
+      << " tokens/step\n";
+  out << "  the step of ../shared/peers/torch_gpt_step.py: one fixed random batch, AdamW lr 3e-4,"
+         " betas (0.9, 0.95), weight decay 0.1; OpenBLAS kernels "
+      << r.blas_corename << "\n\n";
+  out << "  threads  ms/step  tokens/s   fwd ms   bwd ms   opt ms  GEMM share  GEMM GFLOP/s"
+         "  sgemm "
+      << r.sgemm_size << "^3 GFLOP/s  GEMM/peak  loss first -> last\n";
+  for (const TrainBenchRow& row : r.rows) {
+    out << lpad(std::to_string(row.threads), 9) << lpad(fixed(row.ms_per_step, 2), 9)
+        << lpad(fixed(row.tokens_per_s, 0), 10) << lpad(fixed(row.forward_ms, 2), 9)
+        << lpad(fixed(row.backward_ms, 2), 9) << lpad(fixed(row.optimizer_ms, 2), 9)
+        << lpad(fixed(100 * row.gemm_fraction, 1) + " %", 12) << lpad(fixed(row.gemm_gflops, 1), 14)
+        << lpad(fixed(row.sgemm_peak_gflops, 1), 22)
+        << lpad(fixed(100 * row.gemm_vs_peak, 1) + " %", 11) << "  " << fixed(row.loss_first, 4)
+        << " -> " << fixed(row.loss_last, 4) << "\n";
+  }
+  out << "\n  GEMM share: time inside cblas_sgemm / step time (second pass, every call timed);"
+         " GEMM GFLOP/s: 2MNK of those calls / their time.\n";
+}
+
+nlohmann::json train_bench_to_json(const TrainBenchReport& r) {
+  nlohmann::json j;
+  j["bench"] = "train";
+  j["model"] = {{"name", r.model_name},       {"vocab", r.model.vocab},
+                {"context", r.model.context}, {"layers", r.model.layers},
+                {"heads", r.model.heads},     {"channels", r.model.channels},
+                {"params", r.params}};
+  j["batch"] = r.batch;
+  j["seq"] = r.seq;
+  j["tokens_per_step"] = r.batch * r.seq;
+  j["blas_corename"] = r.blas_corename;
+  j["sgemm_size"] = r.sgemm_size;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const TrainBenchRow& row : r.rows) {
+    rows.push_back({{"threads", row.threads},
+                    {"ms_per_step", row.ms_per_step},
+                    {"best_ms_per_step", row.best_ms_per_step},
+                    {"tokens_per_s", row.tokens_per_s},
+                    {"forward_ms", row.forward_ms},
+                    {"backward_ms", row.backward_ms},
+                    {"optimizer_ms", row.optimizer_ms},
+                    {"gemm_ms_per_step", row.gemm_ms_per_step},
+                    {"gemm_fraction", row.gemm_fraction},
+                    {"gemm_gflop_per_step", row.gemm_gflop_per_step},
+                    {"gemm_gflops", row.gemm_gflops},
+                    {"step_gflops", row.step_gflops},
+                    {"sgemm_peak_gflops", row.sgemm_peak_gflops},
+                    {"gemm_vs_peak", row.gemm_vs_peak},
+                    {"loss_first", row.loss_first},
+                    {"loss_last", row.loss_last}});
+  }
+  j["rows"] = rows;
+  return j;
+}
+
+}  // namespace dtrain::bench

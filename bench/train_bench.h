@@ -1,0 +1,62 @@
+// `dtrain bench train`: the training step of the `bench` preset (the shape and the step of
+// ../shared/peers/torch_gpt_step.py: one fixed random batch, AdamW lr 3e-4, betas (0.9, 0.95),
+// weight decay 0.1, no clipping) at 1 and 2 BLAS threads. Reports ms/step and tokens/s, the
+// share of the step spent in sgemm, and the GFLOP/s of those calls against OpenBLAS's own
+// sgemm peak (M = N = K = 512) measured in the same run.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dtrain/model/gpt_config.h"
+
+namespace dtrain::bench {
+
+struct TrainBenchOptions {
+  std::string model = "bench";  // preset
+  std::vector<int> threads = {1, 2};
+  int64_t warmup = 5;  // untimed steps first
+  int64_t steps = 20;  // timed steps (median), then as many again with GEMM timing on
+  int64_t batch = 0;   // 0: the preset's
+  int64_t sgemm_size = 512;
+  double sgemm_seconds = 0.6;  // time of the two peak measurements, per thread count
+};
+
+struct TrainBenchRow {
+  int threads = 0;
+  double ms_per_step = 0;  // median
+  double best_ms_per_step = 0;
+  double tokens_per_s = 0;                                   // tokens per step / median
+  double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;  // medians
+  double gemm_ms_per_step = 0;  // mean time inside sgemm per step (timed pass)
+  double gemm_fraction = 0;     // gemm time / step time in the timed pass
+  double gemm_gflop_per_step = 0;
+  double gemm_gflops = 0;        // flops / time inside sgemm
+  double step_gflops = 0;        // gemm flops / whole step time
+  double sgemm_peak_gflops = 0;  // cblas_sgemm N^3, median call; best of before and after
+  double gemm_vs_peak = 0;       // gemm_gflops / sgemm_peak_gflops
+  float loss_first = 0, loss_last = 0;
+};
+
+struct TrainBenchReport {
+  std::string model_name;
+  model::GptConfig model;
+  int64_t params = 0, batch = 0, seq = 0;
+  int64_t sgemm_size = 0;
+  std::string blas_corename;
+  std::vector<TrainBenchRow> rows;
+};
+
+TrainBenchReport run_train_bench(const TrainBenchOptions& options);
+void print_train_bench(std::ostream& out, const TrainBenchReport& report);
+nlohmann::json train_bench_to_json(const TrainBenchReport& report);
+
+// Median GFLOP/s of cblas_sgemm (row-major, no transposes, beta 0) with M = N = K = n at the
+// current BLAS thread count, over calls lasting at least min_seconds in all (and >= 10 calls).
+double measure_sgemm_gflops(int64_t n, double min_seconds);
+
+}  // namespace dtrain::bench

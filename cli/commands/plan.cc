@@ -1,0 +1,328 @@
+// `dtrain plan`: parses the model, training, cluster and layout flags into a plan::PlanInput and
+// a plan::Layout, then prints plan::evaluate (one layout) or plan::search (--search) as a table
+// or, with --json, as JSON. All checks and figures live in src/dtrain/plan.
+#include <cmath>
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "command_registry.h"
+#include "dtrain/core/check.h"
+#include "dtrain/core/units.h"
+#include "dtrain/plan/planner.h"
+#include "dtrain/plan/report.h"
+
+namespace dtrain::cli {
+namespace {
+
+struct PlanFlags {
+  // Model.
+  std::string model;
+  std::string family = "gpt";
+  int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn_hidden = 0, vocab = 0, seq = 0;
+  double params = 0;
+  // Training.
+  int64_t global_batch = 0;
+  double tokens = 0;
+  std::string precision = "mixed";
+  int64_t activation_bytes = 2;
+  std::string flops = "narayanan";
+  std::string bucket = "25MiB";
+  // Cluster.
+  std::string cluster;
+  int nodes = 0, gpus_per_node = 0;
+  std::string gpu_memory;
+  double peak_tflops = 0, efficiency = 0;
+  double intra_bandwidth = 0, intra_latency_us = 0, inter_bandwidth = 0, inter_latency_us = 0;
+  // Layout.
+  int dp = 0, tp = 1, pp = 1, vp = 1, zero = 0;
+  int64_t micro_batch = 1;
+  int64_t microbatches = 0;
+  std::string recompute = "none";
+  bool sequence_parallel = false;
+  std::string schedule = "1f1b";
+  std::string order = "tp-dp-pp";
+  // Output.
+  bool search = false;
+  int top = 5;
+  bool json = false;
+  bool print_cluster = false;
+};
+
+bool given(CLI::App* app, const char* flag) {
+  return app->count(flag) > 0;
+}
+
+plan::ModelShape model_from(const PlanFlags& f, CLI::App* app) {
+  plan::ModelShape m;
+  if (!f.model.empty()) {
+    m = plan::model_preset(f.model);
+  } else {
+    DTRAIN_CHECK(given(app, "--layers") && given(app, "--hidden") && given(app, "--heads") &&
+                     given(app, "--vocab") && given(app, "--seq-length"),
+                 "give --model PRESET, or a custom shape with --layers, --hidden, --heads, "
+                 "--vocab and --seq-length");
+    m.name = "custom";
+  }
+  bool changed = false;
+  auto set = [&](const char* flag, int64_t value, int64_t& field) {
+    if (given(app, flag)) {
+      field = value;
+      changed = true;
+    }
+  };
+  set("--layers", f.layers, m.layers);
+  set("--hidden", f.hidden, m.hidden);
+  set("--heads", f.heads, m.heads);
+  set("--kv-heads", f.kv_heads, m.kv_heads);
+  set("--ffn-hidden", f.ffn_hidden, m.ffn_hidden);
+  set("--vocab", f.vocab, m.vocab);
+  set("--seq-length", f.seq, m.seq);
+  if (given(app, "--family")) {
+    DTRAIN_CHECK(f.family == "gpt" || f.family == "llama", "--family must be gpt or llama, got '",
+                 f.family, "'");
+    m.family = f.family == "llama" ? plan::ModelFamily::llama : plan::ModelFamily::gpt;
+    changed = true;
+  }
+  if (given(app, "--params")) {
+    DTRAIN_CHECK(f.params > 0 && f.params < 9e18, "--params must be positive, got ", f.params);
+    m.params_override = static_cast<int64_t>(std::llround(f.params));
+    changed = true;
+  }
+  if (changed && !f.model.empty()) m.name += " (modified)";
+  plan::validate(m);
+  return m;
+}
+
+plan::Cluster cluster_from(const PlanFlags& f, CLI::App* app) {
+  DTRAIN_CHECK(!f.cluster.empty(),
+               "--cluster is required: NODESxGPUSxTYPE (e.g. 8x8xH100) or a "
+               ".json file");
+  plan::Cluster c = plan::parse_cluster(f.cluster);
+  if (given(app, "--nodes")) c.nodes = f.nodes;
+  if (given(app, "--gpus-per-node")) c.gpus_per_node = f.gpus_per_node;
+  if (given(app, "--gpu-memory")) {
+    c.gpu.memory_bytes = static_cast<double>(parse_bytes(f.gpu_memory, "--gpu-memory"));
+  }
+  if (given(app, "--peak-tflops")) c.gpu.peak_flops = f.peak_tflops * 1e12;
+  if (given(app, "--compute-efficiency")) c.gpu.compute_efficiency = f.efficiency;
+  if (given(app, "--intra-bandwidth")) c.intra_node.bandwidth_bytes_per_s = f.intra_bandwidth * 1e9;
+  if (given(app, "--intra-latency-us")) c.intra_node.latency_us = f.intra_latency_us;
+  if (given(app, "--inter-bandwidth")) c.inter_node.bandwidth_bytes_per_s = f.inter_bandwidth * 1e9;
+  if (given(app, "--inter-latency-us")) c.inter_node.latency_us = f.inter_latency_us;
+  plan::validate(c);
+  return c;
+}
+
+plan::Training training_from(const PlanFlags& f, CLI::App* app, const plan::ModelShape& m) {
+  plan::Training t;
+  DTRAIN_CHECK(given(app, "--global-batch") || m.default_global_batch > 0,
+               "--global-batch is required (sequences per step): model '", m.name,
+               "' has no default");
+  t.global_batch = given(app, "--global-batch") ? f.global_batch : m.default_global_batch;
+  t.tokens = given(app, "--tokens") ? f.tokens : m.default_tokens;
+  const auto precision = plan::parse_precision(f.precision);
+  DTRAIN_CHECK(precision.has_value(), "--precision must be one of ", plan::precision_names(),
+               "; got '", f.precision, "'");
+  t.state_bytes = *precision;
+  t.activation_bytes = f.activation_bytes;
+  const auto flops = plan::parse_flops_convention(f.flops);
+  DTRAIN_CHECK(flops.has_value(), "--flops must be narayanan or 6nd, got '", f.flops, "'");
+  t.flops = *flops;
+  t.bucket_bytes = static_cast<double>(parse_bytes(f.bucket, "--bucket"));
+  return t;
+}
+
+plan::Layout layout_from(const PlanFlags& f, CLI::App* app, const plan::PlanInput& in) {
+  const plan::Cluster& c = in.cluster;
+  plan::Layout l;
+  l.tp = f.tp;
+  l.pp = f.pp;
+  l.vp = f.vp;
+  l.zero_stage = f.zero;
+  l.micro_batch = f.micro_batch;
+  l.sequence_parallel = f.sequence_parallel;
+  if (given(app, "--dp")) {
+    l.dp = f.dp;
+  } else {
+    DTRAIN_CHECK(l.tp >= 1 && l.pp >= 1, "--tp and --pp must be >= 1, got ", l.tp, " and ", l.pp);
+    DTRAIN_CHECK(c.world() % (l.tp * l.pp) == 0, "--tp ", l.tp, " x --pp ", l.pp,
+                 " does not divide the cluster's ", c.world(), " GPUs");
+    l.dp = c.world() / (l.tp * l.pp);
+  }
+  if (given(app, "--microbatches")) {
+    // M micro-batches per replica: b = B / (dp x M).
+    DTRAIN_CHECK(!given(app, "--micro-batch"), "give --micro-batch or --microbatches, not both");
+    DTRAIN_CHECK(f.microbatches >= 1, "--microbatches must be >= 1, got ", f.microbatches);
+    const int64_t per_replica = l.dp > 0 ? in.training.global_batch / l.dp : 0;
+    DTRAIN_CHECK(
+        l.dp > 0 && in.training.global_batch % l.dp == 0 && per_replica % f.microbatches == 0,
+        "--microbatches ", f.microbatches, " does not divide --global-batch ",
+        in.training.global_batch, " / --dp ", l.dp, " into whole micro-batches");
+    l.micro_batch = per_replica / f.microbatches;
+  }
+  bool found = false;
+  for (plan::Recompute r :
+       {plan::Recompute::none, plan::Recompute::selective, plan::Recompute::full}) {
+    if (f.recompute == plan::name(r)) {
+      l.recompute = r;
+      found = true;
+    }
+  }
+  DTRAIN_CHECK(found, "--recompute must be none, selective or full, got '", f.recompute, "'");
+  found = false;
+  for (plan::ScheduleKind k :
+       {plan::ScheduleKind::gpipe, plan::ScheduleKind::one_f_one_b, plan::ScheduleKind::interleaved,
+        plan::ScheduleKind::zero_bubble_h1}) {
+    if (f.schedule == plan::name(k)) {
+      l.schedule = k;
+      found = true;
+    }
+  }
+  DTRAIN_CHECK(found, "--schedule must be gpipe, 1f1b, interleaved or zb-h1, got '", f.schedule,
+               "'");
+  const auto order = plan::parse_rank_order(f.order);
+  DTRAIN_CHECK(order.has_value(), "--order must list tp, dp and pp innermost first (e.g. ",
+               "tp-dp-pp), got '", f.order, "'");
+  l.order = *order;
+  return l;
+}
+
+void run_plan(const PlanFlags& f, CLI::App* app) {
+  plan::PlanInput input;
+  input.cluster = cluster_from(f, app);
+  if (f.print_cluster) {
+    std::cout << plan::to_json(input.cluster).dump(2) << "\n";
+    return;
+  }
+  input.model = model_from(f, app);
+  input.training = training_from(f, app, input.model);
+  plan::validate(input);
+  if (f.search) {
+    plan::SearchOptions options;
+    options.top = f.top;
+    const plan::SearchResult result = plan::search(input, options);
+    if (f.json) {
+      std::cout << plan::search_json(input, result).dump(2) << "\n";
+    } else {
+      std::cout << plan::format_search(input, result);
+    }
+    return;
+  }
+  const plan::Plan p = plan::evaluate(input, layout_from(f, app, input));
+  if (f.json) {
+    nlohmann::json j = plan::input_json(input);
+    j["plan"] = plan::plan_json(p);
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << plan::format_plan(input, p);
+  }
+}
+
+void add_plan(CLI::App& parent) {
+  auto flags = std::make_shared<PlanFlags>();
+  CLI::App* app = parent.add_subcommand(
+      "plan",
+      "Size a training run on a GPU cluster: memory per GPU, communication per group, pipeline "
+      "bubble, step time, MFU and days for one layout, or --search for the best layouts");
+  PlanFlags& f = *flags;
+  // Model.
+  app->add_option("--model", f.model,
+                  "Model preset: gpt3-175b, llama2-7b, llama2-13b, llama2-70b, megatron-1.7b ... "
+                  "megatron-1t (Narayanan et al. 2021 Table 1)")
+      ->group("Model");
+  app->add_option("--family", f.family, "Layer shape of a custom model: gpt or llama")
+      ->group("Model");
+  app->add_option("--layers", f.layers, "Transformer layers (l)")->group("Model");
+  app->add_option("--hidden", f.hidden, "Hidden size (h)")->group("Model");
+  app->add_option("--heads", f.heads, "Attention heads (a)")->group("Model");
+  app->add_option("--kv-heads", f.kv_heads, "Key/value heads (grouped-query attention)")
+      ->group("Model");
+  app->add_option("--ffn-hidden", f.ffn_hidden, "FFN size (default 4 x hidden)")->group("Model");
+  app->add_option("--vocab", f.vocab, "Vocabulary size (V)")->group("Model");
+  app->add_option("--seq-length", f.seq, "Sequence length (s)")->group("Model");
+  app->add_option("--params", f.params,
+                  "Parameter count to use instead of the one computed from the shape (e.g. 7e9)")
+      ->group("Model");
+  // Training.
+  app->add_option("--global-batch", f.global_batch,
+                  "Sequences per optimizer step (default: the preset's)")
+      ->group("Training");
+  app->add_option("--tokens", f.tokens, "Tokens to train, for the days estimate (e.g. 300e9)")
+      ->group("Training");
+  app->add_option("--precision", f.precision,
+                  "Bytes per parameter for weights+grads+optimizer: mixed (2+2+12, ZeRO), "
+                  "megatron (2+4+12), fp32 (4+4+8)")
+      ->group("Training");
+  app->add_option("--activation-bytes", f.activation_bytes,
+                  "Bytes per activation element (2 for bf16)")
+      ->group("Training");
+  app->add_option("--flops", f.flops,
+                  "FLOPs convention: narayanan (Eq. 3 terms, attention included) or 6nd")
+      ->group("Training");
+  app->add_option("--bucket", f.bucket, "Gradient bucket size for data parallelism (25MiB)")
+      ->group("Training");
+  // Cluster.
+  app->add_option("--cluster", f.cluster,
+                  "NODESxGPUSxTYPE with TYPE A100-80GB or H100-80GB (e.g. 8x8xH100), or a "
+                  "cluster .json file (see --print-cluster)")
+      ->group("Cluster");
+  app->add_option("--nodes", f.nodes, "Override: nodes")->group("Cluster");
+  app->add_option("--gpus-per-node", f.gpus_per_node, "Override: GPUs per node")->group("Cluster");
+  app->add_option("--gpu-memory", f.gpu_memory, "Override: memory per GPU (e.g. 80GB, 40GiB)")
+      ->group("Cluster");
+  app->add_option("--peak-tflops", f.peak_tflops, "Override: peak dense TFLOP/s per GPU")
+      ->group("Cluster");
+  app->add_option("--compute-efficiency", f.efficiency,
+                  "Override: share of peak the matrix multiplies sustain, in (0, 1]")
+      ->group("Cluster");
+  app->add_option("--intra-bandwidth", f.intra_bandwidth,
+                  "Override: intra-node GB/s per GPU per direction")
+      ->group("Cluster");
+  app->add_option("--intra-latency-us", f.intra_latency_us, "Override: intra-node us per step")
+      ->group("Cluster");
+  app->add_option("--inter-bandwidth", f.inter_bandwidth,
+                  "Override: inter-node GB/s per GPU per direction")
+      ->group("Cluster");
+  app->add_option("--inter-latency-us", f.inter_latency_us, "Override: inter-node us per step")
+      ->group("Cluster");
+  app->add_flag("--print-cluster", f.print_cluster,
+                "Print the cluster as JSON (a template for --cluster FILE.json) and exit")
+      ->group("Cluster");
+  // Layout.
+  app->add_option("--dp", f.dp, "Data-parallel size (default: GPUs / (tp x pp))")->group("Layout");
+  app->add_option("--tp", f.tp, "Tensor-parallel size")->group("Layout");
+  app->add_option("--pp", f.pp, "Pipeline stages")->group("Layout");
+  app->add_option("--vp", f.vp, "Model chunks per pipeline rank (interleaved schedule when > 1)")
+      ->group("Layout");
+  app->add_option("--zero", f.zero, "ZeRO stage: 0 (plain DP), 1, 2 or 3")->group("Layout");
+  app->add_option("--micro-batch", f.micro_batch, "Sequences per micro-batch (b)")->group("Layout");
+  app->add_option("--microbatches", f.microbatches,
+                  "Micro-batches per step and replica (M), instead of --micro-batch: "
+                  "b = global batch / (dp x M)")
+      ->group("Layout");
+  app->add_option("--recompute", f.recompute, "Activation recompute: none, selective or full")
+      ->group("Layout");
+  app->add_flag("--sequence-parallel", f.sequence_parallel,
+                "Sequence parallelism in the TP group (Korthikanti et al. 2022)")
+      ->group("Layout");
+  app->add_option("--schedule", f.schedule, "Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1")
+      ->group("Layout");
+  app->add_option("--order", f.order,
+                  "Rank order, innermost axis first (tp-dp-pp: TP ranks adjacent, as Megatron)")
+      ->group("Layout");
+  // Output.
+  app->add_flag("--search", f.search,
+                "Search every valid layout, rank by predicted throughput, explain the rejections")
+      ->group("Output");
+  app->add_option("--top", f.top, "Layouts to print with --search")->group("Output");
+  app->add_flag("--json", f.json, "Print the same figures as JSON")->group("Output");
+  app->callback([flags, app] { run_plan(*flags, app); });
+}
+
+const CommandRegistration kRegistration("", add_plan);
+
+}  // namespace
+}  // namespace dtrain::cli

@@ -1,0 +1,100 @@
+// `dtrain train`: parses the flags into train::TrainOptions and calls train::run_training;
+// the progress goes to stderr, the summary (table, or JSON with --json) to stdout.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "command_registry.h"
+#include "dtrain/train/progress.h"
+#include "dtrain/train/report.h"
+#include "dtrain/train/run.h"
+
+namespace dtrain::cli {
+namespace {
+
+struct TrainFlags {
+  train::TrainOptions options;
+  // Holders for the flags whose absence means "the preset's value".
+  int64_t vocab = 0, context = 0, layers = 0, heads = 0, channels = 0, batch = 0, seq = 0;
+  int64_t warmup = 0;
+  float min_lr = 0;
+  bool json = false;
+  int64_t log_every = 0;
+};
+
+template <typename T>
+void take_if_given(const CLI::Option* flag, T value, std::optional<T>& target) {
+  if (flag->count() > 0) target = value;
+}
+
+void add_train(CLI::App& app) {
+  auto f = std::make_shared<TrainFlags>();
+  train::TrainOptions& o = f->options;
+  CLI::App* cmd = app.add_subcommand(
+      "train",
+      "Train the GPT model on one rank (byte-level text; the default corpus ships in data/)");
+  cmd->add_option("--model", o.model, "Model preset: tiny or bench")->capture_default_str();
+  auto* vocab =
+      cmd->add_option("--vocab", f->vocab, "Vocabulary size V (>= 256 for bytes; default: preset)");
+  auto* context =
+      cmd->add_option("--context", f->context, "Context length (rows of wpe; default: preset)");
+  auto* layers = cmd->add_option("--layers", f->layers, "Transformer blocks L (default: preset)");
+  auto* heads = cmd->add_option("--heads", f->heads,
+                                "Attention heads NH; must divide --channels (default: preset)");
+  auto* channels = cmd->add_option("--channels", f->channels, "Channels C (default: preset)");
+  cmd->add_option("--steps", o.steps, "Optimizer steps")->capture_default_str();
+  auto* batch = cmd->add_option("--batch", f->batch, "Sequences per step B (default: preset)");
+  auto* seq = cmd->add_option("--seq", f->seq,
+                              "Tokens per sequence T, at most --context (default: the context)");
+  cmd->add_option("--lr", o.lr, "Peak learning rate")->capture_default_str();
+  auto* min_lr =
+      cmd->add_option("--min-lr", f->min_lr, "Learning rate at the last step (default: lr/10)");
+  auto* warmup = cmd->add_option("--warmup", f->warmup, "Linear warmup steps (default: steps/10)");
+  cmd->add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay")
+      ->capture_default_str();
+  cmd->add_option("--beta1", o.beta1, "AdamW beta1")->capture_default_str();
+  cmd->add_option("--beta2", o.beta2, "AdamW beta2")->capture_default_str();
+  cmd->add_option("--grad-clip", o.grad_clip, "Maximum global gradient norm (0: no clipping)")
+      ->capture_default_str();
+  cmd->add_option("--eval-every", o.eval_every,
+                  "Validation loss every N steps (0: only at start and end)")
+      ->capture_default_str();
+  cmd->add_option("--eval-batches", o.eval_batches, "Validation batches per evaluation")
+      ->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Seed of the initialisation and the batch order")
+      ->capture_default_str();
+  cmd->add_option("--data", o.data,
+                  "Text file to train on, read as bytes (default: data/corpus.txt)");
+  cmd->add_option("--val-fraction", o.val_fraction,
+                  "Share of the file (its end) held out for validation")
+      ->capture_default_str();
+  cmd->add_option("--blas-threads", o.blas_threads, "OpenBLAS threads")->capture_default_str();
+  cmd->add_option("--log-every", f->log_every,
+                  "Without a terminal: a progress line every N steps (default: steps/10)");
+  cmd->add_flag("--json", f->json, "Print the summary as JSON instead of a table");
+
+  cmd->callback([=] {
+    train::TrainOptions& opt = f->options;
+    take_if_given(vocab, f->vocab, opt.vocab);
+    take_if_given(context, f->context, opt.context);
+    take_if_given(layers, f->layers, opt.layers);
+    take_if_given(heads, f->heads, opt.heads);
+    take_if_given(channels, f->channels, opt.channels);
+    take_if_given(batch, f->batch, opt.batch);
+    take_if_given(seq, f->seq, opt.seq);
+    take_if_given(warmup, f->warmup, opt.warmup);
+    take_if_given(min_lr, f->min_lr, opt.min_lr);
+    train::ProgressPrinter progress(stderr, train::is_terminal(stderr), f->log_every);
+    const train::TrainSummary summary = train::run_training(opt, &progress);
+    if (f->json) {
+      std::cout << train::summary_to_json(summary).dump(2) << "\n";
+    } else {
+      train::print_summary(std::cout, summary);
+    }
+  });
+}
+
+const CommandRegistration kRegistration("", add_train);
+
+}  // namespace
+}  // namespace dtrain::cli

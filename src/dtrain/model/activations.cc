@@ -1,0 +1,103 @@
+// Carves the per-block, head and workspace buffers into named tensors.
+#include "dtrain/model/activations.h"
+
+#include "dtrain/core/check.h"
+
+namespace dtrain::model {
+namespace {
+
+// Hands out consecutive slices of a buffer; first counts (base null), then assigns.
+class Carver {
+ public:
+  explicit Carver(float* base) : base_(base) {}
+  float* take(int64_t count) {
+    float* p = base_ != nullptr ? base_ + used_ : nullptr;
+    used_ += count;
+    return p;
+  }
+  int64_t used() const { return used_; }
+
+ private:
+  float* base_;
+  int64_t used_ = 0;
+};
+
+void carve_layer(LayerActivations& a, Carver& c, const GptConfig& g, int64_t B, int64_t T) {
+  const int64_t BT = B * T, C = g.channels;
+  a.ln1_in = c.take(BT * C);
+  a.ln1_out = c.take(BT * C);
+  a.ln1_mean = c.take(BT);
+  a.ln1_rstd = c.take(BT);
+  a.qkv = c.take(BT * 3 * C);
+  a.att = c.take(B * g.heads * T * T);
+  a.atty = c.take(BT * C);
+  a.ln2_in = c.take(BT * C);
+  a.ln2_out = c.take(BT * C);
+  a.ln2_mean = c.take(BT);
+  a.ln2_rstd = c.take(BT);
+  a.fc = c.take(BT * 4 * C);
+  a.fc_gelu = c.take(BT * 4 * C);
+}
+
+void carve_head(HeadActivations& a, Carver& c, const GptConfig& g, int64_t B, int64_t T) {
+  const int64_t BT = B * T, C = g.channels;
+  a.x_final = c.take(BT * C);
+  a.lnf_out = c.take(BT * C);
+  a.lnf_mean = c.take(BT);
+  a.lnf_rstd = c.take(BT);
+  a.logits = c.take(BT * g.vocab);
+  a.losses = c.take(BT);
+}
+
+void check_shape(const GptConfig& g, int64_t B, int64_t T) {
+  validate(g);
+  DTRAIN_CHECK(B > 0, "--batch must be positive (got ", B, ")");
+  DTRAIN_CHECK(T > 0, "--seq must be positive (got ", T, ")");
+  DTRAIN_CHECK(T <= g.context, "--seq ", T, " exceeds --context ", g.context);
+}
+
+}  // namespace
+
+GptActivations::GptActivations(const GptConfig& g, int64_t B, int64_t T, MemoryTracker* tracker)
+    : B_(B), T_(T) {
+  check_shape(g, B, T);
+  LayerActivations probe;
+  Carver counter(nullptr);
+  carve_layer(probe, counter, g, B, T);
+  layers_.resize(static_cast<size_t>(g.layers));
+  for (LayerActivations& a : layers_) {
+    layer_storage_.emplace_back(counter.used(), MemoryTag::activations, tracker);
+    Carver c(layer_storage_.back().data());
+    carve_layer(a, c, g, B, T);
+  }
+  Carver head_counter(nullptr);
+  carve_head(head_, head_counter, g, B, T);
+  head_storage_ = Buffer<float>(head_counter.used(), MemoryTag::activations, tracker);
+  Carver hc(head_storage_.data());
+  carve_head(head_, hc, g, B, T);
+  id_storage_ = Buffer<int32_t>(2 * B * T, MemoryTag::activations, tracker);
+  head_.tokens = id_storage_.data();
+  head_.targets = id_storage_.data() + B * T;
+}
+
+GptWorkspace::GptWorkspace(const GptConfig& g, int64_t B, int64_t T, MemoryTracker* tracker)
+    : batch(B), seq(T) {
+  check_shape(g, B, T);
+  const int64_t BTC = B * T * g.channels;
+  auto carve = [&](Carver& c) {
+    dres = c.take(BTC);
+    d_btc1 = c.take(BTC);
+    d_btc2 = c.take(BTC);
+    dqkv = c.take(3 * BTC);
+    dfc = c.take(4 * BTC);
+    dfc_gelu = c.take(4 * BTC);
+    datt = c.take(T * T);
+  };
+  Carver counter(nullptr);
+  carve(counter);
+  storage_ = Buffer<float>(counter.used(), MemoryTag::activations, tracker);
+  Carver c(storage_.data());
+  carve(c);
+}
+
+}  // namespace dtrain::model

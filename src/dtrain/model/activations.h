@@ -1,0 +1,91 @@
+// Storage for one micro-batch's forward pass (GptActivations) and the shared backward
+// scratch (GptWorkspace), all charged to the activations tag. A block keeps exactly the
+// tensors of plan::activation_bytes_per_layer (fp32, no dropout, LayerNorm statistics); the
+// head's tensors and the workspace are plan::head_activation_bytes and
+// plan::workspace_activation_bytes. A pipeline stage holds one GptActivations per micro-batch
+// in flight and one GptWorkspace.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dtrain/core/buffer.h"
+#include "dtrain/model/gpt_config.h"
+
+namespace dtrain::model {
+
+// What block l keeps for its backward pass; pointers into one buffer per block.
+struct LayerActivations {
+  float* ln1_in = nullptr;    // (B, T, C)     block input x_l (for l = 0: the embedding output)
+  float* ln1_out = nullptr;   // (B, T, C)     qkv input
+  float* ln1_mean = nullptr;  // (B, T)
+  float* ln1_rstd = nullptr;  // (B, T)
+  float* qkv = nullptr;       // (B, T, 3*C)   Q, K, V
+  float* att = nullptr;       // (B, NH, T, T) softmax output
+  float* atty = nullptr;      // (B, T, C)     attention output = projection input
+  float* ln2_in = nullptr;    // (B, T, C)     x_l + attention
+  float* ln2_out = nullptr;   // (B, T, C)     MLP input
+  float* ln2_mean = nullptr;  // (B, T)
+  float* ln2_rstd = nullptr;  // (B, T)
+  float* fc = nullptr;        // (B, T, 4*C)   GELU input
+  float* fc_gelu = nullptr;   // (B, T, 4*C)   GELU output = second linear input
+};
+
+// What lives outside the blocks: the last block's output, the final LayerNorm, the logits
+// (which become probabilities in forward and their gradient in backward), the per-position
+// losses, and the token ids the batch came with.
+struct HeadActivations {
+  float* x_final = nullptr;    // (B, T, C) last block output = final LN input
+  float* lnf_out = nullptr;    // (B, T, C)
+  float* lnf_mean = nullptr;   // (B, T)
+  float* lnf_rstd = nullptr;   // (B, T)
+  float* logits = nullptr;     // (B, T, V)
+  float* losses = nullptr;     // (B, T)
+  int32_t* tokens = nullptr;   // (B, T) inputs
+  int32_t* targets = nullptr;  // (B, T) next tokens
+  bool has_targets = false;    // whether the last forward computed the loss
+};
+
+class GptActivations {
+ public:
+  GptActivations(const GptConfig& config, int64_t B, int64_t T, MemoryTracker* tracker);
+
+  int64_t batch() const { return B_; }
+  int64_t seq() const { return T_; }
+  int64_t layers() const { return static_cast<int64_t>(layers_.size()); }
+  LayerActivations& layer(int64_t l) { return layers_[static_cast<size_t>(l)]; }
+  const LayerActivations& layer(int64_t l) const { return layers_[static_cast<size_t>(l)]; }
+  HeadActivations& head() { return head_; }
+  const HeadActivations& head() const { return head_; }
+  // Where block l writes its output: block l+1's input, or the head's x_final for the last.
+  float* block_output(int64_t l) { return l + 1 < layers() ? layer(l + 1).ln1_in : head_.x_final; }
+
+ private:
+  int64_t B_ = 0, T_ = 0;
+  std::vector<Buffer<float>> layer_storage_;
+  Buffer<float> head_storage_;
+  Buffer<int32_t> id_storage_;
+  std::vector<LayerActivations> layers_;
+  HeadActivations head_;
+};
+
+// Scratch shared by all blocks (and all micro-batches) of one model: gradients of the
+// activations while backward runs through a block, and the row-parallel output before the
+// tensor-parallel all-reduce in forward.
+struct GptWorkspace {
+  GptWorkspace(const GptConfig& config, int64_t B, int64_t T, MemoryTracker* tracker);
+
+  int64_t batch = 0, seq = 0;
+  float* dres = nullptr;      // (B, T, C)   gradient of the residual stream
+  float* d_btc1 = nullptr;    // (B, T, C)   gradient of a LayerNorm output; forward: linear out
+  float* d_btc2 = nullptr;    // (B, T, C)   gradient of the attention output
+  float* dqkv = nullptr;      // (B, T, 3*C)
+  float* dfc = nullptr;       // (B, T, 4*C) gradient of the GELU input
+  float* dfc_gelu = nullptr;  // (B, T, 4*C) gradient of the GELU output
+  float* datt = nullptr;      // (T, T)      one (b, head)'s attention-score gradient
+
+ private:
+  Buffer<float> storage_;
+};
+
+}  // namespace dtrain::model

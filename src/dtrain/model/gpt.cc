@@ -1,0 +1,243 @@
+// GptModel: the block-by-block forward and backward passes over the ops in ops/.
+#include "dtrain/model/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "dtrain/core/check.h"
+#include "dtrain/core/rng.h"
+#include "dtrain/model/ops/attention.h"
+#include "dtrain/model/ops/crossentropy.h"
+#include "dtrain/model/ops/encoder.h"
+#include "dtrain/model/ops/gelu.h"
+#include "dtrain/model/ops/layernorm.h"
+#include "dtrain/model/ops/matmul.h"
+#include "dtrain/model/ops/residual.h"
+
+namespace dtrain::model {
+namespace {
+
+void zero(float* p, int64_t count) {
+  std::memset(p, 0, static_cast<size_t>(count) * sizeof(float));
+}
+
+void check_batch(std::span<const int32_t> ids, int64_t BT, int64_t V, const char* what) {
+  DTRAIN_CHECK(static_cast<int64_t>(ids.size()) == BT, what, ": expected ", BT,
+               " token ids (B*T), got ", ids.size());
+  for (int32_t id : ids) {
+    DTRAIN_CHECK(id >= 0 && id < V, what, ": token id ", id, " is outside the vocabulary [0, ", V,
+                 ")");
+  }
+}
+
+}  // namespace
+
+GptModel::GptModel(const GptConfig& config, MemoryTracker* tracker, TensorParallelHooks* tp)
+    : config_(config),
+      table_(gpt_param_table(config)),
+      tracker_(tracker),
+      tp_(tp != nullptr ? tp : &serial_tp_),
+      params_(table_.total_count(), MemoryTag::params, tracker),
+      grads_(table_.total_count(), MemoryTag::grads, tracker) {
+  w_ = weights_at(params_.data());
+  dw_ = weights_at(grads_.data());
+}
+
+GptWeights GptModel::weights_at(float* base) const {
+  auto at = [&](int index) { return base + table_[static_cast<size_t>(index)].offset; };
+  GptWeights w;
+  w.wte = at(kWteIndex);
+  w.wpe = at(kWpeIndex);
+  for (int64_t l = 0; l < config_.layers; ++l) {
+    auto p = [&](LayerParam k) { return at(gpt_layer_param(l, k)); };
+    w.layers.push_back({p(LayerParam::ln1_w), p(LayerParam::ln1_b), p(LayerParam::qkv_w),
+                        p(LayerParam::qkv_b), p(LayerParam::attn_proj_w),
+                        p(LayerParam::attn_proj_b), p(LayerParam::ln2_w), p(LayerParam::ln2_b),
+                        p(LayerParam::fc_w), p(LayerParam::fc_b), p(LayerParam::fc_proj_w),
+                        p(LayerParam::fc_proj_b)});
+  }
+  w.lnf_w = at(gpt_lnf_w_index(config_.layers));
+  w.lnf_b = at(gpt_lnf_b_index(config_.layers));
+  return w;
+}
+
+std::span<float> GptModel::param(int index) {
+  const ParamTensor& t = table_[static_cast<size_t>(index)];
+  return params_.span().subspan(static_cast<size_t>(t.offset), static_cast<size_t>(t.count));
+}
+
+std::span<float> GptModel::grad(int index) {
+  const ParamTensor& t = table_[static_cast<size_t>(index)];
+  return grads_.span().subspan(static_cast<size_t>(t.offset), static_cast<size_t>(t.count));
+}
+
+void GptModel::init_params(uint64_t seed) {
+  Rng seeder(seed);
+  const double std_base = 0.02;
+  const double std_residual = 0.02 / std::sqrt(2.0 * static_cast<double>(config_.layers));
+  for (size_t i = 0; i < table_.size(); ++i) {
+    const ParamTensor& t = table_[i];
+    Rng rng(seeder.next_u64());
+    std::span<float> p = param(static_cast<int>(i));
+    const bool is_bias = t.name.ends_with(".b");
+    const bool is_ln_weight =
+        t.name.ends_with("ln1.w") || t.name.ends_with("ln2.w") || t.name == "lnf.w";
+    if (is_bias) {
+      std::fill(p.begin(), p.end(), 0.0f);
+    } else if (is_ln_weight) {
+      std::fill(p.begin(), p.end(), 1.0f);
+    } else {
+      const bool residual = t.name.ends_with("attn.proj.w") || t.name.ends_with("mlp.proj.w");
+      const double stddev = residual ? std_residual : std_base;
+      for (float& x : p) x = static_cast<float>(stddev * rng.normal());
+    }
+  }
+}
+
+void GptModel::set_batch_shape(int64_t B, int64_t T) {
+  if (acts_ != nullptr && acts_->batch() == B && acts_->seq() == T) return;
+  ws_.reset();
+  acts_.reset();
+  acts_ = std::make_unique<GptActivations>(config_, B, T, tracker_);
+  ws_ = std::make_unique<GptWorkspace>(config_, B, T, tracker_);
+}
+
+GptActivations& GptModel::activations() {
+  DTRAIN_CHECK(acts_ != nullptr, "GptModel: no activations yet (call set_batch_shape or forward)");
+  return *acts_;
+}
+
+GptWorkspace& GptModel::workspace() {
+  DTRAIN_CHECK(ws_ != nullptr, "GptModel: no workspace yet (call set_batch_shape or forward)");
+  return *ws_;
+}
+
+float GptModel::forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                        int64_t B, int64_t T) {
+  set_batch_shape(B, T);
+  return forward(*acts_, *ws_, tokens, targets);
+}
+
+void GptModel::backward(float dloss) {
+  backward(activations(), workspace(), dloss);
+}
+
+float GptModel::forward(GptActivations& acts, GptWorkspace& ws, std::span<const int32_t> tokens,
+                        std::span<const int32_t> targets) {
+  DTRAIN_CHECK(ws.batch == acts.batch() && ws.seq == acts.seq(), "GptModel: workspace shape (",
+               ws.batch, ", ", ws.seq, ") differs from the activations' (", acts.batch(), ", ",
+               acts.seq(), ")");
+  embedding_forward(acts, tokens);
+  for (int64_t l = 0; l < config_.layers; ++l) block_forward(acts, ws, l);
+  return head_forward(acts, targets);
+}
+
+void GptModel::backward(GptActivations& acts, GptWorkspace& ws, float dloss) {
+  head_backward(acts, ws, dloss);
+  for (int64_t l = config_.layers - 1; l >= 0; --l) block_backward(acts, ws, l);
+  embedding_backward(acts, ws);
+}
+
+void GptModel::embedding_forward(GptActivations& acts, std::span<const int32_t> tokens) {
+  const int64_t B = acts.batch(), T = acts.seq(), C = config_.channels;
+  check_batch(tokens, B * T, config_.vocab, "tokens");
+  std::copy(tokens.begin(), tokens.end(), acts.head().tokens);
+  // x_0 (B, T, C) = wte[tokens] + wpe[0..T)
+  encoder_forward(acts.layer(0).ln1_in, acts.head().tokens, w_.wte, w_.wpe, B, T, C);
+}
+
+void GptModel::block_forward(GptActivations& acts, GptWorkspace& ws, int64_t l) {
+  const int64_t B = acts.batch(), T = acts.seq(), C = config_.channels, NH = config_.heads;
+  const int64_t BT = B * T;
+  const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
+  LayerActivations& a = acts.layer(l);
+  float* linear_out = ws.d_btc1;  // (B, T, C) row-parallel output before g
+  GemmStats* gs = gemm_stats_;
+
+  // attention: ln2_in = x + proj(attention(ln1(x)))
+  layernorm_forward(a.ln1_out, a.ln1_mean, a.ln1_rstd, a.ln1_in, w.ln1_w, w.ln1_b, B, T, C);
+  matmul_forward(a.qkv, a.ln1_out, w.qkv_w, w.qkv_b, BT, C, 3 * C, gs);  // f: identity
+  attention_forward(a.atty, a.att, a.qkv, B, T, C, NH, gs);
+  matmul_forward(linear_out, a.atty, w.proj_w, nullptr, BT, C, C, gs);
+  tp_->g_forward(linear_out, BT * C);
+  residual_forward(a.ln2_in, a.ln1_in, linear_out, w.proj_b, BT, C);
+
+  // MLP: x_next = ln2_in + fc_proj(gelu(fc(ln2(ln2_in))))
+  layernorm_forward(a.ln2_out, a.ln2_mean, a.ln2_rstd, a.ln2_in, w.ln2_w, w.ln2_b, B, T, C);
+  matmul_forward(a.fc, a.ln2_out, w.fc_w, w.fc_b, BT, C, 4 * C, gs);  // f: identity
+  gelu_forward(a.fc_gelu, a.fc, BT * 4 * C);
+  matmul_forward(linear_out, a.fc_gelu, w.fc_proj_w, nullptr, BT, 4 * C, C, gs);
+  tp_->g_forward(linear_out, BT * C);
+  residual_forward(acts.block_output(l), a.ln2_in, linear_out, w.fc_proj_b, BT, C);
+}
+
+float GptModel::head_forward(GptActivations& acts, std::span<const int32_t> targets) {
+  const int64_t B = acts.batch(), T = acts.seq(), C = config_.channels, V = config_.vocab;
+  HeadActivations& h = acts.head();
+  layernorm_forward(h.lnf_out, h.lnf_mean, h.lnf_rstd, h.x_final, w_.lnf_w, w_.lnf_b, B, T, C);
+  // logits (B, T, V) = lnf_out @ wte^T (the LM head is tied to the token embedding)
+  matmul_forward(h.logits, h.lnf_out, w_.wte, nullptr, B * T, C, V, gemm_stats_);
+  h.has_targets = !targets.empty();
+  if (!h.has_targets) return 0.0f;
+  check_batch(targets, B * T, V, "targets");
+  std::copy(targets.begin(), targets.end(), h.targets);
+  return crossentropy_softmax_forward(h.logits, h.losses, h.logits, h.targets, B * T, V);
+}
+
+void GptModel::head_backward(GptActivations& acts, GptWorkspace& ws, float dloss) {
+  const int64_t B = acts.batch(), T = acts.seq(), C = config_.channels, V = config_.vocab;
+  const int64_t BT = B * T;
+  HeadActivations& h = acts.head();
+  DTRAIN_CHECK(h.has_targets, "GptModel::backward needs a forward pass with targets");
+  h.has_targets = false;  // the probabilities are about to become their gradient
+  crossentropy_softmax_backward_inplace(h.logits, h.targets, dloss, BT, V);
+  float* dlnf = ws.d_btc1;  // (B, T, C)
+  zero(dlnf, BT * C);
+  matmul_backward(dlnf, dw_.wte, nullptr, h.logits, h.lnf_out, w_.wte, BT, C, V, gemm_stats_);
+  zero(ws.dres, BT * C);
+  layernorm_backward(ws.dres, dw_.lnf_w, dw_.lnf_b, dlnf, h.x_final, w_.lnf_w, h.lnf_mean,
+                     h.lnf_rstd, B, T, C);
+}
+
+void GptModel::block_backward(GptActivations& acts, GptWorkspace& ws, int64_t l) {
+  const int64_t B = acts.batch(), T = acts.seq(), C = config_.channels, NH = config_.heads;
+  const int64_t BT = B * T;
+  const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
+  const LayerWeights& dw = dw_.layers[static_cast<size_t>(l)];
+  const LayerActivations& a = acts.layer(l);
+  GemmStats* gs = gemm_stats_;
+  float* dres = ws.dres;  // (B, T, C): d block output on entry, d block input on exit
+  float* dln = ws.d_btc1;
+
+  // MLP; the residual passes dres through unchanged, the LayerNorm adds to it
+  zero(ws.dfc_gelu, BT * 4 * C);
+  matmul_backward(ws.dfc_gelu, dw.fc_proj_w, dw.fc_proj_b, dres, a.fc_gelu, w.fc_proj_w, BT, 4 * C,
+                  C, gs);  // g: identity
+  zero(ws.dfc, BT * 4 * C);
+  gelu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT * 4 * C);
+  zero(dln, BT * C);
+  matmul_backward(dln, dw.fc_w, dw.fc_b, ws.dfc, a.ln2_out, w.fc_w, BT, C, 4 * C, gs);
+  tp_->f_backward(dln, BT * C);
+  layernorm_backward(dres, dw.ln2_w, dw.ln2_b, dln, a.ln2_in, w.ln2_w, a.ln2_mean, a.ln2_rstd, B, T,
+                     C);
+
+  // attention
+  float* datty = ws.d_btc2;
+  zero(datty, BT * C);
+  matmul_backward(datty, dw.proj_w, dw.proj_b, dres, a.atty, w.proj_w, BT, C, C, gs);
+  zero(ws.dqkv, BT * 3 * C);
+  attention_backward(ws.dqkv, ws.datt, datty, a.qkv, a.att, B, T, C, NH, gs);
+  zero(dln, BT * C);
+  matmul_backward(dln, dw.qkv_w, dw.qkv_b, ws.dqkv, a.ln1_out, w.qkv_w, BT, C, 3 * C, gs);
+  tp_->f_backward(dln, BT * C);
+  layernorm_backward(dres, dw.ln1_w, dw.ln1_b, dln, a.ln1_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, B, T,
+                     C);
+}
+
+void GptModel::embedding_backward(GptActivations& acts, GptWorkspace& ws) {
+  encoder_backward(dw_.wte, dw_.wpe, ws.dres, acts.head().tokens, acts.batch(), acts.seq(),
+                   config_.channels);
+}
+
+}  // namespace dtrain::model

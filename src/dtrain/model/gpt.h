@@ -1,0 +1,113 @@
+// GptModel: a GPT-2-style decoder (token + position embedding, L pre-LayerNorm blocks of
+// causal self-attention and a GELU MLP, final LayerNorm, LM head tied to wte, mean
+// cross-entropy). Parameters live in one contiguous buffer and gradients in another, laid out
+// by ParamTable. Forward and backward run block by block on a GptActivations, so a pipeline
+// stage can run a range of blocks and keep one GptActivations per micro-batch in flight.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "dtrain/core/buffer.h"
+#include "dtrain/model/activations.h"
+#include "dtrain/model/gemm.h"
+#include "dtrain/model/gpt_config.h"
+#include "dtrain/model/param_table.h"
+#include "dtrain/model/tp_hooks.h"
+
+namespace dtrain::model {
+
+// Pointers to one block's tensors (parameters, or at the same offsets, gradients).
+struct LayerWeights {
+  float* ln1_w;      // (C)
+  float* ln1_b;      // (C)
+  float* qkv_w;      // (3*C, C)
+  float* qkv_b;      // (3*C)
+  float* proj_w;     // (C, C)
+  float* proj_b;     // (C)
+  float* ln2_w;      // (C)
+  float* ln2_b;      // (C)
+  float* fc_w;       // (4*C, C)
+  float* fc_b;       // (4*C)
+  float* fc_proj_w;  // (C, 4*C)
+  float* fc_proj_b;  // (C)
+};
+struct GptWeights {
+  float* wte;  // (V, C)
+  float* wpe;  // (context, C)
+  std::vector<LayerWeights> layers;
+  float* lnf_w;  // (C)
+  float* lnf_b;  // (C)
+};
+
+class GptModel {
+ public:
+  // `tracker` is charged for params, grads and activations; `tp` defaults to the serial
+  // hooks (TP=1). Both must outlive the model. Parameters start at zero: call init_params.
+  GptModel(const GptConfig& config, MemoryTracker* tracker, TensorParallelHooks* tp = nullptr);
+  GptModel(const GptModel&) = delete;
+  GptModel& operator=(const GptModel&) = delete;
+
+  const GptConfig& config() const { return config_; }
+  const ParamTable& param_table() const { return table_; }
+  int64_t param_count() const { return table_.total_count(); }
+  std::span<float> params() { return params_.span(); }
+  std::span<const float> params() const { return params_.span(); }
+  std::span<float> grads() { return grads_.span(); }
+  std::span<const float> grads() const { return grads_.span(); }
+  std::span<float> param(int index);  // one tensor of the table
+  std::span<float> grad(int index);
+
+  // GPT-2 initialisation from `seed`, tensor by tensor in table order: weights N(0, 0.02),
+  // the two residual projections (attn.proj.w, mlp.proj.w) N(0, 0.02 / sqrt(2L)), biases 0,
+  // LayerNorm weights 1. Tensor i draws from its own Rng seeded with the i-th output of
+  // Rng(seed) (core/rng.h), so a shard can initialise its tensors without drawing the rest.
+  void init_params(uint64_t seed);
+  void zero_grads() { grads_.zero(); }
+
+  // --- whole passes on the model's own activations, sized on first use or by set_batch_shape
+  void set_batch_shape(int64_t B, int64_t T);
+  GptActivations& activations();
+  GptWorkspace& workspace();
+  // Runs the forward pass on tokens (B, T); with targets (B, T) returns the mean loss and
+  // leaves probabilities in activations().head().logits, without targets returns 0 and
+  // leaves the logits there.
+  float forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int64_t B,
+                int64_t T);
+  // Accumulates d(dloss * loss)/dparams into grads() (needs a forward with targets).
+  void backward(float dloss = 1.0f);
+
+  // --- the same on caller-owned activations, and the pieces a pipeline stage runs
+  float forward(GptActivations& acts, GptWorkspace& ws, std::span<const int32_t> tokens,
+                std::span<const int32_t> targets);
+  void backward(GptActivations& acts, GptWorkspace& ws, float dloss = 1.0f);
+  void embedding_forward(GptActivations& acts, std::span<const int32_t> tokens);
+  void block_forward(GptActivations& acts, GptWorkspace& ws, int64_t l);
+  float head_forward(GptActivations& acts, std::span<const int32_t> targets);
+  void head_backward(GptActivations& acts, GptWorkspace& ws, float dloss);  // sets ws.dres
+  void block_backward(GptActivations& acts, GptWorkspace& ws, int64_t l);   // ws.dres: out -> in
+  void embedding_backward(GptActivations& acts, GptWorkspace& ws);
+
+  // When set, every sgemm call is timed and counted there (null turns counting off).
+  void set_gemm_stats(GemmStats* stats) { gemm_stats_ = stats; }
+
+ private:
+  GptWeights weights_at(float* base) const;
+
+  GptConfig config_;
+  ParamTable table_;
+  MemoryTracker* tracker_;
+  TensorParallelHooks serial_tp_;
+  TensorParallelHooks* tp_;
+  Buffer<float> params_;  // (param_count) tag params
+  Buffer<float> grads_;   // (param_count) tag grads
+  GptWeights w_;          // views into params_
+  GptWeights dw_;         // views into grads_
+  std::unique_ptr<GptActivations> acts_;
+  std::unique_ptr<GptWorkspace> ws_;
+  GemmStats* gemm_stats_ = nullptr;
+};
+
+}  // namespace dtrain::model

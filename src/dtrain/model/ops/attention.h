@@ -1,0 +1,25 @@
+// Causal multi-head self-attention, softmax(Q K^T / sqrt(HS) + causal mask) V, per (b, head)
+// with sgemm. Only the softmax output is cached: the scores are computed in its place.
+// qkv rows hold [q | k | v], each C wide; head h owns columns h*HS .. h*HS + HS - 1 of each.
+#pragma once
+
+#include <cstdint>
+
+#include "dtrain/model/gemm.h"
+
+namespace dtrain::model {
+
+void attention_forward(float* out,        // (B, T, C): heads side by side
+                       float* att,        // (B, NH, T, T): softmax output, 0 above the diagonal
+                       const float* qkv,  // (B, T, 3*C)
+                       int64_t B, int64_t T, int64_t C, int64_t NH, GemmStats* stats = nullptr);
+
+// Accumulates into dqkv. `scratch` is workspace of T*T floats (overwritten).
+void attention_backward(float* dqkv,        // (B, T, 3*C)
+                        float* scratch,     // (T, T)
+                        const float* dout,  // (B, T, C)
+                        const float* qkv,   // (B, T, 3*C)
+                        const float* att,   // (B, NH, T, T)
+                        int64_t B, int64_t T, int64_t C, int64_t NH, GemmStats* stats = nullptr);
+
+}  // namespace dtrain::model

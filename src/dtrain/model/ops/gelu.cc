@@ -1,0 +1,42 @@
+// GELU forward and backward without tanh: with e = exp(2u), 1 + tanh(u) = 2e / (e + 1) and
+// 1 - tanh(u)^2 = 4e / (e + 1)^2, which (unlike 1 + tanh) do not cancel for x << 0.
+#include "dtrain/model/ops/gelu.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "dtrain/model/ops/vector_math.h"
+
+namespace dtrain::model {
+namespace {
+constexpr float kCubic = 0.044715f;
+float gelu_scale() {
+  return static_cast<float>(std::sqrt(2.0 / std::numbers::pi));
+}
+}  // namespace
+
+void gelu_forward(float* out, const float* inp, int64_t N) {
+  const float s = gelu_scale();
+  for (int64_t i = 0; i < N; ++i) {
+    const float x = inp[i];
+    const float u = s * (x + kCubic * x * x * x);
+    const float e = exp_approx(2.0f * u);
+    out[i] = x * (e / (e + 1.0f));  // x/2 * (1 + tanh(u))
+  }
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t N) {
+  const float s = gelu_scale();
+  for (int64_t i = 0; i < N; ++i) {
+    const float x = inp[i];
+    const float u = s * (x + kCubic * x * x * x);
+    const float e = exp_approx(2.0f * u);
+    const float half_one_plus_tanh = e / (e + 1.0f);
+    const float du_dx = s * (1.0f + 3.0f * kCubic * x * x);
+    // (1 + t)/2 + x/2 (1 - t^2) u' = h (1 + 2 x u' / (e + 1)), h = (1 + t)/2 = e / (e + 1)
+    const float local = half_one_plus_tanh * (1.0f + 2.0f * x * du_dx / (e + 1.0f));
+    dinp[i] += local * dout[i];
+  }
+}
+
+}  // namespace dtrain::model

@@ -1,0 +1,62 @@
+// matmul_forward / matmul_backward through sgemm (bias pre-filled, then beta = 1), and the
+// naive reference loops.
+#include "dtrain/model/ops/matmul.h"
+
+#include <cstring>
+
+namespace dtrain::model {
+
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int64_t BT, int64_t C, int64_t OC, GemmStats* stats) {
+  float beta = 0.0f;
+  if (bias != nullptr) {
+    for (int64_t r = 0; r < BT; ++r) std::memcpy(out + r * OC, bias, OC * sizeof(float));
+    beta = 1.0f;
+  }
+  // out (BT, OC) = inp (BT, C) @ weight^T (C, OC)
+  sgemm(Trans::no, Trans::yes, BT, OC, C, 1.0f, inp, C, weight, C, beta, out, OC, stats);
+}
+
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int64_t BT, int64_t C, int64_t OC, GemmStats* stats) {
+  // dinp (BT, C) += dout (BT, OC) @ weight (OC, C)
+  if (dinp != nullptr) {
+    sgemm(Trans::no, Trans::no, BT, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C, stats);
+  }
+  // dweight (OC, C) += dout^T (OC, BT) @ inp (BT, C)
+  sgemm(Trans::yes, Trans::no, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, stats);
+  if (dbias != nullptr) {
+    for (int64_t r = 0; r < BT; ++r) {
+      const float* d = dout + r * OC;
+      for (int64_t o = 0; o < OC; ++o) dbias[o] += d[o];
+    }
+  }
+}
+
+void matmul_forward_reference(float* out, const float* inp, const float* weight, const float* bias,
+                              int64_t BT, int64_t C, int64_t OC) {
+  for (int64_t r = 0; r < BT; ++r) {
+    for (int64_t o = 0; o < OC; ++o) {
+      float acc = bias != nullptr ? bias[o] : 0.0f;
+      for (int64_t i = 0; i < C; ++i) acc += inp[r * C + i] * weight[o * C + i];
+      out[r * OC + o] = acc;
+    }
+  }
+}
+
+void matmul_backward_reference(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, int64_t BT, int64_t C,
+                               int64_t OC) {
+  for (int64_t r = 0; r < BT; ++r) {
+    for (int64_t o = 0; o < OC; ++o) {
+      const float d = dout[r * OC + o];
+      for (int64_t i = 0; i < C; ++i) {
+        if (dinp != nullptr) dinp[r * C + i] += d * weight[o * C + i];
+        dweight[o * C + i] += d * inp[r * C + i];
+      }
+      if (dbias != nullptr) dbias[o] += d;
+    }
+  }
+}
+
+}  // namespace dtrain::model

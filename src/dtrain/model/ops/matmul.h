@@ -1,0 +1,34 @@
+// Linear layer, torch.nn.Linear layout: out = inp @ weight^T + bias, weight (OC, C). The fast
+// versions call sgemm (OpenBLAS); the *_reference versions are plain loops kept for tests.
+#pragma once
+
+#include <cstdint>
+
+#include "dtrain/model/gemm.h"
+
+namespace dtrain::model {
+
+void matmul_forward(float* out,           // (BT, OC)
+                    const float* inp,     // (BT, C)
+                    const float* weight,  // (OC, C)
+                    const float* bias,    // (OC), or null for none
+                    int64_t BT, int64_t C, int64_t OC, GemmStats* stats = nullptr);
+
+// Accumulates: dinp += dout @ weight, dweight += dout^T @ inp, dbias += column sums of dout.
+// dinp or dbias may be null to skip them.
+void matmul_backward(float* dinp,          // (BT, C)
+                     float* dweight,       // (OC, C)
+                     float* dbias,         // (OC)
+                     const float* dout,    // (BT, OC)
+                     const float* inp,     // (BT, C)
+                     const float* weight,  // (OC, C)
+                     int64_t BT, int64_t C, int64_t OC, GemmStats* stats = nullptr);
+
+// The same maths as plain triple loops (no BLAS), for tests.
+void matmul_forward_reference(float* out, const float* inp, const float* weight, const float* bias,
+                              int64_t BT, int64_t C, int64_t OC);
+void matmul_backward_reference(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, int64_t BT, int64_t C,
+                               int64_t OC);
+
+}  // namespace dtrain::model

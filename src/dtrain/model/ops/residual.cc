@@ -1,0 +1,36 @@
+// residual_forward / residual_backward: elementwise loops.
+#include "dtrain/model/ops/residual.h"
+
+namespace dtrain::model {
+
+void residual_forward(float* out, const float* inp, const float* delta, const float* bias,
+                      int64_t BT, int64_t C) {
+  for (int64_t r = 0; r < BT; ++r) {
+    const float* x = inp + r * C;
+    const float* y = delta + r * C;
+    float* o = out + r * C;
+    if (bias != nullptr) {
+      for (int64_t i = 0; i < C; ++i) o[i] = x[i] + y[i] + bias[i];
+    } else {
+      for (int64_t i = 0; i < C; ++i) o[i] = x[i] + y[i];
+    }
+  }
+}
+
+void residual_backward(float* dinp, float* ddelta, float* dbias, const float* dout, int64_t BT,
+                       int64_t C) {
+  for (int64_t r = 0; r < BT; ++r) {
+    const float* d = dout + r * C;
+    if (dinp != nullptr) {
+      for (int64_t i = 0; i < C; ++i) dinp[r * C + i] += d[i];
+    }
+    if (ddelta != nullptr) {
+      for (int64_t i = 0; i < C; ++i) ddelta[r * C + i] += d[i];
+    }
+    if (dbias != nullptr) {
+      for (int64_t i = 0; i < C; ++i) dbias[i] += d[i];
+    }
+  }
+}
+
+}  // namespace dtrain::model

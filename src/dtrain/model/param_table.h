@@ -1,0 +1,85 @@
+// ParamTable: the one description of where every parameter tensor lives in the contiguous
+// parameter buffer (and, at the same offsets, in the gradient buffer). Bucketing, ZeRO
+// sharding and checkpoints walk this table; nothing else knows the layout.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dtrain/model/gpt_config.h"
+
+namespace dtrain::model {
+
+struct ParamTensor {
+  std::string name;            // "wte", "h.0.attn.qkv.w", ...
+  std::vector<int64_t> shape;  // row-major; a Linear weight is (out, in)
+  int64_t offset = 0;          // in elements, from the start of the buffer
+  int64_t count = 0;           // product of shape
+};
+
+class ParamTable {
+ public:
+  // Appends a tensor right after the previous one (no padding: offsets are prefix sums).
+  void add(std::string name, std::vector<int64_t> shape);
+  // The order in which a backward pass finishes each tensor's gradient (indices into
+  // tensors()); gradient buckets are filled in this order.
+  void set_backward_order(std::vector<int> order);
+
+  const std::vector<ParamTensor>& tensors() const { return tensors_; }
+  const ParamTensor& operator[](size_t i) const { return tensors_[i]; }
+  size_t size() const { return tensors_.size(); }
+  int64_t total_count() const { return total_count_; }
+  const std::vector<int>& backward_order() const { return backward_order_; }
+  // Index of the tensor called `name`; throws Error if there is none.
+  int index_of(std::string_view name) const;
+
+ private:
+  std::vector<ParamTensor> tensors_;
+  std::vector<int> backward_order_;
+  int64_t total_count_ = 0;
+};
+
+// GPT tensors of one block, in canonical order; a block's tensor k of layer l is at index
+// gpt_layer_param(l, k) of the table.
+enum class LayerParam {
+  ln1_w,
+  ln1_b,
+  qkv_w,
+  qkv_b,
+  attn_proj_w,
+  attn_proj_b,
+  ln2_w,
+  ln2_b,
+  fc_w,
+  fc_b,
+  fc_proj_w,
+  fc_proj_b,
+};
+inline constexpr int kLayerParamCount = 12;
+inline constexpr int kWteIndex = 0;
+inline constexpr int kWpeIndex = 1;
+inline int gpt_layer_param(int64_t layer, LayerParam k) {
+  return 2 + static_cast<int>(layer) * kLayerParamCount + static_cast<int>(k);
+}
+inline int gpt_lnf_w_index(int64_t layers) {
+  return 2 + static_cast<int>(layers) * kLayerParamCount;
+}
+inline int gpt_lnf_b_index(int64_t layers) {
+  return gpt_lnf_w_index(layers) + 1;
+}
+
+// The GPT table in canonical order:
+//   wte (V, C), wpe (T, C),
+//   for each layer l: h.l.ln1.w (C), h.l.ln1.b (C), h.l.attn.qkv.w (3C, C), h.l.attn.qkv.b (3C),
+//     h.l.attn.proj.w (C, C), h.l.attn.proj.b (C), h.l.ln2.w (C), h.l.ln2.b (C),
+//     h.l.mlp.fc.w (4C, C), h.l.mlp.fc.b (4C), h.l.mlp.proj.w (C, 4C), h.l.mlp.proj.b (C),
+//   lnf.w (C), lnf.b (C).
+// Backward finishes them in this order: lnf.w, lnf.b; then for l = L-1 down to 0:
+//   mlp.proj.w, mlp.proj.b, mlp.fc.w, mlp.fc.b, ln2.w, ln2.b, attn.proj.w, attn.proj.b,
+//   attn.qkv.w, attn.qkv.b, ln1.w, ln1.b; then wte (the LM head adds to it first, the
+//   embedding last) and wpe.
+ParamTable gpt_param_table(const GptConfig& config);
+
+}  // namespace dtrain::model

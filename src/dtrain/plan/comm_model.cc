@@ -1,0 +1,148 @@
+// The alpha-beta time model and the per-parallelism collective lists of comm_model.h, built on
+// collective_traffic (collective_cost.cc) so that bytes and steps have a single formula.
+#include "dtrain/plan/comm_model.h"
+
+#include <algorithm>
+
+#include "dtrain/core/check.h"
+
+namespace dtrain::plan {
+
+using comm::Algorithm;
+using comm::CollectiveOp;
+
+CommCost collective_cost(CollectiveOp op, Algorithm algo, double bytes, int world,
+                         const Link& link) {
+  DTRAIN_CHECK(link.bandwidth_bytes_per_s > 0, "collective_cost: link '", link.name,
+               "' has no bandwidth");
+  const CollectiveTraffic t = collective_traffic(op, algo, bytes, world);
+  CommCost c;
+  c.steps = t.steps;
+  c.bytes_sent = t.bytes_sent;
+  c.time_s = link.latency_us * 1e-6 * static_cast<double>(t.steps) +
+             t.bytes_sent / link.bandwidth_bytes_per_s;
+  return c;
+}
+
+CommCost collective_cost(const CollectiveCall& call, Algorithm algo, int world, const Link& link) {
+  CommCost one = collective_cost(call.op, algo, call.bytes, world, link);
+  const double n = static_cast<double>(call.count);
+  return {one.steps * call.count, one.bytes_sent * n, one.time_s * n};
+}
+
+HierarchicalCost hierarchical_cost(CollectiveOp op, double bytes, int ranks_per_node, int nodes,
+                                   const Link& intra, const Link& inter) {
+  DTRAIN_CHECK(ranks_per_node >= 1 && nodes >= 1, "hierarchical_cost: ranks_per_node ",
+               ranks_per_node, " and nodes ", nodes, " must be >= 1");
+  const double shard = bytes / ranks_per_node;
+  HierarchicalCost h;
+  switch (op) {
+    case CollectiveOp::all_reduce:
+      h.intra_first = collective_cost(CollectiveOp::reduce_scatter, Algorithm::ring, bytes,
+                                      ranks_per_node, intra);
+      h.inter = collective_cost(CollectiveOp::all_reduce, Algorithm::ring, shard, nodes, inter);
+      h.intra_last =
+          collective_cost(CollectiveOp::all_gather, Algorithm::ring, bytes, ranks_per_node, intra);
+      break;
+    case CollectiveOp::reduce_scatter:
+      h.intra_first = collective_cost(CollectiveOp::reduce_scatter, Algorithm::ring, bytes,
+                                      ranks_per_node, intra);
+      h.inter = collective_cost(CollectiveOp::reduce_scatter, Algorithm::ring, shard, nodes, inter);
+      break;
+    case CollectiveOp::all_gather:
+      h.inter = collective_cost(CollectiveOp::all_gather, Algorithm::ring, shard, nodes, inter);
+      h.intra_last =
+          collective_cost(CollectiveOp::all_gather, Algorithm::ring, bytes, ranks_per_node, intra);
+      break;
+    case CollectiveOp::broadcast:
+    case CollectiveOp::reduce:
+      throw Error(str("hierarchical_cost: no two-level form for ", comm::name(op)));
+  }
+  h.time_s = h.intra_first.time_s + h.inter.time_s + h.intra_last.time_s;
+  return h;
+}
+
+HierarchicalCost hierarchical_all_reduce_cost(double bytes, int ranks_per_node, int nodes,
+                                              const Link& intra, const Link& inter) {
+  return hierarchical_cost(CollectiveOp::all_reduce, bytes, ranks_per_node, nodes, intra, inter);
+}
+
+std::vector<CollectiveCall> dp_collectives(int64_t params, int zero_stage, StateBytes bytes,
+                                           int microbatches, int64_t pieces) {
+  DTRAIN_CHECK(zero_stage >= 0 && zero_stage <= 3, "--zero must be 0, 1, 2 or 3, got ", zero_stage);
+  DTRAIN_CHECK(microbatches >= 1 && pieces >= 1, "dp_collectives: microbatches ", microbatches,
+               " and pieces ", pieces, " must be >= 1");
+  const double psi = static_cast<double>(params);
+  const double grad_bytes = psi * static_cast<double>(bytes.grad) / static_cast<double>(pieces);
+  const double param_bytes = psi * static_cast<double>(bytes.param) / static_cast<double>(pieces);
+  const int64_t per_mb = pieces * microbatches;
+  switch (zero_stage) {
+    case 0:
+      return {{CollectiveOp::all_reduce, grad_bytes, pieces, "gradients", false}};
+    case 1:
+      return {{CollectiveOp::reduce_scatter, grad_bytes, pieces, "gradients", false},
+              {CollectiveOp::all_gather, param_bytes, pieces, "updated weights", true}};
+    case 2:
+      return {
+          {CollectiveOp::reduce_scatter, grad_bytes, per_mb, "gradients, per micro-batch", false},
+          {CollectiveOp::all_gather, param_bytes, pieces, "updated weights", true}};
+    default:
+      return {
+          {CollectiveOp::all_gather, param_bytes, per_mb, "weights for the forward", true},
+          {CollectiveOp::all_gather, param_bytes, per_mb, "weights for the backward", false},
+          {CollectiveOp::reduce_scatter, grad_bytes, per_mb, "gradients, per micro-batch", false}};
+  }
+}
+
+CollectiveTraffic dp_traffic_per_step(int64_t params, int dp, int zero_stage, StateBytes bytes,
+                                      int microbatches, int64_t pieces, Algorithm algo) {
+  return traffic_of(dp_collectives(params, zero_stage, bytes, microbatches, pieces), dp, algo);
+}
+
+std::vector<CollectiveCall> tp_collectives_per_layer(int64_t micro_batch, int64_t seq,
+                                                     int64_t hidden, int64_t bytes_per_element,
+                                                     bool sequence_parallel, Recompute recompute) {
+  const double activation = static_cast<double>(micro_batch) * static_cast<double>(seq) *
+                            static_cast<double>(hidden) * static_cast<double>(bytes_per_element);
+  // f and g of the attention block and of the MLP: 2 forward, their conjugates 2 backward, and
+  // the forward's 2 again when full recompute re-runs it.
+  const int64_t count = recompute == Recompute::full ? 6 : 4;
+  if (!sequence_parallel) return {{CollectiveOp::all_reduce, activation, count, "activations"}};
+  return {{CollectiveOp::reduce_scatter, activation, count, "activations (sequence parallel)"},
+          {CollectiveOp::all_gather, activation, count, "activations (sequence parallel)"}};
+}
+
+CollectiveTraffic tp_traffic_per_layer(int64_t micro_batch, int64_t seq, int64_t hidden,
+                                       int64_t bytes_per_element, int tp, bool sequence_parallel,
+                                       Recompute recompute) {
+  return traffic_of(tp_collectives_per_layer(micro_batch, seq, hidden, bytes_per_element,
+                                             sequence_parallel, recompute),
+                    tp);
+}
+
+double pp_bytes_per_microbatch(int64_t micro_batch, int64_t seq, int64_t hidden,
+                               int64_t bytes_per_element, int tp, bool sequence_parallel) {
+  DTRAIN_CHECK(tp >= 1, "--tp must be >= 1, got ", tp);
+  const double activation = static_cast<double>(micro_batch) * static_cast<double>(seq) *
+                            static_cast<double>(hidden) * static_cast<double>(bytes_per_element);
+  return sequence_parallel ? activation / tp : activation;
+}
+
+double exposed_time(double total_s, double last_piece_s, double window_s) {
+  if (total_s <= 0) return 0;
+  return std::max(last_piece_s, total_s - window_s);
+}
+
+CollectiveTraffic traffic_of(const std::vector<CollectiveCall>& calls, int world, Algorithm algo) {
+  CollectiveTraffic sum;
+  for (const CollectiveCall& c : calls) {
+    const CollectiveTraffic one = collective_traffic(c.op, algo, c.bytes, world);
+    const double n = static_cast<double>(c.count);
+    sum.steps += one.steps * c.count;
+    sum.bytes_sent += one.bytes_sent * n;
+    sum.bytes_received += one.bytes_received * n;
+  }
+  return sum;
+}
+
+}  // namespace dtrain::plan

@@ -1,0 +1,112 @@
+// Communication per step and its time: which collectives data, tensor and pipeline parallelism
+// run (bytes per call, calls per step), the traffic that gives per rank (collective_cost.h), and
+// an alpha-beta time: latency x steps + bytes sent / bandwidth, per link class (hardware.h).
+// The engine's DP, ZeRO, TP and PP tests compare measured bytes and steps with these functions.
+//
+// Per step, on one rank, with Psi parameters in the group's model shard and N ranks (ring):
+//   DP (ZeRO 0)     all-reduce of the gradients                     2 Psi (N-1)/N elements sent
+//   ZeRO 1 and 2    reduce-scatter of gradients + all-gather of the updated weights: the same
+//   ZeRO 3          all-gather (forward) + all-gather (backward) + reduce-scatter: 3 Psi (N-1)/N
+// (Rajbhandari et al. 2020 §7: ZeRO-3 moves 1.5x the baseline). With gradient accumulation over
+// M micro-batches, ZeRO 2 reduce-scatters after each micro-batch (it keeps only a gradient shard)
+// and ZeRO 3 also gathers the weights again for each one.
+//   TP, per layer and micro-batch: 2 all-reduces of b*s*h elements forward and 2 backward
+//     (Narayanan et al. 2021 §3.2), 8 b s h (t-1)/t elements sent; sequence parallelism turns each
+//     into a reduce-scatter + all-gather of the same volume; full recompute re-runs the
+//     forward's 2.
+//   PP, per micro-batch and stage boundary: b*s*h elements forward and as many backward (b*s*h/t
+//     per rank under sequence parallelism, where each TP rank holds s/t of the sequence).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "dtrain/comm/collective_kind.h"
+#include "dtrain/plan/activation_memory.h"
+#include "dtrain/plan/collective_cost.h"
+#include "dtrain/plan/hardware.h"
+#include "dtrain/plan/memory_model.h"
+
+namespace dtrain::plan {
+
+// `count` calls of one collective, each on `bytes` (S as collective_cost.h defines it).
+struct CollectiveCall {
+  comm::CollectiveOp op = comm::CollectiveOp::all_reduce;
+  double bytes = 0;
+  int64_t count = 1;
+  std::string_view what;  // "gradients", "weights for the forward", ...
+  // Weight gathers can run behind forward compute; everything else behind backward compute.
+  bool overlaps_forward = false;
+};
+
+struct CommCost {
+  int64_t steps = 0;
+  double bytes_sent = 0;
+  double time_s = 0;
+};
+
+// One call on `world` ranks over `link`: latency_us * steps + bytes_sent / bandwidth.
+CommCost collective_cost(comm::CollectiveOp op, comm::Algorithm algo, double bytes, int world,
+                         const Link& link);
+// All `count` calls of `call`.
+CommCost collective_cost(const CollectiveCall& call, comm::Algorithm algo, int world,
+                         const Link& link);
+
+// A two-level collective over `nodes` x `ranks_per_node` ranks (ring at each level):
+//   all_reduce      reduce-scatter inside each node, all-reduce of the S/k shard across nodes
+//                   (k = ranks_per_node, one ring per local rank, each on its own NIC), then
+//                   all-gather inside the node;
+//   reduce_scatter  reduce-scatter inside, then reduce-scatter of the S/k shard across nodes;
+//   all_gather      all-gather of S/k across nodes, then all-gather inside.
+// A flat ring over all N ranks sends 2(N-1)/N S per rank through the slowest link on each of its
+// 2(N-1) steps; the hierarchical all-reduce sends only 2(n-1)/n S/k across nodes, in 2(n-1) steps.
+struct HierarchicalCost {
+  CommCost intra_first;  // reduce-scatter inside the node (none for all_gather)
+  CommCost inter;        // across nodes, on the S/k shard
+  CommCost intra_last;   // all-gather inside the node (none for reduce_scatter)
+  double time_s = 0;
+};
+HierarchicalCost hierarchical_cost(comm::CollectiveOp op, double bytes, int ranks_per_node,
+                                   int nodes, const Link& intra, const Link& inter);
+// The all-reduce case, named for the engine's hierarchical all-reduce tests.
+HierarchicalCost hierarchical_all_reduce_cost(double bytes, int ranks_per_node, int nodes,
+                                              const Link& intra, const Link& inter);
+
+// The collectives data parallelism runs per step for `params` parameters at `zero_stage`, with
+// `microbatches` micro-batches of gradient accumulation, each collective split into `pieces`
+// equal calls (gradient buckets, or ZeRO-3's per-layer gathers). Gradients travel in
+// bytes.grad-byte elements, weights in bytes.param-byte elements.
+std::vector<CollectiveCall> dp_collectives(int64_t params, int zero_stage, StateBytes bytes,
+                                           int microbatches = 1, int64_t pieces = 1);
+// Their traffic on one of `dp` ranks, summed: with pieces = 1 and one micro-batch, bytes sent are
+// 2 Psi (N-1)/N elements for ZeRO 0-2 and 3 Psi (N-1)/N for ZeRO 3.
+CollectiveTraffic dp_traffic_per_step(int64_t params, int dp, int zero_stage, StateBytes bytes,
+                                      int microbatches = 1, int64_t pieces = 1,
+                                      comm::Algorithm algo = comm::Algorithm::ring);
+
+// Tensor parallelism's collectives for one layer and one micro-batch of b sequences of s tokens:
+// 4 all-reduces of b*s*h elements (6 with full recompute), or with sequence parallelism as many
+// reduce-scatters and all-gathers.
+std::vector<CollectiveCall> tp_collectives_per_layer(int64_t micro_batch, int64_t seq,
+                                                     int64_t hidden, int64_t bytes_per_element,
+                                                     bool sequence_parallel, Recompute recompute);
+CollectiveTraffic tp_traffic_per_layer(int64_t micro_batch, int64_t seq, int64_t hidden,
+                                       int64_t bytes_per_element, int tp, bool sequence_parallel,
+                                       Recompute recompute);
+
+// Bytes one rank sends across one pipeline-stage boundary for one micro-batch, in one direction
+// (activations forward; the gradient backward is the same size).
+double pp_bytes_per_microbatch(int64_t micro_batch, int64_t seq, int64_t hidden,
+                               int64_t bytes_per_element, int tp, bool sequence_parallel);
+
+// What overlap leaves on the critical path: communication of `total_s`, sent in pieces (buckets,
+// layers) of which the last takes `last_piece_s`, running behind `window_s` of compute that does
+// not wait for it. The last piece always shows: max(last_piece_s, total_s - window_s).
+double exposed_time(double total_s, double last_piece_s, double window_s);
+
+// Sums the traffic of `calls` on one of `world` ranks.
+CollectiveTraffic traffic_of(const std::vector<CollectiveCall>& calls, int world,
+                             comm::Algorithm algo = comm::Algorithm::ring);
+
+}  // namespace dtrain::plan

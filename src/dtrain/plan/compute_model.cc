@@ -1,0 +1,73 @@
+// The FLOP counts of compute_model.h, term by term.
+#include "dtrain/plan/compute_model.h"
+
+#include "dtrain/core/check.h"
+
+namespace dtrain::plan {
+
+std::string_view name(FlopsConvention c) {
+  switch (c) {
+    case FlopsConvention::narayanan:
+      return "narayanan";
+    case FlopsConvention::six_nd:
+      return "6nd";
+  }
+  return "?";
+}
+
+std::optional<FlopsConvention> parse_flops_convention(std::string_view s) {
+  if (s == "narayanan") return FlopsConvention::narayanan;
+  if (s == "6nd") return FlopsConvention::six_nd;
+  return std::nullopt;
+}
+
+double layer_forward_flops(const ModelShape& m, double tokens, double seq) {
+  const double matmul = 2.0 * tokens * static_cast<double>(layer_matmul_param_count(m));
+  const double attention = 4.0 * tokens * seq * static_cast<double>(m.hidden);  // QK^T, scores x V
+  return matmul + attention;
+}
+
+double logits_forward_flops(const ModelShape& m, double tokens) {
+  return 2.0 * tokens * static_cast<double>(m.hidden) * static_cast<double>(m.vocab);
+}
+
+double recompute_flops_per_layer(const ModelShape& m, double tokens, double seq, Recompute r) {
+  switch (r) {
+    case Recompute::none:
+      return 0;
+    case Recompute::selective:
+      return 4.0 * tokens * seq * static_cast<double>(m.hidden);
+    case Recompute::full:
+      return layer_forward_flops(m, tokens, seq);
+  }
+  return 0;
+}
+
+TrainingFlops training_flops(const ModelShape& m, double sequences, Recompute r,
+                             FlopsConvention c) {
+  DTRAIN_CHECK(sequences >= 0, "training_flops: sequences must be >= 0, got ", sequences);
+  const double seq = static_cast<double>(m.seq);
+  const double tokens = sequences * seq;
+  const double layers = static_cast<double>(m.layers);
+  TrainingFlops f;
+  if (c == FlopsConvention::narayanan) {
+    f.model =
+        3.0 * (layers * layer_forward_flops(m, tokens, seq) + logits_forward_flops(m, tokens));
+    f.recompute = layers * recompute_flops_per_layer(m, tokens, seq, r);
+  } else {
+    const double n = static_cast<double>(param_count(m));
+    f.model = 6.0 * n * tokens;
+    f.recompute = r == Recompute::full ? 2.0 * n * tokens
+                  : r == Recompute::selective
+                      ? layers * recompute_flops_per_layer(m, tokens, seq, r)
+                      : 0.0;
+  }
+  return f;
+}
+
+double days_to_train(double tokens, double tokens_per_s) {
+  DTRAIN_CHECK(tokens_per_s > 0, "days_to_train: tokens_per_s must be positive");
+  return tokens / tokens_per_s / 86400.0;
+}
+
+}  // namespace dtrain::plan

@@ -1,0 +1,23 @@
+// Formatting shared by the planner's reports: GB as 10^9 bytes (the ZeRO paper's and the GPU
+// datasheets' convention), times with a unit that fits, counts with thousands separators, and
+// the two string helpers the tables and preset lookups need.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace dtrain::plan {
+
+std::string format_gb(double bytes);          // "62.14 GB", "0.026 GB", "1.10 TB"
+std::string format_seconds(double seconds);   // "1.23 s", "45.6 ms", "12.0 us"
+std::string format_percent(double fraction);  // "12.3%"
+std::string format_count(double n);           // "1,234,567"
+std::string format_params(double params);     // "68.98B", "355.0M"
+std::string format_rate(double bytes_per_s);  // "450 GB/s"
+std::string format_fixed(double v, int decimals);
+
+std::string pad_right(std::string s, size_t width);  // s, then spaces up to `width`
+std::string lowercase(std::string_view s);
+
+}  // namespace dtrain::plan

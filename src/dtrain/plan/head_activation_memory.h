@@ -1,0 +1,42 @@
+// Activation memory outside the transformer blocks, for one micro-batch: what the model keeps
+// for the head (final LayerNorm, logits, losses, token ids) and the backward workspace it
+// shares between blocks. Together with L * activation_bytes_per_layer this is every byte the
+// engine charges to the activations tag; the model tests compare the tracker with both.
+//
+// Head (b = micro-batch, s = sequence, h = hidden, v = vocabulary, e = bytes per element):
+//   last block output = final LN input    s*b*h elements
+//   final LN output                       s*b*h
+//   final LN mean and 1/std               2*s*b floats (4 bytes)
+//   logits (then probabilities, then their gradient, in place)   s*b*v
+//   per-position losses                   s*b floats
+//   token ids and targets                 2*s*b int32 (4 bytes)
+// The embedding output is not here: it is block 0's LayerNorm-1 input, counted in that block.
+//
+// Workspace (shared by all blocks and micro-batches of one rank):
+//   residual-stream gradient              s*b*h elements
+//   two (s, b, h) activation gradients    2*s*b*h   (LN output; attention output)
+//   qkv gradient                          3*s*b*h
+//   MLP gradients, GELU input and output  2*f*s*b   (f = 4h)
+//   one attention-score gradient          s*s       (a single (batch row, head) at a time)
+#pragma once
+
+#include <cstdint>
+
+namespace dtrain::plan {
+
+struct HeadActivationShape {
+  int64_t seq = 0;          // s
+  int64_t micro_batch = 0;  // b
+  int64_t hidden = 0;       // h
+  int64_t vocab = 0;        // v
+  int64_t ffn_hidden = 0;   // f; 0 means 4*h
+  int64_t bytes_per_element = 4;
+};
+
+// Bytes of the head's activations (see the list above).
+double head_activation_bytes(const HeadActivationShape& shape);
+
+// Bytes of the backward workspace (see the list above).
+double workspace_activation_bytes(const HeadActivationShape& shape);
+
+}  // namespace dtrain::plan

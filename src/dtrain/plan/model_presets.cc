@@ -1,0 +1,152 @@
+// Parameter counts by component, and the model presets with their sources.
+#include "dtrain/plan/model_presets.h"
+
+#include "dtrain/core/check.h"
+#include "dtrain/plan/format.h"
+
+namespace dtrain::plan {
+namespace {
+
+ModelShape gpt(std::string name, int64_t layers, int64_t hidden, int64_t heads, int64_t batch,
+               double tokens, std::string source) {
+  ModelShape m;
+  m.name = std::move(name);
+  m.family = ModelFamily::gpt;
+  m.layers = layers;
+  m.hidden = hidden;
+  m.heads = heads;
+  m.vocab = 51200;  // Narayanan et al. 2021 §5.1: "vocabulary size of 51,200" (GPT-2 BPE, padded)
+  m.seq = 2048;     // ibid.: "sequence length of 2048"
+  m.default_global_batch = batch;
+  m.default_tokens = tokens;
+  m.source = std::move(source);
+  return m;
+}
+
+ModelShape llama(std::string name, int64_t layers, int64_t hidden, int64_t heads, int64_t kv_heads,
+                 int64_t ffn) {
+  ModelShape m;
+  m.name = std::move(name);
+  m.family = ModelFamily::llama;
+  m.layers = layers;
+  m.hidden = hidden;
+  m.heads = heads;
+  m.kv_heads = kv_heads;
+  m.ffn_hidden = ffn;
+  m.vocab = 32000;  // Touvron et al. 2023 (Llama 2) §2.1: same 32k-token tokenizer as Llama 1
+  m.seq = 4096;     // ibid. Table 1: context length 4k
+  // ibid. §2.2: "a global batch-size of 4M tokens" = 1024 sequences of 4096; Table 1: 2.0T tokens.
+  m.default_global_batch = 1024;
+  m.default_tokens = 2.0e12;
+  m.source =
+      "Touvron et al. 2023, Llama 2, Table 1; shapes from the meta-llama/Llama-2-*-hf "
+      "config.json model cards";
+  return m;
+}
+
+std::vector<ModelShape> make_presets() {
+  std::vector<ModelShape> p;
+  // Brown et al. 2020 Table 2.1 (96 layers, d_model 12288, 96 heads, context 2048), with the
+  // 51200 vocabulary and the 1536-sequence batch Narayanan et al. 2021 §5.1 use for it; 300B
+  // training tokens (Brown et al. §2.2).
+  p.push_back(gpt("gpt3-175b", 96, 12288, 96, 1536, 300e9,
+                  "Brown et al. 2020 Table 2.1; vocabulary and batch as Narayanan et al. 2021"));
+  p.push_back(llama("llama2-7b", 32, 4096, 32, 32, 11008));
+  p.push_back(llama("llama2-13b", 40, 5120, 40, 40, 13824));
+  p.push_back(llama("llama2-70b", 80, 8192, 64, 8, 28672));  // grouped-query attention, 8 KV heads
+  // Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training on GPU Clusters Using
+  // Megatron-LM") Table 1: heads, hidden size, layers and batch size of each weak-scaling model;
+  // the name is the parameter count the table gives (Eq. 2). Training tokens are given only for
+  // the 1T model (§5.1: 450B).
+  const char* kTable1 = "Narayanan et al. 2021 Table 1";
+  p.push_back(gpt("megatron-1.7b", 24, 2304, 24, 512, 0, kTable1));
+  p.push_back(gpt("megatron-3.6b", 30, 3072, 32, 512, 0, kTable1));
+  p.push_back(gpt("megatron-7.5b", 36, 4096, 32, 512, 0, kTable1));
+  p.push_back(gpt("megatron-18.4b", 40, 6144, 48, 1024, 0, kTable1));
+  p.push_back(gpt("megatron-39.1b", 48, 8192, 64, 1536, 0, kTable1));
+  p.push_back(gpt("megatron-76.1b", 60, 10240, 80, 1792, 0, kTable1));
+  p.push_back(gpt("megatron-145.6b", 80, 12288, 96, 2304, 0, kTable1));
+  p.push_back(gpt("megatron-310.1b", 96, 16384, 128, 2160, 0, kTable1));
+  p.push_back(gpt("megatron-529.6b", 105, 20480, 128, 2520, 0, kTable1));
+  p.push_back(gpt("megatron-1t", 128, 25600, 160, 3072, 450e9, kTable1));
+  return p;
+}
+
+}  // namespace
+
+std::string_view name(ModelFamily family) {
+  switch (family) {
+    case ModelFamily::gpt:
+      return "gpt";
+    case ModelFamily::llama:
+      return "llama";
+  }
+  return "?";
+}
+
+int64_t layer_matmul_param_count(const ModelShape& m) {
+  const int64_t h = m.hidden, f = m.ffn_or_default();
+  const int64_t kv_width = m.kv_heads_or_heads() * (h / m.heads);  // K and V output width
+  const int64_t attention = h * (h + 2 * kv_width) + h * h;        // QKV, then the projection
+  const int64_t mlp = (m.family == ModelFamily::llama ? 3 : 2) * h * f;
+  return attention + mlp;
+}
+
+int64_t layer_param_count(const ModelShape& m) {
+  const int64_t h = m.hidden, f = m.ffn_or_default();
+  const int64_t kv_width = m.kv_heads_or_heads() * (h / m.heads);
+  if (m.family == ModelFamily::llama) return layer_matmul_param_count(m) + 2 * h;  // 2 RMSNorms
+  const int64_t biases = (h + 2 * kv_width) + h + f + h;  // QKV, projection, MLP in and out
+  return layer_matmul_param_count(m) + biases + 4 * h;    // + 2 LayerNorms (weight and bias)
+}
+
+int64_t embedding_param_count(const ModelShape& m) {
+  if (m.family == ModelFamily::llama) return m.vocab * m.hidden;  // rotary positions: no table
+  return (m.vocab + m.seq) * m.hidden;
+}
+
+int64_t head_param_count(const ModelShape& m) {
+  if (m.family == ModelFamily::llama) return m.vocab * m.hidden + m.hidden;
+  return 0;
+}
+
+int64_t shape_param_count(const ModelShape& m) {
+  return m.layers * layer_param_count(m) + embedding_param_count(m) + head_param_count(m);
+}
+
+int64_t param_count(const ModelShape& m) {
+  return m.params_override > 0 ? m.params_override : shape_param_count(m);
+}
+
+void validate(const ModelShape& m) {
+  DTRAIN_CHECK(m.layers > 0, "--layers must be positive, got ", m.layers);
+  DTRAIN_CHECK(m.hidden > 0, "--hidden must be positive, got ", m.hidden);
+  DTRAIN_CHECK(m.heads > 0, "--heads must be positive, got ", m.heads);
+  DTRAIN_CHECK(m.kv_heads >= 0, "--kv-heads must be positive, got ", m.kv_heads);
+  DTRAIN_CHECK(m.ffn_hidden >= 0, "--ffn-hidden must be positive, got ", m.ffn_hidden);
+  DTRAIN_CHECK(m.vocab > 0, "--vocab must be positive, got ", m.vocab);
+  DTRAIN_CHECK(m.seq > 0, "--seq-length must be positive, got ", m.seq);
+  DTRAIN_CHECK(m.params_override >= 0, "--params must be positive, got ", m.params_override);
+  DTRAIN_CHECK(m.hidden % m.heads == 0, "--heads ", m.heads, " does not divide --hidden ",
+               m.hidden);
+  DTRAIN_CHECK(m.heads % m.kv_heads_or_heads() == 0, "--kv-heads ", m.kv_heads,
+               " does not divide --heads ", m.heads);
+}
+
+const std::vector<ModelShape>& model_presets() {
+  static const std::vector<ModelShape> presets = make_presets();
+  return presets;
+}
+
+const ModelShape& model_preset(std::string_view name) {
+  const std::string key = lowercase(name);
+  std::string known;
+  for (const ModelShape& m : model_presets()) {
+    if (m.name == key) return m;
+    known += (known.empty() ? "" : ", ") + m.name;
+  }
+  throw Error(str("--model: unknown preset '", name, "' (known: ", known,
+                  "; or give --layers, --hidden, --heads, --vocab, --seq-length)"));
+}
+
+}  // namespace dtrain::plan

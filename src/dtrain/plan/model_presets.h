@@ -1,0 +1,68 @@
+// The shape of the model the planner sizes: layers, hidden size, heads, FFN size, vocabulary,
+// sequence; its parameter count from that shape; and the named presets (GPT-3, Llama 2, the
+// Megatron-LM 2021 family), each with the paper or model card it comes from.
+//
+// Parameter counts (h = hidden, l = layers, V = vocabulary, s = sequence, f = FFN size):
+//   GPT (Megatron): per layer 12h^2 + 13h (QKV and projection with biases, two-matrix GELU MLP
+//     with f = 4h, two LayerNorms), embeddings (V + s)h, tied LM head. Summed, this is
+//     Narayanan et al. 2021 Eq. 2: P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)). Like Eq. 2 it
+//     leaves out the final LayerNorm (2h); the engine's model/ count includes it.
+//   Llama: per layer 2h^2 + 2h*kv*d (Q, O and grouped K, V; d = h/heads), 3hf (SwiGLU), 2h
+//     (RMSNorm); embeddings Vh; untied output head Vh; final RMSNorm h. No biases.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dtrain::plan {
+
+enum class ModelFamily { gpt, llama };
+std::string_view name(ModelFamily family);  // "gpt", "llama"
+
+struct ModelShape {
+  std::string name;  // preset name, or "custom"
+  ModelFamily family = ModelFamily::gpt;
+  int64_t layers = 0;      // l (L)
+  int64_t hidden = 0;      // h (C)
+  int64_t heads = 0;       // a (NH)
+  int64_t kv_heads = 0;    // key/value heads (grouped-query attention); 0 means `heads`
+  int64_t ffn_hidden = 0;  // f; 0 means 4h
+  int64_t vocab = 0;       // V
+  int64_t seq = 0;         // s: the sequence length it trains at
+  // When > 0, the parameter count to use instead of the one computed from the shape.
+  int64_t params_override = 0;
+  // What the preset was trained with, for defaults (0 when unknown).
+  int64_t default_global_batch = 0;  // sequences per step
+  double default_tokens = 0;         // tokens to train
+  std::string source;                // where the shape comes from
+
+  int64_t kv_heads_or_heads() const { return kv_heads > 0 ? kv_heads : heads; }
+  int64_t ffn_or_default() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }
+};
+
+// Parameters of one transformer layer (weights, biases and norms).
+int64_t layer_param_count(const ModelShape& m);
+// Weights of the layer's matrix multiplies only (what costs 2 FLOPs per token each).
+int64_t layer_matmul_param_count(const ModelShape& m);
+// Input embeddings: word (V h), plus learned positions (s h) for GPT.
+int64_t embedding_param_count(const ModelShape& m);
+// Output side: Llama's untied head (V h) and final norm (h); 0 for GPT (tied head, and Eq. 2
+// leaves out the final LayerNorm).
+int64_t head_param_count(const ModelShape& m);
+// The whole model from its shape (Eq. 2 for GPT), ignoring params_override.
+int64_t shape_param_count(const ModelShape& m);
+// params_override when set, else shape_param_count.
+int64_t param_count(const ModelShape& m);
+
+// Throws Error naming the flag (--layers, --hidden, --heads, --kv-heads, --ffn-hidden, --vocab,
+// --seq-length, --params) when a size is not positive or heads do not divide evenly.
+void validate(const ModelShape& m);
+
+// All presets, in a stable order.
+const std::vector<ModelShape>& model_presets();
+// The preset called `name` (case-insensitive); throws Error naming --model and the known names.
+const ModelShape& model_preset(std::string_view name);
+
+}  // namespace dtrain::plan

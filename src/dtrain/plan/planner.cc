@@ -1,0 +1,425 @@
+// evaluate: one layout's memory, traffic and time, composed from the formula headers.
+// (search lives in search.cc.)
+#include "dtrain/plan/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "dtrain/core/check.h"
+#include "dtrain/plan/comm_model.h"
+#include "dtrain/plan/head_activation_memory.h"
+
+namespace dtrain::plan {
+namespace {
+
+ActivationShape activation_shape(const ModelShape& m, const Training& t, const Layout& l) {
+  ActivationShape a;
+  a.seq = m.seq;
+  a.micro_batch = l.micro_batch;
+  a.hidden = m.hidden;
+  a.heads = m.heads;
+  a.ffn_hidden = m.ffn_or_default();
+  a.tp = l.tp;
+  a.sequence_parallel = l.sequence_parallel;
+  a.recompute = l.recompute;
+  a.bytes_per_element = t.activation_bytes;
+  a.dropout = m.family == ModelFamily::gpt;  // Megatron's GPT trains with dropout, Llama without
+  a.count_layernorm_stats = false;           // Korthikanti's count, as the paper gives it
+  a.kv_heads = m.kv_heads;
+  a.gated_mlp = m.family == ModelFamily::llama;
+  return a;
+}
+
+// Parameters of pipeline stage `stage` on one TP rank: its layers, plus the input embeddings on
+// the first stage and the output head on the last (GPT ties the head to the embedding, so with
+// pp > 1 the last stage keeps its own copy of the word embedding, as Megatron-LM does).
+int64_t stage_param_count(const ModelShape& m, const Layout& l, int stage) {
+  const int64_t layers = m.layers / l.pp;
+  int64_t params = layers * shard_count(layer_param_count(m), l.tp);
+  if (stage == 0) params += shard_count(embedding_param_count(m), l.tp);
+  if (stage == l.pp - 1) {
+    params += shard_count(head_param_count(m), l.tp);
+    if (m.family == ModelFamily::gpt && l.pp > 1) params += shard_count(m.vocab * m.hidden, l.tp);
+  }
+  return params;
+}
+
+ScheduleKind schedule_of(const Layout& l) {
+  return l.vp > 1 ? ScheduleKind::interleaved : l.schedule;
+}
+
+MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t microbatches,
+                                int stage) {
+  const ModelShape& m = in.model;
+  ActivationShape shape = activation_shape(m, in.training, l);
+  const double per_layer = activation_bytes_per_layer(shape);
+  double recompute_temp = 0;  // backward re-creates one layer's dropped activations at a time
+  if (l.recompute != Recompute::none) {
+    shape.recompute = Recompute::none;
+    recompute_temp = activation_bytes_per_layer(shape) - per_layer;
+  }
+  const StateBytes sb = in.training.state_bytes;
+  MemoryBreakdown mem;
+  mem.stage = stage;
+  mem.layers = m.layers / l.pp;
+  mem.stage_params = stage_param_count(m, l, stage);
+  const ModelStateBytes states = model_state_bytes(mem.stage_params, l.dp, l.zero_stage, sb);
+  mem.params = static_cast<double>(states.params);
+  mem.grads = static_cast<double>(states.grads);
+  mem.optimizer = static_cast<double>(states.optimizer);
+  mem.activation_per_layer = per_layer;
+  mem.inflight_microbatches =
+      peak_inflight_microbatches(schedule_of(l), l.pp, static_cast<int>(microbatches), l.vp, stage);
+  mem.activations = mem.inflight_microbatches * static_cast<double>(mem.layers) * per_layer;
+  // The head's activations (final norm, logits, losses: head_activation_memory.h) live on the
+  // last stage, for each micro-batch in flight there; the vocabulary is split over TP ranks.
+  HeadActivationShape head;
+  head.seq = m.seq;
+  head.micro_batch = l.micro_batch;
+  head.hidden = m.hidden;
+  head.vocab = shard_count(m.vocab, l.tp);
+  head.ffn_hidden = shard_count(m.ffn_or_default(), l.tp);
+  head.bytes_per_element = in.training.activation_bytes;
+  if (stage == l.pp - 1) {
+    mem.head_activations = mem.inflight_microbatches * head_activation_bytes(head);
+    mem.activations += mem.head_activations;
+  }
+  const int64_t layer_params = shard_count(layer_param_count(m), l.tp);
+  double buffers = 0;
+  if (l.zero_stage == 3) {
+    buffers = static_cast<double>(zero3_gathered_bytes(layer_params, sb));
+  } else if (l.dp > 1) {
+    buffers = std::min(in.training.bucket_bytes,
+                       static_cast<double>(mem.stage_params * sb.grad));  // one bucket in flight
+  }
+  // The backward pass's gradient workspace, shared by all layers (head_activation_memory.h).
+  mem.temporary = buffers + recompute_temp + workspace_activation_bytes(head);
+  mem.capacity = in.cluster.gpu.memory_bytes;
+  return mem;
+}
+
+// What overlap can hide a phase behind: sums the phase's calls and keeps at least one piece
+// (the last bucket, the first layer) exposed.
+struct Phase {
+  double time_s = 0;
+  double min_exposed_s = 0;
+  double window_s = 0;
+  double exposed() const { return exposed_time(time_s, min_exposed_s, window_s); }
+};
+
+}  // namespace
+
+std::string describe(const Layout& l) {
+  std::string s = str("dp=", l.dp, " tp=", l.tp, " pp=", l.pp);
+  if (l.vp > 1) s += str(" v=", l.vp);
+  s += str(" zero=", l.zero_stage, " b=", l.micro_batch, " rc=", name(l.recompute));
+  if (l.sequence_parallel) s += " sp";
+  if (l.vp == 1 && l.schedule != ScheduleKind::one_f_one_b) s += str(" ", name(l.schedule));
+  if (!(l.order == RankOrder{})) s += " order=" + to_string(l.order);
+  return s;
+}
+
+std::string layout_flags(const Layout& l) {
+  std::string s = str("--dp ", l.dp, " --tp ", l.tp, " --pp ", l.pp);
+  if (l.vp > 1) s += str(" --vp ", l.vp);
+  s += str(" --zero ", l.zero_stage, " --micro-batch ", l.micro_batch, " --recompute ",
+           name(l.recompute));
+  if (l.sequence_parallel) s += " --sequence-parallel";
+  if (l.vp == 1 && l.schedule != ScheduleKind::one_f_one_b)
+    s += str(" --schedule ", name(l.schedule));
+  if (!(l.order == RankOrder{})) s += " --order " + to_string(l.order);
+  return s;
+}
+
+void validate(const PlanInput& in) {
+  validate(in.model);
+  validate(in.cluster);
+  DTRAIN_CHECK(in.training.global_batch > 0, "--global-batch must be positive, got ",
+               in.training.global_batch);
+  DTRAIN_CHECK(in.training.tokens >= 0, "--tokens must not be negative, got ", in.training.tokens);
+  DTRAIN_CHECK(in.training.activation_bytes > 0, "--activation-bytes must be positive, got ",
+               in.training.activation_bytes);
+  DTRAIN_CHECK(in.training.bucket_bytes > 0, "--bucket must be positive, got ",
+               in.training.bucket_bytes);
+  const StateBytes& sb = in.training.state_bytes;
+  DTRAIN_CHECK(sb.param > 0 && sb.grad > 0 && sb.optimizer >= 0,
+               "--precision: bytes per parameter must be positive");
+}
+
+std::string layout_error(const PlanInput& in, const Layout& l) {
+  const ModelShape& m = in.model;
+  const int gpus = in.cluster.world();
+  if (l.dp < 1) return str("--dp must be >= 1, got ", l.dp);
+  if (l.tp < 1) return str("--tp must be >= 1, got ", l.tp);
+  if (l.pp < 1) return str("--pp must be >= 1, got ", l.pp);
+  if (l.vp < 1) return str("--vp must be >= 1, got ", l.vp);
+  if (l.micro_batch < 1) return str("--micro-batch must be >= 1, got ", l.micro_batch);
+  if (l.zero_stage < 0 || l.zero_stage > 3) {
+    return str("--zero must be 0, 1, 2 or 3, got ", l.zero_stage);
+  }
+  if (static_cast<int64_t>(l.dp) * l.tp * l.pp != gpus) {
+    return str("--dp ", l.dp, " x --tp ", l.tp, " x --pp ", l.pp, " = ",
+               static_cast<int64_t>(l.dp) * l.tp * l.pp, " GPUs does not match the cluster's ",
+               gpus, " (", in.cluster.nodes, " nodes x ", in.cluster.gpus_per_node, ")");
+  }
+  if (m.heads % l.tp != 0) return str("--tp ", l.tp, " does not divide --heads ", m.heads);
+  const int64_t kv = m.kv_heads_or_heads();
+  if (kv % l.tp != 0 && l.tp % kv != 0) {
+    return str("--tp ", l.tp, " neither divides nor is a multiple of --kv-heads ", kv);
+  }
+  if (m.layers % (static_cast<int64_t>(l.pp) * l.vp) != 0) {
+    if (l.vp == 1) return str("--pp ", l.pp, " does not divide --layers ", m.layers);
+    return str("--pp ", l.pp, " x --vp ", l.vp, " = ", l.pp * l.vp, " does not divide --layers ",
+               m.layers);
+  }
+  const int64_t per_step = static_cast<int64_t>(l.dp) * l.micro_batch;
+  if (in.training.global_batch % per_step != 0) {
+    return str("--micro-batch ", l.micro_batch, " x --dp ", l.dp, " = ", per_step,
+               " does not divide --global-batch ", in.training.global_batch);
+  }
+  if (l.vp > 1) {
+    if (l.pp == 1) return str("--vp ", l.vp, " needs --pp > 1");
+    if (l.schedule != ScheduleKind::one_f_one_b && l.schedule != ScheduleKind::interleaved) {
+      return str("--vp ", l.vp, " needs the interleaved schedule, not --schedule ",
+                 name(l.schedule));
+    }
+    const int64_t microbatches = in.training.global_batch / per_step;
+    if (microbatches % l.pp != 0) {
+      return str("--vp ", l.vp, ": the interleaved schedule needs the micro-batch count (",
+                 microbatches,
+                 " = --global-batch / (--micro-batch x --dp)) to be a multiple of --pp ", l.pp);
+    }
+  }
+  return {};
+}
+
+namespace {
+
+// One traffic row from a placed cost.
+GroupTraffic traffic_row(std::string_view group, std::string_view op, std::string_view what,
+                         const GroupPlacement& placement, const PlacedCost& cost) {
+  GroupTraffic g;
+  g.group = group;
+  g.op = op;
+  g.what = what;
+  g.size = placement.size;
+  g.nodes = placement.nodes;
+  g.inter_node = cost.inter_node;
+  g.hierarchical = cost.hierarchical;
+  g.steps = cost.steps;
+  g.bytes_per_rank = cost.bytes_sent;
+  g.time_s = cost.time_s;
+  g.exposed_s = cost.time_s;
+  return g;
+}
+
+// Seconds of compute per micro-batch on the slowest stage (the last: it adds the logit layer),
+// and the step's FLOPs in the chosen convention. The per-stage split follows Narayanan's terms;
+// the 6ND convention rescales them by its totals.
+struct StageCompute {
+  double forward_s = 0;
+  double recompute_s = 0;
+  TrainingFlops total;  // whole step, whole cluster, the real model
+};
+
+StageCompute stage_compute(const PlanInput& in, const ModelShape& real_model, const Layout& l) {
+  const ModelShape& m = in.model;
+  const Training& tr = in.training;
+  const double batch = static_cast<double>(tr.global_batch);
+  StageCompute sc;
+  sc.total = training_flops(real_model, batch, l.recompute, tr.flops);
+  const TrainingFlops reference =
+      tr.flops == FlopsConvention::narayanan
+          ? sc.total
+          : training_flops(real_model, batch, l.recompute, FlopsConvention::narayanan);
+  const double model_scale = reference.model > 0 ? sc.total.model / reference.model : 1;
+  const double recompute_scale =
+      reference.recompute > 0 ? sc.total.recompute / reference.recompute : 1;
+  const double tokens = static_cast<double>(l.micro_batch * m.seq);
+  const double seq = static_cast<double>(m.seq);
+  const double layers = static_cast<double>(m.layers / l.pp);
+  const double rate = in.cluster.gpu.peak_flops * in.cluster.gpu.compute_efficiency;
+  const double forward =
+      (layers * layer_forward_flops(m, tokens, seq) + logits_forward_flops(m, tokens)) / l.tp;
+  const double recompute = layers * recompute_flops_per_layer(m, tokens, seq, l.recompute) / l.tp;
+  sc.forward_s = forward * model_scale / rate;
+  sc.recompute_s = recompute * recompute_scale / rate;
+  return sc;
+}
+
+// TP collectives of one micro-batch through the stage, split into forward and backward seconds
+// (the forward's share is 2 of the 4, or 6, calls of each kind); appends the step's rows.
+std::pair<double, double> tp_times(const PlanInput& in, const Layout& l, int64_t microbatches,
+                                   const GroupPlacement& group, std::vector<GroupTraffic>* rows) {
+  if (l.tp == 1) return {0, 0};
+  const ModelShape& m = in.model;
+  const int64_t layers = m.layers / l.pp;
+  const int64_t repeats = layers * microbatches;
+  double forward_s = 0, backward_s = 0;
+  for (const CollectiveCall& call :
+       tp_collectives_per_layer(l.micro_batch, m.seq, m.hidden, in.training.activation_bytes,
+                                l.sequence_parallel, l.recompute)) {
+    const PlacedCost per_layer = placed_collective_cost(call, group, in.cluster);
+    const double per_mb = per_layer.time_s * static_cast<double>(layers);
+    const double forward_share = 2.0 / static_cast<double>(call.count);
+    forward_s += per_mb * forward_share;
+    backward_s += per_mb * (1 - forward_share);
+    const PlacedCost step{per_layer.steps * repeats,
+                          per_layer.bytes_sent * static_cast<double>(repeats),
+                          per_layer.time_s * static_cast<double>(repeats), per_layer.inter_node,
+                          per_layer.hierarchical};
+    GroupTraffic row = traffic_row("TP", comm::name(call.op), call.what, group, step);
+    row.calls = call.count * repeats;
+    rows->push_back(row);
+  }
+  return {forward_s, backward_s};
+}
+
+// Seconds of one micro-batch's pipeline sends in each direction (one per chunk); appends the
+// step's row.
+double pp_send_time(const PlanInput& in, const Layout& l, int64_t microbatches,
+                    const GroupPlacement& group, std::vector<GroupTraffic>* rows) {
+  if (l.pp == 1) return 0;
+  const ModelShape& m = in.model;
+  const double bytes = pp_bytes_per_microbatch(
+      l.micro_batch, m.seq, m.hidden, in.training.activation_bytes, l.tp, l.sequence_parallel);
+  const PlacedCost send = placed_send_cost(bytes, group, in.cluster);
+  const int64_t calls = 2 * l.vp * microbatches;
+  const double n = static_cast<double>(calls);
+  GroupTraffic row =
+      traffic_row("PP", "send/recv", "activations and their gradients", group,
+                  {calls, send.bytes_sent * n, send.time_s * n, send.inter_node, false});
+  row.calls = calls;
+  rows->push_back(row);
+  return send.time_s * l.vp;
+}
+
+// DP and ZeRO collectives of the step over the largest stage's parameters, and what overlap
+// leaves of them: gradient reductions hide behind backward compute (the last micro-batch's for
+// ZeRO 0-1, every one for ZeRO 2-3), weight gathers behind forward compute (the next step's
+// first micro-batch for ZeRO 1-2, every one for ZeRO 3). Sets t.dp_s and t.dp_exposed_s.
+void dp_times(const PlanInput& in, const Layout& l, int64_t microbatches, const StageCompute& sc,
+              const GroupPlacement& group, std::vector<GroupTraffic>* rows, TimeBreakdown* t) {
+  if (l.dp == 1) return;
+  const ModelShape& m = in.model;
+  const StateBytes sb = in.training.state_bytes;
+  int64_t params = stage_param_count(m, l, 0);
+  if (l.pp > 1) params = std::max(params, stage_param_count(m, l, l.pp - 1));
+  const double grad_bytes = static_cast<double>(params * sb.grad);
+  const int64_t pieces =
+      l.zero_stage == 3
+          ? m.layers / l.pp
+          : std::max<int64_t>(
+                1, static_cast<int64_t>(std::ceil(grad_bytes / in.training.bucket_bytes)));
+  const double mb = static_cast<double>(microbatches);
+  const double backward_one = 2 * sc.forward_s + sc.recompute_s;
+  Phase forward, backward;
+  forward.window_s = l.zero_stage == 3 ? mb * sc.forward_s : sc.forward_s;
+  backward.window_s = l.zero_stage >= 2 ? mb * backward_one : backward_one;
+  const size_t first = rows->size();
+  std::vector<bool> in_forward;
+  for (const CollectiveCall& call :
+       dp_collectives(params, l.zero_stage, sb, static_cast<int>(microbatches), pieces)) {
+    const PlacedCost cost = placed_collective_cost(call, group, in.cluster);
+    Phase& phase = call.overlaps_forward ? forward : backward;
+    phase.time_s += cost.time_s;
+    phase.min_exposed_s =
+        std::max(phase.min_exposed_s, cost.time_s / static_cast<double>(call.count));
+    in_forward.push_back(call.overlaps_forward);
+    GroupTraffic row = traffic_row(call.op == comm::CollectiveOp::all_gather ? "ZeRO" : "DP",
+                                   comm::name(call.op), call.what, group, cost);
+    row.calls = call.count;
+    rows->push_back(row);
+    t->dp_s += cost.time_s;
+  }
+  // Each phase's exposed time is shared among its calls in proportion to their time.
+  for (size_t i = first; i < rows->size(); ++i) {
+    GroupTraffic& row = (*rows)[i];
+    const Phase& phase = in_forward[i - first] ? forward : backward;
+    row.exposed_s = phase.time_s > 0 ? phase.exposed() * row.time_s / phase.time_s : 0;
+  }
+  t->dp_exposed_s = forward.exposed() + backward.exposed();
+}
+
+// evaluate on the per-rank shape `in.model`; `real_model` gives the model FLOPs.
+Plan evaluate_local(const PlanInput& in, const ModelShape& real_model, const Layout& l) {
+  const Cluster& c = in.cluster;
+  Plan plan;
+  plan.layout = l;
+  const int64_t microbatches =
+      in.training.global_batch / (static_cast<int64_t>(l.dp) * l.micro_batch);
+  plan.microbatches = microbatches;
+  const double mb = static_cast<double>(microbatches);
+
+  // Memory: the first and the last stage differ (embeddings, head, in-flight micro-batches).
+  plan.memory = memory_of_stage(in, l, microbatches, 0);
+  if (l.pp > 1) {
+    MemoryBreakdown last = memory_of_stage(in, l, microbatches, l.pp - 1);
+    if (last.total() > plan.memory.total()) plan.memory = last;
+  }
+
+  const AxisSizes sizes{l.dp, l.tp, l.pp};
+  const StageCompute sc = stage_compute(in, real_model, l);
+  const auto [tp_forward_s, tp_backward_s] = tp_times(
+      in, l, microbatches, place_group(Axis::tp, sizes, l.order, c.gpus_per_node), &plan.traffic);
+  const double pp_send_s = pp_send_time(
+      in, l, microbatches, place_group(Axis::pp, sizes, l.order, c.gpus_per_node), &plan.traffic);
+
+  // The pipeline runs on the slowest stage's times, TP collectives and sends included.
+  StageTimes times;
+  times.forward = sc.forward_s + tp_forward_s + pp_send_s;
+  times.backward_input = sc.forward_s + sc.recompute_s + tp_backward_s + pp_send_s;
+  times.backward_weight = sc.forward_s;
+  TimeBreakdown& t = plan.time;
+  t.bubble = pipeline_bubble(schedule_of(l), l.pp, static_cast<int>(microbatches), l.vp, times);
+  t.compute_s = mb * (3 * sc.forward_s + sc.recompute_s);
+  t.recompute_s = mb * sc.recompute_s;
+  t.tp_s = mb * (tp_forward_s + tp_backward_s);
+  t.pp_s = mb * 2 * pp_send_s;
+  t.bubble_s = t.bubble.bubble_time;
+  dp_times(in, l, microbatches, sc, place_group(Axis::dp, sizes, l.order, c.gpus_per_node),
+           &plan.traffic, &t);
+
+  t.step_no_overlap_s = t.bubble.total_time + t.dp_s;
+  t.step_s = t.bubble.total_time + t.dp_exposed_s;
+  const double gpus = static_cast<double>(c.world());
+  t.model_flops = sc.total.model;
+  t.hardware_flops = sc.total.hardware();
+  t.tokens_per_s = static_cast<double>(in.training.global_batch * in.model.seq) / t.step_s;
+  t.mfu = t.model_flops / (t.step_s * gpus * c.gpu.peak_flops);
+  t.hardware_flops_per_gpu = t.hardware_flops / (t.step_s * gpus);
+  t.days = in.training.tokens > 0 ? days_to_train(in.training.tokens, t.tokens_per_s) : 0;
+  return plan;
+}
+
+// With more TP ranks than key/value heads, each rank keeps a copy of one K/V head (as vLLM and
+// TensorRT-LLM do): the per-rank shape has tp K/V heads, so the copies' weights, activations and
+// FLOPs are counted; the model FLOPs (MFU) stay those of the real model.
+PlanInput per_rank_input(const PlanInput& in, const Layout& l) {
+  PlanInput local = in;
+  local.model.kv_heads = l.tp;
+  return local;
+}
+
+}  // namespace
+
+MemoryBreakdown stage_memory(const PlanInput& in, const Layout& l, int stage) {
+  const std::string error = layout_error(in, l);
+  if (!error.empty()) throw Error(error);
+  DTRAIN_CHECK(stage >= 0 && stage < l.pp, "stage ", stage, " outside 0..", l.pp - 1);
+  const int64_t microbatches =
+      in.training.global_batch / (static_cast<int64_t>(l.dp) * l.micro_batch);
+  if (in.model.kv_heads_or_heads() >= l.tp) return memory_of_stage(in, l, microbatches, stage);
+  return memory_of_stage(per_rank_input(in, l), l, microbatches, stage);
+}
+
+Plan evaluate(const PlanInput& in, const Layout& l) {
+  const std::string error = layout_error(in, l);
+  if (!error.empty()) throw Error(error);
+  if (in.model.kv_heads_or_heads() >= l.tp) return evaluate_local(in, in.model, l);
+  return evaluate_local(per_rank_input(in, l), in.model, l);
+}
+
+}  // namespace dtrain::plan

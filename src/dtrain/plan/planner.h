@@ -1,0 +1,158 @@
+// The planner: for a model, a training setup and a cluster, what one layout costs (evaluate:
+// memory per GPU, communication per group, bubble, step time, MFU, days) and which layouts are
+// best (search: every valid dp, tp, pp, v, ZeRO stage, micro-batch, recompute and sequence
+// parallelism, ranked by predicted throughput, with the reasons and the main rejections).
+// Every figure comes from the formula headers of plan/; this file only composes them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dtrain/plan/activation_memory.h"
+#include "dtrain/plan/compute_model.h"
+#include "dtrain/plan/hardware.h"
+#include "dtrain/plan/memory_model.h"
+#include "dtrain/plan/model_presets.h"
+#include "dtrain/plan/pipeline_model.h"
+#include "dtrain/plan/placement.h"
+
+namespace dtrain::plan {
+
+struct Training {
+  int64_t global_batch = 0;  // B: sequences per optimizer step (sequence length: model.seq)
+  double tokens = 0;         // tokens to train, for the days estimate; 0 = none
+  StateBytes state_bytes = kMixedPrecisionAdam;
+  int64_t activation_bytes = 2;  // bytes per activation element (bf16)
+  FlopsConvention flops = FlopsConvention::narayanan;
+  // Gradient bucket for data parallelism: PyTorch DDP's default bucket_cap_mb = 25 (MiB).
+  double bucket_bytes = 25.0 * 1024 * 1024;
+};
+
+struct Layout {
+  int dp = 1;
+  int tp = 1;
+  int pp = 1;
+  int vp = 1;  // model chunks per pipeline rank (v); > 1 runs the interleaved schedule
+  int zero_stage = 0;
+  int64_t micro_batch = 1;  // b
+  Recompute recompute = Recompute::none;
+  bool sequence_parallel = false;
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;  // interleaved when vp > 1
+  RankOrder order;                                    // Megatron's tp-dp-pp by default
+};
+std::string describe(const Layout& layout);  // "dp=8 tp=8 pp=1 zero=1 b=1 rc=selective sp"
+// The `dtrain plan` flags that select it: "--dp 8 --tp 8 --pp 1 --zero 1 --micro-batch 1 ...".
+std::string layout_flags(const Layout& layout);
+
+struct PlanInput {
+  ModelShape model;
+  Training training;
+  Cluster cluster;
+};
+// Throws Error naming the flag at fault (model shape, cluster, training sizes).
+void validate(const PlanInput& input);
+
+// Empty when `layout` is valid for `input`; otherwise why not, naming the flags
+// ("--tp 3 does not divide --heads 64").
+std::string layout_error(const PlanInput& input, const Layout& layout);
+
+struct MemoryBreakdown {
+  int stage = 0;             // the pipeline stage reported: the one that needs the most
+  int64_t layers = 0;        // transformer layers on that stage
+  int64_t stage_params = 0;  // its parameters on one TP rank, before ZeRO sharding
+  double params = 0;
+  double grads = 0;
+  double optimizer = 0;
+  double activations = 0;  // in flight x (layers x per-layer bytes, + the head on the last stage)
+  double head_activations = 0;      // of which the head's (final norm, logits, losses)
+  double activation_per_layer = 0;  // activation_bytes_per_layer, one micro-batch
+  double inflight_microbatches = 0;
+  // Communication buckets, ZeRO-3 gathered layers, a recomputed layer, the backward workspace.
+  double temporary = 0;
+  double capacity = 0;
+  double total() const { return params + grads + optimizer + activations + temporary; }
+  bool fits() const { return total() <= capacity; }
+  double headroom() const { return capacity - total(); }  // negative: over by that much
+};
+
+// One kind of collective (or the pipeline's sends) of one parallel group, per step.
+struct GroupTraffic {
+  std::string_view group;  // "TP", "PP", "DP", "ZeRO" (ZeRO's weight gathers)
+  std::string_view op;     // "all_reduce", ..., "send/recv"
+  std::string_view what;
+  int size = 1;   // ranks in the group
+  int nodes = 1;  // nodes the group spans
+  bool inter_node = false;
+  bool hierarchical = false;
+  int64_t calls = 0;  // per step
+  int64_t steps = 0;  // per step
+  double bytes_per_rank = 0;
+  double time_s = 0;     // per step, with nothing overlapped
+  double exposed_s = 0;  // per step, what overlap leaves on the critical path
+};
+
+struct TimeBreakdown {
+  double compute_s = 0;    // FLOPs of one rank's (slowest) stage per step, recompute included
+  double recompute_s = 0;  // of which recompute
+  double tp_s = 0;         // TP collectives (on the critical path)
+  double pp_s = 0;         // pipeline sends (on the critical path)
+  double bubble_s = 0;
+  double dp_s = 0;          // DP and ZeRO collectives
+  double dp_exposed_s = 0;  // of which overlap cannot hide
+  BubbleEstimate bubble;    // pipeline_bubble on the stage times
+  double step_no_overlap_s = 0;
+  double step_s = 0;          // with DP/ZeRO communication overlapped where it can be
+  double model_flops = 0;     // per step, whole cluster, without recompute
+  double hardware_flops = 0;  // with recompute
+  double tokens_per_s = 0;
+  double mfu = 0;                     // model_flops / (step_s x GPUs x peak)
+  double hardware_flops_per_gpu = 0;  // hardware_flops / (step_s x GPUs): Narayanan's figure
+  double days = 0;                    // training.tokens at tokens_per_s; 0 without tokens
+};
+
+struct Plan {
+  Layout layout;
+  int64_t microbatches = 0;  // M = B / (dp x b)
+  MemoryBreakdown memory;
+  std::vector<GroupTraffic> traffic;
+  TimeBreakdown time;
+};
+
+// Memory of one pipeline stage (0 = first) on one GPU; evaluate reports the stage that needs
+// the most. Throws Error(layout_error) when the layout is not valid.
+MemoryBreakdown stage_memory(const PlanInput& input, const Layout& layout, int stage);
+
+// The whole report for one layout. Throws Error(layout_error) when the layout is not valid; a
+// layout that does not fit is valid (memory.fits() says so).
+Plan evaluate(const PlanInput& input, const Layout& layout);
+
+struct SearchOptions {
+  int top = 5;  // plans to keep
+};
+
+struct RankedPlan {
+  Plan plan;
+  std::string why;
+};
+
+struct Rejection {
+  std::string reason;
+  int64_t count = 0;
+  std::string example;
+};
+
+struct SearchResult {
+  std::vector<RankedPlan> top;            // best first
+  std::vector<std::string> explanations;  // why the main alternatives lost
+  std::vector<Rejection> invalid_splits;  // (dp, tp, pp) splits that cannot run, by reason
+  int64_t splits = 0;                     // (dp, tp, pp) splits of the GPUs considered
+  int64_t evaluated = 0;                  // full layouts evaluated
+  int64_t fitting = 0;                    // of which fit in memory
+};
+
+// Every valid layout with the Megatron rank order and the 1F1B schedule (interleaved for v > 1).
+SearchResult search(const PlanInput& input, const SearchOptions& options = {});
+
+}  // namespace dtrain::plan

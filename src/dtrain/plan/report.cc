@@ -1,0 +1,297 @@
+// Text and JSON renderings of PlanInput, Plan and SearchResult; no figure is computed here.
+#include "dtrain/plan/report.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "dtrain/core/check.h"
+#include "dtrain/plan/format.h"
+
+namespace dtrain::plan {
+namespace {
+
+using nlohmann::json;
+
+std::string link_text(const Link& l) {
+  return str(l.name, " ", format_rate(l.bandwidth_bytes_per_s), ", ", l.latency_us, " us per step");
+}
+
+std::string traffic_link(const GroupTraffic& g, const Cluster& c) {
+  std::string s = g.inter_node ? c.inter_node.name : c.intra_node.name;
+  s += str(" (", g.nodes, g.nodes == 1 ? " node" : " nodes", g.hierarchical ? ", hierarchical" : "",
+           ")");
+  return s;
+}
+
+std::string memory_section(const PlanInput& in, const Plan& p) {
+  const MemoryBreakdown& m = p.memory;
+  const Layout& l = p.layout;
+  const StateBytes sb = in.training.state_bytes;
+  const std::string sharded = l.zero_stage > 0 ? str(" (ZeRO-", l.zero_stage, ")") : "";
+  std::string s =
+      str("Memory per GPU (pipeline stage ", m.stage, " of ", l.pp, ": ", m.layers, " layers, ",
+          format_params(static_cast<double>(m.stage_params)), " parameters per TP rank)\n");
+  auto row = [&](const std::string& what, double bytes, const std::string& note) {
+    s += "  " + pad_right(what, 18) + pad_right(format_gb(bytes), 12) + note + "\n";
+  };
+  row("params", m.params, str(sb.param, " B each", l.zero_stage >= 3 ? sharded : ""));
+  row("grads", m.grads, str(sb.grad, " B each", l.zero_stage >= 2 ? sharded : ""));
+  row("optimizer state", m.optimizer,
+      str(sb.optimizer, " B each", l.zero_stage >= 1 ? sharded : ""));
+  row("activations", m.activations,
+      str(format_fixed(m.inflight_microbatches, 2), " micro-batches in flight x (", m.layers,
+          " layers x ", format_gb(m.activation_per_layer), m.head_activations > 0 ? " + head" : "",
+          "); recompute ", name(l.recompute), l.sequence_parallel ? ", sequence parallel" : ""));
+  row("temporary", m.temporary,
+      str(l.zero_stage == 3 ? "gathered layers (ZeRO-3)" : "gradient bucket",
+          l.recompute != Recompute::none ? ", recomputed layer" : "", ", backward workspace"));
+  s += "  " + pad_right("total", 18) + pad_right(format_gb(m.total()), 12) + "of " +
+       format_gb(m.capacity) + ": " +
+       (m.fits() ? str("fits, ", format_gb(m.headroom()), " free")
+                 : str("DOES NOT FIT, over by ", format_gb(-m.headroom()))) +
+       "\n";
+  s += "  (the CUDA context, NCCL buffers and allocator fragmentation are not counted)\n";
+  return s;
+}
+
+std::string traffic_section(const PlanInput& in, const Plan& p) {
+  std::string s = "Communication per step, one rank\n";
+  if (p.traffic.empty()) return s + "  none (a single GPU)\n";
+  s += "  " + pad_right("group", 6) + pad_right("collective", 16) + pad_right("carries", 34) +
+       pad_right("ranks", 7) + pad_right("link", 38) + pad_right("bytes/rank", 12) +
+       pad_right("calls", 10) + pad_right("time", 11) + "exposed\n";
+  for (const GroupTraffic& g : p.traffic) {
+    s += "  " + pad_right(std::string(g.group), 6) + pad_right(std::string(g.op), 16) +
+         pad_right(std::string(g.what), 34) + pad_right(std::to_string(g.size), 7) +
+         pad_right(traffic_link(g, in.cluster), 38) + pad_right(format_gb(g.bytes_per_rank), 12) +
+         pad_right(format_count(static_cast<double>(g.calls)), 10) +
+         pad_right(format_seconds(g.time_s), 11) + format_seconds(g.exposed_s) + "\n";
+  }
+  return s;
+}
+
+std::string time_section(const PlanInput& in, const Plan& p) {
+  const TimeBreakdown& t = p.time;
+  const Layout& l = p.layout;
+  const Cluster& c = in.cluster;
+  std::string s;
+  const std::string kind = l.vp > 1 ? "interleaved" : std::string(name(l.schedule));
+  s += str("Pipeline: ", kind, ", P=", l.pp, ", M=", p.microbatches, ", v=", l.vp, ": bubble ",
+           format_percent(t.bubble.fraction_of_total), " of the step, ",
+           format_percent(t.bubble.fraction_of_ideal), " of the ideal time (Megatron's (P-1)/M",
+           l.vp > 1 ? "/v" : "", ")\n");
+  s += "Time per step\n";
+  auto row = [&](const std::string& what, double secs, const std::string& note) {
+    s += "  " + pad_right(what, 26) + pad_right(format_seconds(secs), 12) + note + "\n";
+  };
+  row("compute", t.compute_s,
+      str("at ", format_fixed(c.gpu.peak_flops * c.gpu.compute_efficiency * 1e-12, 0),
+          " TFLOP/s per GPU; recompute ", format_seconds(t.recompute_s)));
+  row("TP communication", t.tp_s, "on the critical path");
+  row("pipeline sends", t.pp_s, "on the critical path");
+  row("pipeline bubble", t.bubble_s, "");
+  row("DP/ZeRO communication", t.dp_s,
+      str("exposed ", format_seconds(t.dp_exposed_s), " with overlap"));
+  row("step", t.step_s, str("with overlap; ", format_seconds(t.step_no_overlap_s), " without"));
+  s += str("  throughput  ", format_count(t.tokens_per_s), " tokens/s\n");
+  s += str("  MFU         ", format_percent(t.mfu), " (model FLOPs without recompute, ",
+           name(in.training.flops), " convention); hardware ",
+           format_fixed(t.hardware_flops_per_gpu * 1e-12, 1), " TFLOP/s per GPU with recompute\n");
+  if (t.days > 0) {
+    s += str("  training    ", format_params(in.training.tokens), " tokens in ",
+             format_fixed(t.days, 1), " days\n");
+  }
+  return s;
+}
+
+json traffic_json(const GroupTraffic& g) {
+  return {{"group", g.group},
+          {"op", g.op},
+          {"carries", g.what},
+          {"ranks", g.size},
+          {"nodes", g.nodes},
+          {"inter_node", g.inter_node},
+          {"hierarchical", g.hierarchical},
+          {"calls", g.calls},
+          {"steps", g.steps},
+          {"bytes_per_rank", g.bytes_per_rank},
+          {"time_s", g.time_s},
+          {"exposed_s", g.exposed_s}};
+}
+
+}  // namespace
+
+std::string format_input(const PlanInput& in) {
+  const ModelShape& m = in.model;
+  const Cluster& c = in.cluster;
+  const Training& t = in.training;
+  std::string s;
+  s += str("model     ", m.name, ": ", format_params(static_cast<double>(param_count(m))),
+           " parameters (", name(m.family), "; ", m.layers, " layers, hidden ", m.hidden, ", ",
+           m.heads, " heads");
+  if (m.kv_heads > 0 && m.kv_heads != m.heads) s += str(", ", m.kv_heads, " KV heads");
+  s += str(", FFN ", m.ffn_or_default(), ", vocab ", m.vocab, ", sequence ", m.seq, ")\n");
+  s += str("cluster   ", c.name, ": ", c.world(), " GPUs = ", c.nodes, " nodes x ", c.gpus_per_node,
+           "; ", c.gpu.name, ", ", format_gb(c.gpu.memory_bytes), ", ",
+           format_fixed(c.gpu.peak_flops * 1e-12, 0), " TFLOP/s peak x ",
+           format_fixed(c.gpu.compute_efficiency, 2), " efficiency\n");
+  s += str("          ", link_text(c.intra_node), "; ", link_text(c.inter_node),
+           " (per GPU, per direction)\n");
+  s +=
+      str("training  global batch ", t.global_batch, " x ", m.seq, " tokens; ", t.state_bytes.param,
+          "+", t.state_bytes.grad, "+", t.state_bytes.optimizer, " = ", t.state_bytes.total(),
+          " B/param of model states; ", t.activation_bytes, " B activations");
+  if (t.tokens > 0) s += str("; ", format_params(t.tokens), " tokens to train");
+  s += "\n";
+  return s;
+}
+
+std::string format_plan(const PlanInput& in, const Plan& p) {
+  std::string s = format_input(in);
+  s += str("layout    ", describe(p.layout), " (", p.microbatches, " micro-batches, rank order ",
+           to_string(p.layout.order), ")\n\n");
+  s += memory_section(in, p) + "\n" + traffic_section(in, p) + "\n" + time_section(in, p);
+  return s;
+}
+
+std::string format_search(const PlanInput& in, const SearchResult& r) {
+  std::string s = format_input(in);
+  s += str("search    ", format_count(static_cast<double>(r.evaluated)), " layouts from ", r.splits,
+           " (dp, tp, pp) splits; ", format_count(static_cast<double>(r.fitting)), " fit\n\n");
+  if (!r.top.empty()) {
+    s += "Best layouts by predicted throughput\n";
+    s += "  " + pad_right("#", 4) + pad_right("layout", 48) + pad_right("step", 10) +
+         pad_right("tokens/s", 12) + pad_right("MFU", 8) + pad_right("memory", 10) + "days\n";
+    for (size_t i = 0; i < r.top.size(); ++i) {
+      const Plan& p = r.top[i].plan;
+      s += "  " + pad_right(std::to_string(i + 1), 4) + pad_right(describe(p.layout), 48) +
+           pad_right(format_seconds(p.time.step_s), 10) +
+           pad_right(format_count(p.time.tokens_per_s), 12) +
+           pad_right(format_percent(p.time.mfu), 8) + pad_right(format_gb(p.memory.total()), 10) +
+           (p.time.days > 0 ? format_fixed(p.time.days, 1) : "-") + "\n";
+      s += "      why: " + r.top[i].why + "\n";
+    }
+    s += "\n";
+  }
+  if (!r.explanations.empty()) {
+    s += "Why not the alternatives\n";
+    for (const std::string& e : r.explanations) s += "  - " + e + "\n";
+  }
+  if (!r.invalid_splits.empty()) {
+    s += "Splits that cannot run\n";
+    for (const Rejection& j : r.invalid_splits) {
+      s += str("  - ", j.count, " with ", j.reason, " (e.g. ", j.example, ")\n");
+    }
+  }
+  if (!r.top.empty()) {
+    s += str("\nThe winner in full (dtrain plan --model ", in.model.name, " --cluster ",
+             in.cluster.name, " ", layout_flags(r.top.front().plan.layout), "):\n\n");
+    s += memory_section(in, r.top.front().plan) + "\n" + traffic_section(in, r.top.front().plan) +
+         "\n" + time_section(in, r.top.front().plan);
+  }
+  return s;
+}
+
+json input_json(const PlanInput& in) {
+  const ModelShape& m = in.model;
+  const Training& t = in.training;
+  return {{"model",
+           {{"name", m.name},
+            {"family", name(m.family)},
+            {"layers", m.layers},
+            {"hidden", m.hidden},
+            {"heads", m.heads},
+            {"kv_heads", m.kv_heads_or_heads()},
+            {"ffn_hidden", m.ffn_or_default()},
+            {"vocab", m.vocab},
+            {"seq", m.seq},
+            {"params", param_count(m)}}},
+          {"cluster", to_json(in.cluster)},
+          {"training",
+           {{"global_batch", t.global_batch},
+            {"tokens", t.tokens},
+            {"state_bytes",
+             {{"param", t.state_bytes.param},
+              {"grad", t.state_bytes.grad},
+              {"optimizer", t.state_bytes.optimizer}}},
+            {"activation_bytes", t.activation_bytes},
+            {"flops_convention", name(t.flops)},
+            {"bucket_bytes", t.bucket_bytes}}}};
+}
+
+json layout_json(const Layout& l) {
+  return {{"dp", l.dp},
+          {"tp", l.tp},
+          {"pp", l.pp},
+          {"vp", l.vp},
+          {"zero_stage", l.zero_stage},
+          {"micro_batch", l.micro_batch},
+          {"recompute", name(l.recompute)},
+          {"sequence_parallel", l.sequence_parallel},
+          {"schedule", l.vp > 1 ? "interleaved" : name(l.schedule)},
+          {"order", to_string(l.order)}};
+}
+
+json plan_json(const Plan& p) {
+  const MemoryBreakdown& m = p.memory;
+  const TimeBreakdown& t = p.time;
+  json traffic = json::array();
+  for (const GroupTraffic& g : p.traffic) traffic.push_back(traffic_json(g));
+  return {{"layout", layout_json(p.layout)},
+          {"microbatches", p.microbatches},
+          {"memory",
+           {{"stage", m.stage},
+            {"layers", m.layers},
+            {"stage_params", m.stage_params},
+            {"params_bytes", m.params},
+            {"grads_bytes", m.grads},
+            {"optimizer_bytes", m.optimizer},
+            {"activations_bytes", m.activations},
+            {"head_activations_bytes", m.head_activations},
+            {"activation_bytes_per_layer", m.activation_per_layer},
+            {"inflight_microbatches", m.inflight_microbatches},
+            {"temporary_bytes", m.temporary},
+            {"total_bytes", m.total()},
+            {"capacity_bytes", m.capacity},
+            {"fits", m.fits()},
+            {"headroom_bytes", m.headroom()}}},
+          {"communication", traffic},
+          {"bubble",
+           {{"fraction_of_total", t.bubble.fraction_of_total},
+            {"fraction_of_ideal", t.bubble.fraction_of_ideal},
+            {"bubble_s", t.bubble_s}}},
+          {"time",
+           {{"compute_s", t.compute_s},
+            {"recompute_s", t.recompute_s},
+            {"tp_s", t.tp_s},
+            {"pp_s", t.pp_s},
+            {"bubble_s", t.bubble_s},
+            {"dp_s", t.dp_s},
+            {"dp_exposed_s", t.dp_exposed_s},
+            {"step_s", t.step_s},
+            {"step_no_overlap_s", t.step_no_overlap_s},
+            {"model_flops", t.model_flops},
+            {"hardware_flops", t.hardware_flops},
+            {"tokens_per_s", t.tokens_per_s},
+            {"mfu", t.mfu},
+            {"hardware_flops_per_gpu", t.hardware_flops_per_gpu},
+            {"days", t.days}}}};
+}
+
+json search_json(const PlanInput& in, const SearchResult& r) {
+  json top = json::array();
+  for (const RankedPlan& p : r.top) {
+    json j = plan_json(p.plan);
+    j["why"] = p.why;
+    top.push_back(std::move(j));
+  }
+  json invalid = json::array();
+  for (const Rejection& j : r.invalid_splits) {
+    invalid.push_back({{"reason", j.reason}, {"count", j.count}, {"example", j.example}});
+  }
+  return {{"input", input_json(in)},  {"splits", r.splits}, {"evaluated", r.evaluated},
+          {"fitting", r.fitting},     {"top", top},         {"explanations", r.explanations},
+          {"invalid_splits", invalid}};
+}
+
+}  // namespace dtrain::plan

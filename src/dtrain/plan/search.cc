@@ -1,0 +1,268 @@
+// search: enumerates every (dp, tp, pp) split of the GPUs, then every micro-batch, interleave
+// factor, ZeRO stage, recompute mode and sequence-parallel switch that the split allows; keeps
+// the fastest plans, and for each family of alternatives (tp across nodes, no pipeline, ZeRO-3,
+// no recompute, ...) its best member, to say why it lost.
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <optional>
+
+#include "dtrain/core/check.h"
+#include "dtrain/plan/format.h"
+#include "dtrain/plan/planner.h"
+
+namespace dtrain::plan {
+namespace {
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t d = 1; d * d <= n; ++d) {
+    if (n % d != 0) continue;
+    out.push_back(d);
+    if (d != n / d) out.push_back(n / d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool better(const Plan& a, const Plan& b) {
+  if (a.time.step_s != b.time.step_s) return a.time.step_s < b.time.step_s;
+  return a.memory.total() < b.memory.total();
+}
+
+// A family of alternatives, with its best fitting member and its least-overfull one.
+struct Family {
+  std::function<std::string(const Layout&)> label;  // given the member it is illustrated by
+  std::function<bool(const Layout&)> member;
+  int64_t count = 0;
+  int64_t fitting = 0;
+  std::optional<Plan> best;
+  std::optional<Plan> closest;
+
+  void offer(const Plan& p) {
+    ++count;
+    if (p.memory.fits()) {
+      ++fitting;
+      if (!best || better(p, *best)) best = p;
+    } else if (!closest || p.memory.headroom() > closest->memory.headroom()) {
+      closest = p;
+    }
+  }
+};
+
+std::vector<Family> make_families(const Cluster& c) {
+  const int g = c.gpus_per_node;
+  auto fixed = [](std::string text) {
+    return [text = std::move(text)](const Layout&) { return text; };
+  };
+  std::vector<Family> f;
+  f.push_back({[g, inter = c.inter_node.name](const Layout& l) {
+                 return str("tp=", l.tp, " crosses the node boundary (", g,
+                            " GPUs per node): its all-reduces would run over ", inter);
+               },
+               [g](const Layout& l) { return l.tp > g; }});
+  f.push_back({fixed("no pipeline (pp=1)"), [](const Layout& l) { return l.pp == 1; }});
+  f.push_back({fixed("pipeline parallelism (pp>1)"), [](const Layout& l) { return l.pp > 1; }});
+  f.push_back({fixed("interleaved pipeline (v>1)"), [](const Layout& l) { return l.vp > 1; }});
+  f.push_back({fixed("no ZeRO (optimizer state replicated)"),
+               [](const Layout& l) { return l.zero_stage == 0; }});
+  f.push_back({fixed("ZeRO-1/2 (optimizer state, gradients sharded)"),
+               [](const Layout& l) { return l.zero_stage == 1 || l.zero_stage == 2; }});
+  f.push_back({fixed("ZeRO-3 / FSDP (weights sharded too)"),
+               [](const Layout& l) { return l.zero_stage == 3; }});
+  f.push_back({fixed("no activation recompute"),
+               [](const Layout& l) { return l.recompute == Recompute::none; }});
+  f.push_back({fixed("selective recompute"),
+               [](const Layout& l) { return l.recompute == Recompute::selective; }});
+  f.push_back(
+      {fixed("full recompute"), [](const Layout& l) { return l.recompute == Recompute::full; }});
+  f.push_back({fixed("TP without sequence parallelism"),
+               [](const Layout& l) { return l.tp > 1 && !l.sequence_parallel; }});
+  f.push_back({fixed("sequence parallelism"), [](const Layout& l) { return l.sequence_parallel; }});
+  return f;
+}
+
+// The component of `worse`'s step that grew most against `ref`, in words.
+std::string main_cause(const Plan& worse, const Plan& ref, const Cluster& c) {
+  const TimeBreakdown& a = worse.time;
+  const TimeBreakdown& b = ref.time;
+  struct Part {
+    double delta;
+    std::string text;
+  };
+  bool tp_inter = false;
+  for (const GroupTraffic& g : worse.traffic) tp_inter |= g.group == "TP" && g.inter_node;
+  const Part parts[] = {
+      {a.compute_s - b.compute_s,
+       str("compute ", format_seconds(a.compute_s), " per step vs ", format_seconds(b.compute_s),
+           a.recompute_s > b.recompute_s ? " (recompute)" : "")},
+      {a.bubble_s - b.bubble_s,
+       str("pipeline bubble ", format_seconds(a.bubble_s), " vs ", format_seconds(b.bubble_s))},
+      {a.tp_s - b.tp_s,
+       str("TP communication ", format_seconds(a.tp_s), " vs ", format_seconds(b.tp_s),
+           tp_inter ? str(" (over ", c.inter_node.name, ")") : std::string())},
+      {a.pp_s - b.pp_s,
+       str("pipeline sends ", format_seconds(a.pp_s), " vs ", format_seconds(b.pp_s))},
+      {a.dp_exposed_s - b.dp_exposed_s,
+       str("exposed DP/ZeRO communication ", format_seconds(a.dp_exposed_s), " vs ",
+           format_seconds(b.dp_exposed_s))},
+  };
+  const Part* top = &parts[0];
+  for (const Part& p : parts) {
+    if (p.delta > top->delta) top = &p;
+  }
+  if (top->delta <= 0) return "same step time, more memory";
+  return top->text;
+}
+
+std::string slower(const Plan& worse, const Plan& ref) {
+  return format_percent(worse.time.step_s / ref.time.step_s - 1) + " slower";
+}
+
+std::string why_winner(const Plan& p, const Cluster& c) {
+  const TimeBreakdown& t = p.time;
+  std::string s =
+      str("step ", format_seconds(t.step_s), " = compute ", format_percent(t.compute_s / t.step_s));
+  if (t.bubble_s > 0) s += str(", bubble ", format_percent(t.bubble_s / t.step_s));
+  if (t.tp_s > 0) s += str(", TP ", format_percent(t.tp_s / t.step_s));
+  if (t.pp_s > 0) s += str(", PP ", format_percent(t.pp_s / t.step_s));
+  if (t.dp_exposed_s > 0) s += str(", exposed DP ", format_percent(t.dp_exposed_s / t.step_s));
+  bool tp_intra = p.layout.tp > 1;
+  for (const GroupTraffic& g : p.traffic) tp_intra &= !(g.group == "TP" && g.inter_node);
+  if (tp_intra) s += str("; TP stays on ", c.intra_node.name);
+  s += str("; ", format_gb(p.memory.total()), " of ", format_gb(p.memory.capacity));
+  return s;
+}
+
+}  // namespace
+
+SearchResult search(const PlanInput& in, const SearchOptions& options) {
+  validate(in);
+  DTRAIN_CHECK(options.top >= 1, "--top must be >= 1, got ", options.top);
+  const ModelShape& m = in.model;
+  const Cluster& c = in.cluster;
+  const int64_t gpus = c.world();
+  const int64_t batch = in.training.global_batch;
+  SearchResult result;
+  std::vector<Family> families = make_families(c);
+  std::map<std::string, Rejection> invalid;
+  std::vector<Plan> top;
+  std::optional<Plan> closest;
+
+  auto reject = [&](const std::string& reason, const Layout& l, const PlanInput& input) {
+    Rejection& r = invalid[reason];
+    if (r.count++ == 0) {
+      r.reason = reason;
+      r.example = str("dp=", l.dp, " tp=", l.tp, " pp=", l.pp, ": ", layout_error(input, l));
+    }
+  };
+
+  for (int64_t tp : divisors(gpus)) {
+    for (int64_t pp : divisors(gpus / tp)) {
+      ++result.splits;
+      Layout base;
+      base.tp = static_cast<int>(tp);
+      base.pp = static_cast<int>(pp);
+      base.dp = static_cast<int>(gpus / (tp * pp));
+      if (m.heads % tp != 0) {
+        reject(str("tp not dividing the ", m.heads, " attention heads"), base, in);
+        continue;
+      }
+      if (m.kv_heads_or_heads() % tp != 0 && tp % m.kv_heads_or_heads() != 0) {
+        reject(str("tp neither dividing nor a multiple of the ", m.kv_heads_or_heads(),
+                   " key/value heads"),
+               base, in);
+        continue;
+      }
+      if (m.layers % pp != 0) {
+        reject(str("pp not dividing the ", m.layers, " layers"), base, in);
+        continue;
+      }
+      if (batch % base.dp != 0) {
+        reject(str("dp not dividing the global batch of ", batch), base, in);
+        continue;
+      }
+      for (int64_t b : divisors(batch / base.dp)) {
+        const int64_t microbatches = batch / base.dp / b;
+        std::vector<int> vps{1};
+        if (pp > 1 && microbatches % pp == 0) {
+          for (int64_t v = 2; v * pp <= m.layers; ++v) {
+            if (m.layers % (v * pp) == 0) vps.push_back(static_cast<int>(v));
+          }
+        }
+        for (int v : vps) {
+          for (int zero = 0; zero <= (base.dp > 1 ? 3 : 0); ++zero) {
+            for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
+              for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+                Layout l = base;
+                l.micro_batch = b;
+                l.vp = v;
+                l.zero_stage = zero;
+                l.recompute = rc;
+                l.sequence_parallel = sp == 1;
+                l.schedule = v > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
+                Plan p = evaluate(in, l);
+                ++result.evaluated;
+                for (Family& f : families) {
+                  if (f.member(l)) f.offer(p);
+                }
+                if (!p.memory.fits()) {
+                  if (!closest || p.memory.headroom() > closest->memory.headroom()) closest = p;
+                  continue;
+                }
+                ++result.fitting;
+                if (static_cast<int>(top.size()) < options.top || better(p, top.back())) {
+                  top.insert(std::upper_bound(top.begin(), top.end(), p, better), std::move(p));
+                  if (static_cast<int>(top.size()) > options.top) top.pop_back();
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  for (auto& [reason, r] : invalid) result.invalid_splits.push_back(r);
+  std::sort(result.invalid_splits.begin(), result.invalid_splits.end(),
+            [](const Rejection& a, const Rejection& b) { return a.count > b.count; });
+
+  if (top.empty()) {
+    if (closest) {
+      result.explanations.push_back(str("no layout fits in ", format_gb(c.gpu.memory_bytes),
+                                        " per GPU; the closest, ", describe(closest->layout),
+                                        ", needs ", format_gb(closest->memory.total()),
+                                        " (over by ", format_gb(-closest->memory.headroom()), ")"));
+    }
+    return result;
+  }
+  const Plan& winner = top.front();
+  for (size_t i = 0; i < top.size(); ++i) {
+    RankedPlan r{top[i], {}};
+    r.why = i == 0 ? why_winner(top[i], c)
+                   : str(slower(top[i], winner), " than #1: ", main_cause(top[i], winner, c), "; ",
+                         format_gb(top[i].memory.total()));
+    result.top.push_back(std::move(r));
+  }
+  if (result.evaluated > result.fitting) {
+    result.explanations.push_back(str(result.evaluated - result.fitting, " of ", result.evaluated,
+                                      " layouts do not fit in ", format_gb(c.gpu.memory_bytes),
+                                      " per GPU"));
+  }
+  for (const Family& f : families) {
+    if (f.count == 0 || f.member(winner.layout)) continue;
+    if (f.best) {
+      result.explanations.push_back(str(f.label(f.best->layout), ": best is ",
+                                        describe(f.best->layout), ", ", slower(*f.best, winner),
+                                        ": ", main_cause(*f.best, winner, c)));
+    } else if (f.closest) {
+      result.explanations.push_back(str(f.label(f.closest->layout), ": none of ", f.count,
+                                        " fits; closest is ", describe(f.closest->layout), " at ",
+                                        format_gb(f.closest->memory.total()), " (over by ",
+                                        format_gb(-f.closest->memory.headroom()), ")"));
+    }
+  }
+  return result;
+}
+
+}  // namespace dtrain::plan

@@ -1,0 +1,118 @@
+// Byte tokenizer, corpus loading, split and batch sampling.
+#include "dtrain/train/data.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "dtrain/core/check.h"
+#include "dtrain/core/rng.h"
+
+namespace dtrain::train {
+
+std::vector<int32_t> tokenize_bytes(std::string_view text) {
+  std::vector<int32_t> tokens(text.size());
+  for (size_t i = 0; i < text.size(); ++i) tokens[i] = static_cast<unsigned char>(text[i]);
+  return tokens;
+}
+
+std::string detokenize_bytes(std::span<const int32_t> tokens) {
+  std::string text(tokens.size(), '\0');
+  for (size_t i = 0; i < tokens.size(); ++i) text[i] = static_cast<char>(tokens[i] & 0xFF);
+  return text;
+}
+
+std::string default_corpus_path() {
+  // This file is <root>/src/dtrain/train/data.cc; the corpus is <root>/data/corpus.txt.
+  const std::filesystem::path root =
+      std::filesystem::path(__FILE__).parent_path().parent_path().parent_path().parent_path();
+  return (root / "data" / "corpus.txt").string();
+}
+
+std::vector<int32_t> load_byte_tokens(const std::string& path) {
+  std::error_code ec;
+  DTRAIN_CHECK(std::filesystem::exists(path, ec), "--data: file '", path, "' does not exist");
+  DTRAIN_CHECK(!std::filesystem::is_directory(path, ec), "--data: '", path,
+               "' is a directory, not a text file");
+  std::ifstream in(path, std::ios::binary);
+  DTRAIN_CHECK(in.good(), "--data: cannot open '", path, "': ", std::strerror(errno));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  DTRAIN_CHECK(!in.bad(), "--data: error reading '", path, "'");
+  DTRAIN_CHECK(!text.empty(), "--data: file '", path, "' is empty");
+  return tokenize_bytes(text);
+}
+
+TokenSplit split_train_val(std::vector<int32_t> tokens, double val_fraction, std::string source) {
+  DTRAIN_CHECK(val_fraction > 0 && val_fraction < 1, "validation fraction must be in (0, 1) (got ",
+               val_fraction, ")");
+  const auto n = static_cast<int64_t>(tokens.size());
+  const auto n_train = static_cast<int64_t>(static_cast<double>(n) * (1.0 - val_fraction));
+  TokenSplit split;
+  split.val.assign(tokens.begin() + n_train, tokens.end());
+  tokens.resize(static_cast<size_t>(n_train));
+  split.train = std::move(tokens);
+  split.source = std::move(source);
+  return split;
+}
+
+void check_split_fits(const TokenSplit& split, int64_t T, std::string_view flag) {
+  const auto n_train = static_cast<int64_t>(split.train.size());
+  const auto n_val = static_cast<int64_t>(split.val.size());
+  DTRAIN_CHECK(n_train >= T + 1 && n_val >= T + 1, flag, " ", T, " is longer than the data: a ",
+               "window needs ", T + 1, " tokens, but --data '", split.source, "' has ", n_train,
+               " training and ", n_val, " validation tokens (", n_train + n_val,
+               " bytes in all); use a longer file or a smaller --seq/--context");
+}
+
+void Batch::resize(int64_t B, int64_t T) {
+  batch = B;
+  seq = T;
+  inputs.resize(static_cast<size_t>(B * T));
+  targets.resize(static_cast<size_t>(B * T));
+}
+
+namespace {
+
+void copy_window(std::span<const int32_t> tokens, int64_t start, int64_t T, int32_t* inputs,
+                 int32_t* targets) {
+  for (int64_t t = 0; t < T; ++t) {
+    inputs[t] = tokens[static_cast<size_t>(start + t)];
+    targets[t] = tokens[static_cast<size_t>(start + t + 1)];
+  }
+}
+
+}  // namespace
+
+BatchSampler::BatchSampler(std::span<const int32_t> tokens, int64_t B, int64_t T, uint64_t seed)
+    : tokens_(tokens), B_(B), T_(T), state_{seed, 0} {
+  DTRAIN_CHECK(B > 0 && T > 0, "BatchSampler: B and T must be positive (got ", B, ", ", T, ")");
+  DTRAIN_CHECK(static_cast<int64_t>(tokens.size()) >= T + 1, "BatchSampler: ", tokens.size(),
+               " tokens cannot hold a window of ", T + 1);
+}
+
+void BatchSampler::next(Batch& batch) {
+  batch.resize(B_, T_);
+  Rng rng(state_.rng_state);
+  const auto starts = static_cast<uint64_t>(static_cast<int64_t>(tokens_.size()) - T_);
+  for (int64_t b = 0; b < B_; ++b) {
+    const auto start = static_cast<int64_t>(rng.uniform_int(starts));
+    copy_window(tokens_, start, T_, batch.inputs.data() + b * T_, batch.targets.data() + b * T_);
+  }
+  state_.rng_state = rng.state();
+  ++state_.batches_drawn;
+}
+
+void eval_batch(std::span<const int32_t> tokens, int64_t index, Batch& batch) {
+  const int64_t B = batch.batch, T = batch.seq;
+  const int64_t starts = static_cast<int64_t>(tokens.size()) - T;  // valid starts: 0 .. starts-1
+  DTRAIN_CHECK(B > 0 && T > 0 && starts > 0, "eval_batch: ", tokens.size(),
+               " tokens cannot hold a window of ", T + 1);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t start = ((index * B + b) * T) % starts;
+    copy_window(tokens, start, T, batch.inputs.data() + b * T, batch.targets.data() + b * T);
+  }
+}
+
+}  // namespace dtrain::train

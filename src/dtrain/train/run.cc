@@ -1,0 +1,77 @@
+// resolve(): presets, overrides and the checks that name flags; run_training().
+#include "dtrain/train/run.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include "dtrain/core/check.h"
+#include "dtrain/core/rng.h"
+#include "dtrain/model/gemm.h"
+
+namespace dtrain::train {
+
+TrainSetup resolve(const TrainOptions& o) {
+  const model::GptPreset& preset = model::gpt_preset(o.model);
+  model::GptConfig m = preset.config;
+  const bool custom = o.vocab || o.context || o.layers || o.heads || o.channels;
+  m.vocab = o.vocab.value_or(m.vocab);
+  m.context = o.context.value_or(m.context);
+  m.layers = o.layers.value_or(m.layers);
+  m.heads = o.heads.value_or(m.heads);
+  m.channels = o.channels.value_or(m.channels);
+  model::validate(m);
+  DTRAIN_CHECK(m.vocab >= kByteVocab, "--vocab ", m.vocab, " is smaller than the ", kByteVocab,
+               " symbols of the byte tokenizer");
+
+  const int64_t B = o.batch.value_or(preset.batch);
+  const int64_t T = o.seq.value_or(m.context);
+  DTRAIN_CHECK(B > 0, "--batch must be positive (got ", B, ")");
+  DTRAIN_CHECK(T > 0, "--seq must be positive (got ", T, ")");
+  DTRAIN_CHECK(T <= m.context, "--seq ", T, " exceeds --context ", m.context);
+  DTRAIN_CHECK(o.steps > 0, "--steps must be positive (got ", o.steps, ")");
+  DTRAIN_CHECK(o.eval_every >= 0, "--eval-every must not be negative (got ", o.eval_every, ")");
+  DTRAIN_CHECK(o.eval_batches > 0, "--eval-batches must be positive (got ", o.eval_batches, ")");
+  DTRAIN_CHECK(o.blas_threads > 0, "--blas-threads must be positive (got ", o.blas_threads, ")");
+  DTRAIN_CHECK(o.weight_decay >= 0, "--weight-decay must not be negative (got ", o.weight_decay,
+               ")");
+  DTRAIN_CHECK(std::isfinite(o.grad_clip), "--grad-clip must be finite (got ", o.grad_clip, ")");
+
+  TrainSetup setup;
+  setup.blas_threads = o.blas_threads;
+  Rng seeds(o.seed);
+  setup.engine.model = m;
+  setup.engine.batch = B;
+  setup.engine.seq = T;
+  setup.engine.adamw = {o.beta1, o.beta2, 1e-8f, o.weight_decay};
+  setup.engine.grad_clip = o.grad_clip;
+  setup.engine.init_seed = seeds.next_u64();
+
+  TrainerConfig& t = setup.trainer;
+  t.model = m;
+  t.model_name = custom ? "custom" : preset.name;
+  t.steps = o.steps;
+  t.batch = B;
+  t.seq = T;
+  t.schedule = {o.lr, o.min_lr.value_or(o.lr / 10), o.warmup.value_or(o.steps / 10), o.steps};
+  optim::validate(t.schedule);
+  t.eval_every = o.eval_every;
+  t.eval_batches = o.eval_batches;
+  t.data_seed = seeds.next_u64();
+
+  const std::string path = o.data.empty() ? default_corpus_path() : o.data;
+  DTRAIN_CHECK(!o.data.empty() || std::filesystem::exists(path), "the default corpus '", path,
+               "' is missing (run data/make_corpus.py to write it, or pass --data FILE)");
+  setup.data = split_train_val(load_byte_tokens(path), o.val_fraction, path);
+  check_split_fits(setup.data, T, o.seq ? "--seq" : "--context");
+  return setup;
+}
+
+TrainSummary run_training(const TrainOptions& options, TrainObserver* observer) {
+  TrainSetup setup = resolve(options);
+  model::set_blas_threads(setup.blas_threads);
+  SerialEngine engine(setup.engine);
+  Trainer trainer(setup.trainer, engine, setup.data, observer);
+  return trainer.run();
+}
+
+}  // namespace dtrain::train

@@ -1,0 +1,48 @@
+// The `dtrain train` entry point: command-line options (as parsed, unvalidated) become
+// checked configs, then a serial run. Every error names the flag or file at fault.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "dtrain/train/serial_engine.h"
+#include "dtrain/train/trainer.h"
+
+namespace dtrain::train {
+
+struct TrainOptions {
+  std::string model = "tiny";  // preset
+  // Overrides of the preset's shape.
+  std::optional<int64_t> vocab, context, layers, heads, channels;
+  int64_t steps = 200;
+  std::optional<int64_t> batch;  // default: the preset's
+  std::optional<int64_t> seq;    // default: the context
+  float lr = 3e-3f;
+  std::optional<float> min_lr;    // default: lr / 10
+  std::optional<int64_t> warmup;  // default: steps / 10
+  float weight_decay = 0.1f;
+  float beta1 = 0.9f, beta2 = 0.95f;
+  float grad_clip = 1.0f;
+  int64_t eval_every = 50;
+  int64_t eval_batches = 8;
+  uint64_t seed = 1;
+  std::string data;  // empty: the default corpus
+  double val_fraction = 0.1;
+  int blas_threads = 1;
+};
+
+struct TrainSetup {
+  SerialEngineConfig engine;
+  TrainerConfig trainer;
+  TokenSplit data;
+  int blas_threads = 1;
+};
+
+// Checks the options and loads the data; throws Error naming the flag or file.
+TrainSetup resolve(const TrainOptions& options);
+
+// resolve(), then a serial run with `observer` (may be null) watching.
+TrainSummary run_training(const TrainOptions& options, TrainObserver* observer);
+
+}  // namespace dtrain::train

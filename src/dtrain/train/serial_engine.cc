@@ -1,0 +1,44 @@
+// SerialEngine::train_step: zero grads, forward, backward, clip, AdamW.
+#include "dtrain/train/serial_engine.h"
+
+#include <cmath>
+
+#include "dtrain/core/check.h"
+#include "dtrain/core/timer.h"
+#include "dtrain/optim/grad_clip.h"
+
+namespace dtrain::train {
+
+SerialEngine::SerialEngine(const SerialEngineConfig& config)
+    : config_(config),
+      model_(config.model, &tracker_),
+      adamw_(model_.param_count(), config.adamw, &tracker_) {
+  model_.init_params(config.init_seed);
+  model_.set_batch_shape(config.batch, config.seq);
+}
+
+StepStats SerialEngine::train_step(const Batch& batch, float lr) {
+  StepStats stats;
+  Stopwatch watch;
+  model_.zero_grads();
+  stats.loss = model_.forward(batch.inputs, batch.targets, batch.batch, batch.seq);
+  stats.forward_ms = watch.elapsed_us() * 1e-3;
+  watch.restart();
+  model_.backward();
+  stats.backward_ms = watch.elapsed_us() * 1e-3;
+  watch.restart();
+  stats.grad_norm = std::sqrt(optim::sum_of_squares(model_.grads()));
+  DTRAIN_CHECK(std::isfinite(stats.loss) && std::isfinite(stats.grad_norm),
+               "training diverged: loss ", stats.loss, ", gradient norm ", stats.grad_norm,
+               " (try a smaller --lr)");
+  adamw_.step(model_.params(), model_.grads(), lr,
+              optim::clip_scale(stats.grad_norm, config_.grad_clip));
+  stats.optimizer_ms = watch.elapsed_us() * 1e-3;
+  return stats;
+}
+
+float SerialEngine::eval_loss(const Batch& batch) {
+  return model_.forward(batch.inputs, batch.targets, batch.batch, batch.seq);
+}
+
+}  // namespace dtrain::train

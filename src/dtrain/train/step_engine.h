@@ -1,0 +1,35 @@
+// StepEngine: what the Trainer needs from "a model laid out on ranks". The serial engine is
+// one GptModel and one AdamW; the data-, tensor- and pipeline-parallel engines implement the
+// same three calls, so the training loop, schedule, evaluation and reports stay unchanged.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dtrain/core/memory.h"
+#include "dtrain/train/data.h"
+
+namespace dtrain::train {
+
+struct StepStats {
+  float loss = 0;        // mean cross-entropy over the global batch (before the update)
+  double grad_norm = 0;  // global L2 norm of the gradient, before clipping
+  double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;
+};
+
+class StepEngine {
+ public:
+  virtual ~StepEngine() = default;
+  // "serial", or the layout, e.g. "DP(2)-TP(2)-PP(1)".
+  virtual std::string describe() const = 0;
+  // One optimizer step on the global batch (B, T): forward, backward, gradient clipping,
+  // AdamW at learning rate `lr`.
+  virtual StepStats train_step(const Batch& batch, float lr) = 0;
+  // Mean loss of `batch` with the current parameters; nothing is updated.
+  virtual float eval_loss(const Batch& batch) = 0;
+  // The memory accounting of the reporting rank (rank 0).
+  virtual const MemoryTracker& memory() const = 0;
+  virtual int64_t param_count() const = 0;
+};
+
+}  // namespace dtrain::train

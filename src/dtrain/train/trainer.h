@@ -1,0 +1,100 @@
+// Trainer: the training loop over any StepEngine. Draws batches, follows the learning-rate
+// schedule, evaluates the validation loss every N steps, reports progress to an observer and
+// ends with a summary (losses, speed, memory per tag).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dtrain/core/memory.h"
+#include "dtrain/model/gpt_config.h"
+#include "dtrain/optim/lr_schedule.h"
+#include "dtrain/train/data.h"
+#include "dtrain/train/step_engine.h"
+
+namespace dtrain::train {
+
+struct TrainerConfig {
+  model::GptConfig model;  // for reports (ln V, the planned activation bytes)
+  std::string model_name;  // preset name or "custom"
+  int64_t steps = 0;
+  int64_t batch = 0;  // B, global
+  int64_t seq = 0;    // T
+  optim::LrSchedule schedule;
+  int64_t eval_every = 0;  // validation every this many steps (and at start and end); 0: only then
+  int64_t eval_batches = 0;  // validation batches per evaluation
+  uint64_t data_seed = 0;    // training batch order
+};
+
+struct StepRecord {
+  int64_t step = 0;  // 1-based: the number of updates done
+  float lr = 0;
+  double step_ms = 0;
+  StepStats stats;
+};
+
+struct EvalRecord {
+  int64_t step = 0;  // updates done before the evaluation
+  float val_loss = 0;
+};
+
+struct MemoryRow {
+  MemoryTag tag = MemoryTag::params;
+  int64_t current_bytes = 0;
+  int64_t peak_bytes = 0;
+};
+
+struct TrainSummary {
+  TrainerConfig config;
+  std::string engine;
+  std::string data_source;
+  int64_t train_tokens = 0, val_tokens = 0;
+  int64_t param_count = 0;
+  int64_t tokens_per_step = 0;
+  std::vector<float> train_losses;  // one per step
+  std::vector<EvalRecord> evals;    // the first before any update, the last after the last
+  double ln_vocab = 0;              // the loss of a uniform guess
+  float first_train_loss = 0, final_train_loss = 0;
+  float final_train_loss_avg = 0;  // mean of the last min(10, steps) steps
+  float first_val_loss = 0, final_val_loss = 0;
+  double train_seconds = 0;  // step time only (evaluation excluded)
+  double tokens_per_s = 0;
+  double ms_per_step = 0, median_ms_per_step = 0;
+  double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;  // means per step
+  std::vector<MemoryRow> memory;                             // one per tag
+  int64_t peak_total_bytes = 0;
+  double planned_activation_bytes = 0;  // L * per layer + head + workspace, from plan/
+};
+
+// Progress callbacks; the default implementations ignore everything.
+class TrainObserver {
+ public:
+  virtual ~TrainObserver() = default;
+  virtual void on_start(const TrainerConfig& /*config*/, const StepEngine& /*engine*/) {}
+  virtual void on_step(const StepRecord& /*record*/) {}
+  virtual void on_eval(const EvalRecord& /*record*/) {}
+  virtual void on_finish(const TrainSummary& /*summary*/) {}
+};
+
+class Trainer {
+ public:
+  // `data` must outlive the trainer; check_split_fits(data, seq) must hold.
+  Trainer(const TrainerConfig& config, StepEngine& engine, const TokenSplit& data,
+          TrainObserver* observer = nullptr);
+  TrainSummary run();
+  // Mean validation loss over config.eval_batches fixed batches.
+  float evaluate();
+
+ private:
+  TrainerConfig config_;
+  StepEngine& engine_;
+  const TokenSplit& data_;
+  TrainObserver* observer_;
+  Batch batch_;
+};
+
+// Bytes the plan/ formulas give for the activations of one rank running `model` on (B, T).
+double planned_activation_bytes(const model::GptConfig& model, int64_t B, int64_t T);
+
+}  // namespace dtrain::train

@@ -1,0 +1,59 @@
+# `dtrain plan` and `dtrain scenario` on bad input: each case exits non-zero with an error that
+# names the field (the issue's list: unknown preset, a layout whose product does not match the
+# GPU count, tp not dividing the heads, a micro-batch not dividing the batch, zero or negative
+# sizes), and a layout that does not fit is not an error.
+source "$(dirname "$0")/lib/expect.bash"
+
+c=(--cluster 8x8xH100)
+expect_error "--model: unknown preset 'llama3-405b'" plan --model llama3-405b "${c[@]}"
+expect_error "--cluster '8x8xB300': unknown node type 'B300'" plan --model llama2-70b --cluster 8x8xB300
+expect_error "--cluster is required" plan --model llama2-70b
+expect_error "--dp 2 x --tp 8 x --pp 8 = 128 GPUs does not match the cluster's 64 \(8 nodes x 8\)" \
+  plan --model llama2-70b "${c[@]}" --dp 2 --tp 8 --pp 8
+expect_error "--tp 3 x --pp 1 does not divide the cluster's 64 GPUs" plan --model llama2-70b "${c[@]}" --tp 3
+expect_error "--tp 3 does not divide --heads 64" plan --model llama2-70b --cluster 6x8xH100 --tp 3
+expect_error "--micro-batch 3 x --dp 8 = 24 does not divide --global-batch 1024" \
+  plan --model llama2-70b "${c[@]}" --tp 8 --micro-batch 3
+expect_error "--pp 3 does not divide --layers 80" plan --model llama2-70b --cluster 6x8xH100 --tp 8 --pp 3
+expect_error "--micro-batch must be >= 1, got 0" plan --model llama2-70b "${c[@]}" --micro-batch 0
+expect_error "--micro-batch must be >= 1, got -2" plan --model llama2-70b "${c[@]}" --micro-batch -2
+expect_error "--tp must be >= 1, got 0" plan --model llama2-70b "${c[@]}" --dp 64 --tp 0
+expect_error "--zero must be 0, 1, 2 or 3, got 5" plan --model llama2-70b "${c[@]}" --zero 5
+expect_error "--global-batch must be positive, got -8" plan --model llama2-70b "${c[@]}" --global-batch -8
+expect_error "--global-batch must be positive, got 0" plan --model llama2-70b "${c[@]}" --global-batch 0
+expect_error "--layers must be positive, got 0" plan --model llama2-70b "${c[@]}" --layers 0
+expect_error "--hidden must be positive, got -4096" plan --model llama2-70b "${c[@]}" --hidden -4096
+expect_error "--seq-length must be positive, got 0" plan --model llama2-70b "${c[@]}" --seq-length 0
+expect_error "--params must be positive" plan --model llama2-70b "${c[@]}" --params -7e9
+expect_error "--tokens must not be negative" plan --model llama2-70b "${c[@]}" --tokens -1
+expect_error "--cluster '0x8xH100' is not NODESxGPUSxTYPE" plan --model llama2-70b --cluster 0x8xH100
+expect_error "--nodes must be positive, got 0" plan --model llama2-70b "${c[@]}" --nodes 0
+expect_error "--gpu-memory: 'lots' is not a size" plan --model llama2-70b "${c[@]}" --gpu-memory lots
+expect_error "--compute-efficiency must be in \(0, 1\]" plan --model llama2-70b "${c[@]}" --compute-efficiency 2
+expect_error "--precision must be one of" plan --model llama2-70b "${c[@]}" --precision fp8
+expect_error "--recompute must be none, selective or full" plan --model llama2-70b "${c[@]}" --recompute some
+expect_error "--order must list tp, dp and pp" plan --model llama2-70b "${c[@]}" --order tp-pp
+expect_error "--microbatches 7 does not divide --global-batch 1024 / --dp 8" \
+  plan --model llama2-70b "${c[@]}" --tp 8 --microbatches 7
+expect_error "--vp 2 needs --pp > 1" plan --model llama2-70b "${c[@]}" --tp 8 --vp 2
+expect_error "give --model PRESET, or a custom shape" plan "${c[@]}" --layers 4
+expect_error "--global-batch is required" plan "${c[@]}" --layers 4 --hidden 256 --heads 4 --vocab 1000 --seq-length 128
+expect_error "--heads 5 does not divide --hidden 256" \
+  plan "${c[@]}" --layers 4 --hidden 256 --heads 5 --vocab 1000 --seq-length 128 --global-batch 64
+
+# Cluster files: errors name the file and the field.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+expect_error "cannot open cluster file '$tmp/none.json'" plan --model llama2-70b --cluster "$tmp/none.json"
+echo '{"nodes": 2, "gpus_per_node": 8}' >"$tmp/partial.json"
+expect_error "cluster file '$tmp/partial.json': missing object 'gpu'" plan --model llama2-70b --cluster "$tmp/partial.json"
+echo '{"preset": "H100", "nodes": 2, "gpu": {"memory_bytes": -1}}' >"$tmp/negative.json"
+expect_error "field 'gpu.memory_bytes' must be positive" plan --model llama2-70b --cluster "$tmp/negative.json"
+echo '{ nodes: 2' >"$tmp/broken.json"
+expect_error "cluster file '$tmp/broken.json' is not valid JSON" plan --model llama2-70b --cluster "$tmp/broken.json"
+
+expect_error "scenario: unknown scenario 'size-1t'" scenario size-1t
+
+# Not fitting is a report, not an error: exit 0 and say by how much.
+expect_output "DOES NOT FIT, over by" plan --model llama2-70b "${c[@]}"
+finish

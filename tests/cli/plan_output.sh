@@ -1,0 +1,55 @@
+# `dtrain plan`, `dtrain scenario` and `dtrain bench plan`: help on every flag, the table and the
+# same figures as JSON, the search with its reasons, and the cluster file round trip.
+source "$(dirname "$0")/lib/expect.bash"
+
+for flag in --model --layers --hidden --heads --kv-heads --ffn-hidden --vocab --seq-length \
+  --params --global-batch --tokens --precision --flops --cluster --nodes --gpu-memory \
+  --peak-tflops --intra-bandwidth --inter-bandwidth --dp --tp --pp --vp --zero --micro-batch \
+  --microbatches --recompute --sequence-parallel --schedule --order --search --top --json --print-cluster; do
+  expect_output "$flag" plan --help
+done
+expect_output "list" scenario --help
+expect_output "--repeats" bench plan --help
+
+c=(--cluster 8x8xH100)
+l=(--tp 8 --pp 2 --zero 1 --recompute selective --sequence-parallel)
+expect_output "Memory per GPU" plan --model llama2-70b "${c[@]}" "${l[@]}"
+expect_output "fits, .* GB free" plan --model llama2-70b "${c[@]}" "${l[@]}"
+expect_output "TP +reduce_scatter .*NVLink \(1 node\)" plan --model llama2-70b "${c[@]}" "${l[@]}"
+expect_output "PP +send/recv .*InfiniBand \(2 nodes\)" plan --model llama2-70b "${c[@]}" "${l[@]}"
+expect_output "bubble 0.4% of the step, 0.4% of the ideal time" plan --model llama2-70b "${c[@]}" "${l[@]}"
+expect_output "MFU .*narayanan convention" plan --model llama2-70b "${c[@]}" "${l[@]}"
+expect_output "2.00T tokens in [0-9.]+ days" plan --model llama2-70b "${c[@]}" "${l[@]}"
+expect_output '"fraction_of_ideal"' plan --model llama2-70b "${c[@]}" "${l[@]}" --json
+expect_output '"params": 68976648192' plan --model llama2-70b "${c[@]}" "${l[@]}" --json
+expect_output "6nd convention" plan --model llama2-70b "${c[@]}" "${l[@]}" --flops 6nd
+expect_output "dp=4 tp=8 pp=2 zero=0 b=4 " plan --model llama2-70b "${c[@]}" --tp 8 --pp 2 --microbatches 64
+expect_output "custom: " plan "${c[@]}" --layers 4 --hidden 256 --heads 4 --vocab 1000 --seq-length 128 --global-batch 64
+
+# The search: ranked layouts, the reason each wins, and the main rejections.
+expect_output "Best layouts by predicted throughput" plan --model llama2-70b "${c[@]}" --search
+expect_output "why: step" plan --model llama2-70b "${c[@]}" --search
+expect_output "tp=16 crosses the node boundary .* would run over InfiniBand" plan --model llama2-70b "${c[@]}" --search
+expect_output "layouts do not fit in 80.00 GB per GPU" plan --model llama2-70b "${c[@]}" --search
+expect_output '"explanations"' plan --model llama2-70b "${c[@]}" --search --json --top 2
+
+# A cluster file written by --print-cluster reads back as the same cluster.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$DTRAIN" plan --cluster 2x8xA100 --print-cluster >"$tmp/cluster.json"
+expect_output '"bandwidth_bytes_per_s": 25000000000' plan --cluster "$tmp/cluster.json" --print-cluster
+expect_output "2x8xA100-80GB: 16 GPUs" plan --model llama2-13b --cluster "$tmp/cluster.json" --zero 3
+
+# Scenarios: the list, each one as text and as JSON.
+expect_output "size-70b" scenario list
+for s in size-70b stalled-scaleout 3d-placement gpipe-vs-1f1b ddp-vs-fsdp; do
+  expect_output "Findings" scenario "$s"
+  expect_output '"findings"' scenario "$s" --json
+done
+expect_output "1.10 TB of model states" scenario size-70b
+expect_output "7/15 = 46.7% at M=8 and 7/71 = 9.9% at M=64" scenario gpipe-vs-1f1b
+expect_output "FSDP pays 1.5x the bytes" scenario ddp-vs-fsdp
+
+# The search benchmark runs (its speed is reported, not asserted).
+expect_output "layouts evaluated" bench plan --repeats 1
+finish

@@ -1,0 +1,123 @@
+// Cluster presets and parsing: "NxGxTYPE" strings, the JSON round trip, and file errors that
+// name the file and the field.
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "dtrain/core/check.h"
+#include "dtrain/plan/hardware.h"
+
+namespace dtrain::plan {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Hardware, ParsesPresetStrings) {
+  const Cluster c = parse_cluster("8x8xH100");
+  EXPECT_EQ(c.nodes, 8);
+  EXPECT_EQ(c.gpus_per_node, 8);
+  EXPECT_EQ(c.world(), 64);
+  EXPECT_EQ(c.gpu.peak_flops, 989e12);
+  EXPECT_EQ(c.intra_node.bandwidth_bytes_per_s, 450e9);  // 900 GB/s counting both directions
+  EXPECT_EQ(c.inter_node.bandwidth_bytes_per_s, 50e9);   // 400 Gb/s NDR per GPU
+  const Cluster a = parse_cluster("2xA100-80GB");
+  EXPECT_EQ(a.nodes, 2);
+  EXPECT_EQ(a.gpus_per_node, 8);
+  EXPECT_EQ(a.gpu.peak_flops, 312e12);
+  EXPECT_EQ(a.intra_node.bandwidth_bytes_per_s, 300e9);  // 600 GB/s counting both directions
+  EXPECT_EQ(a.inter_node.bandwidth_bytes_per_s, 25e9);   // 200 Gb/s HDR per GPU
+  EXPECT_EQ(parse_cluster("4x2xa100").world(), 8);
+}
+
+TEST(Hardware, BadStringsNameTheFlag) {
+  for (const char* bad : {"", "8x8", "0x8xH100", "8x8xB300", "axbxc", "-1x8xH100"}) {
+    const std::string e = error_of([&] { parse_cluster(bad); });
+    EXPECT_NE(e.find("--cluster"), std::string::npos) << bad << ": " << e;
+  }
+  EXPECT_NE(error_of([] { parse_cluster("8x8xB300"); }).find("unknown node type 'B300'"),
+            std::string::npos);
+}
+
+TEST(Hardware, JsonRoundTrip) {
+  const Cluster c = parse_cluster("3x4xH100");
+  const Cluster back = cluster_from_json(to_json(c), "memory");
+  EXPECT_EQ(back.name, c.name);
+  EXPECT_EQ(back.nodes, 3);
+  EXPECT_EQ(back.gpus_per_node, 4);
+  EXPECT_EQ(back.gpu.memory_bytes, c.gpu.memory_bytes);
+  EXPECT_EQ(back.gpu.compute_efficiency, c.gpu.compute_efficiency);
+  EXPECT_EQ(back.intra_node.latency_us, c.intra_node.latency_us);
+  EXPECT_EQ(back.inter_node.bandwidth_bytes_per_s, c.inter_node.bandwidth_bytes_per_s);
+}
+
+TEST(Hardware, PresetInFileFillsTheRest) {
+  const nlohmann::json j = {
+      {"preset", "A100"}, {"nodes", 2}, {"inter_node", {{"bandwidth_bytes_per_s", 12.5e9}}}};
+  const Cluster c = cluster_from_json(j, "calibrated.json");
+  EXPECT_EQ(c.world(), 16);
+  EXPECT_EQ(c.inter_node.bandwidth_bytes_per_s, 12.5e9);
+  EXPECT_EQ(c.inter_node.latency_us, parse_cluster("1xA100").inter_node.latency_us);
+}
+
+TEST(Hardware, FileErrorsNameFileAndField) {
+  const std::string path = testing::TempDir() + "dtrain_cluster_test.json";
+  auto write = [&](const std::string& text) {
+    std::ofstream out(path);
+    out << text;
+  };
+  write("{ not json");
+  std::string e = error_of([&] { read_cluster_file(path); });
+  EXPECT_NE(e.find(path), std::string::npos) << e;
+  EXPECT_NE(e.find("not valid JSON"), std::string::npos) << e;
+
+  nlohmann::json j = to_json(parse_cluster("1x8xH100"));
+  j["gpu"].erase("peak_flops");
+  write(j.dump());
+  e = error_of([&] { read_cluster_file(path); });
+  EXPECT_NE(e.find(path), std::string::npos) << e;
+  EXPECT_NE(e.find("gpu.peak_flops"), std::string::npos) << e;
+
+  j = to_json(parse_cluster("1x8xH100"));
+  j["inter_node"]["bandwidth_bytes_per_s"] = -1;
+  write(j.dump());
+  e = error_of([&] { read_cluster_file(path); });
+  EXPECT_NE(e.find("inter_node.bandwidth_bytes_per_s"), std::string::npos) << e;
+  EXPECT_NE(e.find("positive"), std::string::npos) << e;
+
+  j = to_json(parse_cluster("1x8xH100"));
+  j["nodes"] = "eight";
+  write(j.dump());
+  EXPECT_NE(error_of([&] { read_cluster_file(path); }).find("'nodes' must be a number"),
+            std::string::npos);
+
+  j = to_json(parse_cluster("2x8xH100"));
+  write(j.dump());
+  EXPECT_EQ(parse_cluster(path).world(), 16);  // a .json path goes to the reader
+  std::remove(path.c_str());
+
+  e = error_of([&] { read_cluster_file(path); });
+  EXPECT_NE(e.find("cannot open"), std::string::npos) << e;
+}
+
+TEST(Hardware, ValidateNamesTheField) {
+  Cluster c = parse_cluster("1x8xH100");
+  c.gpu.memory_bytes = 0;
+  EXPECT_NE(error_of([&] { validate(c); }).find("--gpu-memory"), std::string::npos);
+  c = parse_cluster("1x8xH100");
+  c.gpu.compute_efficiency = 1.5;
+  EXPECT_NE(error_of([&] { validate(c); }).find("--compute-efficiency"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dtrain::plan

@@ -1,0 +1,106 @@
+// Model-state memory per ZeRO stage: the ZeRO paper's worked example (Rajbhandari et al. 2020,
+// Figure 1: 7.5B parameters, 64-way data parallelism, mixed-precision Adam with K = 12) derived
+// here from first principles, then the padding rule and the other precisions.
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "dtrain/core/check.h"
+#include "dtrain/plan/memory_model.h"
+
+namespace dtrain::plan {
+namespace {
+
+TEST(MemoryModel, ZeroPaperWorkedExample) {
+  // Psi = 7.5B, N = 64, K = 12: fp16 weights (2 Psi) and gradients (2 Psi), K Psi of optimizer
+  // state. The paper's GB are 10^9 bytes (7.5B x 16 B = 120 GB exactly only in that unit).
+  const int64_t psi = 7'500'000'000;
+  const int n = 64;
+  const double p = 2, g = 2, k = 12;
+  const double psi_d = static_cast<double>(psi);
+  const double baseline = (p + g + k) * psi_d;          // 120 GB
+  const double os = (p + g) * psi_d + k * psi_d / n;    // 31.40625 GB
+  const double os_g = p * psi_d + (g + k) * psi_d / n;  // 16.640625 GB
+  const double os_g_p = (p + g + k) * psi_d / n;        // 1.875 GB
+  const double expected[4] = {baseline, os, os_g, os_g_p};
+  // The figures as the paper prints them, each rounded to 0.1 GB.
+  const double printed_gb[4] = {120, 31.4, 16.6, 1.9};
+  for (int stage = 0; stage <= 3; ++stage) {
+    const ModelStateBytes m = model_state_bytes(psi, n, stage, kMixedPrecisionAdam);
+    // 7.5e9 / 64 is a whole number, so no padding: exact.
+    EXPECT_EQ(static_cast<double>(m.total()), expected[stage]) << "stage " << stage;
+    EXPECT_NEAR(static_cast<double>(m.total()) / 1e9, printed_gb[stage], 0.05 + 1e-9)
+        << "stage " << stage;
+  }
+}
+
+TEST(MemoryModel, EachStageShardsItsStates) {
+  const int64_t psi = 1000;
+  const StateBytes b{2, 4, 12};
+  const ModelStateBytes s0 = model_state_bytes(psi, 8, 0, b);
+  EXPECT_EQ(s0.params, 2000);
+  EXPECT_EQ(s0.grads, 4000);
+  EXPECT_EQ(s0.optimizer, 12000);
+  const ModelStateBytes s1 = model_state_bytes(psi, 8, 1, b);
+  EXPECT_EQ(s1.params, 2000);
+  EXPECT_EQ(s1.grads, 4000);
+  EXPECT_EQ(s1.optimizer, 12 * 125);
+  const ModelStateBytes s2 = model_state_bytes(psi, 8, 2, b);
+  EXPECT_EQ(s2.params, 2000);
+  EXPECT_EQ(s2.grads, 4 * 125);
+  EXPECT_EQ(s2.optimizer, 12 * 125);
+  const ModelStateBytes s3 = model_state_bytes(psi, 8, 3, b);
+  EXPECT_EQ(s3.params, 2 * 125);
+  EXPECT_EQ(s3.grads, 4 * 125);
+  EXPECT_EQ(s3.optimizer, 12 * 125);
+  EXPECT_EQ(s3.total(), 18 * 125);
+}
+
+TEST(MemoryModel, ShardsArePaddedNotRefused) {
+  // 10 parameters over 3 ranks: each rank holds ceil(10/3) = 4 elements of a sharded state.
+  EXPECT_EQ(shard_count(10, 3), 4);
+  EXPECT_EQ(shard_count(9, 3), 3);
+  EXPECT_EQ(shard_count(0, 3), 0);
+  const ModelStateBytes m = model_state_bytes(10, 3, 3, kFp32Adam);
+  EXPECT_EQ(m.params, 4 * 4);
+  EXPECT_EQ(m.grads, 4 * 4);
+  EXPECT_EQ(m.optimizer, 8 * 4);
+}
+
+TEST(MemoryModel, PrecisionsAndTheirTotals) {
+  EXPECT_EQ(kMixedPrecisionAdam.total(), 16);
+  EXPECT_EQ(kMegatronMixedPrecisionAdam.total(), 18);
+  EXPECT_EQ(kFp32Adam.total(), 16);
+  EXPECT_EQ(parse_precision("mixed"), kMixedPrecisionAdam);
+  EXPECT_EQ(parse_precision("megatron"), kMegatronMixedPrecisionAdam);
+  EXPECT_EQ(parse_precision("fp32"), kFp32Adam);
+  EXPECT_FALSE(parse_precision("fp8").has_value());
+  // Plain DP with one rank holds everything, whatever the stage.
+  for (int stage = 0; stage <= 3; ++stage) {
+    EXPECT_EQ(model_state_bytes(100, 1, stage, kMegatronMixedPrecisionAdam).total(), 1800);
+  }
+}
+
+TEST(MemoryModel, Zero3GatheredBytes) {
+  // One layer being computed plus one prefetched (2 bytes each), and one layer's gradient.
+  EXPECT_EQ(zero3_gathered_bytes(1000, kMixedPrecisionAdam), 2 * 1000 * 2 + 1000 * 2);
+  EXPECT_EQ(zero3_gathered_bytes(1000, kFp32Adam, 0), 1000 * 4 + 1000 * 4);
+}
+
+TEST(MemoryModel, BadStageOrRanksNameTheFlag) {
+  try {
+    model_state_bytes(100, 4, 4, kMixedPrecisionAdam);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--zero"), std::string::npos) << e.what();
+  }
+  try {
+    model_state_bytes(100, 0, 1, kMixedPrecisionAdam);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--dp"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::plan

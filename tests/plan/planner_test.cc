@@ -1,0 +1,235 @@
+// evaluate: every figure of a plan is the formula headers' figure (no second copy), the bad
+// layouts the issue lists fail with the flag named, and a layout that does not fit is reported,
+// not refused.
+#include <cmath>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "dtrain/core/check.h"
+#include "dtrain/plan/comm_model.h"
+#include "dtrain/plan/planner.h"
+
+namespace dtrain::plan {
+namespace {
+
+PlanInput input(std::string_view model, std::string_view cluster, int64_t batch) {
+  PlanInput in;
+  in.model = model_preset(model);
+  in.cluster = parse_cluster(cluster);
+  in.training.global_batch = batch;
+  in.training.tokens = 1e12;
+  return in;
+}
+
+std::string error_of(const PlanInput& in, const Layout& l) {
+  try {
+    evaluate(in, l);
+  } catch (const Error& e) {
+    EXPECT_EQ(layout_error(in, l), e.what());
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Planner, BadLayoutsNameTheirFlags) {
+  const PlanInput in = input("llama2-70b", "8x8xH100", 1024);
+  Layout l;
+  l.dp = 2;
+  l.tp = 8;
+  l.pp = 8;
+  EXPECT_EQ(error_of(in, l),
+            "--dp 2 x --tp 8 x --pp 8 = 128 GPUs does not match the cluster's 64 (8 nodes x 8)");
+  PlanInput in48 = in;
+  in48.cluster = parse_cluster("6x8xH100");
+  l = {};
+  l.dp = 16;
+  l.tp = 3;
+  EXPECT_EQ(error_of(in48, l), "--tp 3 does not divide --heads 64");
+  l = {};
+  l.dp = 8;
+  l.tp = 8;
+  l.micro_batch = 3;
+  EXPECT_EQ(error_of(in, l), "--micro-batch 3 x --dp 8 = 24 does not divide --global-batch 1024");
+  l = {};
+  l.dp = 64;
+  l.zero_stage = 4;
+  EXPECT_EQ(error_of(in, l), "--zero must be 0, 1, 2 or 3, got 4");
+  l = {};
+  l.dp = 64;
+  l.micro_batch = 0;
+  EXPECT_EQ(error_of(in, l), "--micro-batch must be >= 1, got 0");
+  l = {};
+  l.dp = 64;
+  l.tp = -1;
+  EXPECT_EQ(error_of(in, l), "--tp must be >= 1, got -1");
+  l = {};
+  l.dp = 2;
+  l.tp = 1;
+  l.pp = 32;
+  EXPECT_EQ(error_of(in, l), "--pp 32 does not divide --layers 80");
+  l = {};
+  l.dp = 64;
+  l.vp = 2;
+  EXPECT_EQ(error_of(in, l), "--vp 2 needs --pp > 1");
+  PlanInput in96 = input("llama2-70b", "12x8xH100", 1152);
+  l = {};
+  l.dp = 8;
+  l.tp = 12;
+  EXPECT_EQ(error_of(in96, l), "--tp 12 does not divide --heads 64");
+  PlanInput gqa = input("llama2-7b", "1x6xH100", 6);
+  gqa.model.heads = 12;
+  gqa.model.kv_heads = 4;
+  gqa.model.hidden = 12 * 128;
+  l = {};
+  l.tp = 6;
+  EXPECT_EQ(error_of(gqa, l), "--tp 6 neither divides nor is a multiple of --kv-heads 4");
+}
+
+TEST(Planner, MoreTpRanksThanKvHeadsReplicateThem) {
+  const PlanInput in = input("llama2-70b", "8x8xH100", 1024);
+  Layout l;
+  l.dp = 4;
+  l.tp = 16;
+  EXPECT_EQ(layout_error(in, l), "");
+  const Plan p = evaluate(in, l);
+  // Each rank keeps a copy of one K/V head: more weights per rank than an even split of 1/16.
+  EXPECT_GT(p.memory.stage_params, param_count(in.model) / 16);
+}
+
+TEST(Planner, ModelStatesComeFromTheMemoryModel) {
+  // No TP, no PP: one rank's stage is the whole model.
+  const PlanInput in = input("llama2-13b", "2x8xA100", 64);
+  for (int zero = 0; zero <= 3; ++zero) {
+    Layout l;
+    l.dp = 16;
+    l.zero_stage = zero;
+    const Plan p = evaluate(in, l);
+    EXPECT_EQ(p.memory.stage_params, param_count(in.model));
+    const ModelStateBytes m =
+        model_state_bytes(param_count(in.model), 16, zero, in.training.state_bytes);
+    EXPECT_EQ(p.memory.params, static_cast<double>(m.params));
+    EXPECT_EQ(p.memory.grads, static_cast<double>(m.grads));
+    EXPECT_EQ(p.memory.optimizer, static_cast<double>(m.optimizer));
+  }
+}
+
+TEST(Planner, FirstStageOfOneFOneBHoldsAllLayersWorth) {
+  // Korthikanti et al. 2022 §4.2.3: with 1F1B the first stage keeps P micro-batches of L/P
+  // layers, L layers' worth whatever P.
+  const PlanInput in = input("gpt3-175b", "8x8xA100", 64);
+  double expected = -1;
+  for (int pp : {2, 4, 8}) {
+    Layout l;
+    l.tp = 8;
+    l.pp = pp;
+    l.dp = 64 / (8 * pp);
+    l.recompute = Recompute::selective;
+    l.sequence_parallel = true;
+    const MemoryBreakdown first = stage_memory(in, l, 0);
+    EXPECT_EQ(first.inflight_microbatches, pp);
+    const double per_layer_total = first.activations / static_cast<double>(in.model.layers);
+    if (expected < 0) expected = per_layer_total;
+    EXPECT_DOUBLE_EQ(per_layer_total, expected) << "pp=" << pp;
+    EXPECT_DOUBLE_EQ(first.activation_per_layer, expected);
+  }
+}
+
+TEST(Planner, BubbleIsThePipelineModels) {
+  const PlanInput in = input("gpt3-175b", "8x8xA100", 64);
+  Layout l;
+  l.tp = 8;
+  l.pp = 8;
+  l.dp = 1;
+  const Plan p = evaluate(in, l);
+  EXPECT_EQ(p.microbatches, 64);
+  EXPECT_DOUBLE_EQ(p.time.bubble.fraction_of_total, 7.0 / (64 + 7));  // (P-1)/(M+P-1)
+  EXPECT_DOUBLE_EQ(p.time.bubble.fraction_of_ideal, 7.0 / 64);        // Megatron's (P-1)/M
+  l.schedule = ScheduleKind::interleaved;
+  l.vp = 2;
+  EXPECT_NEAR(evaluate(in, l).time.bubble.fraction_of_ideal, 7.0 / 64 / 2, 1e-12);
+}
+
+TEST(Planner, SingleGpuStepIsItsFlops) {
+  // One GPU, no communication: step = hardware FLOPs / (peak x efficiency), and MFU = efficiency
+  // x model / hardware FLOPs.
+  PlanInput in = input("megatron-1.7b", "1x1xA100", 4);
+  for (Recompute rc : {Recompute::none, Recompute::full}) {
+    Layout l;
+    l.recompute = rc;
+    const Plan p = evaluate(in, l);
+    const TrainingFlops f = training_flops(in.model, 4, rc, FlopsConvention::narayanan);
+    const double rate = in.cluster.gpu.peak_flops * in.cluster.gpu.compute_efficiency;
+    EXPECT_NEAR(p.time.step_s, f.hardware() / rate, 1e-9 * p.time.step_s);
+    EXPECT_NEAR(p.time.mfu, in.cluster.gpu.compute_efficiency * f.model / f.hardware(), 1e-9);
+    EXPECT_TRUE(p.traffic.empty());
+    EXPECT_EQ(p.time.step_s, p.time.step_no_overlap_s);
+    EXPECT_NEAR(p.time.days, 1e12 / p.time.tokens_per_s / 86400, 1e-9 * p.time.days);
+  }
+}
+
+TEST(Planner, TrafficIsTheCommModels) {
+  // Everything inside one node: TP and DP bytes per rank are the comm_model functions'.
+  const PlanInput in = input("megatron-1.7b", "1x8xA100", 16);
+  Layout l;
+  l.dp = 4;
+  l.tp = 2;
+  l.micro_batch = 2;
+  const Plan p = evaluate(in, l);
+  const int64_t layers = in.model.layers;
+  double tp_bytes = 0, dp_bytes = 0;
+  for (const GroupTraffic& g : p.traffic) {
+    EXPECT_FALSE(g.inter_node);
+    if (g.group == "TP") tp_bytes += g.bytes_per_rank;
+    if (g.group == "DP" || g.group == "ZeRO") dp_bytes += g.bytes_per_rank;
+  }
+  const CollectiveTraffic tp =
+      tp_traffic_per_layer(2, in.model.seq, in.model.hidden, 2, 2, false, Recompute::none);
+  EXPECT_NEAR(tp_bytes, tp.bytes_sent * static_cast<double>(layers) * 2, 1);  // M = 2
+  const CollectiveTraffic dp =
+      dp_traffic_per_step(p.memory.stage_params, 4, 0, in.training.state_bytes);
+  EXPECT_NEAR(dp_bytes, dp.bytes_sent, dp.bytes_sent * 1e-12);
+}
+
+TEST(Planner, NotFittingIsReportedNotRefused) {
+  const PlanInput in = input("llama2-70b", "1x8xA100", 8);
+  Layout l;
+  l.dp = 8;
+  const Plan p = evaluate(in, l);
+  EXPECT_FALSE(p.memory.fits());
+  // Plain DP replicates 16 bytes per parameter.
+  EXPECT_GT(p.memory.total(), 16.0 * static_cast<double>(param_count(in.model)));
+  EXPECT_NEAR(p.memory.headroom(), p.memory.capacity - p.memory.total(), 1);
+}
+
+TEST(Planner, OverlapNeverSlowsAStep) {
+  const PlanInput in = input("llama2-7b", "2x8xH100", 64);
+  for (int zero = 0; zero <= 3; ++zero) {
+    Layout l;
+    l.dp = 16;
+    l.zero_stage = zero;
+    const Plan p = evaluate(in, l);
+    EXPECT_LE(p.time.step_s, p.time.step_no_overlap_s) << zero;
+    EXPECT_GE(p.time.step_s, p.time.compute_s) << zero;
+    EXPECT_LE(p.time.dp_exposed_s, p.time.dp_s) << zero;
+    EXPECT_GT(p.time.dp_s, 0) << zero;
+  }
+}
+
+TEST(Planner, SixNdConventionChangesMfuByItsRatio) {
+  PlanInput in = input("llama2-7b", "1x8xH100", 8);
+  Layout l;
+  l.dp = 8;
+  l.zero_stage = 3;
+  const Plan a = evaluate(in, l);
+  in.training.flops = FlopsConvention::six_nd;
+  const Plan b = evaluate(in, l);
+  const double ratio =
+      training_flops(in.model, 8, Recompute::none, FlopsConvention::six_nd).model /
+      training_flops(in.model, 8, Recompute::none, FlopsConvention::narayanan).model;
+  EXPECT_NEAR(b.time.model_flops / a.time.model_flops, ratio, 1e-12);
+  EXPECT_NEAR(b.time.compute_s / a.time.compute_s, ratio, 1e-9);
+}
+
+}  // namespace
+}  // namespace dtrain::plan

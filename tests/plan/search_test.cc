@@ -1,0 +1,115 @@
+// search: ranks only valid, fitting layouts, misses none (checked against a brute-force
+// enumeration on a small cluster), and explains its rejections, the node boundary among them.
+#include <algorithm>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "dtrain/plan/planner.h"
+
+namespace dtrain::plan {
+namespace {
+
+PlanInput input(std::string_view model, std::string_view cluster, int64_t batch) {
+  PlanInput in;
+  in.model = model_preset(model);
+  in.cluster = parse_cluster(cluster);
+  in.training.global_batch = batch;
+  return in;
+}
+
+bool any_contains(const std::vector<std::string>& lines, const std::string& needle) {
+  return std::any_of(lines.begin(), lines.end(),
+                     [&](const std::string& s) { return s.find(needle) != std::string::npos; });
+}
+
+TEST(Search, Llama70bOnEightH100Nodes) {
+  const PlanInput in = input("llama2-70b", "8x8xH100", 1024);
+  const SearchResult r = search(in, {5});
+  ASSERT_EQ(r.top.size(), 5u);
+  EXPECT_GT(r.evaluated, r.fitting);
+  EXPECT_GT(r.fitting, 0);
+  for (size_t i = 0; i < r.top.size(); ++i) {
+    const Plan& p = r.top[i].plan;
+    EXPECT_EQ(layout_error(in, p.layout), "");
+    EXPECT_TRUE(p.memory.fits());
+    EXPECT_FALSE(r.top[i].why.empty());
+    // What search reports is what evaluate says about the same layout.
+    EXPECT_DOUBLE_EQ(evaluate(in, p.layout).time.step_s, p.time.step_s);
+    if (i > 0) {
+      EXPECT_LE(r.top[i - 1].plan.time.step_s, p.time.step_s);
+    }
+    // TP stays inside a node in the winners.
+    EXPECT_LE(p.layout.tp, in.cluster.gpus_per_node);
+  }
+  EXPECT_TRUE(any_contains(r.explanations, "crosses the node boundary")) << r.explanations[0];
+  EXPECT_TRUE(any_contains(r.explanations, "InfiniBand"));
+  EXPECT_TRUE(any_contains(r.explanations, "do not fit"));
+  // 80 layers: pp = 32 cannot divide them.
+  bool layers_rejected = false;
+  for (const Rejection& j : r.invalid_splits) {
+    layers_rejected |= j.reason.find("80 layers") != std::string::npos && j.count > 0;
+  }
+  EXPECT_TRUE(layers_rejected);
+}
+
+TEST(Search, FindsTheBestOfABruteForceEnumeration) {
+  // Every (dp, tp, pp, v, zero, b, recompute, sp) of 8 GPUs for a small model, evaluated here
+  // independently of search's loops.
+  const PlanInput in = input("megatron-1.7b", "1x8xA100", 32);
+  double best = 1e300;
+  int64_t fitting = 0;
+  for (int tp : {1, 2, 4, 8}) {
+    for (int pp : {1, 2, 4, 8}) {
+      if (tp * pp > 8) continue;
+      for (int v = 1; v <= 24; ++v) {
+        for (int b : {1, 2, 4, 8, 16, 32}) {
+          for (int zero = 0; zero <= 3; ++zero) {
+            for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
+              for (bool sp : {false, true}) {
+                Layout l;
+                l.tp = tp;
+                l.pp = pp;
+                l.dp = 8 / (tp * pp);
+                l.vp = v;
+                l.micro_batch = b;
+                l.zero_stage = zero;
+                l.recompute = rc;
+                l.sequence_parallel = sp;
+                if (v > 1) l.schedule = ScheduleKind::interleaved;
+                if (!layout_error(in, l).empty()) continue;
+                if ((sp && tp == 1) || (zero > 0 && l.dp == 1)) continue;  // same as without
+                const Plan p = evaluate(in, l);
+                if (!p.memory.fits()) continue;
+                ++fitting;
+                best = std::min(best, p.time.step_s);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  const SearchResult r = search(in, {3});
+  ASSERT_FALSE(r.top.empty());
+  EXPECT_EQ(r.fitting, fitting);
+  EXPECT_DOUBLE_EQ(r.top.front().plan.time.step_s, best);
+}
+
+TEST(Search, NothingFitsIsExplained) {
+  const PlanInput in = input("megatron-1t", "1x8xA100", 64);
+  const SearchResult r = search(in);
+  EXPECT_TRUE(r.top.empty());
+  EXPECT_EQ(r.fitting, 0);
+  ASSERT_FALSE(r.explanations.empty());
+  EXPECT_NE(r.explanations[0].find("no layout fits"), std::string::npos) << r.explanations[0];
+}
+
+TEST(Search, TopIsHonoured) {
+  const PlanInput in = input("megatron-1.7b", "1x8xA100", 32);
+  EXPECT_EQ(search(in, {1}).top.size(), 1u);
+  EXPECT_EQ(search(in, {7}).top.size(), 7u);
+}
+
+}  // namespace
+}  // namespace dtrain::plan

@@ -1,0 +1,170 @@
+// The single-rank trainer: the same seed gives a bitwise identical run, the loss on the default
+// corpus falls clearly below ln V, memory reported per tag equals the plan, and bad options
+// fail with errors that name the flag.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "dtrain/core/check.h"
+#include "dtrain/train/run.h"
+#include "dtrain/train/serial_engine.h"
+#include "dtrain/train/trainer.h"
+
+namespace dtrain::train {
+namespace {
+
+TrainOptions quick(int64_t steps) {
+  TrainOptions o;
+  o.model = "tiny";
+  o.steps = steps;
+  o.eval_every = 0;
+  o.eval_batches = 2;
+  return o;
+}
+
+// Runs the options and returns the summary and the final parameters.
+std::pair<TrainSummary, std::vector<float>> run_and_keep_params(const TrainOptions& o) {
+  TrainSetup setup = resolve(o);
+  SerialEngine engine(setup.engine);
+  Trainer trainer(setup.trainer, engine, setup.data);
+  TrainSummary s = trainer.run();
+  return {s, {engine.model().params().begin(), engine.model().params().end()}};
+}
+
+TEST(Trainer, SameSeedGivesABitwiseIdenticalRun) {
+  TrainOptions o = quick(12);
+  o.seed = 5;
+  const auto [a, pa] = run_and_keep_params(o);
+  const auto [b, pb] = run_and_keep_params(o);
+  EXPECT_EQ(a.train_losses, b.train_losses);  // float ==: bit for bit
+  EXPECT_EQ(a.final_val_loss, b.final_val_loss);
+  EXPECT_EQ(pa, pb);
+  o.seed = 6;
+  const auto [c, pc] = run_and_keep_params(o);
+  EXPECT_NE(a.train_losses, c.train_losses);
+  EXPECT_NE(pa, pc);
+}
+
+// Cross-entropy of the validation bytes under the training bytes' frequencies: the best a
+// model without context can do.
+double unigram_loss(const TokenSplit& split) {
+  std::vector<double> count(256, 1.0);  // add-one, so no byte has probability 0
+  for (int32_t t : split.train) count[static_cast<size_t>(t)] += 1;
+  const double total = static_cast<double>(split.train.size()) + 256;
+  double loss = 0;
+  for (int32_t t : split.val) loss -= std::log(count[static_cast<size_t>(t)] / total);
+  return loss / static_cast<double>(split.val.size());
+}
+
+TEST(Trainer, LossOnTheDefaultCorpusFallsClearlyBelowLnV) {
+  // 200 steps of the tiny model with the default schedule (about half a second). A uniform
+  // guess scores ln 256 = 5.55 and byte frequencies alone about 3.07 on this corpus; the run
+  // must start near ln V and end 0.3 below the frequency model, which takes context.
+  TrainOptions o = quick(200);
+  o.eval_every = 50;
+  o.lr = 3e-3f;
+  const double unigram = unigram_loss(resolve(o).data);
+  const TrainSummary s = run_training(o, nullptr);
+  EXPECT_NEAR(s.first_val_loss, s.ln_vocab, 0.1);
+  EXPECT_LT(s.final_val_loss, unigram - 0.3);
+  EXPECT_LT(s.final_train_loss_avg, unigram - 0.3);
+  ASSERT_EQ(s.evals.size(), 5u);  // steps 0, 50, 100, 150, 200
+  EXPECT_LT(s.evals[4].val_loss, s.evals[2].val_loss);
+  std::printf(
+      "tiny, 200 steps: val loss %.4f -> %.4f, train (last 10) %.4f; ln V %.4f, "
+      "byte frequencies %.4f\n",
+      s.first_val_loss, s.final_val_loss, s.final_train_loss_avg, s.ln_vocab, unigram);
+}
+
+TEST(Trainer, ReportsMemoryPerTagEqualToThePlan) {
+  const TrainSummary s = run_training(quick(2), nullptr);
+  const int64_t param_bytes = 4 * s.param_count;
+  for (const MemoryRow& m : s.memory) {
+    switch (m.tag) {
+      case MemoryTag::params:
+      case MemoryTag::grads:
+        EXPECT_EQ(m.peak_bytes, param_bytes);
+        break;
+      case MemoryTag::optimizer:
+        EXPECT_EQ(m.peak_bytes, 2 * param_bytes);
+        break;
+      case MemoryTag::activations:
+        EXPECT_EQ(static_cast<double>(m.peak_bytes), s.planned_activation_bytes);
+        EXPECT_EQ(m.current_bytes, m.peak_bytes);  // allocated once, never grown
+        break;
+      case MemoryTag::communication:
+        EXPECT_EQ(m.peak_bytes, 0);
+        break;
+    }
+  }
+}
+
+TEST(Trainer, EvaluationDoesNotChangeTheParameters) {
+  TrainSetup setup = resolve(quick(1));
+  SerialEngine engine(setup.engine);
+  Trainer trainer(setup.trainer, engine, setup.data);
+  const std::vector<float> before(engine.model().params().begin(), engine.model().params().end());
+  const float a = trainer.evaluate();
+  const float b = trainer.evaluate();
+  EXPECT_EQ(a, b);
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), engine.model().params().begin()));
+}
+
+std::string error_of(const TrainOptions& o) {
+  try {
+    resolve(o);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Resolve, BadOptionsNameTheFlag) {
+  struct Case {
+    std::function<void(TrainOptions&)> set;
+    std::vector<std::string> words;
+  };
+  const std::vector<Case> cases = {
+      {[](TrainOptions& o) { o.model = "huge"; }, {"--model", "huge", "tiny", "bench"}},
+      {[](TrainOptions& o) { o.heads = 3; }, {"--heads 3", "--channels 32"}},
+      {[](TrainOptions& o) { o.layers = 0; }, {"--layers", "positive"}},
+      {[](TrainOptions& o) { o.channels = -4; }, {"--channels", "positive"}},
+      {[](TrainOptions& o) { o.vocab = 100; }, {"--vocab 100", "256"}},
+      {[](TrainOptions& o) { o.batch = 0; }, {"--batch", "positive"}},
+      {[](TrainOptions& o) { o.seq = 64; }, {"--seq 64", "--context 32"}},
+      {[](TrainOptions& o) { o.steps = 0; }, {"--steps", "positive"}},
+      {[](TrainOptions& o) { o.lr = -1; }, {"--lr"}},
+      {[](TrainOptions& o) { o.data = "/nonexistent/x.txt"; }, {"--data", "/nonexistent/x.txt"}},
+  };
+  for (const Case& c : cases) {
+    TrainOptions o = quick(1);
+    c.set(o);
+    const std::string e = error_of(o);
+    for (const std::string& w : c.words)
+      EXPECT_NE(e.find(w), std::string::npos) << "'" << e << "' lacks '" << w << "'";
+  }
+  EXPECT_EQ(error_of(quick(1)), "");
+}
+
+TEST(Resolve, ContextLongerThanTheDataNamesSeqAndFile) {
+  const auto path = std::filesystem::temp_directory_path() / "dtrain_trainer_test_short.txt";
+  std::ofstream(path) << std::string(300, 'a');  // 270 training, 30 validation bytes
+  TrainOptions o = quick(1);
+  o.data = path.string();
+  // T defaults to the tiny context, 32, and needs 33 validation tokens: the error names the
+  // flag that set T.
+  std::string e = error_of(o);
+  EXPECT_NE(e.find("--context 32"), std::string::npos) << e;
+  EXPECT_NE(e.find(path.string()), std::string::npos) << e;
+  o.seq = 31;
+  e = error_of(o);
+  EXPECT_NE(e.find("--seq 31"), std::string::npos) << e;
+  o.seq = 16;
+  EXPECT_EQ(error_of(o), "");
+}
+
+}  // namespace
+}  // namespace dtrain::train
