@@ -176,6 +176,11 @@ TEST_P(CollectiveSweep, MatchesClosedFormAndTrafficFormula) {
     // The naive all_reduce / reduce_scatter / all_gather use rank 0 as their root.
     const bool rooted = c.op == CollectiveOp::broadcast || c.op == CollectiveOp::reduce;
     int64_t totals[2] = {0, 0};  // bytes sent and received by this rank, both calls
+    if (algo == Algorithm::native) {
+      // MPI moves these bytes itself: the communicator neither sees nor counts them.
+      EXPECT_EQ(t32.bytes_sent + t64.bytes_sent, 0);
+      return;
+    }
     for (const auto& [traffic, elem] :
          {std::pair{t32, sizeof(float)}, std::pair{t64, sizeof(int64_t)}}) {
       const double bytes = static_cast<double>(count) * elem;
@@ -210,7 +215,11 @@ std::vector<SweepCase> sweep_cases() {
   for (CollectiveOp op :
        {CollectiveOp::all_reduce, CollectiveOp::reduce_scatter, CollectiveOp::all_gather,
         CollectiveOp::broadcast, CollectiveOp::reduce}) {
-    for (Algorithm algo : {Algorithm::ring, Algorithm::naive, Algorithm::tree}) {
+    std::vector<Algorithm> algorithms = {Algorithm::ring, Algorithm::naive, Algorithm::tree};
+#if DTRAIN_TEST_MPI
+    algorithms.push_back(Algorithm::native);  // OpenMPI's own, checked against the same results
+#endif
+    for (Algorithm algo : algorithms) {
       for (int world : {1, 2, 3, 4, 5, 7, 8}) {
         for (CountKind count : {CountKind::zero, CountKind::one, CountKind::world_minus_one,
                                 CountKind::world_plus_one, CountKind::prime, CountKind::large}) {
@@ -252,6 +261,20 @@ TEST(Collectives, AverageOfIntegersIsRejected) {
     EXPECT_THROW(all_reduce(comm, &x, 1, ReduceOp::avg), Error);
   });
 }
+
+#if !DTRAIN_TEST_MPI
+TEST(Collectives, NativeNeedsABackendWithItsOwnCollectives) {
+  testing::run_group(2, [](Communicator& comm) {
+    float x = 1;
+    try {
+      all_reduce(comm, &x, 1, ReduceOp::sum, Algorithm::native);
+      ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--algo native"), std::string::npos) << e.what();
+    }
+  });
+}
+#endif
 
 TEST(Collectives, RootOutsideTheGroupIsAnError) {
   testing::run_group(2, [](Communicator& comm) {

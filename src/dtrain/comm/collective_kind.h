@@ -14,7 +14,9 @@ enum class CollectiveOp { broadcast, reduce, all_reduce, reduce_scatter, all_gat
 // tree: latency-optimal, O(log N) steps: recursive doubling for all-reduce, Bruck for
 //   all-gather, binomial trees for broadcast / reduce / reduce-scatter (reduce, then scatter).
 // automatic: tree for small messages, ring for large ones (see choose_algorithm).
-enum class Algorithm { automatic, ring, naive, tree };
+// native: the backend's own implementation (MPI_Allreduce, ...); only the MPI backend has one,
+//   and its bytes are MPI's business: the communicator does not see (or count) them.
+enum class Algorithm { automatic, ring, naive, tree, native };
 
 enum class ReduceOp { sum, avg, max };
 
@@ -44,6 +46,8 @@ constexpr std::string_view name(Algorithm algo) {
       return "naive";
     case Algorithm::tree:
       return "tree";
+    case Algorithm::native:
+      return "native";
   }
   return "?";
 }
@@ -69,7 +73,8 @@ inline std::optional<CollectiveOp> parse_collective_op(std::string_view s) {
 }
 
 inline std::optional<Algorithm> parse_algorithm(std::string_view s) {
-  for (Algorithm a : {Algorithm::automatic, Algorithm::ring, Algorithm::naive, Algorithm::tree}) {
+  for (Algorithm a : {Algorithm::automatic, Algorithm::ring, Algorithm::naive, Algorithm::tree,
+                      Algorithm::native}) {
     if (s == name(a)) return a;
   }
   return std::nullopt;

@@ -37,6 +37,27 @@ std::string operation_name(Communicator& comm, CollectiveOp op, Algorithm algo) 
 }
 
 template <typename T>
+constexpr ElementType element_type() {
+  return std::is_floating_point_v<T> ? ElementType::f32 : ElementType::i64;
+}
+
+// Algorithm::native: hand the call to the backend, or fail naming the flag that chose it.
+template <typename T>
+void run_native(Communicator& comm, CollectiveOp op, ReduceOp reduce, const T* input, T* output,
+                int64_t count, int root) {
+  NativeCollective c;
+  c.op = op;
+  c.type = element_type<T>();
+  c.reduce = reduce == ReduceOp::avg ? ReduceOp::sum : reduce;
+  c.input = input;
+  c.output = output;
+  c.count = count;
+  c.root = root;
+  DTRAIN_CHECK(comm.run_native(c), "--algo native: this backend has no collectives of its own ",
+               "(native ones come with --backend mpi)");
+}
+
+template <typename T>
 void finish_average(T* data, int64_t count, int ranks) {
   if constexpr (std::is_floating_point_v<T>) {
     detail::scale(data, count, static_cast<T>(1) / static_cast<T>(ranks));
@@ -55,6 +76,9 @@ Traffic broadcast(Communicator& comm, T* data, int64_t count, int root, Algorith
   OperationScope scope(comm, operation_name(comm, CollectiveOp::broadcast, algo));
   if (comm.size() == 1 || count == 0) return scope.traffic();
   switch (algo) {
+    case Algorithm::native:
+      run_native<T>(comm, CollectiveOp::broadcast, ReduceOp::sum, data, data, count, root);
+      break;
     case Algorithm::ring:
       detail::ring_broadcast(comm, scope, data, count, root);
       break;
@@ -83,6 +107,9 @@ Traffic reduce(Communicator& comm, const T* input, T* output, int64_t count, Red
     if (output != input) std::memcpy(output, input, count * sizeof(T));
   } else {
     switch (algo) {
+      case Algorithm::native:
+        run_native<T>(comm, CollectiveOp::reduce, op, input, output, count, root);
+        break;
       case Algorithm::ring:
         detail::ring_reduce(comm, scope, input, output, count, op, root);
         break;
@@ -107,6 +134,10 @@ Traffic all_reduce(Communicator& comm, T* data, int64_t count, ReduceOp op, Algo
   const int n = comm.size();
   if (n == 1 || count == 0) return scope.traffic();
   switch (algo) {
+    case Algorithm::native:
+      run_native<T>(comm, CollectiveOp::all_reduce, op, data, data, count, 0);
+      if (op == ReduceOp::avg) finish_average(data, count, n);
+      return scope.traffic();
     case Algorithm::ring: {
       detail::ring_reduce_scatter_in_place(comm, scope, data, count, op, kTagAllReduce);
       // Average the owned chunk once, before it is shared, so every rank gets the same bits.
@@ -142,6 +173,9 @@ Traffic reduce_scatter(Communicator& comm, const T* input, T* output, int64_t co
     return scope.traffic();
   }
   switch (algo) {
+    case Algorithm::native:
+      run_native<T>(comm, CollectiveOp::reduce_scatter, op, input, output, count, 0);
+      break;
     case Algorithm::ring:
       detail::ring_reduce_scatter(comm, scope, input, output, count, op, kTagReduceScatter);
       break;
@@ -174,6 +208,9 @@ Traffic all_gather(Communicator& comm, const T* input, T* output, int64_t count,
     return scope.traffic();
   }
   switch (algo) {
+    case Algorithm::native:
+      run_native<T>(comm, CollectiveOp::all_gather, ReduceOp::sum, input, output, count, 0);
+      break;
     case Algorithm::ring:
       if (output + mine.offset != input) {
         std::memmove(output + mine.offset, input, mine.count * sizeof(T));

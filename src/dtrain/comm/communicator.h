@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dtrain/comm/collective_kind.h"
 #include "dtrain/core/buffer.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/memory.h"
@@ -49,6 +50,20 @@ struct Traffic {
   }
 };
 
+enum class ElementType { f32, i64 };
+
+// One collective handed to a backend's own implementation (Algorithm::native). Buffers and
+// counts follow collectives.h; `avg` arrives as `sum` (the caller scales).
+struct NativeCollective {
+  CollectiveOp op = CollectiveOp::all_reduce;
+  ElementType type = ElementType::f32;
+  ReduceOp reduce = ReduceOp::sum;
+  const void* input = nullptr;  // == output for in-place all_reduce and broadcast
+  void* output = nullptr;
+  int64_t count = 0;
+  int root = 0;
+};
+
 // Handle to a nonblocking send or receive. wait() blocks until it completes (or throws
 // CommError); the buffer must stay valid until then. Destroying an unfinished request waits.
 class Request {
@@ -75,6 +90,8 @@ class Communicator {
   // keeps two subgroups with the same members apart ("dp", "tp", ...).
   virtual std::unique_ptr<Communicator> subgroup(std::span<const int> ranks,
                                                  std::string_view name) = 0;
+  // Runs `c` with the backend's own collective; false if the backend has none (the default).
+  virtual bool run_native(const NativeCollective& /*c*/) { return false; }
   // Messages with the same (peer, tag) are received in the order they were sent.
   RequestPtr isend(const void* data, int64_t bytes, int peer, int tag);
   RequestPtr irecv(void* data, int64_t bytes, int peer, int tag);

@@ -56,6 +56,9 @@ CollectiveTraffic collective_traffic(CollectiveOp op, Algorithm algo, double s, 
                rank, " / root ", root, " outside world ", world);
   DTRAIN_CHECK(algo != Algorithm::automatic,
                "collective_traffic: resolve Algorithm::automatic with comm::choose_algorithm");
+  DTRAIN_CHECK(algo != Algorithm::native,
+               "collective_traffic: Algorithm::native is the backend's own (MPI's) algorithm, "
+               "whose traffic is not modeled");
   if (world == 1 || s <= 0) return {};
   const double n = world;
   const double chunk = s / n;
@@ -119,6 +122,7 @@ CollectiveTraffic collective_traffic(CollectiveOp op, Algorithm algo, double s, 
       }
       break;
     case Algorithm::automatic:
+    case Algorithm::native:
       break;
   }
   throw Error("collective_traffic: unknown collective or algorithm");

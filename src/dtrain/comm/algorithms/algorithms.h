@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
 
 #include "dtrain/comm/chunks.h"
 #include "dtrain/comm/collective_kind.h"
@@ -20,6 +21,8 @@ inline constexpr int kTagReduce = 102;
 inline constexpr int kTagAllReduce = 103;
 inline constexpr int kTagReduceScatter = 104;
 inline constexpr int kTagAllGather = 105;
+inline constexpr int kTagReduceScatterV = 106;
+inline constexpr int kTagAllGatherV = 107;
 
 // dst[i] = a[i] (op) b[i]; dst may alias a or b. avg reduces like sum (callers scale once).
 template <typename T>
@@ -50,6 +53,13 @@ void ring_all_gather_in_place(Communicator& comm, OperationScope& scope, T* data
 template <typename T>
 void ring_reduce_scatter(Communicator& comm, OperationScope& scope, const T* input, T* output,
                          int64_t count, ReduceOp op, int tag);
+// The same over caller-chosen chunks (collectives_v.h): chunk i is chunks[i].
+template <typename T>
+void ring_reduce_scatter_chunks(Communicator& comm, OperationScope& scope, const T* input,
+                                T* output, std::span<const Chunk> chunks, ReduceOp op, int tag);
+template <typename T>
+void ring_all_gather_chunks_in_place(Communicator& comm, OperationScope& scope, T* data,
+                                     std::span<const Chunk> chunks, int tag);
 template <typename T>
 void ring_broadcast(Communicator& comm, OperationScope& scope, T* data, int64_t count, int root);
 template <typename T>

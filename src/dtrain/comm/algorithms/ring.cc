@@ -5,6 +5,9 @@
 // N-1 more steps. Each step moves one chunk per rank: S/N bytes, so an all-reduce sends
 // 2(N-1)/N * S bytes per rank in 2(N-1) steps, which no algorithm beats in bytes. (One chunk
 // per rank, many segments per chunk: a step is one chunk, sent as several segment messages.)
+// The _chunks variants run the same rings over caller-chosen chunks (collectives_v.h): rank r
+// then sends every chunk but its own in a reduce-scatter, and every chunk but rank r+1's in an
+// all-gather, whatever their sizes.
 #include <algorithm>
 #include <cstring>
 
@@ -54,6 +57,48 @@ void segmented_step(Communicator& comm, const T* out_data, int64_t out_count, in
   }
 }
 
+// The ring all-gather and the out-of-place ring reduce-scatter are written once over a chunk
+// lookup, chunk_at(i): chunk_of's balanced chunks for the plain collectives, the caller's chunks
+// for the _v variants (collectives_v.h).
+template <typename T, typename ChunkAt>
+void all_gather_ring(Communicator& comm, OperationScope& scope, T* data, ChunkAt&& chunk_at,
+                     int tag) {
+  const int n = comm.size(), r = comm.rank();
+  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  for (int s = 0; s < n - 1; ++s) {
+    const Chunk out = chunk_at(mod(r - s, n));
+    const Chunk in = chunk_at(mod(r - s - 1, n));
+    comm.send_recv(data + out.offset, out.count * sizeof(T), next, data + in.offset,
+                   in.count * sizeof(T), prev, tag);
+    scope.step();
+  }
+}
+
+// Out of place: the partial sums travel in two alternating scratch chunks (one is being sent
+// while the next is written), and the last step writes straight into `output`.
+template <typename T, typename ChunkAt>
+void reduce_scatter_ring(Communicator& comm, OperationScope& scope, const T* input, T* output,
+                         ChunkAt&& chunk_at, int64_t max_chunk_count, ReduceOp op, int tag) {
+  const int n = comm.size(), r = comm.rank();
+  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  const int64_t chunk_bytes = max_chunk_count * sizeof(T);
+  T* incoming = static_cast<T*>(comm.scratch(0, segment_elements<T>() * sizeof(T)));
+  T* partial[2] = {static_cast<T*>(comm.scratch(1, chunk_bytes)),
+                   static_cast<T*>(comm.scratch(2, chunk_bytes))};
+  for (int s = 0; s < n - 1; ++s) {
+    const Chunk out = chunk_at(mod(r - s - 1, n));
+    const Chunk in = chunk_at(mod(r - s - 2, n));
+    const T* send_from = s == 0 ? input + out.offset : partial[(s - 1) % 2];
+    T* dst = s == n - 2 ? output : partial[s % 2];
+    const T* own = input + in.offset;
+    segmented_step(comm, send_from, out.count, next, in.count, prev, tag, incoming,
+                   [&](int64_t begin, int64_t len) {
+                     reduce_into(dst + begin, own + begin, incoming, len, op);
+                   });
+    scope.step();
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -77,40 +122,33 @@ void ring_reduce_scatter_in_place(Communicator& comm, OperationScope& scope, T* 
 template <typename T>
 void ring_all_gather_in_place(Communicator& comm, OperationScope& scope, T* data, int64_t count,
                               int tag) {
-  const int n = comm.size(), r = comm.rank();
-  const int next = mod(r + 1, n), prev = mod(r - 1, n);
-  for (int s = 0; s < n - 1; ++s) {
-    const Chunk out = chunk_of(count, n, mod(r - s, n));
-    const Chunk in = chunk_of(count, n, mod(r - s - 1, n));
-    comm.send_recv(data + out.offset, out.count * sizeof(T), next, data + in.offset,
-                   in.count * sizeof(T), prev, tag);
-    scope.step();
-  }
+  const int n = comm.size();
+  all_gather_ring(comm, scope, data, [&](int i) { return chunk_of(count, n, i); }, tag);
 }
 
-// Out of place: the partial sums travel in two alternating scratch chunks (one is being sent
-// while the next is written), and the last step writes straight into `output`.
 template <typename T>
 void ring_reduce_scatter(Communicator& comm, OperationScope& scope, const T* input, T* output,
                          int64_t count, ReduceOp op, int tag) {
-  const int n = comm.size(), r = comm.rank();
-  const int next = mod(r + 1, n), prev = mod(r - 1, n);
-  const int64_t chunk_bytes = max_chunk(count, n) * sizeof(T);
-  T* incoming = static_cast<T*>(comm.scratch(0, segment_elements<T>() * sizeof(T)));
-  T* partial[2] = {static_cast<T*>(comm.scratch(1, chunk_bytes)),
-                   static_cast<T*>(comm.scratch(2, chunk_bytes))};
-  for (int s = 0; s < n - 1; ++s) {
-    const Chunk out = chunk_of(count, n, mod(r - s - 1, n));
-    const Chunk in = chunk_of(count, n, mod(r - s - 2, n));
-    const T* send_from = s == 0 ? input + out.offset : partial[(s - 1) % 2];
-    T* dst = s == n - 2 ? output : partial[s % 2];
-    const T* own = input + in.offset;
-    segmented_step(comm, send_from, out.count, next, in.count, prev, tag, incoming,
-                   [&](int64_t begin, int64_t len) {
-                     reduce_into(dst + begin, own + begin, incoming, len, op);
-                   });
-    scope.step();
-  }
+  const int n = comm.size();
+  reduce_scatter_ring(
+      comm, scope, input, output, [&](int i) { return chunk_of(count, n, i); },
+      max_chunk(count, n), op, tag);
+}
+
+template <typename T>
+void ring_reduce_scatter_chunks(Communicator& comm, OperationScope& scope, const T* input,
+                                T* output, std::span<const Chunk> chunks, ReduceOp op, int tag) {
+  int64_t largest = 0;
+  for (const Chunk& c : chunks) largest = std::max(largest, c.count);
+  reduce_scatter_ring(
+      comm, scope, input, output, [&](int i) { return chunks[static_cast<size_t>(i)]; }, largest,
+      op, tag);
+}
+
+template <typename T>
+void ring_all_gather_chunks_in_place(Communicator& comm, OperationScope& scope, T* data,
+                                     std::span<const Chunk> chunks, int tag) {
+  all_gather_ring(comm, scope, data, [&](int i) { return chunks[static_cast<size_t>(i)]; }, tag);
 }
 
 // Scatter from the root (one chunk to each rank), then a ring all-gather.
@@ -172,6 +210,10 @@ void ring_reduce(Communicator& comm, OperationScope& scope, const T* input, T* o
   template void ring_all_gather_in_place<T>(Communicator&, OperationScope&, T*, int64_t, int);  \
   template void ring_reduce_scatter<T>(Communicator&, OperationScope&, const T*, T*, int64_t,   \
                                        ReduceOp, int);                                          \
+  template void ring_reduce_scatter_chunks<T>(Communicator&, OperationScope&, const T*, T*,      \
+                                              std::span<const Chunk>, ReduceOp, int);           \
+  template void ring_all_gather_chunks_in_place<T>(Communicator&, OperationScope&, T*,          \
+                                                   std::span<const Chunk>, int);                \
   template void ring_broadcast<T>(Communicator&, OperationScope&, T*, int64_t, int);            \
   template void ring_reduce<T>(Communicator&, OperationScope&, const T*, T*, int64_t, ReduceOp, \
                                int);

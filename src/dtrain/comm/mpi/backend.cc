@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "dtrain/comm/chunks.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
 
@@ -136,6 +137,51 @@ class MpiCommunicator : public Communicator {
     poll(request, MPI_STATUS_IGNORE, timeout_s_,
          str("rank ", global_rank(), ": barrier",
              current_operation().empty() ? "" : " in " + current_operation()));
+  }
+
+  // Algorithm::native: OpenMPI's own collectives, started nonblocking and polled like every
+  // other wait, so a dead peer still ends in an error instead of a hang.
+  bool run_native(const NativeCollective& c) override {
+    DTRAIN_CHECK(c.count <= INT_MAX, "MPI backend: native collectives take at most ", INT_MAX,
+                 " elements, got ", c.count);
+    const MPI_Datatype type = c.type == ElementType::f32 ? MPI_FLOAT : MPI_INT64_T;
+    const MPI_Op op = c.reduce == ReduceOp::max ? MPI_MAX : MPI_SUM;
+    const int count = static_cast<int>(c.count);
+    MPI_Request request = MPI_REQUEST_NULL;
+    int rc = MPI_SUCCESS;
+    std::vector<int> counts, displs;
+    if (c.op == CollectiveOp::reduce_scatter || c.op == CollectiveOp::all_gather) {
+      for (int r = 0; r < size_; ++r) {
+        const Chunk ch = chunk_of(c.count, size_, r);
+        counts.push_back(static_cast<int>(ch.count));
+        displs.push_back(static_cast<int>(ch.offset));
+      }
+    }
+    switch (c.op) {
+      case CollectiveOp::all_reduce:
+        rc = MPI_Iallreduce(c.input == c.output ? MPI_IN_PLACE : c.input, c.output, count, type, op,
+                            comm_, &request);
+        break;
+      case CollectiveOp::broadcast:
+        rc = MPI_Ibcast(c.output, count, type, c.root, comm_, &request);
+        break;
+      case CollectiveOp::reduce:
+        rc = MPI_Ireduce(rank_ == c.root && c.input == c.output ? MPI_IN_PLACE : c.input, c.output,
+                         count, type, op, c.root, comm_, &request);
+        break;
+      case CollectiveOp::reduce_scatter:
+        rc = MPI_Ireduce_scatter(c.input, c.output, counts.data(), type, op, comm_, &request);
+        break;
+      case CollectiveOp::all_gather:
+        rc = MPI_Iallgatherv(c.input, counts[rank_], type, c.output, counts.data(), displs.data(),
+                             type, comm_, &request);
+        break;
+    }
+    const std::string what = str("rank ", global_rank(), ": native ", name(c.op),
+                                 current_operation().empty() ? "" : " in " + current_operation());
+    if (rc != MPI_SUCCESS) throw CommError(str(what, " failed: ", mpi_error_text(rc)));
+    poll(request, MPI_STATUS_IGNORE, timeout_s_, what);
+    return true;
   }
 
   std::unique_ptr<Communicator> subgroup(std::span<const int> ranks,
