@@ -10,7 +10,6 @@
 #include <ostream>
 
 #include "dtrain/comm/collectives.h"
-#include "dtrain/comm/threads/backend.h"
 #include "dtrain/core/buffer.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
@@ -107,49 +106,61 @@ CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
   report.count = config.bytes / 4;
   report.algorithm = comm::choose_algorithm(config.algorithm, config.bytes, config.ranks);
   report.ranks.resize(static_cast<size_t>(config.ranks));
-  std::vector<int> verified(static_cast<size_t>(config.ranks), 0);
+  bool all_verified = false;
   std::vector<double> trial_us;
   int iterations = 1;
   CollectiveRunConfig c = config;
   c.algorithm = report.algorithm;
 
-  comm::threads::run_ranks(
-      config.ranks,
-      [&](Communicator& world) {
-        const int r = world.rank(), n = world.size();
+  comm::run_on_backend(
+      config.backend, config.ranks,
+      [&](Communicator& group) {
+        const int r = group.rank(), n = group.size();
         // Timing agreements travel on their own group so they never mix with the measured op.
         std::vector<int> all(static_cast<size_t>(n));
         for (int i = 0; i < n; ++i) all[i] = i;
-        auto control = world.subgroup(all, "timing");
+        auto control = group.subgroup(all, "timing");
         const Shapes s = shapes(c.op, report.count, n, r);
         Buffer<float> in(s.in, MemoryTag::communication, nullptr);
         Buffer<float> out(s.out, MemoryTag::communication, nullptr);
 
-        // 1. One verified call, whose traffic is the measured figure.
+        // 1. One verified call, whose traffic is the measured figure. Every rank's counters
+        //    and verdict are gathered (under MPI the ranks are other processes).
         std::fill(in.data(), in.data() + s.in, static_cast<float>(r + 1));
-        RankTraffic& rt = report.ranks[r];
-        rt.rank = r;
-        rt.measured = run_once(world, c, report.count, in.data(), out.data());
-        rt.formula =
-            plan::collective_traffic(c.op, c.algorithm, static_cast<double>(c.bytes), n, r, c.root);
-        verified[r] = verify(c, report.count, n, r, in.data(), out.data()) ? 1 : 0;
+        const comm::Traffic t = run_once(group, c, report.count, in.data(), out.data());
+        const bool ok = verify(c, report.count, n, r, in.data(), out.data());
+        int64_t mine[5] = {t.steps, t.bytes_sent, t.bytes_received, t.messages_sent, ok ? 1 : 0};
+        std::vector<int64_t> everyone(static_cast<size_t>(5 * n));
+        comm::all_gather(*control, mine, everyone.data(), 5 * n, comm::Algorithm::naive);
+        all_verified = true;
+        for (int q = 0; q < n; ++q) {
+          RankTraffic& rt = report.ranks[q];
+          rt.rank = q;
+          rt.measured = {everyone[5 * q], everyone[5 * q + 1], everyone[5 * q + 2],
+                         everyone[5 * q + 3]};
+          if (c.algorithm != Algorithm::native) {
+            rt.formula = plan::collective_traffic(c.op, c.algorithm, static_cast<double>(c.bytes),
+                                                  n, q, c.root);
+          }
+          all_verified = all_verified && everyone[5 * q + 4] == 1;
+        }
 
         // 2. Timing on zeros (sums of zeros stay zeros however often they run).
         in.zero();
-        for (int i = 0; i < c.warmup; ++i) run_once(world, c, report.count, in.data(), out.data());
+        for (int i = 0; i < c.warmup; ++i) run_once(group, c, report.count, in.data(), out.data());
         control->barrier();
         Stopwatch probe;
-        run_once(world, c, report.count, in.data(), out.data());
+        run_once(group, c, report.count, in.data(), out.data());
         float probe_us = static_cast<float>(probe.elapsed_us());
         comm::all_reduce(*control, &probe_us, 1, comm::ReduceOp::max);
         const int64_t iters = std::clamp<int64_t>(
             static_cast<int64_t>(c.trial_seconds * 1e6 / std::max<double>(probe_us, 0.01)), 1,
             100000);
-        for (int t = 0; t < c.trials; ++t) {
+        for (int trial = 0; trial < c.trials; ++trial) {
           control->barrier();
           Stopwatch clock;
           for (int64_t i = 0; i < iters; ++i) {
-            run_once(world, c, report.count, in.data(), out.data());
+            run_once(group, c, report.count, in.data(), out.data());
           }
           float mean_us = static_cast<float>(clock.elapsed_us() / static_cast<double>(iters));
           comm::all_reduce(*control, &mean_us, 1, comm::ReduceOp::max);
@@ -157,9 +168,10 @@ CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
         }
         if (r == 0) iterations = static_cast<int>(iters);
       },
-      comm::threads::WorldOptions{config.timeout_s});
+      comm::LaunchOptions{config.timeout_s}, &report.reporter);
+  if (!report.reporter) return report;  // an MPI process that does not print
 
-  report.verified = std::all_of(verified.begin(), verified.end(), [](int v) { return v == 1; });
+  report.verified = all_verified;
   report.iterations_per_trial = iterations;
   report.time_us = median(trial_us);
   report.best_time_us = *std::min_element(trial_us.begin(), trial_us.end());
@@ -172,13 +184,18 @@ CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
 void print_report(const CollectiveRunReport& r, std::ostream& out) {
   const CollectiveRunConfig& c = r.config;
   out << comm::name(c.op) << " of " << format_bytes(static_cast<double>(c.bytes)) << " (" << r.count
-      << " float32) on " << c.ranks << " ranks (threads backend), algorithm "
-      << comm::name(r.algorithm) << ", result " << (r.verified ? "verified" : "WRONG") << "\n\n";
+      << " float32) on " << c.ranks << " ranks (" << comm::name(c.backend)
+      << " backend), algorithm " << comm::name(r.algorithm) << ", result "
+      << (r.verified ? "verified" : "WRONG") << "\n\n";
   out << std::left << std::setw(6) << "rank" << std::right << std::setw(8) << "steps"
       << std::setw(10) << "formula" << std::setw(16) << "bytes sent" << std::setw(16) << "formula"
       << std::setw(16) << "bytes recvd" << std::setw(16) << "formula"
       << "\n";
   out << std::fixed << std::setprecision(0);
+  if (r.algorithm == Algorithm::native) {
+    out << "(native: MPI moves the bytes itself; the communicator does not see them, and the "
+           "planner does not model MPI's internal algorithm)\n";
+  }
   for (const RankTraffic& t : r.ranks) {
     out << std::left << std::setw(6) << t.rank << std::right << std::setw(8) << t.measured.steps
         << std::setw(10) << t.formula.steps << std::setw(16) << t.measured.bytes_sent
@@ -206,6 +223,7 @@ nlohmann::json to_json(const CollectiveRunReport& r) {
                      {"formula_bytes_received", t.formula.bytes_received}});
   }
   return {{"op", comm::name(r.config.op)},
+          {"backend", comm::name(r.config.backend)},
           {"algorithm", comm::name(r.algorithm)},
           {"ranks", r.config.ranks},
           {"bytes", r.config.bytes},
@@ -245,6 +263,7 @@ CollectiveSweepReport run_collective_sweep(CollectiveSweepConfig config) {
     for (int64_t bytes : config.sizes) {
       for (Algorithm algo : config.algorithms) {
         CollectiveRunConfig c;
+        c.backend = config.backend;
         c.ranks = world;
         c.bytes = bytes;
         c.op = config.op;
@@ -253,6 +272,8 @@ CollectiveSweepReport run_collective_sweep(CollectiveSweepConfig config) {
         c.trial_seconds = config.trial_seconds;
         c.warmup = 1;
         const CollectiveRunReport r = run_collective(c);
+        report.reporter = r.reporter;
+        if (!r.reporter) continue;
         DTRAIN_CHECK(r.verified, "bench collectives: ", comm::name(config.op), " ",
                      comm::name(algo), " on ", world, " ranks of ", bytes,
                      " bytes gave a wrong result");
@@ -265,8 +286,9 @@ CollectiveSweepReport run_collective_sweep(CollectiveSweepConfig config) {
 }
 
 void print_report(const CollectiveSweepReport& r, std::ostream& out) {
-  out << "bench collectives: " << comm::name(r.config.op)
-      << " on the threads backend, busbw (GB/s, nccl-tests definition) and busbw / memcpy\n"
+  out << "bench collectives: " << comm::name(r.config.op) << " on the "
+      << comm::name(r.config.backend)
+      << " backend, busbw (GB/s, nccl-tests definition) and busbw / memcpy\n"
       << "memcpy bandwidth measured in this run: " << std::fixed << std::setprecision(2)
       << r.memcpy_gbps << " GB/s (one thread, 64 MiB buffers, bytes copied per second)\n";
   for (int world : r.config.worlds) {
@@ -302,7 +324,10 @@ nlohmann::json to_json(const CollectiveSweepReport& r) {
                     {"busbw_GBps", row.busbw_gbps},
                     {"busbw_over_memcpy", row.busbw_gbps / r.memcpy_gbps}});
   }
-  return {{"op", comm::name(r.config.op)}, {"memcpy_GBps", r.memcpy_gbps}, {"rows", rows}};
+  return {{"op", comm::name(r.config.op)},
+          {"backend", comm::name(r.config.backend)},
+          {"memcpy_GBps", r.memcpy_gbps},
+          {"rows", rows}};
 }
 
 }  // namespace dtrain::bench

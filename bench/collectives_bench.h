@@ -12,11 +12,13 @@
 
 #include "dtrain/comm/collective_kind.h"
 #include "dtrain/comm/communicator.h"
+#include "dtrain/comm/launch.h"
 #include "dtrain/plan/collective_cost.h"
 
 namespace dtrain::bench {
 
 struct CollectiveRunConfig {
+  comm::Backend backend = comm::Backend::threads;
   int ranks = 2;
   int64_t bytes = 64 << 20;  // S as nccl-tests defines it (see plan/collective_cost.h)
   comm::CollectiveOp op = comm::CollectiveOp::all_reduce;
@@ -45,6 +47,7 @@ struct CollectiveRunReport {
   double best_time_us = 0;  // fastest trial
   double algbw_gbps = 0;    // S / time, GB = 1e9 bytes
   double busbw_gbps = 0;    // algbw * bus factor (2(N-1)/N for all_reduce)
+  bool reporter = true;     // this process prints (under MPI: world rank 0)
 };
 
 // Runs `config` on config.ranks threads. Throws Error on bad configuration.
@@ -57,6 +60,7 @@ nlohmann::json to_json(const CollectiveRunReport& report);
 double measure_memcpy_gbps(int64_t bytes = 64 << 20);
 
 struct CollectiveSweepConfig {
+  comm::Backend backend = comm::Backend::threads;
   comm::CollectiveOp op = comm::CollectiveOp::all_reduce;
   std::vector<int> worlds = {2, 4};
   std::vector<int64_t> sizes;  // default: 4 KiB to 256 MiB in powers of 4
@@ -76,6 +80,7 @@ struct CollectiveSweepRow {
 
 struct CollectiveSweepReport {
   CollectiveSweepConfig config;
+  bool reporter = true;
   double memcpy_gbps = 0;
   std::vector<CollectiveSweepRow> rows;
 };

@@ -14,8 +14,8 @@ namespace {
 
 struct BenchCollectivesFlags {
   bench::CollectiveSweepConfig config;
-  std::string op = "all_reduce";
-  std::vector<std::string> algos = {"ring", "tree", "naive"};
+  std::string op = "all_reduce", backend = "threads";
+  std::vector<std::string> algos;
   std::string min_size = "4KiB", max_size = "256MiB";
   bool json = false;
 };
@@ -31,8 +31,9 @@ void add_bench_collectives(CLI::App& bench_app) {
   cmd->add_option("--ranks", f->config.worlds, "World sizes to sweep")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
-  cmd->add_option("--algos", f->algos, "Algorithms to sweep (ring, tree, naive)")
-      ->capture_default_str();
+  cmd->add_option("--algos", f->algos,
+                  "Algorithms to sweep (default: ring tree naive; with --backend mpi also "
+                  "native, MPI's own)");
   cmd->add_option("--min-size", f->min_size, "Smallest S")->capture_default_str();
   cmd->add_option("--max-size", f->max_size, "Largest S (sizes grow by 4x)")->capture_default_str();
   cmd->add_option("--trials", f->config.trials, "Timed trials per point (median reported)")
@@ -41,16 +42,28 @@ void add_bench_collectives(CLI::App& bench_app) {
   cmd->add_option("--trial-seconds", f->config.trial_seconds, "Length of one trial")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--backend", f->backend,
+                  "threads (ranks are threads of this process) or mpi (run under mpirun; the "
+                  "first --ranks processes take part)")
+      ->capture_default_str();
   cmd->add_flag("--json", f->json, "Print the same figures as JSON");
   cmd->callback([f] {
+    const auto backend = comm::parse_backend(f->backend);
+    DTRAIN_CHECK(backend.has_value(), "--backend: unknown backend '", f->backend,
+                 "' (use threads or mpi)");
+    f->config.backend = *backend;
     const auto op = comm::parse_collective_op(f->op);
     DTRAIN_CHECK(op.has_value(), "--op: unknown collective '", f->op, "'");
     f->config.op = *op;
     f->config.algorithms.clear();
+    if (f->algos.empty()) {
+      f->algos = {"ring", "tree", "naive"};
+      if (*backend == comm::Backend::mpi) f->algos.push_back("native");
+    }
     for (const std::string& a : f->algos) {
       const auto algo = comm::parse_algorithm(a);
       DTRAIN_CHECK(algo.has_value() && *algo != comm::Algorithm::automatic, "--algos: unknown ",
-                   "algorithm '", a, "' (use ring, tree or naive)");
+                   "algorithm '", a, "' (use ring, tree, naive or native)");
       f->config.algorithms.push_back(*algo);
     }
     const int64_t lo = parse_bytes(f->min_size, "--min-size");
@@ -58,6 +71,7 @@ void add_bench_collectives(CLI::App& bench_app) {
     DTRAIN_CHECK(lo >= 4 && lo <= hi, "--min-size must be at least 4 bytes and at most --max-size");
     for (int64_t s = lo; s <= hi; s *= 4) f->config.sizes.push_back(s / 4 * 4);
     const bench::CollectiveSweepReport report = bench::run_collective_sweep(f->config);
+    if (!report.reporter) return;
     if (f->json) {
       std::cout << bench::to_json(report).dump(2) << "\n";
     } else {

@@ -13,7 +13,7 @@ namespace {
 
 struct CollectivesFlags {
   bench::CollectiveRunConfig config;
-  std::string size = "64MiB", op = "all_reduce", algo = "ring";
+  std::string size = "64MiB", op = "all_reduce", algo = "ring", backend = "threads";
   bool json = false;
 };
 
@@ -36,7 +36,8 @@ void add_collectives(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--algo", f->algo,
                   "Algorithm: ring (bandwidth-optimal), tree (latency-optimal), naive (through "
-                  "one root) or auto (tree up to 64 KiB, ring above)")
+                  "one root), auto (tree up to 64 KiB, ring above) or native (MPI's own; "
+                  "--backend mpi)")
       ->capture_default_str();
   cmd->add_option("--root", f->config.root, "Root rank of broadcast and reduce")
       ->capture_default_str();
@@ -51,8 +52,16 @@ void add_collectives(CLI::App& app) {
                   "Seconds a rank waits for a peer before failing")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--backend", f->backend,
+                  "threads (ranks are threads of this process) or mpi (run under mpirun; the "
+                  "first --ranks processes take part)")
+      ->capture_default_str();
   cmd->add_flag("--json", f->json, "Print the same figures as JSON");
   cmd->callback([f] {
+    const auto backend = comm::parse_backend(f->backend);
+    DTRAIN_CHECK(backend.has_value(), "--backend: unknown backend '", f->backend,
+                 "' (use threads or mpi)");
+    f->config.backend = *backend;
     f->config.bytes = parse_bytes(f->size, "--size");
     const auto op = comm::parse_collective_op(f->op);
     DTRAIN_CHECK(op.has_value(), "--op: unknown collective '", f->op,
@@ -63,6 +72,7 @@ void add_collectives(CLI::App& app) {
     f->config.op = *op;
     f->config.algorithm = *algo;
     const bench::CollectiveRunReport report = bench::run_collective(f->config);
+    if (!report.reporter) return;
     if (f->json) {
       std::cout << bench::to_json(report).dump(2) << "\n";
     } else {

@@ -280,6 +280,7 @@ Communicator& world(WorldOptions options) {
   std::vector<int> members(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) members[r] = r;
   slot = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false, members, options.timeout_s);
+  std::atexit(finalize);  // every process finalizes when it exits normally
   return *slot;
 }
 
