@@ -46,16 +46,21 @@ train::Batch fixed_random_batch(int64_t B, int64_t T, int64_t V) {
   return batch;
 }
 
-TrainBenchRow bench_threads(const TrainBenchOptions& o, const train::SerialEngineConfig& config,
-                            const train::Batch& batch, int threads) {
-  model::set_blas_threads(threads);
+TrainBenchRow bench_threads(const TrainBenchOptions& o, train::SerialEngineConfig config,
+                            const train::Batch& batch, int threads, bool openblas) {
+  model::set_blas_threads(openblas ? threads : 1);
+  config.threads = openblas ? 1 : threads;
   // The peak is measured before and after the steps and the higher kept, so that a burst of
   // load from other processes during one measurement does not set it.
+  // OpenBLAS runs the peak GEMM with `threads` of its own threads, whatever the row.
+  model::set_blas_threads(threads);
   const double peak_before = measure_sgemm_gflops(o.sgemm_size, o.sgemm_seconds / 2);
+  model::set_blas_threads(openblas ? threads : 1);
   train::SerialEngine engine(config);
   const float lr = 3e-4f;
   TrainBenchRow row;
   row.threads = threads;
+  row.openblas = openblas;
   for (int64_t i = 0; i < o.warmup; ++i) {
     const float loss = engine.train_step(batch, lr).loss;
     if (i == 0) row.loss_first = loss;
@@ -94,6 +99,7 @@ TrainBenchRow bench_threads(const TrainBenchOptions& o, const train::SerialEngin
   row.gemm_gflop_per_step = gemm.flops / n * 1e-9;
   row.gemm_gflops = gemm.flops / (gemm.time_us * 1e-6) * 1e-9;
   row.step_gflops = row.gemm_gflop_per_step / (row.ms_per_step * 1e-3);
+  model::set_blas_threads(threads);
   row.sgemm_peak_gflops =
       std::max(peak_before, measure_sgemm_gflops(o.sgemm_size, o.sgemm_seconds / 2));
   row.gemm_vs_peak = row.gemm_gflops / row.sgemm_peak_gflops;
@@ -135,7 +141,13 @@ TrainBenchReport run_train_bench(const TrainBenchOptions& o) {
   DTRAIN_CHECK(o.warmup >= 0, "--warmup must not be negative (got ", o.warmup, ")");
   DTRAIN_CHECK(o.batch >= 0, "--batch must be positive (got ", o.batch, ")");
   DTRAIN_CHECK(!o.threads.empty(), "--threads needs at least one thread count");
-  for (int t : o.threads) DTRAIN_CHECK(t > 0, "--threads: counts must be positive (got ", t, ")");
+  for (int t : o.threads) {
+    DTRAIN_CHECK(t > 0 && t <= model::kMaxTeamSize, "--threads: counts must be in [1, ",
+                 model::kMaxTeamSize, "] (got ", t, ")");
+  }
+  for (int t : o.blas_threads) {
+    DTRAIN_CHECK(t >= 0, "--blas-threads: counts must not be negative (got ", t, ")");
+  }
   TrainBenchReport r;
   r.model_name = preset.name;
   r.model = preset.config;
@@ -154,7 +166,10 @@ TrainBenchReport run_train_bench(const TrainBenchOptions& o) {
   config.init_seed = 0;
   const train::Batch batch = fixed_random_batch(r.batch, r.seq, preset.config.vocab);
   const int before = model::blas_threads();
-  for (int t : o.threads) r.rows.push_back(bench_threads(o, config, batch, t));
+  for (int t : o.threads) r.rows.push_back(bench_threads(o, config, batch, t, false));
+  for (int t : o.blas_threads) {
+    if (t > 0) r.rows.push_back(bench_threads(o, config, batch, t, true));
+  }
   model::set_blas_threads(before);
   return r;
 }
@@ -166,11 +181,13 @@ void print_train_bench(std::ostream& out, const TrainBenchReport& r) {
   out << "  the step of ../shared/peers/torch_gpt_step.py: one fixed random batch, AdamW lr 3e-4,"
          " betas (0.9, 0.95), weight decay 0.1; OpenBLAS kernels "
       << r.blas_corename << "\n\n";
-  out << "  threads  ms/step  tokens/s   fwd ms   bwd ms   opt ms  GEMM share  GEMM GFLOP/s"
+  out << "  threads         ms/step  tokens/s   fwd ms   bwd ms   opt ms  GEMM share  GEMM GFLOP/s"
          "  sgemm "
       << r.sgemm_size << "^3 GFLOP/s  GEMM/peak  loss first -> last\n";
   for (const TrainBenchRow& row : r.rows) {
-    out << lpad(std::to_string(row.threads), 9) << lpad(fixed(row.ms_per_step, 2), 9)
+    const std::string who =
+        std::to_string(row.threads) + (row.openblas ? " (OpenBLAS)" : " (dtrain)  ");
+    out << lpad(who, 16) << lpad(fixed(row.ms_per_step, 2), 9)
         << lpad(fixed(row.tokens_per_s, 0), 10) << lpad(fixed(row.forward_ms, 2), 9)
         << lpad(fixed(row.backward_ms, 2), 9) << lpad(fixed(row.optimizer_ms, 2), 9)
         << lpad(fixed(100 * row.gemm_fraction, 1) + " %", 12) << lpad(fixed(row.gemm_gflops, 1), 14)
@@ -178,8 +195,12 @@ void print_train_bench(std::ostream& out, const TrainBenchReport& r) {
         << lpad(fixed(100 * row.gemm_vs_peak, 1) + " %", 11) << "  " << fixed(row.loss_first, 4)
         << " -> " << fixed(row.loss_last, 4) << "\n";
   }
-  out << "\n  GEMM share: time inside cblas_sgemm / step time (second pass, every call timed);"
-         " GEMM GFLOP/s: 2MNK of those calls / their time.\n";
+  out << "\n  dtrain threads: ops split across a ThreadTeam, OpenBLAS single-threaded in each;"
+         " OpenBLAS threads: no team, cblas_sgemm threads itself.\n"
+         "  GEMM share: wall time inside sgemm / step time (second pass, every call timed);"
+         " GEMM GFLOP/s: 2MNK of those calls / that time;\n"
+         "  sgemm peak: cblas_sgemm N^3 with OpenBLAS at the row's thread count, best of before"
+         " and after the steps.\n";
 }
 
 nlohmann::json train_bench_to_json(const TrainBenchReport& r) {
@@ -197,6 +218,7 @@ nlohmann::json train_bench_to_json(const TrainBenchReport& r) {
   nlohmann::json rows = nlohmann::json::array();
   for (const TrainBenchRow& row : r.rows) {
     rows.push_back({{"threads", row.threads},
+                    {"threading", row.openblas ? "openblas" : "dtrain"},
                     {"ms_per_step", row.ms_per_step},
                     {"best_ms_per_step", row.best_ms_per_step},
                     {"tokens_per_s", row.tokens_per_s},

@@ -1,8 +1,10 @@
 // `dtrain bench train`: the training step of the `bench` preset (the shape and the step of
 // ../shared/peers/torch_gpt_step.py: one fixed random batch, AdamW lr 3e-4, betas (0.9, 0.95),
-// weight decay 0.1, no clipping) at 1 and 2 BLAS threads. Reports ms/step and tokens/s, the
-// share of the step spent in sgemm, and the GFLOP/s of those calls against OpenBLAS's own
-// sgemm peak (M = N = K = 512) measured in the same run.
+// weight decay 0.1, no clipping) at 1 and 2 threads. "Threads" are dtrain's compute threads
+// (a ThreadTeam, OpenBLAS single-threaded inside each); one more row shows OpenBLAS's own
+// threading for comparison. Reports ms/step and tokens/s, the share of the step spent in
+// sgemm, and the GFLOP/s of those calls against OpenBLAS's own sgemm peak (M = N = K = 512,
+// OpenBLAS threaded at the same count) measured in the same run.
 #pragma once
 
 #include <cstdint>
@@ -17,9 +19,10 @@
 namespace dtrain::bench {
 
 struct TrainBenchOptions {
-  std::string model = "bench";  // preset
-  std::vector<int> threads = {1, 2};
-  int64_t warmup = 5;  // untimed steps first
+  std::string model = "bench";          // preset
+  std::vector<int> threads = {1, 2};    // compute threads (ThreadTeam), OpenBLAS at 1
+  std::vector<int> blas_threads = {2};  // extra rows: OpenBLAS threads, no team
+  int64_t warmup = 5;                   // untimed steps first
   int64_t steps = 20;  // timed steps (median), then as many again with GEMM timing on
   int64_t batch = 0;   // 0: the preset's
   int64_t sgemm_size = 512;
@@ -27,7 +30,8 @@ struct TrainBenchOptions {
 };
 
 struct TrainBenchRow {
-  int threads = 0;
+  int threads = 0;         // compute threads of the row
+  bool openblas = false;   // true: OpenBLAS's own threads, no team
   double ms_per_step = 0;  // median
   double best_ms_per_step = 0;
   double tokens_per_s = 0;                                   // tokens per step / median

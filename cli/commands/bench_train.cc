@@ -22,7 +22,12 @@ void add_bench_train(CLI::App& bench) {
       "Training step of the bench model at 1 and 2 BLAS threads: ms/step, tokens/s, "
       "GEMM share and GFLOP/s vs OpenBLAS's sgemm peak");
   cmd->add_option("--model", o.model, "Model preset: bench or tiny")->capture_default_str();
-  cmd->add_option("--threads", o.threads, "BLAS thread counts to run, e.g. 1,2")
+  cmd->add_option("--threads", o.threads,
+                  "dtrain compute-thread counts to run (OpenBLAS single-threaded), e.g. 1,2")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--blas-threads", o.blas_threads,
+                  "OpenBLAS thread counts to run as extra rows (no dtrain threads); 0 for none")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--warmup", o.warmup, "Untimed steps before timing")->capture_default_str();

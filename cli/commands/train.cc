@@ -3,8 +3,10 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <string>
 
 #include "command_registry.h"
+#include "dtrain/core/units.h"
 #include "dtrain/train/progress.h"
 #include "dtrain/train/report.h"
 #include "dtrain/train/run.h"
@@ -19,6 +21,7 @@ struct TrainFlags {
   int64_t warmup = 0;
   float min_lr = 0;
   bool json = false;
+  std::string bucket_size = "1MiB";
   int64_t log_every = 0;
 };
 
@@ -32,7 +35,8 @@ void add_train(CLI::App& app) {
   train::TrainOptions& o = f->options;
   CLI::App* cmd = app.add_subcommand(
       "train",
-      "Train the GPT model on one rank (byte-level text; the default corpus ships in data/)");
+      "Train the GPT model on one rank, or on --dp N data-parallel ranks with --zero 1-3 "
+      "sharding (byte-level text; the default corpus ships in data/)");
   cmd->add_option("--model", o.model, "Model preset: tiny or bench")->capture_default_str();
   auto* vocab =
       cmd->add_option("--vocab", f->vocab, "Vocabulary size V (>= 256 for bytes; default: preset)");
@@ -68,9 +72,27 @@ void add_train(CLI::App& app) {
   cmd->add_option("--val-fraction", o.val_fraction,
                   "Share of the file (its end) held out for validation")
       ->capture_default_str();
-  cmd->add_option("--blas-threads", o.blas_threads, "OpenBLAS threads")->capture_default_str();
+  cmd->add_option("--threads", o.threads,
+                  "Compute threads: ops split across them, OpenBLAS single-threaded in each")
+      ->capture_default_str();
+  cmd->add_option("--blas-threads", o.blas_threads,
+                  "OpenBLAS's own threads (an alternative to --threads)")
+      ->capture_default_str();
   cmd->add_option("--log-every", f->log_every,
                   "Without a terminal: a progress line every N steps (default: steps/10)");
+  cmd->add_option("--dp", o.data_parallel.dp,
+                  "Data-parallel ranks (threads); each takes --batch / N sequences of every step")
+      ->capture_default_str();
+  cmd->add_option("--zero", o.data_parallel.zero_stage,
+                  "ZeRO stage with --dp: 0 plain DP, 1 optimizer state, 2 + gradients, "
+                  "3 + parameters sharded")
+      ->capture_default_str();
+  cmd->add_option("--bucket-size", f->bucket_size,
+                  "Gradient bucket size for the all-reduce / reduce-scatter, e.g. 256KiB, 1MiB")
+      ->capture_default_str();
+  cmd->add_option("--grad-accum", o.data_parallel.grad_accum,
+                  "Micro-batches per step on each rank (gradients synced after the last)")
+      ->capture_default_str();
   cmd->add_flag("--json", f->json, "Print the summary as JSON instead of a table");
 
   cmd->callback([=] {
@@ -84,6 +106,7 @@ void add_train(CLI::App& app) {
     take_if_given(seq, f->seq, opt.seq);
     take_if_given(warmup, f->warmup, opt.warmup);
     take_if_given(min_lr, f->min_lr, opt.min_lr);
+    opt.data_parallel.bucket_bytes = parse_bytes(f->bucket_size, "--bucket-size");
     train::ProgressPrinter progress(stderr, train::is_terminal(stderr), f->log_every);
     const train::TrainSummary summary = train::run_training(opt, &progress);
     if (f->json) {

@@ -23,7 +23,7 @@ for word in "at start" "at end" "ln V" "tokens/s" "activations" "peak"; do
   grep -q "$word" "$tmp/table.txt" || { echo "FAIL: table lacks '$word'"; cat "$tmp/table.txt"; exit 1; }
 done
 
-"$dtrain" bench train --model tiny --threads 1,2 --warmup 1 --steps 2 --json > "$tmp/bench.json"
-[[ $(grep -c '"threads"' "$tmp/bench.json") -eq 2 ]] || { echo "FAIL: bench rows"; cat "$tmp/bench.json"; exit 1; }
+"$dtrain" bench train --model tiny --threads 1,2 --blas-threads 2 --warmup 1 --steps 2 --json > "$tmp/bench.json"
+[[ $(grep -c '"threads"' "$tmp/bench.json") -eq 3 ]] || { echo "FAIL: bench rows"; cat "$tmp/bench.json"; exit 1; }
 grep -q '"gemm_fraction"' "$tmp/bench.json" || { echo "FAIL: bench lacks gemm_fraction"; exit 1; }
 echo ok

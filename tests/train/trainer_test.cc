@@ -48,6 +48,23 @@ TEST(Trainer, SameSeedGivesABitwiseIdenticalRun) {
   EXPECT_NE(pa, pc);
 }
 
+TEST(Trainer, ComputeThreadsDoNotChangeABit) {
+  // The team splits GEMM rows, heads, elementwise ops and the optimizer's span; every piece is
+  // computed as in the serial run. A bench-sized custom model makes the GEMMs big enough to
+  // split.
+  TrainOptions o = quick(3);
+  o.channels = 128;
+  o.heads = 4;
+  o.seq = 32;
+  o.batch = 4;
+  o.seed = 7;
+  const auto [a, pa] = run_and_keep_params(o);
+  o.threads = 2;
+  const auto [b, pb] = run_and_keep_params(o);
+  EXPECT_EQ(a.train_losses, b.train_losses);
+  EXPECT_EQ(pa, pb);
+}
+
 // Cross-entropy of the validation bytes under the training bytes' frequencies: the best a
 // model without context can do.
 double unigram_loss(const TokenSplit& split) {
@@ -80,7 +97,9 @@ TEST(Trainer, LossOnTheDefaultCorpusFallsClearlyBelowLnV) {
 }
 
 TEST(Trainer, ReportsMemoryPerTagEqualToThePlan) {
-  const TrainSummary s = run_training(quick(2), nullptr);
+  TrainOptions o = quick(2);
+  o.threads = 2;  // the workspace holds one attention-score gradient per thread
+  const TrainSummary s = run_training(o, nullptr);
   const int64_t param_bytes = 4 * s.param_count;
   for (const MemoryRow& m : s.memory) {
     switch (m.tag) {
@@ -137,6 +156,12 @@ TEST(Resolve, BadOptionsNameTheFlag) {
       {[](TrainOptions& o) { o.seq = 64; }, {"--seq 64", "--context 32"}},
       {[](TrainOptions& o) { o.steps = 0; }, {"--steps", "positive"}},
       {[](TrainOptions& o) { o.lr = -1; }, {"--lr"}},
+      {[](TrainOptions& o) { o.threads = 0; }, {"--threads"}},
+      {[](TrainOptions& o) {
+         o.threads = 2;
+         o.blas_threads = 2;
+       },
+       {"--threads 2", "--blas-threads 2"}},
       {[](TrainOptions& o) { o.data = "/nonexistent/x.txt"; }, {"--data", "/nonexistent/x.txt"}},
   };
   for (const Case& c : cases) {

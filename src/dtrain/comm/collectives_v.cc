@@ -45,7 +45,8 @@ Traffic reduce_scatter_v(Communicator& comm, const T* input, T* output,
   detail::ring_reduce_scatter_chunks(comm, scope, input, output, chunks, op,
                                      detail::kTagReduceScatterV);
   if constexpr (std::is_floating_point_v<T>) {
-    if (op == ReduceOp::avg) detail::scale(output, mine.count, static_cast<T>(1) / static_cast<T>(n));
+    if (op == ReduceOp::avg)
+      detail::scale(output, mine.count, static_cast<T>(1) / static_cast<T>(n));
   }
   return scope.traffic();
 }
@@ -63,9 +64,9 @@ Traffic all_gather_v(Communicator& comm, const T* input, T* output, std::span<co
   return scope.traffic();
 }
 
-#define DTRAIN_INSTANTIATE_COLLECTIVES_V(T)                                                    \
+#define DTRAIN_INSTANTIATE_COLLECTIVES_V(T)                                                 \
   template Traffic reduce_scatter_v<T>(Communicator&, const T*, T*, std::span<const Chunk>, \
-                                       ReduceOp);                                            \
+                                       ReduceOp);                                           \
   template Traffic all_gather_v<T>(Communicator&, const T*, T*, std::span<const Chunk>);
 DTRAIN_INSTANTIATE_COLLECTIVES_V(float)
 DTRAIN_INSTANTIATE_COLLECTIVES_V(int64_t)

@@ -30,7 +30,7 @@ Traffic reduce_scatter_v(Communicator& comm, const T* input, T* output,
 template <typename T>
 Traffic all_gather_v(Communicator& comm, const T* input, T* output, std::span<const Chunk> chunks);
 
-#define DTRAIN_DECLARE_COLLECTIVES_V(T)                                                           \
+#define DTRAIN_DECLARE_COLLECTIVES_V(T)                                                            \
   extern template Traffic reduce_scatter_v<T>(Communicator&, const T*, T*, std::span<const Chunk>, \
                                               ReduceOp);                                           \
   extern template Traffic all_gather_v<T>(Communicator&, const T*, T*, std::span<const Chunk>);

@@ -59,29 +59,49 @@ void check_shape(const GptConfig& g, int64_t B, int64_t T) {
 }  // namespace
 
 GptActivations::GptActivations(const GptConfig& g, int64_t B, int64_t T, MemoryTracker* tracker)
-    : B_(B), T_(T) {
+    : GptActivations(g, B, T, tracker, {0, g.layers}, true, true) {}
+
+GptActivations::GptActivations(const GptConfig& g, int64_t B, int64_t T, MemoryTracker* tracker,
+                               LayerRange range, bool embedding, bool head)
+    : B_(B), T_(T), range_(range) {
   check_shape(g, B, T);
+  DTRAIN_CHECK(range.first >= 0 && range.count >= 0 && range.end() <= g.layers,
+               "GptActivations: blocks [", range.first, ", ", range.end(), ") outside the ",
+               g.layers, " blocks");
   LayerActivations probe;
   Carver counter(nullptr);
   carve_layer(probe, counter, g, B, T);
   layers_.resize(static_cast<size_t>(g.layers));
-  for (LayerActivations& a : layers_) {
+  for (int64_t l = range.first; l < range.end(); ++l) {
     layer_storage_.emplace_back(counter.used(), MemoryTag::activations, tracker);
     Carver c(layer_storage_.back().data());
-    carve_layer(a, c, g, B, T);
+    carve_layer(layers_[static_cast<size_t>(l)], c, g, B, T);
   }
-  Carver head_counter(nullptr);
-  carve_head(head_, head_counter, g, B, T);
-  head_storage_ = Buffer<float>(head_counter.used(), MemoryTag::activations, tracker);
-  Carver hc(head_storage_.data());
-  carve_head(head_, hc, g, B, T);
-  id_storage_ = Buffer<int32_t>(2 * B * T, MemoryTag::activations, tracker);
-  head_.tokens = id_storage_.data();
-  head_.targets = id_storage_.data() + B * T;
+  if (head) {
+    Carver head_counter(nullptr);
+    carve_head(head_, head_counter, g, B, T);
+    head_storage_ = Buffer<float>(head_counter.used(), MemoryTag::activations, tracker);
+    Carver hc(head_storage_.data());
+    carve_head(head_, hc, g, B, T);
+  } else {
+    head_storage_ = Buffer<float>(B * T * g.channels, MemoryTag::activations, tracker);
+    head_.x_final = head_storage_.data();
+  }
+  if (head) {
+    id_storage_ = Buffer<int32_t>(2 * B * T, MemoryTag::activations, tracker);
+    head_.tokens = id_storage_.data();
+    head_.targets = id_storage_.data() + B * T;
+  } else if (embedding) {
+    id_storage_ = Buffer<int32_t>(B * T, MemoryTag::activations, tracker);
+    head_.tokens = id_storage_.data();
+  }
 }
 
-GptWorkspace::GptWorkspace(const GptConfig& g, int64_t B, int64_t T, MemoryTracker* tracker)
-    : batch(B), seq(T) {
+GptWorkspace::GptWorkspace(const GptConfig& g, int64_t B, int64_t T, MemoryTracker* tracker,
+                           int team_threads)
+    : batch(B), seq(T), threads(team_threads) {
+  DTRAIN_CHECK(team_threads >= 1, "GptWorkspace: threads must be positive (got ", team_threads,
+               ")");
   check_shape(g, B, T);
   const int64_t BTC = B * T * g.channels;
   auto carve = [&](Carver& c) {
@@ -91,7 +111,7 @@ GptWorkspace::GptWorkspace(const GptConfig& g, int64_t B, int64_t T, MemoryTrack
     dqkv = c.take(3 * BTC);
     dfc = c.take(4 * BTC);
     dfc_gelu = c.take(4 * BTC);
-    datt = c.take(T * T);
+    datt = c.take(team_threads * T * T);
   };
   Carver counter(nullptr);
   carve(counter);

@@ -11,6 +11,7 @@
 
 #include "dtrain/core/buffer.h"
 #include "dtrain/model/gpt_config.h"
+#include "dtrain/model/gpt_stage.h"
 
 namespace dtrain::model {
 
@@ -49,6 +50,13 @@ struct HeadActivations {
 class GptActivations {
  public:
   GptActivations(const GptConfig& config, int64_t B, int64_t T, MemoryTracker* tracker);
+  // One pipeline chunk's share: the blocks in `layers` only (layer(l) of any other block is
+  // empty). With `head` the head's tensors as above; without, head().x_final is the one
+  // (B, T, C) buffer of the range's last block output (what a pipeline stage sends on) and the
+  // other head tensors are null. Token ids: both with the head, the inputs alone with only
+  // `embedding`. {0, L}, true, true is the whole model (the constructor above).
+  GptActivations(const GptConfig& config, int64_t B, int64_t T, MemoryTracker* tracker,
+                 LayerRange layers, bool embedding, bool head);
 
   int64_t batch() const { return B_; }
   int64_t seq() const { return T_; }
@@ -57,11 +65,16 @@ class GptActivations {
   const LayerActivations& layer(int64_t l) const { return layers_[static_cast<size_t>(l)]; }
   HeadActivations& head() { return head_; }
   const HeadActivations& head() const { return head_; }
-  // Where block l writes its output: block l+1's input, or the head's x_final for the last.
-  float* block_output(int64_t l) { return l + 1 < layers() ? layer(l + 1).ln1_in : head_.x_final; }
+  // Where block l writes its output: block l+1's input, or the head's x_final for the last
+  // block of the range.
+  float* block_output(int64_t l) {
+    return l + 1 < range_.end() ? layer(l + 1).ln1_in : head_.x_final;
+  }
+  LayerRange range() const { return range_; }
 
  private:
   int64_t B_ = 0, T_ = 0;
+  LayerRange range_;
   std::vector<Buffer<float>> layer_storage_;
   Buffer<float> head_storage_;
   Buffer<int32_t> id_storage_;
@@ -73,16 +86,19 @@ class GptActivations {
 // activations while backward runs through a block, and the row-parallel output before the
 // tensor-parallel all-reduce in forward.
 struct GptWorkspace {
-  GptWorkspace(const GptConfig& config, int64_t B, int64_t T, MemoryTracker* tracker);
+  // `threads`: the size of the ThreadTeam the model splits ops across (one datt each).
+  GptWorkspace(const GptConfig& config, int64_t B, int64_t T, MemoryTracker* tracker,
+               int threads = 1);
 
   int64_t batch = 0, seq = 0;
+  int threads = 1;
   float* dres = nullptr;      // (B, T, C)   gradient of the residual stream
   float* d_btc1 = nullptr;    // (B, T, C)   gradient of a LayerNorm output; forward: linear out
   float* d_btc2 = nullptr;    // (B, T, C)   gradient of the attention output
   float* dqkv = nullptr;      // (B, T, 3*C)
   float* dfc = nullptr;       // (B, T, 4*C) gradient of the GELU input
   float* dfc_gelu = nullptr;  // (B, T, 4*C) gradient of the GELU output
-  float* datt = nullptr;      // (T, T)      one (b, head)'s attention-score gradient
+  float* datt = nullptr;      // (threads, T, T) one (b, head)'s score gradient per thread
 
  private:
   Buffer<float> storage_;

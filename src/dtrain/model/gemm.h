@@ -1,31 +1,46 @@
-// Every matrix product of the model goes through sgemm() here: OpenBLAS's cblas_sgemm,
-// optionally timed, so a benchmark can report the share of step time spent in GEMM and the
-// GFLOP/s it reached. Also the BLAS thread count (default 1 per rank, so that ranks sharing
-// a machine do not oversubscribe its cores).
+// Every matrix product of the model goes through sgemm() here: OpenBLAS's cblas_sgemm, split
+// by rows across a ThreadTeam when there is one, and optionally timed so that a benchmark can
+// report the share of step time spent in GEMM and the GFLOP/s it reached. Also the OpenBLAS
+// thread count (default 1 per rank, so that ranks sharing a machine do not oversubscribe it).
 #pragma once
 
 #include <cstdint>
 #include <string>
+
+#include "dtrain/model/thread_team.h"
 
 namespace dtrain::model {
 
 struct GemmStats {
   int64_t calls = 0;
   double flops = 0;    // 2*M*N*K per call
-  double time_us = 0;  // wall time inside cblas_sgemm
+  double time_us = 0;  // wall time inside sgemm (a split call counts once, as its wall time)
   void reset() { *this = {}; }
+};
+
+// How an op may use the machine: a team to split its work across (null: the calling thread
+// alone) and the GEMM counters (null: not counted). Ops take it as their last argument.
+struct Compute {
+  ThreadTeam* team = nullptr;
+  GemmStats* gemm_stats = nullptr;
+  int threads() const { return team != nullptr ? team->size() : 1; }
+  // The team if `work` units are worth splitting (at least min_work per member), else null.
+  ThreadTeam* team_for(int64_t work, int64_t min_work) const {
+    return threads() > 1 && work >= min_work * threads() ? team : nullptr;
+  }
 };
 
 enum class Trans { no, yes };
 
 // Row-major C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, with leading
 // dimensions lda, ldb, ldc (the row strides of A, B, C as stored). beta = 1 accumulates.
-// When `stats` is not null the call is timed and counted there.
+// With a team and at least 2^22 flops the rows of C are split across its members (in
+// multiples of 16), each running single-threaded cblas_sgemm: the same bits as one call.
 void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-           int64_t ldc, GemmStats* stats = nullptr);
+           int64_t ldc, const Compute& cx = {});
 
-// OpenBLAS's thread count is process-wide: set it before a run.
+// OpenBLAS's thread count is process-wide: set it before a run. With a ThreadTeam keep it 1.
 void set_blas_threads(int threads);
 int blas_threads();
 std::string blas_corename();  // the kernel family OpenBLAS picked, e.g. "Cooperlake"

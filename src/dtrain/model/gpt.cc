@@ -33,19 +33,38 @@ void check_batch(std::span<const int32_t> ids, int64_t BT, int64_t V, const char
 
 }  // namespace
 
-GptModel::GptModel(const GptConfig& config, MemoryTracker* tracker, TensorParallelHooks* tp)
+GptModel::GptModel(const GptConfig& config, MemoryTracker* tracker, TensorParallelHooks* tp,
+                   ThreadTeam* team)
+    : GptModel(config, whole_model(config), tracker, tp, team) {}
+
+GptModel::GptModel(const GptConfig& config, const GptStage& stage, MemoryTracker* tracker,
+                   TensorParallelHooks* tp, ThreadTeam* team)
     : config_(config),
-      table_(gpt_param_table(config)),
+      table_(gpt_stage_param_table(config, stage)),
       tracker_(tracker),
       tp_(tp != nullptr ? tp : &serial_tp_),
       params_(table_.total_count(), MemoryTag::params, tracker),
-      grads_(table_.total_count(), MemoryTag::grads, tracker) {
+      grads_(table_.total_count(), MemoryTag::grads, tracker),
+      stage_(stage) {
+  if (!stage.is_whole(config)) {
+    const ParamTable whole = gpt_param_table(config);
+    local_index_.assign(whole.size(), -1);
+    for (size_t i = 0; i < table_.size(); ++i) {
+      const int w = whole.index_of(table_[i].name);
+      local_index_[static_cast<size_t>(w)] = static_cast<int>(i);
+      whole_index_.push_back(w);
+    }
+  }
   w_ = weights_at(params_.data());
   dw_ = weights_at(grads_.data());
+  cx_.team = team;
 }
 
 GptWeights GptModel::weights_at(float* base) const {
-  auto at = [&](int index) { return base + table_[static_cast<size_t>(index)].offset; };
+  auto at = [&](int index) -> float* {
+    const int i = local_index(index);  // -1: a tensor this stage does not hold
+    return base == nullptr || i < 0 ? nullptr : base + table_[static_cast<size_t>(i)].offset;
+  };
   GptWeights w;
   w.wte = at(kWteIndex);
   w.wpe = at(kWpeIndex);
@@ -62,6 +81,66 @@ GptWeights GptModel::weights_at(float* base) const {
   return w;
 }
 
+void GptModel::release_params() {
+  params_.release();
+  w_ = weights_at(nullptr);
+}
+
+void GptModel::release_grads() {
+  grads_.release();
+  dw_ = weights_at(nullptr);
+}
+
+void GptModel::bind_params(int64_t offset, int64_t count, float* storage) {
+  bind_range(w_, offset, count, storage);
+}
+
+void GptModel::bind_grads(int64_t offset, int64_t count, float* storage) {
+  bind_range(dw_, offset, count, storage);
+}
+
+void GptModel::bind_range(GptWeights& w, int64_t offset, int64_t count, float* storage) const {
+  DTRAIN_CHECK(local_index_.empty(), "GptModel::bind: not available on a pipeline stage model");
+  DTRAIN_CHECK(offset >= 0 && count >= 0 && offset + count <= table_.total_count(),
+               "GptModel::bind: range [", offset, ", ", offset + count,
+               ") is outside the parameter buffer of ", table_.total_count());
+  // Whether tensor `index` lies inside the range (and is to move to storage + t.offset - offset).
+  auto inside = [&](int index) {
+    const ParamTensor& t = table_[static_cast<size_t>(index)];
+    const bool in = t.offset >= offset && t.offset + t.count <= offset + count;
+    const bool out = t.offset + t.count <= offset || t.offset >= offset + count;
+    DTRAIN_CHECK(in || out, "GptModel::bind: tensor ", t.name, " straddles the range [", offset,
+                 ", ", offset + count, ")");
+    return in;
+  };
+  auto moved = [&](int index) {
+    return storage + (table_[static_cast<size_t>(index)].offset - offset);
+  };
+  auto bind = [&](float*& field, int index) {
+    if (inside(index)) field = moved(index);
+  };
+  bind(w.wte, kWteIndex);
+  bind(w.wpe, kWpeIndex);
+  for (int64_t l = 0; l < config_.layers; ++l) {
+    LayerWeights& lw = w.layers[static_cast<size_t>(l)];
+    auto p = [&](LayerParam k) { return gpt_layer_param(l, k); };
+    bind(lw.ln1_w, p(LayerParam::ln1_w));
+    bind(lw.ln1_b, p(LayerParam::ln1_b));
+    bind(lw.qkv_w, p(LayerParam::qkv_w));
+    bind(lw.qkv_b, p(LayerParam::qkv_b));
+    bind(lw.proj_w, p(LayerParam::attn_proj_w));
+    bind(lw.proj_b, p(LayerParam::attn_proj_b));
+    bind(lw.ln2_w, p(LayerParam::ln2_w));
+    bind(lw.ln2_b, p(LayerParam::ln2_b));
+    bind(lw.fc_w, p(LayerParam::fc_w));
+    bind(lw.fc_b, p(LayerParam::fc_b));
+    bind(lw.fc_proj_w, p(LayerParam::fc_proj_w));
+    bind(lw.fc_proj_b, p(LayerParam::fc_proj_b));
+  }
+  bind(w.lnf_w, gpt_lnf_w_index(config_.layers));
+  bind(w.lnf_b, gpt_lnf_b_index(config_.layers));
+}
+
 std::span<float> GptModel::param(int index) {
   const ParamTensor& t = table_[static_cast<size_t>(index)];
   return params_.span().subspan(static_cast<size_t>(t.offset), static_cast<size_t>(t.count));
@@ -76,9 +155,15 @@ void GptModel::init_params(uint64_t seed) {
   Rng seeder(seed);
   const double std_base = 0.02;
   const double std_residual = 0.02 / std::sqrt(2.0 * static_cast<double>(config_.layers));
+  // A stage model draws every seed of the whole model and takes its tensors' by their index there.
+  std::vector<uint64_t> stage_seeds;
+  for (size_t i = 0; !whole_index_.empty() && i < local_index_.size(); ++i) {
+    stage_seeds.push_back(seeder.next_u64());
+  }
   for (size_t i = 0; i < table_.size(); ++i) {
     const ParamTensor& t = table_[i];
-    Rng rng(seeder.next_u64());
+    Rng rng(whole_index_.empty() ? seeder.next_u64()
+                                 : stage_seeds[static_cast<size_t>(whole_index_[i])]);
     std::span<float> p = param(static_cast<int>(i));
     const bool is_bias = t.name.ends_with(".b");
     const bool is_ln_weight =
@@ -100,7 +185,7 @@ void GptModel::set_batch_shape(int64_t B, int64_t T) {
   ws_.reset();
   acts_.reset();
   acts_ = std::make_unique<GptActivations>(config_, B, T, tracker_);
-  ws_ = std::make_unique<GptWorkspace>(config_, B, T, tracker_);
+  ws_ = std::make_unique<GptWorkspace>(config_, B, T, tracker_, cx_.threads());
 }
 
 GptActivations& GptModel::activations() {
@@ -128,12 +213,16 @@ float GptModel::forward(GptActivations& acts, GptWorkspace& ws, std::span<const 
   DTRAIN_CHECK(ws.batch == acts.batch() && ws.seq == acts.seq(), "GptModel: workspace shape (",
                ws.batch, ", ", ws.seq, ") differs from the activations' (", acts.batch(), ", ",
                acts.seq(), ")");
+  DTRAIN_CHECK(ws.threads >= cx_.threads(), "GptModel: workspace for ", ws.threads,
+               " threads, but the model's team has ", cx_.threads());
+  DTRAIN_CHECK(local_index_.empty(), "GptModel::forward: a stage model runs piece by piece");
   embedding_forward(acts, tokens);
   for (int64_t l = 0; l < config_.layers; ++l) block_forward(acts, ws, l);
   return head_forward(acts, targets);
 }
 
 void GptModel::backward(GptActivations& acts, GptWorkspace& ws, float dloss) {
+  DTRAIN_CHECK(local_index_.empty(), "GptModel::backward: a stage model runs piece by piece");
   head_backward(acts, ws, dloss);
   for (int64_t l = config_.layers - 1; l >= 0; --l) block_backward(acts, ws, l);
   embedding_backward(acts, ws);
@@ -153,36 +242,36 @@ void GptModel::block_forward(GptActivations& acts, GptWorkspace& ws, int64_t l) 
   const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
   LayerActivations& a = acts.layer(l);
   float* linear_out = ws.d_btc1;  // (B, T, C) row-parallel output before g
-  GemmStats* gs = gemm_stats_;
+  const Compute& cx = cx_;
 
   // attention: ln2_in = x + proj(attention(ln1(x)))
-  layernorm_forward(a.ln1_out, a.ln1_mean, a.ln1_rstd, a.ln1_in, w.ln1_w, w.ln1_b, B, T, C);
-  matmul_forward(a.qkv, a.ln1_out, w.qkv_w, w.qkv_b, BT, C, 3 * C, gs);  // f: identity
-  attention_forward(a.atty, a.att, a.qkv, B, T, C, NH, gs);
-  matmul_forward(linear_out, a.atty, w.proj_w, nullptr, BT, C, C, gs);
+  layernorm_forward(a.ln1_out, a.ln1_mean, a.ln1_rstd, a.ln1_in, w.ln1_w, w.ln1_b, B, T, C, cx);
+  matmul_forward(a.qkv, a.ln1_out, w.qkv_w, w.qkv_b, BT, C, 3 * C, cx);  // f: identity
+  attention_forward(a.atty, a.att, a.qkv, B, T, C, NH, cx);
+  matmul_forward(linear_out, a.atty, w.proj_w, nullptr, BT, C, C, cx);
   tp_->g_forward(linear_out, BT * C);
-  residual_forward(a.ln2_in, a.ln1_in, linear_out, w.proj_b, BT, C);
+  residual_forward(a.ln2_in, a.ln1_in, linear_out, w.proj_b, BT, C, cx);
 
   // MLP: x_next = ln2_in + fc_proj(gelu(fc(ln2(ln2_in))))
-  layernorm_forward(a.ln2_out, a.ln2_mean, a.ln2_rstd, a.ln2_in, w.ln2_w, w.ln2_b, B, T, C);
-  matmul_forward(a.fc, a.ln2_out, w.fc_w, w.fc_b, BT, C, 4 * C, gs);  // f: identity
-  gelu_forward(a.fc_gelu, a.fc, BT * 4 * C);
-  matmul_forward(linear_out, a.fc_gelu, w.fc_proj_w, nullptr, BT, 4 * C, C, gs);
+  layernorm_forward(a.ln2_out, a.ln2_mean, a.ln2_rstd, a.ln2_in, w.ln2_w, w.ln2_b, B, T, C, cx);
+  matmul_forward(a.fc, a.ln2_out, w.fc_w, w.fc_b, BT, C, 4 * C, cx);  // f: identity
+  gelu_forward(a.fc_gelu, a.fc, BT * 4 * C, cx);
+  matmul_forward(linear_out, a.fc_gelu, w.fc_proj_w, nullptr, BT, 4 * C, C, cx);
   tp_->g_forward(linear_out, BT * C);
-  residual_forward(acts.block_output(l), a.ln2_in, linear_out, w.fc_proj_b, BT, C);
+  residual_forward(acts.block_output(l), a.ln2_in, linear_out, w.fc_proj_b, BT, C, cx);
 }
 
 float GptModel::head_forward(GptActivations& acts, std::span<const int32_t> targets) {
   const int64_t B = acts.batch(), T = acts.seq(), C = config_.channels, V = config_.vocab;
   HeadActivations& h = acts.head();
-  layernorm_forward(h.lnf_out, h.lnf_mean, h.lnf_rstd, h.x_final, w_.lnf_w, w_.lnf_b, B, T, C);
+  layernorm_forward(h.lnf_out, h.lnf_mean, h.lnf_rstd, h.x_final, w_.lnf_w, w_.lnf_b, B, T, C, cx_);
   // logits (B, T, V) = lnf_out @ wte^T (the LM head is tied to the token embedding)
-  matmul_forward(h.logits, h.lnf_out, w_.wte, nullptr, B * T, C, V, gemm_stats_);
+  matmul_forward(h.logits, h.lnf_out, w_.wte, nullptr, B * T, C, V, cx_);
   h.has_targets = !targets.empty();
   if (!h.has_targets) return 0.0f;
   check_batch(targets, B * T, V, "targets");
   std::copy(targets.begin(), targets.end(), h.targets);
-  return crossentropy_softmax_forward(h.logits, h.losses, h.logits, h.targets, B * T, V);
+  return crossentropy_softmax_forward(h.logits, h.losses, h.logits, h.targets, B * T, V, cx_);
 }
 
 void GptModel::head_backward(GptActivations& acts, GptWorkspace& ws, float dloss) {
@@ -191,10 +280,10 @@ void GptModel::head_backward(GptActivations& acts, GptWorkspace& ws, float dloss
   HeadActivations& h = acts.head();
   DTRAIN_CHECK(h.has_targets, "GptModel::backward needs a forward pass with targets");
   h.has_targets = false;  // the probabilities are about to become their gradient
-  crossentropy_softmax_backward_inplace(h.logits, h.targets, dloss, BT, V);
+  crossentropy_softmax_backward_inplace(h.logits, h.targets, dloss, BT, V, cx_);
   float* dlnf = ws.d_btc1;  // (B, T, C)
   zero(dlnf, BT * C);
-  matmul_backward(dlnf, dw_.wte, nullptr, h.logits, h.lnf_out, w_.wte, BT, C, V, gemm_stats_);
+  matmul_backward(dlnf, dw_.wte, nullptr, h.logits, h.lnf_out, w_.wte, BT, C, V, cx_);
   zero(ws.dres, BT * C);
   layernorm_backward(ws.dres, dw_.lnf_w, dw_.lnf_b, dlnf, h.x_final, w_.lnf_w, h.lnf_mean,
                      h.lnf_rstd, B, T, C);
@@ -206,18 +295,18 @@ void GptModel::block_backward(GptActivations& acts, GptWorkspace& ws, int64_t l)
   const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
   const LayerWeights& dw = dw_.layers[static_cast<size_t>(l)];
   const LayerActivations& a = acts.layer(l);
-  GemmStats* gs = gemm_stats_;
+  const Compute& cx = cx_;
   float* dres = ws.dres;  // (B, T, C): d block output on entry, d block input on exit
   float* dln = ws.d_btc1;
 
   // MLP; the residual passes dres through unchanged, the LayerNorm adds to it
   zero(ws.dfc_gelu, BT * 4 * C);
   matmul_backward(ws.dfc_gelu, dw.fc_proj_w, dw.fc_proj_b, dres, a.fc_gelu, w.fc_proj_w, BT, 4 * C,
-                  C, gs);  // g: identity
+                  C, cx);  // g: identity
   zero(ws.dfc, BT * 4 * C);
-  gelu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT * 4 * C);
+  gelu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT * 4 * C, cx);
   zero(dln, BT * C);
-  matmul_backward(dln, dw.fc_w, dw.fc_b, ws.dfc, a.ln2_out, w.fc_w, BT, C, 4 * C, gs);
+  matmul_backward(dln, dw.fc_w, dw.fc_b, ws.dfc, a.ln2_out, w.fc_w, BT, C, 4 * C, cx);
   tp_->f_backward(dln, BT * C);
   layernorm_backward(dres, dw.ln2_w, dw.ln2_b, dln, a.ln2_in, w.ln2_w, a.ln2_mean, a.ln2_rstd, B, T,
                      C);
@@ -225,11 +314,11 @@ void GptModel::block_backward(GptActivations& acts, GptWorkspace& ws, int64_t l)
   // attention
   float* datty = ws.d_btc2;
   zero(datty, BT * C);
-  matmul_backward(datty, dw.proj_w, dw.proj_b, dres, a.atty, w.proj_w, BT, C, C, gs);
+  matmul_backward(datty, dw.proj_w, dw.proj_b, dres, a.atty, w.proj_w, BT, C, C, cx);
   zero(ws.dqkv, BT * 3 * C);
-  attention_backward(ws.dqkv, ws.datt, datty, a.qkv, a.att, B, T, C, NH, gs);
+  attention_backward(ws.dqkv, ws.datt, datty, a.qkv, a.att, B, T, C, NH, cx);
   zero(dln, BT * C);
-  matmul_backward(dln, dw.qkv_w, dw.qkv_b, ws.dqkv, a.ln1_out, w.qkv_w, BT, C, 3 * C, gs);
+  matmul_backward(dln, dw.qkv_w, dw.qkv_b, ws.dqkv, a.ln1_out, w.qkv_w, BT, C, 3 * C, cx);
   tp_->f_backward(dln, BT * C);
   layernorm_backward(dres, dw.ln1_w, dw.ln1_b, dln, a.ln1_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, B, T,
                      C);

@@ -14,6 +14,7 @@
 #include "dtrain/model/activations.h"
 #include "dtrain/model/gemm.h"
 #include "dtrain/model/gpt_config.h"
+#include "dtrain/model/gpt_stage.h"
 #include "dtrain/model/param_table.h"
 #include "dtrain/model/tp_hooks.h"
 
@@ -45,12 +46,22 @@ struct GptWeights {
 class GptModel {
  public:
   // `tracker` is charged for params, grads and activations; `tp` defaults to the serial
-  // hooks (TP=1). Both must outlive the model. Parameters start at zero: call init_params.
-  GptModel(const GptConfig& config, MemoryTracker* tracker, TensorParallelHooks* tp = nullptr);
+  // hooks (TP=1); with a `team` the ops split their work across its threads (same bits as
+  // without). All three must outlive the model. Parameters start at zero: call init_params.
+  GptModel(const GptConfig& config, MemoryTracker* tracker, TensorParallelHooks* tp = nullptr,
+           ThreadTeam* team = nullptr);
+  // A pipeline stage's model: only `stage`'s tensors (gpt_stage_param_table: the whole
+  // model's names and order), so its memory is the stage's. Run it piece by piece
+  // (embedding_forward, block_forward of its blocks, head_forward, ...); the whole passes and
+  // bind_params / bind_grads are for the whole model. init_params gives every tensor the values
+  // it has in the whole model, so two stages' copies of the tied wte start equal.
+  GptModel(const GptConfig& config, const GptStage& stage, MemoryTracker* tracker,
+           TensorParallelHooks* tp = nullptr, ThreadTeam* team = nullptr);
   GptModel(const GptModel&) = delete;
   GptModel& operator=(const GptModel&) = delete;
 
   const GptConfig& config() const { return config_; }
+  const GptStage& stage() const { return stage_; }
   const ParamTable& param_table() const { return table_; }
   int64_t param_count() const { return table_.total_count(); }
   std::span<float> params() { return params_.span(); }
@@ -90,11 +101,25 @@ class GptModel {
   void block_backward(GptActivations& acts, GptWorkspace& ws, int64_t l);   // ws.dres: out -> in
   void embedding_backward(GptActivations& acts, GptWorkspace& ws);
 
+  // --- caller-owned storage (ZeRO-2 and 3 keep no full gradient / parameter buffer)
+  // Frees the model's own flat parameter (gradient) buffer: params() (grads()) become empty, and
+  // every tensor must be bound below before a pass touches it.
+  void release_params();
+  void release_grads();
+  // Points the parameter (gradient) tensors inside the flat range [offset, offset + count) at
+  // `storage`: tensor t moves to storage + (t.offset - offset). ZeRO-3 binds one unit's gathered
+  // weights (embeddings, block l, final LayerNorm) just before running it; ZeRO-2 and 3 bind
+  // gradient buckets. A tensor straddling the range's boundary is an error.
+  void bind_params(int64_t offset, int64_t count, float* storage);
+  void bind_grads(int64_t offset, int64_t count, float* storage);
+
   // When set, every sgemm call is timed and counted there (null turns counting off).
-  void set_gemm_stats(GemmStats* stats) { gemm_stats_ = stats; }
+  void set_gemm_stats(GemmStats* stats) { cx_.gemm_stats = stats; }
+  int threads() const { return cx_.threads(); }
 
  private:
   GptWeights weights_at(float* base) const;
+  void bind_range(GptWeights& w, int64_t offset, int64_t count, float* storage) const;
 
   GptConfig config_;
   ParamTable table_;
@@ -107,7 +132,14 @@ class GptModel {
   GptWeights dw_;         // views into grads_
   std::unique_ptr<GptActivations> acts_;
   std::unique_ptr<GptWorkspace> ws_;
-  GemmStats* gemm_stats_ = nullptr;
+  Compute cx_;  // the team and the GEMM counters every op gets
+  // A stage model's tensors: whole-model table index -> this table's (-1: not held), and back.
+  // Both empty for the whole model (the identity).
+  GptStage stage_;
+  std::vector<int> local_index_, whole_index_;
+  int local_index(int whole) const {
+    return local_index_.empty() ? whole : local_index_[static_cast<size_t>(whole)];
+  }
 };
 
 }  // namespace dtrain::model

@@ -37,7 +37,8 @@ Range split_range(int64_t n, int member, int members, int64_t align) {
 }
 
 ThreadTeam::ThreadTeam(int threads) : size_(threads) {
-  DTRAIN_CHECK(threads >= 1, "--threads must be positive (got ", threads, ")");
+  DTRAIN_CHECK(threads >= 1 && threads <= kMaxTeamSize, "--threads must be in [1, ", kMaxTeamSize,
+               "] (got ", threads, ")");
   for (int m = 1; m < threads; ++m) workers_.emplace_back([this, m] { worker(m); });
 }
 

@@ -23,9 +23,12 @@ struct Range {
 // are multiples of `align` (except n itself).
 Range split_range(int64_t n, int member, int members, int64_t align = 1);
 
+inline constexpr int kMaxTeamSize = 64;
+
 class ThreadTeam {
  public:
-  // Starts threads - 1 workers; the thread that calls run() is member 0.
+  // Starts threads - 1 workers (1 <= threads <= kMaxTeamSize); the thread that calls run()
+  // is member 0.
   explicit ThreadTeam(int threads);
   ~ThreadTeam();
   ThreadTeam(const ThreadTeam&) = delete;

@@ -81,8 +81,18 @@ AdamW::AdamW(int64_t count, const AdamWConfig& config, MemoryTracker* tracker)
 
 void AdamW::step(std::span<float> params, std::span<const float> grads, float lr,
                  float grad_scale) {
-  ++step_;
-  adamw_update(params, grads, m_.span(), v_.span(), config_, lr, step_, grad_scale);
+  advance();
+  update(params, grads, 0, lr, grad_scale);
+}
+
+void AdamW::update(std::span<float> params, std::span<const float> grads, int64_t offset, float lr,
+                   float grad_scale) {
+  DTRAIN_CHECK(offset >= 0 && offset + static_cast<int64_t>(params.size()) <= m_.size(),
+               "AdamW::update: piece [", offset, ", ", offset + static_cast<int64_t>(params.size()),
+               ") is outside the optimizer's ", m_.size(), " elements");
+  const auto at = static_cast<size_t>(offset);
+  adamw_update(params, grads, m_.span().subspan(at, params.size()),
+               v_.span().subspan(at, params.size()), config_, lr, step_, grad_scale);
 }
 
 }  // namespace dtrain::optim

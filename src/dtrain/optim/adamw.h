@@ -32,6 +32,11 @@ class AdamW {
   // Advances the step counter and updates params (count elements) in place.
   void step(std::span<float> params, std::span<const float> grads, float lr,
             float grad_scale = 1.0f);
+  // The same step in pieces (e.g. one per thread): advance() once, then update() on disjoint
+  // pieces; params and grads are the piece that starts at element `offset`. Same bits as step().
+  void advance() { ++step_; }
+  void update(std::span<float> params, std::span<const float> grads, int64_t offset, float lr,
+              float grad_scale = 1.0f);
 
   const AdamWConfig& config() const { return config_; }
   int64_t count() const { return m_.size(); }

@@ -7,10 +7,10 @@ namespace dtrain::plan {
 namespace {
 
 void check_shape(const HeadActivationShape& x) {
-  DTRAIN_CHECK(
-      x.seq > 0 && x.micro_batch > 0 && x.hidden > 0 && x.vocab > 0 && x.bytes_per_element > 0,
-      "head activation memory: sizes must be positive (seq ", x.seq, ", micro_batch ",
-      x.micro_batch, ", hidden ", x.hidden, ", vocab ", x.vocab, ")");
+  DTRAIN_CHECK(x.seq > 0 && x.micro_batch > 0 && x.hidden > 0 && x.vocab > 0 &&
+                   x.bytes_per_element > 0 && x.threads > 0,
+               "head activation memory: sizes must be positive (seq ", x.seq, ", micro_batch ",
+               x.micro_batch, ", hidden ", x.hidden, ", vocab ", x.vocab, ")");
 }
 
 }  // namespace
@@ -33,7 +33,8 @@ double workspace_activation_bytes(const HeadActivationShape& x) {
   const double h = static_cast<double>(x.hidden);
   const double f = x.ffn_hidden > 0 ? static_cast<double>(x.ffn_hidden) : 4.0 * h;
   const double e = static_cast<double>(x.bytes_per_element);
-  return e * ((1 + 2 + 3) * s * b * h + 2 * f * s * b + s * s);
+  const double n = static_cast<double>(x.threads);
+  return e * ((1 + 2 + 3) * s * b * h + 2 * f * s * b + n * s * s);
 }
 
 }  // namespace dtrain::plan

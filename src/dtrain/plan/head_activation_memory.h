@@ -17,7 +17,8 @@
 //   two (s, b, h) activation gradients    2*s*b*h   (LN output; attention output)
 //   qkv gradient                          3*s*b*h
 //   MLP gradients, GELU input and output  2*f*s*b   (f = 4h)
-//   one attention-score gradient          s*s       (a single (batch row, head) at a time)
+//   attention-score gradients             n*s*s     (one (batch row, head) at a time on each
+//                                                    of the rank's n compute threads)
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,7 @@ struct HeadActivationShape {
   int64_t vocab = 0;        // v
   int64_t ffn_hidden = 0;   // f; 0 means 4*h
   int64_t bytes_per_element = 4;
+  int64_t threads = 1;  // n: compute threads of the rank (workspace only)
 };
 
 // Bytes of the head's activations (see the list above).

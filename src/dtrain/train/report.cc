@@ -36,6 +36,67 @@ std::string lpad(const std::string& s, size_t width) {
   return s.size() < width ? std::string(width - s.size(), ' ') + s : s;
 }
 
+// The data-parallel section: model-state memory per rank and DP bytes per step, each measured
+// beside its plan/ formula, and the overlap of communication with compute.
+void print_data_parallel(std::ostream& out, const DataParallelReport& d) {
+  out << "\n  data parallel: " << d.setup.dp << " ranks, ZeRO stage " << d.setup.zero_stage << ", "
+      << d.micro_batch << " sequences x " << d.setup.grad_accum << " micro-batch(es) per rank, "
+      << d.buckets << (d.setup.zero_stage == 3 ? " units" : " gradient buckets") << " (--bucket-size "
+      << format_bytes(static_cast<double>(d.setup.bucket_bytes)) << ")\n";
+  out << "  model state (rank 0)   measured after step   plan::model_state_bytes   peak\n";
+  for (const DataParallelReport::StateRow& r : d.state) {
+    out << "  " << pad(std::string(memory_tag_name(r.tag)), 22)
+        << lpad(grouped(static_cast<double>(r.current_bytes)) + " B", 20)
+        << lpad(grouped(static_cast<double>(r.formula_bytes)) + " B", 26)
+        << lpad(format_bytes(static_cast<double>(r.peak_bytes)), 12)
+        << (r.current_bytes == r.formula_bytes ? "" : "   (differs)") << "\n";
+  }
+  out << "  (fp32 Adam: 4 + 4 + 8 bytes per parameter; Psi = " << grouped(static_cast<double>(d.params))
+      << ", shard = ceil(Psi/N) = " << grouped(static_cast<double>(d.shard)) << ")\n";
+  if (d.setup.zero_stage == 3) {
+    out << "  gathered units (peak above the shards, params + grads): "
+        << format_bytes(static_cast<double>(d.gathered_peak_bytes))
+        << "; plan: zero3_gathered_bytes(block, prefetch 1) + embeddings' weights and gradient = "
+        << format_bytes(static_cast<double>(d.gathered_formula_bytes)) << "\n";
+  }
+  out << "  DP bytes sent per step (rank 0): " << grouped(d.bytes_sent_per_step)
+      << " measured, " << grouped(d.formula_bytes_sent_per_step)
+      << " plan::dp_traffic_per_step (ring); control (loss, norm): "
+      << grouped(d.control_bytes_per_step) << "\n";
+  out << "  overlap: " << fixed(100 * d.overlap_share, 1) << " % of communication hidden behind compute ("
+      << fixed(d.hidden_ms_per_step, 3) << " of " << fixed(d.comm_ms_per_step, 3)
+      << " ms per step)\n";
+}
+
+nlohmann::json data_parallel_to_json(const DataParallelReport& d) {
+  nlohmann::json state = nlohmann::json::object();
+  for (const DataParallelReport::StateRow& r : d.state) {
+    state[std::string(memory_tag_name(r.tag))] = {{"current_bytes", r.current_bytes},
+                                                  {"peak_bytes", r.peak_bytes},
+                                                  {"formula_bytes", r.formula_bytes}};
+  }
+  nlohmann::json j = {{"dp", d.setup.dp},
+                      {"zero_stage", d.setup.zero_stage},
+                      {"bucket_bytes", d.setup.bucket_bytes},
+                      {"grad_accum", d.setup.grad_accum},
+                      {"micro_batch", d.micro_batch},
+                      {"buckets", d.buckets},
+                      {"params", d.params},
+                      {"shard", d.shard},
+                      {"model_state", state},
+                      {"bytes_sent_per_step", d.bytes_sent_per_step},
+                      {"formula_bytes_sent_per_step", d.formula_bytes_sent_per_step},
+                      {"control_bytes_per_step", d.control_bytes_per_step},
+                      {"comm_ms_per_step", d.comm_ms_per_step},
+                      {"hidden_ms_per_step", d.hidden_ms_per_step},
+                      {"overlap_share", d.overlap_share}};
+  if (d.setup.zero_stage == 3) {
+    j["gathered_peak_bytes"] = d.gathered_peak_bytes;
+    j["gathered_formula_bytes"] = d.gathered_formula_bytes;
+  }
+  return j;
+}
+
 }  // namespace
 
 void print_summary(std::ostream& out, const TrainSummary& s) {
@@ -73,6 +134,7 @@ void print_summary(std::ostream& out, const TrainSummary& s) {
       << lpad(format_bytes(static_cast<double>(s.peak_total_bytes)), 14) << "\n";
   out << "  activations planned by plan/ (L x per layer + head + workspace): "
       << format_bytes(s.planned_activation_bytes) << "\n";
+  if (s.data_parallel) print_data_parallel(out, *s.data_parallel);
 }
 
 nlohmann::json summary_to_json(const TrainSummary& s) {
@@ -119,6 +181,7 @@ nlohmann::json summary_to_json(const TrainSummary& s) {
   mem["peak_total_bytes"] = s.peak_total_bytes;
   mem["planned_activation_bytes"] = s.planned_activation_bytes;
   j["memory"] = mem;
+  if (s.data_parallel) j["data_parallel"] = data_parallel_to_json(*s.data_parallel);
   return j;
 }
 

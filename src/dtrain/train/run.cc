@@ -7,6 +7,7 @@
 #include "dtrain/core/check.h"
 #include "dtrain/core/rng.h"
 #include "dtrain/model/gemm.h"
+#include "dtrain/train/data_parallel_engine.h"
 
 namespace dtrain::train {
 
@@ -28,10 +29,16 @@ TrainSetup resolve(const TrainOptions& o) {
   DTRAIN_CHECK(B > 0, "--batch must be positive (got ", B, ")");
   DTRAIN_CHECK(T > 0, "--seq must be positive (got ", T, ")");
   DTRAIN_CHECK(T <= m.context, "--seq ", T, " exceeds --context ", m.context);
+  validate_data_parallel(o.data_parallel, B);
   DTRAIN_CHECK(o.steps > 0, "--steps must be positive (got ", o.steps, ")");
   DTRAIN_CHECK(o.eval_every >= 0, "--eval-every must not be negative (got ", o.eval_every, ")");
   DTRAIN_CHECK(o.eval_batches > 0, "--eval-batches must be positive (got ", o.eval_batches, ")");
   DTRAIN_CHECK(o.blas_threads > 0, "--blas-threads must be positive (got ", o.blas_threads, ")");
+  DTRAIN_CHECK(o.threads > 0 && o.threads <= model::kMaxTeamSize, "--threads must be in [1, ",
+               model::kMaxTeamSize, "] (got ", o.threads, ")");
+  DTRAIN_CHECK(o.threads == 1 || o.blas_threads == 1, "--threads ", o.threads,
+               " with --blas-threads ", o.blas_threads, " would run ", o.threads * o.blas_threads,
+               " threads; use one or the other");
   DTRAIN_CHECK(o.weight_decay >= 0, "--weight-decay must not be negative (got ", o.weight_decay,
                ")");
   DTRAIN_CHECK(std::isfinite(o.grad_clip), "--grad-clip must be finite (got ", o.grad_clip, ")");
@@ -45,6 +52,7 @@ TrainSetup resolve(const TrainOptions& o) {
   setup.engine.adamw = {o.beta1, o.beta2, 1e-8f, o.weight_decay};
   setup.engine.grad_clip = o.grad_clip;
   setup.engine.init_seed = seeds.next_u64();
+  setup.engine.threads = o.threads;
 
   TrainerConfig& t = setup.trainer;
   t.model = m;
@@ -57,18 +65,24 @@ TrainSetup resolve(const TrainOptions& o) {
   t.eval_every = o.eval_every;
   t.eval_batches = o.eval_batches;
   t.data_seed = seeds.next_u64();
+  t.threads = o.threads;
 
   const std::string path = o.data.empty() ? default_corpus_path() : o.data;
   DTRAIN_CHECK(!o.data.empty() || std::filesystem::exists(path), "the default corpus '", path,
                "' is missing (run data/make_corpus.py to write it, or pass --data FILE)");
   setup.data = split_train_val(load_byte_tokens(path), o.val_fraction, path);
   check_split_fits(setup.data, T, o.seq ? "--seq" : "--context");
+  setup.data_parallel = o.data_parallel;
   return setup;
 }
 
 TrainSummary run_training(const TrainOptions& options, TrainObserver* observer) {
   TrainSetup setup = resolve(options);
   model::set_blas_threads(setup.blas_threads);
+  if (setup.data_parallel.enabled()) {
+    return run_data_parallel({setup.engine, setup.data_parallel}, setup.trainer, setup.data,
+                             observer);
+  }
   SerialEngine engine(setup.engine);
   Trainer trainer(setup.trainer, engine, setup.data, observer);
   return trainer.run();

@@ -11,7 +11,8 @@ namespace dtrain::train {
 
 SerialEngine::SerialEngine(const SerialEngineConfig& config)
     : config_(config),
-      model_(config.model, &tracker_),
+      team_(config.threads),
+      model_(config.model, &tracker_, nullptr, &team_),
       adamw_(model_.param_count(), config.adamw, &tracker_) {
   model_.init_params(config.init_seed);
   model_.set_batch_shape(config.batch, config.seq);
@@ -31,8 +32,13 @@ StepStats SerialEngine::train_step(const Batch& batch, float lr) {
   DTRAIN_CHECK(std::isfinite(stats.loss) && std::isfinite(stats.grad_norm),
                "training diverged: loss ", stats.loss, ", gradient norm ", stats.grad_norm,
                " (try a smaller --lr)");
-  adamw_.step(model_.params(), model_.grads(), lr,
-              optim::clip_scale(stats.grad_norm, config_.grad_clip));
+  const float scale = optim::clip_scale(stats.grad_norm, config_.grad_clip);
+  adamw_.advance();
+  model::parallel_ranges(&team_, model_.param_count(), 1024, [&](model::Range r) {
+    const auto at = static_cast<size_t>(r.begin), n = static_cast<size_t>(r.end - r.begin);
+    adamw_.update(model_.params().subspan(at, n), model_.grads().subspan(at, n), r.begin, lr,
+                  scale);
+  });
   stats.optimizer_ms = watch.elapsed_us() * 1e-3;
   return stats;
 }

@@ -1,5 +1,6 @@
 // SerialEngine: the single-rank reference every parallel layout must reproduce. One GptModel
-// (params, grads, activations) and one AdamW over the whole flat parameter buffer.
+// (params, grads, activations) and one AdamW over the whole flat parameter buffer; with
+// threads > 1 the ops and the optimizer split their work across a ThreadTeam (same bits).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,7 @@ struct SerialEngineConfig {
   optim::AdamWConfig adamw;
   float grad_clip = 1.0f;  // max global norm; <= 0 disables clipping
   uint64_t init_seed = 0;  // parameter initialisation
+  int threads = 1;         // compute threads (a model::ThreadTeam); OpenBLAS stays as set
 };
 
 class SerialEngine final : public StepEngine {
@@ -36,6 +38,7 @@ class SerialEngine final : public StepEngine {
  private:
   SerialEngineConfig config_;
   MemoryTracker tracker_;  // declared before the buffers it accounts for
+  model::ThreadTeam team_;
   model::GptModel model_;
   optim::AdamW adamw_;
 };

@@ -11,7 +11,7 @@
 
 namespace dtrain::train {
 
-double planned_activation_bytes(const model::GptConfig& m, int64_t B, int64_t T) {
+double planned_activation_bytes(const model::GptConfig& m, int64_t B, int64_t T, int threads) {
   plan::ActivationShape layer;
   layer.seq = T;
   layer.micro_batch = B;
@@ -26,6 +26,7 @@ double planned_activation_bytes(const model::GptConfig& m, int64_t B, int64_t T)
   head.hidden = m.channels;
   head.vocab = m.vocab;
   head.bytes_per_element = 4;
+  head.threads = threads;
   return static_cast<double>(m.layers) * plan::activation_bytes_per_layer(layer) +
          plan::head_activation_bytes(head) + plan::workspace_activation_bytes(head);
 }
@@ -120,7 +121,8 @@ TrainSummary Trainer::run() {
     s.memory.push_back({tag, mem.current_bytes(tag), mem.peak_bytes(tag)});
   }
   s.peak_total_bytes = mem.peak_total_bytes();
-  s.planned_activation_bytes = planned_activation_bytes(config_.model, config_.batch, config_.seq);
+  s.planned_activation_bytes =
+      planned_activation_bytes(config_.model, config_.batch, config_.seq, config_.threads);
   if (observer_ != nullptr) observer_->on_finish(s);
   return s;
 }

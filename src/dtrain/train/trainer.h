@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,8 @@
 #include "dtrain/model/gpt_config.h"
 #include "dtrain/optim/lr_schedule.h"
 #include "dtrain/train/data.h"
+#include "dtrain/train/data_parallel_report.h"
+#include "dtrain/train/pipeline_report.h"
 #include "dtrain/train/step_engine.h"
 
 namespace dtrain::train {
@@ -25,6 +28,7 @@ struct TrainerConfig {
   int64_t eval_every = 0;  // validation every this many steps (and at start and end); 0: only then
   int64_t eval_batches = 0;  // validation batches per evaluation
   uint64_t data_seed = 0;    // training batch order
+  int threads = 1;           // compute threads per rank (the workspace has one score buffer each)
 };
 
 struct StepRecord {
@@ -65,6 +69,8 @@ struct TrainSummary {
   std::vector<MemoryRow> memory;                             // one per tag
   int64_t peak_total_bytes = 0;
   double planned_activation_bytes = 0;  // L * per layer + head + workspace, from plan/
+  std::optional<DataParallelReport> data_parallel;  // data-parallel runs: rank 0's figures
+  std::optional<PipelineReport> pipeline;            // pipeline runs: every stage's figures
 };
 
 // Progress callbacks; the default implementations ignore everything.
@@ -94,7 +100,9 @@ class Trainer {
   Batch batch_;
 };
 
-// Bytes the plan/ formulas give for the activations of one rank running `model` on (B, T).
-double planned_activation_bytes(const model::GptConfig& model, int64_t B, int64_t T);
+// Bytes the plan/ formulas give for the activations of one rank running `model` on (B, T)
+// with `threads` compute threads.
+double planned_activation_bytes(const model::GptConfig& model, int64_t B, int64_t T,
+                                int threads = 1);
 
 }  // namespace dtrain::train

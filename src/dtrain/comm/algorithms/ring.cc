@@ -123,7 +123,8 @@ template <typename T>
 void ring_all_gather_in_place(Communicator& comm, OperationScope& scope, T* data, int64_t count,
                               int tag) {
   const int n = comm.size();
-  all_gather_ring(comm, scope, data, [&](int i) { return chunk_of(count, n, i); }, tag);
+  all_gather_ring(
+      comm, scope, data, [&](int i) { return chunk_of(count, n, i); }, tag);
 }
 
 template <typename T>
@@ -131,8 +132,8 @@ void ring_reduce_scatter(Communicator& comm, OperationScope& scope, const T* inp
                          int64_t count, ReduceOp op, int tag) {
   const int n = comm.size();
   reduce_scatter_ring(
-      comm, scope, input, output, [&](int i) { return chunk_of(count, n, i); },
-      max_chunk(count, n), op, tag);
+      comm, scope, input, output, [&](int i) { return chunk_of(count, n, i); }, max_chunk(count, n),
+      op, tag);
 }
 
 template <typename T>
@@ -148,7 +149,8 @@ void ring_reduce_scatter_chunks(Communicator& comm, OperationScope& scope, const
 template <typename T>
 void ring_all_gather_chunks_in_place(Communicator& comm, OperationScope& scope, T* data,
                                      std::span<const Chunk> chunks, int tag) {
-  all_gather_ring(comm, scope, data, [&](int i) { return chunks[static_cast<size_t>(i)]; }, tag);
+  all_gather_ring(
+      comm, scope, data, [&](int i) { return chunks[static_cast<size_t>(i)]; }, tag);
 }
 
 // Scatter from the root (one chunk to each rank), then a ring all-gather.
@@ -210,7 +212,7 @@ void ring_reduce(Communicator& comm, OperationScope& scope, const T* input, T* o
   template void ring_all_gather_in_place<T>(Communicator&, OperationScope&, T*, int64_t, int);  \
   template void ring_reduce_scatter<T>(Communicator&, OperationScope&, const T*, T*, int64_t,   \
                                        ReduceOp, int);                                          \
-  template void ring_reduce_scatter_chunks<T>(Communicator&, OperationScope&, const T*, T*,      \
+  template void ring_reduce_scatter_chunks<T>(Communicator&, OperationScope&, const T*, T*,     \
                                               std::span<const Chunk>, ReduceOp, int);           \
   template void ring_all_gather_chunks_in_place<T>(Communicator&, OperationScope&, T*,          \
                                                    std::span<const Chunk>, int);                \

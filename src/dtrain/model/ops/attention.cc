@@ -4,75 +4,107 @@
 // sqrt(HS).
 #include "dtrain/model/ops/attention.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 
+#include "dtrain/core/check.h"
 #include "dtrain/model/ops/vector_math.h"
 
 namespace dtrain::model {
+namespace {
+
+// Runs body(b, h, member, member_cx) for every (b, h), the pairs split across cx's team. Each
+// member counts its GEMMs apart; the totals are added to cx's, with the slowest member's GEMM
+// time as the wall time.
+// A pair is worth about T*T*HS multiply-adds per GEMM; split only with 2^18 of them per member.
+template <typename Body>
+void for_each_head(const Compute& cx, int64_t B, int64_t NH, int64_t pair_work, Body&& body) {
+  const int64_t pairs = B * NH;
+  ThreadTeam* team = pairs >= 2 ? cx.team_for(pairs * pair_work, int64_t{1} << 18) : nullptr;
+  if (team == nullptr) {
+    for (int64_t p = 0; p < pairs; ++p) body(p / NH, p % NH, 0, Compute{nullptr, cx.gemm_stats});
+    return;
+  }
+  std::array<GemmStats, kMaxTeamSize> local{};
+  team->run([&](int member) {
+    const Range r = split_range(pairs, member, team->size());
+    GemmStats* stats = cx.gemm_stats != nullptr ? &local[static_cast<size_t>(member)] : nullptr;
+    for (int64_t p = r.begin; p < r.end; ++p) body(p / NH, p % NH, member, Compute{nullptr, stats});
+  });
+  if (cx.gemm_stats != nullptr) {
+    double slowest_us = 0;
+    for (int m = 0; m < team->size(); ++m) {
+      cx.gemm_stats->calls += local[static_cast<size_t>(m)].calls;
+      cx.gemm_stats->flops += local[static_cast<size_t>(m)].flops;
+      slowest_us = std::max(slowest_us, local[static_cast<size_t>(m)].time_us);
+    }
+    cx.gemm_stats->time_us += slowest_us;
+  }
+}
+
+}  // namespace
 
 void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
-                       int64_t NH, GemmStats* stats) {
+                       int64_t NH, const Compute& cx) {
   const int64_t HS = C / NH;
   const int64_t C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t h = 0; h < NH; ++h) {
-      const float* q = qkv + b * T * C3 + h * HS;  // (T, HS), row stride 3C
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      float* a = att + (b * NH + h) * T * T;  // (T, T)
-      // scores (T, T) = scale * q @ k^T
-      sgemm(Trans::no, Trans::yes, T, T, HS, scale, q, C3, k, C3, 0.0f, a, T, stats);
-      // causal softmax of each row i over columns 0..i; exact zeros above the diagonal
-      for (int64_t i = 0; i < T; ++i) {
-        float* row = a + i * T;
-        const float m = max_of(row, i + 1);
-        for (int64_t j = 0; j <= i; ++j) row[j] = exp_approx(row[j] - m);
-        const float inv = 1.0f / sum(row, i + 1);
-        for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
-        for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
-      }
-      // out (T, HS), row stride C = att @ v
-      sgemm(Trans::no, Trans::no, T, HS, T, 1.0f, a, T, v, C3, 0.0f, out + b * T * C + h * HS, C,
-            stats);
-    }
-  }
+  for_each_head(cx, B, NH, T * T * HS,
+                [&](int64_t b, int64_t h, int /*member*/, const Compute& mx) {
+                  const float* q = qkv + b * T * C3 + h * HS;  // (T, HS), row stride 3C
+                  const float* k = q + C;
+                  const float* v = q + 2 * C;
+                  float* a = att + (b * NH + h) * T * T;  // (T, T)
+                  // scores (T, T) = scale * q @ k^T
+                  sgemm(Trans::no, Trans::yes, T, T, HS, scale, q, C3, k, C3, 0.0f, a, T, mx);
+                  // causal softmax of each row i over columns 0..i; exact zeros above the diagonal
+                  for (int64_t i = 0; i < T; ++i) {
+                    float* row = a + i * T;
+                    const float m = max_of(row, i + 1);
+                    for (int64_t j = 0; j <= i; ++j) row[j] = exp_approx(row[j] - m);
+                    const float inv = 1.0f / sum(row, i + 1);
+                    for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+                    for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
+                  }
+                  // out (T, HS), row stride C = att @ v
+                  sgemm(Trans::no, Trans::no, T, HS, T, 1.0f, a, T, v, C3, 0.0f,
+                        out + b * T * C + h * HS, C, mx);
+                });
 }
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* att, int64_t B, int64_t T, int64_t C, int64_t NH,
-                        GemmStats* stats) {
+                        const Compute& cx) {
   const int64_t HS = C / NH;
   const int64_t C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t h = 0; h < NH; ++h) {
-      const float* q = qkv + b * T * C3 + h * HS;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      float* dq = dqkv + b * T * C3 + h * HS;
-      float* dk = dq + C;
-      float* dv = dq + 2 * C;
-      const float* a = att + (b * NH + h) * T * T;
-      const float* d = dout + b * T * C + h * HS;  // (T, HS), row stride C
-      float* ds = scratch;                         // (T, T)
-      // dv (T, HS) += att^T @ dout
-      sgemm(Trans::yes, Trans::no, T, HS, T, 1.0f, a, T, d, C, 1.0f, dv, C3, stats);
-      // datt (T, T) = dout @ v^T
-      sgemm(Trans::no, Trans::yes, T, T, HS, 1.0f, d, C, v, C3, 0.0f, ds, T, stats);
-      // softmax backward in place; att is 0 above the diagonal, so those entries become 0
-      for (int64_t i = 0; i < T; ++i) {
-        const float* arow = a + i * T;
-        float* row = ds + i * T;
-        const float s = dot(arow, row, i + 1);
-        for (int64_t j = 0; j <= i; ++j) row[j] = arow[j] * (row[j] - s);
-        for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
-      }
-      // dq (T, HS) += scale * dscores @ k;  dk (T, HS) += scale * dscores^T @ q
-      sgemm(Trans::no, Trans::no, T, HS, T, scale, ds, T, k, C3, 1.0f, dq, C3, stats);
-      sgemm(Trans::yes, Trans::no, T, HS, T, scale, ds, T, q, C3, 1.0f, dk, C3, stats);
+  for_each_head(cx, B, NH, T * T * HS, [&](int64_t b, int64_t h, int member, const Compute& mx) {
+    const float* q = qkv + b * T * C3 + h * HS;
+    const float* k = q + C;
+    const float* v = q + 2 * C;
+    float* dq = dqkv + b * T * C3 + h * HS;
+    float* dk = dq + C;
+    float* dv = dq + 2 * C;
+    const float* a = att + (b * NH + h) * T * T;
+    const float* d = dout + b * T * C + h * HS;  // (T, HS), row stride C
+    float* ds = scratch + member * T * T;        // (T, T), this member's
+    // dv (T, HS) += att^T @ dout
+    sgemm(Trans::yes, Trans::no, T, HS, T, 1.0f, a, T, d, C, 1.0f, dv, C3, mx);
+    // datt (T, T) = dout @ v^T
+    sgemm(Trans::no, Trans::yes, T, T, HS, 1.0f, d, C, v, C3, 0.0f, ds, T, mx);
+    // softmax backward in place; att is 0 above the diagonal, so those entries become 0
+    for (int64_t i = 0; i < T; ++i) {
+      const float* arow = a + i * T;
+      float* row = ds + i * T;
+      const float s = dot(arow, row, i + 1);
+      for (int64_t j = 0; j <= i; ++j) row[j] = arow[j] * (row[j] - s);
+      for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
     }
-  }
+    // dq (T, HS) += scale * dscores @ k;  dk (T, HS) += scale * dscores^T @ q
+    sgemm(Trans::no, Trans::no, T, HS, T, scale, ds, T, k, C3, 1.0f, dq, C3, mx);
+    sgemm(Trans::yes, Trans::no, T, HS, T, scale, ds, T, q, C3, 1.0f, dk, C3, mx);
+  });
 }
 
 }  // namespace dtrain::model

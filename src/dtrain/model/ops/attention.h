@@ -1,6 +1,7 @@
 // Causal multi-head self-attention, softmax(Q K^T / sqrt(HS) + causal mask) V, per (b, head)
 // with sgemm. Only the softmax output is cached: the scores are computed in its place.
 // qkv rows hold [q | k | v], each C wide; head h owns columns h*HS .. h*HS + HS - 1 of each.
+// With a team in cx the (batch row, head) pairs are split across its members.
 #pragma once
 
 #include <cstdint>
@@ -12,14 +13,14 @@ namespace dtrain::model {
 void attention_forward(float* out,        // (B, T, C): heads side by side
                        float* att,        // (B, NH, T, T): softmax output, 0 above the diagonal
                        const float* qkv,  // (B, T, 3*C)
-                       int64_t B, int64_t T, int64_t C, int64_t NH, GemmStats* stats = nullptr);
+                       int64_t B, int64_t T, int64_t C, int64_t NH, const Compute& cx = {});
 
-// Accumulates into dqkv. `scratch` is workspace of T*T floats (overwritten).
+// Accumulates into dqkv. `scratch` is workspace, one (T, T) per thread of cx (overwritten).
 void attention_backward(float* dqkv,        // (B, T, 3*C)
-                        float* scratch,     // (T, T)
+                        float* scratch,     // (cx.threads(), T, T)
                         const float* dout,  // (B, T, C)
                         const float* qkv,   // (B, T, 3*C)
                         const float* att,   // (B, NH, T, T)
-                        int64_t B, int64_t T, int64_t C, int64_t NH, GemmStats* stats = nullptr);
+                        int64_t B, int64_t T, int64_t C, int64_t NH, const Compute& cx = {});
 
 }  // namespace dtrain::model

@@ -9,20 +9,23 @@
 namespace dtrain::model {
 
 float crossentropy_softmax_forward(float* probs, float* losses, const float* logits,
-                                   const int32_t* targets, int64_t BT, int64_t V) {
+                                   const int32_t* targets, int64_t BT, int64_t V,
+                                   const Compute& cx) {
+  parallel_ranges(cx.team_for(BT * V, 32768), BT, 1, [&](Range rows) {
+    for (int64_t r = rows.begin; r < rows.end; ++r) {
+      const float* z = logits + r * V;
+      float* p = probs + r * V;
+      const float m = max_of(z, V);
+      const float target_shifted = z[targets[r]] - m;  // read before p (may alias z) is written
+      for (int64_t i = 0; i < V; ++i) p[i] = exp_approx(z[i] - m);
+      const float s = sum(p, V);
+      const float inv = 1.0f / s;
+      for (int64_t i = 0; i < V; ++i) p[i] *= inv;
+      losses[r] = std::log(s) - target_shifted;
+    }
+  });
   double total = 0.0;
-  for (int64_t r = 0; r < BT; ++r) {
-    const float* z = logits + r * V;
-    float* p = probs + r * V;
-    const float m = max_of(z, V);
-    const float target_shifted = z[targets[r]] - m;  // read before p (may alias z) is written
-    for (int64_t i = 0; i < V; ++i) p[i] = exp_approx(z[i] - m);
-    const float s = sum(p, V);
-    const float inv = 1.0f / s;
-    for (int64_t i = 0; i < V; ++i) p[i] *= inv;
-    losses[r] = std::log(s) - target_shifted;
-    total += losses[r];
-  }
+  for (int64_t r = 0; r < BT; ++r) total += losses[r];
   return static_cast<float>(total / static_cast<double>(BT));
 }
 
@@ -38,13 +41,15 @@ void crossentropy_softmax_backward(float* dlogits, const float* probs, const int
 }
 
 void crossentropy_softmax_backward_inplace(float* probs, const int32_t* targets, float dloss,
-                                           int64_t BT, int64_t V) {
+                                           int64_t BT, int64_t V, const Compute& cx) {
   const float scale = dloss / static_cast<float>(BT);
-  for (int64_t r = 0; r < BT; ++r) {
-    float* p = probs + r * V;
-    for (int64_t i = 0; i < V; ++i) p[i] *= scale;
-    p[targets[r]] -= scale;
-  }
+  parallel_ranges(cx.team_for(BT * V, 32768), BT, 1, [&](Range rows) {
+    for (int64_t r = rows.begin; r < rows.end; ++r) {
+      float* p = probs + r * V;
+      for (int64_t i = 0; i < V; ++i) p[i] *= scale;
+      p[targets[r]] -= scale;
+    }
+  });
 }
 
 }  // namespace dtrain::model

@@ -9,15 +9,17 @@
 
 namespace dtrain::model {
 namespace {
+
 constexpr float kCubic = 0.044715f;
+constexpr int64_t kMinPerThread = 32768;  // elements; below this a split costs more than it saves
+
 float gelu_scale() {
   return static_cast<float>(std::sqrt(2.0 / std::numbers::pi));
 }
-}  // namespace
 
-void gelu_forward(float* out, const float* inp, int64_t N) {
+void gelu_forward_range(float* out, const float* inp, int64_t begin, int64_t end) {
   const float s = gelu_scale();
-  for (int64_t i = 0; i < N; ++i) {
+  for (int64_t i = begin; i < end; ++i) {
     const float x = inp[i];
     const float u = s * (x + kCubic * x * x * x);
     const float e = exp_approx(2.0f * u);
@@ -25,9 +27,10 @@ void gelu_forward(float* out, const float* inp, int64_t N) {
   }
 }
 
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t N) {
+void gelu_backward_range(float* dinp, const float* inp, const float* dout, int64_t begin,
+                         int64_t end) {
   const float s = gelu_scale();
-  for (int64_t i = 0; i < N; ++i) {
+  for (int64_t i = begin; i < end; ++i) {
     const float x = inp[i];
     const float u = s * (x + kCubic * x * x * x);
     const float e = exp_approx(2.0f * u);
@@ -37,6 +40,18 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t N) 
     const float local = half_one_plus_tanh * (1.0f + 2.0f * x * du_dx / (e + 1.0f));
     dinp[i] += local * dout[i];
   }
+}
+
+}  // namespace
+
+void gelu_forward(float* out, const float* inp, int64_t N, const Compute& cx) {
+  parallel_ranges(cx.team_for(N, kMinPerThread), N, 16,
+                  [&](Range r) { gelu_forward_range(out, inp, r.begin, r.end); });
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t N, const Compute& cx) {
+  parallel_ranges(cx.team_for(N, kMinPerThread), N, 16,
+                  [&](Range r) { gelu_backward_range(dinp, inp, dout, r.begin, r.end); });
 }
 
 }  // namespace dtrain::model

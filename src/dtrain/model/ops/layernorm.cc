@@ -9,19 +9,22 @@
 namespace dtrain::model {
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int64_t B, int64_t T, int64_t C) {
+                       const float* bias, int64_t B, int64_t T, int64_t C, const Compute& cx) {
   const float inv_c = 1.0f / static_cast<float>(C);
-  for (int64_t row = 0; row < B * T; ++row) {
-    const float* x = inp + row * C;
-    float* o = out + row * C;
-    const float m = sum(x, C) * inv_c;
-    for (int64_t i = 0; i < C; ++i) o[i] = x[i] - m;  // centred input, for the variance
-    const float variance = dot(o, o, C) * inv_c;
-    const float s = 1.0f / std::sqrt(variance + kLayerNormEps);
-    for (int64_t i = 0; i < C; ++i) o[i] = o[i] * s * weight[i] + bias[i];
-    mean[row] = m;
-    rstd[row] = s;
-  }
+  const int64_t rows = B * T;
+  parallel_ranges(cx.team_for(rows * C, 32768), rows, 1, [&](Range r) {
+    for (int64_t row = r.begin; row < r.end; ++row) {
+      const float* x = inp + row * C;
+      float* o = out + row * C;
+      const float m = sum(x, C) * inv_c;
+      for (int64_t i = 0; i < C; ++i) o[i] = x[i] - m;  // centred input, for the variance
+      const float variance = dot(o, o, C) * inv_c;
+      const float s = 1.0f / std::sqrt(variance + kLayerNormEps);
+      for (int64_t i = 0; i < C; ++i) o[i] = o[i] * s * weight[i] + bias[i];
+      mean[row] = m;
+      rstd[row] = s;
+    }
+  });
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,

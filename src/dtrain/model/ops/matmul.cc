@@ -7,24 +7,24 @@
 namespace dtrain::model {
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
-                    int64_t BT, int64_t C, int64_t OC, GemmStats* stats) {
+                    int64_t BT, int64_t C, int64_t OC, const Compute& cx) {
   float beta = 0.0f;
   if (bias != nullptr) {
     for (int64_t r = 0; r < BT; ++r) std::memcpy(out + r * OC, bias, OC * sizeof(float));
     beta = 1.0f;
   }
   // out (BT, OC) = inp (BT, C) @ weight^T (C, OC)
-  sgemm(Trans::no, Trans::yes, BT, OC, C, 1.0f, inp, C, weight, C, beta, out, OC, stats);
+  sgemm(Trans::no, Trans::yes, BT, OC, C, 1.0f, inp, C, weight, C, beta, out, OC, cx);
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int64_t BT, int64_t C, int64_t OC, GemmStats* stats) {
+                     const float* weight, int64_t BT, int64_t C, int64_t OC, const Compute& cx) {
   // dinp (BT, C) += dout (BT, OC) @ weight (OC, C)
   if (dinp != nullptr) {
-    sgemm(Trans::no, Trans::no, BT, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C, stats);
+    sgemm(Trans::no, Trans::no, BT, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C, cx);
   }
   // dweight (OC, C) += dout^T (OC, BT) @ inp (BT, C)
-  sgemm(Trans::yes, Trans::no, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, stats);
+  sgemm(Trans::yes, Trans::no, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, cx);
   if (dbias != nullptr) {
     for (int64_t r = 0; r < BT; ++r) {
       const float* d = dout + r * OC;

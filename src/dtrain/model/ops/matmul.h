@@ -12,7 +12,7 @@ void matmul_forward(float* out,           // (BT, OC)
                     const float* inp,     // (BT, C)
                     const float* weight,  // (OC, C)
                     const float* bias,    // (OC), or null for none
-                    int64_t BT, int64_t C, int64_t OC, GemmStats* stats = nullptr);
+                    int64_t BT, int64_t C, int64_t OC, const Compute& cx = {});
 
 // Accumulates: dinp += dout @ weight, dweight += dout^T @ inp, dbias += column sums of dout.
 // dinp or dbias may be null to skip them.
@@ -22,7 +22,7 @@ void matmul_backward(float* dinp,          // (BT, C)
                      const float* dout,    // (BT, OC)
                      const float* inp,     // (BT, C)
                      const float* weight,  // (OC, C)
-                     int64_t BT, int64_t C, int64_t OC, GemmStats* stats = nullptr);
+                     int64_t BT, int64_t C, int64_t OC, const Compute& cx = {});
 
 // The same maths as plain triple loops (no BLAS), for tests.
 void matmul_forward_reference(float* out, const float* inp, const float* weight, const float* bias,

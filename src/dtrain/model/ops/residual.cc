@@ -4,17 +4,19 @@
 namespace dtrain::model {
 
 void residual_forward(float* out, const float* inp, const float* delta, const float* bias,
-                      int64_t BT, int64_t C) {
-  for (int64_t r = 0; r < BT; ++r) {
-    const float* x = inp + r * C;
-    const float* y = delta + r * C;
-    float* o = out + r * C;
-    if (bias != nullptr) {
-      for (int64_t i = 0; i < C; ++i) o[i] = x[i] + y[i] + bias[i];
-    } else {
-      for (int64_t i = 0; i < C; ++i) o[i] = x[i] + y[i];
+                      int64_t BT, int64_t C, const Compute& cx) {
+  parallel_ranges(cx.team_for(BT * C, 32768), BT, 1, [&](Range rows) {
+    for (int64_t r = rows.begin; r < rows.end; ++r) {
+      const float* x = inp + r * C;
+      const float* y = delta + r * C;
+      float* o = out + r * C;
+      if (bias != nullptr) {
+        for (int64_t i = 0; i < C; ++i) o[i] = x[i] + y[i] + bias[i];
+      } else {
+        for (int64_t i = 0; i < C; ++i) o[i] = x[i] + y[i];
+      }
     }
-  }
+  });
 }
 
 void residual_backward(float* dinp, float* ddelta, float* dbias, const float* dout, int64_t BT,

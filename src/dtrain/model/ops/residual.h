@@ -5,13 +5,15 @@
 
 #include <cstdint>
 
+#include "dtrain/model/gemm.h"
+
 namespace dtrain::model {
 
 void residual_forward(float* out,          // (BT, C)
                       const float* inp,    // (BT, C)
                       const float* delta,  // (BT, C)
                       const float* bias,   // (C), or null
-                      int64_t BT, int64_t C);
+                      int64_t BT, int64_t C, const Compute& cx = {});
 
 // Accumulates: dinp += dout, ddelta += dout, dbias += column sums of dout (null to skip any).
 void residual_backward(float* dinp,        // (BT, C)

@@ -1,0 +1,279 @@
+// run_dp_bench: the single-rank reference, then plain DP and each ZeRO stage on N ranks of the
+// threads backend, then (optionally) the PyTorch peer through popen; the table and JSON.
+#include "bench/dp_bench.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <sstream>
+
+#include "dtrain/comm/threads/backend.h"
+#include "dtrain/core/check.h"
+#include "dtrain/core/rng.h"
+#include "dtrain/core/timer.h"
+#include "dtrain/model/gemm.h"
+#include "dtrain/train/data_parallel_engine.h"
+#include "dtrain/train/serial_engine.h"
+
+namespace dtrain::bench {
+namespace {
+
+constexpr float kPeerLr = 3e-4f;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+std::string lpad(const std::string& s, size_t width) {
+  return s.size() < width ? std::string(width - s.size(), ' ') + s : s;
+}
+
+// B rows of uniform random tokens with next-token targets (the peer's kind of data).
+train::Batch random_batch(int64_t B, int64_t T, int64_t V) {
+  Rng rng(1234);
+  train::Batch batch;
+  batch.resize(B, T);
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<int32_t> row(static_cast<size_t>(T + 1));
+    for (int32_t& t : row) t = static_cast<int32_t>(rng.uniform_int(static_cast<uint64_t>(V)));
+    for (int64_t t = 0; t < T; ++t) {
+      batch.inputs[static_cast<size_t>(b * T + t)] = row[static_cast<size_t>(t)];
+      batch.targets[static_cast<size_t>(b * T + t)] = row[static_cast<size_t>(t + 1)];
+    }
+  }
+  return batch;
+}
+
+train::SerialEngineConfig engine_config(const model::GptConfig& m, int64_t B, int64_t T) {
+  train::SerialEngineConfig c;
+  c.model = m;
+  c.batch = B;
+  c.seq = T;
+  c.adamw = {0.9f, 0.95f, 1e-8f, 0.1f};
+  c.grad_clip = 0;  // the peer does not clip
+  c.init_seed = 0;
+  return c;
+}
+
+DpBenchRow single_rank(const DpBenchOptions& o, const model::GptConfig& m, int64_t T) {
+  const train::SerialEngineConfig c = engine_config(m, o.batch_per_rank, T);
+  const train::Batch batch = random_batch(c.batch, T, m.vocab);
+  train::SerialEngine engine(c);
+  DpBenchRow row;
+  std::vector<double> ms;
+  for (int64_t i = 0; i < o.warmup + o.steps; ++i) {
+    Stopwatch watch;
+    const float loss = engine.train_step(batch, kPeerLr).loss;
+    if (i == 0) row.loss_first = loss;
+    row.loss_last = loss;
+    if (i >= o.warmup) ms.push_back(watch.elapsed_us() * 1e-3);
+  }
+  row.ms_per_step = median(ms);
+  row.best_ms_per_step = *std::min_element(ms.begin(), ms.end());
+  row.tokens_per_s = static_cast<double>(c.batch * T) / (row.ms_per_step * 1e-3);
+  return row;
+}
+
+DpBenchRow data_parallel(const DpBenchOptions& o, const model::GptConfig& m, int64_t T, int zero) {
+  const int N = o.ranks;
+  const train::DataParallelEngineConfig c{
+      engine_config(m, o.batch_per_rank * N, T),
+      {.dp = N, .zero_stage = zero, .bucket_bytes = o.bucket_bytes, .grad_accum = 1}};
+  const train::Batch batch = random_batch(c.base.batch, T, m.vocab);
+  const auto total = static_cast<size_t>(o.warmup + o.steps);
+  std::vector<std::vector<double>> ms(static_cast<size_t>(N), std::vector<double>(total));
+  DpBenchRow row;
+  row.ranks = N;
+  row.zero_stage = zero;
+  comm::threads::run_ranks(N, [&](comm::Communicator& world) {
+    train::DataParallelEngine engine(c, world);
+    std::vector<double>& mine = ms[static_cast<size_t>(world.rank())];
+    for (size_t i = 0; i < total; ++i) {
+      Stopwatch watch;
+      const float loss = engine.train_step(batch, kPeerLr).loss;
+      mine[i] = watch.elapsed_us() * 1e-3;
+      if (world.rank() == 0 && i == 0) row.loss_first = loss;
+      if (world.rank() == 0) row.loss_last = loss;
+    }
+    if (world.rank() != 0) return;
+    const train::DataParallelReport r = engine.report();
+    row.comm_ms_per_step = r.comm_ms_per_step;
+    row.overlap_share = r.overlap_share;
+    row.bytes_sent_per_step = r.bytes_sent_per_step;
+  });
+  std::vector<double> slowest;
+  for (size_t i = static_cast<size_t>(o.warmup); i < total; ++i) {
+    double worst = 0;
+    for (const auto& rank : ms) worst = std::max(worst, rank[i]);
+    slowest.push_back(worst);
+  }
+  row.ms_per_step = median(slowest);
+  row.best_ms_per_step = *std::min_element(slowest.begin(), slowest.end());
+  row.tokens_per_s = static_cast<double>(c.base.batch * T) / (row.ms_per_step * 1e-3);
+  return row;
+}
+
+// The value of `key=` in a logfmt line, or "" when absent.
+std::string field(const std::string& line, const std::string& key) {
+  std::istringstream in(line);
+  std::string pair;
+  while (in >> pair) {
+    if (pair.rfind(key + "=", 0) == 0) return pair.substr(key.size() + 1);
+  }
+  return "";
+}
+
+PeerResult run_peer(const DpBenchOptions& o, const model::GptConfig& m) {
+  PeerResult p;
+  p.ran = true;
+  const std::string command =
+      o.python + " " + o.peer + " --mode ddp --np " + std::to_string(o.ranks) + " --vocab " +
+      std::to_string(m.vocab) + " --ctx " + std::to_string(m.context) + " --layers " +
+      std::to_string(m.layers) + " --heads " + std::to_string(m.heads) + " --hidden " +
+      std::to_string(m.channels) + " --batch " + std::to_string(o.batch_per_rank) + " 2>&1";
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+  if (pipe == nullptr) {
+    p.status = "could not start: " + command;
+    return p;
+  }
+  std::array<char, 4096> buf{};
+  std::string output;
+  while (fgets(buf.data(), static_cast<int>(buf.size()), pipe.get()) != nullptr) {
+    output += buf.data();
+  }
+  std::istringstream lines(output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("bench=torch_gpt", 0) != 0) continue;
+    p.lines.push_back(line);
+    const std::string mode = field(line, "mode");
+    if (mode == "single" && field(line, "threads") == "1") {
+      p.single_tokens_per_s = std::stod(field(line, "tokens_per_s"));
+    } else if (mode == "ddp" && field(line, "status") == "ok") {
+      p.ddp_tokens_per_s = std::stod(field(line, "tokens_per_s"));
+      p.ddp_ms_per_step = std::stod(field(line, "ms_per_step"));
+      const std::string eff = field(line, "scaling_efficiency");
+      if (!eff.empty()) p.ddp_efficiency = std::stod(eff);
+    }
+  }
+  p.status = p.ddp_tokens_per_s > 0 ? "ok" : "no DDP result; its output:\n" + output;
+  return p;
+}
+
+}  // namespace
+
+DpBenchReport run_dp_bench(const DpBenchOptions& o) {
+  const model::GptPreset& preset = model::gpt_preset(o.model);
+  DTRAIN_CHECK(o.ranks >= 2, "--ranks must be at least 2 (got ", o.ranks, ")");
+  DTRAIN_CHECK(o.batch_per_rank > 0, "--batch-per-rank must be positive (got ", o.batch_per_rank,
+               ")");
+  DTRAIN_CHECK(o.steps > 0, "--steps must be positive (got ", o.steps, ")");
+  DTRAIN_CHECK(o.warmup >= 0, "--warmup must not be negative (got ", o.warmup, ")");
+  DTRAIN_CHECK(o.bucket_bytes > 0, "--bucket-size must be positive (got ", o.bucket_bytes, ")");
+  for (int z : o.zero_stages) {
+    DTRAIN_CHECK(z >= 1 && z <= 3, "--zero: stages must be 1, 2 or 3 (got ", z, ")");
+  }
+  DpBenchReport r;
+  r.model_name = preset.name;
+  r.model = preset.config;
+  r.params = model::gpt_param_count(preset.config);
+  r.batch_per_rank = o.batch_per_rank;
+  r.seq = preset.config.context;
+  r.ranks = o.ranks;
+  const int before = model::blas_threads();
+  model::set_blas_threads(1);  // one core per rank, as the peer's ranks
+  r.rows.push_back(single_rank(o, r.model, r.seq));
+  r.rows.push_back(data_parallel(o, r.model, r.seq, 0));
+  for (int z : o.zero_stages) r.rows.push_back(data_parallel(o, r.model, r.seq, z));
+  model::set_blas_threads(before);
+  r.dp_efficiency = r.rows[1].tokens_per_s / (o.ranks * r.rows[0].tokens_per_s);
+  if (!o.peer.empty()) r.peer = run_peer(o, r.model);
+  return r;
+}
+
+void print_dp_bench(std::ostream& out, const DpBenchReport& r) {
+  out << "dtrain bench dp: " << r.model_name << " model (" << model::describe(r.model) << ", "
+      << r.params << " params), " << r.batch_per_rank << " sequences x " << r.seq
+      << " tokens per rank (weak scaling), threads backend, 1 compute thread per rank\n\n";
+  out << "  layout              ms/step   best  tokens/s   vs plain DP   comm ms  hidden   "
+         "DP bytes/step  loss first -> last\n";
+  const DpBenchRow& plain = r.rows[1];
+  for (const DpBenchRow& row : r.rows) {
+    const std::string who = row.zero_stage < 0    ? "1 rank (serial)"
+                            : row.zero_stage == 0 ? std::to_string(row.ranks) + " ranks, DP"
+                                                  : std::to_string(row.ranks) + " ranks, ZeRO-" +
+                                                        std::to_string(row.zero_stage);
+    out << "  " << who << std::string(18 - std::min<size_t>(18, who.size()), ' ')
+        << lpad(fixed(row.ms_per_step, 2), 9) << lpad(fixed(row.best_ms_per_step, 2), 7)
+        << lpad(fixed(row.tokens_per_s, 0), 10)
+        << lpad(row.zero_stage < 0 ? "" : fixed(row.ms_per_step / plain.ms_per_step, 3) + "x", 14)
+        << lpad(row.zero_stage < 0 ? "" : fixed(row.comm_ms_per_step, 2), 10)
+        << lpad(row.zero_stage < 0 ? "" : fixed(100 * row.overlap_share, 0) + " %", 8)
+        << lpad(row.zero_stage < 0 ? "" : fixed(row.bytes_sent_per_step, 0), 16) << "  "
+        << fixed(row.loss_first, 4) << " -> " << fixed(row.loss_last, 4) << "\n";
+  }
+  out << "\n  DP efficiency (" << r.ranks << " ranks): " << fixed(r.dp_efficiency, 3) << " = "
+      << fixed(plain.tokens_per_s, 0) << " tokens/s / (" << r.ranks << " x "
+      << fixed(r.rows[0].tokens_per_s, 0) << ")\n";
+  if (r.peer.ran) {
+    if (r.peer.status == "ok") {
+      out << "  PyTorch DDP (peer, gloo, same run): " << fixed(r.peer.ddp_tokens_per_s, 0)
+          << " tokens/s, " << fixed(r.peer.ddp_ms_per_step, 2) << " ms/step, efficiency "
+          << fixed(r.peer.ddp_efficiency, 3) << " (single process "
+          << fixed(r.peer.single_tokens_per_s, 0) << " tokens/s)\n";
+      out << "  dtrain / PyTorch: efficiency " << fixed(r.dp_efficiency / r.peer.ddp_efficiency, 3)
+          << "x, DP tokens/s " << fixed(plain.tokens_per_s / r.peer.ddp_tokens_per_s, 2) << "x\n";
+    } else {
+      out << "  PyTorch peer: " << r.peer.status << "\n";
+    }
+  }
+  out << "\n  step time: median over steps of the slowest rank's step (as the peer); hidden: share"
+         " of the communication thread's time inside forward/backward compute.\n";
+}
+
+nlohmann::json dp_bench_to_json(const DpBenchReport& r) {
+  nlohmann::json j;
+  j["bench"] = "dp";
+  j["model"] = {{"name", r.model_name},       {"vocab", r.model.vocab},
+                {"context", r.model.context}, {"layers", r.model.layers},
+                {"heads", r.model.heads},     {"channels", r.model.channels},
+                {"params", r.params}};
+  j["batch_per_rank"] = r.batch_per_rank;
+  j["seq"] = r.seq;
+  j["ranks"] = r.ranks;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const DpBenchRow& row : r.rows) {
+    rows.push_back({{"ranks", row.ranks},
+                    {"zero_stage", row.zero_stage},
+                    {"ms_per_step", row.ms_per_step},
+                    {"best_ms_per_step", row.best_ms_per_step},
+                    {"tokens_per_s", row.tokens_per_s},
+                    {"comm_ms_per_step", row.comm_ms_per_step},
+                    {"overlap_share", row.overlap_share},
+                    {"bytes_sent_per_step", row.bytes_sent_per_step},
+                    {"loss_first", row.loss_first},
+                    {"loss_last", row.loss_last}});
+  }
+  j["rows"] = rows;
+  j["dp_efficiency"] = r.dp_efficiency;
+  if (r.peer.ran) {
+    j["peer"] = {{"status", r.peer.status},
+                 {"single_tokens_per_s", r.peer.single_tokens_per_s},
+                 {"ddp_tokens_per_s", r.peer.ddp_tokens_per_s},
+                 {"ddp_ms_per_step", r.peer.ddp_ms_per_step},
+                 {"ddp_efficiency", r.peer.ddp_efficiency},
+                 {"lines", r.peer.lines}};
+  }
+  return j;
+}
+
+}  // namespace dtrain::bench

@@ -1,0 +1,68 @@
+// `dtrain bench dp`: data-parallel weak scaling on the `bench` preset, the setting of
+// ../shared/peers/torch_gpt_step.py --mode ddp: 8 sequences per rank, one fixed random batch,
+// AdamW lr 3e-4, betas (0.9, 0.95), weight decay 0.1, no clipping, one compute thread and
+// single-threaded OpenBLAS per rank. Step time (median over steps of the slowest rank) and
+// tokens/s for 1 rank (SerialEngine) and N = 2 DP ranks, DP efficiency = tokens/s with N ranks
+// / (N x the single rank's), and ZeRO stages 1-3 relative to plain DP. With `peer` set, the
+// PyTorch script runs afterwards in the same invocation and its DDP figures are printed beside.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dtrain/model/gpt_config.h"
+
+namespace dtrain::bench {
+
+struct DpBenchOptions {
+  std::string model = "bench";  // preset
+  int64_t batch_per_rank = 8;
+  int ranks = 2;
+  int64_t warmup = 3;
+  int64_t steps = 15;
+  int64_t bucket_bytes = int64_t{1} << 20;
+  std::vector<int> zero_stages = {1, 2, 3};
+  std::string peer;  // path of torch_gpt_step.py; empty: no peer run
+  std::string python = "/usr/bin/python3";
+};
+
+struct DpBenchRow {
+  int ranks = 1;
+  int zero_stage = -1;     // -1: the single-rank SerialEngine
+  double ms_per_step = 0;  // median over steps of the slowest rank's step
+  double best_ms_per_step = 0;
+  double tokens_per_s = 0;      // global tokens per step / median
+  double comm_ms_per_step = 0;  // communication thread busy time (rank 0, mean)
+  double overlap_share = 0;     // of that, hidden behind compute
+  double bytes_sent_per_step = 0;
+  float loss_first = 0, loss_last = 0;
+};
+
+struct PeerResult {
+  bool ran = false;
+  std::string status;  // "ok", or what failed
+  double single_tokens_per_s = 0, ddp_tokens_per_s = 0, ddp_ms_per_step = 0;
+  double ddp_efficiency = 0;
+  std::vector<std::string> lines;  // its bench=torch_gpt lines, as printed
+};
+
+struct DpBenchReport {
+  std::string model_name;
+  model::GptConfig model;
+  int64_t params = 0, batch_per_rank = 0, seq = 0;
+  int ranks = 0;
+  std::vector<DpBenchRow> rows;  // single rank, plain DP, then each ZeRO stage
+  double dp_efficiency = 0;      // plain DP tokens/s / (ranks x single)
+  PeerResult peer;
+};
+
+DpBenchReport run_dp_bench(const DpBenchOptions& options);
+void print_dp_bench(std::ostream& out, const DpBenchReport& report);
+nlohmann::json dp_bench_to_json(const DpBenchReport& report);
+
+}  // namespace dtrain::bench

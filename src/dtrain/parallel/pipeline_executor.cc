@@ -1,0 +1,395 @@
+// PipelineExecutor: the schedule's actions on real ranks (compute on the stage model, posting
+// communication groups), the measured timeline and the measured bubble.
+#include "dtrain/parallel/pipeline_executor.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "dtrain/core/check.h"
+#include "dtrain/core/timer.h"
+
+namespace dtrain::parallel {
+namespace {
+
+std::span<const int32_t> rows(std::span<const int32_t> ids, int mb, int64_t count) {
+  return ids.subspan(static_cast<size_t>(mb * count), static_cast<size_t>(count));
+}
+
+void copy_floats(float* dst, const float* src, int64_t count) {
+  std::memcpy(dst, src, static_cast<size_t>(count) * sizeof(float));
+}
+
+// What one micro-batch of a chunk allocates, measured on a scratch tracker: the figure the
+// in-flight accounting multiplies (tests compare it with the plan/ formulas).
+int64_t measure_chunk_bytes(const model::GptConfig& g, int64_t b, int64_t T,
+                            model::LayerRange layers, bool embedding, bool head) {
+  MemoryTracker scratch;
+  model::GptActivations acts(g, b, T, &scratch, layers, embedding, head);
+  return scratch.current_bytes(MemoryTag::activations);
+}
+
+}  // namespace
+
+model::GptStage stage_of(const StagePartition& partition, int rank) {
+  model::GptStage stage;
+  for (int c = 0; c < partition.chunks(); ++c) {
+    stage.chunks.push_back({partition.first_layer(rank, c), partition.layer_count(rank, c)});
+  }
+  stage.embedding = partition.has_embedding(rank);
+  stage.head = partition.has_head(rank);
+  return stage;
+}
+
+PipelineExecutor::PipelineExecutor(comm::Communicator& comm, model::GptModel& model,
+                                   PipelineExecutorConfig config, MemoryTracker* tracker)
+    : comm_(comm),
+      model_(model),
+      config_(std::move(config)),
+      tracker_(tracker),
+      rank_(comm.rank()),
+      workspace_(model.config(), config_.micro_batch, config_.seq, tracker, model.threads()) {
+  const PipelineSchedule& s = config_.schedule;
+  const StagePartition& p = config_.partition;
+  DTRAIN_CHECK(comm.size() == s.stages, "pipeline executor: the communicator has ", comm.size(),
+               " ranks, the schedule ", s.stages, " stages");
+  DTRAIN_CHECK(p.stages() == s.stages && p.chunks() == s.chunks, "pipeline executor: partition (",
+               p.stages(), " stages, ", p.chunks(), " chunks) differs from the schedule's (",
+               s.stages, ", ", s.chunks, ")");
+  DTRAIN_CHECK(p.layers() == model.config().layers, "pipeline executor: partition of ",
+               p.layers(), " blocks for a model of ", model.config().layers);
+  DTRAIN_CHECK(model.stage() == stage_of(p, rank_), "pipeline executor: rank ", rank_,
+               "'s model is not built for its stage");
+  DTRAIN_CHECK(config_.micro_batch > 0 && config_.seq > 0,
+               "pipeline executor: micro-batch shape must be positive");
+  const model::GptConfig& g = model.config();
+  element_count_ = config_.micro_batch * config_.seq * g.channels;
+  for (int c = 0; c < s.chunks; ++c) {
+    ChunkInfo info;
+    info.layers = {p.first_layer(rank_, c), p.layer_count(rank_, c)};
+    const int vs = p.virtual_stage(rank_, c);
+    info.embedding = vs == 0;
+    info.head = vs == p.virtual_stages() - 1;
+    info.activation_bytes = measure_chunk_bytes(g, config_.micro_batch, config_.seq, info.layers,
+                                                info.embedding, info.head);
+    chunks_.push_back(info);
+  }
+  const size_t slots = static_cast<size_t>(s.chunks * s.microbatches);
+  acts_.resize(slots);
+  activation_sends_.resize(slots);
+  received_activations_.resize(slots);
+  received_gradients_.resize(slots);
+  input_gradients_.resize(slots);
+}
+
+int64_t PipelineExecutor::chunk_activation_bytes(int chunk) const {
+  return chunks_.at(static_cast<size_t>(chunk)).activation_bytes;
+}
+
+int64_t PipelineExecutor::microbatch_activation_bytes() const {
+  int64_t sum = 0;
+  for (const ChunkInfo& c : chunks_) sum += c.activation_bytes;
+  return sum;
+}
+
+std::unique_ptr<model::GptActivations> PipelineExecutor::allocate(int chunk) {
+  const ChunkInfo& c = chunks_[static_cast<size_t>(chunk)];
+  return std::make_unique<model::GptActivations>(model_.config(), config_.micro_batch,
+                                                 config_.seq, tracker_, c.layers, c.embedding,
+                                                 c.head);
+}
+
+// Posts every send and receive of the group [begin, end), then waits for the receives.
+void PipelineExecutor::post_group(const std::vector<Action>& list, size_t begin, size_t end,
+                                  std::vector<MeasuredAction>& out) {
+  const double posted = now_us();
+  std::vector<std::pair<size_t, comm::RequestPtr>> receives;
+  const int64_t bytes = element_count_ * static_cast<int64_t>(sizeof(float));
+  for (size_t k = begin; k < end; ++k) {
+    const Action& a = list[k];
+    const int idx = index(a.microbatch, a.chunk);
+    const auto i = static_cast<size_t>(idx);
+    switch (a.kind) {
+      case ActionKind::send_activation: {
+        DTRAIN_CHECK(acts_[i] != nullptr, "rank ", rank_, ": ", to_string(a),
+                     " before its forward");
+        activation_sends_[i] = comm_.isend(acts_[i]->head().x_final, bytes, a.peer,
+                                           kTagPipelineActivation);
+        break;
+      }
+      case ActionKind::send_gradient: {
+        DTRAIN_CHECK(!input_gradients_[i].empty(), "rank ", rank_, ": ", to_string(a),
+                     " before its backward");
+        PendingSend send;
+        send.buffer = std::move(input_gradients_[i]);
+        send.request = comm_.isend(send.buffer.data(), bytes, a.peer, kTagPipelineGradient);
+        pending_sends_.push_back(std::move(send));
+        break;
+      }
+      case ActionKind::recv_activation:
+        received_activations_[i] = Buffer<float>(element_count_, MemoryTag::communication, tracker_);
+        receives.emplace_back(k, comm_.irecv(received_activations_[i].data(), bytes, a.peer,
+                                             kTagPipelineActivation));
+        break;
+      case ActionKind::recv_gradient:
+        received_gradients_[i] = Buffer<float>(element_count_, MemoryTag::communication, tracker_);
+        receives.emplace_back(k, comm_.irecv(received_gradients_[i].data(), bytes, a.peer,
+                                             kTagPipelineGradient));
+        break;
+      default:
+        DTRAIN_CHECK(false, "rank ", rank_, ": compute action in a communication group");
+    }
+    if (is_send(a.kind)) out[k] = {a, posted, now_us()};
+  }
+  for (auto& [k, request] : receives) {
+    request->wait();
+    out[k] = {list[k], posted, now_us()};
+  }
+  reap_sends(false);
+}
+
+void PipelineExecutor::reap_sends(bool wait_all) {
+  std::erase_if(pending_sends_, [&](PendingSend& s) {
+    if (wait_all) s.request->wait();
+    return wait_all || s.request->done();
+  });
+}
+
+void PipelineExecutor::release_activations(int idx) {
+  const auto i = static_cast<size_t>(idx);
+  if (activation_sends_[i] != nullptr) {
+    activation_sends_[i]->wait();  // the send reads the output until it completes
+    activation_sends_[i].reset();
+  }
+  live_bytes_ -= chunks_[static_cast<size_t>(idx / config_.schedule.microbatches)].activation_bytes;
+  acts_[i].reset();
+}
+
+void PipelineExecutor::forward(const Action& a, std::span<const int32_t> tokens,
+                               std::span<const int32_t> targets) {
+  const ChunkInfo& c = chunks_[static_cast<size_t>(a.chunk)];
+  const auto i = static_cast<size_t>(index(a.microbatch, a.chunk));
+  DTRAIN_CHECK(acts_[i] == nullptr, "rank ", rank_, ": ", to_string(a), " runs twice");
+  acts_[i] = allocate(a.chunk);
+  live_bytes_ += c.activation_bytes;
+  peak_bytes_ = std::max(peak_bytes_, live_bytes_);
+  model::GptActivations& acts = *acts_[i];
+  const int64_t bt = config_.micro_batch * config_.seq;
+  if (c.embedding) {
+    model_.embedding_forward(acts, rows(tokens, a.microbatch, bt));
+  } else {
+    DTRAIN_CHECK(!received_activations_[i].empty(), "rank ", rank_, ": ", to_string(a),
+                 " before its activation arrived");
+    copy_floats(acts.layer(c.layers.first).ln1_in, received_activations_[i].data(),
+                element_count_);
+    received_activations_[i].release();
+  }
+  for (int64_t l = c.layers.first; l < c.layers.end(); ++l) model_.block_forward(acts, workspace_, l);
+  if (c.head) loss_sum_ += model_.head_forward(acts, rows(targets, a.microbatch, bt));
+}
+
+void PipelineExecutor::backward(const Action& a) {
+  const ChunkInfo& c = chunks_[static_cast<size_t>(a.chunk)];
+  const int idx = index(a.microbatch, a.chunk);
+  const auto i = static_cast<size_t>(idx);
+  DTRAIN_CHECK(acts_[i] != nullptr, "rank ", rank_, ": ", to_string(a), " before its forward");
+  model::GptActivations& acts = *acts_[i];
+  if (c.head) {
+    // d(mean over M micro-batches)/d(micro-batch mean) = 1/M
+    model_.head_backward(acts, workspace_, 1.0f / static_cast<float>(config_.schedule.microbatches));
+  } else {
+    DTRAIN_CHECK(!received_gradients_[i].empty(), "rank ", rank_, ": ", to_string(a),
+                 " before its gradient arrived");
+    copy_floats(workspace_.dres, received_gradients_[i].data(), element_count_);
+    received_gradients_[i].release();
+  }
+  for (int64_t l = c.layers.end() - 1; l >= c.layers.first; --l) {
+    model_.block_backward(acts, workspace_, l);
+  }
+  if (c.embedding) {
+    model_.embedding_backward(acts, workspace_);
+  } else {
+    input_gradients_[i] = Buffer<float>(element_count_, MemoryTag::communication, tracker_);
+    copy_floats(input_gradients_[i].data(), workspace_.dres, element_count_);
+  }
+  release_activations(idx);
+}
+
+PipelineStepRecord PipelineExecutor::run(std::span<const int32_t> tokens,
+                                         std::span<const int32_t> targets) {
+  const PipelineSchedule& s = config_.schedule;
+  const int64_t rows_total = static_cast<int64_t>(s.microbatches) * config_.micro_batch;
+  const auto expected = static_cast<size_t>(rows_total * config_.seq);
+  if (model_.stage().embedding) {
+    DTRAIN_CHECK(tokens.size() == expected, "pipeline: rank ", rank_, " expected ", expected,
+                 " tokens (M*b*T), got ", tokens.size());
+  }
+  if (model_.stage().head) {
+    DTRAIN_CHECK(targets.size() == expected, "pipeline: rank ", rank_, " expected ", expected,
+                 " targets (M*b*T), got ", targets.size());
+  }
+  const std::vector<Action>& list = s.per_rank[static_cast<size_t>(rank_)];
+  PipelineStepRecord record;
+  record.actions.resize(list.size());
+  live_bytes_ = 0;
+  peak_bytes_ = 0;
+  loss_sum_ = 0;
+  size_t k = 0;
+  while (k < list.size()) {
+    const Action& a = list[k];
+    if (!is_compute(a.kind)) {
+      const size_t end = communication_group_end(list, k);
+      post_group(list, k, end, record.actions);
+      k = end;
+      continue;
+    }
+    const double start = now_us();
+    switch (a.kind) {
+      case ActionKind::forward:
+        forward(a, tokens, targets);
+        break;
+      case ActionKind::backward:
+      case ActionKind::backward_input:  // input and weight gradients together (see the header)
+        backward(a);
+        break;
+      default:  // backward_weight: done by its backward_input
+        break;
+    }
+    record.actions[k] = {a, start, now_us()};
+    ++k;
+  }
+  reap_sends(true);
+  for (size_t i = 0; i < acts_.size(); ++i) {
+    DTRAIN_CHECK(acts_[i] == nullptr, "pipeline: rank ", rank_, " finished the step with ",
+                 "activations of micro-batch ", static_cast<int>(i) % s.microbatches,
+                 " still held (a forward without its backward)");
+  }
+  record.peak_inflight_bytes = peak_bytes_;
+  record.loss =
+      model_.stage().head ? static_cast<float>(loss_sum_ / static_cast<double>(s.microbatches)) : 0;
+  return record;
+}
+
+float PipelineExecutor::evaluate(std::span<const int32_t> tokens,
+                                 std::span<const int32_t> targets) {
+  const PipelineSchedule& s = config_.schedule;
+  const StagePartition& p = config_.partition;
+  const int64_t bt = config_.micro_batch * config_.seq;
+  const int64_t bytes = element_count_ * static_cast<int64_t>(sizeof(float));
+  std::vector<std::unique_ptr<model::GptActivations>> acts(static_cast<size_t>(s.chunks));
+  std::vector<comm::RequestPtr> sends(static_cast<size_t>(s.chunks));
+  for (int c = 0; c < s.chunks; ++c) acts[static_cast<size_t>(c)] = allocate(c);
+  double loss_sum = 0;
+  // Items in (micro-batch, chunk) order: each waits only on an earlier item of another rank.
+  for (int mb = 0; mb < s.microbatches; ++mb) {
+    for (int c = 0; c < s.chunks; ++c) {
+      const ChunkInfo& info = chunks_[static_cast<size_t>(c)];
+      const int vs = p.virtual_stage(rank_, c);
+      model::GptActivations& a = *acts[static_cast<size_t>(c)];
+      comm::RequestPtr& send = sends[static_cast<size_t>(c)];
+      if (send != nullptr) send->wait();  // its buffer is about to be rewritten
+      if (info.embedding) {
+        model_.embedding_forward(a, rows(tokens, mb, bt));
+      } else {
+        comm_.recv(a.layer(info.layers.first).ln1_in, bytes, p.rank_of(vs - 1),
+                   kTagPipelineEvalActivation);
+      }
+      for (int64_t l = info.layers.first; l < info.layers.end(); ++l) {
+        model_.block_forward(a, workspace_, l);
+      }
+      if (info.head) {
+        loss_sum += model_.head_forward(a, rows(targets, mb, bt));
+      } else {
+        send = comm_.isend(a.head().x_final, bytes, p.rank_of(vs + 1), kTagPipelineEvalActivation);
+      }
+    }
+  }
+  for (comm::RequestPtr& send : sends) {
+    if (send != nullptr) send->wait();
+  }
+  return model_.stage().head ? static_cast<float>(loss_sum / static_cast<double>(s.microbatches))
+                             : 0.0f;
+}
+
+namespace {
+
+trace::SpanKind span_kind(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::forward:
+      return trace::SpanKind::forward;
+    case ActionKind::backward:
+      return trace::SpanKind::backward;
+    case ActionKind::backward_input:
+      return trace::SpanKind::backward_input;
+    case ActionKind::backward_weight:
+      return trace::SpanKind::backward_weight;
+    case ActionKind::send_activation:
+    case ActionKind::send_gradient:
+      return trace::SpanKind::send;
+    case ActionKind::recv_activation:
+    case ActionKind::recv_gradient:
+      return trace::SpanKind::recv;
+  }
+  return trace::SpanKind::other;
+}
+
+}  // namespace
+
+trace::Timeline to_measured_timeline(const PipelineSchedule& schedule,
+                                     const std::vector<std::vector<MeasuredAction>>& actions,
+                                     double origin_us) {
+  trace::Timeline timeline;
+  timeline.time_unit = "us";
+  for (size_t r = 0; r < actions.size(); ++r) {
+    trace::TimelineRow row;
+    row.name = str("rank ", r);
+    for (const MeasuredAction& m : actions[r]) {
+      const Action& a = m.action;
+      const std::string label =
+          is_compute(a.kind) ? short_label(a, schedule.chunks) : to_string(a);
+      row.spans.push_back({label, span_kind(a.kind), a.microbatch, a.chunk,
+                           m.start_us - origin_us, m.end_us - origin_us});
+    }
+    timeline.rows.push_back(std::move(row));
+  }
+  return timeline;
+}
+
+MeasuredBubble measured_bubble(const PipelineSchedule& schedule,
+                               const std::vector<std::vector<MeasuredAction>>& actions) {
+  MeasuredBubble b;
+  double first = 0, last = 0;
+  bool any = false;
+  double forward = 0, backward = 0, weight = 0;
+  for (const std::vector<MeasuredAction>& rank : actions) {
+    double busy = 0;
+    for (const MeasuredAction& m : rank) {
+      first = any ? std::min(first, m.start_us) : m.start_us;
+      last = any ? std::max(last, m.end_us) : m.end_us;
+      any = true;
+      if (!is_compute(m.action.kind)) continue;
+      const double d = m.end_us - m.start_us;
+      busy += d;
+      if (m.action.kind == ActionKind::forward) forward += d;
+      if (m.action.kind == ActionKind::backward || m.action.kind == ActionKind::backward_input) {
+        backward += d;
+      }
+      if (m.action.kind == ActionKind::backward_weight) weight += d;
+    }
+    b.busy_us.push_back(busy);
+  }
+  const auto P = static_cast<double>(actions.size());
+  const double per = P * static_cast<double>(schedule.microbatches);
+  if (!any || per == 0) return b;
+  b.makespan_us = last - first;
+  double busy_sum = 0;
+  for (double x : b.busy_us) busy_sum += x;
+  b.bubble_us = b.makespan_us - busy_sum / P;
+  b.fraction_of_total = b.makespan_us > 0 ? b.bubble_us / b.makespan_us : 0;
+  b.forward_us = forward / per;
+  b.backward_input_us = backward / per;
+  b.backward_weight_us = weight / per;
+  return b;
+}
+
+}  // namespace dtrain::parallel

@@ -1,0 +1,155 @@
+// The pipeline executor: runs this rank's list of a PipelineSchedule on real ranks over a PP
+// communicator, on a stage model that holds only this rank's blocks. Activations (b, T, C) go
+// forward and their gradients backward, in the schedule's order; gradients accumulate over
+// the M micro-batches; every action's start and end are measured.
+//
+// How it follows the schedule's contract (pipeline_schedule.h):
+//  - a run of consecutive communication actions is one group: every send and receive in it is
+//    posted at once (isend / irecv), then the receives are waited for; sends are eager (their
+//    requests are kept and waited for before their buffers are reused or freed);
+//  - activations travel on one tag and gradients on another, so each link matches in order;
+//  - a forward allocates the activations of its (micro-batch, chunk) and the backward that
+//    consumes them frees them, so the activation bytes held at any time are the in-flight
+//    micro-batches (the checker's count, program order) times one micro-batch's activations.
+//    Received tensors wait in communication buffers until their compute action copies them in.
+//  - ZB-H1's split backward: B (backward_input) runs the whole backward of the chunk, input and
+//    weight gradients together, and W (backward_weight) does nothing. The gradients are exact;
+//    the timing is then 1F1B's with ZB-H1's order (see docs/pipeline.md).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "dtrain/comm/communicator.h"
+#include "dtrain/core/buffer.h"
+#include "dtrain/model/gpt.h"
+#include "dtrain/model/gpt_stage.h"
+#include "dtrain/parallel/pipeline_schedule.h"
+#include "dtrain/parallel/pipeline_stages.h"
+#include "dtrain/trace/timeline.h"
+
+namespace dtrain::parallel {
+
+// The model::GptStage `rank` runs under `partition`: its chunks' blocks in chunk order, the
+// embedding on rank 0, the final LayerNorm + head + loss on rank P-1.
+model::GptStage stage_of(const StagePartition& partition, int rank);
+
+// Message tags of the executor (one per payload, as the schedule's matching assumes).
+inline constexpr int kTagPipelineActivation = 601;
+inline constexpr int kTagPipelineGradient = 602;
+inline constexpr int kTagPipelineEvalActivation = 603;
+
+// One action as it ran, in steady-clock microseconds (core/timer.h now_us()).
+struct MeasuredAction {
+  Action action;
+  double start_us = 0;  // compute: began; communication: its group was posted
+  double end_us = 0;    // compute: ended; receive: its data had arrived; send: was posted
+};
+
+struct PipelineStepRecord {
+  float loss = 0;  // mean over the micro-batches of their mean loss (last stage; 0 elsewhere)
+  std::vector<MeasuredAction> actions;  // this rank's list, in order
+  int64_t peak_inflight_bytes = 0;      // most activation bytes held at once during the step
+};
+
+struct PipelineExecutorConfig {
+  PipelineSchedule schedule;  // every rank's list; this rank runs per_rank[comm.rank()]
+  StagePartition partition;   // the blocks of every virtual stage
+  int64_t micro_batch = 0;    // b: rows per micro-batch (the global batch is M * b)
+  int64_t seq = 0;            // T
+};
+
+class PipelineExecutor {
+ public:
+  // `comm` is the PP group (rank = pipeline stage); `model` is this rank's stage model,
+  // stage_of(partition, comm.rank()). The workspace, activations and message buffers are
+  // charged to `tracker` (activations / communication). All must outlive the executor.
+  PipelineExecutor(comm::Communicator& comm, model::GptModel& model, PipelineExecutorConfig config,
+                   MemoryTracker* tracker);
+
+  // One training step's pipeline on a global batch of M * b rows: tokens (M*b, T) are read on
+  // the first stage, targets (M*b, T) on the last (others may pass empty spans); micro-batch mb
+  // is rows [mb*b, (mb+1)*b). Adds the gradient of the mean loss (each micro-batch's backward
+  // scaled by 1/M) to the model's gradients; neither zeroes them nor steps the optimizer.
+  PipelineStepRecord run(std::span<const int32_t> tokens, std::span<const int32_t> targets);
+
+  // Forward only, for evaluation: every micro-batch through the virtual stages in order,
+  // nothing kept for backward. Returns the mean loss on the last stage, 0 elsewhere.
+  float evaluate(std::span<const int32_t> tokens, std::span<const int32_t> targets);
+
+  int rank() const { return rank_; }
+  const PipelineExecutorConfig& config() const { return config_; }
+  const PipelineSchedule& schedule() const { return config_.schedule; }
+  const StagePartition& partition() const { return config_.partition; }
+  // Activation bytes of one micro-batch of `chunk` on this rank: its blocks (plan's
+  // activation_bytes_per_layer each), then the head's tensors on the last virtual stage or the
+  // (b, T, C) output it sends on, and the token ids on the first.
+  int64_t chunk_activation_bytes(int chunk) const;
+  // All chunks: one micro-batch's activations on this stage.
+  int64_t microbatch_activation_bytes() const;
+
+ private:
+  struct ChunkInfo {
+    model::LayerRange layers;
+    bool embedding = false;  // virtual stage 0
+    bool head = false;       // virtual stage P*v - 1
+    int64_t activation_bytes = 0;
+  };
+  struct PendingSend {
+    comm::RequestPtr request;
+    Buffer<float> buffer;  // the gradient copy it sends from (empty for activations)
+  };
+  int index(int mb, int chunk) const { return chunk * config_.schedule.microbatches + mb; }
+  std::unique_ptr<model::GptActivations> allocate(int chunk);
+  void post_group(const std::vector<Action>& list, size_t begin, size_t end,
+                  std::vector<MeasuredAction>& out);
+  void forward(const Action& a, std::span<const int32_t> tokens, std::span<const int32_t> targets);
+  void backward(const Action& a);
+  void reap_sends(bool wait_all);
+  void release_activations(int idx);
+
+  comm::Communicator& comm_;
+  model::GptModel& model_;
+  PipelineExecutorConfig config_;
+  MemoryTracker* tracker_;
+  int rank_ = 0;
+  std::vector<ChunkInfo> chunks_;  // (v)
+  model::GptWorkspace workspace_;  // (b, T): shared by every micro-batch's backward
+  int64_t element_count_ = 0;      // b * T * C: one message
+
+  // Per (mb, chunk), index chunk * M + mb; live only during a step.
+  std::vector<std::unique_ptr<model::GptActivations>> acts_;
+  std::vector<comm::RequestPtr> activation_sends_;  // sends from acts_[i]'s output
+  std::vector<Buffer<float>> received_activations_;
+  std::vector<Buffer<float>> received_gradients_;
+  std::vector<Buffer<float>> input_gradients_;  // the backward's output, until its send
+  std::vector<PendingSend> pending_sends_;
+  int64_t live_bytes_ = 0, peak_bytes_ = 0;
+  double loss_sum_ = 0;
+};
+
+// The measured step as a generic timeline (one row per rank, time in microseconds from
+// `origin_us`): compute spans labelled like the checker's (F3, B3, W3, F3b), sends and
+// receives as communication spans. `actions[r]` is rank r's record.
+trace::Timeline to_measured_timeline(const PipelineSchedule& schedule,
+                                     const std::vector<std::vector<MeasuredAction>>& actions,
+                                     double origin_us);
+
+// The bubble of a measured step, defined as the checker's: makespan = last end - first start
+// over every rank's actions, busy = a rank's compute time, bubble = mean over ranks of
+// (makespan - busy), fraction_of_total = bubble / makespan = 1 - sum(busy) / (P * makespan).
+struct MeasuredBubble {
+  double makespan_us = 0;
+  double bubble_us = 0;
+  double fraction_of_total = 0;
+  double forward_us = 0;          // mean over ranks of the forward time per micro-batch (F)
+  double backward_input_us = 0;   // the same for the (fused or input) backward (B, or B + W)
+  double backward_weight_us = 0;  // the same for W (0 when fused)
+  std::vector<double> busy_us;    // (P)
+};
+MeasuredBubble measured_bubble(const PipelineSchedule& schedule,
+                               const std::vector<std::vector<MeasuredAction>>& actions);
+
+}  // namespace dtrain::parallel

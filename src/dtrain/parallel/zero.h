@@ -1,0 +1,51 @@
+// ZeRO's shard ranges and the collectives that move state between full ranges and shards
+// (Rajbhandari et al. 2020). Each of N data-parallel ranks owns one contiguous range of the flat
+// parameter buffer, and the same range of the gradient and optimizer-state buffers.
+// shard_layout is the one function that computes the ranges, for every stage (and checkpoints):
+// ceil(Psi/N) elements per rank, the last range padded, as plan::shard_count (so each rank's
+// measured shard bytes equal plan::model_state_bytes for any Psi, divisible by N or not).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dtrain/comm/chunks.h"
+#include "dtrain/comm/communicator.h"
+#include "dtrain/core/buffer.h"
+
+namespace dtrain::parallel {
+
+// Example: Psi = 10, N = 4: shard = 3; rank 0 owns [0, 3), 1 [3, 6), 2 [6, 9), 3 [9, 10) and
+// holds two padding elements. A bucket [4, 8) splits into the pieces {0,0} {0,2} {2,2} {4,0}.
+struct ShardLayout {
+  int64_t count = 0;  // Psi: real elements
+  int ranks = 1;      // N
+  int64_t shard = 0;  // ceil(Psi / N): elements every rank holds, padding included
+
+  int64_t padded_count() const { return shard * ranks; }
+  // The real elements rank `rank` owns: {rank * shard, up to shard}, shorter or empty at the end.
+  comm::Chunk owned(int rank) const;
+  // The owners' pieces of the flat range [offset, offset + n), relative to `offset`: piece i is
+  // owned(i) clipped to the range. They tile [0, n) in rank order: a layout for
+  // comm::reduce_scatter_v and comm::all_gather_v.
+  std::vector<comm::Chunk> pieces(int64_t offset, int64_t n) const;
+};
+
+// The shard ranges of `count` elements over `ranks` data-parallel ranks.
+ShardLayout shard_layout(int64_t count, int ranks);
+
+// Averages the gradient of the flat range [offset, offset + n) over the group (`grads` holds
+// this rank's n elements) into this rank's shard: `shard` is the rank's whole shard (element 0
+// is flat element rank * shard). With `accumulate` the result is added to what the shard holds
+// (gradient accumulation; `scratch` receives first and grows to the largest piece). `shard` may
+// alias the range's own piece of `grads` when not accumulating (ZeRO-1 reduces in place).
+comm::Traffic reduce_scatter_to_shard(comm::Communicator& comm, const ShardLayout& layout,
+                                      int64_t offset, int64_t n, const float* grads, float* shard,
+                                      bool accumulate, Buffer<float>& scratch);
+
+// Gathers the flat range [offset, offset + n) from every rank's shard into `out` (n elements).
+// `shard` may alias out's own piece (stages 1 and 2 gather the parameters in place).
+comm::Traffic gather_from_shards(comm::Communicator& comm, const ShardLayout& layout,
+                                 int64_t offset, int64_t n, const float* shard, float* out);
+
+}  // namespace dtrain::parallel

@@ -1,0 +1,333 @@
+// PipelineEngine: the stage model and its optimizer, the step after the schedule (tied
+// embedding sum, global norm, clipping, AdamW), the flag checks, and the SPMD run over the
+// threads backend with its report, trace and timeline.
+#include "dtrain/train/pipeline_engine.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+
+#include "dtrain/comm/collectives.h"
+#include "dtrain/comm/threads/backend.h"
+#include "dtrain/core/check.h"
+#include "dtrain/core/timer.h"
+#include "dtrain/optim/grad_clip.h"
+#include "dtrain/parallel/mesh.h"
+#include "dtrain/parallel/pipeline_checker.h"
+#include "dtrain/plan/comm_model.h"
+#include "dtrain/trace/chrome_trace.h"
+#include "dtrain/trace/timeline_svg.h"
+
+namespace dtrain::train {
+namespace {
+
+const parallel::PartitionFlags kFlags{"--pp", "--layers", "--stage-layers", "--chunks"};
+
+int chunks_of(const PipelineSetup& s, plan::ScheduleKind kind) {
+  if (s.chunks != 0) return s.chunks;
+  return kind == plan::ScheduleKind::interleaved ? 2 : 1;
+}
+
+parallel::PipelineExecutorConfig executor_config(const PipelineEngineConfig& c) {
+  parallel::PipelineExecutorConfig e;
+  e.schedule = parallel::make_schedule(c.schedule, c.partition.stages(), c.microbatches,
+                                       c.partition.chunks());
+  e.partition = c.partition;
+  e.micro_batch = c.base.batch / c.microbatches;
+  e.seq = c.base.seq;
+  return e;
+}
+
+// "0-3", or per chunk "0-1,4-5".
+std::string layer_ranges(const parallel::StagePartition& part, int rank) {
+  std::ostringstream s;
+  for (int c = 0; c < part.chunks(); ++c) {
+    const int first = part.first_layer(rank, c);
+    const int last = first + part.layer_count(rank, c) - 1;
+    s << (c > 0 ? "," : "") << first;
+    if (last > first) s << "-" << last;
+  }
+  return s.str();
+}
+
+void check_writable(const std::string& path, const char* flag) {
+  if (path.empty()) return;
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  DTRAIN_CHECK(dir.empty() || std::filesystem::is_directory(dir), flag, ": cannot write ", path,
+               " (no directory ", dir.string(), ")");
+}
+
+std::string percent(double fraction) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(1) << 100 * fraction << "%";
+  return out.str();
+}
+
+}  // namespace
+
+plan::ScheduleKind parse_schedule(const std::string& text) {
+  std::string known;
+  for (plan::ScheduleKind k :
+       {plan::ScheduleKind::gpipe, plan::ScheduleKind::one_f_one_b,
+        plan::ScheduleKind::interleaved, plan::ScheduleKind::zero_bubble_h1}) {
+    if (text == plan::name(k)) return k;
+    known += known.empty() ? "" : ", ";
+    known += plan::name(k);
+  }
+  throw Error(str("--schedule \"", text, "\" is not one of ", known));
+}
+
+parallel::StagePartition validate_pipeline(const PipelineSetup& s, const model::GptConfig& m,
+                                           int64_t batch) {
+  DTRAIN_CHECK(s.pp >= 1, "--pp must be >= 1, got ", s.pp);
+  DTRAIN_CHECK(s.microbatches >= 1, "--microbatches must be >= 1, got ", s.microbatches);
+  DTRAIN_CHECK(batch % s.microbatches == 0, "--batch ", batch, " is not divisible into ",
+               "--microbatches ", s.microbatches, " micro-batches of equal size");
+  const plan::ScheduleKind kind = parse_schedule(s.schedule);
+  DTRAIN_CHECK(s.chunks >= 0, "--chunks must be >= 1, got ", s.chunks);
+  const int v = chunks_of(s, kind);
+  DTRAIN_CHECK(v == 1 || kind == plan::ScheduleKind::interleaved, "--chunks ", v,
+               " applies only to --schedule interleaved, not ", s.schedule);
+  check_writable(s.trace_path, "--trace");
+  check_writable(s.timeline_path, "--timeline");
+  const int layers = static_cast<int>(m.layers);
+  if (s.stage_layers.empty()) return parallel::balanced_partition(layers, s.pp, v, kFlags);
+  const std::vector<int> list = parallel::parse_stage_layers(s.stage_layers, "--stage-layers");
+  return parallel::explicit_partition(layers, s.pp, v, list, kFlags);
+}
+
+PipelineEngine::PipelineEngine(const PipelineEngineConfig& config, comm::Communicator& pp)
+    : config_(config),
+      pp_(pp),
+      team_(config.base.threads),
+      model_(config.base.model, parallel::stage_of(config.partition, pp.rank()), &tracker_,
+             nullptr, &team_),
+      adamw_(model_.param_count(), config.base.adamw, &tracker_) {
+  const int P = config.partition.stages();
+  DTRAIN_CHECK(pp.size() == P, "pipeline: ", pp.size(), " ranks for ", P, " stages");
+  DTRAIN_CHECK(config.microbatches >= 1 && config.base.batch % config.microbatches == 0,
+               "--batch ", config.base.batch, " is not divisible into --microbatches ",
+               config.microbatches, " micro-batches of equal size");
+  // Every stage draws its tensors' initial values from the whole model's seeds (by name), so
+  // the two copies of the tied wte start equal and the run matches the serial one.
+  model_.init_params(config.base.init_seed);
+  if (P > 1 && (pp.rank() == 0 || pp.rank() == P - 1)) {
+    const int members[] = {0, P - 1};
+    embedding_group_ = pp.subgroup(members, "embedding");
+  }
+  executor_ = std::make_unique<parallel::PipelineExecutor>(pp, model_, executor_config(config),
+                                                           &tracker_);
+}
+
+std::string PipelineEngine::describe() const {
+  const parallel::DeviceMesh mesh(1, 1, config_.partition.stages());
+  std::string s = mesh.describe(pp_.global_rank());
+  s += str(" ", plan::name(config_.schedule));
+  if (config_.partition.chunks() > 1) s += str(" (v = ", config_.partition.chunks(), ")");
+  s += str(", ", config_.microbatches, " micro-batches of ",
+           config_.base.batch / config_.microbatches);
+  return s;
+}
+
+double PipelineEngine::global_sum_of_squares(double local) {
+  // Each rank's double, gathered bit for bit and added in rank order: the same on every rank.
+  int64_t bits = 0;
+  std::memcpy(&bits, &local, sizeof bits);
+  std::vector<int64_t> all(static_cast<size_t>(pp_.size()));
+  comm::all_gather<int64_t>(pp_, &bits, all.data(), pp_.size());
+  double sum = 0;
+  for (int64_t b : all) {
+    double x = 0;
+    std::memcpy(&x, &b, sizeof x);
+    sum += x;
+  }
+  return sum;
+}
+
+float PipelineEngine::broadcast_from_last(float value) {
+  comm::broadcast<float>(pp_, &value, 1, pp_.size() - 1);
+  return value;
+}
+
+StepStats PipelineEngine::train_step(const Batch& batch, float lr) {
+  DTRAIN_CHECK(batch.batch == config_.base.batch && batch.seq == config_.base.seq,
+               "pipeline: batch (", batch.batch, ", ", batch.seq, ") differs from the configured (",
+               config_.base.batch, ", ", config_.base.seq, ")");
+  StepStats stats;
+  PipelineEngineStep step;
+  model_.zero_grads();
+  const comm::Traffic before = pp_.traffic();
+  step.pipeline = executor_->run(batch.inputs, batch.targets);
+  step.pipeline_bytes_sent = (pp_.traffic() - before).bytes_sent;
+  for (const parallel::MeasuredAction& m : step.pipeline.actions) {
+    const double ms = (m.end_us - m.start_us) * 1e-3;
+    if (m.action.kind == parallel::ActionKind::forward) stats.forward_ms += ms;
+    if (parallel::is_compute(m.action.kind) && m.action.kind != parallel::ActionKind::forward) {
+      stats.backward_ms += ms;
+    }
+  }
+  Stopwatch optimizer_watch;
+  auto span = [&](const char* label, double start) {
+    step.after.push_back({label, trace::SpanKind::other, -1, -1, start, now_us()});
+  };
+
+  // The LM head is tied to wte: the first stage's embedding gradient and the last stage's head
+  // gradient are two halves of one gradient (Megatron's embedding group).
+  const model::ParamTable& table = model_.param_table();
+  const bool tied_copy = embedding_group_ != nullptr;
+  if (tied_copy) {
+    const double start = now_us();
+    std::span<float> dwte = model_.grad(table.index_of("wte"));
+    comm::all_reduce<float>(*embedding_group_, dwte.data(), static_cast<int64_t>(dwte.size()),
+                            comm::ReduceOp::sum);
+    span("sum wte gradient", start);
+  }
+
+  // Global norm: every gradient once (the last stage's wte copy is left out).
+  double start = now_us();
+  std::span<const float> counted = model_.grads();
+  if (tied_copy && model_.stage().head) {
+    const model::ParamTensor& wte = table[static_cast<size_t>(table.index_of("wte"))];
+    DTRAIN_CHECK(wte.offset == 0, "pipeline: wte must be the stage's first tensor");
+    counted = counted.subspan(static_cast<size_t>(wte.count));
+  }
+  stats.grad_norm = std::sqrt(global_sum_of_squares(optim::sum_of_squares(counted)));
+  stats.loss = broadcast_from_last(step.pipeline.loss);
+  span("gradient norm", start);
+  DTRAIN_CHECK(std::isfinite(stats.loss) && std::isfinite(stats.grad_norm),
+               "training diverged: loss ", stats.loss, ", gradient norm ", stats.grad_norm,
+               " (try a smaller --lr)");
+  start = now_us();
+  adamw_.step(model_.params(), model_.grads(), lr,
+              optim::clip_scale(stats.grad_norm, config_.base.grad_clip));
+  span("AdamW", start);
+  stats.optimizer_ms = optimizer_watch.elapsed_us() * 1e-3;
+  steps_.push_back(std::move(step));
+  return stats;
+}
+
+float PipelineEngine::eval_loss(const Batch& batch) {
+  return broadcast_from_last(executor_->evaluate(batch.inputs, batch.targets));
+}
+
+namespace {
+
+PipelineStageRow stage_row(PipelineEngine& engine, const parallel::ScheduleReport& checked) {
+  parallel::PipelineExecutor& ex = engine.executor();
+  const MemoryTracker& mem = engine.memory();
+  PipelineStageRow row;
+  row.rank = ex.rank();
+  row.layers = layer_ranges(ex.partition(), ex.rank());
+  row.param_count = engine.model().param_count();
+  row.params_bytes = mem.current_bytes(MemoryTag::params);
+  row.grads_bytes = mem.current_bytes(MemoryTag::grads);
+  row.optimizer_bytes = mem.current_bytes(MemoryTag::optimizer);
+  row.activations_peak_bytes = mem.peak_bytes(MemoryTag::activations);
+  row.microbatch_activation_bytes = ex.microbatch_activation_bytes();
+  const PipelineEngineStep& last = engine.steps().back();
+  row.peak_inflight_bytes = last.pipeline.peak_inflight_bytes;
+  row.measured_inflight = static_cast<double>(row.peak_inflight_bytes) /
+                          static_cast<double>(row.microbatch_activation_bytes);
+  row.checker_inflight = checked.ranks[static_cast<size_t>(ex.rank())].peak_inflight;
+  for (const parallel::MeasuredAction& m : last.pipeline.actions) {
+    if (parallel::is_compute(m.action.kind)) row.busy_ms += (m.end_us - m.start_us) * 1e-3;
+  }
+  row.bytes_sent = last.pipeline_bytes_sent;
+  int64_t sends = 0;
+  for (const parallel::Action& a : ex.schedule().per_rank[static_cast<size_t>(ex.rank())]) {
+    sends += parallel::is_send(a.kind) ? 1 : 0;
+  }
+  const parallel::PipelineExecutorConfig& c = ex.config();
+  row.formula_bytes_sent = sends * static_cast<int64_t>(plan::pp_bytes_per_microbatch(
+                                       c.micro_batch, c.seq, engine.model().config().channels,
+                                       sizeof(float), 1, false));
+  return row;
+}
+
+}  // namespace
+
+TrainSummary run_pipeline(const SerialEngineConfig& base, const PipelineSetup& setup,
+                          const TrainerConfig& trainer, const TokenSplit& data,
+                          TrainObserver* observer) {
+  PipelineEngineConfig config;
+  config.base = base;
+  config.partition = validate_pipeline(setup, base.model, base.batch);
+  config.schedule = parse_schedule(setup.schedule);
+  config.microbatches = setup.microbatches;
+  const int P = setup.pp;
+  const parallel::PipelineSchedule schedule = executor_config(config).schedule;
+  const parallel::ScheduleReport unit = parallel::simulate_schedule(schedule);
+
+  TrainSummary summary;
+  std::vector<PipelineStageRow> rows(static_cast<size_t>(P));
+  std::vector<std::vector<PipelineEngineStep>> steps(static_cast<size_t>(P));
+  comm::threads::run_ranks(P, [&](comm::Communicator& world) {
+    PipelineEngine engine(config, world);
+    Trainer loop(trainer, engine, data, world.rank() == 0 ? observer : nullptr);
+    TrainSummary s = loop.run();
+    const auto r = static_cast<size_t>(world.rank());
+    rows[r] = stage_row(engine, unit);
+    steps[r] = engine.steps();
+    if (r == 0) summary = std::move(s);
+  });
+
+  PipelineReport report;
+  report.setup = setup;
+  report.chunks = config.partition.chunks();
+  report.micro_batch = base.batch / setup.microbatches;
+  report.stages = rows;
+  report.weight_gradient_fused = config.schedule == plan::ScheduleKind::zero_bubble_h1;
+  const size_t K = steps[0].size();
+  auto actions_of_step = [&](size_t k) {
+    std::vector<std::vector<parallel::MeasuredAction>> a;
+    for (const auto& rank_steps : steps) a.push_back(rank_steps[k].pipeline.actions);
+    return a;
+  };
+  double bubble_sum = 0;
+  for (size_t k = K > 1 ? 1 : 0; k < K; ++k) {
+    bubble_sum += parallel::measured_bubble(schedule, actions_of_step(k)).fraction_of_total;
+  }
+  report.mean_measured_bubble = bubble_sum / static_cast<double>(K > 1 ? K - 1 : 1);
+  const auto last_actions = actions_of_step(K - 1);
+  const parallel::MeasuredBubble last = parallel::measured_bubble(schedule, last_actions);
+  report.makespan_ms = last.makespan_us * 1e-3;
+  report.measured_bubble = last.fraction_of_total;
+  report.forward_ms = last.forward_us * 1e-3;
+  report.backward_ms = last.backward_input_us * 1e-3;
+  report.weight_ms = last.backward_weight_us * 1e-3;
+  const plan::StageTimes times{last.forward_us, last.backward_input_us, last.backward_weight_us};
+  report.predicted_bubble =
+      plan::pipeline_bubble(config.schedule, P, setup.microbatches, report.chunks, times)
+          .fraction_of_total;
+  parallel::SimulationOptions sim;
+  sim.times = times;
+  report.simulated_bubble =
+      parallel::simulate_schedule(schedule, sim).bubble_fraction_of_total;
+
+  if (!setup.trace_path.empty() || !setup.timeline_path.empty()) {
+    double origin = last_actions[0].empty() ? 0 : last_actions[0].front().start_us;
+    for (const auto& rank_actions : last_actions) {
+      for (const parallel::MeasuredAction& m : rank_actions) origin = std::min(origin, m.start_us);
+    }
+    trace::Timeline timeline = parallel::to_measured_timeline(schedule, last_actions, origin);
+    for (size_t r = 0; r < steps.size(); ++r) {
+      for (trace::Span s : steps[r].back().after) {
+        s.start -= origin;
+        s.end -= origin;
+        timeline.rows[r].spans.push_back(s);
+      }
+    }
+    timeline.title = str(setup.schedule, " on ", P, " ranks, M = ", setup.microbatches,
+                         report.chunks > 1 ? str(", v = ", report.chunks) : std::string(),
+                         ": step ", K, " measured, bubble ", percent(report.measured_bubble),
+                         " (predicted ", percent(report.predicted_bubble), ")");
+    if (!setup.trace_path.empty()) trace::write_chrome_trace(timeline, setup.trace_path);
+    if (!setup.timeline_path.empty()) trace::write_timeline_svg(timeline, setup.timeline_path);
+  }
+  summary.pipeline = report;
+  return summary;
+}
+
+}  // namespace dtrain::train

@@ -1,0 +1,100 @@
+// ThreadTeam: ranges tile [0, n) exactly, every member runs once per run(), errors reach the
+// caller, and the model gives the same bits with a team as without one.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <vector>
+
+#include "dtrain/core/check.h"
+#include "dtrain/core/rng.h"
+#include "dtrain/model/gpt.h"
+#include "dtrain/model/thread_team.h"
+#include "dtrain/plan/head_activation_memory.h"
+
+namespace dtrain::model {
+namespace {
+
+TEST(SplitRange, TilesTheIntervalInAlignedPieces) {
+  for (int64_t n : {0, 1, 15, 16, 17, 100, 512, 1001}) {
+    for (int members : {1, 2, 3, 7}) {
+      for (int64_t align : {1, 16}) {
+        int64_t next = 0;
+        for (int m = 0; m < members; ++m) {
+          const Range r = split_range(n, m, members, align);
+          EXPECT_EQ(r.begin, std::min(next, n)) << n << " " << members << " " << align;
+          EXPECT_GE(r.end, r.begin);
+          if (r.begin < n) {
+            EXPECT_EQ(r.begin % align, 0);
+          }
+          next = std::max(next, r.end);
+        }
+        EXPECT_EQ(next, n) << n << " " << members << " " << align;
+      }
+    }
+  }
+}
+
+TEST(ThreadTeam, EveryMemberRunsOncePerRun) {
+  for (int size : {1, 2, 3, 5}) {
+    ThreadTeam team(size);
+    std::vector<std::atomic<int>> count(static_cast<size_t>(size));
+    const int runs = 300;  // back-to-back runs, as the ops issue them
+    for (int r = 0; r < runs; ++r) {
+      team.run([&](int member) { count[static_cast<size_t>(member)].fetch_add(1); });
+    }
+    for (int m = 0; m < size; ++m) EXPECT_EQ(count[static_cast<size_t>(m)].load(), runs) << size;
+  }
+}
+
+TEST(ThreadTeam, AWorkersExceptionReachesTheCallerAndTheTeamLivesOn) {
+  ThreadTeam team(3);
+  EXPECT_THROW(team.run([](int member) {
+    if (member == 2) throw std::runtime_error("member 2 failed");
+  }),
+               std::runtime_error);
+  std::atomic<int> sum{0};
+  team.run([&](int member) { sum += member; });
+  EXPECT_EQ(sum.load(), 0 + 1 + 2);
+  EXPECT_THROW(ThreadTeam(0), Error);
+}
+
+// Bench-sized layers so that every kind of split happens (GEMM rows, heads, elementwise).
+TEST(ThreadTeam, ModelGivesTheSameBitsWithAndWithoutATeam) {
+  const GptConfig g = gpt_preset("bench").config;
+  const int64_t B = 8, T = 64;
+  Rng rng(3);
+  std::vector<int32_t> x(B * T), y(B * T);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = static_cast<int32_t>(rng.uniform_int(static_cast<uint64_t>(g.vocab)));
+    y[i] = static_cast<int32_t>(rng.uniform_int(static_cast<uint64_t>(g.vocab)));
+  }
+  MemoryTracker tracker;
+  GptModel serial(g, &tracker);
+  serial.init_params(9);
+  serial.zero_grads();
+  const float want = serial.forward(x, y, B, T);
+  serial.backward();
+  for (int threads : {2, 3}) {
+    ThreadTeam team(threads);
+    GptModel split(g, &tracker, nullptr, &team);
+    split.init_params(9);
+    split.zero_grads();
+    EXPECT_EQ(split.forward(x, y, B, T), want) << threads << " threads";
+    split.backward();
+    EXPECT_TRUE(std::equal(serial.grads().begin(), serial.grads().end(), split.grads().begin()))
+        << threads << " threads";
+    // The workspace holds one attention-score gradient per thread, as the plan says.
+    MemoryTracker ws_tracker;
+    GptWorkspace ws(g, B, T, &ws_tracker, threads);
+    EXPECT_EQ(static_cast<double>(ws_tracker.current_bytes(MemoryTag::activations)),
+              plan::workspace_activation_bytes({.seq = T,
+                                                .micro_batch = B,
+                                                .hidden = g.channels,
+                                                .vocab = g.vocab,
+                                                .threads = threads}));
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::model
