@@ -25,6 +25,8 @@ struct DpBenchOptions {
   int ranks = 2;
   int64_t warmup = 3;
   int64_t steps = 15;
+  int rounds = 3;  // every layout runs once per round; each keeps its fastest round (the machine
+                   // is shared: a round that lost a core to another process does not count)
   int64_t bucket_bytes = int64_t{1} << 20;
   std::vector<int> zero_stages = {1, 2, 3};
   std::string peer;  // path of torch_gpt_step.py; empty: no peer run
@@ -56,6 +58,7 @@ struct DpBenchReport {
   model::GptConfig model;
   int64_t params = 0, batch_per_rank = 0, seq = 0;
   int ranks = 0;
+  int rounds = 0;
   std::vector<DpBenchRow> rows;  // single rank, plain DP, then each ZeRO stage
   double dp_efficiency = 0;      // plain DP tokens/s / (ranks x single)
   PeerResult peer;

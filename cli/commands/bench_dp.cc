@@ -30,6 +30,8 @@ void add_bench_dp(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--warmup", o.warmup, "Untimed steps first")->capture_default_str();
   cmd->add_option("--steps", o.steps, "Timed steps (median)")->capture_default_str();
+  cmd->add_option("--rounds", o.rounds, "Rounds over all layouts; each keeps its fastest")
+      ->capture_default_str();
   cmd->add_option("--bucket-size", f->bucket_size, "Gradient bucket size")->capture_default_str();
   cmd->add_option("--zero", o.zero_stages, "ZeRO stages to run beside plain DP, e.g. 1,2,3")
       ->delimiter(',')

@@ -35,8 +35,9 @@ void add_train(CLI::App& app) {
   train::TrainOptions& o = f->options;
   CLI::App* cmd = app.add_subcommand(
       "train",
-      "Train the GPT model on one rank, or on --dp N data-parallel ranks with --zero 1-3 "
-      "sharding (byte-level text; the default corpus ships in data/)");
+      "Train the GPT model on one rank, on --dp N data-parallel ranks with --zero 1-3 "
+      "sharding, or on --pp P pipeline stages (byte-level text; the default corpus ships in "
+      "data/)");
   cmd->add_option("--model", o.model, "Model preset: tiny or bench")->capture_default_str();
   auto* vocab =
       cmd->add_option("--vocab", f->vocab, "Vocabulary size V (>= 256 for bytes; default: preset)");
@@ -93,6 +94,31 @@ void add_train(CLI::App& app) {
   cmd->add_option("--grad-accum", o.data_parallel.grad_accum,
                   "Micro-batches per step on each rank (gradients synced after the last)")
       ->capture_default_str();
+  cmd->add_option("--pp", o.pipeline.pp,
+                  "Pipeline stages P (rank threads); the blocks split across them")
+      ->capture_default_str();
+  cmd->add_option("--microbatches", o.pipeline.microbatches,
+                  "Pipeline micro-batches M per step; must divide --batch")
+      ->capture_default_str();
+  cmd->add_option("--schedule", o.pipeline.schedule,
+                  "Pipeline schedule: gpipe, 1f1b, "
+                  "interleaved or zb-h1")
+      ->capture_default_str();
+  cmd->add_option("--chunks", o.pipeline.chunks,
+                  "Model chunks v per stage (interleaved only; default 2 there)");
+  cmd->add_option("--stage-layers", o.pipeline.stage_layers,
+                  "Explicit split of the blocks, e.g. 3,3,2 (per chunk if interleaved)");
+  cmd->add_option("--trace", o.pipeline.trace_path,
+                  "Write the last step's measured pipeline as a Chrome/Perfetto trace (JSON)");
+  cmd->add_option("--timeline", o.pipeline.timeline_path,
+                  "Draw the last step's measured pipeline timeline as SVG");
+  cmd->add_option("--tp", o.tensor_parallel.tp,
+                  "Tensor-parallel ranks (threads): heads, MLP columns and the vocabulary split "
+                  "across them; must divide --heads")
+      ->capture_default_str();
+  cmd->add_flag("--sequence-parallel", o.tensor_parallel.sequence_parallel,
+                "With --tp N: LayerNorms and residual regions on 1/N of the B*T token rows "
+                "(N must divide --batch x --seq)");
   cmd->add_flag("--json", f->json, "Print the summary as JSON instead of a table");
 
   cmd->callback([=] {

@@ -215,11 +215,14 @@ TEST(GptModel, LogitsAtOrBeforeTDoNotDependOnLaterTokens) {
   }
 }
 
-// Hooks that claim TP = 2 but whose all-reduce is the identity: counts the call sites.
+// Hooks that claim TP = 2 but whose reductions are the identity: counts the f and g sites
+// (the vocabulary-parallel reductions go through all_reduce_* and are not counted here).
 class CountingHooks final : public TensorParallelHooks {
  public:
   int size() const override { return 2; }
-  void all_reduce_sum(float* /*data*/, int64_t count) override {
+  void g_forward(float* /*data*/, int64_t count) override { count_call(count); }
+  void f_backward(float* /*dinp*/, int64_t count) override { count_call(count); }
+  void count_call(int64_t count) {
     ++calls;
     elements += count;
   }
@@ -230,27 +233,23 @@ class CountingHooks final : public TensorParallelHooks {
 TEST(GptModel, TensorParallelHooksSitWhereMegatronPutsFAndG) {
   // Per block: g after the attention projection and after the MLP second linear (forward),
   // f on the gradients of the LN1 and LN2 outputs (backward); each on a (B, T, C) tensor.
-  // With an identity all-reduce the results equal the serial model's, bit for bit.
+  // Hooks of size 2 make the model hold one TP rank's shards (model/tp_shard.h), so with identity
+  // reductions only the call sites are checked here; tests/parallel/tensor_parallel_*_test.cc
+  // compare real TP runs with the serial model.
   const GptConfig g = gpt_preset("tiny").config;
   const int64_t B = 2, T = 16, BTC = B * T * g.channels;
   MemoryTracker tracker;
   CountingHooks hooks;
-  GptModel serial(g, &tracker), hooked(g, &tracker, &hooks);
-  serial.init_params(5);
+  GptModel hooked(g, &tracker, &hooks);
   hooked.init_params(5);
   const auto tokens = random_tokens(B * T, g.vocab, 6), targets = random_tokens(B * T, g.vocab, 7);
-  const float a = serial.forward(tokens, targets, B, T);
-  const float b = hooked.forward(tokens, targets, B, T);
+  hooked.forward(tokens, targets, B, T);
   EXPECT_EQ(hooks.calls, 2 * g.layers);
   EXPECT_EQ(hooks.elements, 2 * g.layers * BTC);
-  serial.zero_grads();
   hooked.zero_grads();
-  serial.backward();
   hooked.backward();
   EXPECT_EQ(hooks.calls, 4 * g.layers);
   EXPECT_EQ(hooks.elements, 4 * g.layers * BTC);
-  EXPECT_EQ(a, b);
-  EXPECT_TRUE(std::equal(serial.grads().begin(), serial.grads().end(), hooked.grads().begin()));
 }
 
 TEST(GptModel, BackwardAccumulatesAndIsDeterministic) {

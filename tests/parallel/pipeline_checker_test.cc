@@ -164,6 +164,9 @@ TEST(PipelineChecker, PeakInflightIsTheClosedForm) {
             // fused; ZB-H1's deferred W's make it min(P, M) on every stage (stage s holds its
             // P-s in-flight micro-batches plus up to s whose W waits).
             const double stash = kind == ScheduleKind::zero_bubble_h1 ? std::min(p, m) : expected;
+            if (kind != ScheduleKind::interleaved) {
+              EXPECT_EQ(plan::peak_weight_stash_microbatches(kind, p, m, v, stage), stash);
+            }
             EXPECT_NEAR(rr.peak_weight_stash, stash, kTol) << "stage " << stage;
           }
         }

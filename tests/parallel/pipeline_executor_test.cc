@@ -1,6 +1,7 @@
 // The pipeline executor on real ranks (threads backend), one step at a time, without the
 // optimizer: the activation bytes it holds against the checker's in-flight count (GPipe M
-// micro-batches, 1F1B at most P), one micro-batch's bytes against the plan/ formulas, the
+// micro-batches, 1F1B at most P, ZB-H1 its F-to-W weight stash, min(P, M)), one micro-batch's
+// bytes against the plan/ formulas (ZB-H1's with the kept output gradients), the
 // bytes it sends against plan::pp_bytes_per_microbatch, the measured actions in the
 // schedule's order and causally consistent across ranks, the measured timeline and bubble,
 // and the forward-only evaluation against the whole model. Gradients and the training run
@@ -21,6 +22,7 @@
 #include "dtrain/plan/activation_memory.h"
 #include "dtrain/plan/comm_model.h"
 #include "dtrain/plan/head_activation_memory.h"
+#include "dtrain/plan/pipeline_model.h"
 
 namespace dtrain::parallel {
 namespace {
@@ -98,7 +100,10 @@ plan::ActivationShape layer_shape(int64_t b) {
 }
 
 plan::HeadActivationShape head_shape(int64_t b) {
-  return {.seq = kSeq, .micro_batch = b, .hidden = config().channels, .vocab = config().vocab,
+  return {.seq = kSeq,
+          .micro_batch = b,
+          .hidden = config().channels,
+          .vocab = config().vocab,
           .bytes_per_element = 4};
 }
 
@@ -122,8 +127,8 @@ TEST(PipelineExecutor, OneMicroBatchOfAChunkIsThePlanFormulas) {
           want += plan::pp_bytes_per_microbatch(bb, kSeq, config().channels, 4, 1, false);
           if (vs == 0) want += 4.0 * static_cast<double>(bb * kSeq);
         }
-        SCOPED_TRACE(testing::Message() << "P " << P << " v " << v << " rank " << r << " chunk "
-                                        << c);
+        SCOPED_TRACE(testing::Message()
+                     << "P " << P << " v " << v << " rank " << r << " chunk " << c);
         EXPECT_EQ(got[static_cast<size_t>(r)].chunk_bytes[static_cast<size_t>(c)],
                   static_cast<int64_t>(want));
         sum += static_cast<int64_t>(want);
@@ -133,14 +138,33 @@ TEST(PipelineExecutor, OneMicroBatchOfAChunkIsThePlanFormulas) {
   }
 }
 
+TEST(PipelineExecutor, ZbH1MicroBatchAddsTheWeightGradientStash) {
+  // A split backward keeps each block's four linears' output gradients from B to W, allocated
+  // with the micro-batch's activations: plan's weight_grad_stash_bytes_per_layer per block on
+  // top of the fused schedule's figure.
+  for (const auto& [P, M] : {std::tuple{4, 2}, std::tuple{2, 4}}) {
+    const int64_t bb = kBatch / M;
+    const StagePartition part = balanced_partition(8, P, 1);
+    const std::vector<RankResult> fused = run_step(ScheduleKind::one_f_one_b, P, M, 1);
+    const std::vector<RankResult> split = run_step(ScheduleKind::zero_bubble_h1, P, M, 1);
+    for (int r = 0; r < P; ++r) {
+      const double stash =
+          part.layer_count(r, 0) * plan::weight_grad_stash_bytes_per_layer(layer_shape(bb));
+      EXPECT_EQ(split[static_cast<size_t>(r)].microbatch_bytes,
+                fused[static_cast<size_t>(r)].microbatch_bytes + static_cast<int64_t>(stash))
+          << "P " << P << " M " << M << " rank " << r;
+    }
+  }
+}
+
 // The bytes held at the worst moment when rank r runs its list in program order, allocating a
-// chunk's micro-batch at its forward and freeing it at its (fused or input) backward.
+// chunk's micro-batch at its forward and freeing it at its fused backward, or, split, at W.
 int64_t replayed_peak(const PipelineSchedule& s, int r, const std::vector<int64_t>& chunk_bytes) {
   int64_t live = 0, peak = 0;
   for (const Action& a : s.per_rank[static_cast<size_t>(r)]) {
     const int64_t bytes = chunk_bytes[static_cast<size_t>(a.chunk)];
     if (a.kind == ActionKind::forward) live += bytes;
-    if (a.kind == ActionKind::backward || a.kind == ActionKind::backward_input) live -= bytes;
+    if (a.kind == ActionKind::backward || a.kind == ActionKind::backward_weight) live -= bytes;
     peak = std::max(peak, live);
   }
   return peak;
@@ -158,19 +182,29 @@ TEST(PipelineExecutor, PeakActivationsAreTheCheckersInFlightCountTimesOneMicroBa
         const std::vector<RankResult> res = run_step(kind, P, M, v);
         for (int r = 0; r < P; ++r) {
           const RankResult& rr = res[static_cast<size_t>(r)];
-          const double inflight = checked.ranks[static_cast<size_t>(r)].peak_inflight;
+          // ZB-H1 holds a micro-batch (activations and kept output gradients) from F until
+          // its W: the checker's weight stash; the fused schedules until B.
+          const RankReport& cr = checked.ranks[static_cast<size_t>(r)];
+          const bool split = kind == ScheduleKind::zero_bubble_h1;
+          const double inflight = split ? cr.peak_weight_stash : cr.peak_inflight;
           const int64_t measured = rr.record.peak_inflight_bytes;
           // The tracker saw the workspace (b, T) plus exactly what was in flight.
-          const int64_t ws = static_cast<int64_t>(
-              plan::workspace_activation_bytes(head_shape(kBatch / M)));
+          const int64_t ws =
+              static_cast<int64_t>(plan::workspace_activation_bytes(head_shape(kBatch / M)));
           EXPECT_EQ(rr.activations_peak, ws + measured) << "rank " << r;
           EXPECT_EQ(measured, replayed_peak(s, r, rr.chunk_bytes)) << "rank " << r;
           if (v == 1) {
             // Every micro-batch of the stage is the same size: count x one micro-batch.
             EXPECT_EQ(measured, static_cast<int64_t>(inflight) * rr.microbatch_bytes)
                 << "rank " << r;
+            EXPECT_EQ(static_cast<double>(measured),
+                      plan::peak_weight_stash_microbatches(kind, P, M, v, r) *
+                          static_cast<double>(rr.microbatch_bytes))
+                << "rank " << r;
             if (kind == ScheduleKind::gpipe) {
               EXPECT_EQ(measured, M * rr.microbatch_bytes) << "rank " << r;  // GPipe: M x
+            } else if (split) {
+              EXPECT_EQ(measured, std::min(P, M) * rr.microbatch_bytes) << "rank " << r;
             } else {
               EXPECT_EQ(measured, std::min(P - r, M) * rr.microbatch_bytes) << "rank " << r;
               EXPECT_LE(measured, P * rr.microbatch_bytes);  // 1F1B, ZB-H1: at most P x
@@ -196,8 +230,8 @@ TEST(PipelineExecutor, SendsActivationsAndGradientsOfThePlannedSize) {
     const double per_message = plan::pp_bytes_per_microbatch(kBatch / M, kSeq, 16, 4, 1, false);
     for (int r = 0; r < P; ++r) {
       const auto& list = s.per_rank[static_cast<size_t>(r)];
-      const auto sends = std::count_if(list.begin(), list.end(),
-                                       [](const Action& a) { return is_send(a.kind); });
+      const auto sends =
+          std::count_if(list.begin(), list.end(), [](const Action& a) { return is_send(a.kind); });
       // Every virtual stage but the last sends M activations, every one but the first M
       // gradients: 2M(v) - (M on the first rank) - (M on the last).
       const int64_t expected_sends = 2 * M * v - (r == 0 ? M : 0) - (r == P - 1 ? M : 0);
@@ -244,8 +278,13 @@ TEST(PipelineExecutor, MeasuredActionsFollowTheScheduleAndCausality) {
     for (int mb = 0; mb < M; ++mb) {
       for (int vs = 0; vs < V; ++vs) {
         const auto key = std::pair{vs, mb};
-        if (vs > 0) EXPECT_GE(forwards[key].start_us, forwards[{vs - 1, mb}].end_us);
-        if (vs < V - 1) EXPECT_GE(backwards[key].start_us, backwards[{vs + 1, mb}].end_us);
+        const auto before = std::pair(vs - 1, mb), after = std::pair(vs + 1, mb);
+        if (vs > 0) {
+          EXPECT_GE(forwards[key].start_us, forwards[before].end_us);
+        }
+        if (vs < V - 1) {
+          EXPECT_GE(backwards[key].start_us, backwards[after].end_us);
+        }
         EXPECT_GE(backwards[key].start_us, forwards[key].end_us);
       }
     }
@@ -295,8 +334,8 @@ TEST(PipelineExecutor, LossAndEvaluationEqualTheWholeModel) {
   whole.init_params(kSeed);
   const float want = whole.forward(data.inputs, data.targets, kBatch, kSeq);
   for (const auto& [kind, P, M, v] :
-       {std::tuple{ScheduleKind::one_f_one_b, 4, 4, 1}, std::tuple{ScheduleKind::interleaved, 2, 8, 2},
-        std::tuple{ScheduleKind::gpipe, 2, 1, 1}}) {
+       {std::tuple{ScheduleKind::one_f_one_b, 4, 4, 1},
+        std::tuple{ScheduleKind::interleaved, 2, 8, 2}, std::tuple{ScheduleKind::gpipe, 2, 1, 1}}) {
     const std::vector<RankResult> res = run_step(kind, P, M, v);
     for (int r = 0; r < P; ++r) {
       const RankResult& rr = res[static_cast<size_t>(r)];
@@ -311,6 +350,26 @@ TEST(PipelineExecutor, LossAndEvaluationEqualTheWholeModel) {
   }
 }
 
+TEST(PipelineExecutor, RefusesAnInvalidScheduleInsteadOfHanging) {
+  const model::GptConfig g = config();
+  PipelineExecutorConfig ec;
+  ec.schedule = make_1f1b(2, 2);
+  ec.schedule.per_rank[1].pop_back();  // rank 1 never runs its last backward
+  ec.partition = balanced_partition(8, 2, 1);
+  ec.micro_batch = kBatch / 2;
+  ec.seq = kSeq;
+  try {
+    comm::threads::run_ranks(2, [&](comm::Communicator& pp) {
+      MemoryTracker tracker;
+      model::GptModel m(g, stage_of(ec.partition, pp.rank()), &tracker);
+      PipelineExecutor ex(pp, m, ec, &tracker);
+    });
+    FAIL() << "an invalid schedule was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("invalid schedule: rank"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PipelineExecutor, StageModelsHoldOnlyTheirTensors) {
   const model::GptConfig g = config();
   const StagePartition part = balanced_partition(8, 2, 2);  // rank 0: blocks 0-1, 4-5
@@ -322,8 +381,7 @@ TEST(PipelineExecutor, StageModelsHoldOnlyTheirTensors) {
   last.init_params(kSeed);
   whole.init_params(kSeed);
   // Each block is on exactly one stage; wte on both (tied); wpe on the first, lnf on the last.
-  EXPECT_EQ(first.param_count() + last.param_count(),
-            whole.param_count() + g.vocab * g.channels);
+  EXPECT_EQ(first.param_count() + last.param_count(), whole.param_count() + g.vocab * g.channels);
   EXPECT_EQ(t0.current_bytes(MemoryTag::params), first.param_count() * 4);
   EXPECT_NO_THROW(first.param_table().index_of("h.5.mlp.fc.w"));
   EXPECT_THROW(first.param_table().index_of("h.2.mlp.fc.w"), Error);

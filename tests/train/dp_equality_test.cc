@@ -2,7 +2,7 @@
 // every parameter with dp 2 and 4 (and with gradient accumulation) equals the SerialEngine's,
 // ZeRO stages 1-3 equal plain DP, and the same seed gives a bitwise identical run. The first
 // gradient bucket's all-reduce starts while backward is still running. Max |diff| per tensor is
-// printed for every comparison.
+// printed for every comparison. A rank that fails ends the whole run fast, with its error.
 //
 // Tolerance: the ranks sum each gradient in a different order than the serial run (a ring over
 // the ranks' partial sums instead of one pass over the batch), so gradients differ by a few fp32
@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "dp_harness.h"
+#include "dtrain/core/timer.h"
 
 namespace dtrain::train {
 namespace {
@@ -114,6 +115,29 @@ TEST(DataParallel, TheFirstBucketsAllReduceStartsBeforeBackwardFinishes) {
   });
   EXPECT_EQ(steps, kRuns);
   EXPECT_GE(overlapped, kRuns - 1);
+}
+
+TEST(DataParallel, ARankThatFailsEndsTheRunFastWithItsError) {
+  // A token outside the vocabulary in rank 1's rows only: rank 1 throws in its forward while
+  // rank 0 goes on and waits for the gradient all-reduce on its communication thread. Rank 1's
+  // failure must reach rank 0 through the backend (not its 30 s timeout) and come out of the run.
+  const SerialEngineConfig c = small_config();
+  Batch batch;
+  BatchSampler(testing::synthetic_tokens(), c.batch, c.seq, 99).next(batch);
+  batch.inputs[static_cast<size_t>(c.batch / 2 * c.seq)] = 999;  // first row of rank 1
+  Stopwatch watch;
+  try {
+    comm::threads::run_ranks(2,
+                             [&](comm::Communicator& world) {
+                               DataParallelEngine engine({c, {.dp = 2}}, world);
+                               engine.train_step(batch, testing::kLr);
+                             },
+                             {.timeout_s = 30});
+    ADD_FAILURE() << "the run did not fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 999"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(watch.elapsed_s(), 10.0);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include "dtrain/model/activations.h"
 
 #include "dtrain/core/check.h"
+#include "dtrain/model/tp_shard.h"
 
 namespace dtrain::model {
 namespace {
@@ -22,30 +23,34 @@ class Carver {
   int64_t used_ = 0;
 };
 
-void carve_layer(LayerActivations& a, Carver& c, const GptConfig& g, int64_t B, int64_t T) {
+// `rows`: the token rows of the residual-stream tensors (B*T, or B*T/tp under sequence
+// parallelism).
+void carve_layer(LayerActivations& a, Carver& c, const GptConfig& g, int64_t B, int64_t T, int tp,
+                 int64_t rows) {
   const int64_t BT = B * T, C = g.channels;
-  a.ln1_in = c.take(BT * C);
-  a.ln1_out = c.take(BT * C);
-  a.ln1_mean = c.take(BT);
-  a.ln1_rstd = c.take(BT);
-  a.qkv = c.take(BT * 3 * C);
-  a.att = c.take(B * g.heads * T * T);
-  a.atty = c.take(BT * C);
-  a.ln2_in = c.take(BT * C);
-  a.ln2_out = c.take(BT * C);
-  a.ln2_mean = c.take(BT);
-  a.ln2_rstd = c.take(BT);
-  a.fc = c.take(BT * 4 * C);
-  a.fc_gelu = c.take(BT * 4 * C);
+  const int64_t C_local = C / tp, NH_local = g.heads / tp;
+  a.ln1_in = c.take(rows * C);
+  a.ln1_out = c.take(rows * C);
+  a.ln1_mean = c.take(rows);
+  a.ln1_rstd = c.take(rows);
+  a.qkv = c.take(BT * 3 * C_local);
+  a.att = c.take(B * NH_local * T * T);
+  a.atty = c.take(BT * C_local);
+  a.ln2_in = c.take(rows * C);
+  a.ln2_out = c.take(rows * C);
+  a.ln2_mean = c.take(rows);
+  a.ln2_rstd = c.take(rows);
+  a.fc = c.take(BT * 4 * C_local);
+  a.fc_gelu = c.take(BT * 4 * C_local);
 }
 
-void carve_head(HeadActivations& a, Carver& c, const GptConfig& g, int64_t B, int64_t T) {
+void carve_head(HeadActivations& a, Carver& c, const GptConfig& g, int64_t B, int64_t T, int tp) {
   const int64_t BT = B * T, C = g.channels;
   a.x_final = c.take(BT * C);
   a.lnf_out = c.take(BT * C);
   a.lnf_mean = c.take(BT);
   a.lnf_rstd = c.take(BT);
-  a.logits = c.take(BT * g.vocab);
+  a.logits = c.take(BT * (tp == 1 ? g.vocab : tp_vocab_local(g.vocab, tp)));
   a.losses = c.take(BT);
 }
 
@@ -62,27 +67,32 @@ GptActivations::GptActivations(const GptConfig& g, int64_t B, int64_t T, MemoryT
     : GptActivations(g, B, T, tracker, {0, g.layers}, true, true) {}
 
 GptActivations::GptActivations(const GptConfig& g, int64_t B, int64_t T, MemoryTracker* tracker,
-                               LayerRange range, bool embedding, bool head)
+                               LayerRange range, bool embedding, bool head, int tp,
+                               bool sequence_parallel)
     : B_(B), T_(T), range_(range) {
   check_shape(g, B, T);
+  check_tensor_parallel(g, tp);
+  const bool sp = sequence_parallel && tp > 1;
+  if (sp) check_sequence_parallel(B, T, tp);
+  const int64_t rows = sp ? B * T / tp : B * T;
   DTRAIN_CHECK(range.first >= 0 && range.count >= 0 && range.end() <= g.layers,
                "GptActivations: blocks [", range.first, ", ", range.end(), ") outside the ",
                g.layers, " blocks");
   LayerActivations probe;
   Carver counter(nullptr);
-  carve_layer(probe, counter, g, B, T);
+  carve_layer(probe, counter, g, B, T, tp, rows);
   layers_.resize(static_cast<size_t>(g.layers));
   for (int64_t l = range.first; l < range.end(); ++l) {
     layer_storage_.emplace_back(counter.used(), MemoryTag::activations, tracker);
     Carver c(layer_storage_.back().data());
-    carve_layer(layers_[static_cast<size_t>(l)], c, g, B, T);
+    carve_layer(layers_[static_cast<size_t>(l)], c, g, B, T, tp, rows);
   }
   if (head) {
     Carver head_counter(nullptr);
-    carve_head(head_, head_counter, g, B, T);
+    carve_head(head_, head_counter, g, B, T, tp);
     head_storage_ = Buffer<float>(head_counter.used(), MemoryTag::activations, tracker);
     Carver hc(head_storage_.data());
-    carve_head(head_, hc, g, B, T);
+    carve_head(head_, hc, g, B, T, tp);
   } else {
     head_storage_ = Buffer<float>(B * T * g.channels, MemoryTag::activations, tracker);
     head_.x_final = head_storage_.data();
@@ -98,19 +108,20 @@ GptActivations::GptActivations(const GptConfig& g, int64_t B, int64_t T, MemoryT
 }
 
 GptWorkspace::GptWorkspace(const GptConfig& g, int64_t B, int64_t T, MemoryTracker* tracker,
-                           int team_threads)
+                           int team_threads, int tp)
     : batch(B), seq(T), threads(team_threads) {
   DTRAIN_CHECK(team_threads >= 1, "GptWorkspace: threads must be positive (got ", team_threads,
                ")");
   check_shape(g, B, T);
-  const int64_t BTC = B * T * g.channels;
+  check_tensor_parallel(g, tp);
+  const int64_t BTC = B * T * g.channels, BTC_local = BTC / tp;
   auto carve = [&](Carver& c) {
     dres = c.take(BTC);
     d_btc1 = c.take(BTC);
     d_btc2 = c.take(BTC);
-    dqkv = c.take(3 * BTC);
-    dfc = c.take(4 * BTC);
-    dfc_gelu = c.take(4 * BTC);
+    dqkv = c.take(3 * BTC_local);
+    dfc = c.take(4 * BTC_local);
+    dfc_gelu = c.take(4 * BTC_local);
     datt = c.take(team_threads * T * T);
   };
   Carver counter(nullptr);

@@ -21,15 +21,15 @@ struct LayerActivations {
   float* ln1_out = nullptr;   // (B, T, C)     qkv input
   float* ln1_mean = nullptr;  // (B, T)
   float* ln1_rstd = nullptr;  // (B, T)
-  float* qkv = nullptr;       // (B, T, 3*C)   Q, K, V
-  float* att = nullptr;       // (B, NH, T, T) softmax output
-  float* atty = nullptr;      // (B, T, C)     attention output = projection input
+  float* qkv = nullptr;       // (B, T, 3*C_local)   Q, K, V
+  float* att = nullptr;       // (B, NH_local, T, T) softmax output
+  float* atty = nullptr;      // (B, T, C_local)     attention output = projection input
   float* ln2_in = nullptr;    // (B, T, C)     x_l + attention
   float* ln2_out = nullptr;   // (B, T, C)     MLP input
   float* ln2_mean = nullptr;  // (B, T)
   float* ln2_rstd = nullptr;  // (B, T)
-  float* fc = nullptr;        // (B, T, 4*C)   GELU input
-  float* fc_gelu = nullptr;   // (B, T, 4*C)   GELU output = second linear input
+  float* fc = nullptr;        // (B, T, 4*C_local)   GELU input
+  float* fc_gelu = nullptr;   // (B, T, 4*C_local)   GELU output = second linear input
 };
 
 // What lives outside the blocks: the last block's output, the final LayerNorm, the logits
@@ -40,7 +40,7 @@ struct HeadActivations {
   float* lnf_out = nullptr;    // (B, T, C)
   float* lnf_mean = nullptr;   // (B, T)
   float* lnf_rstd = nullptr;   // (B, T)
-  float* logits = nullptr;     // (B, T, V)
+  float* logits = nullptr;     // (B, T, V_local)
   float* losses = nullptr;     // (B, T)
   int32_t* tokens = nullptr;   // (B, T) inputs
   int32_t* targets = nullptr;  // (B, T) next tokens
@@ -54,9 +54,16 @@ class GptActivations {
   // empty). With `head` the head's tensors as above; without, head().x_final is the one
   // (B, T, C) buffer of the range's last block output (what a pipeline stage sends on) and the
   // other head tensors are null. Token ids: both with the head, the inputs alone with only
-  // `embedding`. {0, L}, true, true is the whole model (the constructor above).
+  // `embedding`. {0, L}, true, true is the whole model (the constructor above). With tp > 1
+  // the head-split tensors are a TP rank's: qkv (B, T, 3*C_local), att (B, NH_local, T, T),
+  // atty (B, T, C_local), fc and fc_gelu (B, T, 4*C_local), logits (B, T, V_local).
+  // With `sequence_parallel` (tp > 1, tp dividing B*T) a block's ln1_in, ln1_out, ln2_in,
+  // ln2_out and LN statistics hold only the rank's B*T/tp token rows (tp_hooks.h); the head
+  // keeps its full-size buffers (x_final and the lnf statistics use the slice's rows, lnf_out
+  // is gathered whole for the vocabulary-parallel LM head).
   GptActivations(const GptConfig& config, int64_t B, int64_t T, MemoryTracker* tracker,
-                 LayerRange layers, bool embedding, bool head);
+                 LayerRange layers, bool embedding, bool head, int tp = 1,
+                 bool sequence_parallel = false);
 
   int64_t batch() const { return B_; }
   int64_t seq() const { return T_; }
@@ -87,17 +94,18 @@ class GptActivations {
 // tensor-parallel all-reduce in forward.
 struct GptWorkspace {
   // `threads`: the size of the ThreadTeam the model splits ops across (one datt each).
+  // `tp` > 1: dqkv, dfc and dfc_gelu are a TP rank's (3*C_local, 4*C_local wide).
   GptWorkspace(const GptConfig& config, int64_t B, int64_t T, MemoryTracker* tracker,
-               int threads = 1);
+               int threads = 1, int tp = 1);
 
   int64_t batch = 0, seq = 0;
   int threads = 1;
   float* dres = nullptr;      // (B, T, C)   gradient of the residual stream
   float* d_btc1 = nullptr;    // (B, T, C)   gradient of a LayerNorm output; forward: linear out
   float* d_btc2 = nullptr;    // (B, T, C)   gradient of the attention output
-  float* dqkv = nullptr;      // (B, T, 3*C)
-  float* dfc = nullptr;       // (B, T, 4*C) gradient of the GELU input
-  float* dfc_gelu = nullptr;  // (B, T, 4*C) gradient of the GELU output
+  float* dqkv = nullptr;      // (B, T, 3*C_local)
+  float* dfc = nullptr;       // (B, T, 4*C_local) gradient of the GELU input
+  float* dfc_gelu = nullptr;  // (B, T, 4*C_local) gradient of the GELU output
   float* datt = nullptr;      // (threads, T, T) one (b, head)'s score gradient per thread
 
  private:

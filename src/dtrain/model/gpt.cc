@@ -1,4 +1,5 @@
 // GptModel: the block-by-block forward and backward passes over the ops in ops/.
+// block_backward also runs split in two (input gradients, then weight gradients) for ZB-H1.
 #include "dtrain/model/gpt.h"
 
 #include <algorithm>
@@ -14,6 +15,8 @@
 #include "dtrain/model/ops/layernorm.h"
 #include "dtrain/model/ops/matmul.h"
 #include "dtrain/model/ops/residual.h"
+#include "dtrain/model/ops/vocab_parallel.h"
+#include "dtrain/model/tp_shard.h"
 
 namespace dtrain::model {
 namespace {
@@ -40,7 +43,8 @@ GptModel::GptModel(const GptConfig& config, MemoryTracker* tracker, TensorParall
 GptModel::GptModel(const GptConfig& config, const GptStage& stage, MemoryTracker* tracker,
                    TensorParallelHooks* tp, ThreadTeam* team)
     : config_(config),
-      table_(gpt_stage_param_table(config, stage)),
+      table_(tp_local_table(gpt_stage_param_table(config, stage), config,
+                            tp != nullptr ? tp->size() : 1)),
       tracker_(tracker),
       tp_(tp != nullptr ? tp : &serial_tp_),
       params_(table_.total_count(), MemoryTag::params, tracker),
@@ -141,6 +145,14 @@ void GptModel::bind_range(GptWeights& w, int64_t offset, int64_t count, float* s
   bind(w.lnf_b, gpt_lnf_b_index(config_.layers));
 }
 
+int64_t GptModel::vocab_local() const {
+  return tp_->size() == 1 ? config_.vocab : tp_vocab_local(config_.vocab, tp_->size());
+}
+
+int64_t GptModel::vocab_begin() const {
+  return tp_->size() == 1 ? 0 : tp_vocab_begin(config_.vocab, tp_->size(), tp_->rank());
+}
+
 std::span<float> GptModel::param(int index) {
   const ParamTensor& t = table_[static_cast<size_t>(index)];
   return params_.span().subspan(static_cast<size_t>(t.offset), static_cast<size_t>(t.count));
@@ -160,11 +172,17 @@ void GptModel::init_params(uint64_t seed) {
   for (size_t i = 0; !whole_index_.empty() && i < local_index_.size(); ++i) {
     stage_seeds.push_back(seeder.next_u64());
   }
+  // TP: a sharded tensor is drawn whole (its serial shape) and sliced.
+  const int tp = tp_->size();
+  const ParamTable serial = tp > 1 ? gpt_stage_param_table(config_, stage_) : ParamTable{};
+  std::vector<float> whole;
   for (size_t i = 0; i < table_.size(); ++i) {
     const ParamTensor& t = table_[i];
     Rng rng(whole_index_.empty() ? seeder.next_u64()
                                  : stage_seeds[static_cast<size_t>(whole_index_[i])]);
-    std::span<float> p = param(static_cast<int>(i));
+    const bool sharded = tp > 1 && tp_split_of(t.name) != TpSplit::replicated;
+    if (sharded) whole.assign(static_cast<size_t>(serial[i].count), 0.0f);
+    std::span<float> p = sharded ? std::span<float>(whole) : param(static_cast<int>(i));
     const bool is_bias = t.name.ends_with(".b");
     const bool is_ln_weight =
         t.name.ends_with("ln1.w") || t.name.ends_with("ln2.w") || t.name == "lnf.w";
@@ -177,6 +195,10 @@ void GptModel::init_params(uint64_t seed) {
       const double stddev = residual ? std_residual : std_base;
       for (float& x : p) x = static_cast<float>(stddev * rng.normal());
     }
+    if (sharded) {
+      const std::vector<float> slice = tp_slice(serial[i], whole, config_, tp, tp_->rank());
+      std::copy(slice.begin(), slice.end(), param(static_cast<int>(i)).begin());
+    }
   }
 }
 
@@ -184,8 +206,10 @@ void GptModel::set_batch_shape(int64_t B, int64_t T) {
   if (acts_ != nullptr && acts_->batch() == B && acts_->seq() == T) return;
   ws_.reset();
   acts_.reset();
-  acts_ = std::make_unique<GptActivations>(config_, B, T, tracker_);
-  ws_ = std::make_unique<GptWorkspace>(config_, B, T, tracker_, cx_.threads());
+  const int tp = tp_->size();
+  acts_ = std::make_unique<GptActivations>(config_, B, T, tracker_, LayerRange{0, config_.layers},
+                                           true, true, tp, sp());
+  ws_ = std::make_unique<GptWorkspace>(config_, B, T, tracker_, cx_.threads(), tp);
 }
 
 GptActivations& GptModel::activations() {
@@ -233,12 +257,51 @@ void GptModel::embedding_forward(GptActivations& acts, std::span<const int32_t> 
   check_batch(tokens, B * T, config_.vocab, "tokens");
   std::copy(tokens.begin(), tokens.end(), acts.head().tokens);
   // x_0 (B, T, C) = wte[tokens] + wpe[0..T)
-  encoder_forward(acts.layer(0).ln1_in, acts.head().tokens, w_.wte, w_.wpe, B, T, C);
+  if (tp_->size() == 1) {
+    encoder_forward(acts.layer(0).ln1_in, acts.head().tokens, w_.wte, w_.wpe, B, T, C);
+    return;
+  }
+  // Vocabulary-parallel: the rank holding a token's row contributes it, the others 0; the sum
+  // over the group is exact (one non-zero term), then wpe is added as in the serial op.
+  if (sp()) {
+    // Sequence parallel: the partial embeddings of all B*T rows are reduce-scattered to this
+    // rank's rows (the all-reduce above becomes a reduce-scatter: still one non-zero term per
+    // row, exact), then wpe is added at each row's position t.
+    float* full = acts.head().lnf_out;  // (B, T, C) scratch: the head's input is made later
+    DTRAIN_CHECK(full != nullptr, "GptModel: sequence parallelism runs the whole model only");
+    vocab_embedding_forward(full, acts.head().tokens, w_.wte, vocab_begin(), vocab_local(), B * T,
+                            C);
+    const int64_t rows = sp_rows(acts), begin = rows * tp_->rank();
+    float* slice = acts.layer(0).ln1_in;  // (B*T/N, C)
+    tp_->sp_reduce_scatter(slice, full, rows * C, TensorParallelHooks::SpSite::vocab);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* o = slice + r * C;
+      const float* p = w_.wpe + ((begin + r) % T) * C;
+      for (int64_t i = 0; i < C; ++i) o[i] = o[i] + p[i];
+    }
+    return;
+  }
+  float* x = acts.layer(0).ln1_in;
+  vocab_embedding_forward(x, acts.head().tokens, w_.wte, vocab_begin(), vocab_local(), B * T, C);
+  tp_->all_reduce_sum(x, B * T * C);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      float* o = x + (b * T + t) * C;
+      const float* p = w_.wpe + t * C;
+      for (int64_t i = 0; i < C; ++i) o[i] = o[i] + p[i];
+    }
+  }
 }
 
 void GptModel::block_forward(GptActivations& acts, GptWorkspace& ws, int64_t l) {
-  const int64_t B = acts.batch(), T = acts.seq(), C = config_.channels, NH = config_.heads;
+  if (sp()) {
+    block_forward_sp(acts, ws, l);
+    return;
+  }
+  const int64_t B = acts.batch(), T = acts.seq(), C = config_.channels;
   const int64_t BT = B * T;
+  // This TP rank's heads and channels (C_local = C, NH_local = NH serially).
+  const int64_t C_local = C / tp_->size(), NH_local = config_.heads / tp_->size();
   const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
   LayerActivations& a = acts.layer(l);
   float* linear_out = ws.d_btc1;  // (B, T, C) row-parallel output before g
@@ -246,17 +309,17 @@ void GptModel::block_forward(GptActivations& acts, GptWorkspace& ws, int64_t l) 
 
   // attention: ln2_in = x + proj(attention(ln1(x)))
   layernorm_forward(a.ln1_out, a.ln1_mean, a.ln1_rstd, a.ln1_in, w.ln1_w, w.ln1_b, B, T, C, cx);
-  matmul_forward(a.qkv, a.ln1_out, w.qkv_w, w.qkv_b, BT, C, 3 * C, cx);  // f: identity
-  attention_forward(a.atty, a.att, a.qkv, B, T, C, NH, cx);
-  matmul_forward(linear_out, a.atty, w.proj_w, nullptr, BT, C, C, cx);
+  matmul_forward(a.qkv, a.ln1_out, w.qkv_w, w.qkv_b, BT, C, 3 * C_local, cx);  // f: identity
+  attention_forward(a.atty, a.att, a.qkv, B, T, C_local, NH_local, cx);
+  matmul_forward(linear_out, a.atty, w.proj_w, nullptr, BT, C_local, C, cx);
   tp_->g_forward(linear_out, BT * C);
   residual_forward(a.ln2_in, a.ln1_in, linear_out, w.proj_b, BT, C, cx);
 
   // MLP: x_next = ln2_in + fc_proj(gelu(fc(ln2(ln2_in))))
   layernorm_forward(a.ln2_out, a.ln2_mean, a.ln2_rstd, a.ln2_in, w.ln2_w, w.ln2_b, B, T, C, cx);
-  matmul_forward(a.fc, a.ln2_out, w.fc_w, w.fc_b, BT, C, 4 * C, cx);  // f: identity
-  gelu_forward(a.fc_gelu, a.fc, BT * 4 * C, cx);
-  matmul_forward(linear_out, a.fc_gelu, w.fc_proj_w, nullptr, BT, 4 * C, C, cx);
+  matmul_forward(a.fc, a.ln2_out, w.fc_w, w.fc_b, BT, C, 4 * C_local, cx);  // f: identity
+  gelu_forward(a.fc_gelu, a.fc, BT * 4 * C_local, cx);
+  matmul_forward(linear_out, a.fc_gelu, w.fc_proj_w, nullptr, BT, 4 * C_local, C, cx);
   tp_->g_forward(linear_out, BT * C);
   residual_forward(acts.block_output(l), a.ln2_in, linear_out, w.fc_proj_b, BT, C, cx);
 }
@@ -264,13 +327,29 @@ void GptModel::block_forward(GptActivations& acts, GptWorkspace& ws, int64_t l) 
 float GptModel::head_forward(GptActivations& acts, std::span<const int32_t> targets) {
   const int64_t B = acts.batch(), T = acts.seq(), C = config_.channels, V = config_.vocab;
   HeadActivations& h = acts.head();
-  layernorm_forward(h.lnf_out, h.lnf_mean, h.lnf_rstd, h.x_final, w_.lnf_w, w_.lnf_b, B, T, C, cx_);
-  // logits (B, T, V) = lnf_out @ wte^T (the LM head is tied to the token embedding)
-  matmul_forward(h.logits, h.lnf_out, w_.wte, nullptr, B * T, C, V, cx_);
+  if (sp()) {
+    // Sequence parallel: the final LN runs on this rank's rows (x_final's first B*T/N rows),
+    // written at their place in lnf_out, which is then all-gathered in place: the
+    // vocabulary-parallel head needs every row (Megatron gathers before the output layer).
+    const int64_t rows = sp_rows(acts);
+    float* mine = h.lnf_out + tp_->rank() * rows * C;
+    layernorm_forward(mine, h.lnf_mean, h.lnf_rstd, h.x_final, w_.lnf_w, w_.lnf_b, 1, rows, C, cx_);
+    tp_->sp_all_gather(h.lnf_out, mine, rows * C, TensorParallelHooks::SpSite::vocab);
+  } else {
+    layernorm_forward(h.lnf_out, h.lnf_mean, h.lnf_rstd, h.x_final, w_.lnf_w, w_.lnf_b, B, T, C,
+                      cx_);
+  }
+  // logits (B, T, V_local) = lnf_out @ wte^T (the LM head is tied to the token embedding;
+  // under TP each rank's vocabulary rows: f is the identity on lnf_out)
+  matmul_forward(h.logits, h.lnf_out, w_.wte, nullptr, B * T, C, vocab_local(), cx_);
   h.has_targets = !targets.empty();
   if (!h.has_targets) return 0.0f;
   check_batch(targets, B * T, V, "targets");
   std::copy(targets.begin(), targets.end(), h.targets);
+  if (tp_->size() > 1) {
+    return vocab_parallel_crossentropy_forward(h.logits, h.losses, h.targets, B * T, vocab_begin(),
+                                               vocab_local(), V, *tp_, cx_);
+  }
   return crossentropy_softmax_forward(h.logits, h.losses, h.logits, h.targets, B * T, V, cx_);
 }
 
@@ -280,53 +359,230 @@ void GptModel::head_backward(GptActivations& acts, GptWorkspace& ws, float dloss
   HeadActivations& h = acts.head();
   DTRAIN_CHECK(h.has_targets, "GptModel::backward needs a forward pass with targets");
   h.has_targets = false;  // the probabilities are about to become their gradient
-  crossentropy_softmax_backward_inplace(h.logits, h.targets, dloss, BT, V, cx_);
+  if (tp_->size() > 1) {
+    vocab_parallel_crossentropy_backward(h.logits, h.targets, dloss, BT, vocab_begin(),
+                                         vocab_local());
+  } else {
+    crossentropy_softmax_backward_inplace(h.logits, h.targets, dloss, BT, V, cx_);
+  }
   float* dlnf = ws.d_btc1;  // (B, T, C)
   zero(dlnf, BT * C);
-  matmul_backward(dlnf, dw_.wte, nullptr, h.logits, h.lnf_out, w_.wte, BT, C, V, cx_);
+  matmul_backward(dlnf, dw_.wte, nullptr, h.logits, h.lnf_out, w_.wte, BT, C, vocab_local(), cx_);
+  if (sp()) {
+    // Sequence parallel: the partial gradients of lnf_out are reduce-scattered to this rank's
+    // rows (the conjugate of the gather before the head), then the final LN's backward on them.
+    const int64_t rows = sp_rows(acts);
+    float* dslice = ws.d_btc2;  // (B*T/N, C)
+    tp_->sp_reduce_scatter(dslice, dlnf, rows * C, TensorParallelHooks::SpSite::vocab);
+    zero(ws.dres, rows * C);
+    layernorm_backward(ws.dres, dw_.lnf_w, dw_.lnf_b, dslice, h.x_final, w_.lnf_w, h.lnf_mean,
+                       h.lnf_rstd, 1, rows, C);
+    return;
+  }
+  // f of the LM head: each rank's vocabulary rows give a partial gradient of lnf_out.
+  if (tp_->size() > 1) tp_->all_reduce_sum(dlnf, BT * C);
   zero(ws.dres, BT * C);
   layernorm_backward(ws.dres, dw_.lnf_w, dw_.lnf_b, dlnf, h.x_final, w_.lnf_w, h.lnf_mean,
                      h.lnf_rstd, B, T, C);
 }
 
 void GptModel::block_backward(GptActivations& acts, GptWorkspace& ws, int64_t l) {
-  const int64_t B = acts.batch(), T = acts.seq(), C = config_.channels, NH = config_.heads;
+  if (sp()) {
+    block_backward_sp(acts, ws, l);
+    return;
+  }
+  block_backward_dense(acts, ws, l, nullptr);
+}
+
+void GptModel::block_backward_input(GptActivations& acts, GptWorkspace& ws, int64_t l,
+                                    WeightGradStash& stash) {
+  DTRAIN_CHECK(!sp(),
+               "GptModel::block_backward_input: no split backward under sequence "
+               "parallelism");
+  DTRAIN_CHECK(stash.range().contains(l), "GptModel::block_backward_input: block ", l,
+               " is not in the stash's blocks [", stash.range().first, ", ", stash.range().end(),
+               ")");
+  block_backward_dense(acts, ws, l, &stash.layer(l));
+}
+
+void GptModel::block_backward_weight(const GptActivations& acts, WeightGradStash& stash,
+                                     int64_t l) {
+  DTRAIN_CHECK(!sp(),
+               "GptModel::block_backward_weight: no split backward under sequence "
+               "parallelism");
+  DTRAIN_CHECK(stash.range().contains(l), "GptModel::block_backward_weight: block ", l,
+               " is not in the stash's blocks [", stash.range().first, ", ", stash.range().end(),
+               ")");
+  const int64_t BT = acts.batch() * acts.seq(), C = config_.channels;
+  const int64_t C_local = C / tp_->size();
+  const LayerWeights& dw = dw_.layers[static_cast<size_t>(l)];
+  const LayerActivations& a = acts.layer(l);
+  const BlockOutputGrads& k = stash.layer(l);
+  // The dweight halves of block_backward_dense's four matmul_backward calls, in its order.
+  matmul_backward_weight(dw.fc_proj_w, dw.fc_proj_b, k.dfc_proj, a.fc_gelu, BT, 4 * C_local, C,
+                         cx_);
+  matmul_backward_weight(dw.fc_w, dw.fc_b, k.dfc, a.ln2_out, BT, C, 4 * C_local, cx_);
+  matmul_backward_weight(dw.proj_w, dw.proj_b, k.dproj, a.atty, BT, C_local, C, cx_);
+  matmul_backward_weight(dw.qkv_w, dw.qkv_b, k.dqkv, a.ln1_out, BT, C, 3 * C_local, cx_);
+}
+
+void GptModel::block_backward_dense(GptActivations& acts, GptWorkspace& ws, int64_t l,
+                                    BlockOutputGrads* keep) {
+  const int64_t B = acts.batch(), T = acts.seq(), C = config_.channels;
   const int64_t BT = B * T;
+  const int64_t C_local = C / tp_->size(), NH_local = config_.heads / tp_->size();
   const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
   const LayerWeights& dw = dw_.layers[static_cast<size_t>(l)];
   const LayerActivations& a = acts.layer(l);
   const Compute& cx = cx_;
   float* dres = ws.dres;  // (B, T, C): d block output on entry, d block input on exit
   float* dln = ws.d_btc1;
+  // One linear's backward: fused (matmul_backward), or its input half now with the output
+  // gradient copied to `kept` for block_backward_weight.
+  auto linear_backward = [&](float* dinp, float* dweight, float* dbias, const float* dout,
+                             const float* inp, const float* weight, int64_t in, int64_t out,
+                             float* kept) {
+    if (keep == nullptr) {
+      matmul_backward(dinp, dweight, dbias, dout, inp, weight, BT, in, out, cx);
+      return;
+    }
+    matmul_backward_input(dinp, dout, weight, BT, in, out, cx);
+    std::memcpy(kept, dout, static_cast<size_t>(BT * out) * sizeof(float));
+  };
 
   // MLP; the residual passes dres through unchanged, the LayerNorm adds to it
-  zero(ws.dfc_gelu, BT * 4 * C);
-  matmul_backward(ws.dfc_gelu, dw.fc_proj_w, dw.fc_proj_b, dres, a.fc_gelu, w.fc_proj_w, BT, 4 * C,
-                  C, cx);  // g: identity
-  zero(ws.dfc, BT * 4 * C);
-  gelu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT * 4 * C, cx);
+  zero(ws.dfc_gelu, BT * 4 * C_local);
+  linear_backward(ws.dfc_gelu, dw.fc_proj_w, dw.fc_proj_b, dres, a.fc_gelu, w.fc_proj_w,
+                  4 * C_local, C, keep != nullptr ? keep->dfc_proj : nullptr);  // g: identity
+  zero(ws.dfc, BT * 4 * C_local);
+  gelu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT * 4 * C_local, cx);
   zero(dln, BT * C);
-  matmul_backward(dln, dw.fc_w, dw.fc_b, ws.dfc, a.ln2_out, w.fc_w, BT, C, 4 * C, cx);
+  linear_backward(dln, dw.fc_w, dw.fc_b, ws.dfc, a.ln2_out, w.fc_w, C, 4 * C_local,
+                  keep != nullptr ? keep->dfc : nullptr);
   tp_->f_backward(dln, BT * C);
   layernorm_backward(dres, dw.ln2_w, dw.ln2_b, dln, a.ln2_in, w.ln2_w, a.ln2_mean, a.ln2_rstd, B, T,
                      C);
 
   // attention
   float* datty = ws.d_btc2;
-  zero(datty, BT * C);
-  matmul_backward(datty, dw.proj_w, dw.proj_b, dres, a.atty, w.proj_w, BT, C, C, cx);
-  zero(ws.dqkv, BT * 3 * C);
-  attention_backward(ws.dqkv, ws.datt, datty, a.qkv, a.att, B, T, C, NH, cx);
+  zero(datty, BT * C_local);
+  linear_backward(datty, dw.proj_w, dw.proj_b, dres, a.atty, w.proj_w, C_local, C,
+                  keep != nullptr ? keep->dproj : nullptr);
+  zero(ws.dqkv, BT * 3 * C_local);
+  attention_backward(ws.dqkv, ws.datt, datty, a.qkv, a.att, B, T, C_local, NH_local, cx);
   zero(dln, BT * C);
-  matmul_backward(dln, dw.qkv_w, dw.qkv_b, ws.dqkv, a.ln1_out, w.qkv_w, BT, C, 3 * C, cx);
+  linear_backward(dln, dw.qkv_w, dw.qkv_b, ws.dqkv, a.ln1_out, w.qkv_w, C, 3 * C_local,
+                  keep != nullptr ? keep->dqkv : nullptr);
   tp_->f_backward(dln, BT * C);
   layernorm_backward(dres, dw.ln1_w, dw.ln1_b, dln, a.ln1_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, B, T,
                      C);
 }
 
 void GptModel::embedding_backward(GptActivations& acts, GptWorkspace& ws) {
+  if (sp()) {
+    // Sequence parallel: gather the rows' gradients (the conjugate of the forward's
+    // reduce-scatter); every rank then has all of them, so wpe's gradient is whole on each.
+    const int64_t rows = sp_rows(acts);
+    float* full = ws.d_btc1;  // (B, T, C)
+    tp_->sp_all_gather(full, ws.dres, rows * config_.channels, TensorParallelHooks::SpSite::vocab);
+    vocab_embedding_backward(dw_.wte, dw_.wpe, full, acts.head().tokens, vocab_begin(),
+                             vocab_local(), acts.batch(), acts.seq(), config_.channels);
+    return;
+  }
+  if (tp_->size() > 1) {
+    vocab_embedding_backward(dw_.wte, dw_.wpe, ws.dres, acts.head().tokens, vocab_begin(),
+                             vocab_local(), acts.batch(), acts.seq(), config_.channels);
+    return;
+  }
   encoder_backward(dw_.wte, dw_.wpe, ws.dres, acts.head().tokens, acts.batch(), acts.seq(),
                    config_.channels);
+}
+
+int64_t GptModel::sp_rows(const GptActivations& acts) const {
+  const int64_t BT = acts.batch() * acts.seq();
+  return sp() ? BT / tp_->size() : BT;
+}
+
+// The block of block_forward with the residual regions on this rank's rows (B*T/N of them):
+//   ln1 (slice) -> f: all-gather -> qkv, attention, proj (full rows, local heads) -> g:
+//   reduce-scatter -> residual (slice); the same for the MLP. ws.d_btc2 holds the gathered LN
+//   output and then the scattered linear output; ws.d_btc1 the row-parallel output before g.
+void GptModel::block_forward_sp(GptActivations& acts, GptWorkspace& ws, int64_t l) {
+  using Site = TensorParallelHooks::SpSite;
+  const int64_t B = acts.batch(), T = acts.seq(), C = config_.channels;
+  const int64_t BT = B * T, rows = sp_rows(acts);
+  const int64_t C_local = C / tp_->size(), NH_local = config_.heads / tp_->size();
+  const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
+  LayerActivations& a = acts.layer(l);
+  float* full = ws.d_btc2;        // (B, T, C) gathered LN output; then (rows, C) g's output
+  float* linear_out = ws.d_btc1;  // (B, T, C) row-parallel output before g
+  const Compute& cx = cx_;
+
+  // attention: ln2_in = x + proj(attention(ln1(x))), x and ln2_in on this rank's rows
+  layernorm_forward(a.ln1_out, a.ln1_mean, a.ln1_rstd, a.ln1_in, w.ln1_w, w.ln1_b, 1, rows, C, cx);
+  tp_->sp_all_gather(full, a.ln1_out, rows * C, Site::block_forward);  // f
+  matmul_forward(a.qkv, full, w.qkv_w, w.qkv_b, BT, C, 3 * C_local, cx);
+  attention_forward(a.atty, a.att, a.qkv, B, T, C_local, NH_local, cx);
+  matmul_forward(linear_out, a.atty, w.proj_w, nullptr, BT, C_local, C, cx);
+  tp_->sp_reduce_scatter(full, linear_out, rows * C, Site::block_forward);  // g
+  residual_forward(a.ln2_in, a.ln1_in, full, w.proj_b, rows, C, cx);
+
+  // MLP: x_next = ln2_in + fc_proj(gelu(fc(ln2(ln2_in))))
+  layernorm_forward(a.ln2_out, a.ln2_mean, a.ln2_rstd, a.ln2_in, w.ln2_w, w.ln2_b, 1, rows, C, cx);
+  tp_->sp_all_gather(full, a.ln2_out, rows * C, Site::block_forward);  // f
+  matmul_forward(a.fc, full, w.fc_w, w.fc_b, BT, C, 4 * C_local, cx);
+  gelu_forward(a.fc_gelu, a.fc, BT * 4 * C_local, cx);
+  matmul_forward(linear_out, a.fc_gelu, w.fc_proj_w, nullptr, BT, 4 * C_local, C, cx);
+  tp_->sp_reduce_scatter(full, linear_out, rows * C, Site::block_forward);  // g
+  residual_forward(acts.block_output(l), a.ln2_in, full, w.fc_proj_b, rows, C, cx);
+}
+
+// block_backward under sequence parallelism; ws.dres holds this rank's rows. Each g's
+// conjugate all-gathers dres before the row-parallel linear's backward (so its bias gradient
+// sums all B*T rows, whole on every rank); the stored LN-output slice is all-gathered again for
+// the column-parallel weight gradient (Korthikanti et al. 2022, §4.2.2), and f's conjugate
+// reduce-scatters the LN output's gradient to the rows. The LayerNorms' weight and bias
+// gradients are this slice's only: parallel::sp_all_reduce_layernorm_grads completes them.
+void GptModel::block_backward_sp(GptActivations& acts, GptWorkspace& ws, int64_t l) {
+  using Site = TensorParallelHooks::SpSite;
+  const int64_t B = acts.batch(), T = acts.seq(), C = config_.channels;
+  const int64_t BT = B * T, rows = sp_rows(acts);
+  const int64_t C_local = C / tp_->size(), NH_local = config_.heads / tp_->size();
+  const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
+  const LayerWeights& dw = dw_.layers[static_cast<size_t>(l)];
+  const LayerActivations& a = acts.layer(l);
+  const Compute& cx = cx_;
+  float* dres = ws.dres;     // (rows, C): d block output on entry, d block input on exit
+  float* full = ws.d_btc2;   // (B, T, C): gathered dres, gathered LN output; (rows, C) dln slice
+  float* dfull = ws.d_btc1;  // (B, T, C): d LN output (partial); datty before it
+
+  // MLP
+  tp_->sp_all_gather(full, dres, rows * C, Site::block_backward);  // g's conjugate
+  zero(ws.dfc_gelu, BT * 4 * C_local);
+  matmul_backward(ws.dfc_gelu, dw.fc_proj_w, dw.fc_proj_b, full, a.fc_gelu, w.fc_proj_w, BT,
+                  4 * C_local, C, cx);
+  zero(ws.dfc, BT * 4 * C_local);
+  gelu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT * 4 * C_local, cx);
+  tp_->sp_all_gather(full, a.ln2_out, rows * C, Site::regather);
+  zero(dfull, BT * C);
+  matmul_backward(dfull, dw.fc_w, dw.fc_b, ws.dfc, full, w.fc_w, BT, C, 4 * C_local, cx);
+  tp_->sp_reduce_scatter(full, dfull, rows * C, Site::block_backward);  // f's conjugate
+  layernorm_backward(dres, dw.ln2_w, dw.ln2_b, full, a.ln2_in, w.ln2_w, a.ln2_mean, a.ln2_rstd, 1,
+                     rows, C);
+
+  // attention
+  tp_->sp_all_gather(full, dres, rows * C, Site::block_backward);  // g's conjugate
+  float* datty = dfull;                                            // (B, T, C_local)
+  zero(datty, BT * C_local);
+  matmul_backward(datty, dw.proj_w, dw.proj_b, full, a.atty, w.proj_w, BT, C_local, C, cx);
+  zero(ws.dqkv, BT * 3 * C_local);
+  attention_backward(ws.dqkv, ws.datt, datty, a.qkv, a.att, B, T, C_local, NH_local, cx);
+  tp_->sp_all_gather(full, a.ln1_out, rows * C, Site::regather);
+  zero(dfull, BT * C);
+  matmul_backward(dfull, dw.qkv_w, dw.qkv_b, ws.dqkv, full, w.qkv_w, BT, C, 3 * C_local, cx);
+  tp_->sp_reduce_scatter(full, dfull, rows * C, Site::block_backward);  // f's conjugate
+  layernorm_backward(dres, dw.ln1_w, dw.ln1_b, full, a.ln1_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, 1,
+                     rows, C);
 }
 
 }  // namespace dtrain::model

@@ -17,6 +17,7 @@
 #include "dtrain/model/gpt_stage.h"
 #include "dtrain/model/param_table.h"
 #include "dtrain/model/tp_hooks.h"
+#include "dtrain/model/weight_grad_stash.h"
 
 namespace dtrain::model {
 
@@ -63,6 +64,9 @@ class GptModel {
   const GptConfig& config() const { return config_; }
   const GptStage& stage() const { return stage_; }
   const ParamTable& param_table() const { return table_; }
+  // The TP group the model is cut for: with size() > 1 the table holds this tp_rank's shards
+  // (model/tp_shard.h), under the serial names.
+  const TensorParallelHooks& tp() const { return *tp_; }
   int64_t param_count() const { return table_.total_count(); }
   std::span<float> params() { return params_.span(); }
   std::span<const float> params() const { return params_.span(); }
@@ -75,6 +79,8 @@ class GptModel {
   // the two residual projections (attn.proj.w, mlp.proj.w) N(0, 0.02 / sqrt(2L)), biases 0,
   // LayerNorm weights 1. Tensor i draws from its own Rng seeded with the i-th output of
   // Rng(seed) (core/rng.h), so a shard can initialise its tensors without drawing the rest.
+  // Under TP each rank draws a sharded tensor whole and keeps its slice (tp_slice), so the
+  // shards are the serial model's.
   void init_params(uint64_t seed);
   void zero_grads() { grads_.zero(); }
 
@@ -99,6 +105,16 @@ class GptModel {
   float head_forward(GptActivations& acts, std::span<const int32_t> targets);
   void head_backward(GptActivations& acts, GptWorkspace& ws, float dloss);  // sets ws.dres
   void block_backward(GptActivations& acts, GptWorkspace& ws, int64_t l);   // ws.dres: out -> in
+  // block_backward split in two for a zero-bubble schedule (not under sequence parallelism).
+  // _input is everything the previous block needs: ws.dres out -> in through the four
+  // linears' input-gradient sgemms, attention, GELU, the residuals and the LayerNorms (whose
+  // weight and bias gradients it also adds: they are cheap). It keeps each linear's output
+  // gradient in stash.layer(l). _weight, later, adds the four linears' weight and bias
+  // gradients from the stash and acts (their inputs). _input then _weight runs the same sgemm
+  // calls on the same data as block_backward, so the gradients are the same bits.
+  void block_backward_input(GptActivations& acts, GptWorkspace& ws, int64_t l,
+                            WeightGradStash& stash);
+  void block_backward_weight(const GptActivations& acts, WeightGradStash& stash, int64_t l);
   void embedding_backward(GptActivations& acts, GptWorkspace& ws);
 
   // --- caller-owned storage (ZeRO-2 and 3 keep no full gradient / parameter buffer)
@@ -119,6 +135,17 @@ class GptModel {
 
  private:
   GptWeights weights_at(float* base) const;
+  // Sequence parallelism (tp_hooks.h): a block's passes with the residual stream, LayerNorms
+  // and residual adds on this rank's B*T/N token rows; f and g become all-gathers and
+  // reduce-scatters. The first row of this rank's slice is sp_row_begin(acts).
+  void block_forward_sp(GptActivations& acts, GptWorkspace& ws, int64_t l);
+  void block_backward_sp(GptActivations& acts, GptWorkspace& ws, int64_t l);
+  // block_backward's non-SP body: fused when `keep` is null, else the input half, keeping
+  // the four linears' output gradients there (block_backward_input).
+  void block_backward_dense(GptActivations& acts, GptWorkspace& ws, int64_t l,
+                            BlockOutputGrads* keep);
+  bool sp() const { return tp_->sequence_parallel(); }
+  int64_t sp_rows(const GptActivations& acts) const;  // B*T/N (B*T without SP)
   void bind_range(GptWeights& w, int64_t offset, int64_t count, float* storage) const;
 
   GptConfig config_;
@@ -137,6 +164,10 @@ class GptModel {
   // Both empty for the whole model (the identity).
   GptStage stage_;
   std::vector<int> local_index_, whole_index_;
+  // This TP rank's rows of wte / columns of the logits: [vocab_begin, vocab_begin + vocab_local)
+  // (V and 0 serially).
+  int64_t vocab_local() const;
+  int64_t vocab_begin() const;
   int local_index(int whole) const {
     return local_index_.empty() ? whole : local_index_[static_cast<size_t>(whole)];
   }

@@ -40,8 +40,8 @@ void validate(const GptStage& stage, const GptConfig& config) {
   const bool any = !stage.chunks.empty();
   DTRAIN_CHECK(!stage.embedding || !any || stage.has_layer(0),
                "stage: the embedding must come with block 0");
-  DTRAIN_CHECK(!stage.head || !any || stage.has_layer(L - 1), "stage: the head must come with block ",
-               L - 1);
+  DTRAIN_CHECK(!stage.head || !any || stage.has_layer(L - 1),
+               "stage: the head must come with block ", L - 1);
   DTRAIN_CHECK(any || stage.embedding || stage.head, "stage: holds no blocks, embedding or head");
 }
 

@@ -1,7 +1,6 @@
-// A pipeline stage's share of the GPT model: which blocks it runs (one range of consecutive
-// blocks per model chunk) and whether it holds the embedding and the head. A GptModel built for
-// a GptStage holds only those tensors, under the whole model's names; GptActivations built for
-// one chunk keep only that chunk's tensors.
+// A pipeline stage's share of the GPT model: its blocks (a range per model chunk), whether it
+// holds the embedding and the head, and its parameter table. A GptModel built for a GptStage
+// holds only those tensors, under the whole model's names.
 #pragma once
 
 #include <cstdint>
@@ -23,8 +22,8 @@ struct LayerRange {
 
 struct GptStage {
   std::vector<LayerRange> chunks;  // the blocks of each model chunk, in the stage's chunk order
-  bool embedding = true;  // wte and wpe: the token + position embedding before block 0
-  bool head = true;       // lnf and wte (tied): final LayerNorm, LM head and loss after block L-1
+  bool embedding = true;           // wte and wpe: the token + position embedding before block 0
+  bool head = true;  // lnf and wte (tied): final LayerNorm, LM head and loss after block L-1
 
   bool has_layer(int64_t l) const;
   int64_t layer_count() const;

@@ -82,7 +82,6 @@ DataParallelModel::DataParallelModel(const DataParallelConfig& config, comm::Com
   // Stage 3 reduces and gathers unit by unit; the others by buckets of units.
   buckets_ = make_buckets(units_, config.zero_stage == 3 ? 1 : config.bucket_bytes);
   bucket_grads_.resize(buckets_.size());
-  gathered_.resize(units_.size());
   model_.init_params(config.init_seed);  // the same on every rank: no broadcast needed
   model_.set_batch_shape(config.micro_batch, config.seq);
   if (config.zero_stage >= 2) {
@@ -99,6 +98,10 @@ DataParallelModel::DataParallelModel(const DataParallelConfig& config, comm::Com
   std::unique_ptr<comm::Communicator> async = async_group(dp);
   async->set_memory_tracker(&tracker);  // the collectives' scratch, charged as communication
   comm_ = std::make_unique<CommThread>(std::move(async));
+  if (config.zero_stage == 3) {
+    gathered_ =
+        std::make_unique<GatheredUnits>(layout_, units_, param_shard_.data(), *comm_, tracker);
+  }
 }
 
 DataParallelModel::~DataParallelModel() = default;
@@ -136,20 +139,20 @@ float DataParallelModel::run_forward(std::span<const int32_t> tokens,
   // each block's weights arrive while the previous block runs.
   const int emb = static_cast<int>(units_.size()) - 1, lnf = 0;
   const int64_t L = config_.model.layers;
-  gather_unit(emb);
-  gather_unit(block_unit(0));
+  gathered_->gather(emb);
+  gathered_->gather(block_unit(0));
   use_unit(emb);
   model_.embedding_forward(acts, tokens);
   for (int64_t l = 0; l < L; ++l) {
     use_unit(block_unit(l));
-    gather_unit(l + 1 < L ? block_unit(l + 1) : lnf);
+    gathered_->gather(l + 1 < L ? block_unit(l + 1) : lnf);
     model_.block_forward(acts, ws, l);
-    free_unit(block_unit(l));
+    gathered_->free(block_unit(l));
   }
   use_unit(lnf);
   const float loss = model_.head_forward(acts, targets);
-  free_unit(lnf);
-  free_unit(emb);
+  gathered_->free(lnf);
+  gathered_->free(emb);
   return loss;
 }
 
@@ -160,9 +163,9 @@ void DataParallelModel::run_backward(float dloss, bool last_microbatch) {
   const int64_t L = config_.model.layers;
   const bool sharded_params = config_.zero_stage == 3;
   if (sharded_params) {
-    gather_unit(lnf);
-    gather_unit(emb);
-    gather_unit(block_unit(L - 1));
+    gathered_->gather(lnf);
+    gathered_->gather(emb);
+    gathered_->gather(block_unit(L - 1));
     use_unit(lnf);
     use_unit(emb);
   }
@@ -170,19 +173,19 @@ void DataParallelModel::run_backward(float dloss, bool last_microbatch) {
   ensure_bucket_grads(emb);  // wte collects the LM head's gradient first, the embedding's last
   model_.head_backward(acts, ws, dloss);
   if (sharded_params) {
-    free_unit(lnf);
-    free_unit(emb);
+    gathered_->free(lnf);
+    gathered_->free(emb);
   }
   unit_done(lnf, last_microbatch);
   for (int64_t l = L - 1; l >= 0; --l) {
     const int u = block_unit(l);
     if (sharded_params) {
       use_unit(u);
-      if (l > 0) gather_unit(block_unit(l - 1));
+      if (l > 0) gathered_->gather(block_unit(l - 1));
     }
     ensure_bucket_grads(u);
     model_.block_backward(acts, ws, l);
-    if (sharded_params) free_unit(u);
+    if (sharded_params) gathered_->free(u);
     unit_done(u, last_microbatch);
   }
   model_.embedding_backward(acts, ws);
@@ -244,29 +247,10 @@ void DataParallelModel::submit_sync(int b, std::shared_ptr<Buffer<float>> owned)
   });
 }
 
-// Stage 3: allocates unit u's weights (charged as params) and queues their all-gather.
-void DataParallelModel::gather_unit(int u) {
-  const GradUnit& unit = units_[static_cast<size_t>(u)];
-  Gathered& g = gathered_[static_cast<size_t>(u)];
-  DTRAIN_CHECK(g.buffer == nullptr, "ZeRO-3: unit ", unit.name, " is already gathered");
-  g.buffer = std::make_unique<Buffer<float>>(unit.count, MemoryTag::params, &tracker_);
-  float* out = g.buffer->data();
-  const float* shard = param_shard_.data();
-  const ShardLayout layout = layout_;
-  g.ticket = comm_->submit("all_gather " + unit.name, [=](comm::Communicator& c) {
-    gather_from_shards(c, layout, unit.offset, unit.count, shard, out);
-  });
-}
-
 void DataParallelModel::use_unit(int u) {
   const GradUnit& unit = units_[static_cast<size_t>(u)];
-  Gathered& g = gathered_[static_cast<size_t>(u)];
-  wait_for(g.ticket);
-  model_.bind_params(unit.offset, unit.count, g.buffer->data());
-}
-
-void DataParallelModel::free_unit(int u) {
-  gathered_[static_cast<size_t>(u)].buffer.reset();
+  wait_for(gathered_->ticket(u));
+  model_.bind_params(unit.offset, unit.count, gathered_->data(u));
 }
 
 void DataParallelModel::wait_for(int64_t ticket) {

@@ -93,19 +93,13 @@ class DataParallelModel {
   comm::Traffic dp_traffic() const { return comm_->communicator().traffic(); }
 
  private:
-  struct Gathered {  // stage 3: one unit's weights, gathered
-    std::unique_ptr<Buffer<float>> buffer;
-    int64_t ticket = -1;
-  };
   int block_unit(int64_t l) const;  // index of block l in units_ (backward order)
   float run_forward(std::span<const int32_t> tokens, std::span<const int32_t> targets);
   void run_backward(float dloss, bool last_microbatch);
   void unit_done(int unit, bool last_microbatch);
   void submit_sync(int bucket, std::shared_ptr<Buffer<float>> owned);
   void ensure_bucket_grads(int unit);
-  void gather_unit(int unit);
-  void use_unit(int unit);
-  void free_unit(int unit);
+  void use_unit(int unit);  // stage 3: wait for its gathered weights and bind them
   void wait_for(int64_t ticket);
   double global_grad_norm();
   std::span<float> owned_params();
@@ -124,10 +118,11 @@ class DataParallelModel {
   Buffer<float> grad_shard_;   // stages 2, 3: (shard) this rank's range of the gradients
   Buffer<float> scratch_;      // receive buffer for accumulating reduce-scatters
   std::vector<std::shared_ptr<Buffer<float>>> bucket_grads_;  // stages 2, 3: per bucket
-  std::vector<Gathered> gathered_;                            // stage 3: per unit
   int64_t microbatch_ = 0;                                    // micro-batches run in this step
   StepTimeline timeline_;
-  std::unique_ptr<CommThread> comm_;  // last: stopped before the buffers its tasks use
+  std::unique_ptr<GatheredUnits> gathered_;  // stage 3 (uses comm_)
+  // Last: destroyed first, so the thread stops before the buffers its tasks write go away.
+  std::unique_ptr<CommThread> comm_;
 };
 
 }  // namespace dtrain::parallel

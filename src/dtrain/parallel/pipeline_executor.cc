@@ -8,6 +8,7 @@
 
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
+#include "dtrain/parallel/pipeline_checker.h"
 
 namespace dtrain::parallel {
 namespace {
@@ -20,12 +21,14 @@ void copy_floats(float* dst, const float* src, int64_t count) {
   std::memcpy(dst, src, static_cast<size_t>(count) * sizeof(float));
 }
 
-// What one micro-batch of a chunk allocates, measured on a scratch tracker: the figure the
-// in-flight accounting multiplies (tests compare it with the plan/ formulas).
+// What one micro-batch of a chunk allocates (with `split`, its weight-gradient stash too),
+// measured on a scratch tracker: the figure the in-flight accounting multiplies (tests compare
+// it with the plan/ formulas).
 int64_t measure_chunk_bytes(const model::GptConfig& g, int64_t b, int64_t T,
-                            model::LayerRange layers, bool embedding, bool head) {
+                            model::LayerRange layers, bool embedding, bool head, bool split) {
   MemoryTracker scratch;
   model::GptActivations acts(g, b, T, &scratch, layers, embedding, head);
+  if (split) model::WeightGradStash stash(g, b, T, &scratch, layers);
   return scratch.current_bytes(MemoryTag::activations);
 }
 
@@ -56,14 +59,20 @@ PipelineExecutor::PipelineExecutor(comm::Communicator& comm, model::GptModel& mo
   DTRAIN_CHECK(p.stages() == s.stages && p.chunks() == s.chunks, "pipeline executor: partition (",
                p.stages(), " stages, ", p.chunks(), " chunks) differs from the schedule's (",
                s.stages, ", ", s.chunks, ")");
-  DTRAIN_CHECK(p.layers() == model.config().layers, "pipeline executor: partition of ",
-               p.layers(), " blocks for a model of ", model.config().layers);
+  DTRAIN_CHECK(p.layers() == model.config().layers, "pipeline executor: partition of ", p.layers(),
+               " blocks for a model of ", model.config().layers);
   DTRAIN_CHECK(model.stage() == stage_of(p, rank_), "pipeline executor: rank ", rank_,
                "'s model is not built for its stage");
+  // A bad schedule becomes an error here instead of a hang on the ranks.
+  const CheckResult checked = check_schedule(s);
+  DTRAIN_CHECK(checked.ok(), "pipeline executor: invalid schedule: ", checked.error);
   DTRAIN_CHECK(config_.micro_batch > 0 && config_.seq > 0,
                "pipeline executor: micro-batch shape must be positive");
   const model::GptConfig& g = model.config();
   element_count_ = config_.micro_batch * config_.seq * g.channels;
+  for (const std::vector<Action>& list : s.per_rank) {
+    for (const Action& a : list) split_ = split_ || a.kind == ActionKind::backward_input;
+  }
   for (int c = 0; c < s.chunks; ++c) {
     ChunkInfo info;
     info.layers = {p.first_layer(rank_, c), p.layer_count(rank_, c)};
@@ -71,11 +80,12 @@ PipelineExecutor::PipelineExecutor(comm::Communicator& comm, model::GptModel& mo
     info.embedding = vs == 0;
     info.head = vs == p.virtual_stages() - 1;
     info.activation_bytes = measure_chunk_bytes(g, config_.micro_batch, config_.seq, info.layers,
-                                                info.embedding, info.head);
+                                                info.embedding, info.head, split_);
     chunks_.push_back(info);
   }
   const size_t slots = static_cast<size_t>(s.chunks * s.microbatches);
   acts_.resize(slots);
+  stashes_.resize(slots);
   activation_sends_.resize(slots);
   received_activations_.resize(slots);
   received_gradients_.resize(slots);
@@ -94,9 +104,8 @@ int64_t PipelineExecutor::microbatch_activation_bytes() const {
 
 std::unique_ptr<model::GptActivations> PipelineExecutor::allocate(int chunk) {
   const ChunkInfo& c = chunks_[static_cast<size_t>(chunk)];
-  return std::make_unique<model::GptActivations>(model_.config(), config_.micro_batch,
-                                                 config_.seq, tracker_, c.layers, c.embedding,
-                                                 c.head);
+  return std::make_unique<model::GptActivations>(model_.config(), config_.micro_batch, config_.seq,
+                                                 tracker_, c.layers, c.embedding, c.head);
 }
 
 // Posts every send and receive of the group [begin, end), then waits for the receives.
@@ -113,8 +122,8 @@ void PipelineExecutor::post_group(const std::vector<Action>& list, size_t begin,
       case ActionKind::send_activation: {
         DTRAIN_CHECK(acts_[i] != nullptr, "rank ", rank_, ": ", to_string(a),
                      " before its forward");
-        activation_sends_[i] = comm_.isend(acts_[i]->head().x_final, bytes, a.peer,
-                                           kTagPipelineActivation);
+        activation_sends_[i] =
+            comm_.isend(acts_[i]->head().x_final, bytes, a.peer, kTagPipelineActivation);
         break;
       }
       case ActionKind::send_gradient: {
@@ -127,14 +136,15 @@ void PipelineExecutor::post_group(const std::vector<Action>& list, size_t begin,
         break;
       }
       case ActionKind::recv_activation:
-        received_activations_[i] = Buffer<float>(element_count_, MemoryTag::communication, tracker_);
-        receives.emplace_back(k, comm_.irecv(received_activations_[i].data(), bytes, a.peer,
-                                             kTagPipelineActivation));
+        received_activations_[i] =
+            Buffer<float>(element_count_, MemoryTag::communication, tracker_);
+        receives.emplace_back(
+            k, comm_.irecv(received_activations_[i].data(), bytes, a.peer, kTagPipelineActivation));
         break;
       case ActionKind::recv_gradient:
         received_gradients_[i] = Buffer<float>(element_count_, MemoryTag::communication, tracker_);
-        receives.emplace_back(k, comm_.irecv(received_gradients_[i].data(), bytes, a.peer,
-                                             kTagPipelineGradient));
+        receives.emplace_back(
+            k, comm_.irecv(received_gradients_[i].data(), bytes, a.peer, kTagPipelineGradient));
         break;
       default:
         DTRAIN_CHECK(false, "rank ", rank_, ": compute action in a communication group");
@@ -163,6 +173,7 @@ void PipelineExecutor::release_activations(int idx) {
   }
   live_bytes_ -= chunks_[static_cast<size_t>(idx / config_.schedule.microbatches)].activation_bytes;
   acts_[i].reset();
+  stashes_[i].reset();
 }
 
 void PipelineExecutor::forward(const Action& a, std::span<const int32_t> tokens,
@@ -171,6 +182,10 @@ void PipelineExecutor::forward(const Action& a, std::span<const int32_t> tokens,
   const auto i = static_cast<size_t>(index(a.microbatch, a.chunk));
   DTRAIN_CHECK(acts_[i] == nullptr, "rank ", rank_, ": ", to_string(a), " runs twice");
   acts_[i] = allocate(a.chunk);
+  if (split_) {
+    stashes_[i] = std::make_unique<model::WeightGradStash>(model_.config(), config_.micro_batch,
+                                                           config_.seq, tracker_, c.layers);
+  }
   live_bytes_ += c.activation_bytes;
   peak_bytes_ = std::max(peak_bytes_, live_bytes_);
   model::GptActivations& acts = *acts_[i];
@@ -180,11 +195,11 @@ void PipelineExecutor::forward(const Action& a, std::span<const int32_t> tokens,
   } else {
     DTRAIN_CHECK(!received_activations_[i].empty(), "rank ", rank_, ": ", to_string(a),
                  " before its activation arrived");
-    copy_floats(acts.layer(c.layers.first).ln1_in, received_activations_[i].data(),
-                element_count_);
+    copy_floats(acts.layer(c.layers.first).ln1_in, received_activations_[i].data(), element_count_);
     received_activations_[i].release();
   }
-  for (int64_t l = c.layers.first; l < c.layers.end(); ++l) model_.block_forward(acts, workspace_, l);
+  for (int64_t l = c.layers.first; l < c.layers.end(); ++l)
+    model_.block_forward(acts, workspace_, l);
   if (c.head) loss_sum_ += model_.head_forward(acts, rows(targets, a.microbatch, bt));
 }
 
@@ -196,21 +211,39 @@ void PipelineExecutor::backward(const Action& a) {
   model::GptActivations& acts = *acts_[i];
   if (c.head) {
     // d(mean over M micro-batches)/d(micro-batch mean) = 1/M
-    model_.head_backward(acts, workspace_, 1.0f / static_cast<float>(config_.schedule.microbatches));
+    model_.head_backward(acts, workspace_,
+                         1.0f / static_cast<float>(config_.schedule.microbatches));
   } else {
     DTRAIN_CHECK(!received_gradients_[i].empty(), "rank ", rank_, ": ", to_string(a),
                  " before its gradient arrived");
     copy_floats(workspace_.dres, received_gradients_[i].data(), element_count_);
     received_gradients_[i].release();
   }
+  const bool input_only = a.kind == ActionKind::backward_input;  // W comes later
   for (int64_t l = c.layers.end() - 1; l >= c.layers.first; --l) {
-    model_.block_backward(acts, workspace_, l);
+    if (input_only) {
+      model_.block_backward_input(acts, workspace_, l, *stashes_[i]);
+    } else {
+      model_.block_backward(acts, workspace_, l);
+    }
   }
   if (c.embedding) {
     model_.embedding_backward(acts, workspace_);
   } else {
     input_gradients_[i] = Buffer<float>(element_count_, MemoryTag::communication, tracker_);
     copy_floats(input_gradients_[i].data(), workspace_.dres, element_count_);
+  }
+  if (!input_only) release_activations(idx);
+}
+
+void PipelineExecutor::backward_weight(const Action& a) {
+  const ChunkInfo& c = chunks_[static_cast<size_t>(a.chunk)];
+  const int idx = index(a.microbatch, a.chunk);
+  const auto i = static_cast<size_t>(idx);
+  DTRAIN_CHECK(acts_[i] != nullptr && stashes_[i] != nullptr, "rank ", rank_, ": ", to_string(a),
+               " before its forward and backward_input");
+  for (int64_t l = c.layers.end() - 1; l >= c.layers.first; --l) {
+    model_.block_backward_weight(*acts_[i], *stashes_[i], l);
   }
   release_activations(idx);
 }
@@ -249,10 +282,11 @@ PipelineStepRecord PipelineExecutor::run(std::span<const int32_t> tokens,
         forward(a, tokens, targets);
         break;
       case ActionKind::backward:
-      case ActionKind::backward_input:  // input and weight gradients together (see the header)
+      case ActionKind::backward_input:  // without the linears' weight gradients (W's)
         backward(a);
         break;
-      default:  // backward_weight: done by its backward_input
+      default:  // backward_weight
+        backward_weight(a);
         break;
     }
     record.actions[k] = {a, start, now_us()};
@@ -345,10 +379,9 @@ trace::Timeline to_measured_timeline(const PipelineSchedule& schedule,
     row.name = str("rank ", r);
     for (const MeasuredAction& m : actions[r]) {
       const Action& a = m.action;
-      const std::string label =
-          is_compute(a.kind) ? short_label(a, schedule.chunks) : to_string(a);
-      row.spans.push_back({label, span_kind(a.kind), a.microbatch, a.chunk,
-                           m.start_us - origin_us, m.end_us - origin_us});
+      const std::string label = is_compute(a.kind) ? short_label(a, schedule.chunks) : to_string(a);
+      row.spans.push_back({label, span_kind(a.kind), a.microbatch, a.chunk, m.start_us - origin_us,
+                           m.end_us - origin_us});
     }
     timeline.rows.push_back(std::move(row));
   }

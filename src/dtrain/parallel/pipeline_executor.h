@@ -12,9 +12,14 @@
 //    consumes them frees them, so the activation bytes held at any time are the in-flight
 //    micro-batches (the checker's count, program order) times one micro-batch's activations.
 //    Received tensors wait in communication buffers until their compute action copies them in.
-//  - ZB-H1's split backward: B (backward_input) runs the whole backward of the chunk, input and
-//    weight gradients together, and W (backward_weight) does nothing. The gradients are exact;
-//    the timing is then 1F1B's with ZB-H1's order (see docs/pipeline.md).
+//  - ZB-H1's split backward: B (backward_input) computes the input gradients only
+//    (GptModel::block_backward_input; the head, the embedding and the LayerNorms' parameter
+//    gradients too) and keeps each block's four linears' output gradients in a
+//    model::WeightGradStash; W (backward_weight) adds those linears' weight and bias gradients
+//    (block_backward_weight) and then frees the micro-batch. Under a split schedule a forward
+//    allocates the stash with the activations, so one micro-batch's bytes (activations plus
+//    stash) are held from F until W: the peak is the checker's weight stash count
+//    (peak_weight_stash) times that figure.
 #pragma once
 
 #include <cstdint>
@@ -85,7 +90,8 @@ class PipelineExecutor {
   const StagePartition& partition() const { return config_.partition; }
   // Activation bytes of one micro-batch of `chunk` on this rank: its blocks (plan's
   // activation_bytes_per_layer each), then the head's tensors on the last virtual stage or the
-  // (b, T, C) output it sends on, and the token ids on the first.
+  // (b, T, C) output it sends on, and the token ids on the first; under a split backward
+  // (ZB-H1) also the weight-gradient stash (plan's weight_grad_stash_bytes_per_layer a block).
   int64_t chunk_activation_bytes(int chunk) const;
   // All chunks: one micro-batch's activations on this stage.
   int64_t microbatch_activation_bytes() const;
@@ -93,9 +99,9 @@ class PipelineExecutor {
  private:
   struct ChunkInfo {
     model::LayerRange layers;
-    bool embedding = false;  // virtual stage 0
-    bool head = false;       // virtual stage P*v - 1
-    int64_t activation_bytes = 0;
+    bool embedding = false;        // virtual stage 0
+    bool head = false;             // virtual stage P*v - 1
+    int64_t activation_bytes = 0;  // the GptActivations, plus the stash when split_
   };
   struct PendingSend {
     comm::RequestPtr request;
@@ -107,6 +113,7 @@ class PipelineExecutor {
                   std::vector<MeasuredAction>& out);
   void forward(const Action& a, std::span<const int32_t> tokens, std::span<const int32_t> targets);
   void backward(const Action& a);
+  void backward_weight(const Action& a);  // W of a split backward
   void reap_sends(bool wait_all);
   void release_activations(int idx);
 
@@ -118,10 +125,12 @@ class PipelineExecutor {
   std::vector<ChunkInfo> chunks_;  // (v)
   model::GptWorkspace workspace_;  // (b, T): shared by every micro-batch's backward
   int64_t element_count_ = 0;      // b * T * C: one message
+  bool split_ = false;             // the schedule splits backward into B and W (ZB-H1)
 
   // Per (mb, chunk), index chunk * M + mb; live only during a step.
   std::vector<std::unique_ptr<model::GptActivations>> acts_;
-  std::vector<comm::RequestPtr> activation_sends_;  // sends from acts_[i]'s output
+  std::vector<std::unique_ptr<model::WeightGradStash>> stashes_;  // split_ only: B until W
+  std::vector<comm::RequestPtr> activation_sends_;                // sends from acts_[i]'s output
   std::vector<Buffer<float>> received_activations_;
   std::vector<Buffer<float>> received_gradients_;
   std::vector<Buffer<float>> input_gradients_;  // the backward's output, until its send

@@ -1,4 +1,5 @@
-// shard_layout and the moves between full ranges and shards, over comm's _v collectives.
+// shard_layout, the moves between full ranges and shards over comm's _v collectives, and
+// ZeRO-3's gathered units.
 #include "dtrain/parallel/zero.h"
 
 #include <algorithm>
@@ -67,6 +68,44 @@ comm::Traffic gather_from_shards(comm::Communicator& comm, const ShardLayout& la
   const comm::Chunk mine = pieces[static_cast<size_t>(r)];
   const float* src = shard + (mine.count > 0 ? shard_position(layout, r, offset, mine) : 0);
   return comm::all_gather_v<float>(comm, src, out, pieces);
+}
+
+GatheredUnits::GatheredUnits(const ShardLayout& layout, std::span<const GradUnit> units,
+                             const float* shard, CommThread& comm, MemoryTracker& tracker)
+    : layout_(layout),
+      units_(units.begin(), units.end()),
+      shard_(shard),
+      comm_(comm),
+      tracker_(tracker),
+      gathered_(units.size()) {}
+
+void GatheredUnits::gather(int u) {
+  const GradUnit& unit = units_[static_cast<size_t>(u)];
+  Gathered& g = gathered_[static_cast<size_t>(u)];
+  DTRAIN_CHECK(g.buffer == nullptr, "ZeRO-3: unit ", unit.name, " is already gathered");
+  g.buffer = std::make_unique<Buffer<float>>(unit.count, MemoryTag::params, &tracker_);
+  float* out = g.buffer->data();
+  const float* shard = shard_;
+  const ShardLayout layout = layout_;
+  const int64_t offset = unit.offset, count = unit.count;
+  g.ticket = comm_.submit("all_gather " + unit.name, [=](comm::Communicator& c) {
+    gather_from_shards(c, layout, offset, count, shard, out);
+  });
+}
+
+int64_t GatheredUnits::ticket(int u) const {
+  return gathered_[static_cast<size_t>(u)].ticket;
+}
+
+float* GatheredUnits::data(int u) {
+  const Gathered& g = gathered_[static_cast<size_t>(u)];
+  DTRAIN_CHECK(g.buffer != nullptr, "ZeRO-3: unit ", units_[static_cast<size_t>(u)].name,
+               " is used but not gathered");
+  return g.buffer->data();
+}
+
+void GatheredUnits::free(int u) {
+  gathered_[static_cast<size_t>(u)].buffer.reset();
 }
 
 }  // namespace dtrain::parallel

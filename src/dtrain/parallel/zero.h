@@ -7,11 +7,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "dtrain/comm/chunks.h"
 #include "dtrain/comm/communicator.h"
 #include "dtrain/core/buffer.h"
+#include "dtrain/parallel/comm_thread.h"
+#include "dtrain/parallel/data_parallel.h"
 
 namespace dtrain::parallel {
 
@@ -47,5 +51,31 @@ comm::Traffic reduce_scatter_to_shard(comm::Communicator& comm, const ShardLayou
 // `shard` may alias out's own piece (stages 1 and 2 gather the parameters in place).
 comm::Traffic gather_from_shards(comm::Communicator& comm, const ShardLayout& layout,
                                  int64_t offset, int64_t n, const float* shard, float* out);
+
+// ZeRO-3's gathered units: gather(u) allocates a temporary buffer for unit u's weights (charged
+// as params) and queues their all-gather from the shards on the communication thread; the
+// caller waits for ticket(u) before using data(u), and free(u) releases the buffer.
+class GatheredUnits {
+ public:
+  // `shard` is this rank's parameter shard; it must not change while gathers are queued.
+  GatheredUnits(const ShardLayout& layout, std::span<const GradUnit> units, const float* shard,
+                CommThread& comm, MemoryTracker& tracker);
+  void gather(int unit);
+  int64_t ticket(int unit) const;
+  float* data(int unit);
+  void free(int unit);
+
+ private:
+  struct Gathered {
+    std::unique_ptr<Buffer<float>> buffer;
+    int64_t ticket = -1;
+  };
+  ShardLayout layout_;
+  std::vector<GradUnit> units_;
+  const float* shard_;
+  CommThread& comm_;
+  MemoryTracker& tracker_;
+  std::vector<Gathered> gathered_;
+};
 
 }  // namespace dtrain::parallel

@@ -1,4 +1,5 @@
-// activation_bytes_per_layer: the component sum written out in activation_memory.h.
+// activation_bytes_per_layer: the component sum written out in activation_memory.h; and
+// weight_grad_stash_bytes_per_layer, what a split backward keeps from B to W.
 #include "dtrain/plan/activation_memory.h"
 
 #include "dtrain/core/check.h"
@@ -53,6 +54,22 @@ double activation_bytes_per_layer(const ActivationShape& x) {
   double bytes = e * elements + mask_bytes;
   if (x.count_layernorm_stats) bytes += 4.0 * 4.0 * s * b / replicated_split;
   return bytes;
+}
+
+double weight_grad_stash_bytes_per_layer(const ActivationShape& x) {
+  DTRAIN_CHECK(x.seq > 0 && x.micro_batch > 0 && x.hidden > 0 && x.heads > 0 && x.tp > 0,
+               "weight_grad_stash_bytes_per_layer: sizes must be positive (seq ", x.seq,
+               ", micro_batch ", x.micro_batch, ", hidden ", x.hidden, ", heads ", x.heads, ", tp ",
+               x.tp, ")");
+  const double sb = static_cast<double>(x.seq) * static_cast<double>(x.micro_batch);
+  const double h = static_cast<double>(x.hidden), t = static_cast<double>(x.tp);
+  const double ffn = x.ffn_hidden > 0 ? static_cast<double>(x.ffn_hidden) : 4.0 * h;
+  const double kv =
+      x.kv_heads > 0 ? static_cast<double>(x.kv_heads) / static_cast<double>(x.heads) : 1.0;
+  const double qkv = (1 + 2 * kv) * h / t;
+  const double fc = (x.gated_mlp ? 2 : 1) * ffn / t;  // SwiGLU: gate and up outputs
+  // qkv, attention projection (whole h), MLP fc, MLP projection (whole h)
+  return static_cast<double>(x.bytes_per_element) * sb * (qkv + h + fc + h);
 }
 
 }  // namespace dtrain::plan

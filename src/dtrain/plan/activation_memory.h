@@ -59,4 +59,12 @@ struct ActivationShape {
 // Bytes of activations one layer keeps for its backward pass, for one micro-batch.
 double activation_bytes_per_layer(const ActivationShape& shape);
 
+// Bytes one layer keeps between a split backward's B and W (ZB-H1) for one micro-batch: the
+// output gradient of each of its four linears, s*b*(3h/t + h + ffn/t + h) elements (qkv and fc
+// are column-parallel, TP-sharded; the two projections' output gradients are whole (s, b, h));
+// with grouped-query attention qkv's width is h + 2*h*kv_heads/a, with SwiGLU fc is 2*ffn/t. The
+// linears' inputs are activations activation_bytes_per_layer already counts. Dense (no SP, no
+// recompute) layers.
+double weight_grad_stash_bytes_per_layer(const ActivationShape& shape);
+
 }  // namespace dtrain::plan

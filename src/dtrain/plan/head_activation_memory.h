@@ -15,10 +15,16 @@
 // Workspace (shared by all blocks and micro-batches of one rank):
 //   residual-stream gradient              s*b*h elements
 //   two (s, b, h) activation gradients    2*s*b*h   (LN output; attention output)
-//   qkv gradient                          3*s*b*h
+//   qkv gradient                          3*s*b*h/t (a TP rank's Q, K, V columns)
 //   MLP gradients, GELU input and output  2*f*s*b   (f = 4h)
 //   attention-score gradients             n*s*s     (one (batch row, head) at a time on each
 //                                                    of the rank's n compute threads)
+//
+// Pipeline-stage boundaries (the engine's count; per micro-batch in flight, all v chunks of one
+// rank of a P-stage pipeline; none when P = 1, where the head holds the ids):
+//   each chunk's output but the last virtual stage's   s*b*h elements per chunk (the tensor it
+//                                                       sends on, kept until its backward)
+//   token ids, on the first stage                      s*b int32
 #pragma once
 
 #include <cstdint>
@@ -33,6 +39,9 @@ struct HeadActivationShape {
   int64_t ffn_hidden = 0;   // f; 0 means 4*h
   int64_t bytes_per_element = 4;
   int64_t threads = 1;  // n: compute threads of the rank (workspace only)
+  // t: TP ranks, for the qkv gradient (workspace only; vocab and ffn_hidden above are given
+  // per rank already). Appended, so existing initialisers keep their meaning.
+  int64_t tp = 1;
 };
 
 // Bytes of the head's activations (see the list above).
@@ -40,5 +49,9 @@ double head_activation_bytes(const HeadActivationShape& shape);
 
 // Bytes of the backward workspace (see the list above).
 double workspace_activation_bytes(const HeadActivationShape& shape);
+
+// Bytes of pipeline stage `stage`'s boundary tensors for one micro-batch (see the list above).
+double stage_boundary_activation_bytes(const HeadActivationShape& shape, int stages, int chunks,
+                                       int stage);
 
 }  // namespace dtrain::plan

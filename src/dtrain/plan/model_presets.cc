@@ -107,7 +107,7 @@ int64_t embedding_param_count(const ModelShape& m) {
 
 int64_t head_param_count(const ModelShape& m) {
   if (m.family == ModelFamily::llama) return m.vocab * m.hidden + m.hidden;
-  return 0;
+  return m.count_final_norm ? 2 * m.hidden : 0;  // the final LayerNorm's weight and bias
 }
 
 int64_t shape_param_count(const ModelShape& m) {

@@ -6,7 +6,8 @@
 //   GPT (Megatron): per layer 12h^2 + 13h (QKV and projection with biases, two-matrix GELU MLP
 //     with f = 4h, two LayerNorms), embeddings (V + s)h, tied LM head. Summed, this is
 //     Narayanan et al. 2021 Eq. 2: P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)). Like Eq. 2 it
-//     leaves out the final LayerNorm (2h); the engine's model/ count includes it.
+//     leaves out the final LayerNorm (2h); the engine's model/ count includes it, and so does
+//     ModelShape::count_final_norm (the head then holds those 2h).
 //   Llama: per layer 2h^2 + 2h*kv*d (Q, O and grouped K, V; d = h/heads), 3hf (SwiGLU), 2h
 //     (RMSNorm); embeddings Vh; untied output head Vh; final RMSNorm h. No biases.
 #pragma once
@@ -33,6 +34,9 @@ struct ModelShape {
   int64_t seq = 0;         // s: the sequence length it trains at
   // When > 0, the parameter count to use instead of the one computed from the shape.
   int64_t params_override = 0;
+  // GPT: also count the final LayerNorm's 2h parameters, which Eq. 2 leaves out (dtrain's engine
+  // has them; Llama's final norm is always counted). Off for the presets, as the paper counts.
+  bool count_final_norm = false;
   // What the preset was trained with, for defaults (0 when unknown).
   int64_t default_global_batch = 0;  // sequences per step
   double default_tokens = 0;         // tokens to train
@@ -49,7 +53,7 @@ int64_t layer_matmul_param_count(const ModelShape& m);
 // Input embeddings: word (V h), plus learned positions (s h) for GPT.
 int64_t embedding_param_count(const ModelShape& m);
 // Output side: Llama's untied head (V h) and final norm (h); 0 for GPT (tied head, and Eq. 2
-// leaves out the final LayerNorm).
+// leaves out the final LayerNorm), or the final LayerNorm's 2h with count_final_norm.
 int64_t head_param_count(const ModelShape& m);
 // The whole model from its shape (Eq. 2 for GPT), ignoring params_override.
 int64_t shape_param_count(const ModelShape& m);

@@ -1,4 +1,5 @@
-// pipeline_bubble and peak_inflight_microbatches: the closed forms of pipeline_model.h.
+// pipeline_bubble, peak_inflight_microbatches and peak_weight_stash_microbatches: the closed
+// forms of pipeline_model.h.
 #include "dtrain/plan/pipeline_model.h"
 
 #include <algorithm>
@@ -63,6 +64,15 @@ double peak_inflight_microbatches(ScheduleKind kind, int stages, int microbatche
     }
   }
   return 0;
+}
+
+double peak_weight_stash_microbatches(ScheduleKind kind, int stages, int microbatches, int chunks,
+                                      int stage) {
+  if (kind == ScheduleKind::zero_bubble_h1) {
+    DTRAIN_CHECK(stage >= 0 && stage < stages, "stage ", stage, " outside 0..", stages - 1);
+    return std::min(stages, microbatches);
+  }
+  return peak_inflight_microbatches(kind, stages, microbatches, chunks, stage);
 }
 
 }  // namespace dtrain::plan

@@ -44,4 +44,12 @@ BubbleEstimate pipeline_bubble(ScheduleKind kind, int stages, int microbatches, 
 double peak_inflight_microbatches(ScheduleKind kind, int stages, int microbatches, int chunks,
                                   int stage);
 
+// Peak number of micro-batches whose weight gradients `stage` still owes (F until W), in the
+// same units: what a split backward holds, since W reads the stored linear inputs and the
+// kept output gradients (activation_memory.h weight_grad_stash_bytes_per_layer). A fused
+// backward is peak_inflight_microbatches; ZB-H1 min(P, M) on every stage (stage s holds its
+// min(P - s, M) in-flight micro-batches plus up to s whose W it defers).
+double peak_weight_stash_microbatches(ScheduleKind kind, int stages, int microbatches, int chunks,
+                                      int stage);
+
 }  // namespace dtrain::plan

@@ -25,8 +25,11 @@ ActivationShape activation_shape(const ModelShape& m, const Training& t, const L
   a.sequence_parallel = l.sequence_parallel;
   a.recompute = l.recompute;
   a.bytes_per_element = t.activation_bytes;
-  a.dropout = m.family == ModelFamily::gpt;  // Megatron's GPT trains with dropout, Llama without
-  a.count_layernorm_stats = false;           // Korthikanti's count, as the paper gives it
+  // Megatron's GPT trains with dropout, Llama without; the paper leaves out the LayerNorm
+  // statistics. dtrain's engine has no dropout and keeps them.
+  const bool engine = t.activation_count == ActivationCount::engine;
+  a.dropout = !engine && m.family == ModelFamily::gpt;
+  a.count_layernorm_stats = engine;
   a.kv_heads = m.kv_heads;
   a.gated_mlp = m.family == ModelFamily::llama;
   return a;
@@ -82,9 +85,14 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
   head.vocab = shard_count(m.vocab, l.tp);
   head.ffn_hidden = shard_count(m.ffn_or_default(), l.tp);
   head.bytes_per_element = in.training.activation_bytes;
+  head.tp = l.tp;
   if (stage == l.pp - 1) {
     mem.head_activations = mem.inflight_microbatches * head_activation_bytes(head);
     mem.activations += mem.head_activations;
+  }
+  if (in.training.activation_count == ActivationCount::engine) {
+    mem.activations +=
+        mem.inflight_microbatches * stage_boundary_activation_bytes(head, l.pp, l.vp, stage);
   }
   const int64_t layer_params = shard_count(layer_param_count(m), l.tp);
   double buffers = 0;
@@ -95,7 +103,8 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
                        static_cast<double>(mem.stage_params * sb.grad));  // one bucket in flight
   }
   // The backward pass's gradient workspace, shared by all layers (head_activation_memory.h).
-  mem.temporary = buffers + recompute_temp + workspace_activation_bytes(head);
+  mem.workspace = workspace_activation_bytes(head);
+  mem.temporary = buffers + recompute_temp + mem.workspace;
   mem.capacity = in.cluster.gpu.memory_bytes;
   return mem;
 }
@@ -373,6 +382,7 @@ Plan evaluate_local(const PlanInput& in, const ModelShape& real_model, const Lay
   times.backward_input = sc.forward_s + sc.recompute_s + tp_backward_s + pp_send_s;
   times.backward_weight = sc.forward_s;
   TimeBreakdown& t = plan.time;
+  t.stage_times = times;
   t.bubble = pipeline_bubble(schedule_of(l), l.pp, static_cast<int>(microbatches), l.vp, times);
   t.compute_s = mb * (3 * sc.forward_s + sc.recompute_s);
   t.recompute_s = mb * sc.recompute_s;

@@ -20,6 +20,13 @@
 
 namespace dtrain::plan {
 
+// Which tensors count as activations. paper: Korthikanti et al.'s components as the paper
+// gives them (GPT layers with dropout masks, Llama layers without; no LayerNorm statistics).
+// engine: what dtrain's engine keeps (activations.h): no dropout, the LayerNorms' mean and 1/std
+// (ActivationShape::count_layernorm_stats), and at pipeline-stage boundaries the tensors of
+// stage_boundary_activation_bytes (head_activation_memory.h).
+enum class ActivationCount { paper, engine };
+
 struct Training {
   int64_t global_batch = 0;  // B: sequences per optimizer step (sequence length: model.seq)
   double tokens = 0;         // tokens to train, for the days estimate; 0 = none
@@ -28,6 +35,10 @@ struct Training {
   FlopsConvention flops = FlopsConvention::narayanan;
   // Gradient bucket for data parallelism: PyTorch DDP's default bucket_cap_mb = 25 (MiB).
   double bucket_bytes = 25.0 * 1024 * 1024;
+  // Appended, so existing initialisers keep their meaning. dtrain's own engine is
+  // {kFp32Adam, activation_bytes 4, ActivationCount::engine} on a ModelShape with
+  // count_final_norm (tests/e2e/planner_vs_engine_test.cc).
+  ActivationCount activation_count = ActivationCount::paper;
 };
 
 struct Layout {
@@ -65,12 +76,15 @@ struct MemoryBreakdown {
   double params = 0;
   double grads = 0;
   double optimizer = 0;
-  double activations = 0;  // in flight x (layers x per-layer bytes, + the head on the last stage)
+  // In flight x (layers x per-layer bytes, + the head on the last stage, + the stage's boundary
+  // tensors with ActivationCount::engine).
+  double activations = 0;
   double head_activations = 0;      // of which the head's (final norm, logits, losses)
   double activation_per_layer = 0;  // activation_bytes_per_layer, one micro-batch
   double inflight_microbatches = 0;
   // Communication buckets, ZeRO-3 gathered layers, a recomputed layer, the backward workspace.
   double temporary = 0;
+  double workspace = 0;  // of which the backward workspace (workspace_activation_bytes)
   double capacity = 0;
   double total() const { return params + grads + optimizer + activations + temporary; }
   bool fits() const { return total() <= capacity; }
@@ -102,6 +116,7 @@ struct TimeBreakdown {
   double dp_s = 0;          // DP and ZeRO collectives
   double dp_exposed_s = 0;  // of which overlap cannot hide
   BubbleEstimate bubble;    // pipeline_bubble on the stage times
+  StageTimes stage_times;   // the slowest stage's F, B, W per micro-batch, TP and PP sends in
   double step_no_overlap_s = 0;
   double step_s = 0;          // with DP/ZeRO communication overlapped where it can be
   double model_flops = 0;     // per step, whole cluster, without recompute

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "dtrain/comm/collectives.h"
-#include "dtrain/comm/threads/backend.h"
+#include "dtrain/comm/launch.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
 #include "dtrain/parallel/mesh.h"
@@ -171,7 +171,7 @@ TrainSummary run_data_parallel(const DataParallelEngineConfig& config, const Tra
                                const TokenSplit& data, TrainObserver* observer) {
   validate_data_parallel(config.dp, config.base.batch);
   TrainSummary summary;
-  comm::threads::run_ranks(config.dp.dp, [&](comm::Communicator& world) {
+  comm::run_on_backend(comm::Backend::threads, config.dp.dp, [&](comm::Communicator& world) {
     DataParallelEngine engine(config, world);
     Trainer loop(trainer, engine, data, world.rank() == 0 ? observer : nullptr);
     TrainSummary s = loop.run();

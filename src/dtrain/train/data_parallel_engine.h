@@ -60,8 +60,9 @@ class DataParallelEngine final : public StepEngine {
   std::vector<DataParallelStepRecord> steps_;
 };
 
-// Runs the training on config.dp.dp ranks of the threads backend, a Trainer on each; returns
-// rank 0's summary with its DataParallelReport. `observer` sees rank 0's progress.
+// Runs the training on config.dp.dp ranks of the threads backend (comm::run_on_backend), a
+// Trainer on each; returns rank 0's summary with its DataParallelReport. `observer` sees rank
+// 0's progress.
 TrainSummary run_data_parallel(const DataParallelEngineConfig& config, const TrainerConfig& trainer,
                                const TokenSplit& data, TrainObserver* observer);
 

@@ -3,6 +3,7 @@
 // threads backend with its report, trace and timeline.
 #include "dtrain/train/pipeline_engine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -70,8 +71,8 @@ std::string percent(double fraction) {
 plan::ScheduleKind parse_schedule(const std::string& text) {
   std::string known;
   for (plan::ScheduleKind k :
-       {plan::ScheduleKind::gpipe, plan::ScheduleKind::one_f_one_b,
-        plan::ScheduleKind::interleaved, plan::ScheduleKind::zero_bubble_h1}) {
+       {plan::ScheduleKind::gpipe, plan::ScheduleKind::one_f_one_b, plan::ScheduleKind::interleaved,
+        plan::ScheduleKind::zero_bubble_h1}) {
     if (text == plan::name(k)) return k;
     known += known.empty() ? "" : ", ";
     known += plan::name(k);
@@ -102,14 +103,14 @@ PipelineEngine::PipelineEngine(const PipelineEngineConfig& config, comm::Communi
     : config_(config),
       pp_(pp),
       team_(config.base.threads),
-      model_(config.base.model, parallel::stage_of(config.partition, pp.rank()), &tracker_,
-             nullptr, &team_),
+      model_(config.base.model, parallel::stage_of(config.partition, pp.rank()), &tracker_, nullptr,
+             &team_),
       adamw_(model_.param_count(), config.base.adamw, &tracker_) {
   const int P = config.partition.stages();
   DTRAIN_CHECK(pp.size() == P, "pipeline: ", pp.size(), " ranks for ", P, " stages");
-  DTRAIN_CHECK(config.microbatches >= 1 && config.base.batch % config.microbatches == 0,
-               "--batch ", config.base.batch, " is not divisible into --microbatches ",
-               config.microbatches, " micro-batches of equal size");
+  DTRAIN_CHECK(config.microbatches >= 1 && config.base.batch % config.microbatches == 0, "--batch ",
+               config.base.batch, " is not divisible into --microbatches ", config.microbatches,
+               " micro-batches of equal size");
   // Every stage draws its tensors' initial values from the whole model's seeds (by name), so
   // the two copies of the tied wte start equal and the run matches the serial one.
   model_.init_params(config.base.init_seed);
@@ -117,8 +118,8 @@ PipelineEngine::PipelineEngine(const PipelineEngineConfig& config, comm::Communi
     const int members[] = {0, P - 1};
     embedding_group_ = pp.subgroup(members, "embedding");
   }
-  executor_ = std::make_unique<parallel::PipelineExecutor>(pp, model_, executor_config(config),
-                                                           &tracker_);
+  executor_ =
+      std::make_unique<parallel::PipelineExecutor>(pp, model_, executor_config(config), &tracker_);
 }
 
 std::string PipelineEngine::describe() const {
@@ -204,8 +205,23 @@ StepStats PipelineEngine::train_step(const Batch& batch, float lr) {
               optim::clip_scale(stats.grad_norm, config_.base.grad_clip));
   span("AdamW", start);
   stats.optimizer_ms = optimizer_watch.elapsed_us() * 1e-3;
-  steps_.push_back(std::move(step));
+  PipelineStepTiming timing;
+  const std::vector<parallel::MeasuredAction>& actions = step.pipeline.actions;
+  if (!actions.empty()) {
+    timing.first_start_us = actions.front().start_us;
+    timing.last_end_us = actions.back().end_us;
+  }
+  for (const parallel::MeasuredAction& m : actions) {
+    if (parallel::is_compute(m.action.kind)) timing.busy_us += m.end_us - m.start_us;
+  }
+  timings_.push_back(timing);
+  last_step_ = std::move(step);
   return stats;
+}
+
+const PipelineEngineStep& PipelineEngine::last_step() const {
+  DTRAIN_CHECK(!timings_.empty(), "pipeline: no training step yet");
+  return last_step_;
 }
 
 float PipelineEngine::eval_loss(const Batch& batch) {
@@ -226,11 +242,15 @@ PipelineStageRow stage_row(PipelineEngine& engine, const parallel::ScheduleRepor
   row.optimizer_bytes = mem.current_bytes(MemoryTag::optimizer);
   row.activations_peak_bytes = mem.peak_bytes(MemoryTag::activations);
   row.microbatch_activation_bytes = ex.microbatch_activation_bytes();
-  const PipelineEngineStep& last = engine.steps().back();
+  const PipelineEngineStep& last = engine.last_step();
   row.peak_inflight_bytes = last.pipeline.peak_inflight_bytes;
   row.measured_inflight = static_cast<double>(row.peak_inflight_bytes) /
                           static_cast<double>(row.microbatch_activation_bytes);
-  row.checker_inflight = checked.ranks[static_cast<size_t>(ex.rank())].peak_inflight;
+  // A split backward (ZB-H1) frees a micro-batch at its W: the checker's F-to-W weight stash.
+  const parallel::RankReport& rr = checked.ranks[static_cast<size_t>(ex.rank())];
+  row.checker_inflight = ex.schedule().kind == plan::ScheduleKind::zero_bubble_h1
+                             ? rr.peak_weight_stash
+                             : rr.peak_inflight;
   for (const parallel::MeasuredAction& m : last.pipeline.actions) {
     if (parallel::is_compute(m.action.kind)) row.busy_ms += (m.end_us - m.start_us) * 1e-3;
   }
@@ -240,9 +260,9 @@ PipelineStageRow stage_row(PipelineEngine& engine, const parallel::ScheduleRepor
     sends += parallel::is_send(a.kind) ? 1 : 0;
   }
   const parallel::PipelineExecutorConfig& c = ex.config();
-  row.formula_bytes_sent = sends * static_cast<int64_t>(plan::pp_bytes_per_microbatch(
-                                       c.micro_batch, c.seq, engine.model().config().channels,
-                                       sizeof(float), 1, false));
+  row.formula_bytes_sent =
+      sends * static_cast<int64_t>(plan::pp_bytes_per_microbatch(
+                  c.micro_batch, c.seq, engine.model().config().channels, sizeof(float), 1, false));
   return row;
 }
 
@@ -262,14 +282,16 @@ TrainSummary run_pipeline(const SerialEngineConfig& base, const PipelineSetup& s
 
   TrainSummary summary;
   std::vector<PipelineStageRow> rows(static_cast<size_t>(P));
-  std::vector<std::vector<PipelineEngineStep>> steps(static_cast<size_t>(P));
+  std::vector<PipelineEngineStep> last_steps(static_cast<size_t>(P));
+  std::vector<std::vector<PipelineStepTiming>> timings(static_cast<size_t>(P));
   comm::threads::run_ranks(P, [&](comm::Communicator& world) {
     PipelineEngine engine(config, world);
     Trainer loop(trainer, engine, data, world.rank() == 0 ? observer : nullptr);
     TrainSummary s = loop.run();
     const auto r = static_cast<size_t>(world.rank());
     rows[r] = stage_row(engine, unit);
-    steps[r] = engine.steps();
+    last_steps[r] = engine.last_step();
+    timings[r] = engine.timings();
     if (r == 0) summary = std::move(s);
   });
 
@@ -278,19 +300,22 @@ TrainSummary run_pipeline(const SerialEngineConfig& base, const PipelineSetup& s
   report.chunks = config.partition.chunks();
   report.micro_batch = base.batch / setup.microbatches;
   report.stages = rows;
-  report.weight_gradient_fused = config.schedule == plan::ScheduleKind::zero_bubble_h1;
-  const size_t K = steps[0].size();
-  auto actions_of_step = [&](size_t k) {
-    std::vector<std::vector<parallel::MeasuredAction>> a;
-    for (const auto& rank_steps : steps) a.push_back(rank_steps[k].pipeline.actions);
-    return a;
-  };
+  report.weight_gradient_split = config.schedule == plan::ScheduleKind::zero_bubble_h1;
+  // Step k's bubble as measured_bubble defines it: 1 - sum(busy) / (P * makespan).
+  const size_t K = timings[0].size();
   double bubble_sum = 0;
   for (size_t k = K > 1 ? 1 : 0; k < K; ++k) {
-    bubble_sum += parallel::measured_bubble(schedule, actions_of_step(k)).fraction_of_total;
+    double first = timings[0][k].first_start_us, last = timings[0][k].last_end_us, busy = 0;
+    for (const auto& rank : timings) {
+      first = std::min(first, rank[k].first_start_us);
+      last = std::max(last, rank[k].last_end_us);
+      busy += rank[k].busy_us;
+    }
+    bubble_sum += last > first ? 1 - busy / (P * (last - first)) : 0;
   }
   report.mean_measured_bubble = bubble_sum / static_cast<double>(K > 1 ? K - 1 : 1);
-  const auto last_actions = actions_of_step(K - 1);
+  std::vector<std::vector<parallel::MeasuredAction>> last_actions;
+  for (const PipelineEngineStep& s : last_steps) last_actions.push_back(s.pipeline.actions);
   const parallel::MeasuredBubble last = parallel::measured_bubble(schedule, last_actions);
   report.makespan_ms = last.makespan_us * 1e-3;
   report.measured_bubble = last.fraction_of_total;
@@ -303,8 +328,7 @@ TrainSummary run_pipeline(const SerialEngineConfig& base, const PipelineSetup& s
           .fraction_of_total;
   parallel::SimulationOptions sim;
   sim.times = times;
-  report.simulated_bubble =
-      parallel::simulate_schedule(schedule, sim).bubble_fraction_of_total;
+  report.simulated_bubble = parallel::simulate_schedule(schedule, sim).bubble_fraction_of_total;
 
   if (!setup.trace_path.empty() || !setup.timeline_path.empty()) {
     double origin = last_actions[0].empty() ? 0 : last_actions[0].front().start_us;
@@ -312,8 +336,8 @@ TrainSummary run_pipeline(const SerialEngineConfig& base, const PipelineSetup& s
       for (const parallel::MeasuredAction& m : rank_actions) origin = std::min(origin, m.start_us);
     }
     trace::Timeline timeline = parallel::to_measured_timeline(schedule, last_actions, origin);
-    for (size_t r = 0; r < steps.size(); ++r) {
-      for (trace::Span s : steps[r].back().after) {
+    for (size_t r = 0; r < last_steps.size(); ++r) {
+      for (trace::Span s : last_steps[r].after) {
         s.start -= origin;
         s.end -= origin;
         timeline.rows[r].spans.push_back(s);

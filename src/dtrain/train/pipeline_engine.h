@@ -40,6 +40,13 @@ struct PipelineEngineStep {
   int64_t pipeline_bytes_sent = 0;        // activations and gradients this rank sent
 };
 
+// Every step, compactly (the measured bubble of step k needs these from every rank).
+struct PipelineStepTiming {
+  double first_start_us = 0;  // the rank's first action began
+  double last_end_us = 0;     // its last action ended
+  double busy_us = 0;         // its compute
+};
+
 class PipelineEngine final : public StepEngine {
  public:
   // Every rank of `pp` constructs one; pp.size() must equal config.partition.stages().
@@ -53,7 +60,9 @@ class PipelineEngine final : public StepEngine {
 
   model::GptModel& model() { return model_; }
   parallel::PipelineExecutor& executor() { return *executor_; }
-  const std::vector<PipelineEngineStep>& steps() const { return steps_; }
+  // The latest train_step's record (every action), and every step's timing.
+  const PipelineEngineStep& last_step() const;
+  const std::vector<PipelineStepTiming>& timings() const { return timings_; }
 
  private:
   double global_sum_of_squares(double local);
@@ -67,7 +76,8 @@ class PipelineEngine final : public StepEngine {
   model::GptModel model_;
   optim::AdamW adamw_;
   std::unique_ptr<parallel::PipelineExecutor> executor_;
-  std::vector<PipelineEngineStep> steps_;
+  PipelineEngineStep last_step_;
+  std::vector<PipelineStepTiming> timings_;
 };
 
 // The schedule named by `text` (gpipe, 1f1b, interleaved, zb-h1); throws naming --schedule.

@@ -5,8 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 namespace dtrain::train {
 
@@ -27,25 +30,26 @@ struct PipelineSetup {
 
 struct PipelineStageRow {
   int rank = 0;
-  std::string layers;              // "0-3", or per chunk "0-1,4-5"
-  int64_t param_count = 0;         // elements this stage holds (wte on both ends when P > 1)
-  int64_t params_bytes = 0;        // current bytes per tag after the last step
+  std::string layers;        // "0-3", or per chunk "0-1,4-5"
+  int64_t param_count = 0;   // elements this stage holds (wte on both ends when P > 1)
+  int64_t params_bytes = 0;  // current bytes per tag after the last step
   int64_t grads_bytes = 0;
   int64_t optimizer_bytes = 0;
   int64_t activations_peak_bytes = 0;       // the tracker's peak: workspace + in flight
   int64_t microbatch_activation_bytes = 0;  // one micro-batch's activations, all chunks
   int64_t peak_inflight_bytes = 0;          // measured, the last step
-  double measured_inflight = 0;  // peak_inflight_bytes / microbatch_activation_bytes
-  double checker_inflight = 0;   // the checker's peak in-flight micro-batches (program order)
-  double busy_ms = 0;            // compute time in the last step
-  int64_t bytes_sent = 0;        // activations and gradients sent in the last step
+  double measured_inflight = 0;             // peak_inflight_bytes / microbatch_activation_bytes
+  double checker_inflight = 0;     // the checker's peak in-flight micro-batches (program order;
+                                   // ZB-H1: its weight stash, F until W)
+  double busy_ms = 0;              // compute time in the last step
+  int64_t bytes_sent = 0;          // activations and gradients sent in the last step
   int64_t formula_bytes_sent = 0;  // sends in the schedule x plan::pp_bytes_per_microbatch
 };
 
 struct PipelineReport {
   PipelineSetup setup;
-  int chunks = 1;            // v as run
-  int64_t micro_batch = 0;   // b: rows per micro-batch
+  int chunks = 1;                        // v as run
+  int64_t micro_batch = 0;               // b: rows per micro-batch
   std::vector<PipelineStageRow> stages;  // (P)
   // The last training step (measured), and the bubble's mean over every step but the first.
   double makespan_ms = 0;
@@ -56,7 +60,11 @@ struct PipelineReport {
   // checker's simulation of this very schedule.
   double predicted_bubble = 0;
   double simulated_bubble = 0;
-  bool weight_gradient_fused = false;  // ZB-H1: its B ran the whole backward, W nothing
+  bool weight_gradient_split = false;  // ZB-H1: B ran the input gradients, W the linears' weights
 };
+
+// The pipeline section of `dtrain train`'s summary, and the same figures as JSON.
+void print_pipeline_report(std::ostream& out, const PipelineReport& report);
+nlohmann::json pipeline_report_to_json(const PipelineReport& report);
 
 }  // namespace dtrain::train

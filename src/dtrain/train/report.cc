@@ -41,8 +41,8 @@ std::string lpad(const std::string& s, size_t width) {
 void print_data_parallel(std::ostream& out, const DataParallelReport& d) {
   out << "\n  data parallel: " << d.setup.dp << " ranks, ZeRO stage " << d.setup.zero_stage << ", "
       << d.micro_batch << " sequences x " << d.setup.grad_accum << " micro-batch(es) per rank, "
-      << d.buckets << (d.setup.zero_stage == 3 ? " units" : " gradient buckets") << " (--bucket-size "
-      << format_bytes(static_cast<double>(d.setup.bucket_bytes)) << ")\n";
+      << d.buckets << (d.setup.zero_stage == 3 ? " units" : " gradient buckets")
+      << " (--bucket-size " << format_bytes(static_cast<double>(d.setup.bucket_bytes)) << ")\n";
   out << "  model state (rank 0)   measured after step   plan::model_state_bytes   peak\n";
   for (const DataParallelReport::StateRow& r : d.state) {
     out << "  " << pad(std::string(memory_tag_name(r.tag)), 22)
@@ -51,7 +51,8 @@ void print_data_parallel(std::ostream& out, const DataParallelReport& d) {
         << lpad(format_bytes(static_cast<double>(r.peak_bytes)), 12)
         << (r.current_bytes == r.formula_bytes ? "" : "   (differs)") << "\n";
   }
-  out << "  (fp32 Adam: 4 + 4 + 8 bytes per parameter; Psi = " << grouped(static_cast<double>(d.params))
+  out << "  (fp32 Adam: 4 + 4 + 8 bytes per parameter; Psi = "
+      << grouped(static_cast<double>(d.params))
       << ", shard = ceil(Psi/N) = " << grouped(static_cast<double>(d.shard)) << ")\n";
   if (d.setup.zero_stage == 3) {
     out << "  gathered units (peak above the shards, params + grads): "
@@ -59,13 +60,13 @@ void print_data_parallel(std::ostream& out, const DataParallelReport& d) {
         << "; plan: zero3_gathered_bytes(block, prefetch 1) + embeddings' weights and gradient = "
         << format_bytes(static_cast<double>(d.gathered_formula_bytes)) << "\n";
   }
-  out << "  DP bytes sent per step (rank 0): " << grouped(d.bytes_sent_per_step)
-      << " measured, " << grouped(d.formula_bytes_sent_per_step)
+  out << "  DP bytes sent per step (rank 0): " << grouped(d.bytes_sent_per_step) << " measured, "
+      << grouped(d.formula_bytes_sent_per_step)
       << " plan::dp_traffic_per_step (ring); control (loss, norm): "
       << grouped(d.control_bytes_per_step) << "\n";
-  out << "  overlap: " << fixed(100 * d.overlap_share, 1) << " % of communication hidden behind compute ("
-      << fixed(d.hidden_ms_per_step, 3) << " of " << fixed(d.comm_ms_per_step, 3)
-      << " ms per step)\n";
+  out << "  overlap: " << fixed(100 * d.overlap_share, 1)
+      << " % of communication hidden behind compute (" << fixed(d.hidden_ms_per_step, 3) << " of "
+      << fixed(d.comm_ms_per_step, 3) << " ms per step)\n";
 }
 
 nlohmann::json data_parallel_to_json(const DataParallelReport& d) {
@@ -135,6 +136,8 @@ void print_summary(std::ostream& out, const TrainSummary& s) {
   out << "  activations planned by plan/ (L x per layer + head + workspace): "
       << format_bytes(s.planned_activation_bytes) << "\n";
   if (s.data_parallel) print_data_parallel(out, *s.data_parallel);
+  if (s.pipeline) print_pipeline_report(out, *s.pipeline);
+  if (s.tensor_parallel) print_tensor_parallel_report(out, *s.tensor_parallel);
 }
 
 nlohmann::json summary_to_json(const TrainSummary& s) {
@@ -182,6 +185,8 @@ nlohmann::json summary_to_json(const TrainSummary& s) {
   mem["planned_activation_bytes"] = s.planned_activation_bytes;
   j["memory"] = mem;
   if (s.data_parallel) j["data_parallel"] = data_parallel_to_json(*s.data_parallel);
+  if (s.pipeline) j["pipeline"] = pipeline_report_to_json(*s.pipeline);
+  if (s.tensor_parallel) j["tensor_parallel"] = tensor_parallel_report_to_json(*s.tensor_parallel);
   return j;
 }
 

@@ -8,6 +8,8 @@
 #include "dtrain/core/rng.h"
 #include "dtrain/model/gemm.h"
 #include "dtrain/train/data_parallel_engine.h"
+#include "dtrain/train/pipeline_engine.h"
+#include "dtrain/train/tensor_parallel_engine.h"
 
 namespace dtrain::train {
 
@@ -30,6 +32,15 @@ TrainSetup resolve(const TrainOptions& o) {
   DTRAIN_CHECK(T > 0, "--seq must be positive (got ", T, ")");
   DTRAIN_CHECK(T <= m.context, "--seq ", T, " exceeds --context ", m.context);
   validate_data_parallel(o.data_parallel, B);
+  validate_pipeline(o.pipeline, m, B);
+  DTRAIN_CHECK(!o.pipeline.enabled() || !o.data_parallel.enabled(),
+               "--pp (pipeline) and --dp / --zero / --grad-accum (data parallel) cannot be ",
+               "combined yet: pick one");
+  validate_tensor_parallel(o.tensor_parallel, m);
+  DTRAIN_CHECK(
+      !o.tensor_parallel.enabled() || (!o.pipeline.enabled() && !o.data_parallel.enabled()),
+      "--tp (tensor parallel) cannot be combined with --pp or --dp / --zero / ",
+      "--grad-accum yet: pick one");
   DTRAIN_CHECK(o.steps > 0, "--steps must be positive (got ", o.steps, ")");
   DTRAIN_CHECK(o.eval_every >= 0, "--eval-every must not be negative (got ", o.eval_every, ")");
   DTRAIN_CHECK(o.eval_batches > 0, "--eval-batches must be positive (got ", o.eval_batches, ")");
@@ -73,12 +84,21 @@ TrainSetup resolve(const TrainOptions& o) {
   setup.data = split_train_val(load_byte_tokens(path), o.val_fraction, path);
   check_split_fits(setup.data, T, o.seq ? "--seq" : "--context");
   setup.data_parallel = o.data_parallel;
+  setup.pipeline = o.pipeline;
+  setup.tensor_parallel = o.tensor_parallel;
   return setup;
 }
 
 TrainSummary run_training(const TrainOptions& options, TrainObserver* observer) {
   TrainSetup setup = resolve(options);
   model::set_blas_threads(setup.blas_threads);
+  if (setup.tensor_parallel.enabled()) {
+    return run_tensor_parallel(setup.engine, setup.tensor_parallel, setup.trainer, setup.data,
+                               observer);
+  }
+  if (setup.pipeline.enabled()) {
+    return run_pipeline(setup.engine, setup.pipeline, setup.trainer, setup.data, observer);
+  }
   if (setup.data_parallel.enabled()) {
     return run_data_parallel({setup.engine, setup.data_parallel}, setup.trainer, setup.data,
                              observer);

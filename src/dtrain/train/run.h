@@ -7,7 +7,9 @@
 #include <string>
 
 #include "dtrain/train/data_parallel_report.h"
+#include "dtrain/train/pipeline_report.h"
 #include "dtrain/train/serial_engine.h"
+#include "dtrain/train/tensor_parallel_report.h"
 #include "dtrain/train/trainer.h"
 
 namespace dtrain::train {
@@ -30,9 +32,11 @@ struct TrainOptions {
   uint64_t seed = 1;
   std::string data;  // empty: the default corpus
   double val_fraction = 0.1;
-  int threads = 1;       // compute threads of the rank (a model::ThreadTeam)
-  int blas_threads = 1;  // OpenBLAS's own threads (keep 1 when threads > 1)
+  int threads = 1;                  // compute threads of the rank (a model::ThreadTeam)
+  int blas_threads = 1;             // OpenBLAS's own threads (keep 1 when threads > 1)
   DataParallelSetup data_parallel;  // --dp, --zero, --bucket-size, --grad-accum
+  PipelineSetup pipeline;  // --pp, --microbatches, --schedule, --chunks, --stage-layers, ...
+  TensorParallelSetup tensor_parallel;  // --tp, --sequence-parallel
 };
 
 struct TrainSetup {
@@ -40,14 +44,16 @@ struct TrainSetup {
   TrainerConfig trainer;
   TokenSplit data;
   int blas_threads = 1;
-  DataParallelSetup data_parallel;  // enabled(): run_training runs DataParallelEngines
+  DataParallelSetup data_parallel;      // enabled(): run_training runs DataParallelEngines
+  PipelineSetup pipeline;               // enabled(): run_training runs PipelineEngines
+  TensorParallelSetup tensor_parallel;  // enabled(): run_training runs TensorParallelEngines
 };
 
 // Checks the options and loads the data; throws Error naming the flag or file.
 TrainSetup resolve(const TrainOptions& options);
 
-// resolve(), then a serial run (or a data-parallel one, rank 0 reporting) with `observer` (may
-// be null) watching.
+// resolve(), then a serial run (or a data-parallel or pipeline one, rank 0 reporting) with
+// `observer` (may be null) watching.
 TrainSummary run_training(const TrainOptions& options, TrainObserver* observer);
 
 }  // namespace dtrain::train

@@ -15,6 +15,7 @@
 #include "dtrain/train/data_parallel_report.h"
 #include "dtrain/train/pipeline_report.h"
 #include "dtrain/train/step_engine.h"
+#include "dtrain/train/tensor_parallel_report.h"
 
 namespace dtrain::train {
 
@@ -68,9 +69,10 @@ struct TrainSummary {
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;  // means per step
   std::vector<MemoryRow> memory;                             // one per tag
   int64_t peak_total_bytes = 0;
-  double planned_activation_bytes = 0;  // L * per layer + head + workspace, from plan/
+  double planned_activation_bytes = 0;              // L * per layer + head + workspace, from plan/
   std::optional<DataParallelReport> data_parallel;  // data-parallel runs: rank 0's figures
-  std::optional<PipelineReport> pipeline;            // pipeline runs: every stage's figures
+  std::optional<PipelineReport> pipeline;           // pipeline runs: every stage's figures
+  std::optional<TensorParallelReport> tensor_parallel;  // TP runs: every TP rank's figures
 };
 
 // Progress callbacks; the default implementations ignore everything.

@@ -17,12 +17,14 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
   sgemm(Trans::no, Trans::yes, BT, OC, C, 1.0f, inp, C, weight, C, beta, out, OC, cx);
 }
 
-void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int64_t BT, int64_t C, int64_t OC, const Compute& cx) {
+void matmul_backward_input(float* dinp, const float* dout, const float* weight, int64_t BT,
+                           int64_t C, int64_t OC, const Compute& cx) {
   // dinp (BT, C) += dout (BT, OC) @ weight (OC, C)
-  if (dinp != nullptr) {
-    sgemm(Trans::no, Trans::no, BT, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C, cx);
-  }
+  sgemm(Trans::no, Trans::no, BT, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C, cx);
+}
+
+void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp,
+                            int64_t BT, int64_t C, int64_t OC, const Compute& cx) {
   // dweight (OC, C) += dout^T (OC, BT) @ inp (BT, C)
   sgemm(Trans::yes, Trans::no, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, cx);
   if (dbias != nullptr) {
@@ -31,6 +33,12 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
       for (int64_t o = 0; o < OC; ++o) dbias[o] += d[o];
     }
   }
+}
+
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int64_t BT, int64_t C, int64_t OC, const Compute& cx) {
+  if (dinp != nullptr) matmul_backward_input(dinp, dout, weight, BT, C, OC, cx);
+  matmul_backward_weight(dweight, dbias, dout, inp, BT, C, OC, cx);
 }
 
 void matmul_forward_reference(float* out, const float* inp, const float* weight, const float* bias,

@@ -24,6 +24,20 @@ void matmul_backward(float* dinp,          // (BT, C)
                      const float* weight,  // (OC, C)
                      int64_t BT, int64_t C, int64_t OC, const Compute& cx = {});
 
+// matmul_backward in two halves, for a split (zero-bubble) backward; matmul_backward is
+// exactly _input then _weight (the same sgemm calls, so the same bits).
+// Accumulates dinp += dout @ weight.
+void matmul_backward_input(float* dinp,          // (BT, C)
+                           const float* dout,    // (BT, OC)
+                           const float* weight,  // (OC, C)
+                           int64_t BT, int64_t C, int64_t OC, const Compute& cx = {});
+// Accumulates dweight += dout^T @ inp and, unless dbias is null, dbias += column sums of dout.
+void matmul_backward_weight(float* dweight,     // (OC, C)
+                            float* dbias,       // (OC)
+                            const float* dout,  // (BT, OC)
+                            const float* inp,   // (BT, C)
+                            int64_t BT, int64_t C, int64_t OC, const Compute& cx = {});
+
 // The same maths as plain triple loops (no BLAS), for tests.
 void matmul_forward_reference(float* out, const float* inp, const float* weight, const float* bias,
                               int64_t BT, int64_t C, int64_t OC);

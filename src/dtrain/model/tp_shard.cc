@@ -1,0 +1,126 @@
+// The tensor-parallel cut of every GPT tensor: local shapes and serial-to-shard slicing.
+#include "dtrain/model/tp_shard.h"
+
+#include <algorithm>
+
+#include "dtrain/core/check.h"
+
+namespace dtrain::model {
+namespace {
+
+// Elements of one "row" (the product of every dimension after the first; 1 for a vector).
+int64_t row_length(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+}  // namespace
+
+TpSplit tp_split_of(std::string_view name) {
+  if (name == "wte") return TpSplit::vocab_rows;
+  if (name.ends_with("attn.qkv.w") || name.ends_with("attn.qkv.b")) return TpSplit::qkv_rows;
+  if (name.ends_with("mlp.fc.w") || name.ends_with("mlp.fc.b")) return TpSplit::rows;
+  if (name.ends_with("attn.proj.w") || name.ends_with("mlp.proj.w")) return TpSplit::columns;
+  return TpSplit::replicated;
+}
+
+int64_t tp_padded_vocab(int64_t vocab, int tp) {
+  return (vocab + tp - 1) / tp * tp;
+}
+
+int64_t tp_vocab_local(int64_t vocab, int tp) {
+  return tp_padded_vocab(vocab, tp) / tp;
+}
+
+int64_t tp_vocab_begin(int64_t vocab, int tp, int tp_rank) {
+  return tp_rank * tp_vocab_local(vocab, tp);
+}
+
+void check_tensor_parallel(const GptConfig& c, int tp) {
+  DTRAIN_CHECK(tp >= 1, "--tp must be at least 1 (got ", tp, ")");
+  DTRAIN_CHECK(tp <= c.heads, "--tp ", tp, " is larger than n_head ", c.heads,
+               " (each rank needs at least one head)");
+  DTRAIN_CHECK(c.heads % tp == 0, "--tp ", tp, " does not divide n_head ", c.heads);
+  DTRAIN_CHECK((4 * c.channels) % tp == 0, "--tp ", tp, " does not divide the MLP width 4*C ",
+               4 * c.channels);
+}
+
+void check_sequence_parallel(int64_t B, int64_t T, int tp) {
+  DTRAIN_CHECK(tp >= 1 && (B * T) % tp == 0, "--sequence-parallel splits the B*T = ", B * T,
+               " token rows (--batch ", B, " x --seq ", T, ") across --tp ", tp, " ranks: --tp ",
+               tp, " does not divide --seq ", T, " x --batch ", B);
+}
+
+ParamTable tp_local_table(const ParamTable& whole, const GptConfig& config, int tp) {
+  if (tp == 1) return whole;
+  check_tensor_parallel(config, tp);
+  ParamTable local;
+  for (const ParamTensor& t : whole.tensors()) {
+    std::vector<int64_t> shape = t.shape;
+    switch (tp_split_of(t.name)) {
+      case TpSplit::replicated:
+        break;
+      case TpSplit::rows:
+      case TpSplit::qkv_rows:
+        shape[0] /= tp;
+        break;
+      case TpSplit::columns:
+        shape[1] /= tp;
+        break;
+      case TpSplit::vocab_rows:
+        shape[0] = tp_vocab_local(config.vocab, tp);
+        break;
+    }
+    local.add(t.name, std::move(shape));
+  }
+  local.set_backward_order(whole.backward_order());
+  return local;
+}
+
+std::vector<float> tp_slice(const ParamTensor& whole, std::span<const float> values,
+                            const GptConfig& config, int tp, int tp_rank) {
+  DTRAIN_CHECK(static_cast<int64_t>(values.size()) == whole.count, "tp_slice: ", whole.name,
+               " has ", whole.count, " elements, got ", values.size());
+  DTRAIN_CHECK(tp_rank >= 0 && tp_rank < tp, "tp_slice: tp_rank ", tp_rank, " outside [0, ", tp,
+               ")");
+  const int64_t row = row_length(whole.shape);
+  const int64_t rows = whole.shape[0];
+  std::vector<float> out;
+  auto take_rows = [&](int64_t first, int64_t count) {
+    const auto begin = values.begin() + first * row;
+    out.insert(out.end(), begin, begin + count * row);
+  };
+  switch (tp_split_of(whole.name)) {
+    case TpSplit::replicated:
+      out.assign(values.begin(), values.end());
+      break;
+    case TpSplit::rows:
+      take_rows(tp_rank * (rows / tp), rows / tp);
+      break;
+    case TpSplit::qkv_rows: {
+      const int64_t C = rows / 3, C_local = C / tp;  // Q, K, V blocks of C rows each
+      for (int64_t part = 0; part < 3; ++part) take_rows(part * C + tp_rank * C_local, C_local);
+      break;
+    }
+    case TpSplit::columns: {
+      const int64_t K_local = row / tp;
+      for (int64_t r = 0; r < rows; ++r) {
+        const auto begin = values.begin() + r * row + tp_rank * K_local;
+        out.insert(out.end(), begin, begin + K_local);
+      }
+      break;
+    }
+    case TpSplit::vocab_rows: {
+      const int64_t V_local = tp_vocab_local(config.vocab, tp);
+      const int64_t first = tp_vocab_begin(config.vocab, tp, tp_rank);
+      const int64_t real = std::clamp<int64_t>(rows - first, 0, V_local);
+      if (real > 0) take_rows(first, real);
+      out.resize(static_cast<size_t>(V_local * row), 0.0f);
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace dtrain::model

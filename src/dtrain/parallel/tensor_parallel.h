@@ -1,0 +1,84 @@
+// Tensor parallelism (Megatron, Shoeybi et al. 2019, §3; Narayanan et al. 2021, §3.2): the
+// model's TP hooks over a communicator of the TP group. f and g (the block's only
+// communication: 2 all-reduces of (B, T, C) forward, 2 backward) and the vocabulary-parallel
+// embedding's and cross-entropy's reductions are counted apart, with the traffic each measured,
+// so the engine can set them beside plan::tp_traffic_per_layer. The sharded shapes themselves
+// live in model/tp_shard.h; this file adds what needs a communicator.
+#pragma once
+
+#include <cstdint>
+
+#include "dtrain/comm/communicator.h"
+#include "dtrain/model/gpt.h"
+#include "dtrain/model/tp_hooks.h"
+
+namespace dtrain::parallel {
+
+// Calls and measured traffic of one kind of TP collective on this rank.
+struct TpCounter {
+  int64_t calls = 0;
+  int64_t elements = 0;
+  comm::Traffic traffic;
+};
+
+struct TensorParallelCounters {
+  TpCounter block_forward;   // g: after the attention projection and the MLP second linear
+  TpCounter block_backward;  // f: into the LN1 and LN2 outputs' gradients
+  TpCounter vocab;           // embedding sum, cross-entropy max / sum-exp, LM-head f
+  // Sequence parallelism only: backward's all-gathers of the stored LN-output slices that the
+  // qkv and fc weight gradients need (Korthikanti et al. 2022, §4.2.2: not in the f/g formula).
+  TpCounter regather;
+};
+
+class TensorParallelGroup final : public model::TensorParallelHooks {
+ public:
+  // `tp` is the TP group's communicator (its rank is tp_rank); it must outlive the hooks.
+  explicit TensorParallelGroup(comm::Communicator& tp) : comm_(tp) {}
+  // With `sequence_parallel` (and N > 1) the model runs the residual regions on a slice.
+  TensorParallelGroup(comm::Communicator& tp, bool sequence_parallel)
+      : comm_(tp), sequence_parallel_(sequence_parallel) {}
+
+  int size() const override { return comm_.size(); }
+  int rank() const override { return comm_.rank(); }
+  void all_reduce_sum(float* data, int64_t count) override;
+  void all_reduce_max(float* data, int64_t count) override;
+  void g_forward(float* data, int64_t count) override;
+  void f_backward(float* dinp, int64_t count) override;
+  bool sequence_parallel() const override { return sequence_parallel_ && size() > 1; }
+  void sp_all_gather(float* full, const float* slice, int64_t slice_count, SpSite site) override;
+  void sp_reduce_scatter(float* slice, const float* full, int64_t slice_count,
+                         SpSite site) override;
+
+  const TensorParallelCounters& counters() const { return counters_; }
+  comm::Communicator& communicator() { return comm_; }
+
+ private:
+  void reduce(float* data, int64_t count, comm::ReduceOp op, TpCounter& counter);
+  TpCounter& counter_of(SpSite site);
+
+  comm::Communicator& comm_;
+  bool sequence_parallel_ = false;
+  TensorParallelCounters counters_;
+};
+
+// The squared L2 norm of the whole (serial) model's gradient, from a TP rank's shards: sharded
+// tensors' squares summed over the group (one all-reduce of one float, counted on the
+// communicator but not in the hooks' counters), replicated tensors' once.
+double tp_grad_sum_of_squares(const model::GptModel& model, comm::Communicator& tp);
+
+// Elements of the model's block tensors on this rank: those TP cuts (matrices and their
+// biases) and those it replicates (LayerNorms, the biases added after g).
+struct BlockParamCounts {
+  int64_t sharded = 0;
+  int64_t replicated = 0;
+};
+BlockParamCounts block_param_counts(const model::ParamTable& table);
+
+// Sequence parallelism: each rank's LayerNorm weight and bias gradients (ln1, ln2, lnf) are
+// sums over its slice of the tokens only; one all-reduce per tensor over `tp` completes them
+// (Megatron's "sequence-parallel parameters"). Not counted in the hooks' counters. The biases
+// added after g (attn.proj.b, mlp.proj.b) need none: backward gathers the full gradient before
+// the row-parallel linear's backward, which sums it over all B*T rows.
+void sp_all_reduce_layernorm_grads(model::GptModel& model, comm::Communicator& tp);
+
+}  // namespace dtrain::parallel

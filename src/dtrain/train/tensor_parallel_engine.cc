@@ -1,0 +1,176 @@
+// TensorParallelEngine: one sharded GptModel and one AdamW over its shards per TP rank; the
+// gradient norm of the whole model from the shards; counters per step; the SPMD run.
+#include "dtrain/train/tensor_parallel_engine.h"
+
+#include <cmath>
+#include <mutex>
+
+#include "dtrain/comm/threads/backend.h"
+#include "dtrain/core/check.h"
+#include "dtrain/core/timer.h"
+#include "dtrain/model/tp_shard.h"
+#include "dtrain/optim/grad_clip.h"
+#include "dtrain/parallel/mesh.h"
+#include "dtrain/plan/activation_memory.h"
+#include "dtrain/plan/comm_model.h"
+
+namespace dtrain::train {
+namespace {
+
+void add(parallel::TpCounter& sum, const parallel::TpCounter& after,
+         const parallel::TpCounter& before) {
+  sum.calls += after.calls - before.calls;
+  sum.elements += after.elements - before.elements;
+  sum.traffic += after.traffic - before.traffic;
+}
+
+// One block's activation bytes on a TP rank, read from a MemoryTracker: the activations of
+// blocks {0, 1} less those of block {0} alone (the same buffers the engine's model carves).
+int64_t measured_block_activation_bytes(model::GptConfig g, int64_t B, int64_t T, int tp,
+                                        bool sequence_parallel) {
+  g.layers = 2;
+  auto bytes = [&](int64_t blocks) {
+    MemoryTracker tracker;
+    const model::GptActivations acts(g, B, T, &tracker, {0, blocks}, false, false, tp,
+                                     sequence_parallel);
+    return tracker.current_bytes(MemoryTag::activations);
+  };
+  return bytes(2) - bytes(1);
+}
+
+}  // namespace
+
+void validate_tensor_parallel(const TensorParallelSetup& setup, const model::GptConfig& model) {
+  model::check_tensor_parallel(model, setup.tp);
+  DTRAIN_CHECK(!setup.sequence_parallel || setup.tp > 1,
+               "--sequence-parallel needs --tp of at least 2 (got --tp ", setup.tp, ")");
+}
+
+TensorParallelEngine::TensorParallelEngine(const SerialEngineConfig& config, comm::Communicator& tp,
+                                           bool sequence_parallel)
+    : config_(config),
+      tp_(tp),
+      team_(config.threads),
+      hooks_(tp, sequence_parallel),
+      model_((model::check_tensor_parallel(config.model, tp.size()), config.model), &tracker_,
+             &hooks_, &team_),
+      adamw_(model_.param_count(), config.adamw, &tracker_) {
+  sequence_parallel_ = hooks_.sequence_parallel();
+  if (sequence_parallel_) model::check_sequence_parallel(config.batch, config.seq, tp.size());
+  model_.init_params(config.init_seed);
+  model_.set_batch_shape(config.batch, config.seq);
+}
+
+std::string TensorParallelEngine::describe() const {
+  const parallel::DeviceMesh mesh(1, tp_.size(), 1);
+  return mesh.describe(tp_.global_rank()) + " tensor parallel" +
+         (sequence_parallel_ ? " + sequence parallel" : "");
+}
+
+StepStats TensorParallelEngine::train_step(const Batch& batch, float lr) {
+  const parallel::TensorParallelCounters before = hooks_.counters();
+  StepStats stats;
+  Stopwatch watch;
+  model_.zero_grads();
+  stats.loss = model_.forward(batch.inputs, batch.targets, batch.batch, batch.seq);
+  stats.forward_ms = watch.elapsed_us() * 1e-3;
+  watch.restart();
+  model_.backward();
+  if (sequence_parallel_) parallel::sp_all_reduce_layernorm_grads(model_, tp_);
+  stats.backward_ms = watch.elapsed_us() * 1e-3;
+  watch.restart();
+  stats.grad_norm = std::sqrt(parallel::tp_grad_sum_of_squares(model_, tp_));
+  DTRAIN_CHECK(std::isfinite(stats.loss) && std::isfinite(stats.grad_norm),
+               "training diverged: loss ", stats.loss, ", gradient norm ", stats.grad_norm,
+               " (try a smaller --lr)");
+  const float scale = optim::clip_scale(stats.grad_norm, config_.grad_clip);
+  adamw_.advance();
+  model::parallel_ranges(&team_, model_.param_count(), 1024, [&](model::Range r) {
+    const auto at = static_cast<size_t>(r.begin), n = static_cast<size_t>(r.end - r.begin);
+    adamw_.update(model_.params().subspan(at, n), model_.grads().subspan(at, n), r.begin, lr,
+                  scale);
+  });
+  stats.optimizer_ms = watch.elapsed_us() * 1e-3;
+  const parallel::TensorParallelCounters& after = hooks_.counters();
+  add(step_totals_.block_forward, after.block_forward, before.block_forward);
+  add(step_totals_.block_backward, after.block_backward, before.block_backward);
+  add(step_totals_.vocab, after.vocab, before.vocab);
+  add(step_totals_.regather, after.regather, before.regather);
+  ++steps_;
+  return stats;
+}
+
+float TensorParallelEngine::eval_loss(const Batch& batch) {
+  return model_.forward(batch.inputs, batch.targets, batch.batch, batch.seq);
+}
+
+TensorParallelRankReport TensorParallelEngine::report() const {
+  TensorParallelRankReport r;
+  const model::GptConfig& m = config_.model;
+  const double n = steps_ > 0 ? static_cast<double>(steps_) : 1.0;
+  r.tp_rank = tp_.rank();
+  r.block_forward_calls_per_step = static_cast<double>(step_totals_.block_forward.calls) / n;
+  r.block_backward_calls_per_step = static_cast<double>(step_totals_.block_backward.calls) / n;
+  r.block_bytes_sent_per_step =
+      static_cast<double>(step_totals_.block_forward.traffic.bytes_sent +
+                          step_totals_.block_backward.traffic.bytes_sent) /
+      n;
+  // One micro-batch of the whole batch per step; fp32 activations.
+  const int64_t micro_batches = 1;
+  r.formula_bytes_sent_per_step =
+      plan::tp_traffic_per_layer(config_.batch, config_.seq, m.channels, sizeof(float), tp_.size(),
+                                 sequence_parallel_, plan::Recompute::none)
+          .bytes_sent *
+      static_cast<double>(m.layers * micro_batches);
+  r.vocab_bytes_sent_per_step = static_cast<double>(step_totals_.vocab.traffic.bytes_sent) / n;
+  r.regather_bytes_sent_per_step =
+      static_cast<double>(step_totals_.regather.traffic.bytes_sent) / n;
+  // Activations of one block on this rank (every block keeps the same tensors).
+  r.block_activation_bytes = measured_block_activation_bytes(m, config_.batch, config_.seq,
+                                                             tp_.size(), sequence_parallel_);
+  r.formula_block_activation_bytes =
+      plan::activation_bytes_per_layer({.seq = config_.seq,
+                                        .micro_batch = config_.batch,
+                                        .hidden = m.channels,
+                                        .heads = m.heads,
+                                        .tp = tp_.size(),
+                                        .sequence_parallel = sequence_parallel_,
+                                        .bytes_per_element = sizeof(float),
+                                        .dropout = false,
+                                        .count_layernorm_stats = true});
+  r.param_bytes = tracker_.current_bytes(MemoryTag::params);
+  r.serial_param_bytes = model::gpt_param_count(m) * static_cast<int64_t>(sizeof(float));
+  const parallel::BlockParamCounts local = parallel::block_param_counts(model_.param_table());
+  const parallel::BlockParamCounts serial = parallel::block_param_counts(model::gpt_param_table(m));
+  r.block_sharded = local.sharded;
+  r.block_replicated = local.replicated;
+  r.serial_block_sharded = serial.sharded;
+  return r;
+}
+
+TrainSummary run_tensor_parallel(const SerialEngineConfig& config, const TensorParallelSetup& setup,
+                                 const TrainerConfig& trainer, const TokenSplit& data,
+                                 TrainObserver* observer) {
+  validate_tensor_parallel(setup, config.model);
+  if (setup.sequence_parallel) model::check_sequence_parallel(config.batch, config.seq, setup.tp);
+  TrainSummary summary;
+  TensorParallelReport report;
+  report.setup = setup;
+  report.ranks.resize(static_cast<size_t>(setup.tp));
+  std::mutex mutex;
+  comm::threads::run_ranks(setup.tp, [&](comm::Communicator& world) {
+    TensorParallelEngine engine(config, world, setup.sequence_parallel);
+    Trainer loop(trainer, engine, data, world.rank() == 0 ? observer : nullptr);
+    TrainSummary s = loop.run();
+    {
+      // Threads backend: every rank's figures land in one report (an MPI run would gather them).
+      std::lock_guard<std::mutex> lock(mutex);
+      report.ranks[static_cast<size_t>(world.rank())] = engine.report();
+    }
+    if (world.rank() == 0) summary = std::move(s);
+  });
+  summary.tensor_parallel = std::move(report);
+  return summary;
+}
+
+}  // namespace dtrain::train

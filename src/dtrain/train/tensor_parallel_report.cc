@@ -1,0 +1,88 @@
+// print_tensor_parallel_report / tensor_parallel_report_to_json: per TP rank, f/g bytes sent
+// per step measured beside plan::tp_traffic_per_layer, and parameter memory beside serial / N.
+#include "dtrain/train/tensor_parallel_report.h"
+
+#include <cstdio>
+#include <string>
+
+#include "dtrain/core/units.h"
+
+namespace dtrain::train {
+namespace {
+
+std::string number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.0f", v);
+  return buf;
+}
+
+std::string column(const std::string& s, size_t width) {
+  return s.size() < width ? std::string(width - s.size(), ' ') + s : s;
+}
+
+}  // namespace
+
+void print_tensor_parallel_report(std::ostream& out, const TensorParallelReport& r) {
+  const int N = r.setup.tp;
+  out << "\n  tensor parallel: " << N << " ranks (Megatron f/g, vocabulary-parallel embedding and "
+      << "cross-entropy" << (r.setup.sequence_parallel ? ", sequence parallel" : "") << ")\n";
+  out << "  rank   f/g calls fwd+bwd   TP bytes sent/step   plan::tp_traffic_per_layer x L"
+      << "   vocab-parallel bytes   params      serial/N\n";
+  for (const TensorParallelRankReport& k : r.ranks) {
+    const double serial_share = static_cast<double>(k.serial_param_bytes) / N;
+    out << "  " << column(std::to_string(k.tp_rank), 4)
+        << column(number(k.block_forward_calls_per_step) + "+" +
+                      number(k.block_backward_calls_per_step),
+                  20)
+        << column(number(k.block_bytes_sent_per_step), 21)
+        << column(number(k.formula_bytes_sent_per_step), 33)
+        << (k.block_bytes_sent_per_step == k.formula_bytes_sent_per_step ? " " : "*")
+        << column(number(k.vocab_bytes_sent_per_step), 22)
+        << column(format_bytes(static_cast<double>(k.param_bytes)), 10)
+        << column(format_bytes(serial_share), 12) << "\n";
+  }
+  if (!r.ranks.empty()) {
+    const TensorParallelRankReport& k = r.ranks.front();
+    if (r.setup.sequence_parallel) {
+      out << "  (per layer and micro-batch: 4 ring reduce-scatters + 4 all-gathers of B*T*C fp32 "
+          << "= 8*B*T*C*(N-1)/N elements x 4 bytes, as the all-reduces without SP; "
+          << "'*' marks a difference)\n";
+      out << "  sequence parallel: backward re-gathers the stored LN-output slices: "
+          << number(k.regather_bytes_sent_per_step) << " bytes/step (not in the formula)\n";
+    } else {
+      out << "  (per layer and micro-batch: 4 ring all-reduces of B*T*C fp32 = 8*B*T*C*(N-1)/N "
+          << "elements x 4 bytes; "
+          << "'*' marks a difference)\n";
+    }
+    out << "  activations per block per rank: " << k.block_activation_bytes
+        << " bytes measured, plan::activation_bytes_per_layer "
+        << number(k.formula_block_activation_bytes)
+        << (r.setup.sequence_parallel ? " (sequence parallel)" : "") << "\n";
+    out << "  block parameters per rank: " << k.block_sharded << " sharded (serial "
+        << k.serial_block_sharded << " / " << N << " = " << k.serial_block_sharded / N << ") + "
+        << k.block_replicated << " replicated (LayerNorms, biases after g)\n";
+  }
+}
+
+nlohmann::json tensor_parallel_report_to_json(const TensorParallelReport& r) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const TensorParallelRankReport& k : r.ranks) {
+    ranks.push_back({{"tp_rank", k.tp_rank},
+                     {"block_forward_calls_per_step", k.block_forward_calls_per_step},
+                     {"block_backward_calls_per_step", k.block_backward_calls_per_step},
+                     {"bytes_sent_per_step", k.block_bytes_sent_per_step},
+                     {"formula_bytes_sent_per_step", k.formula_bytes_sent_per_step},
+                     {"vocab_bytes_sent_per_step", k.vocab_bytes_sent_per_step},
+                     {"regather_bytes_sent_per_step", k.regather_bytes_sent_per_step},
+                     {"block_activation_bytes", k.block_activation_bytes},
+                     {"formula_block_activation_bytes", k.formula_block_activation_bytes},
+                     {"param_bytes", k.param_bytes},
+                     {"serial_param_bytes", k.serial_param_bytes},
+                     {"block_sharded", k.block_sharded},
+                     {"block_replicated", k.block_replicated},
+                     {"serial_block_sharded", k.serial_block_sharded}});
+  }
+  return {{"tp", r.setup.tp}, {"sequence_parallel", r.setup.sequence_parallel}, {"ranks", ranks}};
+}
+
+}  // namespace dtrain::train
