@@ -28,7 +28,8 @@ int64_t measure_chunk_bytes(const model::GptConfig& g, int64_t b, int64_t T,
                             model::LayerRange layers, bool embedding, bool head, bool split) {
   MemoryTracker scratch;
   model::GptActivations acts(g, b, T, &scratch, layers, embedding, head);
-  if (split) model::WeightGradStash stash(g, b, T, &scratch, layers);
+  const std::unique_ptr<model::WeightGradStash> stash =
+      split ? std::make_unique<model::WeightGradStash>(g, b, T, &scratch, layers) : nullptr;
   return scratch.current_bytes(MemoryTag::activations);
 }
 

@@ -73,9 +73,18 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
   mem.grads = static_cast<double>(states.grads);
   mem.optimizer = static_cast<double>(states.optimizer);
   mem.activation_per_layer = per_layer;
-  mem.inflight_microbatches =
-      peak_inflight_microbatches(schedule_of(l), l.pp, static_cast<int>(microbatches), l.vp, stage);
-  mem.activations = mem.inflight_microbatches * static_cast<double>(mem.layers) * per_layer;
+  const ScheduleKind kind = schedule_of(l);
+  const int mbs = static_cast<int>(microbatches);
+  if (kind == ScheduleKind::zero_bubble_h1) {
+    // A split backward holds each micro-batch from its F until its W (pipeline_model.h), with
+    // each layer's linears' output gradients from B to W (activation_memory.h; dense layers).
+    mem.weight_grad_stash_per_layer = weight_grad_stash_bytes_per_layer(shape);
+    mem.inflight_microbatches = peak_weight_stash_microbatches(kind, l.pp, mbs, l.vp, stage);
+  } else {
+    mem.inflight_microbatches = peak_inflight_microbatches(kind, l.pp, mbs, l.vp, stage);
+  }
+  mem.activations = mem.inflight_microbatches * static_cast<double>(mem.layers) *
+                    (per_layer + mem.weight_grad_stash_per_layer);
   // The head's activations (final norm, logits, losses: head_activation_memory.h) live on the
   // last stage, for each micro-batch in flight there; the vocabulary is split over TP ranks.
   HeadActivationShape head;

@@ -81,7 +81,10 @@ struct MemoryBreakdown {
   double activations = 0;
   double head_activations = 0;      // of which the head's (final norm, logits, losses)
   double activation_per_layer = 0;  // activation_bytes_per_layer, one micro-batch
-  double inflight_microbatches = 0;
+  // ZB-H1: weight_grad_stash_bytes_per_layer, kept with each micro-batch from its B to its W
+  // (included in activations; 0 for the fused-backward schedules).
+  double weight_grad_stash_per_layer = 0;
+  double inflight_microbatches = 0;  // ZB-H1: F until W (peak_weight_stash_microbatches)
   // Communication buckets, ZeRO-3 gathered layers, a recomputed layer, the backward workspace.
   double temporary = 0;
   double workspace = 0;  // of which the backward workspace (workspace_activation_bytes)
