@@ -2,6 +2,7 @@
 // trials of back-to-back calls (the slowest rank's mean per call), as the OpenMPI peer in the
 // shared peers folder does, so the two sets of figures compare directly.
 #include "bench/collectives_bench.h"
+#include "bench/bench_util.h"
 
 #include <algorithm>
 #include <cmath>
@@ -80,12 +81,6 @@ bool verify(const CollectiveRunConfig& c, int64_t count, int world, int rank, co
       return true;
   }
   return false;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 }  // namespace

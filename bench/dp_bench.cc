@@ -1,6 +1,7 @@
 // run_dp_bench: the single-rank reference, then plain DP and each ZeRO stage on N ranks of the
 // threads backend, then (optionally) the PyTorch peer through popen; the table and JSON.
 #include "bench/dp_bench.h"
+#include "bench/bench_util.h"
 
 #include <algorithm>
 #include <array>
@@ -21,21 +22,6 @@ namespace dtrain::bench {
 namespace {
 
 constexpr float kPeerLr = 3e-4f;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
-std::string fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
-  return buf;
-}
-
-std::string lpad(const std::string& s, size_t width) {
-  return s.size() < width ? std::string(width - s.size(), ' ') + s : s;
-}
 
 // B rows of uniform random tokens with next-token targets (the peer's kind of data).
 train::Batch random_batch(int64_t B, int64_t T, int64_t V) {

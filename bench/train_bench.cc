@@ -1,6 +1,7 @@
 // run_train_bench: per thread count, a fresh SerialEngine on a fixed batch; a clean timed pass
 // for ms/step, a second pass with sgemm timing for the GEMM share; then the sgemm peak.
 #include "bench/train_bench.h"
+#include "bench/bench_util.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -14,21 +15,6 @@
 
 namespace dtrain::bench {
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
-std::string fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
-  return buf;
-}
-
-std::string lpad(const std::string& s, size_t width) {
-  return s.size() < width ? std::string(width - s.size(), ' ') + s : s;
-}
 
 // The peer's data: one batch of uniform random tokens, targets shifted by one.
 train::Batch fixed_random_batch(int64_t B, int64_t T, int64_t V) {
