@@ -30,6 +30,7 @@
 #include "dtrain/parallel/pipeline_stages.h"
 #include "dtrain/train/pipeline_engine.h"
 #include "dtrain/train/serial_engine.h"
+#include "e2e/equality_support.h"
 
 namespace dtrain::train {
 namespace {
@@ -48,18 +49,6 @@ SerialEngineConfig base_config() {
   c.grad_clip = 1.0f;
   c.init_seed = 42;
   return c;
-}
-
-// K batches of random tokens, the same for both engines.
-std::vector<Batch> batches(const SerialEngineConfig& c) {
-  Rng rng(7);
-  std::vector<Batch> out(kSteps);
-  for (Batch& b : out) {
-    b.resize(c.batch, c.seq);
-    for (int32_t& t : b.inputs) t = static_cast<int32_t>(rng.uniform_int(c.model.vocab));
-    for (int32_t& t : b.targets) t = static_cast<int32_t>(rng.uniform_int(c.model.vocab));
-  }
-  return out;
 }
 
 struct SerialRun {
@@ -90,7 +79,7 @@ struct Case {
 
 TEST(PipelineEquality, EveryScheduleMatchesTheSerialRun) {
   const SerialEngineConfig base = base_config();
-  const std::vector<Batch> data = batches(base);
+  const std::vector<Batch> data = e2e::random_batches(base, kSteps);
   const SerialRun serial = run_serial(base, data);
   std::vector<Case> cases;
   for (int p : {2, 4}) {

@@ -28,6 +28,7 @@
 #include "dtrain/plan/comm_model.h"
 #include "dtrain/train/serial_engine.h"
 #include "dtrain/train/tensor_parallel_engine.h"
+#include "e2e/equality_support.h"
 
 namespace dtrain::train {
 namespace {
@@ -46,17 +47,6 @@ SerialEngineConfig config_of(int64_t B, int64_t T) {
   c.grad_clip = 1.0f;
   c.init_seed = 42;
   return c;
-}
-
-std::vector<Batch> batches(const SerialEngineConfig& c) {
-  Rng rng(7);
-  std::vector<Batch> out(kSteps);
-  for (Batch& b : out) {
-    b.resize(c.batch, c.seq);
-    for (int32_t& t : b.inputs) t = static_cast<int32_t>(rng.uniform_int(c.model.vocab));
-    for (int32_t& t : b.targets) t = static_cast<int32_t>(rng.uniform_int(c.model.vocab));
-  }
-  return out;
 }
 
 // One block's activation bytes from a MemoryTracker: blocks {0, 1} less block {0}.
@@ -79,7 +69,7 @@ struct RankResult {
 
 void check_sp_matches_serial(int64_t B, int64_t T) {
   const SerialEngineConfig config = config_of(B, T);
-  const std::vector<Batch> data = batches(config);
+  const std::vector<Batch> data = e2e::random_batches(config, kSteps);
   SerialEngine serial(config);
   std::vector<float> serial_losses;
   for (const Batch& b : data) serial_losses.push_back(serial.train_step(b, kLr).loss);
@@ -93,22 +83,10 @@ void check_sp_matches_serial(int64_t B, int64_t T) {
       RankResult& r = results[static_cast<size_t>(world.rank())];
       TensorParallelEngine engine(config, world, /*sequence_parallel=*/true);
       for (const Batch& b : data) r.losses.push_back(engine.train_step(b, kLr).loss);
-      for (size_t i = 0; i < table.size(); ++i) {
-        const auto idx = static_cast<int>(i);
-        const std::span<float> s = serial.model().param(idx);
-        const std::vector<float> want =
-            model::tp_slice(table[i], {s.begin(), s.end()}, m, N, world.rank());
-        const std::span<float> got = engine.model().param(idx);
-        if (engine.model().param_table()[i].name != table[i].name || got.size() != want.size()) {
-          r.max_param_diff = 1e30;  // a shape or name mismatch fails the test
-          continue;
-        }
-        for (size_t j = 0; j < got.size(); ++j) {
-          r.max_param_diff =
-              std::max(r.max_param_diff, static_cast<double>(std::fabs(got[j] - want[j])));
-        }
-        ++r.tensors;
-      }
+      const e2e::SliceDiff d =
+          e2e::diff_to_serial_slices(serial.model(), engine.model(), m, N, world.rank());
+      r.max_param_diff = d.max_abs;
+      r.tensors = d.tensors;
       r.report = engine.report();
     });
     // f/g per layer: 4 reduce-scatters + 4 all-gathers of B*T*C fp32 (plan/), times L.

@@ -28,6 +28,7 @@
 #include "dtrain/plan/comm_model.h"
 #include "dtrain/train/serial_engine.h"
 #include "dtrain/train/tensor_parallel_engine.h"
+#include "e2e/equality_support.h"
 
 namespace dtrain::train {
 namespace {
@@ -48,17 +49,6 @@ SerialEngineConfig base_config(int64_t vocab) {
   return c;
 }
 
-std::vector<Batch> batches(const SerialEngineConfig& c) {
-  Rng rng(7);
-  std::vector<Batch> out(kSteps);
-  for (Batch& b : out) {
-    b.resize(c.batch, c.seq);
-    for (int32_t& t : b.inputs) t = static_cast<int32_t>(rng.uniform_int(c.model.vocab));
-    for (int32_t& t : b.targets) t = static_cast<int32_t>(rng.uniform_int(c.model.vocab));
-  }
-  return out;
-}
-
 struct RankResult {
   std::vector<float> losses;
   double max_param_diff = 0;
@@ -68,7 +58,7 @@ struct RankResult {
 
 void check_tp_matches_serial(int64_t vocab) {
   const SerialEngineConfig config = base_config(vocab);
-  const std::vector<Batch> data = batches(config);
+  const std::vector<Batch> data = e2e::random_batches(config, kSteps);
   SerialEngine serial(config);
   std::vector<float> serial_losses;
   for (const Batch& b : data) serial_losses.push_back(serial.train_step(b, kLr).loss);
@@ -82,22 +72,10 @@ void check_tp_matches_serial(int64_t vocab) {
       RankResult& r = results[static_cast<size_t>(world.rank())];
       TensorParallelEngine engine(config, world);
       for (const Batch& b : data) r.losses.push_back(engine.train_step(b, kLr).loss);
-      for (size_t i = 0; i < table.size(); ++i) {
-        const auto idx = static_cast<int>(i);
-        const std::span<float> s = serial.model().param(idx);
-        const std::vector<float> want =
-            model::tp_slice(table[i], {s.begin(), s.end()}, m, N, world.rank());
-        const std::span<float> got = engine.model().param(idx);
-        if (engine.model().param_table()[i].name != table[i].name || got.size() != want.size()) {
-          r.max_param_diff = 1e30;  // a shape or name mismatch fails the test
-          continue;
-        }
-        for (size_t j = 0; j < got.size(); ++j) {
-          r.max_param_diff =
-              std::max(r.max_param_diff, static_cast<double>(std::fabs(got[j] - want[j])));
-        }
-        ++r.tensors;
-      }
+      const e2e::SliceDiff d =
+          e2e::diff_to_serial_slices(serial.model(), engine.model(), m, N, world.rank());
+      r.max_param_diff = d.max_abs;
+      r.tensors = d.tensors;
       r.report = engine.report();
     });
     const double formula = plan::tp_traffic_per_layer(config.batch, config.seq, m.channels, 4, N,
