@@ -8,9 +8,13 @@
 #include <cmath>
 #include <cstring>
 #include <iomanip>
+#include <memory>
 #include <ostream>
+#include <string>
+#include <utility>
 
 #include "dtrain/comm/collectives.h"
+#include "dtrain/comm/hierarchical.h"
 #include "dtrain/core/buffer.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
@@ -40,7 +44,8 @@ Shapes shapes(CollectiveOp op, int64_t count, int world, int rank) {
 }
 
 comm::Traffic run_once(Communicator& comm, const CollectiveRunConfig& c, int64_t count, float* in,
-                       float* out) {
+                       float* out, comm::NodeGroups* groups = nullptr) {
+  if (c.hierarchical) return comm::hierarchical_all_reduce(*groups, in, count, comm::ReduceOp::sum);
   switch (c.op) {
     case CollectiveOp::all_reduce:
       return comm::all_reduce(comm, in, count, comm::ReduceOp::sum, c.algorithm);
@@ -83,7 +88,17 @@ bool verify(const CollectiveRunConfig& c, int64_t count, int world, int rank, co
   return false;
 }
 
+// Bytes this rank has sent so far, by link class, through whatever carries the measured op.
+comm::LinkBytes sent_by_link(const Communicator& comm, const comm::NodeGroups* groups,
+                             const comm::NodeTopology& topology) {
+  return groups ? groups->link_bytes_sent(topology) : comm::link_bytes_sent(comm, topology);
+}
+
 }  // namespace
+
+std::string algorithm_label(const CollectiveRunConfig& config, Algorithm resolved) {
+  return config.hierarchical ? "hierarchical" : std::string(comm::name(resolved));
+}
 
 CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
   DTRAIN_CHECK(config.ranks >= 1 && config.ranks <= 1024,
@@ -95,6 +110,16 @@ CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
                " is outside 0..", config.ranks - 1);
   DTRAIN_CHECK(config.trials >= 1, "--trials must be >= 1, got ", config.trials);
   DTRAIN_CHECK(config.warmup >= 0, "--warmup must be >= 0, got ", config.warmup);
+  DTRAIN_CHECK(config.ranks_per_node >= 0, "--ranks-per-node must be >= 1, got ",
+               config.ranks_per_node);
+  DTRAIN_CHECK(config.ranks_per_node == 0 || config.ranks % config.ranks_per_node == 0,
+               "--ranks-per-node ", config.ranks_per_node, " does not divide the ", config.ranks,
+               " ranks into whole nodes");
+  DTRAIN_CHECK(!config.hierarchical || config.op == CollectiveOp::all_reduce,
+               "the hierarchical algorithm is an all_reduce (got --op ", comm::name(config.op),
+               ")");
+  DTRAIN_CHECK(!config.hierarchical || config.ranks_per_node > 0,
+               "the hierarchical algorithm needs --ranks-per-node");
 
   CollectiveRunReport report;
   report.config = config;
@@ -116,36 +141,68 @@ CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
         for (int i = 0; i < n; ++i) all[i] = i;
         auto control = group.subgroup(all, "timing");
         const Shapes s = shapes(c.op, report.count, n, r);
+        // Link classes: ranks_per_node 0 puts everyone on one node.
+        const comm::NodeTopology topology =
+            c.ranks_per_node > 0 ? comm::NodeTopology(group.world_size(), c.ranks_per_node)
+                                 : comm::NodeTopology(group.world_size(), group.world_size());
+        std::unique_ptr<comm::NodeGroups> groups;
+        if (c.hierarchical) {
+          groups = std::make_unique<comm::NodeGroups>(comm::make_node_groups(group, topology));
+        }
         Buffer<float> in(s.in, MemoryTag::communication, nullptr);
         Buffer<float> out(s.out, MemoryTag::communication, nullptr);
 
         // 1. One verified call, whose traffic is the measured figure. Every rank's counters
         //    and verdict are gathered (under MPI the ranks are other processes).
         std::fill(in.data(), in.data() + s.in, static_cast<float>(r + 1));
-        const comm::Traffic t = run_once(group, c, report.count, in.data(), out.data());
+        const comm::LinkBytes link_before = sent_by_link(group, groups.get(), topology);
+        const comm::Traffic t =
+            run_once(group, c, report.count, in.data(), out.data(), groups.get());
+        const comm::LinkBytes link = sent_by_link(group, groups.get(), topology) - link_before;
         const bool ok = verify(c, report.count, n, r, in.data(), out.data());
-        int64_t mine[5] = {t.steps, t.bytes_sent, t.bytes_received, t.messages_sent, ok ? 1 : 0};
-        std::vector<int64_t> everyone(static_cast<size_t>(5 * n));
-        comm::all_gather(*control, mine, everyone.data(), 5 * n, comm::Algorithm::naive);
-        all_verified = true;
-        for (int q = 0; q < n; ++q) {
-          RankTraffic& rt = report.ranks[q];
-          rt.rank = q;
-          rt.measured = {everyone[5 * q], everyone[5 * q + 1], everyone[5 * q + 2],
-                         everyone[5 * q + 3]};
-          if (c.algorithm != Algorithm::native) {
-            rt.formula = plan::collective_traffic(c.op, c.algorithm, static_cast<double>(c.bytes),
-                                                  n, q, c.root);
+        constexpr int kFields = 7;
+        int64_t mine[kFields] = {t.steps,         t.bytes_sent,    t.bytes_received,
+                                 t.messages_sent, link.intra_node, link.inter_node,
+                                 ok ? 1 : 0};
+        std::vector<int64_t> everyone(static_cast<size_t>(kFields * n));
+        comm::all_gather(*control, mine, everyone.data(), kFields * n, comm::Algorithm::naive);
+        // Only rank 0 fills the shared report (it has every rank's figures): under the threads
+        // backend the ranks share `report`, and concurrent writes would race.
+        if (r == 0) {
+          all_verified = true;
+          const int rpn = c.ranks_per_node > 0 ? c.ranks_per_node : n;
+          for (int q = 0; q < n; ++q) {
+            RankTraffic& rt = report.ranks[q];
+            const int64_t* e = everyone.data() + kFields * q;
+            rt.rank = q;
+            rt.measured = {e[0], e[1], e[2], e[3]};
+            rt.link = {e[4], e[5]};
+            if (c.hierarchical) {
+              rt.link_formula =
+                  plan::hierarchical_all_reduce_link_traffic(report.count, 4, rpn, n / rpn, q);
+              // Rings send and receive alike when the sizes divide evenly (the bench's do).
+              const double b = static_cast<double>(rt.link_formula.total_bytes());
+              rt.formula = {rt.link_formula.steps, b, b};
+            } else if (c.algorithm != Algorithm::native) {
+              rt.formula = plan::collective_traffic(c.op, c.algorithm, static_cast<double>(c.bytes),
+                                                    n, q, c.root);
+              if (c.op == CollectiveOp::all_reduce && c.algorithm == Algorithm::ring) {
+                rt.link_formula =
+                    plan::flat_ring_all_reduce_link_traffic(report.count, 4, rpn, n / rpn, q);
+              }
+            }
+            all_verified = all_verified && e[6] == 1;
           }
-          all_verified = all_verified && everyone[5 * q + 4] == 1;
         }
 
         // 2. Timing on zeros (sums of zeros stay zeros however often they run).
         in.zero();
-        for (int i = 0; i < c.warmup; ++i) run_once(group, c, report.count, in.data(), out.data());
+        for (int i = 0; i < c.warmup; ++i) {
+          run_once(group, c, report.count, in.data(), out.data(), groups.get());
+        }
         control->barrier();
         Stopwatch probe;
-        run_once(group, c, report.count, in.data(), out.data());
+        run_once(group, c, report.count, in.data(), out.data(), groups.get());
         float probe_us = static_cast<float>(probe.elapsed_us());
         comm::all_reduce(*control, &probe_us, 1, comm::ReduceOp::max);
         const int64_t iters = std::clamp<int64_t>(
@@ -155,7 +212,7 @@ CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
           control->barrier();
           Stopwatch clock;
           for (int64_t i = 0; i < iters; ++i) {
-            run_once(group, c, report.count, in.data(), out.data());
+            run_once(group, c, report.count, in.data(), out.data(), groups.get());
           }
           float mean_us = static_cast<float>(clock.elapsed_us() / static_cast<double>(iters));
           comm::all_reduce(*control, &mean_us, 1, comm::ReduceOp::max);
@@ -173,6 +230,11 @@ CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
   report.algbw_gbps =
       report.time_us > 0 ? static_cast<double>(config.bytes) / (report.time_us * 1e3) : 0;
   report.busbw_gbps = report.algbw_gbps * plan::bus_bandwidth_factor(config.op, config.ranks);
+  for (const RankTraffic& t : report.ranks) {
+    report.max_inter_node_bytes = std::max(report.max_inter_node_bytes, t.link.inter_node);
+    report.mean_inter_node_bytes +=
+        static_cast<double>(t.link.inter_node) / static_cast<double>(report.ranks.size());
+  }
   return report;
 }
 
@@ -180,7 +242,7 @@ void print_report(const CollectiveRunReport& r, std::ostream& out) {
   const CollectiveRunConfig& c = r.config;
   out << comm::name(c.op) << " of " << format_bytes(static_cast<double>(c.bytes)) << " (" << r.count
       << " float32) on " << c.ranks << " ranks (" << comm::name(c.backend)
-      << " backend), algorithm " << comm::name(r.algorithm) << ", result "
+      << " backend), algorithm " << algorithm_label(c, r.algorithm) << ", result "
       << (r.verified ? "verified" : "WRONG") << "\n\n";
   out << std::left << std::setw(6) << "rank" << std::right << std::setw(8) << "steps"
       << std::setw(10) << "formula" << std::setw(16) << "bytes sent" << std::setw(16) << "formula"
@@ -196,6 +258,20 @@ void print_report(const CollectiveRunReport& r, std::ostream& out) {
         << std::setw(10) << t.formula.steps << std::setw(16) << t.measured.bytes_sent
         << std::setw(16) << t.formula.bytes_sent << std::setw(16) << t.measured.bytes_received
         << std::setw(16) << t.formula.bytes_received << "\n";
+  }
+  if (c.ranks_per_node > 0 && r.algorithm != Algorithm::native) {
+    out << "\nbytes sent by link class (" << c.ranks_per_node << " ranks per node)\n"
+        << std::left << std::setw(6) << "rank" << std::right << std::setw(16) << "intra-node"
+        << std::setw(16) << "formula" << std::setw(16) << "inter-node" << std::setw(16) << "formula"
+        << "\n";
+    const bool modeled =
+        c.hierarchical || (c.op == CollectiveOp::all_reduce && r.algorithm == Algorithm::ring);
+    for (const RankTraffic& t : r.ranks) {
+      out << std::left << std::setw(6) << t.rank << std::right << std::setw(16) << t.link.intra_node
+          << std::setw(16) << (modeled ? std::to_string(t.link_formula.intra_node_bytes) : "-")
+          << std::setw(16) << t.link.inter_node << std::setw(16)
+          << (modeled ? std::to_string(t.link_formula.inter_node_bytes) : "-") << "\n";
+    }
   }
   out << std::setprecision(2) << "\ntime " << r.time_us << " us (median of " << c.trials
       << " trials x " << r.iterations_per_trial << " calls; best " << r.best_time_us
@@ -215,11 +291,18 @@ nlohmann::json to_json(const CollectiveRunReport& r) {
                      {"messages_sent", t.measured.messages_sent},
                      {"formula_steps", t.formula.steps},
                      {"formula_bytes_sent", t.formula.bytes_sent},
-                     {"formula_bytes_received", t.formula.bytes_received}});
+                     {"formula_bytes_received", t.formula.bytes_received},
+                     {"intra_node_bytes_sent", t.link.intra_node},
+                     {"inter_node_bytes_sent", t.link.inter_node},
+                     {"formula_intra_node_bytes", t.link_formula.intra_node_bytes},
+                     {"formula_inter_node_bytes", t.link_formula.inter_node_bytes}});
   }
   return {{"op", comm::name(r.config.op)},
           {"backend", comm::name(r.config.backend)},
-          {"algorithm", comm::name(r.algorithm)},
+          {"algorithm", algorithm_label(r.config, r.algorithm)},
+          {"ranks_per_node", r.config.ranks_per_node},
+          {"max_inter_node_bytes", r.max_inter_node_bytes},
+          {"mean_inter_node_bytes", r.mean_inter_node_bytes},
           {"ranks", r.config.ranks},
           {"bytes", r.config.bytes},
           {"count", r.count},
@@ -254,10 +337,16 @@ CollectiveSweepReport run_collective_sweep(CollectiveSweepConfig config) {
   }
   CollectiveSweepReport report;
   report.memcpy_gbps = measure_memcpy_gbps();
+  // The columns: each algorithm, then the hierarchical all-reduce if asked for.
+  std::vector<std::pair<Algorithm, bool>> columns;
+  for (Algorithm a : config.algorithms) columns.emplace_back(a, false);
+  if (config.hierarchical) columns.emplace_back(Algorithm::ring, true);
   for (int world : config.worlds) {
     for (int64_t bytes : config.sizes) {
-      for (Algorithm algo : config.algorithms) {
+      for (const auto& [algo, hierarchical] : columns) {
         CollectiveRunConfig c;
+        c.ranks_per_node = config.ranks_per_node;
+        c.hierarchical = hierarchical;
         c.backend = config.backend;
         c.ranks = world;
         c.bytes = bytes;
@@ -270,9 +359,11 @@ CollectiveSweepReport run_collective_sweep(CollectiveSweepConfig config) {
         report.reporter = r.reporter;
         if (!r.reporter) continue;
         DTRAIN_CHECK(r.verified, "bench collectives: ", comm::name(config.op), " ",
-                     comm::name(algo), " on ", world, " ranks of ", bytes,
+                     algorithm_label(c, algo), " on ", world, " ranks of ", bytes,
                      " bytes gave a wrong result");
-        report.rows.push_back({world, bytes, algo, r.time_us, r.busbw_gbps});
+        report.rows.push_back({world, bytes, algo, r.time_us, r.busbw_gbps, hierarchical,
+                               algo == Algorithm::native ? -1 : r.max_inter_node_bytes,
+                               algo == Algorithm::native ? -1.0 : r.mean_inter_node_bytes});
       }
     }
   }
@@ -286,21 +377,39 @@ void print_report(const CollectiveSweepReport& r, std::ostream& out) {
       << " backend, busbw (GB/s, nccl-tests definition) and busbw / memcpy\n"
       << "memcpy bandwidth measured in this run: " << std::fixed << std::setprecision(2)
       << r.memcpy_gbps << " GB/s (one thread, 64 MiB buffers, bytes copied per second)\n";
+  std::vector<std::pair<Algorithm, bool>> columns;
+  for (Algorithm a : r.config.algorithms) columns.emplace_back(a, false);
+  if (r.config.hierarchical) columns.emplace_back(Algorithm::ring, true);
+  const bool links = r.config.ranks_per_node > 0;
+  if (links) {
+    out << r.config.ranks_per_node << " ranks per node; \"inter B\": the most bytes one rank "
+        << "sent across nodes in one call (native: MPI's own, not counted)\n";
+  }
   for (int world : r.config.worlds) {
     out << "\nN = " << world << "\n" << std::left << std::setw(10) << "size";
-    for (Algorithm a : r.config.algorithms) {
-      out << std::right << std::setw(12) << (std::string(comm::name(a)) + " us") << std::setw(10)
-          << "busbw" << std::setw(8) << "ratio";
+    for (const auto& [a, hierarchical] : columns) {
+      const std::string label = hierarchical ? "hier" : std::string(comm::name(a));
+      out << std::right << std::setw(12) << (label + " us") << std::setw(10) << "busbw"
+          << std::setw(8) << "ratio";
+      if (links) out << std::setw(12) << "inter B";
     }
     out << "\n";
     for (int64_t bytes : r.config.sizes) {
       out << std::left << std::setw(10) << format_bytes(static_cast<double>(bytes));
-      for (Algorithm a : r.config.algorithms) {
+      for (const auto& [a, hierarchical] : columns) {
         for (const CollectiveSweepRow& row : r.rows) {
-          if (row.world != world || row.bytes != bytes || row.algorithm != a) continue;
+          if (row.world != world || row.bytes != bytes || row.algorithm != a ||
+              row.hierarchical != hierarchical) {
+            continue;
+          }
           out << std::right << std::setprecision(1) << std::setw(12) << row.time_us
               << std::setprecision(3) << std::setw(10) << row.busbw_gbps << std::setw(8)
               << row.busbw_gbps / r.memcpy_gbps;
+          if (links) {
+            out << std::setw(12)
+                << (row.max_inter_node_bytes < 0 ? std::string("-")
+                                                 : std::to_string(row.max_inter_node_bytes));
+          }
         }
       }
       out << "\n";
@@ -314,7 +423,10 @@ nlohmann::json to_json(const CollectiveSweepReport& r) {
   for (const CollectiveSweepRow& row : r.rows) {
     rows.push_back({{"np", row.world},
                     {"bytes", row.bytes},
-                    {"algorithm", comm::name(row.algorithm)},
+                    {"algorithm", row.hierarchical ? std::string("hierarchical")
+                                                   : std::string(comm::name(row.algorithm))},
+                    {"max_inter_node_bytes", row.max_inter_node_bytes},
+                    {"mean_inter_node_bytes", row.mean_inter_node_bytes},
                     {"time_us", row.time_us},
                     {"busbw_GBps", row.busbw_gbps},
                     {"busbw_over_memcpy", row.busbw_gbps / r.memcpy_gbps}});
@@ -322,6 +434,7 @@ nlohmann::json to_json(const CollectiveSweepReport& r) {
   return {{"op", comm::name(r.config.op)},
           {"backend", comm::name(r.config.backend)},
           {"memcpy_GBps", r.memcpy_gbps},
+          {"ranks_per_node", r.config.ranks_per_node},
           {"rows", rows}};
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -13,7 +14,9 @@
 #include "dtrain/comm/collective_kind.h"
 #include "dtrain/comm/communicator.h"
 #include "dtrain/comm/launch.h"
+#include "dtrain/comm/topology.h"
 #include "dtrain/plan/collective_cost.h"
+#include "dtrain/plan/link_traffic.h"
 
 namespace dtrain::bench {
 
@@ -28,12 +31,18 @@ struct CollectiveRunConfig {
   int trials = 5;              // the reported time is the median trial
   double trial_seconds = 0.2;  // each trial runs enough back-to-back calls to last this long
   double timeout_s = 120;
+  // Ranks per node (0: all on one node): bytes are split by link class (comm/topology.h).
+  int ranks_per_node = 0;
+  // All-reduce only: comm/hierarchical.h instead of `algorithm` (needs ranks_per_node).
+  bool hierarchical = false;
 };
 
 struct RankTraffic {
   int rank = 0;
   comm::Traffic measured;           // one call, counted by the communicator
   plan::CollectiveTraffic formula;  // plan::collective_traffic for this rank
+  comm::LinkBytes link;             // measured bytes sent, by link class
+  plan::LinkTraffic link_formula;   // plan/link_traffic.h (all-reduce with ranks_per_node)
 };
 
 struct CollectiveRunReport {
@@ -48,7 +57,13 @@ struct CollectiveRunReport {
   double algbw_gbps = 0;    // S / time, GB = 1e9 bytes
   double busbw_gbps = 0;    // algbw * bus factor (2(N-1)/N for all_reduce)
   bool reporter = true;     // this process prints (under MPI: world rank 0)
+  // Inter-node bytes one rank sent in one call: the most any rank sent, and the mean.
+  int64_t max_inter_node_bytes = 0;
+  double mean_inter_node_bytes = 0;
 };
+
+// "hierarchical" or the algorithm's name.
+std::string algorithm_label(const CollectiveRunConfig& config, comm::Algorithm resolved);
 
 // Runs `config` on config.ranks threads. Throws Error on bad configuration.
 CollectiveRunReport run_collective(const CollectiveRunConfig& config);
@@ -68,6 +83,8 @@ struct CollectiveSweepConfig {
                                              comm::Algorithm::naive};
   int trials = 3;
   double trial_seconds = 0.1;
+  int ranks_per_node = 0;     // > 0: split bytes by link class, show inter-node bytes per rank
+  bool hierarchical = false;  // add a column for comm/hierarchical.h (all_reduce only)
 };
 
 struct CollectiveSweepRow {
@@ -76,6 +93,9 @@ struct CollectiveSweepRow {
   comm::Algorithm algorithm = comm::Algorithm::ring;
   double time_us = 0;
   double busbw_gbps = 0;
+  bool hierarchical = false;
+  int64_t max_inter_node_bytes = 0;  // per rank, one call (native: -1, MPI's own bytes)
+  double mean_inter_node_bytes = 0;
 };
 
 struct CollectiveSweepReport {

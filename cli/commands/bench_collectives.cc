@@ -33,7 +33,13 @@ void add_bench_collectives(CLI::App& bench_app) {
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--algos", f->algos,
                   "Algorithms to sweep (default: ring tree naive; with --backend mpi also "
-                  "native, MPI's own)");
+                  "native, MPI's own; with --ranks-per-node: ring hierarchical [native]). "
+                  "hierarchical: reduce-scatter inside each node, all-reduce across nodes, "
+                  "all-gather inside (all_reduce only)");
+  cmd->add_option("--ranks-per-node", f->config.ranks_per_node,
+                  "Ranks k*G..k*G+G-1 share node k: adds the bytes each rank sent across nodes "
+                  "per call, and the hierarchical algorithm")
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--min-size", f->min_size, "Smallest S")->capture_default_str();
   cmd->add_option("--max-size", f->max_size, "Largest S (sizes grow by 4x)")->capture_default_str();
   cmd->add_option("--trials", f->config.trials, "Timed trials per point (median reported)")
@@ -58,18 +64,32 @@ void add_bench_collectives(CLI::App& bench_app) {
     f->config.algorithms.clear();
     if (f->algos.empty()) {
       f->algos = {"ring", "tree", "naive"};
+      if (f->config.ranks_per_node > 0) f->algos = {"ring", "hierarchical"};
       if (*backend == comm::Backend::mpi) f->algos.push_back("native");
     }
     for (const std::string& a : f->algos) {
+      if (a == "hierarchical") {
+        DTRAIN_CHECK(f->config.ranks_per_node > 0,
+                     "--algos hierarchical needs --ranks-per-node G (ranks per node)");
+        DTRAIN_CHECK(*op == comm::CollectiveOp::all_reduce,
+                     "--algos hierarchical is an all_reduce; got --op ", f->op);
+        f->config.hierarchical = true;
+        continue;
+      }
       const auto algo = comm::parse_algorithm(a);
       DTRAIN_CHECK(algo.has_value() && *algo != comm::Algorithm::automatic, "--algos: unknown ",
-                   "algorithm '", a, "' (use ring, tree, naive or native)");
+                   "algorithm '", a, "' (use ring, tree, naive, native or hierarchical)");
       f->config.algorithms.push_back(*algo);
     }
     const int64_t lo = parse_bytes(f->min_size, "--min-size");
     const int64_t hi = parse_bytes(f->max_size, "--max-size");
     DTRAIN_CHECK(lo >= 4 && lo <= hi, "--min-size must be at least 4 bytes and at most --max-size");
     for (int64_t s = lo; s <= hi; s *= 4) f->config.sizes.push_back(s / 4 * 4);
+    for (int world : f->config.worlds) {
+      DTRAIN_CHECK(f->config.ranks_per_node == 0 || world % f->config.ranks_per_node == 0,
+                   "--ranks-per-node ", f->config.ranks_per_node, " does not divide --ranks ",
+                   world, " into whole nodes");
+    }
     const bench::CollectiveSweepReport report = bench::run_collective_sweep(f->config);
     if (!report.reporter) return;
     if (f->json) {

@@ -36,9 +36,13 @@ void add_collectives(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--algo", f->algo,
                   "Algorithm: ring (bandwidth-optimal), tree (latency-optimal), naive (through "
-                  "one root), auto (tree up to 64 KiB, ring above) or native (MPI's own; "
-                  "--backend mpi)")
+                  "one root), auto (tree up to 64 KiB, ring above), native (MPI's own; "
+                  "--backend mpi) or hierarchical (all_reduce over nodes; --ranks-per-node)")
       ->capture_default_str();
+  cmd->add_option("--ranks-per-node", f->config.ranks_per_node,
+                  "Ranks k*G..k*G+G-1 share node k: bytes sent are split into intra-node and "
+                  "inter-node, beside the formula")
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--root", f->config.root, "Root rank of broadcast and reduce")
       ->capture_default_str();
   cmd->add_option("--trials", f->config.trials, "Timed trials; the median is reported")
@@ -66,9 +70,10 @@ void add_collectives(CLI::App& app) {
     const auto op = comm::parse_collective_op(f->op);
     DTRAIN_CHECK(op.has_value(), "--op: unknown collective '", f->op,
                  "' (use all_reduce, reduce_scatter, all_gather, broadcast or reduce)");
-    const auto algo = comm::parse_algorithm(f->algo);
+    f->config.hierarchical = f->algo == "hierarchical";
+    const auto algo = comm::parse_algorithm(f->config.hierarchical ? "ring" : f->algo);
     DTRAIN_CHECK(algo.has_value(), "--algo: unknown algorithm '", f->algo,
-                 "' (use ring, tree, naive or auto)");
+                 "' (use ring, tree, naive, auto, native or hierarchical)");
     f->config.op = *op;
     f->config.algorithm = *algo;
     const bench::CollectiveRunReport report = bench::run_collective(f->config);

@@ -2,6 +2,7 @@
 #include "dtrain/comm/launch.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <vector>
 
@@ -38,6 +39,7 @@ void run_on_backend(Backend backend, int ranks, const std::function<void(Communi
   }
 #if DTRAIN_HAVE_MPI
   Communicator& world = mpi::world(mpi::WorldOptions{options.timeout_s});
+  if (ranks == 0) ranks = world.size();  // every process mpirun started
   DTRAIN_CHECK(ranks <= world.size(), "the run needs ", ranks, " ranks but mpirun started only ",
                world.size(), " processes (-np)");
   if (is_reporter != nullptr) *is_reporter = world.rank() == 0;
@@ -51,6 +53,8 @@ void run_on_backend(Backend backend, int ranks, const std::function<void(Communi
         auto group = world.subgroup(members, "run");
         fn(*group);
       }
+    } catch (const RankExited&) {
+      std::_Exit(1);  // die without a word, as a crashed process would; mpirun ends the job
     } catch (const std::exception& e) {
       std::fprintf(stderr, "error: rank %d failed: %s\n", world.rank(), e.what());
       std::fflush(stderr);

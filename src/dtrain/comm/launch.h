@@ -25,6 +25,7 @@ struct LaunchOptions {
 // rank whose fn throws prints the error with its rank and aborts the job (the others would
 // wait for it forever otherwise); processes beyond `ranks` wait at a barrier. Returns on every
 // process; `is_reporter` (if given) is set true on the process that holds group rank 0.
+// MPI with `ranks` 0: every process mpirun started takes part.
 void run_on_backend(Backend backend, int ranks, const std::function<void(Communicator&)>& fn,
                     LaunchOptions options = {}, bool* is_reporter = nullptr);
 

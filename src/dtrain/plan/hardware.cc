@@ -2,6 +2,7 @@
 #include "dtrain/plan/hardware.h"
 
 #include <fstream>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -219,8 +220,13 @@ Cluster cluster_from_json(const json& j, std::string_view source) {
   double nodes = c.nodes, gpus = c.gpus_per_node;
   read_number(j, "nodes", "", source, false, &nodes);
   read_number(j, "gpus_per_node", "", source, has_base, &gpus);
-  DTRAIN_CHECK(nodes == static_cast<int>(nodes) && gpus == static_cast<int>(gpus), "cluster file '",
-               source, "': fields 'nodes' and 'gpus_per_node' must be integers");
+  // Range first: casting a double outside int's range (1e43) to int is undefined behaviour.
+  const auto is_int = [](double x) {
+    return x >= std::numeric_limits<int>::min() && x <= std::numeric_limits<int>::max() &&
+           x == static_cast<int>(x);
+  };
+  DTRAIN_CHECK(is_int(nodes) && is_int(gpus), "cluster file '", source,
+               "': fields 'nodes' and 'gpus_per_node' must be integers");
   c.nodes = static_cast<int>(nodes);
   c.gpus_per_node = static_cast<int>(gpus);
   const json& gpu = read_object(j, "gpu", source, has_base);
