@@ -30,6 +30,14 @@ class CommError : public Error {
   using Error::Error;
 };
 
+// Thrown by a rank's code to stop that rank silently, as if its process had died (fault
+// injection): the threads backend marks the rank exited without recording an error, so the
+// other ranks' operations on it fail and name it; the MPI launcher ends the process.
+class RankExited : public Error {
+ public:
+  using Error::Error;
+};
+
 // What one rank sent and received: cumulative on a communicator, or for one collective call.
 struct Traffic {
   int64_t steps = 0;  // communication rounds run by collectives

@@ -123,4 +123,40 @@ std::vector<float> tp_slice(const ParamTensor& whole, std::span<const float> val
   return out;
 }
 
+std::vector<FlatRange> tp_slice_ranges(const ParamTensor& whole, const GptConfig& config, int tp,
+                                       int tp_rank) {
+  DTRAIN_CHECK(tp_rank >= 0 && tp_rank < tp, "tp_slice_ranges: tp_rank ", tp_rank, " outside [0, ",
+               tp, ")");
+  const int64_t row = row_length(whole.shape);
+  const int64_t rows = whole.shape[0];
+  std::vector<FlatRange> out;
+  auto take_rows = [&](int64_t first, int64_t count) {
+    if (count > 0) out.push_back({first * row, count * row});
+  };
+  switch (tp_split_of(whole.name)) {
+    case TpSplit::replicated:
+      out.push_back({0, whole.count});
+      break;
+    case TpSplit::rows:
+      take_rows(tp_rank * (rows / tp), rows / tp);
+      break;
+    case TpSplit::qkv_rows: {
+      const int64_t C = rows / 3, C_local = C / tp;
+      for (int64_t part = 0; part < 3; ++part) take_rows(part * C + tp_rank * C_local, C_local);
+      break;
+    }
+    case TpSplit::columns: {
+      const int64_t K_local = row / tp;
+      for (int64_t r = 0; r < rows; ++r) out.push_back({r * row + tp_rank * K_local, K_local});
+      break;
+    }
+    case TpSplit::vocab_rows: {
+      const int64_t first = tp_vocab_begin(config.vocab, tp, tp_rank);
+      take_rows(first, std::clamp<int64_t>(rows - first, 0, tp_vocab_local(config.vocab, tp)));
+      break;
+    }
+  }
+  return out;
+}
+
 }  // namespace dtrain::model

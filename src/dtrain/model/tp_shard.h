@@ -47,4 +47,17 @@ ParamTable tp_local_table(const ParamTable& whole, const GptConfig& config, int 
 std::vector<float> tp_slice(const ParamTensor& whole, std::span<const float> values,
                             const GptConfig& config, int tp, int tp_rank);
 
+// A run of `count` elements from `offset` in a tensor's row-major flat index space.
+struct FlatRange {
+  int64_t offset = 0;
+  int64_t count = 0;
+  bool operator==(const FlatRange&) const = default;
+};
+
+// The serial tensor's elements that tp_slice puts in the rank's shard, in the shard's order:
+// the shard's first sum(count) elements are these ranges, one after the other. Padded
+// vocabulary rows are not elements of the serial tensor and have no range. (Checkpoints.)
+std::vector<FlatRange> tp_slice_ranges(const ParamTensor& whole, const GptConfig& config, int tp,
+                                       int tp_rank);
+
 }  // namespace dtrain::model

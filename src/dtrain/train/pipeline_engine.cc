@@ -219,6 +219,36 @@ StepStats PipelineEngine::train_step(const Batch& batch, float lr) {
   return stats;
 }
 
+// A stage holds whole tensors under their serial names. The tied wte lives on the first and
+// the last stage with the same values; only the stage with the embedding writes it.
+RankState PipelineEngine::export_state() {
+  RankState s;
+  const model::ParamTable& table = model_.param_table();
+  const std::pair<StateKind, std::span<const float>> kinds[] = {{StateKind::param, model_.params()},
+                                                                {StateKind::adam_m, adamw_.m()},
+                                                                {StateKind::adam_v, adamw_.v()}};
+  for (const model::ParamTensor& t : table.tensors()) {
+    if (t.name == "wte" && !model_.stage().embedding) continue;
+    for (const auto& [kind, values] : kinds) {
+      StatePiece p{t.name, kind, {{0, t.count}}, {}};
+      const auto first = values.begin() + t.offset;
+      p.data.assign(first, first + t.count);
+      s.pieces.push_back(std::move(p));
+    }
+  }
+  s.adam_step = adamw_.step_count();
+  return s;
+}
+
+void PipelineEngine::import_state(const SerialState& state) {
+  const model::ParamTable& table = model_.param_table();
+  const int64_t n = table.total_count();
+  copy_flat_range(state, table, StateKind::param, 0, n, model_.params());
+  copy_flat_range(state, table, StateKind::adam_m, 0, n, adamw_.m());
+  copy_flat_range(state, table, StateKind::adam_v, 0, n, adamw_.v());
+  adamw_.set_step_count(state.adam_step);
+}
+
 const PipelineEngineStep& PipelineEngine::last_step() const {
   DTRAIN_CHECK(!timings_.empty(), "pipeline: no training step yet");
   return last_step_;

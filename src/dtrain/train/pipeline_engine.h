@@ -57,6 +57,10 @@ class PipelineEngine final : public StepEngine {
   float eval_loss(const Batch& batch) override;
   const MemoryTracker& memory() const override { return tracker_; }
   int64_t param_count() const override { return model::gpt_param_count(config_.base.model); }
+  StateLayout state_layout() const override { return {1, 1, config_.partition.stages(), 0}; }
+  RankState export_state() override;
+  void import_state(const SerialState& state) override;
+  comm::Communicator* job_communicator() override { return &pp_; }
 
   model::GptModel& model() { return model_; }
   parallel::PipelineExecutor& executor() { return *executor_; }

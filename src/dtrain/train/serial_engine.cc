@@ -47,4 +47,23 @@ float SerialEngine::eval_loss(const Batch& batch) {
   return model_.forward(batch.inputs, batch.targets, batch.batch, batch.seq);
 }
 
+RankState SerialEngine::export_state() {
+  RankState s;
+  const model::ParamTable& table = model_.param_table();
+  append_whole_tensors(table, StateKind::param, model_.params(), s.pieces);
+  append_whole_tensors(table, StateKind::adam_m, adamw_.m(), s.pieces);
+  append_whole_tensors(table, StateKind::adam_v, adamw_.v(), s.pieces);
+  s.adam_step = adamw_.step_count();
+  return s;
+}
+
+void SerialEngine::import_state(const SerialState& state) {
+  const model::ParamTable& table = model_.param_table();
+  const int64_t n = table.total_count();
+  copy_flat_range(state, table, StateKind::param, 0, n, model_.params());
+  copy_flat_range(state, table, StateKind::adam_m, 0, n, adamw_.m());
+  copy_flat_range(state, table, StateKind::adam_v, 0, n, adamw_.v());
+  adamw_.set_step_count(state.adam_step);
+}
+
 }  // namespace dtrain::train

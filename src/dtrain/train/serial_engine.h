@@ -31,6 +31,8 @@ class SerialEngine final : public StepEngine {
   float eval_loss(const Batch& batch) override;
   const MemoryTracker& memory() const override { return tracker_; }
   int64_t param_count() const override { return model_.param_count(); }
+  RankState export_state() override;
+  void import_state(const SerialState& state) override;
 
   model::GptModel& model() { return model_; }
   optim::AdamW& optimizer() { return adamw_; }

@@ -6,8 +6,11 @@
 #include <cstdint>
 #include <string>
 
+#include "dtrain/comm/communicator.h"
+#include "dtrain/core/check.h"
 #include "dtrain/core/memory.h"
 #include "dtrain/train/data.h"
+#include "dtrain/train/train_state.h"
 
 namespace dtrain::train {
 
@@ -30,6 +33,24 @@ class StepEngine {
   // The memory accounting of the reporting rank (rank 0).
   virtual const MemoryTracker& memory() const = 0;
   virtual int64_t param_count() const = 0;
+
+  // --- Checkpoints (train/checkpoint.h). None of these communicates. An engine that cannot
+  // save its state keeps the defaults, which throw.
+  // The layout, recorded in the manifest.
+  virtual StateLayout state_layout() const { return {}; }
+  // This rank's pieces of the serial state. Over all ranks of the job the pieces cover every
+  // element of every tensor's params, adam_m and adam_v exactly once (a replica is exported
+  // by one rank of its group only; ZeRO shards by their owners).
+  virtual RankState export_state() {
+    throw Error(str(describe(), ": this engine cannot export its state for a checkpoint"));
+  }
+  // Replaces this rank's parameters, AdamW moments and step count by its share of `state`.
+  virtual void import_state(const SerialState& /*state*/) {
+    throw Error(str(describe(), ": this engine cannot import a checkpoint's state"));
+  }
+  // The communicator spanning every rank of the job, or null for a single rank: shard files
+  // are numbered by its rank() and the writers meet at its barrier().
+  virtual comm::Communicator* job_communicator() { return nullptr; }
 };
 
 }  // namespace dtrain::train

@@ -104,6 +104,52 @@ float TensorParallelEngine::eval_loss(const Batch& batch) {
   return model_.forward(batch.inputs, batch.targets, batch.batch, batch.seq);
 }
 
+// Each rank writes its slice of every split tensor (tp_slice_ranges says where it lies in the
+// serial tensor); the replicated tensors are written by TP rank 0 alone.
+RankState TensorParallelEngine::export_state() {
+  RankState s;
+  const model::ParamTable serial = model::gpt_param_table(config_.model);
+  const std::pair<StateKind, std::span<const float>> kinds[] = {{StateKind::param, model_.params()},
+                                                                {StateKind::adam_m, adamw_.m()},
+                                                                {StateKind::adam_v, adamw_.v()}};
+  for (const model::ParamTensor& local : model_.param_table().tensors()) {
+    const bool replicated = model::tp_split_of(local.name) == model::TpSplit::replicated;
+    if (replicated && tp_.rank() != 0) continue;
+    const model::ParamTensor& whole = serial[static_cast<size_t>(serial.index_of(local.name))];
+    const std::vector<model::FlatRange> ranges =
+        model::tp_slice_ranges(whole, config_.model, tp_.size(), tp_.rank());
+    int64_t count = 0;
+    for (const model::FlatRange& r : ranges) count += r.count;
+    for (const auto& [kind, values] : kinds) {
+      StatePiece p{local.name, kind, ranges, {}};
+      const auto first = values.begin() + local.offset;
+      p.data.assign(first, first + count);
+      s.pieces.push_back(std::move(p));
+    }
+  }
+  s.adam_step = adamw_.step_count();
+  return s;
+}
+
+void TensorParallelEngine::import_state(const SerialState& state) {
+  const std::pair<StateKind, std::span<float>> kinds[] = {{StateKind::param, model_.params()},
+                                                          {StateKind::adam_m, adamw_.m()},
+                                                          {StateKind::adam_v, adamw_.v()}};
+  for (const model::ParamTensor& local : model_.param_table().tensors()) {
+    const model::ParamTensor& whole =
+        state.table[static_cast<size_t>(state.table.index_of(local.name))];
+    for (const auto& [kind, values] : kinds) {
+      const std::vector<float> slice =
+          model::tp_slice(whole, state.tensor(whole, kind), config_.model, tp_.size(), tp_.rank());
+      DTRAIN_CHECK(static_cast<int64_t>(slice.size()) == local.count, "checkpoint: tensor ",
+                   local.name, " slices to ", slice.size(), " elements, the rank holds ",
+                   local.count);
+      std::copy(slice.begin(), slice.end(), values.begin() + local.offset);
+    }
+  }
+  adamw_.set_step_count(state.adam_step);
+}
+
 TensorParallelRankReport TensorParallelEngine::report() const {
   TensorParallelRankReport r;
   const model::GptConfig& m = config_.model;

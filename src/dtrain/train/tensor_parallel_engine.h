@@ -31,6 +31,10 @@ class TensorParallelEngine final : public StepEngine {
   float eval_loss(const Batch& batch) override;
   const MemoryTracker& memory() const override { return tracker_; }
   int64_t param_count() const override { return model_.param_count(); }  // this rank's
+  StateLayout state_layout() const override { return {1, tp_.size(), 1, 0}; }
+  RankState export_state() override;
+  void import_state(const SerialState& state) override;
+  comm::Communicator* job_communicator() override { return &tp_; }
 
   model::GptModel& model() { return model_; }
   const parallel::TensorParallelGroup& hooks() const { return hooks_; }

@@ -53,6 +53,38 @@ float Trainer::evaluate() {
   return static_cast<float>(total / static_cast<double>(config_.eval_batches));
 }
 
+int Trainer::job_rank() {
+  comm::Communicator* comm = engine_.job_communicator();
+  return comm != nullptr ? comm->rank() : 0;
+}
+
+// Every rank reads the whole checkpoint and takes its share (the SPMD engines run one Trainer
+// per rank); the step, the sampler's position and RNG, and the AdamW step come back with it,
+// so the loss sequence continues bit for bit.
+int64_t Trainer::resume(BatchSampler& sampler) {
+  const LoadedCheckpoint c = load_checkpoint(config_.checkpoint.resume);
+  check_compatible(c, config_.model, config_.batch, config_.seq);
+  const TrainerPosition& p = c.manifest.position;
+  DTRAIN_CHECK(p.data_seed == config_.data_seed, "--resume ", c.dir,
+               ": written by a run with another --seed (its batch order differs)");
+  DTRAIN_CHECK(p.step < config_.steps, "--resume ", c.dir, ": the checkpoint is at step ", p.step,
+               ", nothing is left to do for --steps ", config_.steps);
+  engine_.import_state(c.state);
+  sampler.set_state(p.sampler);
+  return p.step;
+}
+
+std::string Trainer::save(int64_t step, const BatchSampler& sampler) {
+  TrainerPosition p;
+  p.step = step;
+  p.batch = config_.batch;
+  p.seq = config_.seq;
+  p.data_seed = config_.data_seed;
+  p.sampler = sampler.state();
+  return save_checkpoint(engine_, config_.model, p, config_.checkpoint.save_dir,
+                         config_.checkpoint.keep);
+}
+
 TrainSummary Trainer::run() {
   TrainSummary s;
   s.config = config_;
@@ -70,11 +102,15 @@ TrainSummary Trainer::run() {
     s.evals.push_back(r);
     if (observer_ != nullptr) observer_->on_eval(r);
   };
-  eval_now(0);
-
   BatchSampler sampler(data_.train, config_.batch, config_.seq, config_.data_seed);
+  const int64_t first = config_.checkpoint.resume.empty() ? 0 : resume(sampler);
+  s.first_step = first;
+  eval_now(first);
+
+  const CheckpointConfig& ckpt = config_.checkpoint;
   std::vector<double> step_ms;
-  for (int64_t step = 0; step < config_.steps; ++step) {
+  for (int64_t step = first; step < config_.steps; ++step) {
+    inject_fault_if_due(config_.fault, job_rank(), step + 1);
     sampler.next(batch_);
     StepRecord r;
     r.step = step + 1;
@@ -92,9 +128,13 @@ TrainSummary Trainer::run() {
     if (last || (config_.eval_every > 0 && (step + 1) % config_.eval_every == 0)) {
       eval_now(step + 1);
     }
+    if (!ckpt.save_dir.empty() &&
+        (last || (ckpt.save_every > 0 && (step + 1) % ckpt.save_every == 0))) {
+      s.last_checkpoint = save(step + 1, sampler);
+    }
   }
 
-  const auto n = static_cast<double>(config_.steps);
+  const auto n = static_cast<double>(config_.steps - first);
   for (double ms : step_ms) s.train_seconds += ms * 1e-3;
   s.ms_per_step = s.train_seconds * 1e3 / n;
   std::vector<double> sorted = step_ms;

@@ -84,11 +84,13 @@ class World {
   void wait(Envelope* e, const std::string& what) {
     const int me = e->is_send ? e->src : e->dst;
     const int peer = e->is_send ? e->dst : e->src;
+    // The deadline counts the spin too: on a loaded machine (or under a sanitizer) its yields
+    // alone can outlast a short timeout.
+    const double deadline_us = now_us() + options_.timeout_s * 1e6;
     for (int i = 0; i < spin_iterations_; ++i) {
       if (e->state.load(std::memory_order_acquire) != State::pending) return finish(e);
       if ((i & 63) == 63) std::this_thread::yield();
     }
-    const double deadline_us = now_us() + options_.timeout_s * 1e6;
     Waiter& w = waiters_[me];
     std::unique_lock<std::mutex> lock(w.mu);
     while (true) {
@@ -99,9 +101,9 @@ class World {
       }
       if (exited_[peer].load()) {
         lock.unlock();
-        fail_pending(e,
-                     str("rank ", peer, " finished its work while ", what,
-                         " was still pending; the ranks disagree on the sequence of operations"));
+        fail_pending(e, str("rank ", peer, " finished its work while ", what,
+                            " was still pending (it exited early, or the ranks disagree on the ",
+                            "sequence of operations)"));
       }
       const double left_us = deadline_us - now_us();
       if (left_us <= 0) {
@@ -150,6 +152,9 @@ class World {
   };
 
   void complete(Envelope* send, Envelope* recv) {
+    // Once an envelope's state leaves pending its owner may return and free it: read what the
+    // notifications need first.
+    const int send_rank = send->src, recv_rank = recv->dst;
     if (send->bytes != recv->bytes) {
       const std::string msg =
           str("message size mismatch: rank ", send->src, " sends ", send->bytes, " bytes to rank ",
@@ -163,8 +168,8 @@ class World {
       send->state.store(State::done, std::memory_order_release);
       recv->state.store(State::done, std::memory_order_release);
     }
-    notify(send->src);
-    notify(recv->dst);
+    notify(send_rank);
+    notify(recv_rank);
   }
 
   void notify(int rank) {
@@ -318,11 +323,15 @@ void run_ranks(int ranks, const std::function<void(Communicator&)>& fn, WorldOpt
 
   std::mutex first_mu;
   std::exception_ptr first_error;
+  std::atomic<int> exited_rank{-1};
   auto body = [&](int r) {
     try {
       ThreadCommunicator comm(world, members, r, /*context=*/0);
       fn(comm);
       world.mark_exited(r);
+    } catch (const RankExited&) {
+      exited_rank.store(r);
+      world.mark_exited(r);  // a silent stop: the others find out from their pending operations
     } catch (const std::exception& e) {
       {
         std::lock_guard<std::mutex> lock(first_mu);
@@ -348,6 +357,10 @@ void run_ranks(int ranks, const std::function<void(Communicator&)>& fn, WorldOpt
     for (auto& t : threads) t.join();
   }
   if (first_error) std::rethrow_exception(first_error);
+  // Nobody noticed (no rank was waiting for it): the run still failed.
+  if (exited_rank.load() >= 0) {
+    throw CommError(str("rank ", exited_rank.load(), " exited before finishing its work"));
+  }
 }
 
 }  // namespace dtrain::comm::threads
