@@ -35,9 +35,9 @@ void add_train(CLI::App& app) {
   train::TrainOptions& o = f->options;
   CLI::App* cmd = app.add_subcommand(
       "train",
-      "Train the GPT model on one rank, on --dp N data-parallel ranks with --zero 1-3 "
-      "sharding, or on --pp P pipeline stages (byte-level text; the default corpus ships in "
-      "data/)");
+      "Train the GPT model on one rank or on a DP x TP x PP mesh of ranks (--dp, --tp, --pp, "
+      "--zero), as threads or as MPI processes (--backend mpi under mpirun); byte-level text, "
+      "the default corpus ships in data/");
   cmd->add_option("--model", o.model, "Model preset: tiny or bench")->capture_default_str();
   auto* vocab =
       cmd->add_option("--vocab", f->vocab, "Vocabulary size V (>= 256 for bytes; default: preset)");
@@ -82,7 +82,7 @@ void add_train(CLI::App& app) {
   cmd->add_option("--log-every", f->log_every,
                   "Without a terminal: a progress line every N steps (default: steps/10)");
   cmd->add_option("--dp", o.data_parallel.dp,
-                  "Data-parallel ranks (threads); each takes --batch / N sequences of every step")
+                  "Data-parallel ranks; each takes --batch / N sequences of every step")
       ->capture_default_str();
   cmd->add_option("--zero", o.data_parallel.zero_stage,
                   "ZeRO stage with --dp: 0 plain DP, 1 optimizer state, 2 + gradients, "
@@ -119,6 +119,37 @@ void add_train(CLI::App& app) {
   cmd->add_flag("--sequence-parallel", o.tensor_parallel.sequence_parallel,
                 "With --tp N: LayerNorms and residual regions on 1/N of the B*T token rows "
                 "(N must divide --batch x --seq)");
+  cmd->add_option("--backend", o.mesh.backend,
+                  "threads (rank threads in this process) or mpi (the processes mpirun started; "
+                  "every layout runs on the composed engine)")
+      ->capture_default_str();
+  cmd->add_option("--rank-order", o.mesh.rank_order,
+                  "How global ranks map onto the DP x TP x PP mesh, fastest-varying axis first "
+                  "(tp-dp-pp keeps TP groups on consecutive ranks, inside a node)")
+      ->capture_default_str();
+  cmd->add_option("--ranks-per-node", o.mesh.ranks_per_node,
+                  "Declare the topology: G consecutive ranks per node; the report shows groups "
+                  "that cross nodes and each rank's intra- and inter-node bytes");
+  cmd->add_option("--save", o.checkpoint.save_dir,
+                  "Write checkpoints under DIR (DIR/step-NNNNNNNN, DIR/latest) at the end");
+  cmd->add_option("--save-every", o.checkpoint.save_every,
+                  "With --save: also write a checkpoint every N steps");
+  cmd->add_option("--keep-checkpoints", o.checkpoint.keep,
+                  "With --save: keep only the newest K checkpoints (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--resume", o.checkpoint.resume,
+                  "Continue from a checkpoint directory, or from DIR/latest of a --save DIR; "
+                  "any layout can read it");
+  cmd->add_option("--inject-fault", o.inject_fault,
+                  "Make one rank fail before a step (tests): rank=R,step=S,kind=throw|exit");
+  cmd->add_option("--cluster", o.mesh.cluster_path,
+                  "A cluster description (JSON, e.g. from `dtrain calibrate`): the report prices "
+                  "each rank's communication on its links (with --ranks-per-node)");
+  cmd->add_option("--dp-all-reduce", o.mesh.dp_all_reduce,
+                  "flat (one ring over every DP rank) or hierarchical (reduce-scatter inside each "
+                  "node, all-reduce across nodes, all-gather inside; needs --ranks-per-node, "
+                  "--dp alone, --zero 0)")
+      ->capture_default_str();
   cmd->add_flag("--json", f->json, "Print the summary as JSON instead of a table");
 
   cmd->callback([=] {
@@ -134,7 +165,9 @@ void add_train(CLI::App& app) {
     take_if_given(min_lr, f->min_lr, opt.min_lr);
     opt.data_parallel.bucket_bytes = parse_bytes(f->bucket_size, "--bucket-size");
     train::ProgressPrinter progress(stderr, train::is_terminal(stderr), f->log_every);
-    const train::TrainSummary summary = train::run_training(opt, &progress);
+    bool reporter = true;
+    const train::TrainSummary summary = train::run_training(opt, &progress, &reporter);
+    if (!reporter) return;  // under mpirun, the process holding rank 0 prints
     if (f->json) {
       std::cout << train::summary_to_json(summary).dump(2) << "\n";
     } else {

@@ -27,5 +27,5 @@ expect_error '--trace: cannot write /nonexistent-dir/t.json' \
   "${run[@]}" --pp 2 --trace /nonexistent-dir/t.json
 expect_error '--timeline: cannot write /nonexistent-dir/t.svg' \
   "${run[@]}" --pp 2 --timeline /nonexistent-dir/t.svg
-expect_error 'cannot be combined' "${run[@]}" --pp 2 --dp 2
+expect_error '--grad-accum / --zero with --pp' "${run[@]}" --pp 2 --zero 1
 finish

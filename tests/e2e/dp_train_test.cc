@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
 
 #include "dtrain/train/run.h"
 
@@ -53,6 +54,41 @@ TEST(DataParallelTraining, EveryLayoutFollowsTheSerialRun) {
       }
     }
   }
+}
+
+// A declared topology (--ranks-per-node 2, 8 ranks = 4 nodes): the flat ring and the
+// hierarchical all-reduce of every bucket follow the serial run, every rank's inter-node bytes
+// summed equal plan/link_traffic.h's per-bucket prediction exactly, and the hierarchical form
+// sends fewer bytes across nodes (2(M-1)/M S per node instead of G times that).
+TEST(DataParallelTraining, TopologySplitsBytesByLinkAsPredicted) {
+  const TrainSummary serial = run_training(options(), nullptr);
+  double flat_inter = 0, hier_inter = 0;
+  for (const char* all_reduce : {"flat", "hierarchical"}) {
+    TrainOptions o = options();
+    o.data_parallel = {.dp = 8, .zero_stage = 0, .bucket_bytes = 32 << 10};
+    o.mesh.ranks_per_node = 2;
+    o.mesh.dp_all_reduce = all_reduce;
+    const TrainSummary s = run_training(o, nullptr);
+    ASSERT_TRUE(s.data_parallel.has_value());
+    const DataParallelReport& d = *s.data_parallel;
+    double worst = 0;
+    for (size_t k = 0; k < s.train_losses.size(); ++k) {
+      worst = std::max(worst,
+                       std::fabs(static_cast<double>(s.train_losses[k]) - serial.train_losses[k]));
+    }
+    EXPECT_LE(worst, 1e-4) << all_reduce;
+    EXPECT_GT(d.total_inter_node_bytes_per_step, 0) << all_reduce;
+    EXPECT_EQ(d.total_inter_node_bytes_per_step, d.predicted_total_inter_node_bytes_per_step)
+        << all_reduce;
+    EXPECT_EQ(d.hierarchical, std::string(all_reduce) == "hierarchical");
+    (d.hierarchical ? hier_inter : flat_inter) = d.total_inter_node_bytes_per_step;
+    std::printf(
+        "  dp 8 on 4 nodes x 2, %s: %.0f inter-node bytes per step (predicted %.0f), "
+        "max |loss diff| %.1e\n",
+        all_reduce, d.total_inter_node_bytes_per_step, d.predicted_total_inter_node_bytes_per_step,
+        worst);
+  }
+  EXPECT_LT(hier_inter, flat_inter);
 }
 
 }  // namespace

@@ -97,6 +97,12 @@ DataParallelModel::DataParallelModel(const DataParallelConfig& config, comm::Com
   }
   std::unique_ptr<comm::Communicator> async = async_group(dp);
   async->set_memory_tracker(&tracker);  // the collectives' scratch, charged as communication
+  if (config.hierarchical) {
+    DTRAIN_CHECK(config.zero_stage == 0, "--dp-all-reduce hierarchical needs --zero 0 (got --zero ",
+                 config.zero_stage, ")");
+    node_groups_ =
+        std::make_unique<comm::NodeGroups>(comm::make_node_groups(*async, config.topology));
+  }
   comm_ = std::make_unique<CommThread>(std::move(async));
   if (config.zero_stage == 3) {
     gathered_ =
@@ -219,6 +225,14 @@ void DataParallelModel::submit_sync(int b, std::shared_ptr<Buffer<float>> owned)
                            (bucket.first_unit == bucket.last_unit
                                 ? ""
                                 : ".." + units_[static_cast<size_t>(bucket.last_unit)].name);
+  if (config_.zero_stage == 0 && node_groups_ != nullptr) {
+    float* grads = model_.grads().data() + bucket.offset;
+    comm::NodeGroups* groups = node_groups_.get();
+    comm_->submit("hierarchical all_reduce " + span, [=](comm::Communicator&) {
+      comm::hierarchical_all_reduce<float>(*groups, grads, bucket.count, comm::ReduceOp::avg);
+    });
+    return;
+  }
   if (config_.zero_stage == 0) {
     float* grads = model_.grads().data() + bucket.offset;
     comm_->submit("all_reduce " + span, [=](comm::Communicator& c) {
@@ -245,6 +259,21 @@ void DataParallelModel::submit_sync(int b, std::shared_ptr<Buffer<float>> owned)
     reduce_scatter_to_shard(c, layout, bucket.offset, bucket.count, owned->data(), shard,
                             accumulate, *scratch);
   });
+}
+
+comm::Traffic DataParallelModel::dp_traffic() const {
+  comm::Traffic t = comm_->communicator().traffic();
+  if (node_groups_ != nullptr) {
+    t += node_groups_->node->traffic();
+    t += node_groups_->across->traffic();
+  }
+  return t;
+}
+
+comm::LinkBytes DataParallelModel::dp_link_bytes() const {
+  comm::LinkBytes out = comm::link_bytes_sent(comm_->communicator(), config_.topology);
+  if (node_groups_ != nullptr) out += node_groups_->link_bytes_sent(config_.topology);
+  return out;
 }
 
 void DataParallelModel::use_unit(int u) {

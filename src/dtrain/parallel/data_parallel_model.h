@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "dtrain/comm/communicator.h"
+#include "dtrain/comm/hierarchical.h"
+#include "dtrain/comm/topology.h"
 #include "dtrain/core/buffer.h"
 #include "dtrain/model/gpt.h"
 #include "dtrain/model/thread_team.h"
@@ -41,6 +43,11 @@ struct DataParallelConfig {
   int zero_stage = 0;      // 0 (plain DP) .. 3
   int64_t bucket_bytes = int64_t{1} << 20;
   int threads = 1;  // compute threads of this rank (a model::ThreadTeam)
+  // Where the DP ranks sit (global ranks): for the per-link byte split, and at stage 0 with
+  // `hierarchical` each bucket's all-reduce runs two-level (comm/hierarchical.h) instead of one
+  // flat ring, so only S/G per rank crosses the inter-node link.
+  comm::NodeTopology topology;
+  bool hierarchical = false;
 };
 
 // When things ran during one step, for the overlap figure.
@@ -90,7 +97,18 @@ class DataParallelModel {
   // The current step's timeline (cleared).
   StepTimeline take_timeline();
   // Cumulative traffic of the communication thread's communicator: every DP collective.
-  comm::Traffic dp_traffic() const { return comm_->communicator().traffic(); }
+  // (With the hierarchical all-reduce, its two subgroups' traffic too.)
+  comm::Traffic dp_traffic() const;
+  // The same bytes (cumulative) split by link class under config.topology.
+  comm::LinkBytes dp_link_bytes() const;
+
+  // Checkpoint access (train/ maps these to the serial tensors): the model, whose params() are
+  // empty at stage 3; the optimizer, whose moments cover this rank's range at stages 1-3
+  // (layout().owned(rank), then padding) and everything at stage 0; and stage 3's parameter
+  // shard (the owned range, then padding). Call between steps only.
+  model::GptModel& local_model() { return model_; }
+  optim::AdamW& optimizer() { return adamw_; }
+  std::span<float> param_shard() { return param_shard_.span(); }
 
  private:
   int block_unit(int64_t l) const;  // index of block l in units_ (backward order)
@@ -120,7 +138,8 @@ class DataParallelModel {
   std::vector<std::shared_ptr<Buffer<float>>> bucket_grads_;  // stages 2, 3: per bucket
   int64_t microbatch_ = 0;                                    // micro-batches run in this step
   StepTimeline timeline_;
-  std::unique_ptr<GatheredUnits> gathered_;  // stage 3 (uses comm_)
+  std::unique_ptr<GatheredUnits> gathered_;        // stage 3 (uses comm_)
+  std::unique_ptr<comm::NodeGroups> node_groups_;  // hierarchical: subgroups of comm_'s group
   // Last: destroyed first, so the thread stops before the buffers its tasks write go away.
   std::unique_ptr<CommThread> comm_;
 };

@@ -25,11 +25,12 @@ void copy_floats(float* dst, const float* src, int64_t count) {
 // measured on a scratch tracker: the figure the in-flight accounting multiplies (tests compare
 // it with the plan/ formulas).
 int64_t measure_chunk_bytes(const model::GptConfig& g, int64_t b, int64_t T,
-                            model::LayerRange layers, bool embedding, bool head, bool split) {
+                            model::LayerRange layers, bool embedding, bool head, bool split,
+                            int tp) {
   MemoryTracker scratch;
-  model::GptActivations acts(g, b, T, &scratch, layers, embedding, head);
+  model::GptActivations acts(g, b, T, &scratch, layers, embedding, head, tp);
   const std::unique_ptr<model::WeightGradStash> stash =
-      split ? std::make_unique<model::WeightGradStash>(g, b, T, &scratch, layers) : nullptr;
+      split ? std::make_unique<model::WeightGradStash>(g, b, T, &scratch, layers, tp) : nullptr;
   return scratch.current_bytes(MemoryTag::activations);
 }
 
@@ -52,7 +53,8 @@ PipelineExecutor::PipelineExecutor(comm::Communicator& comm, model::GptModel& mo
       config_(std::move(config)),
       tracker_(tracker),
       rank_(comm.rank()),
-      workspace_(model.config(), config_.micro_batch, config_.seq, tracker, model.threads()) {
+      workspace_(model.config(), config_.micro_batch, config_.seq, tracker, model.threads(),
+                 model.tp().size()) {
   const PipelineSchedule& s = config_.schedule;
   const StagePartition& p = config_.partition;
   DTRAIN_CHECK(comm.size() == s.stages, "pipeline executor: the communicator has ", comm.size(),
@@ -69,6 +71,11 @@ PipelineExecutor::PipelineExecutor(comm::Communicator& comm, model::GptModel& mo
   DTRAIN_CHECK(checked.ok(), "pipeline executor: invalid schedule: ", checked.error);
   DTRAIN_CHECK(config_.micro_batch > 0 && config_.seq > 0,
                "pipeline executor: micro-batch shape must be positive");
+  // Under TP each rank of a stage holds its shards and sends the whole (b, T, C) activation to
+  // the same TP rank of the next stage; a sequence-parallel slice would need a gather first.
+  DTRAIN_CHECK(!model.tp().sequence_parallel(),
+               "pipeline executor: sequence parallelism inside a pipeline stage is not supported");
+  tp_ = model.tp().size();
   const model::GptConfig& g = model.config();
   element_count_ = config_.micro_batch * config_.seq * g.channels;
   for (const std::vector<Action>& list : s.per_rank) {
@@ -81,7 +88,7 @@ PipelineExecutor::PipelineExecutor(comm::Communicator& comm, model::GptModel& mo
     info.embedding = vs == 0;
     info.head = vs == p.virtual_stages() - 1;
     info.activation_bytes = measure_chunk_bytes(g, config_.micro_batch, config_.seq, info.layers,
-                                                info.embedding, info.head, split_);
+                                                info.embedding, info.head, split_, tp_);
     chunks_.push_back(info);
   }
   const size_t slots = static_cast<size_t>(s.chunks * s.microbatches);
@@ -106,13 +113,16 @@ int64_t PipelineExecutor::microbatch_activation_bytes() const {
 std::unique_ptr<model::GptActivations> PipelineExecutor::allocate(int chunk) {
   const ChunkInfo& c = chunks_[static_cast<size_t>(chunk)];
   return std::make_unique<model::GptActivations>(model_.config(), config_.micro_batch, config_.seq,
-                                                 tracker_, c.layers, c.embedding, c.head);
+                                                 tracker_, c.layers, c.embedding, c.head, tp_);
 }
 
 // Posts every send and receive of the group [begin, end), then waits for the receives.
 void PipelineExecutor::post_group(const std::vector<Action>& list, size_t begin, size_t end,
                                   std::vector<MeasuredAction>& out) {
   const double posted = now_us();
+  // A peer that fails or exits while we wait is reported with the group we were in.
+  comm::OperationScope scope(comm_, str("pipeline ", to_string(list[begin]),
+                                        " (send/receive group #", groups_posted_++, ")"));
   std::vector<std::pair<size_t, comm::RequestPtr>> receives;
   const int64_t bytes = element_count_ * static_cast<int64_t>(sizeof(float));
   for (size_t k = begin; k < end; ++k) {
@@ -185,7 +195,7 @@ void PipelineExecutor::forward(const Action& a, std::span<const int32_t> tokens,
   acts_[i] = allocate(a.chunk);
   if (split_) {
     stashes_[i] = std::make_unique<model::WeightGradStash>(model_.config(), config_.micro_batch,
-                                                           config_.seq, tracker_, c.layers);
+                                                           config_.seq, tracker_, c.layers, tp_);
   }
   live_bytes_ += c.activation_bytes;
   peak_bytes_ = std::max(peak_bytes_, live_bytes_);

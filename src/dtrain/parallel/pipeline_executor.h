@@ -122,6 +122,7 @@ class PipelineExecutor {
   PipelineExecutorConfig config_;
   MemoryTracker* tracker_;
   int rank_ = 0;
+  int tp_ = 1;  // the model's TP size: activations and stash hold this rank's shards
   std::vector<ChunkInfo> chunks_;  // (v)
   model::GptWorkspace workspace_;  // (b, T): shared by every micro-batch's backward
   int64_t element_count_ = 0;      // b * T * C: one message
@@ -136,6 +137,7 @@ class PipelineExecutor {
   std::vector<Buffer<float>> input_gradients_;  // the backward's output, until its send
   std::vector<PendingSend> pending_sends_;
   int64_t live_bytes_ = 0, peak_bytes_ = 0;
+  int64_t groups_posted_ = 0;  // sequence number of the send/receive groups, for error messages
   double loss_sum_ = 0;
 };
 

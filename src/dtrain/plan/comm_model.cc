@@ -120,6 +120,23 @@ CollectiveTraffic tp_traffic_per_layer(int64_t micro_batch, int64_t seq, int64_t
                     tp);
 }
 
+std::vector<CollectiveCall> tp_vocab_collectives(int64_t micro_batch, int64_t seq, int64_t hidden,
+                                                 int64_t bytes_per_element, bool embedding,
+                                                 bool head) {
+  const double rows = static_cast<double>(micro_batch) * static_cast<double>(seq);
+  const double e = static_cast<double>(bytes_per_element);
+  const double activation = rows * static_cast<double>(hidden) * e;
+  std::vector<CollectiveCall> calls;
+  const CollectiveOp ar = CollectiveOp::all_reduce;
+  if (embedding) calls.push_back({ar, activation, 1, "partial embeddings", false});
+  if (head) {
+    calls.push_back({ar, rows * e, 1, "row max of the logits", false});
+    calls.push_back({ar, 2 * rows * e, 1, "sum of exps and target logit", false});
+    calls.push_back({ar, activation, 1, "LM head input gradient", false});
+  }
+  return calls;
+}
+
 double pp_bytes_per_microbatch(int64_t micro_batch, int64_t seq, int64_t hidden,
                                int64_t bytes_per_element, int tp, bool sequence_parallel) {
   DTRAIN_CHECK(tp >= 1, "--tp must be >= 1, got ", tp);

@@ -95,6 +95,14 @@ CollectiveTraffic tp_traffic_per_layer(int64_t micro_batch, int64_t seq, int64_t
                                        int64_t bytes_per_element, int tp, bool sequence_parallel,
                                        Recompute recompute);
 
+// The vocabulary-parallel embedding's and cross-entropy's all-reduces for one micro-batch of b
+// sequences of s tokens on a TP rank: the embedding stage sums the partial embeddings (b*s*h);
+// the head stage reduces each row's max logit (b*s) and its (sum of exps, target logit) pair
+// (2*b*s) forward, and sums the LM head's input gradient (b*s*h) backward.
+std::vector<CollectiveCall> tp_vocab_collectives(int64_t micro_batch, int64_t seq, int64_t hidden,
+                                                 int64_t bytes_per_element, bool embedding,
+                                                 bool head);
+
 // Bytes one rank sends across one pipeline-stage boundary for one micro-batch, in one direction
 // (activations forward; the gradient backward is the same size).
 double pp_bytes_per_microbatch(int64_t micro_batch, int64_t seq, int64_t hidden,

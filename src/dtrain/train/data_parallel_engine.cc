@@ -10,6 +10,8 @@
 #include "dtrain/core/timer.h"
 #include "dtrain/parallel/mesh.h"
 #include "dtrain/plan/comm_model.h"
+#include "dtrain/plan/hardware.h"
+#include "dtrain/plan/link_traffic.h"
 #include "dtrain/plan/memory_model.h"
 
 namespace dtrain::train {
@@ -26,7 +28,53 @@ parallel::DataParallelConfig model_config(const DataParallelEngineConfig& c, int
   m.zero_stage = c.dp.zero_stage;
   m.bucket_bytes = c.dp.bucket_bytes;
   m.threads = c.base.threads;
+  const int N = c.dp.dp;
+  m.topology = comm::NodeTopology(N, c.ranks_per_node > 0 ? c.ranks_per_node : N);
+  m.hierarchical = c.hierarchical;
   return m;
+}
+
+// The topology predictions of a ZeRO-0 run: per bucket, where a flat ring or the hierarchical
+// all-reduce sends its bytes (plan/link_traffic.h), and with a cluster file their time.
+void add_link_predictions(DataParallelReport& d, const parallel::DataParallelModel& model,
+                          const DataParallelEngineConfig& c, double backward_ms) {
+  if (c.dp.zero_stage != 0) return;
+  const int N = c.dp.dp;
+  const int G = c.ranks_per_node > 0 ? c.ranks_per_node : N;
+  const int nodes = N / G;
+  double inter = 0, total_s = 0, last_s = 0;
+  plan::Cluster cluster;
+  if (!c.cluster_path.empty()) cluster = plan::read_cluster_file(c.cluster_path);
+  for (const parallel::Bucket& b : model.buckets()) {
+    for (int r = 0; r < N; ++r) {
+      const plan::LinkTraffic t =
+          c.hierarchical
+              ? plan::hierarchical_all_reduce_link_traffic(b.count, sizeof(float), G, nodes, r)
+              : plan::flat_ring_all_reduce_link_traffic(b.count, sizeof(float), G, nodes, r);
+      inter += static_cast<double>(t.inter_node_bytes);
+    }
+    if (c.cluster_path.empty()) continue;
+    const double bytes = static_cast<double>(b.count) * sizeof(float);
+    // The node's uplink is shared: the flat ring sends one flow out of each node, the
+    // hierarchical all-reduce's G rings across nodes send G (plan::shared_uplink_bandwidth).
+    plan::Link uplink = cluster.inter_node;
+    uplink.bandwidth_bytes_per_s =
+        plan::shared_uplink_bandwidth(uplink.bandwidth_bytes_per_s, G, c.hierarchical ? G : 1);
+    const double s =
+        c.hierarchical && nodes > 1
+            ? plan::hierarchical_all_reduce_cost(bytes, G, nodes, cluster.intra_node, uplink).time_s
+            : plan::collective_cost(comm::CollectiveOp::all_reduce, comm::Algorithm::ring, bytes, N,
+                                    nodes > 1 ? uplink : cluster.intra_node)
+                  .time_s;
+    total_s += s;
+    last_s = s;
+  }
+  d.predicted_total_inter_node_bytes_per_step = inter;
+  if (c.cluster_path.empty()) return;
+  d.cluster = c.cluster_path;
+  d.predicted_comm_ms = total_s * 1e3;
+  // Buckets but the last can run behind the backward pass that is still producing gradients.
+  d.predicted_exposed_comm_ms = plan::exposed_time(total_s, last_s, backward_ms * 1e-3) * 1e3;
 }
 
 double sum_ms(const std::vector<parallel::TimeInterval>& windows) {
@@ -124,6 +172,55 @@ float DataParallelEngine::eval_loss(const Batch& batch) {
   return average_over_ranks(static_cast<float>(local / static_cast<double>(K)));
 }
 
+StateLayout DataParallelEngine::state_layout() const {
+  return {config_.dp.dp, 1, 1, config_.dp.zero_stage};
+}
+
+// Stage 0 replicates everything: rank 0 writes it. Stages 1-2 replicate the parameters (rank
+// 0 writes them) and shard the moments; stage 3 shards both. A shard's padding is not written.
+RankState DataParallelEngine::export_state() {
+  RankState s;
+  const model::ParamTable& table = model_.local_model().param_table();
+  const int stage = config_.dp.zero_stage;
+  const comm::Chunk own = model_.layout().owned(dp_.rank());
+  optim::AdamW& adamw = model_.optimizer();
+  if (stage < 3 && dp_.rank() == 0) {
+    append_whole_tensors(table, StateKind::param, model_.local_model().params(), s.pieces);
+  }
+  if (stage == 3) {
+    append_flat_range(table, StateKind::param, own.offset, own.count, model_.param_shard(),
+                      s.pieces);
+  }
+  if (stage == 0 && dp_.rank() == 0) {
+    append_whole_tensors(table, StateKind::adam_m, adamw.m(), s.pieces);
+    append_whole_tensors(table, StateKind::adam_v, adamw.v(), s.pieces);
+  }
+  if (stage >= 1) {
+    append_flat_range(table, StateKind::adam_m, own.offset, own.count, adamw.m(), s.pieces);
+    append_flat_range(table, StateKind::adam_v, own.offset, own.count, adamw.v(), s.pieces);
+  }
+  s.adam_step = adamw.step_count();
+  return s;
+}
+
+void DataParallelEngine::import_state(const SerialState& state) {
+  const model::ParamTable& table = model_.local_model().param_table();
+  const int stage = config_.dp.zero_stage;
+  const comm::Chunk own = model_.layout().owned(dp_.rank());
+  const int64_t n = table.total_count();
+  optim::AdamW& adamw = model_.optimizer();
+  if (stage < 3) {
+    copy_flat_range(state, table, StateKind::param, 0, n, model_.local_model().params());
+  } else {
+    copy_flat_range(state, table, StateKind::param, own.offset, own.count, model_.param_shard());
+  }
+  const int64_t first = stage == 0 ? 0 : own.offset;
+  const int64_t count = stage == 0 ? n : own.count;
+  copy_flat_range(state, table, StateKind::adam_m, first, count, adamw.m());
+  copy_flat_range(state, table, StateKind::adam_v, first, count, adamw.v());
+  adamw.set_step_count(state.adam_step);
+}
+
 DataParallelReport DataParallelEngine::report() const {
   DataParallelReport r;
   r.setup = config_.dp;
@@ -160,6 +257,11 @@ DataParallelReport DataParallelEngine::report() const {
   }
   const double n = steps_.empty() ? 1.0 : static_cast<double>(steps_.size());
   r.bytes_sent_per_step = sent / n;
+  const comm::LinkBytes links = model_.dp_link_bytes();
+  r.ranks_per_node = config_.ranks_per_node;
+  r.hierarchical = config_.hierarchical;
+  r.intra_node_bytes_per_step = static_cast<double>(links.intra_node) / n;
+  r.inter_node_bytes_per_step = static_cast<double>(links.inter_node) / n;
   r.control_bytes_per_step = control / n;
   r.comm_ms_per_step = comm_us * 1e-3 / n;
   r.hidden_ms_per_step = hidden * 1e-3 / n;
@@ -168,21 +270,35 @@ DataParallelReport DataParallelEngine::report() const {
 }
 
 TrainSummary run_data_parallel(const DataParallelEngineConfig& config, const TrainerConfig& trainer,
-                               const TokenSplit& data, TrainObserver* observer) {
+                               const TokenSplit& data, TrainObserver* observer, bool* is_reporter) {
   validate_data_parallel(config.dp, config.base.batch);
   TrainSummary summary;
-  comm::run_on_backend(comm::Backend::threads, config.dp.dp, [&](comm::Communicator& world) {
-    DataParallelEngine engine(config, world);
-    Trainer loop(trainer, engine, data, world.rank() == 0 ? observer : nullptr);
-    TrainSummary s = loop.run();
-    if (world.rank() == 0) {
-      // Each rank holds the activations of one micro-batch, not of the global batch.
-      s.planned_activation_bytes = planned_activation_bytes(
-          trainer.model, engine.report().micro_batch, trainer.seq, config.base.threads);
-      s.data_parallel = engine.report();
-      summary = std::move(s);
-    }
-  });
+  bool reporter = false;
+  comm::run_on_backend(
+      config.backend, config.dp.dp,
+      [&](comm::Communicator& world) {
+        DataParallelEngine engine(config, world);
+        Trainer loop(trainer, engine, data, world.rank() == 0 ? observer : nullptr);
+        TrainSummary s = loop.run();
+        if (world.rank() == 0) {
+          // Each rank holds the activations of one micro-batch, not of the global batch.
+          s.planned_activation_bytes = planned_activation_bytes(
+              trainer.model, engine.report().micro_batch, trainer.seq, config.base.threads);
+          s.data_parallel = engine.report();
+        }
+        // Every rank's inter-node bytes, for the job's total (a collective: all ranks call it).
+        const auto bits = static_cast<int64_t>(engine.report().inter_node_bytes_per_step);
+        std::vector<int64_t> all(static_cast<size_t>(world.size()));
+        comm::all_gather<int64_t>(world, &bits, all.data(), world.size());
+        if (world.rank() == 0) {
+          DataParallelReport& d = *s.data_parallel;
+          for (int64_t b : all) d.total_inter_node_bytes_per_step += static_cast<double>(b);
+          add_link_predictions(d, engine.model(), config, s.backward_ms);
+          summary = std::move(s);
+        }
+      },
+      {}, &reporter);
+  if (is_reporter != nullptr) *is_reporter = reporter;
   return summary;
 }
 

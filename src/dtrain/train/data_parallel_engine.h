@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dtrain/comm/communicator.h"
+#include "dtrain/comm/launch.h"
 #include "dtrain/parallel/data_parallel_model.h"
 #include "dtrain/train/data_parallel_report.h"
 #include "dtrain/train/serial_engine.h"
@@ -21,6 +22,10 @@ namespace dtrain::train {
 struct DataParallelEngineConfig {
   SerialEngineConfig base;  // model, global batch B, seq, AdamW, clipping, seed, threads
   DataParallelSetup dp;
+  comm::Backend backend = comm::Backend::threads;
+  int ranks_per_node = 0;     // 0: every rank on one node
+  bool hierarchical = false;  // stage 0: two-level all-reduce of each bucket over the nodes
+  std::string cluster_path;   // --cluster: price the buckets' all-reduces on its links
 };
 
 // What one training step measured on this rank.
@@ -40,6 +45,10 @@ class DataParallelEngine final : public StepEngine {
   float eval_loss(const Batch& batch) override;
   const MemoryTracker& memory() const override { return tracker_; }
   int64_t param_count() const override { return model_.param_count(); }
+  StateLayout state_layout() const override;
+  RankState export_state() override;
+  void import_state(const SerialState& state) override;
+  comm::Communicator* job_communicator() override { return &dp_; }
 
   parallel::DataParallelModel& model() { return model_; }
   const std::vector<DataParallelStepRecord>& steps() const { return steps_; }
@@ -64,7 +73,8 @@ class DataParallelEngine final : public StepEngine {
 // Trainer on each; returns rank 0's summary with its DataParallelReport. `observer` sees rank
 // 0's progress.
 TrainSummary run_data_parallel(const DataParallelEngineConfig& config, const TrainerConfig& trainer,
-                               const TokenSplit& data, TrainObserver* observer);
+                               const TokenSplit& data, TrainObserver* observer,
+                               bool* is_reporter = nullptr);
 
 // The checks `dtrain train` makes on the data-parallel flags, naming them: --dp >= 1 dividing
 // the batch (with --grad-accum micro-batches per rank), --zero in 0..3, --bucket-size > 0.

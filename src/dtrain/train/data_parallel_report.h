@@ -47,6 +47,20 @@ struct DataParallelReport {
   double bytes_sent_per_step = 0;
   double formula_bytes_sent_per_step = 0;
   double control_bytes_per_step = 0;
+  // With --ranks-per-node: the DP collectives' bytes per step by link class (rank 0), and
+  // whether the buckets ran the hierarchical all-reduce (--dp-all-reduce hierarchical).
+  int ranks_per_node = 0;
+  bool hierarchical = false;
+  double intra_node_bytes_per_step = 0, inter_node_bytes_per_step = 0;
+  // Every rank's inter-node bytes per step, summed: measured, and from
+  // plan::flat_ring_all_reduce_link_traffic / hierarchical_all_reduce_link_traffic per bucket
+  // (ZeRO-0; -1 when not predicted).
+  double total_inter_node_bytes_per_step = 0;
+  double predicted_total_inter_node_bytes_per_step = -1;
+  // With --cluster (ZeRO-0): every bucket's all-reduce priced on the links it crosses, and the
+  // part left exposed after the backward window (plan::exposed_time).
+  std::string cluster;
+  double predicted_comm_ms = 0, predicted_exposed_comm_ms = 0;
   // Communication thread time per step, the part inside forward/backward compute, and their
   // ratio over the whole run.
   double comm_ms_per_step = 0;

@@ -64,6 +64,24 @@ void print_data_parallel(std::ostream& out, const DataParallelReport& d) {
       << grouped(d.formula_bytes_sent_per_step)
       << " plan::dp_traffic_per_step (ring); control (loss, norm): "
       << grouped(d.control_bytes_per_step) << "\n";
+  if (d.ranks_per_node > 0) {
+    out << "  by link (rank 0, " << d.ranks_per_node << " ranks a node, "
+        << (d.hierarchical ? "hierarchical" : "flat ring")
+        << " all-reduce): " << grouped(d.intra_node_bytes_per_step) << " intra-node, "
+        << grouped(d.inter_node_bytes_per_step) << " inter-node bytes per step\n";
+    out << "  inter-node bytes per step, every rank: " << grouped(d.total_inter_node_bytes_per_step)
+        << " measured";
+    if (d.predicted_total_inter_node_bytes_per_step >= 0) {
+      out << ", " << grouped(d.predicted_total_inter_node_bytes_per_step)
+          << " predicted (plan/link_traffic.h per bucket)";
+    }
+    out << "\n";
+  }
+  if (!d.cluster.empty()) {
+    out << "  predicted on " << d.cluster << ": " << fixed(d.predicted_comm_ms, 3)
+        << " ms of all-reduce per step, " << fixed(d.predicted_exposed_comm_ms, 3)
+        << " ms exposed after the backward window\n";
+  }
   out << "  overlap: " << fixed(100 * d.overlap_share, 1)
       << " % of communication hidden behind compute (" << fixed(d.hidden_ms_per_step, 3) << " of "
       << fixed(d.comm_ms_per_step, 3) << " ms per step)\n";
@@ -76,21 +94,30 @@ nlohmann::json data_parallel_to_json(const DataParallelReport& d) {
                                                   {"peak_bytes", r.peak_bytes},
                                                   {"formula_bytes", r.formula_bytes}};
   }
-  nlohmann::json j = {{"dp", d.setup.dp},
-                      {"zero_stage", d.setup.zero_stage},
-                      {"bucket_bytes", d.setup.bucket_bytes},
-                      {"grad_accum", d.setup.grad_accum},
-                      {"micro_batch", d.micro_batch},
-                      {"buckets", d.buckets},
-                      {"params", d.params},
-                      {"shard", d.shard},
-                      {"model_state", state},
-                      {"bytes_sent_per_step", d.bytes_sent_per_step},
-                      {"formula_bytes_sent_per_step", d.formula_bytes_sent_per_step},
-                      {"control_bytes_per_step", d.control_bytes_per_step},
-                      {"comm_ms_per_step", d.comm_ms_per_step},
-                      {"hidden_ms_per_step", d.hidden_ms_per_step},
-                      {"overlap_share", d.overlap_share}};
+  nlohmann::json j = {
+      {"dp", d.setup.dp},
+      {"zero_stage", d.setup.zero_stage},
+      {"bucket_bytes", d.setup.bucket_bytes},
+      {"grad_accum", d.setup.grad_accum},
+      {"micro_batch", d.micro_batch},
+      {"buckets", d.buckets},
+      {"params", d.params},
+      {"shard", d.shard},
+      {"model_state", state},
+      {"bytes_sent_per_step", d.bytes_sent_per_step},
+      {"formula_bytes_sent_per_step", d.formula_bytes_sent_per_step},
+      {"control_bytes_per_step", d.control_bytes_per_step},
+      {"ranks_per_node", d.ranks_per_node},
+      {"hierarchical", d.hierarchical},
+      {"intra_node_bytes_per_step", d.intra_node_bytes_per_step},
+      {"inter_node_bytes_per_step", d.inter_node_bytes_per_step},
+      {"total_inter_node_bytes_per_step", d.total_inter_node_bytes_per_step},
+      {"predicted_total_inter_node_bytes_per_step", d.predicted_total_inter_node_bytes_per_step},
+      {"predicted_comm_ms", d.predicted_comm_ms},
+      {"predicted_exposed_comm_ms", d.predicted_exposed_comm_ms},
+      {"comm_ms_per_step", d.comm_ms_per_step},
+      {"hidden_ms_per_step", d.hidden_ms_per_step},
+      {"overlap_share", d.overlap_share}};
   if (d.setup.zero_stage == 3) {
     j["gathered_peak_bytes"] = d.gathered_peak_bytes;
     j["gathered_formula_bytes"] = d.gathered_formula_bytes;
@@ -109,7 +136,12 @@ void print_summary(std::ostream& out, const TrainSummary& s) {
       << " validation tokens (bytes)\n";
   out << "  " << c.steps << " steps of batch " << c.batch << " x seq " << c.seq << " = "
       << s.tokens_per_step << " tokens; lr " << c.schedule.lr << " (warmup "
-      << c.schedule.warmup_steps << ", cosine to " << c.schedule.min_lr << ")\n\n";
+      << c.schedule.warmup_steps << ", cosine to " << c.schedule.min_lr << ")\n";
+  if (s.first_step > 0) {
+    out << "  resumed at step " << s.first_step << " from " << c.checkpoint.resume << "\n";
+  }
+  if (!s.last_checkpoint.empty()) out << "  checkpoint written: " << s.last_checkpoint << "\n";
+  out << "\n";
 
   out << "  loss           train    validation\n";
   out << "  at start   " << lpad(fixed(s.first_train_loss, 4), 9)
@@ -138,6 +170,7 @@ void print_summary(std::ostream& out, const TrainSummary& s) {
   if (s.data_parallel) print_data_parallel(out, *s.data_parallel);
   if (s.pipeline) print_pipeline_report(out, *s.pipeline);
   if (s.tensor_parallel) print_tensor_parallel_report(out, *s.tensor_parallel);
+  if (s.mesh) print_mesh_report(out, *s.mesh);
 }
 
 nlohmann::json summary_to_json(const TrainSummary& s) {
@@ -166,6 +199,9 @@ nlohmann::json summary_to_json(const TrainSummary& s) {
                {"final_val", s.final_val_loss},
                {"ln_vocab", s.ln_vocab}};
   j["train_losses"] = s.train_losses;
+  j["checkpoint"] = {{"first_step", s.first_step},
+                     {"resumed_from", c.checkpoint.resume},
+                     {"last_saved", s.last_checkpoint}};
   nlohmann::json evals = nlohmann::json::array();
   for (const EvalRecord& e : s.evals) evals.push_back({{"step", e.step}, {"val_loss", e.val_loss}});
   j["val_losses"] = evals;
@@ -187,6 +223,7 @@ nlohmann::json summary_to_json(const TrainSummary& s) {
   if (s.data_parallel) j["data_parallel"] = data_parallel_to_json(*s.data_parallel);
   if (s.pipeline) j["pipeline"] = pipeline_report_to_json(*s.pipeline);
   if (s.tensor_parallel) j["tensor_parallel"] = tensor_parallel_report_to_json(*s.tensor_parallel);
+  if (s.mesh) j["mesh"] = mesh_report_to_json(*s.mesh);
   return j;
 }
 

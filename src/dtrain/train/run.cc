@@ -3,15 +3,45 @@
 
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
+#include "dtrain/comm/launch.h"
+#include "dtrain/comm/topology.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/rng.h"
 #include "dtrain/model/gemm.h"
 #include "dtrain/train/data_parallel_engine.h"
+#include "dtrain/train/mesh_engine.h"
 #include "dtrain/train/pipeline_engine.h"
 #include "dtrain/train/tensor_parallel_engine.h"
 
 namespace dtrain::train {
+
+namespace {
+
+// --save, --save-every, --keep-checkpoints, --resume and --inject-fault into `t`.
+void resolve_checkpoint_flags(const TrainOptions& o, TrainerConfig& t) {
+  const CheckpointConfig& c = o.checkpoint;
+  DTRAIN_CHECK(c.save_every >= 0, "--save-every must not be negative (got ", c.save_every, ")");
+  DTRAIN_CHECK(c.save_every == 0 || !c.save_dir.empty(), "--save-every ", c.save_every,
+               " needs --save DIR (where to write the checkpoints)");
+  DTRAIN_CHECK(c.keep >= 0, "--keep-checkpoints must not be negative (got ", c.keep, ")");
+  DTRAIN_CHECK(c.keep == 0 || !c.save_dir.empty(), "--keep-checkpoints needs --save DIR");
+  DTRAIN_CHECK(c.resume.empty() || std::filesystem::is_directory(c.resume), "--resume ", c.resume,
+               ": no such directory");
+  t.checkpoint = c;
+  if (o.inject_fault.empty()) return;
+  const FaultSpec fault = parse_fault(o.inject_fault);
+  const int64_t ranks =
+      static_cast<int64_t>(o.data_parallel.dp) * o.tensor_parallel.tp * o.pipeline.pp;
+  DTRAIN_CHECK(fault.rank < ranks, "--inject-fault: rank ", fault.rank,
+               " does not exist (the run has ", ranks, " ranks)");
+  DTRAIN_CHECK(fault.step <= o.steps, "--inject-fault: step ", fault.step,
+               " is after the last (--steps ", o.steps, ")");
+  t.fault = fault;
+}
+
+}  // namespace
 
 TrainSetup resolve(const TrainOptions& o) {
   const model::GptPreset& preset = model::gpt_preset(o.model);
@@ -31,16 +61,34 @@ TrainSetup resolve(const TrainOptions& o) {
   DTRAIN_CHECK(B > 0, "--batch must be positive (got ", B, ")");
   DTRAIN_CHECK(T > 0, "--seq must be positive (got ", T, ")");
   DTRAIN_CHECK(T <= m.context, "--seq ", T, " exceeds --context ", m.context);
-  validate_data_parallel(o.data_parallel, B);
-  validate_pipeline(o.pipeline, m, B);
-  DTRAIN_CHECK(!o.pipeline.enabled() || !o.data_parallel.enabled(),
-               "--pp (pipeline) and --dp / --zero / --grad-accum (data parallel) cannot be ",
-               "combined yet: pick one");
-  validate_tensor_parallel(o.tensor_parallel, m);
+  const int axes = (o.data_parallel.dp > 1 ? 1 : 0) + (o.tensor_parallel.tp > 1 ? 1 : 0) +
+                   (o.pipeline.pp > 1 ? 1 : 0);
+  // --dp alone stays on the data-parallel engine (buckets, overlap, ZeRO-3) on either backend;
+  // anything else off the threads backend's single-axis engines goes to the mesh engine.
+  const bool dp_only = o.tensor_parallel.tp == 1 && !o.tensor_parallel.sequence_parallel &&
+                       !o.pipeline.enabled() && o.mesh.rank_order == MeshSetup{}.rank_order;
+  const bool composed =
+      !dp_only && (axes >= 2 || o.mesh.backend != "threads" || o.mesh.ranks_per_node != 0 ||
+                   o.mesh.rank_order != MeshSetup{}.rank_order);
+  DTRAIN_CHECK(comm::parse_backend(o.mesh.backend).has_value(), "--backend \"", o.mesh.backend,
+               "\" is not one of threads, mpi");
+  DTRAIN_CHECK(o.mesh.dp_all_reduce == "flat" || o.mesh.dp_all_reduce == "hierarchical",
+               "--dp-all-reduce \"", o.mesh.dp_all_reduce, "\" is not one of flat, hierarchical");
   DTRAIN_CHECK(
-      !o.tensor_parallel.enabled() || (!o.pipeline.enabled() && !o.data_parallel.enabled()),
-      "--tp (tensor parallel) cannot be combined with --pp or --dp / --zero / ",
-      "--grad-accum yet: pick one");
+      o.mesh.dp_all_reduce == "flat" || (dp_only && o.mesh.ranks_per_node > 0),
+      "--dp-all-reduce hierarchical needs --ranks-per-node and --dp alone (no --tp, --pp)");
+  if (!composed) {
+    validate_data_parallel(o.data_parallel, B);
+    validate_pipeline(o.pipeline, m, B);
+    validate_tensor_parallel(o.tensor_parallel, m);
+    DTRAIN_CHECK(!o.pipeline.enabled() || !o.data_parallel.enabled(),
+                 "--grad-accum / --zero with --pp: use --microbatches for the pipeline's "
+                 "micro-batches, and --dp 2 or more for ZeRO beside a pipeline");
+    DTRAIN_CHECK(
+        !o.tensor_parallel.enabled() || (!o.pipeline.enabled() && !o.data_parallel.enabled()),
+        "--tp with --zero, --grad-accum, --microbatches or another --schedule needs --dp or "
+        "--pp of 2 or more (the composed engine)");
+  }
   DTRAIN_CHECK(o.steps > 0, "--steps must be positive (got ", o.steps, ")");
   DTRAIN_CHECK(o.eval_every >= 0, "--eval-every must not be negative (got ", o.eval_every, ")");
   DTRAIN_CHECK(o.eval_batches > 0, "--eval-batches must be positive (got ", o.eval_batches, ")");
@@ -83,15 +131,26 @@ TrainSetup resolve(const TrainOptions& o) {
                "' is missing (run data/make_corpus.py to write it, or pass --data FILE)");
   setup.data = split_train_val(load_byte_tokens(path), o.val_fraction, path);
   check_split_fits(setup.data, T, o.seq ? "--seq" : "--context");
+  resolve_checkpoint_flags(o, t);
   setup.data_parallel = o.data_parallel;
   setup.pipeline = o.pipeline;
   setup.tensor_parallel = o.tensor_parallel;
+  setup.mesh = o.mesh;
+  setup.composed = composed;
+  // The composed layout's checks (each names its flag), before any rank starts.
+  if (composed)
+    (void)mesh_config(setup.engine, o.data_parallel, o.tensor_parallel, o.pipeline, o.mesh);
   return setup;
 }
 
-TrainSummary run_training(const TrainOptions& options, TrainObserver* observer) {
+TrainSummary run_training(const TrainOptions& options, TrainObserver* observer, bool* is_reporter) {
   TrainSetup setup = resolve(options);
   model::set_blas_threads(setup.blas_threads);
+  if (is_reporter != nullptr) *is_reporter = true;
+  if (setup.composed) {
+    return run_mesh(setup.engine, setup.data_parallel, setup.tensor_parallel, setup.pipeline,
+                    setup.mesh, setup.trainer, setup.data, observer, is_reporter);
+  }
   if (setup.tensor_parallel.enabled()) {
     return run_tensor_parallel(setup.engine, setup.tensor_parallel, setup.trainer, setup.data,
                                observer);
@@ -99,9 +158,18 @@ TrainSummary run_training(const TrainOptions& options, TrainObserver* observer) 
   if (setup.pipeline.enabled()) {
     return run_pipeline(setup.engine, setup.pipeline, setup.trainer, setup.data, observer);
   }
-  if (setup.data_parallel.enabled()) {
-    return run_data_parallel({setup.engine, setup.data_parallel}, setup.trainer, setup.data,
-                             observer);
+  const std::optional<comm::Backend> backend = comm::parse_backend(setup.mesh.backend);
+  if (setup.data_parallel.enabled() || *backend != comm::Backend::threads ||
+      setup.mesh.ranks_per_node > 0) {
+    DataParallelEngineConfig config{setup.engine, setup.data_parallel};
+    config.backend = *backend;
+    config.ranks_per_node = setup.mesh.ranks_per_node;
+    config.hierarchical = setup.mesh.dp_all_reduce == "hierarchical";
+    config.cluster_path = setup.mesh.cluster_path;
+    if (config.ranks_per_node > 0) {
+      (void)comm::NodeTopology(setup.data_parallel.dp, config.ranks_per_node);  // names the flag
+    }
+    return run_data_parallel(config, setup.trainer, setup.data, observer, is_reporter);
   }
   SerialEngine engine(setup.engine);
   Trainer trainer(setup.trainer, engine, setup.data, observer);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "dtrain/train/data_parallel_report.h"
+#include "dtrain/train/mesh_report.h"
 #include "dtrain/train/pipeline_report.h"
 #include "dtrain/train/serial_engine.h"
 #include "dtrain/train/tensor_parallel_report.h"
@@ -37,6 +38,9 @@ struct TrainOptions {
   DataParallelSetup data_parallel;  // --dp, --zero, --bucket-size, --grad-accum
   PipelineSetup pipeline;  // --pp, --microbatches, --schedule, --chunks, --stage-layers, ...
   TensorParallelSetup tensor_parallel;  // --tp, --sequence-parallel
+  MeshSetup mesh;                       // --backend, --rank-order, --ranks-per-node
+  CheckpointConfig checkpoint;          // --save, --save-every, --keep-checkpoints, --resume
+  std::string inject_fault;  // --inject-fault rank=R,step=S,kind=throw|exit (empty: none)
 };
 
 struct TrainSetup {
@@ -47,6 +51,10 @@ struct TrainSetup {
   DataParallelSetup data_parallel;      // enabled(): run_training runs DataParallelEngines
   PipelineSetup pipeline;               // enabled(): run_training runs PipelineEngines
   TensorParallelSetup tensor_parallel;  // enabled(): run_training runs TensorParallelEngines
+  MeshSetup mesh;
+  // Two or more of DP, TP and PP, or the MPI backend, or a node topology / rank order: one
+  // MeshEngine per rank (train/mesh_engine.h) instead of the single-axis engines.
+  bool composed = false;
 };
 
 // Checks the options and loads the data; throws Error naming the flag or file.
@@ -54,6 +62,9 @@ TrainSetup resolve(const TrainOptions& options);
 
 // resolve(), then a serial run (or a data-parallel or pipeline one, rank 0 reporting) with
 // `observer` (may be null) watching.
-TrainSummary run_training(const TrainOptions& options, TrainObserver* observer);
+// Under --backend mpi every process returns; `*is_reporter` (if given) is true on the one that
+// holds rank 0 and should print.
+TrainSummary run_training(const TrainOptions& options, TrainObserver* observer,
+                          bool* is_reporter = nullptr);
 
 }  // namespace dtrain::train

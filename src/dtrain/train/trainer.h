@@ -11,8 +11,11 @@
 #include "dtrain/core/memory.h"
 #include "dtrain/model/gpt_config.h"
 #include "dtrain/optim/lr_schedule.h"
+#include "dtrain/train/checkpoint.h"
 #include "dtrain/train/data.h"
 #include "dtrain/train/data_parallel_report.h"
+#include "dtrain/train/fault.h"
+#include "dtrain/train/mesh_report.h"
 #include "dtrain/train/pipeline_report.h"
 #include "dtrain/train/step_engine.h"
 #include "dtrain/train/tensor_parallel_report.h"
@@ -30,6 +33,8 @@ struct TrainerConfig {
   int64_t eval_batches = 0;  // validation batches per evaluation
   uint64_t data_seed = 0;    // training batch order
   int threads = 1;           // compute threads per rank (the workspace has one score buffer each)
+  CheckpointConfig checkpoint;     // --save, --save-every, --keep-checkpoints, --resume
+  std::optional<FaultSpec> fault;  // --inject-fault
 };
 
 struct StepRecord {
@@ -57,7 +62,9 @@ struct TrainSummary {
   int64_t train_tokens = 0, val_tokens = 0;
   int64_t param_count = 0;
   int64_t tokens_per_step = 0;
-  std::vector<float> train_losses;  // one per step
+  int64_t first_step = 0;           // updates done before this run (a resumed checkpoint's step)
+  std::string last_checkpoint;      // the directory saved last, if any
+  std::vector<float> train_losses;  // one per step of this run (steps first_step+1 ..)
   std::vector<EvalRecord> evals;    // the first before any update, the last after the last
   double ln_vocab = 0;              // the loss of a uniform guess
   float first_train_loss = 0, final_train_loss = 0;
@@ -73,6 +80,7 @@ struct TrainSummary {
   std::optional<DataParallelReport> data_parallel;  // data-parallel runs: rank 0's figures
   std::optional<PipelineReport> pipeline;           // pipeline runs: every stage's figures
   std::optional<TensorParallelReport> tensor_parallel;  // TP runs: every TP rank's figures
+  std::optional<MeshReport> mesh;  // composed (DP x TP x PP) runs: every rank's figures
 };
 
 // Progress callbacks; the default implementations ignore everything.
@@ -100,6 +108,10 @@ class Trainer {
   const TokenSplit& data_;
   TrainObserver* observer_;
   Batch batch_;
+  // --resume: loads the checkpoint into the engine and the sampler; returns its step.
+  int64_t resume(BatchSampler& sampler);
+  std::string save(int64_t step, const BatchSampler& sampler);
+  int job_rank();
 };
 
 // Bytes the plan/ formulas give for the activations of one rank running `model` on (B, T)
