@@ -110,6 +110,18 @@ TEST(Hardware, FileErrorsNameFileAndField) {
   EXPECT_NE(e.find("cannot open"), std::string::npos) << e;
 }
 
+// Found by fuzz/cluster_fuzz: a count beyond int's range was cast to int (undefined behaviour)
+// before the integer check; now it is an error like any other non-integer.
+TEST(Hardware, HugeOrFractionalNodeCountsAreRejected) {
+  for (const double nodes : {1e43, 3e9, 2.5}) {
+    nlohmann::json j = to_json(parse_cluster("1x8xH100"));
+    j["nodes"] = nodes;
+    EXPECT_NE(error_of([&] { cluster_from_json(j, "fuzz.json"); }).find("must be integers"),
+              std::string::npos)
+        << nodes;
+  }
+}
+
 TEST(Hardware, ValidateNamesTheField) {
   Cluster c = parse_cluster("1x8xH100");
   c.gpu.memory_bytes = 0;

@@ -187,7 +187,8 @@ Traffic reduce_scatter(Communicator& comm, const T* input, T* output, int64_t co
       T* work = static_cast<T*>(comm.scratch(1, count * sizeof(T)));
       std::memcpy(work, input, count * sizeof(T));
       detail::recursive_doubling_all_reduce(comm, scope, work, count, op, kTagReduceScatter);
-      std::memmove(output, work + mine.offset, mine.count * sizeof(T));
+      // A rank whose chunk is empty may pass a null output (memmove's arguments must not be).
+      if (mine.count > 0) std::memmove(output, work + mine.offset, mine.count * sizeof(T));
       break;
     }
   }
@@ -212,7 +213,7 @@ Traffic all_gather(Communicator& comm, const T* input, T* output, int64_t count,
       run_native<T>(comm, CollectiveOp::all_gather, ReduceOp::sum, input, output, count, 0);
       break;
     case Algorithm::ring:
-      if (output + mine.offset != input) {
+      if (output + mine.offset != input && mine.count > 0) {  // an empty chunk: input may be null
         std::memmove(output + mine.offset, input, mine.count * sizeof(T));
       }
       detail::ring_all_gather_in_place(comm, scope, output, count, detail::kTagAllGather);

@@ -125,7 +125,10 @@ void bruck_all_gather(Communicator& comm, OperationScope& scope, const T* input,
   for (int j = 0; j < n; ++j)
     block_offset[j + 1] = block_offset[j] + chunk_of(count, n, mod(r + j, n)).count;
   T* work = static_cast<T*>(comm.scratch(1, count * sizeof(T)));
-  std::memcpy(work, input, chunk_of(count, n, r).count * sizeof(T));
+  // A rank with an empty chunk may pass a null input (memcpy's arguments must not be null).
+  if (const int64_t mine = chunk_of(count, n, r).count; mine > 0) {
+    std::memcpy(work, input, mine * sizeof(T));
+  }
   for (int d = 1; d < n; d <<= 1) {
     const int blocks = d < n - d ? d : n - d;
     // Rank r+d's first `blocks` blocks are chunks r+d ... = our blocks d ... d+blocks-1.

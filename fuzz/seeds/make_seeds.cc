@@ -1,0 +1,147 @@
+// Writes the fuzz targets' seed corpora with the real writers: `fuzz_seeds DIR` fills
+// DIR/<target>/ with a few valid inputs per target (scripts/fuzz runs it before fuzzing), so
+// the fuzzer starts from well-formed files and mutates them instead of guessing the format.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "../checkpoint_bundle.h"
+#include "dtrain/comm/threads/backend.h"
+#include "dtrain/plan/hardware.h"
+#include "dtrain/train/checkpoint.h"
+#include "dtrain/train/data.h"
+#include "dtrain/train/data_parallel_engine.h"
+#include "dtrain/train/serial_engine.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void write_seed(const fs::path& dir, const std::string& name, const std::string& bytes) {
+  fs::create_directories(dir);
+  std::ofstream out(dir / name, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// cluster_fuzz: the first byte picks the parser ('j', even: JSON; 's', odd: a --cluster spec).
+void cluster_seeds(const fs::path& dir) {
+  const std::vector<std::string> specs = {"8x8xH100", "1xA100", "64x8xA100-80GB"};
+  for (size_t i = 0; i < specs.size(); ++i) {
+    write_seed(dir, "spec" + std::to_string(i), "s" + specs[i]);
+    const dtrain::plan::Cluster c = dtrain::plan::parse_cluster(specs[i]);
+    write_seed(dir, "json" + std::to_string(i), "j" + dtrain::plan::to_json(c).dump(1));
+  }
+  write_seed(dir, "json_preset", R"(j{"preset": "H100", "nodes": 4})");
+}
+
+std::string read_all(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// A model small enough that a whole checkpoint (params and both AdamW moments) is a few KB,
+// with C = 6 over 2 heads and an odd parameter count so ZeRO pads its last shard.
+dtrain::train::SerialEngineConfig tiny_config() {
+  dtrain::train::SerialEngineConfig c;
+  c.model = {.vocab = 11, .context = 4, .layers = 1, .heads = 2, .channels = 6};
+  c.batch = 2;
+  c.seq = 4;
+  c.adamw = {0.9f, 0.95f, 1e-8f, 0.1f};
+  c.init_seed = 5;
+  return c;
+}
+
+const std::vector<int32_t>& tokens() {
+  static const std::vector<int32_t> t = [] {
+    std::vector<int32_t> v(64);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int32_t>((i * 7 + 3) % 11);
+    return v;
+  }();
+  return t;
+}
+
+// One step, then save_checkpoint: the real writer, so the seeds hold real moments and ranges.
+std::string train_and_save(dtrain::train::StepEngine& engine, const fs::path& root) {
+  const dtrain::train::SerialEngineConfig c = tiny_config();
+  dtrain::train::BatchSampler sampler(tokens(), c.batch, c.seq, 7);
+  dtrain::train::Batch batch;
+  sampler.next(batch);
+  engine.train_step(batch, 1e-2f);
+  dtrain::train::TrainerPosition position;
+  position.step = 1;
+  position.batch = c.batch;
+  position.seq = c.seq;
+  position.data_seed = 7;
+  position.sampler = sampler.state();
+  return dtrain::train::save_checkpoint(engine, c.model, position, root.string(), 0);
+}
+
+// Seeds for both checkpoint targets from one written checkpoint directory.
+void checkpoint_seeds(const fs::path& out, const std::string& tag, const fs::path& dir) {
+  const std::string manifest = read_all(dir / dtrain::train::kManifestName);
+  write_seed(out / "checkpoint_manifest_fuzz", tag, manifest);
+  const dtrain::train::Manifest m = dtrain::train::parse_manifest(manifest, tag);
+  std::vector<std::string> files;
+  for (const dtrain::train::ShardFile& f : m.files) files.push_back(read_all(dir / f.name));
+  write_seed(out / "checkpoint_shard_fuzz", tag, dtrain::fuzz::join_bundle(manifest, files));
+  // The raw read_shard form ('r', offset, count, crc32, file bytes) for the first piece.
+  const dtrain::train::ShardEntry& e = m.entries.front();
+  std::string raw(21, '\0');
+  raw[0] = 'r';
+  std::memcpy(raw.data() + 1, &e.byte_offset, 8);
+  std::memcpy(raw.data() + 9, &e.count, 8);
+  std::memcpy(raw.data() + 17, &e.crc32, 4);
+  write_seed(out / "checkpoint_shard_fuzz", tag + "_piece",
+             raw + files[static_cast<size_t>(e.file)]);
+}
+
+void all_checkpoint_seeds(const fs::path& out) {
+  const fs::path tmp =
+      fs::temp_directory_path() / ("dtrain-fuzz-seeds-" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  {
+    dtrain::train::SerialEngine engine(tiny_config());
+    checkpoint_seeds(out, "serial", train_and_save(engine, tmp / "serial"));
+  }
+  // Two data-parallel ranks under ZeRO 1 and 3: two shard files, pieces that are ranges.
+  for (int zero : {1, 3}) {
+    std::string dir;
+    dtrain::comm::threads::run_ranks(2, [&](dtrain::comm::Communicator& world) {
+      dtrain::train::DataParallelSetup dp;
+      dp.dp = 2;
+      dp.zero_stage = zero;
+      dtrain::train::DataParallelEngine engine({tiny_config(), dp}, world);
+      const std::string written = train_and_save(engine, tmp / ("dp2-zero" + std::to_string(zero)));
+      if (world.rank() == 0) dir = written;
+    });
+    checkpoint_seeds(out, "dp2_zero" + std::to_string(zero), dir);
+  }
+  fs::remove_all(tmp);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
+    return 2;
+  }
+  const fs::path root = argv[1];
+  try {
+    cluster_seeds(root / "cluster_fuzz");
+    all_checkpoint_seeds(root);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fuzz_seeds: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
