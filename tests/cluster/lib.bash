@@ -46,6 +46,22 @@ expect_nothing_left() {
   fi
 }
 
+# wait_bounded PID SECONDS: waits for the background job PID, killing it after SECONDS; sets
+# job_rc to its exit status. The watchdog must not hold the test's output open once the job is
+# done (CTest would wait for it).
+wait_bounded() {
+  ( sleep "$2"; kill -9 "$1" 2>/dev/null ) >/dev/null 2>&1 &
+  local watchdog=$!
+  wait "$1"
+  job_rc=$?
+  pkill -P $watchdog sleep 2>/dev/null
+  kill $watchdog 2>/dev/null
+  return 0
+}
+
+# seconds_since START: the time since START (from date +%s.%N), one decimal.
+seconds_since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}'; }
+
 finish() {
   [ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
   echo "all passed"

@@ -42,14 +42,9 @@ wait_for_ranks node1 || fail "dead node: node1's ranks never started"
 sleep 0.5
 start=$(date +%s.%N)
 "$CLUSTER" cut node1 >/dev/null
-# The watchdog must not hold the test's output open once the job is done (CTest would wait).
-( sleep 60; kill -9 $job 2>/dev/null ) >/dev/null 2>&1 &
-watchdog=$!
-wait $job
-rc=$?
-pkill -P $watchdog sleep 2>/dev/null
-kill $watchdog 2>/dev/null
-elapsed=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}')
+wait_bounded $job 60
+rc=$job_rc
+elapsed=$(seconds_since "$start")
 if [ $rc -ne 0 ] && awk -v e="$elapsed" 'BEGIN{exit !(e < 30)}' &&
   grep -q "lost node1 (10.213.0.2, ranks 2..3)" "$log"; then
   ok "dead node1: the job ended in ${elapsed} s (exit $rc): $(grep 'lost node1' "$log")"

@@ -28,13 +28,9 @@ for _ in $(seq 1 300); do
 done
 start=$(date +%s.%N)
 "$CLUSTER" cut node1 >/dev/null
-( sleep 60; kill -9 $job 2>/dev/null ) >/dev/null 2>&1 &
-watchdog=$!
-wait $job
-rc=$?
-pkill -P $watchdog sleep 2>/dev/null
-kill $watchdog 2>/dev/null
-elapsed=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}')
+wait_bounded $job 60
+rc=$job_rc
+elapsed=$(seconds_since "$start")
 saved=$(cat "$work/ckpt/latest" 2>/dev/null || echo none)
 if [ $rc -ne 0 ] && grep -q "lost node1" "$work/cut.log" && [ "$saved" != "step-$(printf %08d $steps)" ]; then
   ok "node1 cut: the job ended in $elapsed s (exit $rc), last checkpoint $saved"

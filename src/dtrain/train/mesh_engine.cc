@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <optional>
 #include <sstream>
 
@@ -616,34 +617,39 @@ void MeshEngine::import_state(const SerialState& state) {
 
 namespace {
 
-// A rank's row as numbers (the strings are rebuilt from the rank), for an all-gather.
-constexpr int kRowFields = 25;
+// A rank's row as numbers (the strings are rebuilt from the rank), for an all-gather: its
+// whole-number fields, then its figures, in this order.
+constexpr int64_t MeshRankRow::*kRowCounts[] = {
+    &MeshRankRow::param_count,      &MeshRankRow::params_bytes,
+    &MeshRankRow::grads_bytes,      &MeshRankRow::optimizer_bytes,
+    &MeshRankRow::grads_peak_bytes, &MeshRankRow::activations_peak_bytes};
+constexpr double MeshRankRow::*kRowFigures[] = {&MeshRankRow::tp_bytes,
+                                                &MeshRankRow::tp_vocab_bytes,
+                                                &MeshRankRow::pp_bytes,
+                                                &MeshRankRow::dp_bytes,
+                                                &MeshRankRow::embedding_bytes,
+                                                &MeshRankRow::other_bytes,
+                                                &MeshRankRow::tp_formula,
+                                                &MeshRankRow::pp_formula,
+                                                &MeshRankRow::dp_formula,
+                                                &MeshRankRow::embedding_formula,
+                                                &MeshRankRow::tp_vocab_formula,
+                                                &MeshRankRow::intra_node_bytes,
+                                                &MeshRankRow::inter_node_bytes,
+                                                &MeshRankRow::model_intra_node_bytes,
+                                                &MeshRankRow::model_inter_node_bytes,
+                                                &MeshRankRow::predicted_intra_node_bytes,
+                                                &MeshRankRow::predicted_inter_node_bytes,
+                                                &MeshRankRow::predicted_comm_ms};
+constexpr int kRowFields = std::size(kRowCounts) + std::size(kRowFigures) + 1;  // + node
+
 std::array<double, kRowFields> pack(const MeshRankRow& r) {
-  return {static_cast<double>(r.param_count),
-          static_cast<double>(r.params_bytes),
-          static_cast<double>(r.grads_bytes),
-          static_cast<double>(r.optimizer_bytes),
-          static_cast<double>(r.grads_peak_bytes),
-          static_cast<double>(r.activations_peak_bytes),
-          r.tp_bytes,
-          r.tp_vocab_bytes,
-          r.pp_bytes,
-          r.dp_bytes,
-          r.embedding_bytes,
-          r.other_bytes,
-          r.tp_formula,
-          r.pp_formula,
-          r.dp_formula,
-          r.embedding_formula,
-          r.intra_node_bytes,
-          r.inter_node_bytes,
-          static_cast<double>(r.node),
-          r.tp_vocab_formula,
-          r.model_intra_node_bytes,
-          r.model_inter_node_bytes,
-          r.predicted_intra_node_bytes,
-          r.predicted_inter_node_bytes,
-          r.predicted_comm_ms};
+  std::array<double, kRowFields> f{};
+  size_t i = 0;
+  for (int64_t MeshRankRow::*m : kRowCounts) f[i++] = static_cast<double>(r.*m);
+  for (double MeshRankRow::*m : kRowFigures) f[i++] = r.*m;
+  f[i] = r.node;
+  return f;
 }
 
 MeshRankRow unpack(const double* f, int rank, const parallel::DeviceMesh& mesh,
@@ -653,31 +659,10 @@ MeshRankRow unpack(const double* f, int rank, const parallel::DeviceMesh& mesh,
   const parallel::MeshCoord c = mesh.coord_of(rank);
   r.coords = str("dp", c.dp, " tp", c.tp, " pp", c.pp);
   r.layers = layer_ranges(partition, c.pp);
-  r.param_count = static_cast<int64_t>(f[0]);
-  r.params_bytes = static_cast<int64_t>(f[1]);
-  r.grads_bytes = static_cast<int64_t>(f[2]);
-  r.optimizer_bytes = static_cast<int64_t>(f[3]);
-  r.grads_peak_bytes = static_cast<int64_t>(f[4]);
-  r.activations_peak_bytes = static_cast<int64_t>(f[5]);
-  r.tp_bytes = f[6];
-  r.tp_vocab_bytes = f[7];
-  r.pp_bytes = f[8];
-  r.dp_bytes = f[9];
-  r.embedding_bytes = f[10];
-  r.other_bytes = f[11];
-  r.tp_formula = f[12];
-  r.pp_formula = f[13];
-  r.dp_formula = f[14];
-  r.embedding_formula = f[15];
-  r.intra_node_bytes = f[16];
-  r.inter_node_bytes = f[17];
-  r.node = static_cast<int>(f[18]);
-  r.tp_vocab_formula = f[19];
-  r.model_intra_node_bytes = f[20];
-  r.model_inter_node_bytes = f[21];
-  r.predicted_intra_node_bytes = f[22];
-  r.predicted_inter_node_bytes = f[23];
-  r.predicted_comm_ms = f[24];
+  size_t i = 0;
+  for (int64_t MeshRankRow::*m : kRowCounts) r.*m = static_cast<int64_t>(f[i++]);
+  for (double MeshRankRow::*m : kRowFigures) r.*m = f[i++];
+  r.node = static_cast<int>(f[i]);
   return r;
 }
 

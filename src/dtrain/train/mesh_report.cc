@@ -6,24 +6,15 @@
 #include <string>
 
 #include "dtrain/core/units.h"
+#include "dtrain/train/text_table.h"
 
 namespace dtrain::train {
 namespace {
 
-std::string number(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.0f", v);
-  return buf;
-}
-
-std::string column(const std::string& s, size_t width) {
-  return s.size() < width ? std::string(width - s.size(), ' ') + s : s;
-}
-
 // "measured" or "measured (plan X)" when they differ.
 std::string beside(double measured, double formula) {
-  if (measured == formula) return number(measured);
-  return number(measured) + " (plan " + number(formula) + ")";
+  if (measured == formula) return whole_number(measured);
+  return whole_number(measured) + " (plan " + whole_number(formula) + ")";
 }
 
 std::string join(const std::vector<int>& v) {
@@ -46,17 +37,17 @@ void print_mesh_report(std::ostream& out, const MeshReport& r) {
   out << "  rank  coords        node  blocks   params     grads      optimizer  activ. peak"
       << "   TP bytes/step     PP bytes/step   DP bytes/step   emb bytes\n";
   for (const MeshRankRow& k : r.ranks) {
-    out << "  " << column(std::to_string(k.rank), 4) << "  " << k.coords
+    out << "  " << right_aligned(std::to_string(k.rank), 4) << "  " << k.coords
         << std::string(k.coords.size() < 13 ? 13 - k.coords.size() : 1, ' ')
-        << column(std::to_string(k.node), 4) << column(k.layers, 8)
-        << column(format_bytes(static_cast<double>(k.params_bytes)), 10)
-        << column(format_bytes(static_cast<double>(k.grads_bytes)), 10)
-        << column(format_bytes(static_cast<double>(k.optimizer_bytes)), 11)
-        << column(format_bytes(static_cast<double>(k.activations_peak_bytes)), 13)
-        << column(beside(k.tp_bytes, k.tp_formula), 16)
-        << column(beside(k.pp_bytes, k.pp_formula), 18)
-        << column(beside(k.dp_bytes, k.dp_formula), 16)
-        << column(beside(k.embedding_bytes, k.embedding_formula), 12) << "\n";
+        << right_aligned(std::to_string(k.node), 4) << right_aligned(k.layers, 8)
+        << right_aligned(format_bytes(static_cast<double>(k.params_bytes)), 10)
+        << right_aligned(format_bytes(static_cast<double>(k.grads_bytes)), 10)
+        << right_aligned(format_bytes(static_cast<double>(k.optimizer_bytes)), 11)
+        << right_aligned(format_bytes(static_cast<double>(k.activations_peak_bytes)), 13)
+        << right_aligned(beside(k.tp_bytes, k.tp_formula), 16)
+        << right_aligned(beside(k.pp_bytes, k.pp_formula), 18)
+        << right_aligned(beside(k.dp_bytes, k.dp_formula), 16)
+        << right_aligned(beside(k.embedding_bytes, k.embedding_formula), 12) << "\n";
   }
   out << "  (bytes sent per training step, measured by each group's communicator; \"(plan X)\" "
          "shows plan/'s figure where it differs: TP = 4 ring all-reduces of b*T*C per block and "
@@ -68,15 +59,18 @@ void print_mesh_report(std::ostream& out, const MeshReport& r) {
            "all (with loss/norm)\n";
     double inter = 0, predicted_inter = 0;
     for (const MeshRankRow& k : r.ranks) {
-      out << "  " << column(std::to_string(k.rank), 4) << column(std::to_string(k.node), 6)
-          << column(beside(k.model_intra_node_bytes, k.predicted_intra_node_bytes), 24)
-          << column(beside(k.model_inter_node_bytes, k.predicted_inter_node_bytes), 31)
-          << column(number(k.intra_node_bytes) + " / " + number(k.inter_node_bytes), 26) << "\n";
+      out << "  " << right_aligned(std::to_string(k.rank), 4)
+          << right_aligned(std::to_string(k.node), 6)
+          << right_aligned(beside(k.model_intra_node_bytes, k.predicted_intra_node_bytes), 24)
+          << right_aligned(beside(k.model_inter_node_bytes, k.predicted_inter_node_bytes), 31)
+          << right_aligned(
+                 whole_number(k.intra_node_bytes) + " / " + whole_number(k.inter_node_bytes), 26)
+          << "\n";
       inter += k.model_inter_node_bytes;
       predicted_inter += k.predicted_inter_node_bytes;
     }
-    out << "  inter-node bytes per step, every rank: " << number(inter) << " measured, "
-        << number(predicted_inter)
+    out << "  inter-node bytes per step, every rank: " << whole_number(inter) << " measured, "
+        << whole_number(predicted_inter)
         << " predicted (each group's plan/ bytes sent where its algorithm sends them)\n";
     if (r.crossings.empty()) {
       out << "  every TP, DP and PP group stays inside one node\n";

@@ -241,11 +241,7 @@ RankState PipelineEngine::export_state() {
 }
 
 void PipelineEngine::import_state(const SerialState& state) {
-  const model::ParamTable& table = model_.param_table();
-  const int64_t n = table.total_count();
-  copy_flat_range(state, table, StateKind::param, 0, n, model_.params());
-  copy_flat_range(state, table, StateKind::adam_m, 0, n, adamw_.m());
-  copy_flat_range(state, table, StateKind::adam_v, 0, n, adamw_.v());
+  copy_whole_state(state, model_.param_table(), model_.params(), adamw_.m(), adamw_.v());
   adamw_.set_step_count(state.adam_step);
 }
 

@@ -6,21 +6,9 @@
 #include <string>
 
 #include "dtrain/core/units.h"
+#include "dtrain/train/text_table.h"
 
 namespace dtrain::train {
-namespace {
-
-std::string number(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.0f", v);
-  return buf;
-}
-
-std::string column(const std::string& s, size_t width) {
-  return s.size() < width ? std::string(width - s.size(), ' ') + s : s;
-}
-
-}  // namespace
 
 void print_tensor_parallel_report(std::ostream& out, const TensorParallelReport& r) {
   const int N = r.setup.tp;
@@ -30,16 +18,16 @@ void print_tensor_parallel_report(std::ostream& out, const TensorParallelReport&
       << "   vocab-parallel bytes   params      serial/N\n";
   for (const TensorParallelRankReport& k : r.ranks) {
     const double serial_share = static_cast<double>(k.serial_param_bytes) / N;
-    out << "  " << column(std::to_string(k.tp_rank), 4)
-        << column(number(k.block_forward_calls_per_step) + "+" +
-                      number(k.block_backward_calls_per_step),
-                  20)
-        << column(number(k.block_bytes_sent_per_step), 21)
-        << column(number(k.formula_bytes_sent_per_step), 33)
+    out << "  " << right_aligned(std::to_string(k.tp_rank), 4)
+        << right_aligned(whole_number(k.block_forward_calls_per_step) + "+" +
+                             whole_number(k.block_backward_calls_per_step),
+                         20)
+        << right_aligned(whole_number(k.block_bytes_sent_per_step), 21)
+        << right_aligned(whole_number(k.formula_bytes_sent_per_step), 33)
         << (k.block_bytes_sent_per_step == k.formula_bytes_sent_per_step ? " " : "*")
-        << column(number(k.vocab_bytes_sent_per_step), 22)
-        << column(format_bytes(static_cast<double>(k.param_bytes)), 10)
-        << column(format_bytes(serial_share), 12) << "\n";
+        << right_aligned(whole_number(k.vocab_bytes_sent_per_step), 22)
+        << right_aligned(format_bytes(static_cast<double>(k.param_bytes)), 10)
+        << right_aligned(format_bytes(serial_share), 12) << "\n";
   }
   if (!r.ranks.empty()) {
     const TensorParallelRankReport& k = r.ranks.front();
@@ -48,7 +36,7 @@ void print_tensor_parallel_report(std::ostream& out, const TensorParallelReport&
           << "= 8*B*T*C*(N-1)/N elements x 4 bytes, as the all-reduces without SP; "
           << "'*' marks a difference)\n";
       out << "  sequence parallel: backward re-gathers the stored LN-output slices: "
-          << number(k.regather_bytes_sent_per_step) << " bytes/step (not in the formula)\n";
+          << whole_number(k.regather_bytes_sent_per_step) << " bytes/step (not in the formula)\n";
     } else {
       out << "  (per layer and micro-batch: 4 ring all-reduces of B*T*C fp32 = 8*B*T*C*(N-1)/N "
           << "elements x 4 bytes; "
@@ -56,7 +44,7 @@ void print_tensor_parallel_report(std::ostream& out, const TensorParallelReport&
     }
     out << "  activations per block per rank: " << k.block_activation_bytes
         << " bytes measured, plan::activation_bytes_per_layer "
-        << number(k.formula_block_activation_bytes)
+        << whole_number(k.formula_block_activation_bytes)
         << (r.setup.sequence_parallel ? " (sequence parallel)" : "") << "\n";
     out << "  block parameters per rank: " << k.block_sharded << " sharded (serial "
         << k.serial_block_sharded << " / " << N << " = " << k.serial_block_sharded / N << ") + "

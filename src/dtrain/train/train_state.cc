@@ -84,4 +84,12 @@ void copy_flat_range(const SerialState& state, const model::ParamTable& table, S
   }
 }
 
+void copy_whole_state(const SerialState& state, const model::ParamTable& table,
+                      std::span<float> params, std::span<float> adam_m, std::span<float> adam_v) {
+  const int64_t n = table.total_count();
+  copy_flat_range(state, table, StateKind::param, 0, n, params);
+  copy_flat_range(state, table, StateKind::adam_m, 0, n, adam_m);
+  copy_flat_range(state, table, StateKind::adam_v, 0, n, adam_v);
+}
+
 }  // namespace dtrain::train

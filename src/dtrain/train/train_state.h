@@ -72,5 +72,9 @@ void append_whole_tensors(const model::ParamTable& table, StateKind kind,
 // (a ZeRO shard's range; pass 0 and total_count() for all of it).
 void copy_flat_range(const SerialState& state, const model::ParamTable& table, StateKind kind,
                      int64_t offset, int64_t count, std::span<float> dst);
+// All of `table` of each kind: the parameters and both AdamW moments of a rank that holds every
+// element of its tensors (serial, a pipeline stage).
+void copy_whole_state(const SerialState& state, const model::ParamTable& table,
+                      std::span<float> params, std::span<float> adam_m, std::span<float> adam_v);
 
 }  // namespace dtrain::train
