@@ -538,18 +538,18 @@ std::vector<model::FlatRange> sub_ranges(const std::vector<model::FlatRange>& ra
 
 }  // namespace
 
+comm::Chunk MeshEngine::moment_range() const {
+  if (config_.zero_stage == 0) return {0, model_.param_count()};
+  return layout_.owned(coord_.dp);
+}
+
 RankState MeshEngine::export_state() {
   RankState s;
   const model::GptConfig& g = config_.base.model;
   const model::ParamTable serial = model::gpt_param_table(g);
   const bool tied_copy = config_.pp > 1 && model_.stage().head && !model_.stage().embedding;
-  // The moments this rank holds: local flat elements [m_begin, m_end) (all at stage 0).
-  int64_t m_begin = 0, m_end = model_.param_count();
-  if (config_.zero_stage > 0) {
-    const comm::Chunk owned = layout_.owned(coord_.dp);
-    m_begin = owned.offset;
-    m_end = owned.offset + owned.count;
-  }
+  const comm::Chunk held = moment_range();
+  const int64_t m_begin = held.offset, m_end = held.offset + held.count;
   for (const model::ParamTensor& local : model_.param_table().tensors()) {
     if (coord_.tp != 0 && model::tp_split_of(local.name) == model::TpSplit::replicated) continue;
     if (tied_copy && local.name == "wte") continue;
@@ -585,12 +585,8 @@ RankState MeshEngine::export_state() {
 
 void MeshEngine::import_state(const SerialState& state) {
   const model::GptConfig& g = config_.base.model;
-  int64_t m_begin = 0, m_end = model_.param_count();
-  if (config_.zero_stage > 0) {
-    const comm::Chunk owned = layout_.owned(coord_.dp);
-    m_begin = owned.offset;
-    m_end = owned.offset + owned.count;
-  }
+  const comm::Chunk held = moment_range();
+  const int64_t m_begin = held.offset, m_end = held.offset + held.count;
   for (const model::ParamTensor& local : model_.param_table().tensors()) {
     const int index = state.table.index_of(local.name);
     const model::ParamTensor& whole = state.table[static_cast<size_t>(index)];

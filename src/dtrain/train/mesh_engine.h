@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/comm/chunks.h"
 #include "dtrain/comm/communicator.h"
 #include "dtrain/comm/topology.h"
 #include "dtrain/core/buffer.h"
@@ -93,6 +94,9 @@ class MeshEngine final : public StepEngine {
   // Every rank's pair (a, b) gathered over the world in rank order.
   std::vector<std::pair<double, double>> gather_pairs(double a, double b);
   float mean_loss(float last_stage_loss);
+  // The local flat elements whose AdamW moments this rank holds: all at stage 0, its shard at
+  // stages 1 and 2.
+  comm::Chunk moment_range() const;
   void sync_gradients();
 
   MeshEngineConfig config_;
