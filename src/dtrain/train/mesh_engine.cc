@@ -21,6 +21,7 @@
 #include "dtrain/plan/link_traffic.h"
 #include "dtrain/plan/memory_model.h"
 #include "dtrain/train/pipeline_engine.h"
+#include "dtrain/train/step_update.h"
 #include "dtrain/train/tensor_parallel_engine.h"
 
 namespace dtrain::train {
@@ -301,17 +302,10 @@ StepStats MeshEngine::train_step(const Batch& batch, float lr) {
   }
   stats.grad_norm = std::sqrt(sum_sq);
   stats.loss = static_cast<float>(loss_sum / config_.dp);
-  DTRAIN_CHECK(std::isfinite(stats.loss) && std::isfinite(stats.grad_norm),
-               "training diverged: loss ", stats.loss, ", gradient norm ", stats.grad_norm,
-               " (try a smaller --lr)");
+  check_not_diverged(stats);
   const float scale = optim::clip_scale(stats.grad_norm, config_.base.grad_clip);
-  adamw_.advance();
   if (config_.zero_stage == 0) {
-    model::parallel_ranges(&team_, model_.param_count(), 1024, [&](model::Range r) {
-      const auto at = static_cast<size_t>(r.begin), k = static_cast<size_t>(r.end - r.begin);
-      adamw_.update(model_.params().subspan(at, k), model_.grads().subspan(at, k), r.begin, lr,
-                    scale);
-    });
+    adamw_update_on_team(&team_, adamw_, model_.params(), model_.grads(), lr, scale);
   } else {
     const comm::Chunk owned = layout_.owned(coord_.dp);
     std::span<float> params = model_.params().subspan(static_cast<size_t>(owned.offset),
@@ -321,10 +315,7 @@ StepStats MeshEngine::train_step(const Batch& batch, float lr) {
             ? std::span<const float>(grad_shard_.span()).first(static_cast<size_t>(owned.count))
             : std::span<const float>(model_.grads())
                   .subspan(static_cast<size_t>(owned.offset), static_cast<size_t>(owned.count));
-    model::parallel_ranges(&team_, owned.count, 1024, [&](model::Range r) {
-      const auto at = static_cast<size_t>(r.begin), k = static_cast<size_t>(r.end - r.begin);
-      adamw_.update(params.subspan(at, k), grads.subspan(at, k), r.begin, lr, scale);
-    });
+    adamw_update_on_team(&team_, adamw_, params, grads, lr, scale);
     if (config_.dp > 1) {
       float* p = model_.params().data();
       parallel::gather_from_shards(*dp_comm_, layout_, 0, model_.param_count(), p + owned.offset,

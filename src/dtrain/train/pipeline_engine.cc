@@ -20,6 +20,7 @@
 #include "dtrain/plan/comm_model.h"
 #include "dtrain/trace/chrome_trace.h"
 #include "dtrain/trace/timeline_svg.h"
+#include "dtrain/train/step_update.h"
 
 namespace dtrain::train {
 namespace {
@@ -197,9 +198,7 @@ StepStats PipelineEngine::train_step(const Batch& batch, float lr) {
   stats.grad_norm = std::sqrt(global_sum_of_squares(optim::sum_of_squares(counted)));
   stats.loss = broadcast_from_last(step.pipeline.loss);
   span("gradient norm", start);
-  DTRAIN_CHECK(std::isfinite(stats.loss) && std::isfinite(stats.grad_norm),
-               "training diverged: loss ", stats.loss, ", gradient norm ", stats.grad_norm,
-               " (try a smaller --lr)");
+  check_not_diverged(stats);
   start = now_us();
   adamw_.step(model_.params(), model_.grads(), lr,
               optim::clip_scale(stats.grad_norm, config_.base.grad_clip));

@@ -9,15 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include "dtrain/core/units.h"
+#include "dtrain/train/text_table.h"
 
 namespace dtrain::train {
 namespace {
-
-std::string fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
-  return buf;
-}
 
 std::string bytes(int64_t b) {
   return format_bytes(static_cast<double>(b));

@@ -5,36 +5,10 @@
 #include <string>
 
 #include "dtrain/core/units.h"
+#include "dtrain/train/text_table.h"
 
 namespace dtrain::train {
 namespace {
-
-std::string fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
-  return buf;
-}
-
-// 1234567 -> "1,234,567" (built by appending: std::string::insert trips GCC 12's -Wrestrict)
-std::string grouped(double v) {
-  const std::string digits = fixed(v, 0);
-  const size_t start = digits[0] == '-' ? 1 : 0;
-  std::string out = digits.substr(0, start);
-  for (size_t i = start; i < digits.size(); ++i) {
-    if (i > start && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
-
-std::string pad(std::string s, size_t width) {
-  if (s.size() < width) s.append(width - s.size(), ' ');
-  return s;
-}
-
-std::string lpad(const std::string& s, size_t width) {
-  return s.size() < width ? std::string(width - s.size(), ' ') + s : s;
-}
 
 // The data-parallel section: model-state memory per rank and DP bytes per step, each measured
 // beside its plan/ formula, and the overlap of communication with compute.
@@ -45,10 +19,10 @@ void print_data_parallel(std::ostream& out, const DataParallelReport& d) {
       << " (--bucket-size " << format_bytes(static_cast<double>(d.setup.bucket_bytes)) << ")\n";
   out << "  model state (rank 0)   measured after step   plan::model_state_bytes   peak\n";
   for (const DataParallelReport::StateRow& r : d.state) {
-    out << "  " << pad(std::string(memory_tag_name(r.tag)), 22)
-        << lpad(grouped(static_cast<double>(r.current_bytes)) + " B", 20)
-        << lpad(grouped(static_cast<double>(r.formula_bytes)) + " B", 26)
-        << lpad(format_bytes(static_cast<double>(r.peak_bytes)), 12)
+    out << "  " << left_aligned(std::string(memory_tag_name(r.tag)), 22)
+        << right_aligned(grouped(static_cast<double>(r.current_bytes)) + " B", 20)
+        << right_aligned(grouped(static_cast<double>(r.formula_bytes)) + " B", 26)
+        << right_aligned(format_bytes(static_cast<double>(r.peak_bytes)), 12)
         << (r.current_bytes == r.formula_bytes ? "" : "   (differs)") << "\n";
   }
   out << "  (fp32 Adam: 4 + 4 + 8 bytes per parameter; Psi = "
@@ -144,12 +118,12 @@ void print_summary(std::ostream& out, const TrainSummary& s) {
   out << "\n";
 
   out << "  loss           train    validation\n";
-  out << "  at start   " << lpad(fixed(s.first_train_loss, 4), 9)
-      << lpad(fixed(s.first_val_loss, 4), 14) << "\n";
-  out << "  at end     " << lpad(fixed(s.final_train_loss, 4), 9)
-      << lpad(fixed(s.final_val_loss, 4), 14) << "   (train: mean of the last 10 steps "
+  out << "  at start   " << right_aligned(fixed(s.first_train_loss, 4), 9)
+      << right_aligned(fixed(s.first_val_loss, 4), 14) << "\n";
+  out << "  at end     " << right_aligned(fixed(s.final_train_loss, 4), 9)
+      << right_aligned(fixed(s.final_val_loss, 4), 14) << "   (train: mean of the last 10 steps "
       << fixed(s.final_train_loss_avg, 4) << ")\n";
-  out << "  ln V       " << lpad(fixed(s.ln_vocab, 4), 9)
+  out << "  ln V       " << right_aligned(fixed(s.ln_vocab, 4), 9)
       << "                (the loss of a uniform guess over V = " << c.model.vocab << ")\n\n";
 
   out << "  speed      " << grouped(s.tokens_per_s) << " tokens/s, " << fixed(s.ms_per_step, 3)
@@ -159,12 +133,12 @@ void print_summary(std::ostream& out, const TrainSummary& s) {
 
   out << "  memory (this rank)   current          peak\n";
   for (const MemoryRow& m : s.memory) {
-    out << "  " << pad(std::string(memory_tag_name(m.tag)), 16)
-        << lpad(format_bytes(static_cast<double>(m.current_bytes)), 12)
-        << lpad(format_bytes(static_cast<double>(m.peak_bytes)), 14) << "\n";
+    out << "  " << left_aligned(std::string(memory_tag_name(m.tag)), 16)
+        << right_aligned(format_bytes(static_cast<double>(m.current_bytes)), 12)
+        << right_aligned(format_bytes(static_cast<double>(m.peak_bytes)), 14) << "\n";
   }
-  out << "  " << pad("total (peak)", 16) << lpad("", 12)
-      << lpad(format_bytes(static_cast<double>(s.peak_total_bytes)), 14) << "\n";
+  out << "  " << left_aligned("total (peak)", 16) << right_aligned("", 12)
+      << right_aligned(format_bytes(static_cast<double>(s.peak_total_bytes)), 14) << "\n";
   out << "  activations planned by plan/ (L x per layer + head + workspace): "
       << format_bytes(s.planned_activation_bytes) << "\n";
   if (s.data_parallel) print_data_parallel(out, *s.data_parallel);

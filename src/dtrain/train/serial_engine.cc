@@ -6,6 +6,7 @@
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
 #include "dtrain/optim/grad_clip.h"
+#include "dtrain/train/step_update.h"
 
 namespace dtrain::train {
 
@@ -29,16 +30,9 @@ StepStats SerialEngine::train_step(const Batch& batch, float lr) {
   stats.backward_ms = watch.elapsed_us() * 1e-3;
   watch.restart();
   stats.grad_norm = std::sqrt(optim::sum_of_squares(model_.grads()));
-  DTRAIN_CHECK(std::isfinite(stats.loss) && std::isfinite(stats.grad_norm),
-               "training diverged: loss ", stats.loss, ", gradient norm ", stats.grad_norm,
-               " (try a smaller --lr)");
-  const float scale = optim::clip_scale(stats.grad_norm, config_.grad_clip);
-  adamw_.advance();
-  model::parallel_ranges(&team_, model_.param_count(), 1024, [&](model::Range r) {
-    const auto at = static_cast<size_t>(r.begin), n = static_cast<size_t>(r.end - r.begin);
-    adamw_.update(model_.params().subspan(at, n), model_.grads().subspan(at, n), r.begin, lr,
-                  scale);
-  });
+  check_not_diverged(stats);
+  adamw_update_on_team(&team_, adamw_, model_.params(), model_.grads(), lr,
+                       optim::clip_scale(stats.grad_norm, config_.grad_clip));
   stats.optimizer_ms = watch.elapsed_us() * 1e-3;
   return stats;
 }
