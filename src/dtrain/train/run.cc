@@ -77,6 +77,12 @@ TrainSetup resolve(const TrainOptions& o) {
   DTRAIN_CHECK(
       o.mesh.dp_all_reduce == "flat" || (dp_only && o.mesh.ranks_per_node > 0),
       "--dp-all-reduce hierarchical needs --ranks-per-node and --dp alone (no --tp, --pp)");
+  DTRAIN_CHECK(o.mesh.dp_all_reduce == "flat" || o.data_parallel.zero_stage == 0,
+               "--dp-all-reduce hierarchical needs --zero 0 (got --zero ",
+               o.data_parallel.zero_stage, ")");
+  if (!composed && o.mesh.ranks_per_node != 0) {
+    (void)comm::NodeTopology(o.data_parallel.dp, o.mesh.ranks_per_node);  // names the flag
+  }
   if (!composed) {
     validate_data_parallel(o.data_parallel, B);
     validate_pipeline(o.pipeline, m, B);
@@ -166,9 +172,6 @@ TrainSummary run_training(const TrainOptions& options, TrainObserver* observer, 
     config.ranks_per_node = setup.mesh.ranks_per_node;
     config.hierarchical = setup.mesh.dp_all_reduce == "hierarchical";
     config.cluster_path = setup.mesh.cluster_path;
-    if (config.ranks_per_node > 0) {
-      (void)comm::NodeTopology(setup.data_parallel.dp, config.ranks_per_node);  // names the flag
-    }
     return run_data_parallel(config, setup.trainer, setup.data, observer, is_reporter);
   }
   SerialEngine engine(setup.engine);
