@@ -18,4 +18,9 @@ expect_error '--zero 3: a composed run' "${run[@]}" --dp 2 --tp 2 --zero 3
 expect_error '--sequence-parallel cannot be combined' "${run[@]}" --dp 2 --tp 2 --sequence-parallel
 expect_error '--batch 8 does not split into --dp 4 x 4' "${run[@]}" --dp 4 --pp 2 --microbatches 4
 expect_error '--backend "gloo" is not one of threads, mpi' "${run[@]}" --dp 2 --backend gloo
+expect_error '--ranks-per-node 3 does not divide the 4 ranks' "${run[@]}" --dp 4 --ranks-per-node 3
+expect_error '--dp-all-reduce hierarchical needs --zero 0' \
+  "${run[@]}" --dp 4 --ranks-per-node 2 --zero 1 --dp-all-reduce hierarchical
+expect_error '--dp-all-reduce hierarchical needs --ranks-per-node' \
+  "${run[@]}" --dp 2 --tp 2 --ranks-per-node 2 --dp-all-reduce hierarchical
 finish
