@@ -70,18 +70,6 @@ std::string percent(double fraction) {
   return out.str();
 }
 
-// "0-1" or "0-1,4-5": the blocks of each of the rank's chunks.
-std::string layer_ranges(const parallel::StagePartition& part, int rank) {
-  std::ostringstream s;
-  for (int c = 0; c < part.chunks(); ++c) {
-    const int first = part.first_layer(rank, c);
-    const int last = first + part.layer_count(rank, c) - 1;
-    s << (c > 0 ? "," : "") << first;
-    if (last > first) s << "-" << last;
-  }
-  return s.str();
-}
-
 // The closed forms, as the formula with this run's numbers.
 std::pair<std::string, std::string> closed_form_text(ScheduleKind kind, int p, int m, int v) {
   switch (kind) {
@@ -163,7 +151,7 @@ nlohmann::json to_json(const PipelineOptions& o, ScheduleKind kind,
     const parallel::RankReport& rr = rep.ranks[static_cast<size_t>(r)];
     j["ranks"].push_back(
         {{"rank", r},
-         {"layers", layer_ranges(part, r)},
+         {"layers", parallel::layer_ranges(part, r)},
          {"actions", rr.actions},
          {"compute_actions", rr.compute_actions},
          {"busy", rr.busy},
@@ -212,9 +200,9 @@ void print_text(const PipelineOptions& o, ScheduleKind kind, const parallel::Sta
     const parallel::RankReport& rr = rep.ranks[static_cast<size_t>(r)];
     const std::string peak = str(fmt(rr.peak_inflight), " (",
                                  fmt(plan::peak_inflight_microbatches(kind, p, m, v, r)), ")");
-    out << std::left << std::setw(6) << r << std::setw(16) << layer_ranges(part, r) << std::right
-        << std::setw(7) << rr.actions << std::setw(9) << rr.compute_actions << "  " << std::left
-        << std::setw(10) << fmt(rr.busy) << std::setw(10) << fmt(rr.idle);
+    out << std::left << std::setw(6) << r << std::setw(16) << parallel::layer_ranges(part, r)
+        << std::right << std::setw(7) << rr.actions << std::setw(9) << rr.compute_actions << "  "
+        << std::left << std::setw(10) << fmt(rr.busy) << std::setw(10) << fmt(rr.idle);
     if (split) {
       out << std::setw(21) << peak << "  " << fmt(rr.peak_weight_stash);
     } else {

@@ -118,4 +118,19 @@ std::vector<int> parse_stage_layers(std::string_view text, std::string_view flag
   return out;
 }
 
+std::string layer_ranges(const StagePartition& partition, int rank) {
+  std::string s;
+  for (int c = 0; c < partition.chunks(); ++c) {
+    const int first = partition.first_layer(rank, c);
+    const int last = first + partition.layer_count(rank, c) - 1;
+    if (c > 0) s += ',';
+    s += std::to_string(first);
+    if (last > first) {
+      s += '-';
+      s += std::to_string(last);
+    }
+  }
+  return s;
+}
+
 }  // namespace dtrain::parallel

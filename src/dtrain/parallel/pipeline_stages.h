@@ -4,6 +4,7 @@
 #pragma once
 
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -76,6 +77,9 @@ StagePartition balanced_partition(int layers, int stages, int chunks = 1,
 StagePartition explicit_partition(int layers, int stages, int chunks,
                                   std::span<const int> chunk_layers,
                                   const PartitionFlags& flags = {});
+
+// The blocks `rank` runs, for reports: "0-3", or per chunk "0-1,4-5".
+std::string layer_ranges(const StagePartition& partition, int rank);
 
 // "3,3,2" -> {3, 3, 2}; throws naming `flag` on anything that is not a comma-separated list
 // of positive integers.

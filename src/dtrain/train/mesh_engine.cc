@@ -73,18 +73,6 @@ std::string join_ints(const std::vector<int>& v) {
   return s;
 }
 
-// "0-3", or per chunk "0-1,4-5".
-std::string layer_ranges(const parallel::StagePartition& part, int stage) {
-  std::ostringstream s;
-  for (int c = 0; c < part.chunks(); ++c) {
-    const int first = part.first_layer(stage, c);
-    const int last = first + part.layer_count(stage, c) - 1;
-    s << (c > 0 ? "," : "") << first;
-    if (last > first) s << "-" << last;
-  }
-  return s.str();
-}
-
 }  // namespace
 
 MeshEngineConfig mesh_config(const SerialEngineConfig& base, const DataParallelSetup& dp,
@@ -358,7 +346,7 @@ MeshRankRow MeshEngine::report_row() const {
   r.rank = world_.rank();
   r.coords = str("dp", coord_.dp, " tp", coord_.tp, " pp", coord_.pp);
   r.node = config_.topology.node_of(world_.global_rank());
-  r.layers = layer_ranges(config_.partition, coord_.pp);
+  r.layers = parallel::layer_ranges(config_.partition, coord_.pp);
   r.param_count = model_.param_count();
   r.params_bytes = tracker_.current_bytes(MemoryTag::params);
   r.grads_bytes = tracker_.current_bytes(MemoryTag::grads);
@@ -645,7 +633,7 @@ MeshRankRow unpack(const double* f, int rank, const parallel::DeviceMesh& mesh,
   r.rank = rank;
   const parallel::MeshCoord c = mesh.coord_of(rank);
   r.coords = str("dp", c.dp, " tp", c.tp, " pp", c.pp);
-  r.layers = layer_ranges(partition, c.pp);
+  r.layers = parallel::layer_ranges(partition, c.pp);
   size_t i = 0;
   for (int64_t MeshRankRow::*m : kRowCounts) r.*m = static_cast<int64_t>(f[i++]);
   for (double MeshRankRow::*m : kRowFigures) r.*m = f[i++];

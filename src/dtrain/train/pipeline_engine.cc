@@ -42,18 +42,6 @@ parallel::PipelineExecutorConfig executor_config(const PipelineEngineConfig& c) 
   return e;
 }
 
-// "0-3", or per chunk "0-1,4-5".
-std::string layer_ranges(const parallel::StagePartition& part, int rank) {
-  std::ostringstream s;
-  for (int c = 0; c < part.chunks(); ++c) {
-    const int first = part.first_layer(rank, c);
-    const int last = first + part.layer_count(rank, c) - 1;
-    s << (c > 0 ? "," : "") << first;
-    if (last > first) s << "-" << last;
-  }
-  return s.str();
-}
-
 void check_writable(const std::string& path, const char* flag) {
   if (path.empty()) return;
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
@@ -260,7 +248,7 @@ PipelineStageRow stage_row(PipelineEngine& engine, const parallel::ScheduleRepor
   const MemoryTracker& mem = engine.memory();
   PipelineStageRow row;
   row.rank = ex.rank();
-  row.layers = layer_ranges(ex.partition(), ex.rank());
+  row.layers = parallel::layer_ranges(ex.partition(), ex.rank());
   row.param_count = engine.model().param_count();
   row.params_bytes = mem.current_bytes(MemoryTag::params);
   row.grads_bytes = mem.current_bytes(MemoryTag::grads);
