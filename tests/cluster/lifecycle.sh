@@ -23,9 +23,14 @@ expect_fail "ranks-per-node must be" up --nodes 2 --ranks-per-node 0
 expect_fail "no cluster is up" run -- --help
 expect_nothing_left "after rejected input"
 if command -v setpriv >/dev/null; then
-  err=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$CLUSTER" up --nodes 2 \
+  # A copy the unprivileged user can read: the checkout itself may sit in a root-only directory.
+  nobody_dir=$(mktemp -d)
+  chmod 755 "$nobody_dir"
+  install -m 755 "$CLUSTER" "$nobody_dir/cluster"
+  err=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$nobody_dir/cluster" up --nodes 2 \
     --ranks-per-node 2 2>&1)
   rc=$?
+  rm -rf "$nobody_dir"
   if [ $rc -ne 0 ] && grep -q "needs root" <<<"$err"; then ok "without root: $err"; else
     fail "without root: exit $rc: $err"; fi
 fi
