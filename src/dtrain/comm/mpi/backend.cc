@@ -1,11 +1,13 @@
 // MPI backend: point-to-point with MPI_Isend/MPI_Irecv of bytes, waits by polling MPI_Test
 // against a deadline, barrier by MPI_Ibarrier, subgroups by MPI_Comm_create_group (only the
 // members call it, as the contract says). Errors are returned, not fatal (MPI_ERRORS_RETURN),
-// and turned into CommError with the rank, peer, tag and operation.
+// and turned into CommError with the rank, peer, tag and operation. A request that timed out
+// or was abandoned is never cancelled: the job is aborted right after (see poll).
 #include "dtrain/comm/mpi/backend.h"
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -30,9 +32,13 @@ std::string mpi_error_text(int code) {
 
 // Polls `request` until it completes or the deadline passes. Spins first (a collective step is
 // often microseconds away), then yields, then sleeps briefly so an oversubscribed machine
-// still makes progress.
+// still makes progress. The longest gap between two looks is kept: when this process was
+// itself stopped (SIGSTOP, a debugger) its peers time out first, and when it resumes its own
+// deadline has passed too; its message must then say that it is the stalled one.
 void poll(MPI_Request& request, MPI_Status* status, double timeout_s, const std::string& what) {
-  const double deadline_us = now_us() + timeout_s * 1e6;
+  const double start_us = now_us();
+  const double deadline_us = start_us + timeout_s * 1e6;
+  double last_look_us = start_us, longest_gap_us = 0;
   for (int64_t i = 0;; ++i) {
     int done = 0;
     const int rc = MPI_Test(&request, &done, status);
@@ -47,10 +53,23 @@ void poll(MPI_Request& request, MPI_Status* status, double timeout_s, const std:
     }
     if (done) return;
     if (i > 2000) {
-      if (now_us() > deadline_us) {
-        MPI_Cancel(&request);
+      const double t_us = now_us();
+      longest_gap_us = std::max(longest_gap_us, t_us - last_look_us);
+      last_look_us = t_us;
+      if (t_us > deadline_us) {
+        // No MPI_Cancel: cancelling a send is deprecated (MPI 4.1) and OpenMPI 4 crashes in it
+        // (SIGSEGV in PMPI_Cancel) when the peer is stopped mid-transfer. A timeout ends the
+        // job anyway: the error unwinds to run_ranks / run_on_backend, which abort it.
+        if (longest_gap_us * 2 > timeout_s * 1e6) {
+          throw CommError(str("timed out after ", timeout_s, " s: ", what,
+                              " never completed, but this process itself did not run for ",
+                              longest_gap_us * 1e-6,
+                              " s of the wait (stopped, or starved of CPU): it is the stalled "
+                              "rank"));
+        }
         throw CommError(str("timed out after ", timeout_s, " s: ", what,
-                            " never completed (is the peer stuck or dead?)"));
+                            " never completed (the peer is stalled or dead, or itself waiting "
+                            "for a rank that is)"));
       }
       if (i > 20000)
         std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -67,13 +86,11 @@ class MpiRequest : public Request {
         what_(std::move(what)),
         expected_bytes_(expected_bytes),
         is_recv_(is_recv) {}
-  ~MpiRequest() override {
-    if (!finished_ && request_ != MPI_REQUEST_NULL) {
-      // Abandoned while pending (an exception unwound past it): cancel, then let MPI finish it.
-      MPI_Cancel(&request_);
-      MPI_Request_free(&request_);
-    }
-  }
+  // Abandoned while pending (an exception unwound past it, e.g. a timeout on the request beside
+  // it): left alone, not cancelled or freed. MPI_Cancel of a send crashed OpenMPI here, and
+  // MPI_Request_free would let MPI keep reading or writing a buffer its owner is about to
+  // release; the exception reaches run_ranks / run_on_backend, which abort the job.
+  ~MpiRequest() override = default;
   void wait() override {
     if (finished_) return;
     MPI_Status status;
