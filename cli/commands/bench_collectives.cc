@@ -7,6 +7,7 @@
 
 #include "bench/collectives_bench.h"
 #include "command_registry.h"
+#include "dtrain/comm/launch.h"
 #include "dtrain/core/units.h"
 
 namespace dtrain::cli {
@@ -58,6 +59,7 @@ void add_bench_collectives(CLI::App& bench_app) {
     DTRAIN_CHECK(backend.has_value(), "--backend: unknown backend '", f->backend,
                  "' (use threads or mpi)");
     f->config.backend = *backend;
+    comm::check_launch(*backend);  // before any output: mpirun -np 2 with threads is a mistake
     const auto op = comm::parse_collective_op(f->op);
     DTRAIN_CHECK(op.has_value(), "--op: unknown collective '", f->op, "'");
     f->config.op = *op;

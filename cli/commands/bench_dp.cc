@@ -6,6 +6,7 @@
 
 #include "bench/dp_bench.h"
 #include "command_registry.h"
+#include "dtrain/comm/launch.h"
 #include "dtrain/core/units.h"
 
 namespace dtrain::cli {
@@ -41,6 +42,7 @@ void add_bench_dp(CLI::App& bench) {
   cmd->add_option("--python", o.python, "Python with torch for --peer")->capture_default_str();
   cmd->add_flag("--json", f->json, "Print JSON instead of a table");
   cmd->callback([f] {
+    comm::check_single_process("dtrain bench dp");  // threads only: one copy per process
     f->options.bucket_bytes = parse_bytes(f->bucket_size, "--bucket-size");
     const bench::DpBenchReport report = bench::run_dp_bench(f->options);
     if (f->json) {

@@ -6,6 +6,7 @@
 
 #include "bench/collectives_bench.h"
 #include "command_registry.h"
+#include "dtrain/comm/launch.h"
 #include "dtrain/core/units.h"
 
 namespace dtrain::cli {
@@ -53,9 +54,9 @@ void add_collectives(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--timeout", f->config.timeout_s,
-                  "Seconds a rank waits for a peer before failing")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+                  "Seconds a rank waits for a peer before failing (under mpirun: before the "
+                  "job is aborted with a message naming the peer)")
+      ->capture_default_str();
   cmd->add_option("--backend", f->backend,
                   "threads (ranks are threads of this process) or mpi (run under mpirun; the "
                   "first --ranks processes take part)")
@@ -66,6 +67,8 @@ void add_collectives(CLI::App& app) {
     DTRAIN_CHECK(backend.has_value(), "--backend: unknown backend '", f->backend,
                  "' (use threads or mpi)");
     f->config.backend = *backend;
+    comm::check_timeout(f->config.timeout_s);
+    comm::check_launch(*backend);  // before any output: mpirun -np 2 with threads is a mistake
     f->config.bytes = parse_bytes(f->size, "--size");
     const auto op = comm::parse_collective_op(f->op);
     DTRAIN_CHECK(op.has_value(), "--op: unknown collective '", f->op,

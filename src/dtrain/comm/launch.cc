@@ -1,9 +1,15 @@
-// run_on_backend: dispatch to the threads backend or to the MPI world (when built with MPI).
+// run_on_backend: dispatch to the threads backend or to the MPI world (when built with MPI);
+// check_launch: what the launcher's environment says against the backend and layout asked for.
 #include "dtrain/comm/launch.h"
 
+#include <chrono>
+#include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "dtrain/comm/threads/backend.h"
@@ -30,8 +36,92 @@ bool mpi_available() {
   return DTRAIN_HAVE_MPI != 0;
 }
 
+void check_timeout(double timeout_s, std::string_view flag) {
+  // Infinity would never time out (a stalled peer hangs the job) and NaN never compares.
+  DTRAIN_CHECK(std::isfinite(timeout_s) && timeout_s > 0, flag,
+               " must be a positive, finite number of seconds (got ", timeout_s, ")");
+}
+
+namespace {
+
+// An environment variable holding a non-negative int; nullopt when unset or anything else.
+std::optional<int> env_int(const char* name) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  if (*end != '\0' || value < 0 || value > INT_MAX) return std::nullopt;
+  return static_cast<int>(value);
+}
+
+// Every process of the job refuses, but one message is enough: the first process throws (and
+// cli/ prints it); the others wait, so that mpirun, which ends the whole job at the first
+// non-zero exit, does not kill the first before it has printed; then they exit quietly.
+[[noreturn]] void refuse(const LauncherWorld& launcher, const std::string& message) {
+  if (launcher.rank == 0) throw Error(message);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  std::_Exit(1);
+}
+
+}  // namespace
+
+LauncherWorld launcher_world() {
+  // Size and rank variables, one pair per launcher family, the most specific first.
+  const std::pair<const char*, const char*> kVariables[] = {
+      {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
+      {"PMI_SIZE", "PMI_RANK"},
+      {"MPI_LOCALNRANKS", "MPI_LOCALRANKID"}};
+  LauncherWorld world;
+  for (const auto& [size_variable, rank_variable] : kVariables) {
+    const std::optional<int> size = env_int(size_variable);
+    if (!size) continue;
+    world.launched = true;
+    world.size = std::max(*size, 1);
+    world.rank = env_int(rank_variable).value_or(0);
+    return world;
+  }
+  // PMIx alone gives the rank, not the size: rank r means at least r + 1 processes.
+  if (const std::optional<int> rank = env_int("PMIX_RANK")) {
+    world.launched = true;
+    world.rank = *rank;
+    world.size = *rank + 1;
+  }
+  return world;
+}
+
+void check_launch(Backend backend, int ranks, std::string_view layout) {
+  const LauncherWorld launcher = launcher_world();
+  if (!launcher.launched) return;
+  if (backend == Backend::threads) {
+    if (launcher.size == 1) return;  // one process: the threads backend runs as usual
+    refuse(launcher, str("started by mpirun with ", launcher.size,
+                         " processes but --backend threads: add --backend mpi (with threads, "
+                         "each process would run the whole job on its own)"));
+  }
+  if (ranks <= 0 || ranks == launcher.size) return;
+  const std::string needs = str("--backend mpi: the job needs ", ranks, " ranks",
+                                layout.empty() ? "" : " (", layout, layout.empty() ? "" : ")");
+  if (ranks < launcher.size) {
+    refuse(launcher, str(needs, " but mpirun started ", launcher.size, " processes, ",
+                         launcher.size - ranks, " of which would sit idle: run mpirun -np ", ranks,
+                         " (or a layout of ", launcher.size, " ranks)"));
+  }
+  refuse(launcher, str(needs, " but mpirun started only ", launcher.size,
+                       " processes: run mpirun -np ", ranks));
+}
+
+void check_single_process(std::string_view command) {
+  const LauncherWorld launcher = launcher_world();
+  if (launcher.size == 1) return;
+  refuse(launcher, str(command, " runs its ranks as threads of one process, but mpirun started ",
+                       launcher.size,
+                       " processes, each of which would run it on its own: "
+                       "start it without mpirun"));
+}
+
 void run_on_backend(Backend backend, int ranks, const std::function<void(Communicator&)>& fn,
                     LaunchOptions options, bool* is_reporter) {
+  check_launch(backend);  // the commands check first; this covers every other caller
   if (backend == Backend::threads) {
     if (is_reporter != nullptr) *is_reporter = true;
     threads::run_ranks(ranks, fn, threads::WorldOptions{options.timeout_s});
