@@ -123,6 +123,10 @@ void add_train(CLI::App& app) {
                   "threads (rank threads in this process) or mpi (the processes mpirun started; "
                   "every layout runs on the composed engine)")
       ->capture_default_str();
+  cmd->add_option("--timeout", o.mesh.timeout_s,
+                  "Seconds a rank waits for a peer before failing (under mpirun: before the job "
+                  "is aborted with a message naming the peer)")
+      ->capture_default_str();
   cmd->add_option("--rank-order", o.mesh.rank_order,
                   "How global ranks map onto the DP x TP x PP mesh, fastest-varying axis first "
                   "(tp-dp-pp keeps TP groups on consecutive ranks, inside a node)")

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
@@ -59,6 +60,10 @@ std::optional<int> env_int(const char* name) {
 // non-zero exit, does not kill the first before it has printed; then they exit quietly.
 [[noreturn]] void refuse(const LauncherWorld& launcher, const std::string& message) {
   if (launcher.rank == 0) throw Error(message);
+  // mpirun's SIGTERM ends the wait; the caller's handlers (train's graceful stop) must not
+  // turn it into a message of their own.
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
   std::this_thread::sleep_for(std::chrono::seconds(2));
   std::_Exit(1);
 }
@@ -89,7 +94,7 @@ LauncherWorld launcher_world() {
   return world;
 }
 
-void check_launch(Backend backend, int ranks, std::string_view layout) {
+void check_launch(Backend backend, int64_t ranks, std::string_view layout) {
   const LauncherWorld launcher = launcher_world();
   if (!launcher.launched) return;
   if (backend == Backend::threads) {

@@ -4,6 +4,7 @@
 // check_launch has refused a launcher and backend that do not fit together.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -42,7 +43,7 @@ LauncherWorld launcher_world();
 // the ranks the job needs (`layout` names them, e.g. "--dp 2 x --tp 1 x --pp 1 = 2 ranks").
 // Under a launcher only its first process throws the Error (so the message is printed once);
 // the others end with status 1 without a word, a moment later.
-void check_launch(Backend backend, int ranks = 0, std::string_view layout = {});
+void check_launch(Backend backend, int64_t ranks = 0, std::string_view layout = {});
 // The same for a command that runs only on the threads backend (`command` names it).
 void check_single_process(std::string_view command);
 

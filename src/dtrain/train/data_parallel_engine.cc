@@ -297,7 +297,7 @@ TrainSummary run_data_parallel(const DataParallelEngineConfig& config, const Tra
           summary = std::move(s);
         }
       },
-      {}, &reporter);
+      comm::LaunchOptions{config.timeout_s}, &reporter);
   if (is_reporter != nullptr) *is_reporter = reporter;
   return summary;
 }

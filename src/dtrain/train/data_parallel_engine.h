@@ -26,6 +26,7 @@ struct DataParallelEngineConfig {
   int ranks_per_node = 0;     // 0: every rank on one node
   bool hierarchical = false;  // stage 0: two-level all-reduce of each bucket over the nodes
   std::string cluster_path;   // --cluster: price the buckets' all-reduces on its links
+  double timeout_s = 120;     // --timeout: seconds one send/recv waits for its peer
 };
 
 // What one training step measured on this rank.

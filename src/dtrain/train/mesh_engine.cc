@@ -718,7 +718,7 @@ TrainSummary run_mesh(const SerialEngineConfig& base, const DataParallelSetup& d
           summary = std::move(s);
         }
       },
-      {}, &reporter);
+      comm::LaunchOptions{mesh.timeout_s}, &reporter);
   if (is_reporter != nullptr) *is_reporter = reporter;
   return summary;
 }

@@ -19,6 +19,7 @@ struct MeshSetup {
   int ranks_per_node = 0;               // --ranks-per-node G; 0: every rank on one node
   std::string dp_all_reduce = "flat";   // --dp-all-reduce flat | hierarchical (--dp alone)
   std::string cluster_path;  // --cluster FILE: links to predict the communication time on
+  double timeout_s = 120;    // --timeout: seconds one send/recv waits for its peer (any backend)
 };
 
 struct MeshRankRow {

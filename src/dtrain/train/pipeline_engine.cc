@@ -283,7 +283,7 @@ PipelineStageRow stage_row(PipelineEngine& engine, const parallel::ScheduleRepor
 
 TrainSummary run_pipeline(const SerialEngineConfig& base, const PipelineSetup& setup,
                           const TrainerConfig& trainer, const TokenSplit& data,
-                          TrainObserver* observer) {
+                          TrainObserver* observer, double timeout_s) {
   PipelineEngineConfig config;
   config.base = base;
   config.partition = validate_pipeline(setup, base.model, base.batch);
@@ -297,16 +297,19 @@ TrainSummary run_pipeline(const SerialEngineConfig& base, const PipelineSetup& s
   std::vector<PipelineStageRow> rows(static_cast<size_t>(P));
   std::vector<PipelineEngineStep> last_steps(static_cast<size_t>(P));
   std::vector<std::vector<PipelineStepTiming>> timings(static_cast<size_t>(P));
-  comm::threads::run_ranks(P, [&](comm::Communicator& world) {
-    PipelineEngine engine(config, world);
-    Trainer loop(trainer, engine, data, world.rank() == 0 ? observer : nullptr);
-    TrainSummary s = loop.run();
-    const auto r = static_cast<size_t>(world.rank());
-    rows[r] = stage_row(engine, unit);
-    last_steps[r] = engine.last_step();
-    timings[r] = engine.timings();
-    if (r == 0) summary = std::move(s);
-  });
+  comm::threads::run_ranks(
+      P,
+      [&](comm::Communicator& world) {
+        PipelineEngine engine(config, world);
+        Trainer loop(trainer, engine, data, world.rank() == 0 ? observer : nullptr);
+        TrainSummary s = loop.run();
+        const auto r = static_cast<size_t>(world.rank());
+        rows[r] = stage_row(engine, unit);
+        last_steps[r] = engine.last_step();
+        timings[r] = engine.timings();
+        if (r == 0) summary = std::move(s);
+      },
+      comm::threads::WorldOptions{timeout_s});
 
   PipelineReport report;
   report.setup = setup;

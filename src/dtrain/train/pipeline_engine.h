@@ -96,9 +96,9 @@ parallel::StagePartition validate_pipeline(const PipelineSetup& setup,
 
 // Runs the training on setup.pp rank threads, a Trainer on each; returns rank 0's summary with
 // the PipelineReport, and writes the last step's trace / timeline when asked. `observer` sees
-// rank 0's progress.
+// rank 0's progress; a send/recv waiting over `timeout_s` for its peer fails (--timeout).
 TrainSummary run_pipeline(const SerialEngineConfig& base, const PipelineSetup& setup,
                           const TrainerConfig& trainer, const TokenSplit& data,
-                          TrainObserver* observer);
+                          TrainObserver* observer, double timeout_s = 120);
 
 }  // namespace dtrain::train

@@ -72,6 +72,13 @@ TrainSetup resolve(const TrainOptions& o) {
                    o.mesh.rank_order != MeshSetup{}.rank_order);
   DTRAIN_CHECK(comm::parse_backend(o.mesh.backend).has_value(), "--backend \"", o.mesh.backend,
                "\" is not one of threads, mpi");
+  comm::check_timeout(o.mesh.timeout_s);
+  // Under mpirun: with threads each process would run its own copy of the job; with MPI every
+  // process must be a rank (an idle one means a wrong -np). Only the first process prints.
+  comm::check_launch(*comm::parse_backend(o.mesh.backend),
+                     int64_t{o.data_parallel.dp} * o.tensor_parallel.tp * o.pipeline.pp,
+                     str("--dp ", o.data_parallel.dp, " x --tp ", o.tensor_parallel.tp, " x --pp ",
+                         o.pipeline.pp));
   DTRAIN_CHECK(o.mesh.dp_all_reduce == "flat" || o.mesh.dp_all_reduce == "hierarchical",
                "--dp-all-reduce \"", o.mesh.dp_all_reduce, "\" is not one of flat, hierarchical");
   DTRAIN_CHECK(
@@ -159,10 +166,11 @@ TrainSummary run_training(const TrainOptions& options, TrainObserver* observer, 
   }
   if (setup.tensor_parallel.enabled()) {
     return run_tensor_parallel(setup.engine, setup.tensor_parallel, setup.trainer, setup.data,
-                               observer);
+                               observer, setup.mesh.timeout_s);
   }
   if (setup.pipeline.enabled()) {
-    return run_pipeline(setup.engine, setup.pipeline, setup.trainer, setup.data, observer);
+    return run_pipeline(setup.engine, setup.pipeline, setup.trainer, setup.data, observer,
+                        setup.mesh.timeout_s);
   }
   const std::optional<comm::Backend> backend = comm::parse_backend(setup.mesh.backend);
   if (setup.data_parallel.enabled() || *backend != comm::Backend::threads ||
@@ -172,6 +180,7 @@ TrainSummary run_training(const TrainOptions& options, TrainObserver* observer, 
     config.ranks_per_node = setup.mesh.ranks_per_node;
     config.hierarchical = setup.mesh.dp_all_reduce == "hierarchical";
     config.cluster_path = setup.mesh.cluster_path;
+    config.timeout_s = setup.mesh.timeout_s;
     return run_data_parallel(config, setup.trainer, setup.data, observer, is_reporter);
   }
   SerialEngine engine(setup.engine);

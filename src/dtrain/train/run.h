@@ -38,7 +38,7 @@ struct TrainOptions {
   DataParallelSetup data_parallel;  // --dp, --zero, --bucket-size, --grad-accum
   PipelineSetup pipeline;  // --pp, --microbatches, --schedule, --chunks, --stage-layers, ...
   TensorParallelSetup tensor_parallel;  // --tp, --sequence-parallel
-  MeshSetup mesh;                       // --backend, --rank-order, --ranks-per-node
+  MeshSetup mesh;                       // --backend, --rank-order, --ranks-per-node, --timeout
   CheckpointConfig checkpoint;          // --save, --save-every, --keep-checkpoints, --resume
   std::string inject_fault;  // --inject-fault rank=R,step=S,kind=throw|exit (empty: none)
 };

@@ -190,7 +190,7 @@ TensorParallelRankReport TensorParallelEngine::report() const {
 
 TrainSummary run_tensor_parallel(const SerialEngineConfig& config, const TensorParallelSetup& setup,
                                  const TrainerConfig& trainer, const TokenSplit& data,
-                                 TrainObserver* observer) {
+                                 TrainObserver* observer, double timeout_s) {
   validate_tensor_parallel(setup, config.model);
   if (setup.sequence_parallel) model::check_sequence_parallel(config.batch, config.seq, setup.tp);
   TrainSummary summary;
@@ -198,17 +198,20 @@ TrainSummary run_tensor_parallel(const SerialEngineConfig& config, const TensorP
   report.setup = setup;
   report.ranks.resize(static_cast<size_t>(setup.tp));
   std::mutex mutex;
-  comm::threads::run_ranks(setup.tp, [&](comm::Communicator& world) {
-    TensorParallelEngine engine(config, world, setup.sequence_parallel);
-    Trainer loop(trainer, engine, data, world.rank() == 0 ? observer : nullptr);
-    TrainSummary s = loop.run();
-    {
-      // Threads backend: every rank's figures land in one report (an MPI run would gather them).
-      std::lock_guard<std::mutex> lock(mutex);
-      report.ranks[static_cast<size_t>(world.rank())] = engine.report();
-    }
-    if (world.rank() == 0) summary = std::move(s);
-  });
+  comm::threads::run_ranks(
+      setup.tp,
+      [&](comm::Communicator& world) {
+        TensorParallelEngine engine(config, world, setup.sequence_parallel);
+        Trainer loop(trainer, engine, data, world.rank() == 0 ? observer : nullptr);
+        TrainSummary s = loop.run();
+        {
+          // Threads backend: every rank's figures land in one report (MPI would gather them).
+          std::lock_guard<std::mutex> lock(mutex);
+          report.ranks[static_cast<size_t>(world.rank())] = engine.report();
+        }
+        if (world.rank() == 0) summary = std::move(s);
+      },
+      comm::threads::WorldOptions{timeout_s});
   summary.tensor_parallel = std::move(report);
   return summary;
 }

@@ -55,10 +55,11 @@ class TensorParallelEngine final : public StepEngine {
 };
 
 // Runs the training on setup.tp rank threads, a Trainer on each; returns rank 0's summary with
-// every rank's TensorParallelReport. `observer` sees rank 0's progress.
+// every rank's TensorParallelReport. `observer` sees rank 0's progress; a send/recv waiting
+// over `timeout_s` for its peer fails (--timeout).
 TrainSummary run_tensor_parallel(const SerialEngineConfig& config, const TensorParallelSetup& setup,
                                  const TrainerConfig& trainer, const TokenSplit& data,
-                                 TrainObserver* observer);
+                                 TrainObserver* observer, double timeout_s = 120);
 
 // The checks `dtrain train` makes on --tp / --sequence-parallel, naming both values.
 void validate_tensor_parallel(const TensorParallelSetup& setup, const model::GptConfig& model);
