@@ -104,23 +104,22 @@ void check_launch(Backend backend, int64_t ranks, std::string_view layout) {
                          "each process would run the whole job on its own)"));
   }
   if (ranks <= 0 || ranks == launcher.size) return;
-  const std::string needs = str("--backend mpi: the job needs ", ranks, " ranks",
-                                layout.empty() ? "" : " (", layout, layout.empty() ? "" : ")");
+  const std::string needs =
+      str("--backend mpi: ", layout.empty() ? std::string_view("the job") : layout, " needs ",
+          ranks, " ranks but mpirun started");
   if (ranks < launcher.size) {
-    refuse(launcher, str(needs, " but mpirun started ", launcher.size, " processes, ",
-                         launcher.size - ranks, " of which would sit idle: run mpirun -np ", ranks,
-                         " (or a layout of ", launcher.size, " ranks)"));
+    refuse(launcher, str(needs, " ", launcher.size, " processes, ", launcher.size - ranks,
+                         " of which would sit idle: run mpirun -np ", ranks, " (or a layout of ",
+                         launcher.size, " ranks)"));
   }
-  refuse(launcher, str(needs, " but mpirun started only ", launcher.size,
-                       " processes: run mpirun -np ", ranks));
+  refuse(launcher, str(needs, " only ", launcher.size, " processes: run mpirun -np ", ranks));
 }
 
 void check_single_process(std::string_view command) {
   const LauncherWorld launcher = launcher_world();
   if (launcher.size == 1) return;
   refuse(launcher, str(command, " runs its ranks as threads of one process, but mpirun started ",
-                       launcher.size,
-                       " processes, each of which would run it on its own: "
+                       launcher.size, " processes, each of which would run it on its own: ",
                        "start it without mpirun"));
 }
 

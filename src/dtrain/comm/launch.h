@@ -40,7 +40,7 @@ LauncherWorld launcher_world();
 // Refuses, before any rank starts, a launch that would run something else than asked: the
 // threads backend in one of several processes a launcher started (each process would run the
 // whole job on its own), and with `ranks` > 0 and the MPI backend, a process count other than
-// the ranks the job needs (`layout` names them, e.g. "--dp 2 x --tp 1 x --pp 1 = 2 ranks").
+// the ranks the job needs (`layout` names them, e.g. "--dp 2 x --tp 1 x --pp 1").
 // Under a launcher only its first process throws the Error (so the message is printed once);
 // the others end with status 1 without a word, a moment later.
 void check_launch(Backend backend, int64_t ranks = 0, std::string_view layout = {});
