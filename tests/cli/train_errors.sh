@@ -53,6 +53,12 @@ expect_error "--blas-threads|positive" train --blas-threads 0 --steps 1
 expect_error "--layers" train --layers two --steps 1
 expect_error "--model|huge" bench train --model huge
 expect_error "--steps|positive" bench train --steps 0
+# --timeout: seconds a rank waits for its peer; infinity would let a stalled rank hang the job.
+for t in 0 -1 inf nan; do
+  expect_error "--timeout must be a positive, finite number of seconds|(got $t)" train --timeout $t --steps 1
+done
+expect_error "--timeout|soon" train --timeout soon --steps 1
+expect_error "--timeout must be a positive, finite|(got inf)" collectives --ranks 2 --timeout inf
 
 if [[ $failures -gt 0 ]]; then
   echo "$failures case(s) failed"
