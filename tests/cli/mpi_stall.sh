@@ -61,7 +61,7 @@ stall_case() {
     job=""
     return
   fi
-  [ -n "$started" ] && sleep 1 || sleep 2
+  if [ -n "$started" ]; then sleep 1; else sleep 2; fi
   kill -STOP "$victim"
   local start rc took
   start=$(date +%s)
