@@ -1,5 +1,6 @@
 // ThreadTeam: ranges tile [0, n) exactly, every member runs once per run(), errors reach the
-// caller, and the model gives the same bits with a team as without one.
+// caller, sgemm() makes the same BLAS calls with any team, and the model gives the same bits with
+// a team as without one (by construction, so under any BLAS kernel).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -8,6 +9,7 @@
 
 #include "dtrain/core/check.h"
 #include "dtrain/core/rng.h"
+#include "dtrain/model/gemm.h"
 #include "dtrain/model/gpt.h"
 #include "dtrain/model/thread_team.h"
 #include "dtrain/plan/head_activation_memory.h"
@@ -59,8 +61,67 @@ TEST(ThreadTeam, AWorkersExceptionReachesTheCallerAndTheTeamLivesOn) {
   EXPECT_THROW(ThreadTeam(0), Error);
 }
 
+// Sets OpenBLAS's thread count for one test, as the engine does (1 whenever there is a team).
+class BlasThreads {
+ public:
+  explicit BlasThreads(int threads) : before_(blas_threads()) { set_blas_threads(threads); }
+  ~BlasThreads() { set_blas_threads(before_); }
+  BlasThreads(const BlasThreads&) = delete;
+  BlasThreads& operator=(const BlasThreads&) = delete;
+
+ private:
+  int before_;
+};
+
+TEST(GemmSplit, PiecesOf256RowsOrColumnsAndAtLeastTwo) {
+  EXPECT_EQ(gemm_split(512, 128, 16).parts, 1);  // 2^21 flops: one call
+  EXPECT_EQ(gemm_split(2048, 512, 128).parts, 8);
+  EXPECT_TRUE(gemm_split(2048, 512, 128).by_rows);
+  EXPECT_EQ(gemm_split(16, 4096, 4096).parts, 16);  // columns when N is the longer side
+  EXPECT_FALSE(gemm_split(16, 4096, 4096).by_rows);
+  EXPECT_EQ(gemm_split(128, 128, 512).parts, 2);  // a large GEMM is always shared by 2 threads
+  EXPECT_EQ(gemm_split(8, 8, 1 << 20).parts, 1);  // too narrow to cut into 16-row pieces
+}
+
+// Every transpose, row and column pieces, sizes that are not multiples of 16, beta 0 and 1:
+// the result of 2, 3 and 5 threads has the bits of no team.
+TEST(Sgemm, ATeamChangesWhoCallsTheBlasNotWhatItComputes) {
+  const BlasThreads one(1);
+  struct Shape {
+    int64_t M, N, K;
+  };
+  for (const Shape& s : {Shape{512, 384, 128}, Shape{1000, 136, 64}, Shape{128, 512, 512},
+                         Shape{40, 2050, 96}, Shape{600, 600, 17}}) {
+    for (Trans ta : {Trans::no, Trans::yes}) {
+      for (Trans tb : {Trans::no, Trans::yes}) {
+        for (float beta : {0.0f, 1.0f}) {
+          Rng rng(static_cast<uint64_t>(s.M * 7 + s.N));
+          auto fill = [&](int64_t n) {
+            std::vector<float> v(static_cast<size_t>(n));
+            for (float& x : v) x = static_cast<float>(rng.normal());
+            return v;
+          };
+          const auto A = fill(s.M * s.K), B = fill(s.K * s.N), C0 = fill(s.M * s.N);
+          const int64_t lda = ta == Trans::yes ? s.M : s.K, ldb = tb == Trans::yes ? s.K : s.N;
+          std::vector<float> want = C0;
+          sgemm(ta, tb, s.M, s.N, s.K, 0.5f, A.data(), lda, B.data(), ldb, beta, want.data(), s.N);
+          ASSERT_GT(gemm_split(s.M, s.N, s.K).parts, 1) << s.M << "x" << s.N << "x" << s.K;
+          for (int threads : {2, 3, 5}) {
+            ThreadTeam team(threads);
+            std::vector<float> got = C0;
+            sgemm(ta, tb, s.M, s.N, s.K, 0.5f, A.data(), lda, B.data(), ldb, beta, got.data(), s.N,
+                  Compute{&team, nullptr});
+            EXPECT_EQ(got, want) << s.M << "x" << s.N << "x" << s.K << " " << threads << " threads";
+          }
+        }
+      }
+    }
+  }
+}
+
 // Bench-sized layers so that every kind of split happens (GEMM rows, heads, elementwise).
 TEST(ThreadTeam, ModelGivesTheSameBitsWithAndWithoutATeam) {
+  const BlasThreads one(1);
   const GptConfig g = gpt_preset("bench").config;
   const int64_t B = 8, T = 64;
   Rng rng(3);

@@ -1,7 +1,7 @@
-// Every matrix product of the model goes through sgemm() here: OpenBLAS's cblas_sgemm, split
-// by rows across a ThreadTeam when there is one, and optionally timed so that a benchmark can
-// report the share of step time spent in GEMM and the GFLOP/s it reached. Also the OpenBLAS
-// thread count (default 1 per rank, so that ranks sharing a machine do not oversubscribe it).
+// Every matrix product of the model goes through sgemm() here: OpenBLAS's cblas_sgemm on fixed
+// pieces of C that a ThreadTeam shares out when there is one, and optionally timed so that a
+// benchmark can report the share of step time spent in GEMM and the GFLOP/s it reached. Also the
+// OpenBLAS thread count (default 1 per rank, so that ranks sharing a machine do not oversubscribe).
 #pragma once
 
 #include <cstdint>
@@ -32,10 +32,21 @@ struct Compute {
 
 enum class Trans { no, yes };
 
+// How sgemm() cuts C: `parts` pieces of rows (by_rows) or of columns, boundaries at multiples
+// of 16. A function of the shape alone, never of the team: with or without a team, and with any
+// team size, C is computed by the same cblas_sgemm calls on the same pieces, so the bits cannot
+// depend on the thread count whatever the BLAS kernel does with a shape (OpenBLAS's Haswell
+// kernels, for one, round a row of C differently when the rows around it change).
+struct GemmSplit {
+  bool by_rows = true;
+  int64_t parts = 1;
+};
+GemmSplit gemm_split(int64_t M, int64_t N, int64_t K);
+
 // Row-major C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, with leading
 // dimensions lda, ldb, ldc (the row strides of A, B, C as stored). beta = 1 accumulates.
-// With a team and at least 2^22 flops the rows of C are split across its members (in
-// multiples of 16), each running single-threaded cblas_sgemm: the same bits as one call.
+// C is computed piece by piece as gemm_split() says, each piece by one cblas_sgemm call; a team
+// shares the pieces out (a contiguous run of them per member).
 void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
            int64_t ldc, const Compute& cx = {});

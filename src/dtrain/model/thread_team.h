@@ -1,6 +1,6 @@
 // ThreadTeam: a fixed team of threads that splits one op across cores (intra-op parallelism).
 // OpenBLAS's own threads barely speed up the model's GEMMs (their shapes are below its
-// splitting thresholds), so with a team each member runs single-threaded sgemm on its rows.
+// splitting thresholds), so with a team each member runs single-threaded sgemm on its pieces of C.
 // Work is split into fixed contiguous ranges, so results do not depend on timing.
 #pragma once
 
