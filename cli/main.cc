@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "build_info.h"
 #include "command_registry.h"
 #include "dtrain/core/check.h"
 
@@ -13,6 +14,9 @@ int main(int argc, char** argv) {
   CLI::App app{
       "dtrain: distributed transformer training on CPU ranks (data, tensor, pipeline and "
       "sharded parallelism) and a planner that sizes real cluster runs."};
+  app.set_version_flag(
+      "--version", [] { return dtrain::cli::build_info_text(); },
+      "Print the version, commit, build type, BLAS and MPI libraries and exit");
   app.require_subcommand(1);
   app.fallthrough(false);
   dtrain::cli::add_registered_commands("", app);

@@ -1,0 +1,14 @@
+// What `dtrain --version` prints, and the "build" object every --json report carries: the
+// version, commit and build type, and the BLAS and MPI libraries with the kernel in use.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace dtrain::cli {
+
+std::string build_info_text();
+nlohmann::json build_info_json();
+
+}  // namespace dtrain::cli
