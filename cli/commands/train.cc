@@ -1,18 +1,61 @@
 // `dtrain train`: parses the flags into train::TrainOptions and calls train::run_training;
 // the progress goes to stderr, the summary (table, or JSON with --json) to stdout.
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "build_info.h"
 #include "command_registry.h"
 #include "dtrain/core/units.h"
 #include "dtrain/train/progress.h"
 #include "dtrain/train/report.h"
 #include "dtrain/train/run.h"
+#include "validators.h"
 
 namespace dtrain::cli {
 namespace {
+
+// Ctrl-C / SIGTERM: the first asks the run to stop after the step in progress (with a final
+// checkpoint under --save and the summary); a second exits at once. Under --backend mpi the
+// default handlers stay: mpirun delivers the signal to every process and ends the job.
+train::StopRequest* g_stop = nullptr;
+
+extern "C" void on_stop_signal(int signal_number) {
+  if (g_stop == nullptr || !g_stop->request(signal_number)) _exit(128 + signal_number);
+  constexpr char kMessage[] =
+      "\nstopping after this step (saving a checkpoint with --save); again to quit now\n";
+  [[maybe_unused]] const ssize_t n = write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+}
+
+// Installs the handlers for the lifetime of one run and restores the previous ones after.
+class StopSignals {
+ public:
+  explicit StopSignals(train::StopRequest& stop) {
+    g_stop = &stop;
+    struct sigaction action {};
+    action.sa_handler = on_stop_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &action, &old_int_);
+    sigaction(SIGTERM, &action, &old_term_);
+  }
+  ~StopSignals() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+    g_stop = nullptr;
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+};
 
 struct TrainFlags {
   train::TrainOptions options;
@@ -23,6 +66,7 @@ struct TrainFlags {
   bool json = false;
   std::string bucket_size = "1MiB";
   int64_t log_every = 0;
+  int64_t seed = 1;
 };
 
 template <typename T>
@@ -66,10 +110,12 @@ void add_train(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--eval-batches", o.eval_batches, "Validation batches per evaluation")
       ->capture_default_str();
-  cmd->add_option("--seed", o.seed, "Seed of the initialisation and the batch order")
+  cmd->add_option("--seed", f->seed, "Seed of the initialisation and the batch order")
+      ->check(at_least(0))
       ->capture_default_str();
   cmd->add_option("--data", o.data,
-                  "Text file to train on, read as bytes (default: data/corpus.txt)");
+                  "Text file to train on, read as bytes (default: data/corpus.txt)")
+      ->check(kNotEmpty);
   cmd->add_option("--val-fraction", o.val_fraction,
                   "Share of the file (its end) held out for validation")
       ->capture_default_str();
@@ -80,7 +126,8 @@ void add_train(CLI::App& app) {
                   "OpenBLAS's own threads (an alternative to --threads)")
       ->capture_default_str();
   cmd->add_option("--log-every", f->log_every,
-                  "Without a terminal: a progress line every N steps (default: steps/10)");
+                  "Without a terminal: a progress line every N steps (default: steps/10)")
+      ->check(at_least(0));
   cmd->add_option("--dp", o.data_parallel.dp,
                   "Data-parallel ranks; each takes --batch / N sequences of every step")
       ->capture_default_str();
@@ -109,9 +156,11 @@ void add_train(CLI::App& app) {
   cmd->add_option("--stage-layers", o.pipeline.stage_layers,
                   "Explicit split of the blocks, e.g. 3,3,2 (per chunk if interleaved)");
   cmd->add_option("--trace", o.pipeline.trace_path,
-                  "Write the last step's measured pipeline as a Chrome/Perfetto trace (JSON)");
+                  "Write the last step's measured pipeline as a Chrome/Perfetto trace (JSON)")
+      ->check(kNotEmpty);
   cmd->add_option("--timeline", o.pipeline.timeline_path,
-                  "Draw the last step's measured pipeline timeline as SVG");
+                  "Draw the last step's measured pipeline timeline as SVG")
+      ->check(kNotEmpty);
   cmd->add_option("--tp", o.tensor_parallel.tp,
                   "Tensor-parallel ranks (threads): heads, MLP columns and the vocabulary split "
                   "across them; must divide --heads")
@@ -133,9 +182,11 @@ void add_train(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--ranks-per-node", o.mesh.ranks_per_node,
                   "Declare the topology: G consecutive ranks per node; the report shows groups "
-                  "that cross nodes and each rank's intra- and inter-node bytes");
+                  "that cross nodes and each rank's intra- and inter-node bytes")
+      ->check(at_least(1));
   cmd->add_option("--save", o.checkpoint.save_dir,
-                  "Write checkpoints under DIR (DIR/step-NNNNNNNN, DIR/latest) at the end");
+                  "Write checkpoints under DIR (DIR/step-NNNNNNNN, DIR/latest) at the end")
+      ->check(kNotEmpty);
   cmd->add_option("--save-every", o.checkpoint.save_every,
                   "With --save: also write a checkpoint every N steps");
   cmd->add_option("--keep-checkpoints", o.checkpoint.keep,
@@ -143,12 +194,20 @@ void add_train(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--resume", o.checkpoint.resume,
                   "Continue from a checkpoint directory, or from DIR/latest of a --save DIR; "
-                  "any layout can read it");
+                  "any layout can read it")
+      ->check(kNotEmpty);
+  cmd->add_flag("--overwrite", o.checkpoint.overwrite,
+                "With --save: take over a directory holding another run's checkpoints (they are "
+                "removed when this run writes its first checkpoint)");
+  cmd->add_flag("--allow-resume-changes", o.checkpoint.allow_resume_changes,
+                "With --resume: continue although the learning rate, schedule, AdamW settings, "
+                "clipping or data differ from the checkpoint's run");
   cmd->add_option("--inject-fault", o.inject_fault,
                   "Make one rank fail before a step (tests): rank=R,step=S,kind=throw|exit");
   cmd->add_option("--cluster", o.mesh.cluster_path,
                   "A cluster description (JSON, e.g. from `dtrain calibrate`): the report prices "
-                  "each rank's communication on its links (with --ranks-per-node)");
+                  "each rank's communication on its links (with --ranks-per-node)")
+      ->check(kNotEmpty);
   cmd->add_option("--dp-all-reduce", o.mesh.dp_all_reduce,
                   "flat (one ring over every DP rank) or hierarchical (reduce-scatter inside each "
                   "node, all-reduce across nodes, all-gather inside; needs --ranks-per-node, "
@@ -167,16 +226,29 @@ void add_train(CLI::App& app) {
     take_if_given(seq, f->seq, opt.seq);
     take_if_given(warmup, f->warmup, opt.warmup);
     take_if_given(min_lr, f->min_lr, opt.min_lr);
+    opt.seed = static_cast<uint64_t>(f->seed);
     opt.data_parallel.bucket_bytes = parse_bytes(f->bucket_size, "--bucket-size");
     train::ProgressPrinter progress(stderr, train::is_terminal(stderr), f->log_every);
     bool reporter = true;
+    train::StopRequest stop;
+    std::optional<StopSignals> signals;
+    if (opt.mesh.backend == "threads") {
+      signals.emplace(stop);
+      opt.stop = &stop;
+    }
     const train::TrainSummary summary = train::run_training(opt, &progress, &reporter);
+    signals.reset();
     if (!reporter) return;  // under mpirun, the process holding rank 0 prints
     if (f->json) {
-      std::cout << train::summary_to_json(summary).dump(2) << "\n";
+      nlohmann::json report = train::summary_to_json(summary);
+      report["build"] = build_info_json();
+      std::cout << report.dump(2) << "\n";
     } else {
       train::print_summary(std::cout, summary);
     }
+    std::cout.flush();
+    // 128 + the signal, as a shell reports a process the signal ended (130 for Ctrl-C).
+    if (summary.stop_signal != 0) throw CLI::RuntimeError(128 + summary.stop_signal);
   });
 }
 

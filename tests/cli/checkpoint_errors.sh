@@ -23,8 +23,9 @@ expect_error 'kind "segv" is not throw or exit' "${quick[@]}" --steps 2 \
 expect_error '--inject-fault: rank 5 does not exist \(the run has 2 ranks\)' "${quick[@]}" \
   --steps 2 --dp 2 --inject-fault rank=5,step=1,kind=exit
 
-# A good checkpoint (2 ranks, ZeRO-1), then broken copies of it.
-"$DTRAIN" "${quick[@]}" --steps 2 --dp 2 --zero 1 --save "$tmp/good" >/dev/null 2>&1 ||
+# A good checkpoint (2 ranks, ZeRO-1) at step 2 of a 4-step run, then broken copies of it.
+"$DTRAIN" "${quick[@]}" --steps 4 --save-every 2 --dp 2 --zero 1 --save "$tmp/good" \
+  >/dev/null 2>&1 ||
   { echo "FAIL: could not write the checkpoint"; exit 1; }
 good="$tmp/good/step-00000002"
 broken() {
@@ -51,7 +52,7 @@ sed -i '0,/"bytes": [0-9]*/s//"bytes": 64/' "$d/manifest.json"
 expect_error 'manifest.json: .*ends past the 64 bytes of rank-00000.bin' "${quick[@]}" --steps 4 \
   --resume "$d"
 expect_error 'the checkpoint is at step 2, nothing is left to do for --steps 2' "${quick[@]}" \
-  --steps 2 --resume "$good"
+  --steps 2 --resume "$good" --allow-resume-changes
 
 # Faults: the other rank names the one that stopped and the operation with its number.
 expect_error 'rank 1 finished its work while rank 0: .* #[0-9]+' "${quick[@]}" --steps 4 --dp 2 \

@@ -23,9 +23,9 @@ expect_error '--stage-layers 3,3,1 sums to 7, not --layers 8' \
 expect_error '--stage-layers 4,4 has 2 entries, but --pp is 3' \
   "${run[@]}" --pp 3 --layers 8 --stage-layers 4,4
 expect_error '--stage-layers' "${run[@]}" --pp 2 --stage-layers 1,x
-expect_error '--trace: cannot write /nonexistent-dir/t.json' \
+expect_error '--trace /nonexistent-dir/t.json: no directory /nonexistent-dir' \
   "${run[@]}" --pp 2 --trace /nonexistent-dir/t.json
-expect_error '--timeline: cannot write /nonexistent-dir/t.svg' \
+expect_error '--timeline /nonexistent-dir/t.svg: no directory /nonexistent-dir' \
   "${run[@]}" --pp 2 --timeline /nonexistent-dir/t.svg
 expect_error '--grad-accum / --zero with --pp' "${run[@]}" --pp 2 --zero 1
 finish

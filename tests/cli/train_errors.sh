@@ -34,7 +34,7 @@ expect_error() {
   echo "ok: dtrain $* -> $out"
 }
 
-expect_error "--data|$tmp/missing.txt|does not exist" train --data "$tmp/missing.txt" --steps 1
+expect_error "--data|$tmp/missing.txt|no such file" train --data "$tmp/missing.txt" --steps 1
 expect_error "--data|$tmp/empty.txt|empty" train --data "$tmp/empty.txt" --steps 1
 expect_error "--data|is a directory" train --data "$tmp" --steps 1
 expect_error "--model|huge|tiny" train --model huge --steps 1
@@ -52,7 +52,7 @@ expect_error "--steps|positive" train --steps 0
 expect_error "--blas-threads|positive" train --blas-threads 0 --steps 1
 expect_error "--layers" train --layers two --steps 1
 expect_error "--model|huge" bench train --model huge
-expect_error "--steps|positive" bench train --steps 0
+expect_error "--steps|(got 0)" bench train --steps 0
 # --timeout: seconds a rank waits for its peer; infinity would let a stalled rank hang the job.
 for t in 0 -1 inf nan; do
   expect_error "--timeout must be a positive, finite number of seconds|(got $t)" train --timeout $t --steps 1

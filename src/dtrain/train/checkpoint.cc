@@ -19,6 +19,7 @@
 
 #include "dtrain/core/check.h"
 #include "dtrain/model/param_table.h"
+#include "dtrain/train/save_directory.h"
 
 namespace dtrain::train {
 namespace fs = std::filesystem;
@@ -248,13 +249,22 @@ Manifest merge_indexes(const fs::path& dir, int ranks, const model::GptConfig& m
   return m;
 }
 
-void prune(const fs::path& root, int keep, const std::string& newest) {
-  if (keep <= 0) return;
+// Keeps the newest `keep` checkpoints of run `run_id`; never touches another run's, unless
+// `overwrite` (the user handed the directory to this run), when those go too.
+void prune(const fs::path& root, int keep, const std::string& newest, const std::string& run_id,
+           bool overwrite) {
   std::vector<std::string> dirs;
   for (const fs::directory_entry& e : fs::directory_iterator(root)) {
     const std::string n = e.path().filename().string();
-    if (e.is_directory() && n.starts_with("step-")) dirs.push_back(n);
+    if (!e.is_directory() || !n.starts_with("step-") || n == newest) continue;
+    if (checkpoint_run_id((root / n).string()) == run_id) {
+      dirs.push_back(n);
+    } else if (overwrite) {
+      fs::remove_all(root / n);
+    }
   }
+  if (keep <= 0) return;
+  dirs.push_back(newest);
   std::sort(dirs.begin(), dirs.end());  // zero-padded step numbers sort as numbers
   const size_t limit = static_cast<size_t>(keep);
   for (size_t i = 0; i + limit < dirs.size(); ++i) {
@@ -264,15 +274,16 @@ void prune(const fs::path& root, int keep, const std::string& newest) {
 
 }  // namespace
 
-uint32_t crc32(std::span<const std::byte> bytes) {
+uint32_t crc32(std::span<const std::byte> bytes, uint32_t previous) {
   static const std::array<uint32_t, 256> table = make_crc_table();
-  uint32_t c = 0xFFFFFFFFu;
+  uint32_t c = previous ^ 0xFFFFFFFFu;
   for (std::byte b : bytes) c = table[(c ^ static_cast<uint32_t>(b)) & 0xFFu] ^ (c >> 8);
   return c ^ 0xFFFFFFFFu;
 }
 
 std::string save_checkpoint(StepEngine& engine, const model::GptConfig& model,
-                            const TrainerPosition& position, const std::string& root, int keep) {
+                            const TrainerPosition& position, const std::string& root, int keep,
+                            const RunRecord& run, bool overwrite) {
   comm::Communicator* comm = engine.job_communicator();
   const int rank = comm != nullptr ? comm->rank() : 0;
   const int ranks = comm != nullptr ? comm->size() : 1;
@@ -314,7 +325,8 @@ std::string save_checkpoint(StepEngine& engine, const model::GptConfig& model,
 
   const fs::path final_dir = base / final_name;
   if (rank == 0) {
-    const Manifest m = merge_indexes(tmp, ranks, model, engine.state_layout(), position);
+    Manifest m = merge_indexes(tmp, ranks, model, engine.state_layout(), position);
+    m.run = run;
     write_synced(tmp / kManifestName, manifest_to_json(m));
     for (int r = 0; r < ranks; ++r) fs::remove(tmp / index_name(r));
     sync_dir(tmp);
@@ -332,7 +344,7 @@ std::string save_checkpoint(StepEngine& engine, const model::GptConfig& model,
     write_synced(latest_tmp, final_name + "\n");
     fs::rename(latest_tmp, base / kLatestName);
     sync_dir(base);
-    prune(base, keep, final_name);
+    prune(base, keep, final_name, run.id, overwrite);
   }
   barrier(comm, "published");
   return final_dir.string();
@@ -377,6 +389,7 @@ std::string manifest_to_json(const Manifest& m) {
         {"batches_drawn", p.sampler.batches_drawn}}},
       {"files", files},
       {"tensors", tensors}};
+  if (m.run) out["run"] = run_record_to_json(*m.run);
   return out.dump(1) + "\n";
 }
 
@@ -388,9 +401,10 @@ Manifest parse_manifest(std::string_view text, std::string_view source) {
   DTRAIN_CHECK(doc.contains("format") && doc["format"] == "dtrain-checkpoint", source,
                ": not a dtrain checkpoint manifest (no \"format\": \"dtrain-checkpoint\")");
   const int64_t version = get_int(doc, "version", "manifest", source, 0, 1 << 20);
-  DTRAIN_CHECK(version == kCheckpointVersion, source, ": format version ", version,
-               ", this build reads version ", kCheckpointVersion);
+  DTRAIN_CHECK(version >= 1 && version <= kCheckpointVersion, source, ": format version ", version,
+               ", this build reads versions 1 to ", kCheckpointVersion);
   Manifest m;
+  if (version >= 2) m.run = run_record_from_json(field(doc, "run", "manifest", source), source);
   const int64_t big = kMaxSize;
   m.position.step = get_int(doc, "step", "manifest", source, 0, big);
   m.adam_step = get_int(doc, "adam_step", "manifest", source, 0, big);
@@ -588,7 +602,7 @@ SerialState assemble_state(const Manifest& m, std::span<const std::span<const st
   return s;
 }
 
-LoadedCheckpoint load_checkpoint(const std::string& path, std::string_view flag) {
+CheckpointManifest read_manifest(const std::string& path, std::string_view flag) {
   fs::path dir(path);
   DTRAIN_CHECK(fs::is_directory(dir), flag, " ", path, ": no such directory");
   if (!fs::exists(dir / kManifestName) && fs::exists(dir / kLatestName)) {
@@ -603,11 +617,18 @@ LoadedCheckpoint load_checkpoint(const std::string& path, std::string_view flag)
   DTRAIN_CHECK(fs::exists(manifest_path), flag, " ", path, ": no ", kManifestName,
                " (not a checkpoint) and no \"", kLatestName, "\" pointer");
   const std::vector<std::byte> text = read_file(manifest_path, flag);
+  return {dir.string(),
+          parse_manifest(std::string_view(reinterpret_cast<const char*>(text.data()), text.size()),
+                         manifest_path.string())};
+}
+
+LoadedCheckpoint load_checkpoint(const std::string& path, std::string_view flag) {
+  CheckpointManifest found = read_manifest(path, flag);
+  const fs::path dir(found.dir);
+  const fs::path manifest_path = dir / kManifestName;
   LoadedCheckpoint out;
-  out.dir = dir.string();
-  out.manifest =
-      parse_manifest(std::string_view(reinterpret_cast<const char*>(text.data()), text.size()),
-                     manifest_path.string());
+  out.dir = found.dir;
+  out.manifest = std::move(found.manifest);
   std::vector<std::vector<std::byte>> contents;
   for (const ShardFile& f : out.manifest.files) {
     const fs::path file = dir / f.name;

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -20,12 +21,14 @@
 #include "dtrain/model/gpt_config.h"
 #include "dtrain/model/tp_shard.h"
 #include "dtrain/train/data.h"
+#include "dtrain/train/run_record.h"
 #include "dtrain/train/step_engine.h"
 #include "dtrain/train/train_state.h"
 
 namespace dtrain::train {
 
-inline constexpr int kCheckpointVersion = 1;
+// Version 2 adds the run record ("run": id, version, settings); version 1 is still read.
+inline constexpr int kCheckpointVersion = 2;
 inline constexpr std::string_view kManifestName = "manifest.json";
 inline constexpr std::string_view kLatestName = "latest";  // a root's pointer file
 // Every shard file starts with these 8 bytes; the pieces follow as little-endian float32.
@@ -70,6 +73,7 @@ struct Manifest {
   std::vector<TensorInfo> tensors;  // gpt_param_table order
   std::vector<ShardFile> files;     // one per rank of the writing job
   std::vector<ShardEntry> entries;
+  std::optional<RunRecord> run;  // absent in version 1 manifests
 };
 
 // What --save, --save-every, --keep-checkpoints and --resume ask for.
@@ -78,19 +82,25 @@ struct CheckpointConfig {
   int64_t save_every = 0;  // also save after every N steps (0: only at the end)
   int keep = 0;            // keep the newest K checkpoints under save_dir (0: all)
   std::string resume;      // a checkpoint directory, or a root with a "latest" pointer
+  bool overwrite = false;  // --overwrite: take over a save_dir holding another run's checkpoints
+  bool allow_resume_changes = false;  // --allow-resume-changes: resume with other settings
 };
 
 // CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320), as zlib's crc32.
-uint32_t crc32(std::span<const std::byte> bytes);
+// `previous` continues a running CRC as zlib's crc32(crc, buf, len) does:
+// crc32(b, crc32(a)) == crc32(a followed by b).
+uint32_t crc32(std::span<const std::byte> bytes, uint32_t previous = 0);
 
 // --- writing (every rank of the job calls save_checkpoint with the same arguments)
 
 // Writes `engine`'s state as root/step-NNNNNNNN: each rank its shard file, rank 0 the manifest,
 // then one rename makes it visible and root/latest is replaced atomically; checkpoints beyond
-// the newest `keep` (0: none) are removed. Meets the other ranks at job_communicator()->barrier().
+// the newest `keep` (0: none) of this run's (`run`'s id) are removed; another run's are left
+// alone unless `overwrite`. Meets the other ranks at job_communicator()->barrier().
 // Returns the directory written.
 std::string save_checkpoint(StepEngine& engine, const model::GptConfig& model,
-                            const TrainerPosition& position, const std::string& root, int keep);
+                            const TrainerPosition& position, const std::string& root, int keep,
+                            const RunRecord& run = {}, bool overwrite = false);
 
 // --- reading
 
@@ -107,6 +117,14 @@ std::vector<float> read_shard(std::span<const std::byte> bytes, const ShardEntry
 SerialState assemble_state(const Manifest& manifest,
                            std::span<const std::span<const std::byte>> files,
                            std::string_view source);
+
+// `path` (a checkpoint directory, or a root with a "latest" pointer) resolved to the checkpoint
+// directory, and its manifest; the shards are not read.
+struct CheckpointManifest {
+  std::string dir;
+  Manifest manifest;
+};
+CheckpointManifest read_manifest(const std::string& path, std::string_view flag = "--resume");
 
 struct LoadedCheckpoint {
   std::string dir;  // the checkpoint directory read

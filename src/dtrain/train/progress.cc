@@ -41,15 +41,17 @@ void ProgressPrinter::on_start(const TrainerConfig& config, const StepEngine& en
                static_cast<long long>(engine.param_count()), engine.describe().c_str(),
                static_cast<long long>(config.steps), static_cast<long long>(config.batch),
                static_cast<long long>(config.seq));
+  for (const std::string& note : config.notes) std::fprintf(out_, "note: %s\n", note.c_str());
   std::fflush(out_);
   wall_.restart();
 }
 
 void ProgressPrinter::draw(const StepRecord& r, bool final_draw) {
+  // Only the steps this process ran count: after --resume, r.step includes the checkpoint's.
   const double tokens_per_s =
-      static_cast<double>(tokens_per_step_ * r.step) / std::max(step_seconds_, 1e-9);
-  const double eta =
-      wall_.elapsed_s() / static_cast<double>(r.step) * static_cast<double>(steps_ - r.step);
+      static_cast<double>(tokens_per_step_ * steps_run_) / std::max(step_seconds_, 1e-9);
+  const double eta = wall_.elapsed_s() / static_cast<double>(std::max<int64_t>(steps_run_, 1)) *
+                     static_cast<double>(steps_ - r.step);
   std::string val = last_val_ >= 0 ? " val " + std::to_string(last_val_).substr(0, 6) : "";
   if (interactive_) {
     constexpr int kWidth = 24;
@@ -71,6 +73,7 @@ void ProgressPrinter::draw(const StepRecord& r, bool final_draw) {
 
 void ProgressPrinter::on_step(const StepRecord& r) {
   step_seconds_ += r.step_ms * 1e-3;
+  ++steps_run_;
   const bool last = r.step == steps_;
   if (interactive_) {
     const double now = now_us();

@@ -31,6 +31,7 @@ class ProgressPrinter final : public TrainObserver {
   int64_t line_every_;
   int64_t steps_ = 0, tokens_per_step_ = 0;
   double step_seconds_ = 0;  // sum of step times so far
+  int64_t steps_run_ = 0;    // steps seen by this printer (not those before a --resume)
   double last_draw_us_ = 0;
   float last_val_ = -1;
   bool line_open_ = false;  // an interactive line is on screen without a newline

@@ -1,6 +1,8 @@
 // print_summary / summary_to_json.
 #include "dtrain/train/report.h"
 
+#include <csignal>
+
 #include <cstdio>
 #include <string>
 
@@ -101,6 +103,12 @@ nlohmann::json data_parallel_to_json(const DataParallelReport& d) {
 
 }  // namespace
 
+std::string signal_name(int signal_number) {
+  if (signal_number == SIGINT) return "SIGINT";
+  if (signal_number == SIGTERM) return "SIGTERM";
+  return "signal " + std::to_string(signal_number);
+}
+
 void print_summary(std::ostream& out, const TrainSummary& s) {
   const TrainerConfig& c = s.config;
   out << "dtrain train: " << c.model_name << " model (" << model::describe(c.model) << ", "
@@ -114,7 +122,12 @@ void print_summary(std::ostream& out, const TrainSummary& s) {
   if (s.first_step > 0) {
     out << "  resumed at step " << s.first_step << " from " << c.checkpoint.resume << "\n";
   }
+  if (s.stop_signal != 0) {
+    out << "  stopped by " << signal_name(s.stop_signal) << " after step " << s.last_step << " of "
+        << c.steps << "\n";
+  }
   if (!s.last_checkpoint.empty()) out << "  checkpoint written: " << s.last_checkpoint << "\n";
+  for (const std::string& note : c.notes) out << "  note: " << note << "\n";
   out << "\n";
 
   out << "  loss           train    validation\n";
@@ -173,6 +186,10 @@ nlohmann::json summary_to_json(const TrainSummary& s) {
                {"final_val", s.final_val_loss},
                {"ln_vocab", s.ln_vocab}};
   j["train_losses"] = s.train_losses;
+  j["run_id"] = c.run.id;
+  j["last_step"] = s.last_step;
+  j["stopped_by"] = s.stop_signal != 0 ? nlohmann::json(signal_name(s.stop_signal)) : nullptr;
+  j["notes"] = c.notes;
   j["checkpoint"] = {{"first_step", s.first_step},
                      {"resumed_from", c.checkpoint.resume},
                      {"last_saved", s.last_checkpoint}};

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ostream>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -11,6 +12,8 @@
 namespace dtrain::train {
 
 void print_summary(std::ostream& out, const TrainSummary& summary);
+// "SIGINT", "SIGTERM", or "signal N".
+std::string signal_name(int signal_number);
 nlohmann::json summary_to_json(const TrainSummary& summary);
 
 }  // namespace dtrain::train

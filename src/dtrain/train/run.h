@@ -40,7 +40,8 @@ struct TrainOptions {
   TensorParallelSetup tensor_parallel;  // --tp, --sequence-parallel
   MeshSetup mesh;                       // --backend, --rank-order, --ranks-per-node, --timeout
   CheckpointConfig checkpoint;          // --save, --save-every, --keep-checkpoints, --resume
-  std::string inject_fault;  // --inject-fault rank=R,step=S,kind=throw|exit (empty: none)
+  std::string inject_fault;     // --inject-fault rank=R,step=S,kind=throw|exit (empty: none)
+  StopRequest* stop = nullptr;  // set by a SIGINT/SIGTERM handler (threads backend); may be null
 };
 
 struct TrainSetup {

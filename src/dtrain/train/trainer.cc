@@ -82,7 +82,7 @@ std::string Trainer::save(int64_t step, const BatchSampler& sampler) {
   p.data_seed = config_.data_seed;
   p.sampler = sampler.state();
   return save_checkpoint(engine_, config_.model, p, config_.checkpoint.save_dir,
-                         config_.checkpoint.keep);
+                         config_.checkpoint.keep, config_.run, config_.checkpoint.overwrite);
 }
 
 TrainSummary Trainer::run() {
@@ -102,12 +102,16 @@ TrainSummary Trainer::run() {
     s.evals.push_back(r);
     if (observer_ != nullptr) observer_->on_eval(r);
   };
+  const CheckpointConfig& ckpt = config_.checkpoint;
+  if (!ckpt.save_dir.empty() && job_rank() == 0 && !save_lock_) {
+    save_lock_ = std::make_unique<SaveDirectoryLock>(ckpt.save_dir, config_.run.id,
+                                                     !ckpt.resume.empty(), ckpt.overwrite);
+  }
   BatchSampler sampler(data_.train, config_.batch, config_.seq, config_.data_seed);
   const int64_t first = config_.checkpoint.resume.empty() ? 0 : resume(sampler);
   s.first_step = first;
   eval_now(first);
 
-  const CheckpointConfig& ckpt = config_.checkpoint;
   std::vector<double> step_ms;
   for (int64_t step = first; step < config_.steps; ++step) {
     inject_fault_if_due(config_.fault, job_rank(), step + 1);
@@ -128,13 +132,19 @@ TrainSummary Trainer::run() {
     if (last || (config_.eval_every > 0 && (step + 1) % config_.eval_every == 0)) {
       eval_now(step + 1);
     }
+    const bool stopping = config_.stop != nullptr && !last && config_.stop->should_stop(step + 1);
     if (!ckpt.save_dir.empty() &&
-        (last || (ckpt.save_every > 0 && (step + 1) % ckpt.save_every == 0))) {
+        (last || stopping || (ckpt.save_every > 0 && (step + 1) % ckpt.save_every == 0))) {
       s.last_checkpoint = save(step + 1, sampler);
+    }
+    s.last_step = step + 1;
+    if (stopping) {
+      s.stop_signal = config_.stop->signal_number();
+      break;
     }
   }
 
-  const auto n = static_cast<double>(config_.steps - first);
+  const auto n = static_cast<double>(s.last_step - first);
   for (double ms : step_ms) s.train_seconds += ms * 1e-3;
   s.ms_per_step = s.train_seconds * 1e3 / n;
   std::vector<double> sorted = step_ms;

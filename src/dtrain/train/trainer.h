@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,7 +18,10 @@
 #include "dtrain/train/fault.h"
 #include "dtrain/train/mesh_report.h"
 #include "dtrain/train/pipeline_report.h"
+#include "dtrain/train/run_record.h"
+#include "dtrain/train/save_directory.h"
 #include "dtrain/train/step_engine.h"
+#include "dtrain/train/stop_request.h"
 #include "dtrain/train/tensor_parallel_report.h"
 
 namespace dtrain::train {
@@ -35,6 +39,9 @@ struct TrainerConfig {
   int threads = 1;           // compute threads per rank (the workspace has one score buffer each)
   CheckpointConfig checkpoint;     // --save, --save-every, --keep-checkpoints, --resume
   std::optional<FaultSpec> fault;  // --inject-fault
+  std::vector<std::string> notes;  // adjustments resolve() made to the flags, shown at the start
+  RunRecord run;                // this run's identity and settings, written into every checkpoint
+  StopRequest* stop = nullptr;  // a graceful stop (SIGINT/SIGTERM) to watch for; may be null
 };
 
 struct StepRecord {
@@ -62,8 +69,10 @@ struct TrainSummary {
   int64_t train_tokens = 0, val_tokens = 0;
   int64_t param_count = 0;
   int64_t tokens_per_step = 0;
-  int64_t first_step = 0;           // updates done before this run (a resumed checkpoint's step)
-  std::string last_checkpoint;      // the directory saved last, if any
+  int64_t first_step = 0;       // updates done before this run (a resumed checkpoint's step)
+  std::string last_checkpoint;  // the directory saved last, if any
+  int stop_signal = 0;          // SIGINT/SIGTERM that ended the run early (0: it ran to the end)
+  int64_t last_step = 0;        // updates done when the run ended
   std::vector<float> train_losses;  // one per step of this run (steps first_step+1 ..)
   std::vector<EvalRecord> evals;    // the first before any update, the last after the last
   double ln_vocab = 0;              // the loss of a uniform guess
@@ -112,6 +121,8 @@ class Trainer {
   int64_t resume(BatchSampler& sampler);
   std::string save(int64_t step, const BatchSampler& sampler);
   int job_rank();
+  // Rank 0 with --save: the directory's lock, held for the whole run.
+  std::unique_ptr<SaveDirectoryLock> save_lock_;
 };
 
 // Bytes the plan/ formulas give for the activations of one rank running `model` on (B, T)

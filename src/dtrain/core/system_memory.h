@@ -1,0 +1,25 @@
+// How much memory this process may still take: what a run's planned bytes are compared with
+// before anything is allocated, so a run too big for the machine is refused with the figures
+// instead of dying in std::bad_alloc (or the kernel's OOM killer) halfway through.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace dtrain {
+
+struct AvailableMemory {
+  int64_t bytes = 0;
+  std::string source;  // "MemAvailable in /proc/meminfo", "the cgroup's memory.max", ...
+};
+
+// The smaller of the kernel's MemAvailable and the room left under this process's cgroup
+// (v2 memory.max - memory.current, or v1 limit_in_bytes - usage_in_bytes); nullopt when neither
+// can be read (then no check is possible).
+std::optional<AvailableMemory> available_memory();
+
+// "37.2 GiB", "512.0 MiB": the binary units people compare with `free -h`.
+std::string format_gib(double bytes);
+
+}  // namespace dtrain
