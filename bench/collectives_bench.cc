@@ -100,6 +100,11 @@ std::string algorithm_label(const CollectiveRunConfig& config, Algorithm resolve
   return config.hierarchical ? "hierarchical" : std::string(comm::name(resolved));
 }
 
+double buffer_bytes(const CollectiveRunConfig& config) {
+  const int ranks_here = config.backend == comm::Backend::threads ? config.ranks : 1;
+  return 2.0 * static_cast<double>(config.bytes) * ranks_here;
+}
+
 CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
   DTRAIN_CHECK(config.ranks >= 1 && config.ranks <= 1024,
                "--ranks must be between 1 and 1024, got ", config.ranks);
@@ -331,91 +336,109 @@ double measure_memcpy_gbps(int64_t bytes) {
   return static_cast<double>(bytes) / median(seconds) / 1e9;
 }
 
-CollectiveSweepReport run_collective_sweep(CollectiveSweepConfig config) {
+namespace {
+
+// The columns of a sweep's table: each algorithm, then the hierarchical all-reduce if asked for.
+std::vector<std::pair<Algorithm, bool>> sweep_columns(const CollectiveSweepConfig& config) {
+  std::vector<std::pair<Algorithm, bool>> columns;
+  for (Algorithm a : config.algorithms) columns.emplace_back(a, false);
+  if (config.hierarchical) columns.emplace_back(Algorithm::ring, true);
+  return columns;
+}
+
+}  // namespace
+
+CollectiveSweepReport run_collective_sweep(CollectiveSweepConfig config,
+                                           const SweepRowDone& row_done) {
   if (config.sizes.empty()) {
     for (int64_t s = 4 << 10; s <= int64_t{256} << 20; s *= 4) config.sizes.push_back(s);
   }
   CollectiveSweepReport report;
+  report.config = std::move(config);
+  const CollectiveSweepConfig& sweep = report.config;
   report.memcpy_gbps = measure_memcpy_gbps();
-  // The columns: each algorithm, then the hierarchical all-reduce if asked for.
-  std::vector<std::pair<Algorithm, bool>> columns;
-  for (Algorithm a : config.algorithms) columns.emplace_back(a, false);
-  if (config.hierarchical) columns.emplace_back(Algorithm::ring, true);
-  for (int world : config.worlds) {
-    for (int64_t bytes : config.sizes) {
-      for (const auto& [algo, hierarchical] : columns) {
+  for (int world : sweep.worlds) {
+    for (int64_t bytes : sweep.sizes) {
+      for (const auto& [algo, hierarchical] : sweep_columns(sweep)) {
         CollectiveRunConfig c;
-        c.ranks_per_node = config.ranks_per_node;
+        c.ranks_per_node = sweep.ranks_per_node;
         c.hierarchical = hierarchical;
-        c.backend = config.backend;
+        c.backend = sweep.backend;
         c.ranks = world;
         c.bytes = bytes;
-        c.op = config.op;
+        c.op = sweep.op;
         c.algorithm = algo;
-        c.trials = config.trials;
-        c.trial_seconds = config.trial_seconds;
+        c.trials = sweep.trials;
+        c.trial_seconds = sweep.trial_seconds;
         c.warmup = 1;
         const CollectiveRunReport r = run_collective(c);
         report.reporter = r.reporter;
         if (!r.reporter) continue;
-        DTRAIN_CHECK(r.verified, "bench collectives: ", comm::name(config.op), " ",
+        DTRAIN_CHECK(r.verified, "bench collectives: ", comm::name(sweep.op), " ",
                      algorithm_label(c, algo), " on ", world, " ranks of ", bytes,
                      " bytes gave a wrong result");
         report.rows.push_back({world, bytes, algo, r.time_us, r.busbw_gbps, hierarchical,
                                algo == Algorithm::native ? -1 : r.max_inter_node_bytes,
                                algo == Algorithm::native ? -1.0 : r.mean_inter_node_bytes});
       }
+      if (report.reporter && row_done) row_done(report, world, bytes);
     }
   }
-  report.config = std::move(config);
   return report;
 }
 
-void print_report(const CollectiveSweepReport& r, std::ostream& out) {
+void print_sweep_header(const CollectiveSweepReport& r, std::ostream& out) {
   out << "bench collectives: " << comm::name(r.config.op) << " on the "
       << comm::name(r.config.backend)
       << " backend, busbw (GB/s, nccl-tests definition) and busbw / memcpy\n"
       << "memcpy bandwidth measured in this run: " << std::fixed << std::setprecision(2)
       << r.memcpy_gbps << " GB/s (one thread, 64 MiB buffers, bytes copied per second)\n";
-  std::vector<std::pair<Algorithm, bool>> columns;
-  for (Algorithm a : r.config.algorithms) columns.emplace_back(a, false);
-  if (r.config.hierarchical) columns.emplace_back(Algorithm::ring, true);
-  const bool links = r.config.ranks_per_node > 0;
-  if (links) {
+  out.unsetf(std::ios::fixed);
+  if (r.config.ranks_per_node > 0) {
     out << r.config.ranks_per_node << " ranks per node; \"inter B\": the most bytes one rank "
         << "sent across nodes in one call (native: MPI's own, not counted)\n";
   }
-  for (int world : r.config.worlds) {
-    out << "\nN = " << world << "\n" << std::left << std::setw(10) << "size";
-    for (const auto& [a, hierarchical] : columns) {
-      const std::string label = hierarchical ? "hier" : std::string(comm::name(a));
-      out << std::right << std::setw(12) << (label + " us") << std::setw(10) << "busbw"
-          << std::setw(8) << "ratio";
-      if (links) out << std::setw(12) << "inter B";
-    }
-    out << "\n";
-    for (int64_t bytes : r.config.sizes) {
-      out << std::left << std::setw(10) << format_bytes(static_cast<double>(bytes));
-      for (const auto& [a, hierarchical] : columns) {
-        for (const CollectiveSweepRow& row : r.rows) {
-          if (row.world != world || row.bytes != bytes || row.algorithm != a ||
-              row.hierarchical != hierarchical) {
-            continue;
-          }
-          out << std::right << std::setprecision(1) << std::setw(12) << row.time_us
-              << std::setprecision(3) << std::setw(10) << row.busbw_gbps << std::setw(8)
-              << row.busbw_gbps / r.memcpy_gbps;
-          if (links) {
-            out << std::setw(12)
-                << (row.max_inter_node_bytes < 0 ? std::string("-")
-                                                 : std::to_string(row.max_inter_node_bytes));
-          }
-        }
+}
+
+void print_sweep_world(const CollectiveSweepReport& r, int world, std::ostream& out) {
+  out << "\nN = " << world << "\n" << std::left << std::setw(10) << "size";
+  for (const auto& [a, hierarchical] : sweep_columns(r.config)) {
+    const std::string label = hierarchical ? "hier" : std::string(comm::name(a));
+    out << std::right << std::setw(12) << (label + " us") << std::setw(10) << "busbw"
+        << std::setw(8) << "ratio";
+    if (r.config.ranks_per_node > 0) out << std::setw(12) << "inter B";
+  }
+  out << "\n";
+}
+
+void print_sweep_row(const CollectiveSweepReport& r, int world, int64_t bytes, std::ostream& out) {
+  out << std::left << std::setw(10) << format_bytes(static_cast<double>(bytes)) << std::fixed;
+  for (const auto& [a, hierarchical] : sweep_columns(r.config)) {
+    for (const CollectiveSweepRow& row : r.rows) {
+      if (row.world != world || row.bytes != bytes || row.algorithm != a ||
+          row.hierarchical != hierarchical) {
+        continue;
       }
-      out << "\n";
+      out << std::right << std::setprecision(1) << std::setw(12) << row.time_us
+          << std::setprecision(3) << std::setw(10) << row.busbw_gbps << std::setw(8)
+          << row.busbw_gbps / r.memcpy_gbps;
+      if (r.config.ranks_per_node > 0) {
+        out << std::setw(12)
+            << (row.max_inter_node_bytes < 0 ? std::string("-")
+                                             : std::to_string(row.max_inter_node_bytes));
+      }
     }
   }
+  out << "\n";
   out.unsetf(std::ios::fixed);
+}
+
+void print_report(const CollectiveSweepReport& r, std::ostream& out) {
+  print_sweep_header(r, out);
+  for (int world : r.config.worlds) {
+    print_sweep_world(r, world, out);
+    for (int64_t bytes : r.config.sizes) print_sweep_row(r, world, bytes, out);
+  }
 }
 
 nlohmann::json to_json(const CollectiveSweepReport& r) {

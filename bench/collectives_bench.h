@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -65,6 +66,10 @@ struct CollectiveRunReport {
 // "hierarchical" or the algorithm's name.
 std::string algorithm_label(const CollectiveRunConfig& config, comm::Algorithm resolved);
 
+// Bytes of buffers `config` holds in this process: an input and an output of at most S each
+// per rank, for every rank with the threads backend, for this process's one rank under MPI.
+double buffer_bytes(const CollectiveRunConfig& config);
+
 // Runs `config` on config.ranks threads. Throws Error on bad configuration.
 CollectiveRunReport run_collective(const CollectiveRunConfig& config);
 void print_report(const CollectiveRunReport& report, std::ostream& out);
@@ -105,8 +110,20 @@ struct CollectiveSweepReport {
   std::vector<CollectiveSweepRow> rows;
 };
 
-CollectiveSweepReport run_collective_sweep(CollectiveSweepConfig config);
+// Called on the reporting process as soon as every column of one (world, size) row is measured,
+// with the rows so far, so that a table can print that row while the sweep goes on.
+using SweepRowDone =
+    std::function<void(const CollectiveSweepReport& so_far, int world, int64_t bytes)>;
+
+CollectiveSweepReport run_collective_sweep(CollectiveSweepConfig config,
+                                           const SweepRowDone& row_done = {});
+// The table: the header (with this run's memcpy bandwidth), then for each world its column
+// heads and one row per size. The three parts print a table row by row as the sweep goes.
 void print_report(const CollectiveSweepReport& report, std::ostream& out);
+void print_sweep_header(const CollectiveSweepReport& report, std::ostream& out);
+void print_sweep_world(const CollectiveSweepReport& report, int world, std::ostream& out);
+void print_sweep_row(const CollectiveSweepReport& report, int world, int64_t bytes,
+                     std::ostream& out);
 nlohmann::json to_json(const CollectiveSweepReport& report);
 
 }  // namespace dtrain::bench

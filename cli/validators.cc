@@ -1,7 +1,16 @@
-// at_least and kNotEmpty: the value is checked as text, before CLI11 converts it.
+// The validators check the value as text, before CLI11 converts it (std::from_chars,
+// std::strtod); check_fits_in_memory compares with core/system_memory.
 #include "validators.h"
 
 #include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <sstream>
+
+#include "dtrain/core/check.h"
+#include "dtrain/core/system_memory.h"
+#include "dtrain/core/units.h"
 
 namespace dtrain::cli {
 
@@ -25,5 +34,71 @@ const CLI::Validator kNotEmpty(
       return value.empty() ? std::string("is empty: give a path") : std::string();
     },
     "PATH");
+
+namespace {
+
+// The value as the user typed it; an empty one shows as "".
+std::string shown(const std::string& text) {
+  return text.empty() ? std::string("\"\"") : text;
+}
+
+// 1e+12 rather than 1000000000000.000000, 0.5 rather than 0.500000.
+std::string number(double x) {
+  std::ostringstream out;
+  out << x;
+  return out.str();
+}
+
+}  // namespace
+
+CLI::Validator whole_number(int64_t min, int64_t max) {
+  return CLI::Validator(
+      [min, max](std::string& text) -> std::string {
+        const char* first = text.data() + (!text.empty() && text[0] == '+' ? 1 : 0);
+        const char* last = text.data() + text.size();
+        int64_t value = 0;
+        const auto [end, ec] = std::from_chars(first, last, value);
+        if (ec == std::errc::result_out_of_range) {
+          return text[0] == '-' ? str("must be at least ", min, " (got ", text, ")")
+                                : str("must be at most ", max, " (got ", text, ")");
+        }
+        if (ec != std::errc() || end != last || first == last) {
+          return str("must be a whole number (got ", shown(text), ")");
+        }
+        if (value < min) return str("must be at least ", min, " (got ", text, ")");
+        if (value > max) return str("must be at most ", max, " (got ", text, ")");
+        return "";
+      },
+      str("in [", min, ", ", max, "]"));
+}
+
+CLI::Validator real_number(double min, double max, bool above_min) {
+  return CLI::Validator(
+      [min, max, above_min](std::string& text) -> std::string {
+        const char* first = text.c_str();
+        char* end = nullptr;
+        const double value = std::strtod(first, &end);
+        if (text.empty() || end != first + text.size()) {
+          return str("must be a number (got ", shown(text), ")");
+        }
+        // strtod reads "inf", "nan" and 1e999 (as inf with ERANGE); none is a length or a rate.
+        if (!std::isfinite(value)) return str("must be a finite number (got ", text, ")");
+        if (above_min && value <= min) {
+          return str("must be greater than ", number(min), " (got ", text, ")");
+        }
+        if (value < min) return str("must be at least ", number(min), " (got ", text, ")");
+        if (value > max) return str("must be at most ", number(max), " (got ", text, ")");
+        return "";
+      },
+      str(above_min ? "in (" : "in [", number(min), ", ", number(max), "]"));
+}
+
+void check_fits_in_memory(double bytes, std::string_view what) {
+  const std::optional<AvailableMemory> available = available_memory();
+  if (!available) return;
+  DTRAIN_CHECK(bytes <= static_cast<double>(available->bytes), what, " needs ", format_bytes(bytes),
+               " of memory, more than the ", format_bytes(static_cast<double>(available->bytes)),
+               " available (", available->source, ")");
+}
 
 }  // namespace dtrain::cli

@@ -1,5 +1,6 @@
 // `dtrain bench collectives`: busbw of each algorithm from 4 KiB to 256 MiB at N = 2 and 4,
 // beside this machine's memcpy bandwidth measured in the same run.
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -9,6 +10,7 @@
 #include "command_registry.h"
 #include "dtrain/comm/launch.h"
 #include "dtrain/core/units.h"
+#include "validators.h"
 
 namespace dtrain::cli {
 namespace {
@@ -31,7 +33,7 @@ void add_bench_collectives(CLI::App& bench_app) {
       ->capture_default_str();
   cmd->add_option("--ranks", f->config.worlds, "World sizes to sweep")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
+      ->check(whole_number(1, kMaxRanks));
   cmd->add_option("--algos", f->algos,
                   "Algorithms to sweep (default: ring tree naive; with --backend mpi also "
                   "native, MPI's own; with --ranks-per-node: ring hierarchical [native]). "
@@ -40,15 +42,15 @@ void add_bench_collectives(CLI::App& bench_app) {
   cmd->add_option("--ranks-per-node", f->config.ranks_per_node,
                   "Ranks k*G..k*G+G-1 share node k: adds the bytes each rank sent across nodes "
                   "per call, and the hierarchical algorithm")
-      ->check(CLI::Range(1, 1024));
+      ->check(whole_number(1, kMaxRanks));
   cmd->add_option("--min-size", f->min_size, "Smallest S")->capture_default_str();
   cmd->add_option("--max-size", f->max_size, "Largest S (sizes grow by 4x)")->capture_default_str();
   cmd->add_option("--trials", f->config.trials, "Timed trials per point (median reported)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1, kMaxTrials));
   cmd->add_option("--trial-seconds", f->config.trial_seconds, "Length of one trial")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(real_number(0, kMaxTrialSeconds, true));
   cmd->add_option("--backend", f->backend,
                   "threads (ranks are threads of this process) or mpi (run under mpirun; the "
                   "first --ranks processes take part)")
@@ -85,20 +87,43 @@ void add_bench_collectives(CLI::App& bench_app) {
     }
     const int64_t lo = parse_bytes(f->min_size, "--min-size");
     const int64_t hi = parse_bytes(f->max_size, "--max-size");
-    DTRAIN_CHECK(lo >= 4 && lo <= hi, "--min-size must be at least 4 bytes and at most --max-size");
-    for (int64_t s = lo; s <= hi; s *= 4) f->config.sizes.push_back(s / 4 * 4);
+    DTRAIN_CHECK(lo >= 4, "--min-size must be at least 4 bytes (got ", f->min_size, ")");
+    DTRAIN_CHECK(lo <= hi, "--min-size ", f->min_size, " is larger than --max-size ", f->max_size);
+    int world_max = 0;
     for (int world : f->config.worlds) {
       DTRAIN_CHECK(f->config.ranks_per_node == 0 || world % f->config.ranks_per_node == 0,
                    "--ranks-per-node ", f->config.ranks_per_node, " does not divide --ranks ",
                    world, " into whole nodes");
+      world_max = std::max(world_max, world);
     }
-    const bench::CollectiveSweepReport report = bench::run_collective_sweep(f->config);
-    if (!report.reporter) return;
-    if (f->json) {
-      std::cout << bench::to_json(report).dump(2) << "\n";
-    } else {
-      bench::print_report(report, std::cout);
+    bench::CollectiveRunConfig largest;
+    largest.backend = *backend;
+    largest.ranks = world_max;
+    largest.bytes = hi;
+    check_fits_in_memory(bench::buffer_bytes(largest),
+                         str("--max-size ", f->max_size, " on --ranks ", world_max));
+    // Sizes grow by 4x up to hi, stopping before s * 4 could pass hi (or int64's end).
+    for (int64_t s = lo;; s *= 4) {
+      f->config.sizes.push_back(s / 4 * 4);
+      if (s > hi / 4) break;
     }
+    // The table prints each row as soon as its size is measured (a sweep to 256 MiB takes
+    // minutes); JSON is one document, printed at the end.
+    bool header_done = false;
+    bench::SweepRowDone print_row;
+    if (!f->json) {
+      print_row = [&header_done](const bench::CollectiveSweepReport& so_far, int world,
+                                 int64_t bytes) {
+        if (!header_done) bench::print_sweep_header(so_far, std::cout);
+        header_done = true;
+        if (bytes == so_far.config.sizes.front())
+          bench::print_sweep_world(so_far, world, std::cout);
+        bench::print_sweep_row(so_far, world, bytes, std::cout);
+        std::cout.flush();
+      };
+    }
+    const bench::CollectiveSweepReport report = bench::run_collective_sweep(f->config, print_row);
+    if (report.reporter && f->json) std::cout << bench::to_json(report).dump(2) << "\n";
   });
 }
 

@@ -8,6 +8,7 @@
 #include "command_registry.h"
 #include "dtrain/comm/launch.h"
 #include "dtrain/core/units.h"
+#include "validators.h"
 
 namespace dtrain::cli {
 namespace {
@@ -26,7 +27,7 @@ void add_collectives(CLI::App& app) {
       "formula, then time, algbw and busbw (nccl-tests definitions)");
   cmd->add_option("--ranks", f->config.ranks, "Number of ranks (threads), 1..1024")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
+      ->check(whole_number(1, kMaxRanks));
   cmd->add_option("--size", f->size,
                   "S as nccl-tests defines it: the buffer for all_reduce/broadcast/reduce, the "
                   "input per rank for reduce_scatter, the output per rank for all_gather. "
@@ -43,16 +44,17 @@ void add_collectives(CLI::App& app) {
   cmd->add_option("--ranks-per-node", f->config.ranks_per_node,
                   "Ranks k*G..k*G+G-1 share node k: bytes sent are split into intra-node and "
                   "inter-node, beside the formula")
-      ->check(CLI::Range(1, 1024));
+      ->check(whole_number(1, kMaxRanks));
   cmd->add_option("--root", f->config.root, "Root rank of broadcast and reduce")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(whole_number(0, kMaxRanks - 1));
   cmd->add_option("--trials", f->config.trials, "Timed trials; the median is reported")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1, kMaxTrials));
   cmd->add_option("--trial-seconds", f->config.trial_seconds,
                   "Length of one trial of back-to-back calls")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(real_number(0, kMaxTrialSeconds, true));
   cmd->add_option("--timeout", f->config.timeout_s,
                   "Seconds a rank waits for a peer before failing (under mpirun: before the "
                   "job is aborted with a message naming the peer)")
@@ -79,6 +81,8 @@ void add_collectives(CLI::App& app) {
                  "' (use ring, tree, naive, auto, native or hierarchical)");
     f->config.op = *op;
     f->config.algorithm = *algo;
+    check_fits_in_memory(bench::buffer_bytes(f->config),
+                         str("--size ", f->size, " on --ranks ", f->config.ranks));
     const bench::CollectiveRunReport report = bench::run_collective(f->config);
     if (!report.reporter) return;
     if (f->json) {

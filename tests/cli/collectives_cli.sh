@@ -22,4 +22,39 @@ expect_error "--op.*unknown collective 'all_sum'" collectives --op all_sum
 expect_error "--algo.*unknown algorithm 'star'" collectives --algo star
 expect_error "--root 5" collectives --ranks 2 --op broadcast --root 5 --size 4KiB
 expect_error "--algos" bench collectives --algos star
+
+# Numbers out of range: the bound in plain digits, never CLI11's 300-digit limit; non-finite,
+# fractional and huge values refused by name before any rank starts.
+expect_error "--trials: must be at least 1 \(got 0\)" collectives --trials 0
+expect_error "--trials: must be a whole number \(got 1.5\)" collectives --trials 1.5
+expect_error "--trials: must be at most 1000 \(got 99999999999999999999\)" collectives --trials 99999999999999999999
+expect_error "--trial-seconds: must be greater than 0 \(got 0\)" collectives --trial-seconds 0
+expect_error "--trial-seconds: must be a finite number \(got nan\)" collectives --trial-seconds nan
+expect_error "--trial-seconds: must be at most 60 \(got 1e30\)" collectives --trial-seconds 1e30
+expect_error "--timeout must be a positive, finite number of seconds \(got inf\)" collectives --timeout inf
+expect_error "--ranks: must be a whole number \(got 1e30\)" collectives --ranks 1e30
+expect_error "--ranks-per-node: must be at least 1 \(got 0\)" collectives --ranks-per-node 0
+expect_error "--root: must be at least 0 \(got -1\)" collectives --root -1
+expect_error "--size: '99999999999999999999' is too large" collectives --size 99999999999999999999
+expect_error "--size 1TiB on --ranks 2 needs 4 TiB of memory" collectives --size 1TiB
+expect_error "--size: '' is not a size" collectives --size ""
+expect_error "--trials: must be at least 1 \(got 0\)" bench collectives --trials 0
+expect_error "--trial-seconds: must be a finite number \(got inf\)" bench collectives --trial-seconds inf
+expect_error "--ranks: must be a whole number \(got \"\"\)" bench collectives --ranks ""
+expect_error "--ranks-per-node: must be at least 1 \(got 0\)" bench collectives --ranks-per-node 0
+expect_error "--min-size must be at least 4 bytes \(got 0\)" bench collectives --min-size 0
+expect_error "--min-size 8KiB is larger than --max-size 4KiB" bench collectives --min-size 8KiB --max-size 4KiB
+expect_error "--max-size 8000000TiB on --ranks 4 needs .* of memory" bench collectives --max-size 8000000TiB
+
+# The sweep's table prints each size's row as soon as it is measured: cut off after a few
+# seconds (the whole sweep takes longer), the first rows are already out.
+out=$(timeout 4 "$DTRAIN" bench collectives --ranks 2 --algos ring --min-size 4KiB --max-size 16MiB \
+  --trials 2 --trial-seconds 0.5)
+if grep -qE "^4 KiB +[0-9]" <<<"$out" && ! grep -q "^16 MiB" <<<"$out"; then
+  echo "ok: bench collectives prints rows as it goes"
+else
+  echo "FAIL: bench collectives printed no row within 4 s (or finished), got:"
+  echo "$out"
+  failures=$((failures + 1))
+fi
 finish
