@@ -16,6 +16,7 @@
 
 #include "command_registry.h"
 #include "dtrain/core/check.h"
+#include "dtrain/core/files.h"
 #include "dtrain/parallel/pipeline_checker.h"
 #include "dtrain/parallel/pipeline_schedule.h"
 #include "dtrain/parallel/pipeline_stages.h"
@@ -23,6 +24,7 @@
 #include "dtrain/trace/chrome_trace.h"
 #include "dtrain/trace/timeline_ascii.h"
 #include "dtrain/trace/timeline_svg.h"
+#include "validators.h"
 
 namespace dtrain::cli {
 namespace {
@@ -41,11 +43,23 @@ struct PipelineOptions {
   std::string send_mode = "eager";
   std::optional<long long> global_batch;
   std::string svg_path, trace_path;
+  bool svg_given = false, trace_given = false;  // "" given is a mistake, not "no file"
   bool json = false, actions = false;
   int width = 120;
 };
 
 const parallel::PartitionFlags kFlags{"--stages", "--layers", "--stage-layers", "--chunks"};
+
+// The schedule is built and simulated action by action: P x M x v = 1e6 slots take about 15 s
+// and 1.6 GiB here, so more is refused rather than left to run for minutes.
+constexpr int64_t kMaxScheduleSlots = 1000000;
+// Times are in any unit; this bound keeps every sum of them over a schedule finite (an
+// infinite time never ends the simulation).
+constexpr double kMaxTime = 1e12;
+// Sequences per step: a billion is far past any published run.
+constexpr int64_t kMaxGlobalBatch = 1000000000;
+// Far more transformer blocks than any model has; keeps a --stage-layers sum inside int.
+constexpr int64_t kMaxLayers = 1000000;
 
 ScheduleKind parse_schedule(const std::string& text) {
   std::string known;
@@ -85,18 +99,12 @@ std::pair<std::string, std::string> closed_form_text(ScheduleKind kind, int p, i
   return {};
 }
 
+// What the flags' validators cannot see alone: combinations. Each flag's own range is checked
+// while parsing (add_pipeline).
 void validate(const PipelineOptions& o) {
-  DTRAIN_CHECK(o.stages >= 1, "--stages must be >= 1, got ", o.stages);
-  DTRAIN_CHECK(o.microbatches >= 1, "--microbatches must be >= 1, got ", o.microbatches);
-  DTRAIN_CHECK(o.forward_time >= 0, "--forward-time must be >= 0, got ", o.forward_time);
-  DTRAIN_CHECK(o.backward_time >= 0, "--backward-time must be >= 0, got ", o.backward_time);
-  DTRAIN_CHECK(o.weight_time >= 0, "--weight-time must be >= 0, got ", o.weight_time);
   DTRAIN_CHECK(o.forward_time + o.backward_time + o.weight_time > 0,
                "--forward-time, --backward-time and --weight-time cannot all be 0");
-  DTRAIN_CHECK(o.comm_latency >= 0, "--comm-latency must be >= 0, got ", o.comm_latency);
-  DTRAIN_CHECK(o.width >= 20, "--width must be >= 20, got ", o.width);
   if (o.global_batch) {
-    DTRAIN_CHECK(*o.global_batch >= 1, "--global-batch must be >= 1, got ", *o.global_batch);
     DTRAIN_CHECK(*o.global_batch % o.microbatches == 0, "--global-batch ", *o.global_batch,
                  " is not divisible into --microbatches ", o.microbatches,
                  " micro-batches of equal size");
@@ -111,9 +119,23 @@ parallel::StagePartition partition(const PipelineOptions& o, int chunks) {
                                         kFlags);
   }
   const std::vector<int> list = parallel::parse_stage_layers(o.stage_layers, "--stage-layers");
-  int sum = 0;
+  // The count first: with --layers left to the sum, a short list would otherwise be reported
+  // as too few layers for the stages.
+  const int64_t entries = static_cast<int64_t>(list.size());
+  if (chunks == 1) {
+    DTRAIN_CHECK(entries == o.stages, "--stage-layers ", o.stage_layers, " has ", entries,
+                 " entries, but --stages is ", o.stages, " (one entry per stage)");
+  } else {
+    DTRAIN_CHECK(entries == int64_t{o.stages} * chunks, "--stage-layers ", o.stage_layers, " has ",
+                 entries, " entries; with --chunks ", chunks,
+                 " it lists each model chunk, --stages * --chunks = ", o.stages * chunks);
+  }
+  int64_t sum = 0;
   for (int x : list) sum += x;
-  return parallel::explicit_partition(o.layers.value_or(sum), o.stages, chunks, list, kFlags);
+  DTRAIN_CHECK(o.layers || sum <= kMaxLayers, "--stage-layers ", o.stage_layers, " sums to ", sum,
+               " layers; at most ", kMaxLayers, " are supported");
+  return parallel::explicit_partition(o.layers.value_or(static_cast<int>(sum)), o.stages, chunks,
+                                      list, kFlags);
 }
 
 nlohmann::json to_json(const PipelineOptions& o, ScheduleKind kind,
@@ -238,9 +260,15 @@ void run(const PipelineOptions& o) {
   validate(o);
   const ScheduleKind kind = parse_schedule(o.schedule);
   const int chunks = o.chunks.value_or(kind == ScheduleKind::interleaved ? 2 : 1);
-  DTRAIN_CHECK(chunks >= 1, "--chunks must be >= 1, got ", chunks);
   DTRAIN_CHECK(chunks == 1 || kind == ScheduleKind::interleaved, "--chunks ", chunks,
                " applies only to --schedule interleaved, not ", plan::name(kind));
+  const int64_t slots = int64_t{o.stages} * o.microbatches * chunks;
+  DTRAIN_CHECK(slots <= kMaxScheduleSlots, "--stages ", o.stages, " x --microbatches ",
+               o.microbatches, " x --chunks ", chunks, " = ", slots, " schedule slots; at most ",
+               kMaxScheduleSlots, " are supported (the schedule is built and simulated in full)");
+  // Output files are checked before the schedule is built, so a typo in a path costs nothing.
+  if (o.svg_given) check_output_file(o.svg_path, "--svg");
+  if (o.trace_given) check_output_file(o.trace_path, "--trace");
   const parallel::StagePartition part = partition(o, chunks);
   const parallel::PipelineSchedule schedule =
       parallel::make_schedule(kind, o.stages, o.microbatches, chunks);
@@ -277,37 +305,59 @@ void add_pipeline(CLI::App& app) {
       "pipeline",
       "Build a pipeline schedule, prove it valid and deadlock-free, and show its bubble, "
       "in-flight activations and timeline");
-  cmd->add_option("--stages", o->stages, "Pipeline stages P (ranks)")->required();
-  cmd->add_option("--microbatches", o->microbatches, "Micro-batches M per step")->required();
+  cmd->add_option("--stages", o->stages, "Pipeline stages P (ranks)")
+      ->required()
+      ->check(whole_number(1, kMaxRanks));
+  cmd->add_option("--microbatches", o->microbatches, "Micro-batches M per step")
+      ->required()
+      ->check(whole_number(1, kMaxScheduleSlots));
   cmd->add_option("--schedule", o->schedule, "gpipe, 1f1b, interleaved or zb-h1")
       ->capture_default_str();
   cmd->add_option("--chunks", o->chunks,
-                  "Model chunks v per stage (interleaved only; default 2 there)");
+                  "Model chunks v per stage (interleaved only; default 2 there)")
+      ->check(whole_number(1, kMaxLayers));
   cmd->add_option("--layers", o->layers,
-                  "Transformer blocks L (default: the sum of --stage-layers, else P*v)");
-  cmd->add_option("--stage-layers", o->stage_layers,
-                  "Explicit split, e.g. 3,3,2 (one entry per stage, per chunk if interleaved)");
+                  "Transformer blocks L (default: the sum of --stage-layers, else P*v)")
+      ->check(whole_number(1, kMaxLayers));
+  CLI::Option* stage_layers =
+      cmd->add_option("--stage-layers", o->stage_layers,
+                      "Explicit split, e.g. 3,3,2 (one entry per stage, per chunk if interleaved)");
   cmd->add_option("--forward-time", o->forward_time, "F: forward time per micro-batch and stage")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(real_number(0, kMaxTime));
   cmd->add_option("--backward-time", o->backward_time,
                   "B: input-gradient time per micro-batch and stage")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(real_number(0, kMaxTime));
   cmd->add_option("--weight-time", o->weight_time,
                   "W: weight-gradient time per micro-batch and stage")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(real_number(0, kMaxTime));
   cmd->add_option("--comm-latency", o->comm_latency, "Time from a send to its arrival")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(real_number(0, kMaxTime));
   cmd->add_option("--send-mode", o->send_mode,
                   "eager (sends never block) or rendezvous (a send waits for its receive)")
       ->capture_default_str();
   cmd->add_option("--global-batch", o->global_batch,
-                  "Global batch size; must divide into M equal micro-batches");
-  cmd->add_option("--svg", o->svg_path, "Write the timeline as SVG to this file");
-  cmd->add_option("--trace", o->trace_path, "Write a Chrome/Perfetto trace (JSON) to this file");
-  cmd->add_option("--width", o->width, "Columns of the ASCII timeline")->capture_default_str();
+                  "Global batch size; must divide into M equal micro-batches")
+      ->check(whole_number(1, kMaxGlobalBatch));
+  CLI::Option* svg =
+      cmd->add_option("--svg", o->svg_path, "Write the timeline as SVG to this file");
+  CLI::Option* trace = cmd->add_option("--trace", o->trace_path,
+                                       "Write a Chrome/Perfetto trace (JSON) to this file");
+  cmd->add_option("--width", o->width, "Columns of the ASCII timeline")
+      ->capture_default_str()
+      ->check(whole_number(20, 10000));  // wider is no longer read on a screen
   cmd->add_flag("--json", o->json, "Print the figures as JSON instead of the table");
   cmd->add_flag("--actions", o->actions, "Also print every rank's ordered action list");
-  cmd->callback([o] { run(*o); });
+  cmd->callback([o, svg, trace, stage_layers] {
+    DTRAIN_CHECK(stage_layers->count() == 0 || !o->stage_layers.empty(),
+                 "--stage-layers is empty (give one layer count per stage, e.g. 3,3,2)");
+    o->svg_given = svg->count() > 0;
+    o->trace_given = trace->count() > 0;
+    run(*o);
+  });
 }
 
 const CommandRegistration kRegistration("", add_pipeline);

@@ -25,8 +25,8 @@ expect_error() {
   fi
 }
 
-expect_error "--microbatches must be >= 1, got 0" --stages 4 --microbatches 0
-expect_error "--stages must be >= 1, got 0" --stages 0 --microbatches 4
+expect_error "--microbatches: must be at least 1 (got 0)" --stages 4 --microbatches 0
+expect_error "--stages: must be at least 1 (got 0)" --stages 0 --microbatches 4
 expect_error "--global-batch 10 is not divisible into --microbatches 4" \
   --stages 2 --microbatches 4 --global-batch 10
 expect_error '--schedule "pipedream" is not one of gpipe, 1f1b, interleaved, zb-h1' \
@@ -42,10 +42,47 @@ expect_error "--stage-layers 3,3 has 2 entries, but --stages is 3" \
   --stages 3 --microbatches 4 --stage-layers 3,3
 expect_error "--stage-layers" --stages 2 --microbatches 4 --stage-layers 3,x
 expect_error '--send-mode "sometimes"' --stages 2 --microbatches 4 --send-mode sometimes
-expect_error "--forward-time must be >= 0" --stages 2 --microbatches 4 --forward-time -1
+expect_error "--forward-time: must be at least 0 (got -1)" --stages 2 --microbatches 4 --forward-time -1
 expect_error "--stages" --microbatches 4  # required
-expect_error "cannot write /nonexistent-dir/t.svg" --stages 2 --microbatches 2 \
-  --svg /nonexistent-dir/t.svg
+expect_error "--svg /nonexistent-dir/t.svg: no directory /nonexistent-dir" --stages 2 \
+  --microbatches 2 --svg /nonexistent-dir/t.svg
+
+# A --stage-layers list shorter than --stages is named as such (not as too few layers).
+expect_error "--stage-layers 1,2 has 2 entries, but --stages is 4" --stages 4 --microbatches 4 \
+  --stage-layers 1,2
+expect_error "--stage-layers 2000000000,2000000000 sums to 4000000000 layers; at most 1000000" \
+  --stages 2 --microbatches 4 --stage-layers 2000000000,2000000000
+expect_error "--stage-layers is empty" --stages 2 --microbatches 4 --stage-layers ""
+
+# Times that are not finite numbers would never end the simulation: refused, each by name.
+for flag in --forward-time --backward-time --weight-time --comm-latency; do
+  expect_error "$flag: must be a finite number (got inf)" --stages 2 --microbatches 4 "$flag" inf
+  expect_error "$flag: must be a finite number (got nan)" --stages 2 --microbatches 4 "$flag" nan
+  expect_error "$flag: must be at most 1e+12 (got 1e308)" --stages 2 --microbatches 4 "$flag" 1e308
+done
+expect_error "--comm-latency: must be at least 0 (got -1)" --stages 2 --microbatches 4 \
+  --comm-latency -1
+
+# Counts: not whole, past their bound, or a schedule too large to build and simulate.
+expect_error "--stages: must be at most 1024 (got 99999999999999999999)" \
+  --stages 99999999999999999999 --microbatches 4
+expect_error "--microbatches: must be a whole number (got 1e30)" --stages 4 --microbatches 1e30
+expect_error "--chunks: must be at least 1 (got 0)" --stages 4 --microbatches 4 \
+  --schedule interleaved --chunks 0
+expect_error "--stages 4 x --microbatches 1000000 x --chunks 1 = 4000000 schedule slots" \
+  --stages 4 --microbatches 1000000
+expect_error "--layers: must be at most 1000000 (got 1000000000)" --stages 4 --microbatches 4 \
+  --layers 1000000000
+expect_error "--global-batch: must be at least 1 (got 0)" --stages 4 --microbatches 4 \
+  --global-batch 0
+expect_error "--width: must be at most 10000 (got 99999999999999999999)" --stages 4 \
+  --microbatches 4 --width 99999999999999999999
+
+# Output paths are checked before any work: a directory, an empty name, a file /proc refuses.
+expect_error "--svg /tmp: is a directory" --stages 2 --microbatches 2 --svg /tmp
+expect_error "--trace is empty" --stages 2 --microbatches 2 --trace ""
+expect_error "--trace /proc/dtrain-trace.json: cannot be created" --stages 2 --microbatches 2 \
+  --trace /proc/dtrain-trace.json
 
 if [[ $failures -ne 0 ]]; then
   echo "$failures case(s) failed"
