@@ -5,6 +5,7 @@
 
 #include "bench/plan_bench.h"
 #include "command_registry.h"
+#include "validators.h"
 
 namespace dtrain::cli {
 namespace {
@@ -25,7 +26,7 @@ void add_bench_plan(CLI::App& bench_app) {
       ->capture_default_str();
   cmd->add_option("--repeats", f->config.repeats, "Searches to time (median reported)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1, kMaxTrials));
   cmd->add_flag("--json", f->json, "Print the same figures as JSON");
   cmd->callback([f] {
     const bench::PlanBenchReport report = bench::run_plan_bench(f->config);

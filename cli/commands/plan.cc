@@ -13,6 +13,7 @@
 #include "dtrain/core/units.h"
 #include "dtrain/plan/planner.h"
 #include "dtrain/plan/report.h"
+#include "validators.h"
 
 namespace dtrain::cli {
 namespace {
@@ -51,13 +52,22 @@ struct PlanFlags {
   bool print_cluster = false;
 };
 
+// Bounds of the link and GPU overrides, far past any hardware: 1 GFLOP/s to 1 EFLOP/s and
+// 1 KB/s to 1 PB/s per GPU, up to 1000 s per step. They keep TFLOP/s x 1e12 and GB/s x 1e9
+// finite, and the step time and the days to train too (a 1e-300 TFLOP/s GPU trains in inf days).
+constexpr double kMinTflops = 1e-3;
+constexpr double kMaxTflops = 1e6;
+constexpr double kMinGbps = 1e-6;
+constexpr double kMaxGbps = 1e6;
+constexpr double kMaxLatencyUs = 1e9;
+
 bool given(CLI::App* app, const char* flag) {
   return app->count(flag) > 0;
 }
 
 plan::ModelShape model_from(const PlanFlags& f, CLI::App* app) {
   plan::ModelShape m;
-  if (!f.model.empty()) {
+  if (given(app, "--model")) {  // --model "" is an unknown preset, not "no preset"
     m = plan::model_preset(f.model);
   } else {
     DTRAIN_CHECK(given(app, "--layers") && given(app, "--hidden") && given(app, "--heads") &&
@@ -87,7 +97,6 @@ plan::ModelShape model_from(const PlanFlags& f, CLI::App* app) {
     changed = true;
   }
   if (given(app, "--params")) {
-    DTRAIN_CHECK(f.params > 0 && f.params < 9e18, "--params must be positive, got ", f.params);
     m.params_override = static_cast<int64_t>(std::llround(f.params));
     changed = true;
   }
@@ -97,7 +106,8 @@ plan::ModelShape model_from(const PlanFlags& f, CLI::App* app) {
 }
 
 plan::Cluster cluster_from(const PlanFlags& f, CLI::App* app) {
-  DTRAIN_CHECK(!f.cluster.empty(),
+  // --cluster "" goes on to parse_cluster, which says it is empty.
+  DTRAIN_CHECK(given(app, "--cluster"),
                "--cluster is required: NODESxGPUSxTYPE (e.g. 8x8xH100) or a "
                ".json file");
   plan::Cluster c = plan::parse_cluster(f.cluster);
@@ -235,22 +245,38 @@ void add_plan(CLI::App& parent) {
       ->group("Model");
   app->add_option("--family", f.family, "Layer shape of a custom model: gpt or llama")
       ->group("Model");
-  app->add_option("--layers", f.layers, "Transformer layers (l)")->group("Model");
-  app->add_option("--hidden", f.hidden, "Hidden size (h)")->group("Model");
-  app->add_option("--heads", f.heads, "Attention heads (a)")->group("Model");
-  app->add_option("--kv-heads", f.kv_heads, "Key/value heads (grouped-query attention)")
+  app->add_option("--layers", f.layers, "Transformer layers (l)")
+      ->check(whole_number(1, plan::kMaxLayers))
       ->group("Model");
-  app->add_option("--ffn-hidden", f.ffn_hidden, "FFN size (default 4 x hidden)")->group("Model");
-  app->add_option("--vocab", f.vocab, "Vocabulary size (V)")->group("Model");
-  app->add_option("--seq-length", f.seq, "Sequence length (s)")->group("Model");
+  app->add_option("--hidden", f.hidden, "Hidden size (h)")
+      ->check(whole_number(1, plan::kMaxHidden))
+      ->group("Model");
+  app->add_option("--heads", f.heads, "Attention heads (a)")
+      ->check(whole_number(1, plan::kMaxHidden))
+      ->group("Model");
+  app->add_option("--kv-heads", f.kv_heads, "Key/value heads (grouped-query attention)")
+      ->check(whole_number(1, plan::kMaxHidden))
+      ->group("Model");
+  app->add_option("--ffn-hidden", f.ffn_hidden, "FFN size (default 4 x hidden)")
+      ->check(whole_number(1, plan::kMaxFfnHidden))
+      ->group("Model");
+  app->add_option("--vocab", f.vocab, "Vocabulary size (V)")
+      ->check(whole_number(1, plan::kMaxVocab))
+      ->group("Model");
+  app->add_option("--seq-length", f.seq, "Sequence length (s)")
+      ->check(whole_number(1, plan::kMaxSeq))
+      ->group("Model");
   app->add_option("--params", f.params,
                   "Parameter count to use instead of the one computed from the shape (e.g. 7e9)")
+      ->check(real_number(1, plan::kMaxParams))
       ->group("Model");
   // Training.
   app->add_option("--global-batch", f.global_batch,
                   "Sequences per optimizer step (default: the preset's)")
+      ->check(whole_number(1, plan::kMaxGlobalBatch))
       ->group("Training");
   app->add_option("--tokens", f.tokens, "Tokens to train, for the days estimate (e.g. 300e9)")
+      ->check(real_number(0, plan::kMaxTokens))
       ->group("Training");
   app->add_option("--precision", f.precision,
                   "Bytes per parameter for weights+grads+optimizer: mixed (2+2+12, ZeRO), "
@@ -258,6 +284,7 @@ void add_plan(CLI::App& parent) {
       ->group("Training");
   app->add_option("--activation-bytes", f.activation_bytes,
                   "Bytes per activation element (2 for bf16)")
+      ->check(whole_number(1, plan::kMaxActivationBytes))
       ->group("Training");
   app->add_option("--flops", f.flops,
                   "FLOPs convention: narayanan (Eq. 3 terms, attention included) or 6nd")
@@ -269,39 +296,61 @@ void add_plan(CLI::App& parent) {
                   "NODESxGPUSxTYPE with TYPE A100-80GB or H100-80GB (e.g. 8x8xH100), or a "
                   "cluster .json file (see --print-cluster)")
       ->group("Cluster");
-  app->add_option("--nodes", f.nodes, "Override: nodes")->group("Cluster");
-  app->add_option("--gpus-per-node", f.gpus_per_node, "Override: GPUs per node")->group("Cluster");
+  app->add_option("--nodes", f.nodes, "Override: nodes")
+      ->check(whole_number(1, plan::kMaxGpus))
+      ->group("Cluster");
+  app->add_option("--gpus-per-node", f.gpus_per_node, "Override: GPUs per node")
+      ->check(whole_number(1, plan::kMaxGpus))
+      ->group("Cluster");
   app->add_option("--gpu-memory", f.gpu_memory, "Override: memory per GPU (e.g. 80GB, 40GiB)")
       ->group("Cluster");
   app->add_option("--peak-tflops", f.peak_tflops, "Override: peak dense TFLOP/s per GPU")
+      ->check(real_number(kMinTflops, kMaxTflops))
       ->group("Cluster");
   app->add_option("--compute-efficiency", f.efficiency,
                   "Override: share of peak the matrix multiplies sustain, in (0, 1]")
+      ->check(real_number(0, 1, true))
       ->group("Cluster");
   app->add_option("--intra-bandwidth", f.intra_bandwidth,
                   "Override: intra-node GB/s per GPU per direction")
+      ->check(real_number(kMinGbps, kMaxGbps))
       ->group("Cluster");
   app->add_option("--intra-latency-us", f.intra_latency_us, "Override: intra-node us per step")
+      ->check(real_number(0, kMaxLatencyUs))
       ->group("Cluster");
   app->add_option("--inter-bandwidth", f.inter_bandwidth,
                   "Override: inter-node GB/s per GPU per direction")
+      ->check(real_number(kMinGbps, kMaxGbps))
       ->group("Cluster");
   app->add_option("--inter-latency-us", f.inter_latency_us, "Override: inter-node us per step")
+      ->check(real_number(0, kMaxLatencyUs))
       ->group("Cluster");
   app->add_flag("--print-cluster", f.print_cluster,
                 "Print the cluster as JSON (a template for --cluster FILE.json) and exit")
       ->group("Cluster");
   // Layout.
-  app->add_option("--dp", f.dp, "Data-parallel size (default: GPUs / (tp x pp))")->group("Layout");
-  app->add_option("--tp", f.tp, "Tensor-parallel size")->group("Layout");
-  app->add_option("--pp", f.pp, "Pipeline stages")->group("Layout");
-  app->add_option("--vp", f.vp, "Model chunks per pipeline rank (interleaved schedule when > 1)")
+  app->add_option("--dp", f.dp, "Data-parallel size (default: GPUs / (tp x pp))")
+      ->check(whole_number(1, plan::kMaxGpus))
       ->group("Layout");
-  app->add_option("--zero", f.zero, "ZeRO stage: 0 (plain DP), 1, 2 or 3")->group("Layout");
-  app->add_option("--micro-batch", f.micro_batch, "Sequences per micro-batch (b)")->group("Layout");
+  app->add_option("--tp", f.tp, "Tensor-parallel size")
+      ->check(whole_number(1, plan::kMaxGpus))
+      ->group("Layout");
+  app->add_option("--pp", f.pp, "Pipeline stages")
+      ->check(whole_number(1, plan::kMaxGpus))
+      ->group("Layout");
+  app->add_option("--vp", f.vp, "Model chunks per pipeline rank (interleaved schedule when > 1)")
+      ->check(whole_number(1, plan::kMaxLayers))
+      ->group("Layout");
+  app->add_option("--zero", f.zero, "ZeRO stage: 0 (plain DP), 1, 2 or 3")
+      ->check(whole_number(0, 3))
+      ->group("Layout");
+  app->add_option("--micro-batch", f.micro_batch, "Sequences per micro-batch (b)")
+      ->check(whole_number(1, plan::kMaxGlobalBatch))
+      ->group("Layout");
   app->add_option("--microbatches", f.microbatches,
                   "Micro-batches per step and replica (M), instead of --micro-batch: "
                   "b = global batch / (dp x M)")
+      ->check(whole_number(1, plan::kMaxGlobalBatch))
       ->group("Layout");
   app->add_option("--recompute", f.recompute, "Activation recompute: none, selective or full")
       ->group("Layout");
@@ -317,7 +366,9 @@ void add_plan(CLI::App& parent) {
   app->add_flag("--search", f.search,
                 "Search every valid layout, rank by predicted throughput, explain the rejections")
       ->group("Output");
-  app->add_option("--top", f.top, "Layouts to print with --search")->group("Output");
+  app->add_option("--top", f.top, "Layouts to print with --search")
+      ->check(whole_number(1, 1000))
+      ->group("Output");
   app->add_flag("--json", f.json, "Print the same figures as JSON")->group("Output");
   app->callback([flags, app] { run_plan(*flags, app); });
 }

@@ -15,21 +15,21 @@ expect_error "--tp 3 does not divide --heads 64" plan --model llama2-70b --clust
 expect_error "--micro-batch 3 x --dp 8 = 24 does not divide --global-batch 1024" \
   plan --model llama2-70b "${c[@]}" --tp 8 --micro-batch 3
 expect_error "--pp 3 does not divide --layers 80" plan --model llama2-70b --cluster 6x8xH100 --tp 8 --pp 3
-expect_error "--micro-batch must be >= 1, got 0" plan --model llama2-70b "${c[@]}" --micro-batch 0
-expect_error "--micro-batch must be >= 1, got -2" plan --model llama2-70b "${c[@]}" --micro-batch -2
-expect_error "--tp must be >= 1, got 0" plan --model llama2-70b "${c[@]}" --dp 64 --tp 0
-expect_error "--zero must be 0, 1, 2 or 3, got 5" plan --model llama2-70b "${c[@]}" --zero 5
-expect_error "--global-batch must be positive, got -8" plan --model llama2-70b "${c[@]}" --global-batch -8
-expect_error "--global-batch must be positive, got 0" plan --model llama2-70b "${c[@]}" --global-batch 0
-expect_error "--layers must be positive, got 0" plan --model llama2-70b "${c[@]}" --layers 0
-expect_error "--hidden must be positive, got -4096" plan --model llama2-70b "${c[@]}" --hidden -4096
-expect_error "--seq-length must be positive, got 0" plan --model llama2-70b "${c[@]}" --seq-length 0
-expect_error "--params must be positive" plan --model llama2-70b "${c[@]}" --params -7e9
-expect_error "--tokens must not be negative" plan --model llama2-70b "${c[@]}" --tokens -1
+expect_error "--micro-batch: must be at least 1 \(got 0\)" plan --model llama2-70b "${c[@]}" --micro-batch 0
+expect_error "--micro-batch: must be at least 1 \(got -2\)" plan --model llama2-70b "${c[@]}" --micro-batch -2
+expect_error "--tp: must be at least 1 \(got 0\)" plan --model llama2-70b "${c[@]}" --dp 64 --tp 0
+expect_error "--zero: must be at most 3 \(got 5\)" plan --model llama2-70b "${c[@]}" --zero 5
+expect_error "--global-batch: must be at least 1 \(got -8\)" plan --model llama2-70b "${c[@]}" --global-batch -8
+expect_error "--global-batch: must be at least 1 \(got 0\)" plan --model llama2-70b "${c[@]}" --global-batch 0
+expect_error "--layers: must be at least 1 \(got 0\)" plan --model llama2-70b "${c[@]}" --layers 0
+expect_error "--hidden: must be at least 1 \(got -4096\)" plan --model llama2-70b "${c[@]}" --hidden -4096
+expect_error "--seq-length: must be at least 1 \(got 0\)" plan --model llama2-70b "${c[@]}" --seq-length 0
+expect_error "--params: must be at least 1 \(got -7e9\)" plan --model llama2-70b "${c[@]}" --params -7e9
+expect_error "--tokens: must be at least 0 \(got -1\)" plan --model llama2-70b "${c[@]}" --tokens -1
 expect_error "--cluster '0x8xH100' is not NODESxGPUSxTYPE" plan --model llama2-70b --cluster 0x8xH100
-expect_error "--nodes must be positive, got 0" plan --model llama2-70b "${c[@]}" --nodes 0
+expect_error "--nodes: must be at least 1 \(got 0\)" plan --model llama2-70b "${c[@]}" --nodes 0
 expect_error "--gpu-memory: 'lots' is not a size" plan --model llama2-70b "${c[@]}" --gpu-memory lots
-expect_error "--compute-efficiency must be in \(0, 1\]" plan --model llama2-70b "${c[@]}" --compute-efficiency 2
+expect_error "--compute-efficiency: must be at most 1 \(got 2\)" plan --model llama2-70b "${c[@]}" --compute-efficiency 2
 expect_error "--precision must be one of" plan --model llama2-70b "${c[@]}" --precision fp8
 expect_error "--recompute must be none, selective or full" plan --model llama2-70b "${c[@]}" --recompute some
 expect_error "--order must list tp, dp and pp" plan --model llama2-70b "${c[@]}" --order tp-pp
@@ -44,7 +44,11 @@ expect_error "--heads 5 does not divide --hidden 256" \
 # Cluster files: errors name the file and the field.
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-expect_error "cannot open cluster file '$tmp/none.json'" plan --model llama2-70b --cluster "$tmp/none.json"
+expect_error "--cluster $tmp/none.json: no such file" plan --model llama2-70b --cluster "$tmp/none.json"
+mkdir "$tmp/dir.json"
+expect_error "--cluster $tmp/dir.json: is a directory" plan --model llama2-70b --cluster "$tmp/dir.json"
+expect_error "--cluster is empty" plan --model llama2-70b --cluster ""
+expect_error "--cluster $tmp/dir.json: is a directory" bench plan --repeats 1 --cluster "$tmp/dir.json"
 echo '{"nodes": 2, "gpus_per_node": 8}' >"$tmp/partial.json"
 expect_error "cluster file '$tmp/partial.json': missing object 'gpu'" plan --model llama2-70b --cluster "$tmp/partial.json"
 echo '{"preset": "H100", "nodes": 2, "gpu": {"memory_bytes": -1}}' >"$tmp/negative.json"
@@ -53,6 +57,36 @@ echo '{ nodes: 2' >"$tmp/broken.json"
 expect_error "cluster file '$tmp/broken.json' is not valid JSON" plan --model llama2-70b --cluster "$tmp/broken.json"
 
 expect_error "scenario: unknown scenario 'size-1t'" scenario size-1t
+expect_error "scenario: unknown scenario ''" scenario ""
+
+# Numbers out of range are refused with the bound in plain digits (never CLI11's 300-digit
+# limit), whatever the class: zero, negative, not finite, not whole, past the bound.
+expect_error "--kv-heads: must be at least 1 \(got 0\)" plan --model llama2-70b "${c[@]}" --kv-heads 0
+expect_error "--ffn-hidden: must be at least 1 \(got 0\)" plan --model llama2-70b "${c[@]}" --ffn-hidden 0
+expect_error "--params: must be a finite number \(got inf\)" plan --model llama2-70b "${c[@]}" --params inf
+expect_error "--tokens: must be a finite number \(got nan\)" plan --model llama2-70b "${c[@]}" --tokens nan
+expect_error "--peak-tflops: must be a finite number \(got inf\)" plan --model llama2-70b "${c[@]}" --peak-tflops inf
+expect_error "--peak-tflops: must be at most 1e\+06 \(got 1e300\)" plan --model llama2-70b "${c[@]}" --peak-tflops 1e300
+expect_error "--intra-bandwidth: must be at least" plan --model llama2-70b "${c[@]}" --intra-bandwidth 0
+expect_error "--inter-latency-us: must be a finite number \(got inf\)" plan --model llama2-70b "${c[@]}" --inter-latency-us inf
+expect_error "--dp: must be at most 1000000 \(got 99999999999999999999\)" plan --model llama2-70b "${c[@]}" --dp 99999999999999999999
+expect_error "--micro-batch: must be at most 1000000000 \(got 9000000000000000000\)" \
+  plan --model llama2-70b "${c[@]}" --micro-batch 9000000000000000000
+expect_error "--micro-batch 2048 is larger than --global-batch 1024" plan --model llama2-70b "${c[@]}" --micro-batch 2048
+expect_error "--nodes: must be a whole number \(got 1e30\)" plan --model llama2-70b "${c[@]}" --nodes 1e30
+expect_error "--activation-bytes: must be at most 8" plan --model llama2-70b "${c[@]}" --activation-bytes 9000000000000000000
+expect_error "--vocab: must be at most 100000000" plan --model llama2-70b "${c[@]}" --vocab 9000000000000000000
+expect_error "--top: must be at least 1 \(got 0\)" plan --model llama2-70b "${c[@]}" --search --top 0
+expect_error "--repeats: must be at least 1 \(got 0\)" bench plan --repeats 0
+expect_error "--model: unknown preset ''" plan --model "" "${c[@]}"
+expect_error "9999999 x --gpus-per-node 9999999 = 99999980000001 GPUs; at most 1000000" \
+  plan --model llama2-70b --cluster 9999999x9999999xH100
+expect_error "the model has .* parameters .*; at most 1e\+17 are supported" \
+  plan "${c[@]}" --layers 100000 --hidden 1000000 --heads 1000 --vocab 1000 --seq-length 128 --global-batch 64
+# A search that would take minutes is refused before it starts, with its size.
+expect_error "--search would evaluate [0-9]+ layouts .* about [0-9]+ s; at most 30 s" \
+  plan --cluster 1000x1000xH100 --layers 10000 --hidden 100000 --heads 1000 --vocab 1000 \
+  --seq-length 128 --global-batch 1000000000 --search
 
 # Not fitting is a report, not an error: exit 0 and say by how much.
 expect_output "DOES NOT FIT, over by" plan --model llama2-70b "${c[@]}"

@@ -1,6 +1,7 @@
 // Cluster presets and parsing: "NxGxTYPE" strings, the JSON round trip, and file errors that
 // name the file and the field.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -107,7 +108,14 @@ TEST(Hardware, FileErrorsNameFileAndField) {
   std::remove(path.c_str());
 
   e = error_of([&] { read_cluster_file(path); });
-  EXPECT_NE(e.find("cannot open"), std::string::npos) << e;
+  EXPECT_NE(e.find("--cluster " + path + ": no such file"), std::string::npos) << e;
+
+  // A directory named like a cluster file is said to be one (not a C library read error).
+  const std::string dir = ::testing::TempDir() + "dtrain_cluster_dir.json";
+  std::filesystem::create_directory(dir);
+  e = error_of([&] { read_cluster_file(dir); });
+  EXPECT_NE(e.find("is a directory"), std::string::npos) << e;
+  std::filesystem::remove(dir);
 }
 
 // Found by fuzz/cluster_fuzz: a count beyond int's range was cast to int (undefined behaviour)

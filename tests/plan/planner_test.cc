@@ -86,6 +86,46 @@ TEST(Planner, BadLayoutsNameTheirFlags) {
   EXPECT_EQ(error_of(gqa, l), "--tp 6 neither divides nor is a multiple of --kv-heads 4");
 }
 
+// Counts past the bounds are refused before they are multiplied together (dp x tp x pp,
+// nodes x GPUs, dp x micro-batch), so no message prints a wrapped-around number.
+TEST(Planner, HugeCountsAreRefusedBeforeTheyOverflow) {
+  const PlanInput in = input("llama2-70b", "8x8xH100", 1024);
+  Layout l;
+  l.dp = 2000000000;
+  l.tp = 2000000000;
+  EXPECT_EQ(layout_error(in, l), "--dp 2000000000 is more than 1000000 GPUs");
+  l = {};
+  l.dp = 64;
+  l.micro_batch = int64_t{1} << 62;
+  EXPECT_EQ(layout_error(in, l),
+            "--micro-batch 4611686018427387904 is larger than --global-batch 1024");
+  l = {};
+  l.dp = 8;
+  l.tp = 8;
+  l.pp = 2;
+  l.vp = 100000;
+  EXPECT_EQ(layout_error(in, l), "--vp 100000 is more than --layers 80");
+
+  PlanInput big = in;
+  big.cluster.nodes = 2000000000;
+  EXPECT_THROW(validate(big), Error);
+  big = in;
+  big.cluster.gpu.peak_flops = HUGE_VAL;
+  EXPECT_THROW(validate(big), Error);
+  big = in;
+  big.training.global_batch = int64_t{1} << 40;
+  EXPECT_THROW(validate(big), Error);
+  big = in;
+  big.model.layers = 100000;
+  big.model.hidden = 1000000;
+  try {
+    validate(big);
+    ADD_FAILURE() << "a model of 1e18 parameters was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 1e+17"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Planner, MoreTpRanksThanKvHeadsReplicateThem) {
   const PlanInput in = input("llama2-70b", "8x8xH100", 1024);
   Layout l;

@@ -2,9 +2,11 @@
 // enumeration on a small cluster), and explains its rejections, the node boundary among them.
 #include <algorithm>
 #include <string>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
+#include "dtrain/core/check.h"
 #include "dtrain/plan/planner.h"
 
 namespace dtrain::plan {
@@ -103,6 +105,32 @@ TEST(Search, NothingFitsIsExplained) {
   EXPECT_EQ(r.fitting, 0);
   ASSERT_FALSE(r.explanations.empty());
   EXPECT_NE(r.explanations[0].find("no layout fits"), std::string::npos) << r.explanations[0];
+}
+
+// search_size walks the same layouts search() evaluates, without evaluating them.
+TEST(Search, SizeCountsWhatTheSearchEvaluates) {
+  for (const auto& [model, cluster, batch] :
+       {std::tuple{"llama2-70b", "8x8xH100", 1024}, std::tuple{"megatron-1.7b", "1x8xA100", 32},
+        std::tuple{"megatron-1t", "1x8xA100", 64}}) {
+    const PlanInput in = input(model, cluster, batch);
+    const SearchSize size = search_size(in);
+    EXPECT_EQ(size.layouts, search(in).evaluated) << model << " on " << cluster;
+    EXPECT_GT(size.seconds, 0);
+    EXPECT_LT(size.seconds, 1);
+  }
+}
+
+// A search estimated at minutes is refused before it starts, with its size.
+TEST(Search, TooLargeIsRefusedBeforeItStarts) {
+  PlanInput in = input("megatron-1.7b", "1000x1000xH100", 1000000000);
+  in.model.layers = 10000;
+  EXPECT_GT(search_size(in).seconds, kMaxSearchSeconds);
+  try {
+    search(in);
+    FAIL() << "a search of " << search_size(in).layouts << " layouts ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--search would evaluate"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Search, TopIsHonoured) {

@@ -1,12 +1,16 @@
 // Node presets with their sources, the "NxGxTYPE" parser and the cluster JSON reader/writer.
 #include "dtrain/plan/hardware.h"
 
+#include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <limits>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "dtrain/core/check.h"
+#include "dtrain/core/files.h"
 #include "dtrain/plan/format.h"
 
 namespace dtrain::plan {
@@ -192,6 +196,9 @@ Cluster parse_cluster(std::string_view spec) {
 }
 
 Cluster read_cluster_file(const std::string& path) {
+  // Missing, a directory or unreadable: said as such (a directory would otherwise open and fail
+  // in the JSON reader with the C library's words).
+  check_input_file(path, "--cluster");
   std::ifstream in(path);
   DTRAIN_CHECK(in.good(), "--cluster: cannot open cluster file '", path, "'");
   json j;
@@ -259,6 +266,20 @@ json to_json(const Cluster& c) {
 void validate(const Cluster& c) {
   DTRAIN_CHECK(c.nodes > 0, "--nodes must be positive, got ", c.nodes);
   DTRAIN_CHECK(c.gpus_per_node > 0, "--gpus-per-node must be positive, got ", c.gpus_per_node);
+  const int64_t gpus = int64_t{c.nodes} * c.gpus_per_node;
+  DTRAIN_CHECK(gpus <= kMaxGpus, "--nodes ", c.nodes, " x --gpus-per-node ", c.gpus_per_node, " = ",
+               gpus, " GPUs; at most ", kMaxGpus, " are supported");
+  // The overrides are scaled from TFLOP/s and GB/s: a huge one becomes inf, which no figure
+  // survives.
+  for (const auto& [flag, value] :
+       {std::pair{"--gpu-memory", c.gpu.memory_bytes},
+        std::pair{"--peak-tflops", c.gpu.peak_flops * 1e-12},
+        std::pair{"--intra-bandwidth", c.intra_node.bandwidth_bytes_per_s * 1e-9},
+        std::pair{"--inter-bandwidth", c.inter_node.bandwidth_bytes_per_s * 1e-9},
+        std::pair{"--intra-latency-us", c.intra_node.latency_us},
+        std::pair{"--inter-latency-us", c.inter_node.latency_us}}) {
+    DTRAIN_CHECK(std::isfinite(value), flag, " must be a finite number, got ", value);
+  }
   DTRAIN_CHECK(c.gpu.memory_bytes > 0, "--gpu-memory must be positive, got ", c.gpu.memory_bytes);
   DTRAIN_CHECK(c.gpu.peak_flops > 0, "--peak-tflops must be positive, got ",
                c.gpu.peak_flops * 1e-12);

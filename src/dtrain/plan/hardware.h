@@ -16,6 +16,10 @@
 
 namespace dtrain::plan {
 
+// GPUs in a cluster: a million is far past any built; it keeps nodes x GPUs per node, and each
+// layout's dp x tp x pp, inside int.
+inline constexpr int kMaxGpus = 1000000;
+
 struct Link {
   std::string name;                  // "NVLink", "InfiniBand"
   double bandwidth_bytes_per_s = 0;  // per GPU, per direction

@@ -127,6 +127,19 @@ void validate(const ModelShape& m) {
   DTRAIN_CHECK(m.vocab > 0, "--vocab must be positive, got ", m.vocab);
   DTRAIN_CHECK(m.seq > 0, "--seq-length must be positive, got ", m.seq);
   DTRAIN_CHECK(m.params_override >= 0, "--params must be positive, got ", m.params_override);
+  DTRAIN_CHECK(m.layers <= kMaxLayers, "--layers must be at most ", kMaxLayers, ", got ", m.layers);
+  DTRAIN_CHECK(m.hidden <= kMaxHidden, "--hidden must be at most ", kMaxHidden, ", got ", m.hidden);
+  DTRAIN_CHECK(m.heads <= m.hidden, "--heads ", m.heads, " is more than --hidden ", m.hidden);
+  DTRAIN_CHECK(m.kv_heads <= m.heads, "--kv-heads ", m.kv_heads, " is more than --heads ", m.heads);
+  DTRAIN_CHECK(m.ffn_hidden <= kMaxFfnHidden, "--ffn-hidden must be at most ", kMaxFfnHidden,
+               ", got ", m.ffn_hidden);
+  DTRAIN_CHECK(m.vocab <= kMaxVocab, "--vocab must be at most ", kMaxVocab, ", got ", m.vocab);
+  DTRAIN_CHECK(m.seq <= kMaxSeq, "--seq-length must be at most ", kMaxSeq, ", got ", m.seq);
+  // Within the bounds above the count itself cannot overflow.
+  const double params = static_cast<double>(param_count(m));
+  DTRAIN_CHECK(params <= kMaxParams, "the model has ", params, " parameters (--layers ", m.layers,
+               ", --hidden ", m.hidden, ", --vocab ", m.vocab, "); at most ", kMaxParams,
+               " are supported");
   DTRAIN_CHECK(m.hidden % m.heads == 0, "--heads ", m.heads, " does not divide --hidden ",
                m.hidden);
   DTRAIN_CHECK(m.heads % m.kv_heads_or_heads() == 0, "--kv-heads ", m.kv_heads,

@@ -19,6 +19,16 @@
 
 namespace dtrain::plan {
 
+// Bounds on a model's shape, far past any published model: within them every parameter count
+// stays inside int64 (a Llama layer of h = 1e6, f = 4e6 is 1.6e13 parameters; 1e5 of them
+// 1.6e18), and kMaxParams keeps bytes = parameters x 18 (Megatron's precision) inside it too.
+inline constexpr int64_t kMaxLayers = 100000;
+inline constexpr int64_t kMaxHidden = 1000000;
+inline constexpr int64_t kMaxFfnHidden = 4 * kMaxHidden;
+inline constexpr int64_t kMaxVocab = 100000000;
+inline constexpr int64_t kMaxSeq = 10000000;
+inline constexpr double kMaxParams = 1e17;
+
 enum class ModelFamily { gpt, llama };
 std::string_view name(ModelFamily family);  // "gpt", "llama"
 
@@ -61,7 +71,8 @@ int64_t shape_param_count(const ModelShape& m);
 int64_t param_count(const ModelShape& m);
 
 // Throws Error naming the flag (--layers, --hidden, --heads, --kv-heads, --ffn-hidden, --vocab,
-// --seq-length, --params) when a size is not positive or heads do not divide evenly.
+// --seq-length, --params) when a size is not positive or past its bound above, or heads do not
+// divide evenly.
 void validate(const ModelShape& m);
 
 // All presets, in a stable order.

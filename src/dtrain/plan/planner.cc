@@ -156,8 +156,15 @@ void validate(const PlanInput& in) {
   validate(in.cluster);
   DTRAIN_CHECK(in.training.global_batch > 0, "--global-batch must be positive, got ",
                in.training.global_batch);
+  DTRAIN_CHECK(in.training.global_batch <= kMaxGlobalBatch, "--global-batch must be at most ",
+               kMaxGlobalBatch, ", got ", in.training.global_batch);
   DTRAIN_CHECK(in.training.tokens >= 0, "--tokens must not be negative, got ", in.training.tokens);
+  DTRAIN_CHECK(in.training.tokens <= kMaxTokens, "--tokens must be at most ", kMaxTokens, ", got ",
+               in.training.tokens);
   DTRAIN_CHECK(in.training.activation_bytes > 0, "--activation-bytes must be positive, got ",
+               in.training.activation_bytes);
+  DTRAIN_CHECK(in.training.activation_bytes <= kMaxActivationBytes,
+               "--activation-bytes must be at most ", kMaxActivationBytes, ", got ",
                in.training.activation_bytes);
   DTRAIN_CHECK(in.training.bucket_bytes > 0, "--bucket must be positive, got ",
                in.training.bucket_bytes);
@@ -174,6 +181,16 @@ std::string layout_error(const PlanInput& in, const Layout& l) {
   if (l.pp < 1) return str("--pp must be >= 1, got ", l.pp);
   if (l.vp < 1) return str("--vp must be >= 1, got ", l.vp);
   if (l.micro_batch < 1) return str("--micro-batch must be >= 1, got ", l.micro_batch);
+  // Bounded before they are multiplied together.
+  for (const auto& [flag, value] :
+       {std::pair{"--dp", l.dp}, std::pair{"--tp", l.tp}, std::pair{"--pp", l.pp}}) {
+    if (value > kMaxGpus) return str(flag, " ", value, " is more than ", kMaxGpus, " GPUs");
+  }
+  if (l.vp > m.layers) return str("--vp ", l.vp, " is more than --layers ", m.layers);
+  if (l.micro_batch > in.training.global_batch) {
+    return str("--micro-batch ", l.micro_batch, " is larger than --global-batch ",
+               in.training.global_batch);
+  }
   if (l.zero_stage < 0 || l.zero_stage > 3) {
     return str("--zero must be 0, 1, 2 or 3, got ", l.zero_stage);
   }
@@ -189,8 +206,8 @@ std::string layout_error(const PlanInput& in, const Layout& l) {
   }
   if (m.layers % (static_cast<int64_t>(l.pp) * l.vp) != 0) {
     if (l.vp == 1) return str("--pp ", l.pp, " does not divide --layers ", m.layers);
-    return str("--pp ", l.pp, " x --vp ", l.vp, " = ", l.pp * l.vp, " does not divide --layers ",
-               m.layers);
+    return str("--pp ", l.pp, " x --vp ", l.vp, " = ", int64_t{l.pp} * l.vp,
+               " does not divide --layers ", m.layers);
   }
   const int64_t per_step = static_cast<int64_t>(l.dp) * l.micro_batch;
   if (in.training.global_batch % per_step != 0) {

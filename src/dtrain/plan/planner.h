@@ -27,6 +27,12 @@ namespace dtrain::plan {
 // stage_boundary_activation_bytes (head_activation_memory.h).
 enum class ActivationCount { paper, engine };
 
+// Bounds on the training flags, far past any real run: sequences per step, tokens to train,
+// and bytes per activation element (8: fp64).
+inline constexpr int64_t kMaxGlobalBatch = 1000000000;
+inline constexpr double kMaxTokens = 1e18;
+inline constexpr int64_t kMaxActivationBytes = 8;
+
 struct Training {
   int64_t global_batch = 0;  // B: sequences per optimizer step (sequence length: model.seq)
   double tokens = 0;         // tokens to train, for the days estimate; 0 = none
@@ -149,6 +155,19 @@ Plan evaluate(const PlanInput& input, const Layout& layout);
 struct SearchOptions {
   int top = 5;  // plans to keep
 };
+// What a search costs, estimated before it starts: a layout takes about 1.3 us to evaluate,
+// plus about 3.8 ns per rank of its DP, TP and PP groups (the placement walks each group), on
+// one core of the machine these were measured on. A search estimated past kMaxSearchSeconds
+// is refused rather than left running for minutes.
+inline constexpr double kSecondsPerLayout = 1.3e-6;
+inline constexpr double kSecondsPerGroupRank = 3.8e-9;
+inline constexpr double kMaxSearchSeconds = 30;
+struct SearchSize {
+  int64_t layouts = 0;  // what search() would evaluate
+  double seconds = 0;   // about how long that takes
+};
+// Counts the layouts without evaluating any (milliseconds where the search takes seconds).
+SearchSize search_size(const PlanInput& input);
 
 struct RankedPlan {
   Plan plan;

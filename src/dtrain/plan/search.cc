@@ -134,61 +134,51 @@ std::string why_winner(const Plan& p, const Cluster& c) {
   return s;
 }
 
-}  // namespace
-
-SearchResult search(const PlanInput& in, const SearchOptions& options) {
-  validate(in);
-  DTRAIN_CHECK(options.top >= 1, "--top must be >= 1, got ", options.top);
+// Every layout search() evaluates, in its order: each (dp, tp, pp) split of the GPUs, then each
+// micro-batch, interleave factor, ZeRO stage, recompute mode and sequence-parallel switch the
+// split allows. `reject` hears each split that is invalid, with why; `splits` counts them all.
+void for_each_layout(const PlanInput& in, const std::function<void(const Layout&)>& visit,
+                     const std::function<void(const std::string&, const Layout&)>& reject,
+                     int64_t* splits) {
   const ModelShape& m = in.model;
-  const Cluster& c = in.cluster;
-  const int64_t gpus = c.world();
+  const int64_t gpus = in.cluster.world();
   const int64_t batch = in.training.global_batch;
-  SearchResult result;
-  std::vector<Family> families = make_families(c);
-  std::map<std::string, Rejection> invalid;
-  std::vector<Plan> top;
-  std::optional<Plan> closest;
-
-  auto reject = [&](const std::string& reason, const Layout& l, const PlanInput& input) {
-    Rejection& r = invalid[reason];
-    if (r.count++ == 0) {
-      r.reason = reason;
-      r.example = str("dp=", l.dp, " tp=", l.tp, " pp=", l.pp, ": ", layout_error(input, l));
-    }
-  };
-
   for (int64_t tp : divisors(gpus)) {
     for (int64_t pp : divisors(gpus / tp)) {
-      ++result.splits;
+      ++*splits;
       Layout base;
       base.tp = static_cast<int>(tp);
       base.pp = static_cast<int>(pp);
       base.dp = static_cast<int>(gpus / (tp * pp));
       if (m.heads % tp != 0) {
-        reject(str("tp not dividing the ", m.heads, " attention heads"), base, in);
+        reject(str("tp not dividing the ", m.heads, " attention heads"), base);
         continue;
       }
       if (m.kv_heads_or_heads() % tp != 0 && tp % m.kv_heads_or_heads() != 0) {
         reject(str("tp neither dividing nor a multiple of the ", m.kv_heads_or_heads(),
                    " key/value heads"),
-               base, in);
+               base);
         continue;
       }
       if (m.layers % pp != 0) {
-        reject(str("pp not dividing the ", m.layers, " layers"), base, in);
+        reject(str("pp not dividing the ", m.layers, " layers"), base);
         continue;
       }
       if (batch % base.dp != 0) {
-        reject(str("dp not dividing the global batch of ", batch), base, in);
+        reject(str("dp not dividing the global batch of ", batch), base);
         continue;
+      }
+      // Interleave factors v > 1 whose v * pp chunks split the layers evenly: once per split,
+      // not once per micro-batch size (a model of 1e5 layers makes this loop long).
+      std::vector<int> interleaved;
+      for (int64_t v = 2; pp > 1 && v * pp <= m.layers; ++v) {
+        if (m.layers % (v * pp) == 0) interleaved.push_back(static_cast<int>(v));
       }
       for (int64_t b : divisors(batch / base.dp)) {
         const int64_t microbatches = batch / base.dp / b;
         std::vector<int> vps{1};
         if (pp > 1 && microbatches % pp == 0) {
-          for (int64_t v = 2; v * pp <= m.layers; ++v) {
-            if (m.layers % (v * pp) == 0) vps.push_back(static_cast<int>(v));
-          }
+          vps.insert(vps.end(), interleaved.begin(), interleaved.end());
         }
         for (int v : vps) {
           for (int zero = 0; zero <= (base.dp > 1 ? 3 : 0); ++zero) {
@@ -201,20 +191,7 @@ SearchResult search(const PlanInput& in, const SearchOptions& options) {
                 l.recompute = rc;
                 l.sequence_parallel = sp == 1;
                 l.schedule = v > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
-                Plan p = evaluate(in, l);
-                ++result.evaluated;
-                for (Family& f : families) {
-                  if (f.member(l)) f.offer(p);
-                }
-                if (!p.memory.fits()) {
-                  if (!closest || p.memory.headroom() > closest->memory.headroom()) closest = p;
-                  continue;
-                }
-                ++result.fitting;
-                if (static_cast<int>(top.size()) < options.top || better(p, top.back())) {
-                  top.insert(std::upper_bound(top.begin(), top.end(), p, better), std::move(p));
-                  if (static_cast<int>(top.size()) > options.top) top.pop_back();
-                }
+                visit(l);
               }
             }
           }
@@ -222,6 +199,72 @@ SearchResult search(const PlanInput& in, const SearchOptions& options) {
       }
     }
   }
+}
+
+}  // namespace
+
+SearchSize search_size(const PlanInput& in) {
+  SearchSize size;
+  int64_t splits = 0;
+  double group_ranks = 0;
+  for_each_layout(
+      in,
+      [&](const Layout& l) {
+        ++size.layouts;
+        group_ranks += static_cast<double>(l.dp) + l.tp + l.pp;
+      },
+      [](const std::string&, const Layout&) {}, &splits);
+  size.seconds =
+      (static_cast<double>(size.layouts) * kSecondsPerLayout + group_ranks * kSecondsPerGroupRank);
+  return size;
+}
+
+SearchResult search(const PlanInput& in, const SearchOptions& options) {
+  validate(in);
+  DTRAIN_CHECK(options.top >= 1, "--top must be >= 1, got ", options.top);
+  // Counted first (cheap: no layout is evaluated), so a search that would run for minutes is
+  // refused before it starts.
+  const SearchSize size = search_size(in);
+  DTRAIN_CHECK(size.seconds <= kMaxSearchSeconds, "--search would evaluate ", size.layouts,
+               " layouts (every split of the ", in.cluster.world(),
+               " GPUs, then every micro-batch size dividing --global-batch ",
+               in.training.global_batch, " and every interleave factor dividing --layers ",
+               in.model.layers, "), about ", static_cast<int64_t>(size.seconds), " s; at most ",
+               kMaxSearchSeconds, " s of search is started");
+  const Cluster& c = in.cluster;
+  SearchResult result;
+  std::vector<Family> families = make_families(c);
+  std::map<std::string, Rejection> invalid;
+  std::vector<Plan> top;
+  std::optional<Plan> closest;
+
+  auto reject = [&](const std::string& reason, const Layout& l) {
+    Rejection& r = invalid[reason];
+    if (r.count++ == 0) {
+      r.reason = reason;
+      r.example = str("dp=", l.dp, " tp=", l.tp, " pp=", l.pp, ": ", layout_error(in, l));
+    }
+  };
+
+  for_each_layout(
+      in,
+      [&](const Layout& l) {
+        Plan p = evaluate(in, l);
+        ++result.evaluated;
+        for (Family& f : families) {
+          if (f.member(l)) f.offer(p);
+        }
+        if (!p.memory.fits()) {
+          if (!closest || p.memory.headroom() > closest->memory.headroom()) closest = p;
+          return;
+        }
+        ++result.fitting;
+        if (static_cast<int>(top.size()) < options.top || better(p, top.back())) {
+          top.insert(std::upper_bound(top.begin(), top.end(), p, better), std::move(p));
+          if (static_cast<int>(top.size()) > options.top) top.pop_back();
+        }
+      },
+      reject, &result.splits);
 
   for (auto& [reason, r] : invalid) result.invalid_splits.push_back(r);
   std::sort(result.invalid_splits.begin(), result.invalid_splits.end(),
