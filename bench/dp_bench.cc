@@ -17,6 +17,7 @@
 #include "dtrain/model/gemm.h"
 #include "dtrain/train/data_parallel_engine.h"
 #include "dtrain/train/serial_engine.h"
+#include "dtrain/train/trainer.h"
 
 namespace dtrain::bench {
 namespace {
@@ -156,6 +157,14 @@ PeerResult run_peer(const DpBenchOptions& o, const model::GptConfig& m) {
 }
 
 }  // namespace
+
+double dp_bench_memory_bytes(const DpBenchOptions& o) {
+  const model::GptPreset& preset = model::gpt_preset(o.model);
+  const double per_rank =
+      16.0 * static_cast<double>(model::gpt_param_count(preset.config)) +
+      train::planned_activation_bytes(preset.config, o.batch_per_rank, preset.config.context);
+  return per_rank * o.ranks;
+}
 
 DpBenchReport run_dp_bench(const DpBenchOptions& o) {
   const model::GptPreset& preset = model::gpt_preset(o.model);

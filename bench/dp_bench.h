@@ -64,6 +64,11 @@ struct DpBenchReport {
   PeerResult peer;
 };
 
+// Bytes the N-rank rows hold at once: every rank's weights, gradients and AdamW moments
+// (16 B per parameter, plain DP: nothing sharded) and its batch's activations by the plan/
+// formulas.
+double dp_bench_memory_bytes(const DpBenchOptions& options);
+
 DpBenchReport run_dp_bench(const DpBenchOptions& options);
 void print_dp_bench(std::ostream& out, const DpBenchReport& report);
 nlohmann::json dp_bench_to_json(const DpBenchReport& report);

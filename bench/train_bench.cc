@@ -12,6 +12,7 @@
 #include "dtrain/core/timer.h"
 #include "dtrain/model/gemm.h"
 #include "dtrain/train/serial_engine.h"
+#include "dtrain/train/trainer.h"
 
 namespace dtrain::bench {
 namespace {
@@ -121,11 +122,24 @@ double measure_sgemm_gflops(int64_t n, double min_seconds) {
   return flops / median(seconds) * 1e-9;
 }
 
+double train_bench_memory_bytes(const TrainBenchOptions& o) {
+  const model::GptPreset& preset = model::gpt_preset(o.model);
+  const int64_t batch = o.batch > 0 ? o.batch : preset.batch;
+  int threads = 1;
+  for (int t : o.threads) threads = std::max(threads, t);
+  const double n = static_cast<double>(o.sgemm_size);
+  return 16.0 * static_cast<double>(model::gpt_param_count(preset.config)) +
+         train::planned_activation_bytes(preset.config, batch, preset.config.context, threads) +
+         3 * 4 * n * n;
+}
+
 TrainBenchReport run_train_bench(const TrainBenchOptions& o) {
   const model::GptPreset& preset = model::gpt_preset(o.model);
   DTRAIN_CHECK(o.steps > 0, "--steps must be positive (got ", o.steps, ")");
   DTRAIN_CHECK(o.warmup >= 0, "--warmup must not be negative (got ", o.warmup, ")");
   DTRAIN_CHECK(o.batch >= 0, "--batch must be positive (got ", o.batch, ")");
+  // An empty sgemm measures nothing (its GFLOP/s would print as inf) and OpenBLAS rejects < 0.
+  DTRAIN_CHECK(o.sgemm_size >= 1, "--sgemm-size must be at least 1 (got ", o.sgemm_size, ")");
   DTRAIN_CHECK(!o.threads.empty(), "--threads needs at least one thread count");
   for (int t : o.threads) {
     DTRAIN_CHECK(t > 0 && t <= model::kMaxTeamSize, "--threads: counts must be in [1, ",

@@ -55,6 +55,11 @@ struct TrainBenchReport {
   std::vector<TrainBenchRow> rows;
 };
 
+// Bytes the largest row holds at once: the model's weights, gradients and AdamW moments
+// (16 B per parameter), the batch's activations by the plan/ formulas at the most threads, and
+// the sgemm peak's three N x N matrices.
+double train_bench_memory_bytes(const TrainBenchOptions& options);
+
 TrainBenchReport run_train_bench(const TrainBenchOptions& options);
 void print_train_bench(std::ostream& out, const TrainBenchReport& report);
 nlohmann::json train_bench_to_json(const TrainBenchReport& report);

@@ -5,6 +5,10 @@
 
 #include "bench/train_bench.h"
 #include "command_registry.h"
+#include "dtrain/core/check.h"
+#include "dtrain/model/gpt_config.h"
+#include "dtrain/model/thread_team.h"
+#include "validators.h"
 
 namespace dtrain::cli {
 namespace {
@@ -25,19 +29,32 @@ void add_bench_train(CLI::App& bench) {
   cmd->add_option("--threads", o.threads,
                   "dtrain compute-thread counts to run (OpenBLAS single-threaded), e.g. 1,2")
       ->delimiter(',')
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(whole_number(1, model::kMaxTeamSize));
   cmd->add_option("--blas-threads", o.blas_threads,
                   "OpenBLAS thread counts to run as extra rows (no dtrain threads); 0 for none")
       ->delimiter(',')
-      ->capture_default_str();
-  cmd->add_option("--warmup", o.warmup, "Untimed steps before timing")->capture_default_str();
+      ->capture_default_str()
+      ->check(whole_number(0, model::kMaxTeamSize));
+  cmd->add_option("--warmup", o.warmup, "Untimed steps before timing")
+      ->capture_default_str()
+      ->check(whole_number(0, kMaxSteps));
   cmd->add_option("--steps", o.steps, "Timed steps (median); as many again with GEMM timing")
-      ->capture_default_str();
-  cmd->add_option("--batch", o.batch, "Sequences per step (default: the preset's)");
+      ->capture_default_str()
+      ->check(whole_number(1, kMaxSteps));
+  cmd->add_option("--batch", o.batch, "Sequences per step (default: the preset's)")
+      ->check(whole_number(1, kMaxBatch));
+  // 8192^3 is 1.1 TFLOP per call, and the peak takes at least 10 calls per thread count.
   cmd->add_option("--sgemm-size", o.sgemm_size, "M = N = K of the sgemm peak measurement")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(whole_number(1, 8192));
   cmd->add_flag("--json", f->json, "Print JSON instead of a table");
   cmd->callback([f] {
+    const bench::TrainBenchOptions& run = f->options;
+    const int64_t batch = run.batch > 0 ? run.batch : model::gpt_preset(run.model).batch;
+    check_fits_in_memory(
+        bench::train_bench_memory_bytes(run),
+        str("--model ", run.model, " with --batch ", batch, " and --sgemm-size ", run.sgemm_size));
     const bench::TrainBenchReport report = bench::run_train_bench(f->options);
     if (f->json) {
       std::cout << bench::train_bench_to_json(report).dump(2) << "\n";

@@ -14,8 +14,10 @@
 #include "dtrain/comm/calibrate.h"
 #include "dtrain/comm/launch.h"
 #include "dtrain/core/check.h"
+#include "dtrain/core/files.h"
 #include "dtrain/core/units.h"
 #include "dtrain/plan/hardware.h"
+#include "validators.h"
 
 namespace dtrain::cli {
 namespace {
@@ -26,6 +28,7 @@ struct CalibrateFlags {
   int ranks = 4;
   double timeout_s = 60;
   bool json = false;
+  bool output_given = false;  // "-o ''" is a mistake, not "no file"
 };
 
 nlohmann::json link_detail(const comm::LinkMeasurement& m) {
@@ -42,6 +45,15 @@ void run_calibrate(CalibrateFlags& f) {
                "' (use threads or mpi)");
   f.options.bandwidth_bytes = parse_bytes(f.size, "--size");
   DTRAIN_CHECK(f.options.bandwidth_bytes >= 1, "--size must be at least 1 byte");
+  comm::check_timeout(f.timeout_s);
+  // Every rank sends and receives --size at once; the threads backend holds all the ranks.
+  const int ranks_here = *backend == comm::Backend::threads ? f.ranks : 1;
+  check_fits_in_memory(2.0 * static_cast<double>(f.options.bandwidth_bytes) * ranks_here,
+                       str("--size ", f.size, " on --ranks ", ranks_here));
+  // The file is written after the measuring: a path that cannot take it fails first. Only the
+  // process that writes it checks (the probe creates and removes the file; under mpirun two
+  // processes probing one shared path would trip over each other).
+  if (f.output_given && comm::launcher_world().rank == 0) check_output_file(f.output, "--output");
   // The GPU of the file: a preset's (checked before any measuring).
   plan::Cluster base;
   try {
@@ -137,37 +149,39 @@ void add_calibrate(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--ranks", f->ranks, "Ranks for --backend threads (mpi: every process)")
       ->capture_default_str()
-      ->check(CLI::Range(2, 1024));
+      ->check(whole_number(2, kMaxRanks));
   cmd->add_option("--ranks-per-node", f->options.ranks_per_node,
                   "Ranks k*G..k*G+G-1 share node k (default: ranks with the same hostname do)")
-      ->check(CLI::Range(1, 1024));
+      ->check(whole_number(1, kMaxRanks));
   cmd->add_option("--size", f->size, "Bandwidth message, sent and received by each rank")
       ->capture_default_str();
   cmd->add_option("--latency-bytes", f->options.latency_bytes, "Ping-pong message size")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+      ->check(whole_number(1, int64_t{1} << 20));
   cmd->add_option("--iterations", f->options.latency_iterations, "Round trips per latency trial")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1000000));
+      ->check(whole_number(1, 1000000));
   cmd->add_option("--seconds", f->options.bandwidth_seconds,
                   "About how long a bandwidth trial runs")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(real_number(0, kMaxTrialSeconds, true));
   cmd->add_option("--trials", f->options.trials, "Trials per figure (median reported)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1000));
+      ->check(whole_number(1, kMaxTrials));
   cmd->add_option("--gpu", f->gpu, "Node preset whose GPU fields the file carries (H100, A100)")
       ->capture_default_str();
   cmd->add_flag("--one-way", f->options.one_way,
                 "Measure bandwidth with one-way streams (a ring's pattern) instead of two-way "
                 "exchanges");
   cmd->add_option("--name", f->name, "Cluster name in the file");
-  cmd->add_option("--output,-o", f->output, "Write the cluster file here");
+  CLI::Option* output = cmd->add_option("--output,-o", f->output, "Write the cluster file here");
   cmd->add_option("--timeout", f->timeout_s, "Seconds a rank waits for a peer before failing")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->capture_default_str();
   cmd->add_flag("--json", f->json, "Print the cluster file (JSON) instead of the table");
-  cmd->callback([f] { run_calibrate(*f); });
+  cmd->callback([f, output] {
+    f->output_given = output->count() > 0;
+    run_calibrate(*f);
+  });
 }
 
 const CommandRegistration kRegistration("", add_calibrate);

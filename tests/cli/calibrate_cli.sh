@@ -14,6 +14,22 @@ expect_error "does not divide the 4 ranks" calibrate --ranks 4 --ranks-per-node 
 expect_error "--gpu: unknown node type 'B200X'" calibrate --gpu B200X
 expect_error "--size" calibrate --size 12parsecs
 
+# Numbers refused by name with readable bounds; the output file checked before measuring.
+expect_error "--ranks-per-node: must be at least 1 \(got 0\)" calibrate --ranks-per-node 0
+expect_error "--ranks: must be at most 1024 \(got 99999999999999999999\)" calibrate --ranks 99999999999999999999
+expect_error "--seconds: must be greater than 0 \(got 0\)" calibrate --seconds 0
+expect_error "--seconds: must be a finite number \(got inf\)" calibrate --seconds inf
+expect_error "--trials: must be at least 1 \(got 0\)" calibrate --trials 0
+expect_error "--iterations: must be a whole number \(got 1e30\)" calibrate --iterations 1e30
+expect_error "--latency-bytes: must be at least 1 \(got 0\)" calibrate --latency-bytes 0
+expect_error "--timeout must be a positive, finite number of seconds \(got nan\)" calibrate --timeout nan
+expect_error "--size must be at least 1 byte" calibrate --size 0
+expect_error "--size 1TiB on --ranks 4 needs 8 TiB of memory" calibrate --size 1TiB
+expect_error "--output $tmp: is a directory" calibrate --ranks 4 --ranks-per-node 2 --output "$tmp"
+expect_error "--output is empty" calibrate --ranks 4 --ranks-per-node 2 --output ""
+expect_error "--output $tmp/none/c.json: no directory" calibrate --ranks 4 --ranks-per-node 2 \
+  --output "$tmp/none/c.json"
+
 expect_output "inter-node .* 2 " calibrate --ranks 4 --ranks-per-node 2 --seconds 0.02 --trials 1 \
   --iterations 10 --size 64KiB --output "$tmp/c.json"
 expect_output '"name": "measured inter-node"' plan --cluster "$tmp/c.json" --print-cluster
