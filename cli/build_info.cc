@@ -35,3 +35,12 @@ nlohmann::json build_info_json() {
 }
 
 }  // namespace dtrain::cli
+
+namespace dtrain::cli {
+
+nlohmann::json with_build(nlohmann::json report) {
+  if (report.is_object()) report["build"] = build_info_json();
+  return report;
+}
+
+}  // namespace dtrain::cli

@@ -10,5 +10,7 @@ namespace dtrain::cli {
 
 std::string build_info_text();
 nlohmann::json build_info_json();
+// `report` with "build" added: every --json report says which build produced its figures.
+nlohmann::json with_build(nlohmann::json report);
 
 }  // namespace dtrain::cli

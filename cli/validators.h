@@ -11,9 +11,6 @@
 
 namespace dtrain::cli {
 
-// An integer flag's value must be >= `min` (and parse as an integer at all).
-CLI::Validator at_least(int64_t min);
-
 // A path flag given as "" is a mistake (an unset shell variable), not "use the default".
 extern const CLI::Validator kNotEmpty;
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bench/collectives_bench.h"
+#include "build_info.h"
 #include "command_registry.h"
 #include "dtrain/comm/launch.h"
 #include "dtrain/core/units.h"
@@ -123,7 +124,7 @@ void add_bench_collectives(CLI::App& bench_app) {
       };
     }
     const bench::CollectiveSweepReport report = bench::run_collective_sweep(f->config, print_row);
-    if (report.reporter && f->json) std::cout << bench::to_json(report).dump(2) << "\n";
+    if (report.reporter && f->json) std::cout << with_build(bench::to_json(report)).dump(2) << "\n";
   });
 }
 

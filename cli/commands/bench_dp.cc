@@ -5,6 +5,7 @@
 #include <string>
 
 #include "bench/dp_bench.h"
+#include "build_info.h"
 #include "command_registry.h"
 #include "dtrain/comm/launch.h"
 #include "dtrain/core/files.h"
@@ -74,7 +75,7 @@ void add_bench_dp(CLI::App& bench) {
                              " with --batch-per-rank ", run.batch_per_rank));
     const bench::DpBenchReport report = bench::run_dp_bench(run);
     if (f->json) {
-      std::cout << bench::dp_bench_to_json(report).dump(2) << "\n";
+      std::cout << with_build(bench::dp_bench_to_json(report)).dump(2) << "\n";
     } else {
       bench::print_dp_bench(std::cout, report);
     }

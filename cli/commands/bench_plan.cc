@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "bench/plan_bench.h"
+#include "build_info.h"
 #include "command_registry.h"
 #include "validators.h"
 
@@ -31,7 +32,7 @@ void add_bench_plan(CLI::App& bench_app) {
   cmd->callback([f] {
     const bench::PlanBenchReport report = bench::run_plan_bench(f->config);
     if (f->json) {
-      std::cout << bench::to_json(report).dump(2) << "\n";
+      std::cout << with_build(bench::to_json(report)).dump(2) << "\n";
     } else {
       bench::print_report(report, std::cout);
     }

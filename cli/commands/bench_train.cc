@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "bench/train_bench.h"
+#include "build_info.h"
 #include "command_registry.h"
 #include "dtrain/core/check.h"
 #include "dtrain/model/gpt_config.h"
@@ -57,7 +58,7 @@ void add_bench_train(CLI::App& bench) {
         str("--model ", run.model, " with --batch ", batch, " and --sgemm-size ", run.sgemm_size));
     const bench::TrainBenchReport report = bench::run_train_bench(f->options);
     if (f->json) {
-      std::cout << bench::train_bench_to_json(report).dump(2) << "\n";
+      std::cout << with_build(bench::train_bench_to_json(report)).dump(2) << "\n";
     } else {
       bench::print_train_bench(std::cout, report);
     }

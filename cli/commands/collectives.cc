@@ -5,6 +5,7 @@
 #include <string>
 
 #include "bench/collectives_bench.h"
+#include "build_info.h"
 #include "command_registry.h"
 #include "dtrain/comm/launch.h"
 #include "dtrain/core/units.h"
@@ -86,7 +87,7 @@ void add_collectives(CLI::App& app) {
     const bench::CollectiveRunReport report = bench::run_collective(f->config);
     if (!report.reporter) return;
     if (f->json) {
-      std::cout << bench::to_json(report).dump(2) << "\n";
+      std::cout << with_build(bench::to_json(report)).dump(2) << "\n";
     } else {
       bench::print_report(report, std::cout);
     }

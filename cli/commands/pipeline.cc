@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "build_info.h"
 #include "command_registry.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/files.h"
@@ -291,7 +292,7 @@ void run(const PipelineOptions& o) {
   if (!o.svg_path.empty()) trace::write_timeline_svg(timeline, o.svg_path);
   if (!o.trace_path.empty()) trace::write_chrome_trace(timeline, o.trace_path);
   if (o.json) {
-    std::cout << to_json(o, kind, part, rep, est, rendezvous_ok).dump(2) << "\n";
+    std::cout << with_build(to_json(o, kind, part, rep, est, rendezvous_ok)).dump(2) << "\n";
   } else {
     print_text(o, kind, part, schedule, rep, est, rendezvous_ok);
     if (!o.svg_path.empty()) std::cout << "wrote " << o.svg_path << "\n";

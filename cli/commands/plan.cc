@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "build_info.h"
 #include "command_registry.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/units.h"
@@ -215,7 +216,7 @@ void run_plan(const PlanFlags& f, CLI::App* app) {
     options.top = f.top;
     const plan::SearchResult result = plan::search(input, options);
     if (f.json) {
-      std::cout << plan::search_json(input, result).dump(2) << "\n";
+      std::cout << with_build(plan::search_json(input, result)).dump(2) << "\n";
     } else {
       std::cout << plan::format_search(input, result);
     }
@@ -225,7 +226,7 @@ void run_plan(const PlanFlags& f, CLI::App* app) {
   if (f.json) {
     nlohmann::json j = plan::input_json(input);
     j["plan"] = plan::plan_json(p);
-    std::cout << j.dump(2) << "\n";
+    std::cout << with_build(j).dump(2) << "\n";
   } else {
     std::cout << plan::format_plan(input, p);
   }

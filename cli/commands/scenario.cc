@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "build_info.h"
 #include "command_registry.h"
 #include "dtrain/plan/scenarios.h"
 
@@ -33,7 +34,7 @@ void run_scenario(const ScenarioFlags& f) {
   }
   const plan::ScenarioReport report = plan::run_scenario(f.name);
   if (f.json) {
-    std::cout << plan::scenario_json(report).dump(2) << "\n";
+    std::cout << with_build(plan::scenario_json(report)).dump(2) << "\n";
   } else {
     std::cout << plan::format_scenario(report);
   }

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -111,7 +112,7 @@ void add_train(CLI::App& app) {
   cmd->add_option("--eval-batches", o.eval_batches, "Validation batches per evaluation")
       ->capture_default_str();
   cmd->add_option("--seed", f->seed, "Seed of the initialisation and the batch order")
-      ->check(at_least(0))
+      ->check(whole_number(0, std::numeric_limits<int64_t>::max()))
       ->capture_default_str();
   cmd->add_option("--data", o.data,
                   "Text file to train on, read as bytes (default: data/corpus.txt)")
@@ -127,7 +128,7 @@ void add_train(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--log-every", f->log_every,
                   "Without a terminal: a progress line every N steps (default: steps/10)")
-      ->check(at_least(0));
+      ->check(whole_number(0, std::numeric_limits<int64_t>::max()));
   cmd->add_option("--dp", o.data_parallel.dp,
                   "Data-parallel ranks; each takes --batch / N sequences of every step")
       ->capture_default_str();
@@ -183,7 +184,7 @@ void add_train(CLI::App& app) {
   cmd->add_option("--ranks-per-node", o.mesh.ranks_per_node,
                   "Declare the topology: G consecutive ranks per node; the report shows groups "
                   "that cross nodes and each rank's intra- and inter-node bytes")
-      ->check(at_least(1));
+      ->check(whole_number(1, kMaxRanks));
   cmd->add_option("--save", o.checkpoint.save_dir,
                   "Write checkpoints under DIR (DIR/step-NNNNNNNN, DIR/latest) at the end")
       ->check(kNotEmpty);
@@ -240,9 +241,7 @@ void add_train(CLI::App& app) {
     signals.reset();
     if (!reporter) return;  // under mpirun, the process holding rank 0 prints
     if (f->json) {
-      nlohmann::json report = train::summary_to_json(summary);
-      report["build"] = build_info_json();
-      std::cout << report.dump(2) << "\n";
+      std::cout << with_build(train::summary_to_json(summary)).dump(2) << "\n";
     } else {
       train::print_summary(std::cout, summary);
     }

@@ -57,7 +57,7 @@ grep -q '"step": 2' "$tmp/b/step-00000002/manifest.json" || fail "--overwrite di
 "$DTRAIN" train --model tiny --steps 100000 --eval-every 0 --eval-batches 1 --save "$tmp/c" \
   >/dev/null 2>&1 &
 holder=$!
-for _ in $(seq 50); do
+for _ in $(seq 600); do
   [[ -s "$tmp/c/.lock" ]] && break
   sleep 0.1
 done

@@ -19,11 +19,11 @@ start() {
   shift
   "$DTRAIN" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
   pid=$!
-  for _ in $(seq 100); do
+  for _ in $(seq 600); do
     grep -q "^step 3/" "$tmp/$name.err" 2>/dev/null && return 0
     sleep 0.1
   done
-  echo "FAIL: $name never reached step 3"
+  echo "FAIL: $name never reached step 3 (60 s)"
   failures=$((failures + 1))
 }
 
@@ -80,6 +80,7 @@ expect_output "resumed at step $last" train --model tiny --eval-every 0 --eval-b
 # Two Ctrl-C: the second ends the process at once.
 start twice train --model bench --steps 100000 --eval-every 0 --eval-batches 1 --log-every 1
 kill -INT "$pid"
+sleep 0.2  # two signals sent at once may be delivered as one
 kill -INT "$pid"
 for _ in $(seq 30); do
   kill -0 "$pid" 2>/dev/null || break
