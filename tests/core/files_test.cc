@@ -11,19 +11,13 @@
 #include "dtrain/core/check.h"
 #include "dtrain/core/files.h"
 #include "dtrain/core/system_memory.h"
+#include "error_text.h"
 
 namespace dtrain {
 namespace {
 namespace fs = std::filesystem;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using dtrain::test_support::error_of;
 
 class FileChecks : public ::testing::Test {
  protected:

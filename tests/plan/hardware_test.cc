@@ -11,18 +11,12 @@
 
 #include "dtrain/core/check.h"
 #include "dtrain/plan/hardware.h"
+#include "error_text.h"
 
 namespace dtrain::plan {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using dtrain::test_support::error_of;
 
 TEST(Hardware, ParsesPresetStrings) {
   const Cluster c = parse_cluster("8x8xH100");

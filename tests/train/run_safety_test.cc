@@ -19,19 +19,13 @@
 #include "dtrain/train/save_directory.h"
 #include "dtrain/train/serial_engine.h"
 #include "dtrain/train/stop_request.h"
+#include "error_text.h"
 
 namespace dtrain::train {
 namespace {
 namespace fs = std::filesystem;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using dtrain::test_support::error_of;
 
 // The first rank to see the request fixes the stop one step on: a rank still finishing the
 // current step reaches the same boundary later and must not stop there.
