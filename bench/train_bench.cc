@@ -10,6 +10,7 @@
 #include "dtrain/core/check.h"
 #include "dtrain/core/rng.h"
 #include "dtrain/core/timer.h"
+#include "dtrain/core/units.h"
 #include "dtrain/model/gemm.h"
 #include "dtrain/train/serial_engine.h"
 #include "dtrain/train/trainer.h"
@@ -34,9 +35,11 @@ train::Batch fixed_random_batch(int64_t B, int64_t T, int64_t V) {
 }
 
 TrainBenchRow bench_threads(const TrainBenchOptions& o, train::SerialEngineConfig config,
-                            const train::Batch& batch, int threads, bool openblas) {
+                            const train::Batch& batch, int threads, bool openblas,
+                            Recompute recompute) {
   model::set_blas_threads(openblas ? threads : 1);
   config.threads = openblas ? 1 : threads;
+  config.recompute = recompute;
   // The peak is measured before and after the steps and the higher kept, so that a burst of
   // load from other processes during one measurement does not set it.
   // OpenBLAS runs the peak GEMM with `threads` of its own threads, whatever the row.
@@ -48,6 +51,7 @@ TrainBenchRow bench_threads(const TrainBenchOptions& o, train::SerialEngineConfi
   TrainBenchRow row;
   row.threads = threads;
   row.openblas = openblas;
+  row.recompute = recompute;
   for (int64_t i = 0; i < o.warmup; ++i) {
     const float loss = engine.train_step(batch, lr).loss;
     if (i == 0) row.loss_first = loss;
@@ -69,6 +73,7 @@ TrainBenchRow bench_threads(const TrainBenchOptions& o, train::SerialEngineConfi
   row.forward_ms = median(fwd);
   row.backward_ms = median(bwd);
   row.optimizer_ms = median(opt);
+  row.activation_peak_bytes = engine.memory().peak_bytes(MemoryTag::activations);
 
   // Second pass with every sgemm call timed.
   model::GemmStats gemm;
@@ -141,6 +146,7 @@ TrainBenchReport run_train_bench(const TrainBenchOptions& o) {
   // An empty sgemm measures nothing (its GFLOP/s would print as inf) and OpenBLAS rejects < 0.
   DTRAIN_CHECK(o.sgemm_size >= 1, "--sgemm-size must be at least 1 (got ", o.sgemm_size, ")");
   DTRAIN_CHECK(!o.threads.empty(), "--threads needs at least one thread count");
+  DTRAIN_CHECK(!o.recompute.empty(), "--recompute needs at least one mode");
   for (int t : o.threads) {
     DTRAIN_CHECK(t > 0 && t <= model::kMaxTeamSize, "--threads: counts must be in [1, ",
                  model::kMaxTeamSize, "] (got ", t, ")");
@@ -166,9 +172,11 @@ TrainBenchReport run_train_bench(const TrainBenchOptions& o) {
   config.init_seed = 0;
   const train::Batch batch = fixed_random_batch(r.batch, r.seq, preset.config.vocab);
   const int before = model::blas_threads();
-  for (int t : o.threads) r.rows.push_back(bench_threads(o, config, batch, t, false));
-  for (int t : o.blas_threads) {
-    if (t > 0) r.rows.push_back(bench_threads(o, config, batch, t, true));
+  for (Recompute mode : o.recompute) {
+    for (int t : o.threads) r.rows.push_back(bench_threads(o, config, batch, t, false, mode));
+    for (int t : o.blas_threads) {
+      if (t > 0) r.rows.push_back(bench_threads(o, config, batch, t, true, mode));
+    }
   }
   model::set_blas_threads(before);
   return r;
@@ -181,15 +189,17 @@ void print_train_bench(std::ostream& out, const TrainBenchReport& r) {
   out << "  the step of ../shared/peers/torch_gpt_step.py: one fixed random batch, AdamW lr 3e-4,"
          " betas (0.9, 0.95), weight decay 0.1; OpenBLAS kernels "
       << r.blas_corename << "\n\n";
-  out << "  threads         ms/step  tokens/s   fwd ms   bwd ms   opt ms  GEMM share  GEMM GFLOP/s"
-         "  sgemm "
+  out << "  threads        recompute   ms/step  tokens/s   fwd ms   bwd ms   opt ms  activations"
+         "  GEMM share  GEMM GFLOP/s  sgemm "
       << r.sgemm_size << "^3 GFLOP/s  GEMM/peak  loss first -> last\n";
   for (const TrainBenchRow& row : r.rows) {
     const std::string who =
         std::to_string(row.threads) + (row.openblas ? " (OpenBLAS)" : " (dtrain)  ");
-    out << lpad(who, 16) << lpad(fixed(row.ms_per_step, 2), 9)
-        << lpad(fixed(row.tokens_per_s, 0), 10) << lpad(fixed(row.forward_ms, 2), 9)
-        << lpad(fixed(row.backward_ms, 2), 9) << lpad(fixed(row.optimizer_ms, 2), 9)
+    out << lpad(who, 16) << lpad(std::string(name(row.recompute)), 11)
+        << lpad(fixed(row.ms_per_step, 2), 10) << lpad(fixed(row.tokens_per_s, 0), 10)
+        << lpad(fixed(row.forward_ms, 2), 9) << lpad(fixed(row.backward_ms, 2), 9)
+        << lpad(fixed(row.optimizer_ms, 2), 9)
+        << lpad(format_bytes(static_cast<double>(row.activation_peak_bytes)), 13)
         << lpad(fixed(100 * row.gemm_fraction, 1) + " %", 12) << lpad(fixed(row.gemm_gflops, 1), 14)
         << lpad(fixed(row.sgemm_peak_gflops, 1), 22)
         << lpad(fixed(100 * row.gemm_vs_peak, 1) + " %", 11) << "  " << fixed(row.loss_first, 4)
@@ -200,7 +210,9 @@ void print_train_bench(std::ostream& out, const TrainBenchReport& r) {
          "  GEMM share: wall time inside sgemm / step time (second pass, every call timed);"
          " GEMM GFLOP/s: 2MNK of those calls / that time;\n"
          "  sgemm peak: cblas_sgemm N^3 with OpenBLAS at the row's thread count, best of before"
-         " and after the steps.\n";
+         " and after the steps.\n"
+         "  recompute: what each block keeps for backward (selective rebuilds the attention"
+         " scores, full reruns the block); activations: the peak of that tag over the row.\n";
 }
 
 nlohmann::json train_bench_to_json(const TrainBenchReport& r) {
@@ -219,6 +231,8 @@ nlohmann::json train_bench_to_json(const TrainBenchReport& r) {
   for (const TrainBenchRow& row : r.rows) {
     rows.push_back({{"threads", row.threads},
                     {"threading", row.openblas ? "openblas" : "dtrain"},
+                    {"recompute", name(row.recompute)},
+                    {"activation_peak_bytes", row.activation_peak_bytes},
                     {"ms_per_step", row.ms_per_step},
                     {"best_ms_per_step", row.best_ms_per_step},
                     {"tokens_per_s", row.tokens_per_s},

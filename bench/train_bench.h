@@ -4,7 +4,9 @@
 // (a ThreadTeam, OpenBLAS single-threaded inside each); one more row shows OpenBLAS's own
 // threading for comparison. Reports ms/step and tokens/s, the share of the step spent in
 // sgemm, and the GFLOP/s of those calls against OpenBLAS's own sgemm peak (M = N = K = 512,
-// OpenBLAS threaded at the same count) measured in the same run.
+// OpenBLAS threaded at the same count) measured in the same run. With several --recompute modes
+// every thread count runs once per mode, so a row's time and peak activation bytes sit beside
+// the other modes' from the same run.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dtrain/core/recompute.h"
 #include "dtrain/model/gpt_config.h"
 
 namespace dtrain::bench {
@@ -27,12 +30,15 @@ struct TrainBenchOptions {
   int64_t batch = 0;   // 0: the preset's
   int64_t sgemm_size = 512;
   double sgemm_seconds = 0.6;  // time of the two peak measurements, per thread count
+  std::vector<Recompute> recompute = {Recompute::none};  // activation recompute modes to run
 };
 
 struct TrainBenchRow {
-  int threads = 0;         // compute threads of the row
-  bool openblas = false;   // true: OpenBLAS's own threads, no team
-  double ms_per_step = 0;  // median
+  int threads = 0;        // compute threads of the row
+  bool openblas = false;  // true: OpenBLAS's own threads, no team
+  Recompute recompute = Recompute::none;
+  int64_t activation_peak_bytes = 0;  // the engine's activations tag, peak over the row's steps
+  double ms_per_step = 0;             // median
   double best_ms_per_step = 0;
   double tokens_per_s = 0;                                   // tokens per step / median
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;  // medians
@@ -56,8 +62,8 @@ struct TrainBenchReport {
 };
 
 // Bytes the largest row holds at once: the model's weights, gradients and AdamW moments
-// (16 B per parameter), the batch's activations by the plan/ formulas at the most threads, and
-// the sgemm peak's three N x N matrices.
+// (16 B per parameter), the batch's activations by the plan/ formulas at the most threads
+// without recompute (the largest mode), and the sgemm peak's three N x N matrices.
 double train_bench_memory_bytes(const TrainBenchOptions& options);
 
 TrainBenchReport run_train_bench(const TrainBenchOptions& options);

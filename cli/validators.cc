@@ -7,8 +7,11 @@
 #include <cstdlib>
 #include <optional>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "dtrain/core/check.h"
+#include "dtrain/core/recompute.h"
 #include "dtrain/core/system_memory.h"
 #include "dtrain/core/units.h"
 
@@ -55,6 +58,22 @@ CLI::Validator whole_number(int64_t min, int64_t max) {
         return "";
       },
       str("in [", min, ", ", max, "]"));
+}
+
+CLI::Validator recompute_names() {
+  std::vector<std::pair<std::string, Recompute>> names;
+  for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+    names.emplace_back(name(r), r);
+  }
+  const CLI::CheckedTransformer to_enum(names);
+  return CLI::Validator(
+      [names, to_enum](std::string& text) -> std::string {
+        for (const auto& [known, value] : names) {
+          if (text == known) return to_enum(text);  // the name becomes the enum's number
+        }
+        return str("must be none, selective or full (got ", shown(text), ")");
+      },
+      "none|selective|full");
 }
 
 CLI::Validator real_number(double min, double max, bool above_min) {

@@ -33,6 +33,10 @@ CLI::Validator whole_number(int64_t min, int64_t max);
 // must not be zero).
 CLI::Validator real_number(double min, double max, bool above_min = false);
 
+// --recompute's value by name (core/recompute.h): "none", "selective" or "full" becomes the enum
+// through CLI11's CheckedTransformer; anything else (its numbers too) is refused with the names.
+CLI::Validator recompute_names();
+
 // Throws Error unless `bytes` fit in the memory this process may still take; `what` says what
 // needs them, with the flags ("--size 1 TiB on --ranks 2 needs ..."). No check where the
 // available memory cannot be read.

@@ -49,6 +49,12 @@ void add_bench_train(CLI::App& bench) {
   cmd->add_option("--sgemm-size", o.sgemm_size, "M = N = K of the sgemm peak measurement")
       ->capture_default_str()
       ->check(whole_number(1, 8192));
+  cmd->add_option("--recompute", o.recompute,
+                  "Activation recompute modes to run, each at every thread count, e.g. "
+                  "none,selective,full")
+      ->delimiter(',')
+      ->transform(recompute_names())
+      ->default_str("none");
   cmd->add_flag("--json", f->json, "Print JSON instead of a table");
   cmd->callback([f] {
     const bench::TrainBenchOptions& run = f->options;

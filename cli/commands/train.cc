@@ -169,6 +169,11 @@ void add_train(CLI::App& app) {
   cmd->add_flag("--sequence-parallel", o.tensor_parallel.sequence_parallel,
                 "With --tp N: LayerNorms and residual regions on 1/N of the B*T token rows "
                 "(N must divide --batch x --seq)");
+  cmd->add_option("--recompute", o.recompute,
+                  "Activation recomputation: none, selective (attention scores rebuilt in "
+                  "backward) or full (each block's forward rerun before its backward)")
+      ->transform(recompute_names())
+      ->default_str("none");
   cmd->add_option("--backend", o.mesh.backend,
                   "threads (rank threads in this process) or mpi (the processes mpirun started; "
                   "every layout runs on the composed engine)")

@@ -42,7 +42,7 @@ std::vector<float> step_grads(bool split, ThreadTeam* team) {
     m.head_backward(acts, ws, 0.5f);
     for (int64_t l = g.layers - 1; l >= 0; --l) m.block_backward_input(acts, ws, l, stash);
     m.embedding_backward(acts, ws);
-    for (int64_t l = 0; l < g.layers; ++l) m.block_backward_weight(acts, stash, l);
+    for (int64_t l = 0; l < g.layers; ++l) m.block_backward_weight(acts, ws, stash, l);
   }
   return {m.grads().begin(), m.grads().end()};
 }
@@ -91,7 +91,7 @@ TEST(SplitBackward, BlockBackwardInputLeavesTheLinearsWeightGradientsToW) {
     EXPECT_FALSE(all_zero(gpt_layer_param(l, LayerParam::ln1_w))) << "layer " << l;
     EXPECT_FALSE(all_zero(gpt_layer_param(l, LayerParam::ln2_w))) << "layer " << l;
   }
-  EXPECT_THROW(m.block_backward_weight(m.activations(), stash, g.layers), Error);
+  EXPECT_THROW(m.block_backward_weight(m.activations(), m.workspace(), stash, g.layers), Error);
 }
 
 TEST(SplitBackward, StashIsThePlanFormula) {

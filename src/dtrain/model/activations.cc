@@ -1,4 +1,5 @@
-// Carves the per-block, head and workspace buffers into named tensors.
+// Carves the per-block, head and workspace buffers into named tensors; a recompute mode's
+// dropped block tensors go to the workspace instead of each block.
 #include "dtrain/model/activations.h"
 
 #include "dtrain/core/check.h"
@@ -23,25 +24,35 @@ class Carver {
   int64_t used_ = 0;
 };
 
+// Which of a block's tensors to carve: those `recompute` keeps in the block, or those it
+// drops (the workspace's scratch). The two together are the whole block of Recompute::none.
+enum class Part { kept, dropped };
+
 // `rows`: the token rows of the residual-stream tensors (B*T, or B*T/tp under sequence
 // parallelism).
 void carve_layer(LayerActivations& a, Carver& c, const GptConfig& g, int64_t B, int64_t T, int tp,
-                 int64_t rows) {
+                 int64_t rows, Recompute recompute, Part part) {
   const int64_t BT = B * T, C = g.channels;
   const int64_t C_local = C / tp, NH_local = g.heads / tp;
-  a.ln1_in = c.take(rows * C);
-  a.ln1_out = c.take(rows * C);
-  a.ln1_mean = c.take(rows);
-  a.ln1_rstd = c.take(rows);
-  a.qkv = c.take(BT * 3 * C_local);
-  a.att = c.take(B * NH_local * T * T);
-  a.atty = c.take(BT * C_local);
-  a.ln2_in = c.take(rows * C);
-  a.ln2_out = c.take(rows * C);
-  a.ln2_mean = c.take(rows);
-  a.ln2_rstd = c.take(rows);
-  a.fc = c.take(BT * 4 * C_local);
-  a.fc_gelu = c.take(BT * 4 * C_local);
+  const bool full = recompute == Recompute::full;
+  const bool scores = recompute != Recompute::none;  // selective and full drop the softmax
+  // `field` gets `count` floats when its tensor belongs to `part` (dropped: the mode drops it).
+  auto take = [&](float*& field, int64_t count, bool dropped) {
+    if (dropped == (part == Part::dropped)) field = c.take(count);
+  };
+  take(a.ln1_in, rows * C, false);  // the block input: kept in every mode
+  take(a.ln1_out, rows * C, full);
+  take(a.ln1_mean, rows, full);
+  take(a.ln1_rstd, rows, full);
+  take(a.qkv, BT * 3 * C_local, full);
+  take(a.att, B * NH_local * T * T, scores);
+  take(a.atty, BT * C_local, full);
+  take(a.ln2_in, rows * C, full);
+  take(a.ln2_out, rows * C, full);
+  take(a.ln2_mean, rows, full);
+  take(a.ln2_rstd, rows, full);
+  take(a.fc, BT * 4 * C_local, full);
+  take(a.fc_gelu, BT * 4 * C_local, full);
 }
 
 void carve_head(HeadActivations& a, Carver& c, const GptConfig& g, int64_t B, int64_t T, int tp) {
@@ -68,8 +79,8 @@ GptActivations::GptActivations(const GptConfig& g, int64_t B, int64_t T, MemoryT
 
 GptActivations::GptActivations(const GptConfig& g, int64_t B, int64_t T, MemoryTracker* tracker,
                                LayerRange range, bool embedding, bool head, int tp,
-                               bool sequence_parallel)
-    : B_(B), T_(T), range_(range) {
+                               bool sequence_parallel, Recompute recompute)
+    : B_(B), T_(T), range_(range), recompute_(recompute) {
   check_shape(g, B, T);
   check_tensor_parallel(g, tp);
   const bool sp = sequence_parallel && tp > 1;
@@ -80,12 +91,12 @@ GptActivations::GptActivations(const GptConfig& g, int64_t B, int64_t T, MemoryT
                g.layers, " blocks");
   LayerActivations probe;
   Carver counter(nullptr);
-  carve_layer(probe, counter, g, B, T, tp, rows);
+  carve_layer(probe, counter, g, B, T, tp, rows, recompute, Part::kept);
   layers_.resize(static_cast<size_t>(g.layers));
   for (int64_t l = range.first; l < range.end(); ++l) {
     layer_storage_.emplace_back(counter.used(), MemoryTag::activations, tracker);
     Carver c(layer_storage_.back().data());
-    carve_layer(layers_[static_cast<size_t>(l)], c, g, B, T, tp, rows);
+    carve_layer(layers_[static_cast<size_t>(l)], c, g, B, T, tp, rows, recompute, Part::kept);
   }
   if (head) {
     Carver head_counter(nullptr);
@@ -108,12 +119,14 @@ GptActivations::GptActivations(const GptConfig& g, int64_t B, int64_t T, MemoryT
 }
 
 GptWorkspace::GptWorkspace(const GptConfig& g, int64_t B, int64_t T, MemoryTracker* tracker,
-                           int team_threads, int tp)
-    : batch(B), seq(T), threads(team_threads) {
+                           int team_threads, int tp, bool sp, Recompute mode)
+    : batch(B), seq(T), threads(team_threads), sequence_parallel(sp && tp > 1), recompute(mode) {
   DTRAIN_CHECK(team_threads >= 1, "GptWorkspace: threads must be positive (got ", team_threads,
                ")");
   check_shape(g, B, T);
   check_tensor_parallel(g, tp);
+  if (sequence_parallel) check_sequence_parallel(B, T, tp);
+  const int64_t rows = sequence_parallel ? B * T / tp : B * T;
   const int64_t BTC = B * T * g.channels, BTC_local = BTC / tp;
   auto carve = [&](Carver& c) {
     dres = c.take(BTC);
@@ -123,6 +136,7 @@ GptWorkspace::GptWorkspace(const GptConfig& g, int64_t B, int64_t T, MemoryTrack
     dfc = c.take(4 * BTC_local);
     dfc_gelu = c.take(4 * BTC_local);
     datt = c.take(team_threads * T * T);
+    carve_layer(dropped, c, g, B, T, tp, rows, recompute, Part::dropped);
   };
   Carver counter(nullptr);
   carve(counter);

@@ -1,7 +1,8 @@
 // Storage for one micro-batch's forward pass (GptActivations) and the shared backward
 // scratch (GptWorkspace), all charged to the activations tag. A block keeps exactly the
-// tensors of plan::activation_bytes_per_layer (fp32, no dropout, LayerNorm statistics); the
-// head's tensors and the workspace are plan::head_activation_bytes and
+// tensors of plan::activation_bytes_per_layer (fp32, no dropout, LayerNorm statistics) for its
+// recompute mode; what the mode drops lives once, in the workspace (plan::recompute_scratch_bytes);
+// the head's tensors and the rest of the workspace are plan::head_activation_bytes and
 // plan::workspace_activation_bytes. A pipeline stage holds one GptActivations per micro-batch
 // in flight and one GptWorkspace.
 #pragma once
@@ -10,12 +11,15 @@
 #include <vector>
 
 #include "dtrain/core/buffer.h"
+#include "dtrain/core/recompute.h"
 #include "dtrain/model/gpt_config.h"
 #include "dtrain/model/gpt_stage.h"
 
 namespace dtrain::model {
 
-// What block l keeps for its backward pass; pointers into one buffer per block.
+// What block l's backward reads; pointers into one buffer per block. Under recompute the
+// tensors the mode drops are null here and live in GptWorkspace::dropped instead: selective
+// drops att, full everything but ln1_in.
 struct LayerActivations {
   float* ln1_in = nullptr;    // (B, T, C)     block input x_l (for l = 0: the embedding output)
   float* ln1_out = nullptr;   // (B, T, C)     qkv input
@@ -61,9 +65,11 @@ class GptActivations {
   // ln2_out and LN statistics hold only the rank's B*T/tp token rows (tp_hooks.h); the head
   // keeps its full-size buffers (x_final and the lnf statistics use the slice's rows, lnf_out
   // is gathered whole for the vocabulary-parallel LM head).
+  // `recompute` leaves out of each block what the mode drops (LayerActivations): the model
+  // that runs these activations must be built with the same mode.
   GptActivations(const GptConfig& config, int64_t B, int64_t T, MemoryTracker* tracker,
                  LayerRange layers, bool embedding, bool head, int tp = 1,
-                 bool sequence_parallel = false);
+                 bool sequence_parallel = false, Recompute recompute = Recompute::none);
 
   int64_t batch() const { return B_; }
   int64_t seq() const { return T_; }
@@ -78,10 +84,12 @@ class GptActivations {
     return l + 1 < range_.end() ? layer(l + 1).ln1_in : head_.x_final;
   }
   LayerRange range() const { return range_; }
+  Recompute recompute() const { return recompute_; }
 
  private:
   int64_t B_ = 0, T_ = 0;
   LayerRange range_;
+  Recompute recompute_ = Recompute::none;
   std::vector<Buffer<float>> layer_storage_;
   Buffer<float> head_storage_;
   Buffer<int32_t> id_storage_;
@@ -90,16 +98,21 @@ class GptActivations {
 };
 
 // Scratch shared by all blocks (and all micro-batches) of one model: gradients of the
-// activations while backward runs through a block, and the row-parallel output before the
-// tensor-parallel all-reduce in forward.
+// activations while backward runs through a block, the row-parallel output before the
+// tensor-parallel all-reduce in forward, and under recompute the tensors the mode drops from a
+// block (one block's worth: the forward passes through them, the backward re-creates them).
 struct GptWorkspace {
   // `threads`: the size of the ThreadTeam the model splits ops across (one datt each).
   // `tp` > 1: dqkv, dfc and dfc_gelu are a TP rank's (3*C_local, 4*C_local wide).
+  // `sequence_parallel` and `recompute`: the model's, for the size of `dropped`.
   GptWorkspace(const GptConfig& config, int64_t B, int64_t T, MemoryTracker* tracker,
-               int threads = 1, int tp = 1);
+               int threads = 1, int tp = 1, bool sequence_parallel = false,
+               Recompute recompute = Recompute::none);
 
   int64_t batch = 0, seq = 0;
   int threads = 1;
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::none;
   float* dres = nullptr;      // (B, T, C)   gradient of the residual stream
   float* d_btc1 = nullptr;    // (B, T, C)   gradient of a LayerNorm output; forward: linear out
   float* d_btc2 = nullptr;    // (B, T, C)   gradient of the attention output
@@ -107,6 +120,9 @@ struct GptWorkspace {
   float* dfc = nullptr;       // (B, T, 4*C_local) gradient of the GELU input
   float* dfc_gelu = nullptr;  // (B, T, 4*C_local) gradient of the GELU output
   float* datt = nullptr;      // (threads, T, T) one (b, head)'s score gradient per thread
+  // The block tensors `recompute` drops (shapes as in LayerActivations; the others null):
+  // selective att, full all but ln1_in. plan::recompute_scratch_bytes.
+  LayerActivations dropped;
 
  private:
   Buffer<float> storage_;

@@ -1,5 +1,6 @@
 // GptModel: the block-by-block forward and backward passes over the ops in ops/.
-// block_backward also runs split in two (input gradients, then weight gradients) for ZB-H1.
+// block_backward also runs split in two (input gradients, then weight gradients) for ZB-H1;
+// under recompute a block's backward first re-creates the tensors its forward did not keep.
 #include "dtrain/model/gpt.h"
 
 #include <algorithm>
@@ -34,15 +35,29 @@ void check_batch(std::span<const int32_t> ids, int64_t BT, int64_t V, const char
   }
 }
 
+// Full recompute's rerun of a block forward, for the TP hooks to count its f and g apart; off
+// again however the rerun ends.
+class RecomputingScope {
+ public:
+  explicit RecomputingScope(TensorParallelHooks& tp) : tp_(tp) { tp_.set_recomputing(true); }
+  ~RecomputingScope() { tp_.set_recomputing(false); }
+  RecomputingScope(const RecomputingScope&) = delete;
+  RecomputingScope& operator=(const RecomputingScope&) = delete;
+
+ private:
+  TensorParallelHooks& tp_;
+};
+
 }  // namespace
 
 GptModel::GptModel(const GptConfig& config, MemoryTracker* tracker, TensorParallelHooks* tp,
-                   ThreadTeam* team)
-    : GptModel(config, whole_model(config), tracker, tp, team) {}
+                   ThreadTeam* team, Recompute recompute)
+    : GptModel(config, whole_model(config), tracker, tp, team, recompute) {}
 
 GptModel::GptModel(const GptConfig& config, const GptStage& stage, MemoryTracker* tracker,
-                   TensorParallelHooks* tp, ThreadTeam* team)
+                   TensorParallelHooks* tp, ThreadTeam* team, Recompute recompute)
     : config_(config),
+      recompute_(recompute),
       table_(tp_local_table(gpt_stage_param_table(config, stage), config,
                             tp != nullptr ? tp->size() : 1)),
       tracker_(tracker),
@@ -214,8 +229,9 @@ void GptModel::set_batch_shape(int64_t B, int64_t T) {
   acts_.reset();
   const int tp = tp_->size();
   acts_ = std::make_unique<GptActivations>(config_, B, T, tracker_, LayerRange{0, config_.layers},
-                                           true, true, tp, sp());
-  ws_ = std::make_unique<GptWorkspace>(config_, B, T, tracker_, cx_.threads(), tp);
+                                           true, true, tp, sp(), recompute_);
+  ws_ =
+      std::make_unique<GptWorkspace>(config_, B, T, tracker_, cx_.threads(), tp, sp(), recompute_);
 }
 
 GptActivations& GptModel::activations() {
@@ -300,16 +316,76 @@ void GptModel::embedding_forward(GptActivations& acts, std::span<const int32_t> 
 }
 
 void GptModel::block_forward(GptActivations& acts, GptWorkspace& ws, int64_t l) {
+  const LayerActivations a = block_tensors(acts, ws, l);
   if (sp()) {
-    block_forward_sp(acts, ws, l);
-    return;
+    block_forward_sp(acts, ws, l, a, acts.block_output(l));
+  } else {
+    block_forward_dense(acts, ws, l, a, acts.block_output(l));
   }
+}
+
+LayerActivations GptModel::block_tensors(const GptActivations& acts, const GptWorkspace& ws,
+                                         int64_t l) const {
+  DTRAIN_CHECK(acts.recompute() == recompute_ && ws.recompute == recompute_,
+               "GptModel: activations (recompute ", name(acts.recompute()), ") and workspace (",
+               name(ws.recompute), ") are not built for the model's recompute ", name(recompute_));
+  DTRAIN_CHECK(recompute_ != Recompute::full || ws.sequence_parallel == sp(),
+               "GptModel: full recompute needs a workspace built ", sp() ? "with" : "without",
+               " sequence parallelism, as the model");
+  LayerActivations a = acts.layer(l);
+  switch (recompute_) {
+    case Recompute::none:
+      break;
+    case Recompute::selective:
+      a.att = ws.dropped.att;
+      break;
+    case Recompute::full: {
+      float* input = a.ln1_in;
+      a = ws.dropped;
+      a.ln1_in = input;
+      break;
+    }
+  }
+  return a;
+}
+
+void GptModel::recompute_block(const GptActivations& acts, GptWorkspace& ws, int64_t l,
+                               const LayerActivations& a) {
+  switch (recompute_) {
+    case Recompute::none:
+      return;
+    case Recompute::selective: {
+      // The attention core again from the kept Q, K, V (both its s x s products, as Megatron's
+      // checkpointed core attention and plan::recompute_flops_per_layer count): a.att for the
+      // backward. Its output equals the kept atty, so it goes to scratch (free until backward
+      // uses d_btc2 for datty).
+      const int64_t C_local = config_.channels / tp_->size();
+      attention_forward(ws.d_btc2, a.att, a.qkv, acts.batch(), acts.seq(), C_local,
+                        config_.heads / tp_->size(), cx_);
+      return;
+    }
+    case Recompute::full: {
+      // The block forward again from its kept input, every op and collective as in forward.
+      // The output equals the next block's kept input (which a pipeline may be sending), so it
+      // goes to scratch: a buffer the forward body has finished with before its last residual.
+      const RecomputingScope scope(*tp_);
+      if (sp()) {
+        block_forward_sp(acts, ws, l, a, ws.d_btc1);
+      } else {
+        block_forward_dense(acts, ws, l, a, ws.d_btc2);
+      }
+      return;
+    }
+  }
+}
+
+void GptModel::block_forward_dense(const GptActivations& acts, GptWorkspace& ws, int64_t l,
+                                   const LayerActivations& a, float* out) {
   const int64_t B = acts.batch(), T = acts.seq(), C = config_.channels;
   const int64_t BT = B * T;
   // This TP rank's heads and channels (C_local = C, NH_local = NH serially).
   const int64_t C_local = C / tp_->size(), NH_local = config_.heads / tp_->size();
   const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
-  LayerActivations& a = acts.layer(l);
   float* linear_out = ws.d_btc1;  // (B, T, C) row-parallel output before g
   const Compute& cx = cx_;
 
@@ -327,7 +403,7 @@ void GptModel::block_forward(GptActivations& acts, GptWorkspace& ws, int64_t l) 
   gelu_forward(a.fc_gelu, a.fc, BT * 4 * C_local, cx);
   matmul_forward(linear_out, a.fc_gelu, w.fc_proj_w, nullptr, BT, 4 * C_local, C, cx);
   tp_->g_forward(linear_out, BT * C);
-  residual_forward(acts.block_output(l), a.ln2_in, linear_out, w.fc_proj_b, BT, C, cx);
+  residual_forward(out, a.ln2_in, linear_out, w.fc_proj_b, BT, C, cx);
 }
 
 float GptModel::head_forward(GptActivations& acts, std::span<const int32_t> targets) {
@@ -411,8 +487,8 @@ void GptModel::block_backward_input(GptActivations& acts, GptWorkspace& ws, int6
   block_backward_dense(acts, ws, l, &stash.layer(l));
 }
 
-void GptModel::block_backward_weight(const GptActivations& acts, WeightGradStash& stash,
-                                     int64_t l) {
+void GptModel::block_backward_weight(const GptActivations& acts, GptWorkspace& ws,
+                                     WeightGradStash& stash, int64_t l) {
   DTRAIN_CHECK(!sp(),
                "GptModel::block_backward_weight: no split backward under sequence "
                "parallelism");
@@ -422,7 +498,9 @@ void GptModel::block_backward_weight(const GptActivations& acts, WeightGradStash
   const int64_t BT = acts.batch() * acts.seq(), C = config_.channels;
   const int64_t C_local = C / tp_->size();
   const LayerWeights& dw = dw_.layers[static_cast<size_t>(l)];
-  const LayerActivations& a = acts.layer(l);
+  const LayerActivations a = block_tensors(acts, ws, l);
+  // The linears' inputs: kept unless full recompute dropped them (selective's att is not one).
+  if (recompute_ == Recompute::full) recompute_block(acts, ws, l, a);
   const BlockOutputGrads& k = stash.layer(l);
   // The dweight halves of block_backward_dense's four matmul_backward calls, in its order.
   matmul_backward_weight(dw.fc_proj_w, dw.fc_proj_b, k.dfc_proj, a.fc_gelu, BT, 4 * C_local, C,
@@ -439,7 +517,8 @@ void GptModel::block_backward_dense(GptActivations& acts, GptWorkspace& ws, int6
   const int64_t C_local = C / tp_->size(), NH_local = config_.heads / tp_->size();
   const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
   const LayerWeights& dw = dw_.layers[static_cast<size_t>(l)];
-  const LayerActivations& a = acts.layer(l);
+  const LayerActivations a = block_tensors(acts, ws, l);
+  recompute_block(acts, ws, l, a);
   const Compute& cx = cx_;
   float* dres = ws.dres;  // (B, T, C): d block output on entry, d block input on exit
   float* dln = ws.d_btc1;
@@ -513,13 +592,13 @@ int64_t GptModel::sp_rows(const GptActivations& acts) const {
 //   ln1 (slice) -> f: all-gather -> qkv, attention, proj (full rows, local heads) -> g:
 //   reduce-scatter -> residual (slice); the same for the MLP. ws.d_btc2 holds the gathered LN
 //   output and then the scattered linear output; ws.d_btc1 the row-parallel output before g.
-void GptModel::block_forward_sp(GptActivations& acts, GptWorkspace& ws, int64_t l) {
+void GptModel::block_forward_sp(const GptActivations& acts, GptWorkspace& ws, int64_t l,
+                                const LayerActivations& a, float* out) {
   using Site = TensorParallelHooks::SpSite;
   const int64_t B = acts.batch(), T = acts.seq(), C = config_.channels;
   const int64_t BT = B * T, rows = sp_rows(acts);
   const int64_t C_local = C / tp_->size(), NH_local = config_.heads / tp_->size();
   const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
-  LayerActivations& a = acts.layer(l);
   float* full = ws.d_btc2;        // (B, T, C) gathered LN output; then (rows, C) g's output
   float* linear_out = ws.d_btc1;  // (B, T, C) row-parallel output before g
   const Compute& cx = cx_;
@@ -540,7 +619,7 @@ void GptModel::block_forward_sp(GptActivations& acts, GptWorkspace& ws, int64_t 
   gelu_forward(a.fc_gelu, a.fc, BT * 4 * C_local, cx);
   matmul_forward(linear_out, a.fc_gelu, w.fc_proj_w, nullptr, BT, 4 * C_local, C, cx);
   tp_->sp_reduce_scatter(full, linear_out, rows * C, Site::block_forward);  // g
-  residual_forward(acts.block_output(l), a.ln2_in, full, w.fc_proj_b, rows, C, cx);
+  residual_forward(out, a.ln2_in, full, w.fc_proj_b, rows, C, cx);
 }
 
 // block_backward under sequence parallelism; ws.dres holds this rank's rows. Each g's
@@ -556,7 +635,8 @@ void GptModel::block_backward_sp(GptActivations& acts, GptWorkspace& ws, int64_t
   const int64_t C_local = C / tp_->size(), NH_local = config_.heads / tp_->size();
   const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
   const LayerWeights& dw = dw_.layers[static_cast<size_t>(l)];
-  const LayerActivations& a = acts.layer(l);
+  const LayerActivations a = block_tensors(acts, ws, l);
+  recompute_block(acts, ws, l, a);
   const Compute& cx = cx_;
   float* dres = ws.dres;     // (rows, C): d block output on entry, d block input on exit
   float* full = ws.d_btc2;   // (B, T, C): gathered dres, gathered LN output; (rows, C) dln slice

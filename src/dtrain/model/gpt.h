@@ -3,6 +3,10 @@
 // cross-entropy). Parameters live in one contiguous buffer and gradients in another, laid out
 // by ParamTable. Forward and backward run block by block on a GptActivations, so a pipeline
 // stage can run a range of blocks and keep one GptActivations per micro-batch in flight.
+// Activation recomputation (Korthikanti et al. 2022) lives here, below every layout: under
+// selective a block's backward first recomputes the attention core's softmax output, under full
+// it first reruns the block's forward from the kept block input, both into the workspace. The
+// rerun is the same ops on the same inputs and shapes, so gradients are the bits of none's.
 #pragma once
 
 #include <cstdint>
@@ -49,20 +53,24 @@ class GptModel {
   // `tracker` is charged for params, grads and activations; `tp` defaults to the serial
   // hooks (TP=1); with a `team` the ops split their work across its threads (same bits as
   // without). All three must outlive the model. Parameters start at zero: call init_params.
+  // `recompute`: what each block keeps for its backward; the GptActivations and GptWorkspace
+  // the model runs on must be built with the same mode (set_batch_shape's are).
   GptModel(const GptConfig& config, MemoryTracker* tracker, TensorParallelHooks* tp = nullptr,
-           ThreadTeam* team = nullptr);
+           ThreadTeam* team = nullptr, Recompute recompute = Recompute::none);
   // A pipeline stage's model: only `stage`'s tensors (gpt_stage_param_table: the whole
   // model's names and order), so its memory is the stage's. Run it piece by piece
   // (embedding_forward, block_forward of its blocks, head_forward, ...); the whole passes and
   // bind_params / bind_grads are for the whole model. init_params gives every tensor the values
   // it has in the whole model, so two stages' copies of the tied wte start equal.
   GptModel(const GptConfig& config, const GptStage& stage, MemoryTracker* tracker,
-           TensorParallelHooks* tp = nullptr, ThreadTeam* team = nullptr);
+           TensorParallelHooks* tp = nullptr, ThreadTeam* team = nullptr,
+           Recompute recompute = Recompute::none);
   GptModel(const GptModel&) = delete;
   GptModel& operator=(const GptModel&) = delete;
 
   const GptConfig& config() const { return config_; }
   const GptStage& stage() const { return stage_; }
+  Recompute recompute() const { return recompute_; }
   const ParamTable& param_table() const { return table_; }
   // The TP group the model is cut for: with size() > 1 the table holds this tp_rank's shards
   // (model/tp_shard.h), under the serial names.
@@ -111,10 +119,13 @@ class GptModel {
   // weight and bias gradients it also adds: they are cheap). It keeps each linear's output
   // gradient in stash.layer(l). _weight, later, adds the four linears' weight and bias
   // gradients from the stash and acts (their inputs). _input then _weight runs the same sgemm
-  // calls on the same data as block_backward, so the gradients are the same bits.
+  // calls on the same data as block_backward, so the gradients are the same bits. Under full
+  // recompute the linears' inputs are not kept, and B's rerun is overwritten by the next
+  // block's, so _weight reruns the block's forward once more (into ws).
   void block_backward_input(GptActivations& acts, GptWorkspace& ws, int64_t l,
                             WeightGradStash& stash);
-  void block_backward_weight(const GptActivations& acts, WeightGradStash& stash, int64_t l);
+  void block_backward_weight(const GptActivations& acts, GptWorkspace& ws, WeightGradStash& stash,
+                             int64_t l);
   void embedding_backward(GptActivations& acts, GptWorkspace& ws);
 
   // --- caller-owned storage (ZeRO-2 and 3 keep no full gradient / parameter buffer)
@@ -138,10 +149,22 @@ class GptModel {
 
  private:
   GptWeights weights_at(float* base) const;
+  // Block l's tensors for this model's recompute mode: the kept ones from acts, the dropped
+  // ones from ws.dropped (after a check that both were built for the mode).
+  LayerActivations block_tensors(const GptActivations& acts, const GptWorkspace& ws,
+                                 int64_t l) const;
+  // Re-creates the tensors the mode dropped from block l into `a` (block_tensors), before a
+  // backward reads them: selective reruns the attention core, full the whole block forward.
+  void recompute_block(const GptActivations& acts, GptWorkspace& ws, int64_t l,
+                       const LayerActivations& a);
+  // A block's forward on tensors `a`, its output written to `out` ((B*T or B*T/N, C)).
+  void block_forward_dense(const GptActivations& acts, GptWorkspace& ws, int64_t l,
+                           const LayerActivations& a, float* out);
   // Sequence parallelism (tp_hooks.h): a block's passes with the residual stream, LayerNorms
   // and residual adds on this rank's B*T/N token rows; f and g become all-gathers and
   // reduce-scatters. The first row of this rank's slice is sp_row_begin(acts).
-  void block_forward_sp(GptActivations& acts, GptWorkspace& ws, int64_t l);
+  void block_forward_sp(const GptActivations& acts, GptWorkspace& ws, int64_t l,
+                        const LayerActivations& a, float* out);
   void block_backward_sp(GptActivations& acts, GptWorkspace& ws, int64_t l);
   // block_backward's non-SP body: fused when `keep` is null, else the input half, keeping
   // the four linears' output gradients there (block_backward_input).
@@ -152,6 +175,7 @@ class GptModel {
   void bind_range(GptWeights& w, int64_t offset, int64_t count, float* storage) const;
 
   GptConfig config_;
+  Recompute recompute_ = Recompute::none;
   ParamTable table_;
   MemoryTracker* tracker_;
   TensorParallelHooks serial_tp_;

@@ -30,6 +30,11 @@ class TensorParallelHooks {
   virtual void f_backward(float* dinp, int64_t count) {
     if (size() > 1) all_reduce_sum(dinp, count);
   }
+  // Between set_recomputing(true) and (false) the model is rerunning a block's forward for its
+  // backward (full recompute): its g_forward calls and SpSite::block_forward collectives are
+  // that rerun's, the extra forward communication Korthikanti et al. 2022 charge to full
+  // recompute, which an implementation can count apart from the forward's own.
+  virtual void set_recomputing(bool /*on*/) {}
 
   // --- sequence parallelism (Korthikanti et al. 2022, §4.2.2). With sequence_parallel() the
   // residual stream, the LayerNorms and the residual adds run on this rank's 1/N of the batch's

@@ -3,7 +3,6 @@
 #include "dtrain/parallel/data_parallel_model.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -11,7 +10,6 @@
 #include "dtrain/comm/collectives.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
-#include "dtrain/optim/grad_clip.h"
 
 namespace dtrain::parallel {
 namespace {
@@ -72,7 +70,7 @@ DataParallelModel::DataParallelModel(const DataParallelConfig& config, comm::Com
       dp_(dp),
       tracker_(tracker),
       team_(config.threads > 1 ? std::make_unique<model::ThreadTeam>(config.threads) : nullptr),
-      model_(config.model, &tracker, nullptr, team_.get()),
+      model_(config.model, &tracker, nullptr, team_.get(), config.recompute),
       layout_(shard_layout(model_.param_count(), dp.size())),
       units_(gpt_grad_units(model_.param_table(), config.model.layers)),
       adamw_(config.zero_stage >= 1 ? layout_.shard : layout_.count, config.adamw, &tracker),
@@ -298,28 +296,26 @@ std::span<float> DataParallelModel::owned_grads() {
   return model_.grads().subspan(static_cast<size_t>(own.offset), static_cast<size_t>(own.count));
 }
 
-// Stage 0: every rank holds the whole averaged gradient. Otherwise each rank sums the squares
-// of its range; the partial sums (doubles, exchanged bit for bit as int64) are added in rank
-// order, so every rank gets the same norm.
-double DataParallelModel::global_grad_norm() {
-  if (config_.zero_stage == 0) return std::sqrt(optim::sum_of_squares(model_.grads()));
-  const int n = dp_.size();
-  std::vector<int64_t> partial(static_cast<size_t>(n));
-  partial[static_cast<size_t>(dp_.rank())] =
-      std::bit_cast<int64_t>(optim::sum_of_squares(owned_grads()));
-  comm::all_gather<int64_t>(dp_, partial.data() + dp_.rank(), partial.data(), n,
-                            comm::Algorithm::ring);
-  double total = 0;
-  for (int64_t p : partial) total += std::bit_cast<double>(p);
-  return std::sqrt(total);
+// The ownership rule of finalize_grads.h over the DP group: at stage 0 DP rank 0 counts the
+// averaged gradient (the other ranks bring 0), otherwise each rank its owned range; the sums are
+// added in rank order, so every rank gets the same norm.
+GradNorm DataParallelModel::global_grad_norm() {
+  GradOwnership owner;
+  owner.coord.dp = dp_.rank();
+  owner.zero_stage = config_.zero_stage;
+  owner.zero_shard = layout_.owned(dp_.rank());
+  const bool in_shard = config_.zero_stage >= 2;
+  const double squares = owned_sum_of_squares(model_.param_table(), owner,
+                                              in_shard ? grad_shard_.span() : model_.grads(),
+                                              in_shard ? owner.zero_shard.offset : 0);
+  return parallel::global_grad_norm(squares, &dp_, config_.grad_clip);
 }
 
 double DataParallelModel::finish_step(float lr) {
   timed(timeline_.waits, [&] { comm_->wait_all(); });
-  const double norm = global_grad_norm();
-  DTRAIN_CHECK(std::isfinite(norm), "training diverged: gradient norm ", norm,
+  const GradNorm norm = global_grad_norm();
+  DTRAIN_CHECK(std::isfinite(norm.norm), "training diverged: gradient norm ", norm.norm,
                " (try a smaller --lr)");
-  const float scale = optim::clip_scale(norm, config_.grad_clip);
   const bool whole = config_.zero_stage == 0;
   const std::span<float> params = whole ? model_.params() : owned_params();
   const std::span<float> grads = whole ? model_.grads() : owned_grads();
@@ -328,7 +324,7 @@ double DataParallelModel::finish_step(float lr) {
       team_.get(), static_cast<int64_t>(params.size()), 1024, [&](model::Range r) {
         const auto at = static_cast<size_t>(r.begin);
         const auto n = static_cast<size_t>(r.end - r.begin);
-        adamw_.update(params.subspan(at, n), grads.subspan(at, n), r.begin, lr, scale);
+        adamw_.update(params.subspan(at, n), grads.subspan(at, n), r.begin, lr, norm.clip_scale);
       });
   if (config_.zero_stage == 1 || config_.zero_stage == 2) {
     // Every rank updated its range; gather the whole parameter buffer in place.
@@ -340,7 +336,7 @@ double DataParallelModel::finish_step(float lr) {
     });
     wait_for(ticket);
   }
-  return norm;
+  return norm.norm;
 }
 
 std::vector<float> DataParallelModel::gather_params() {

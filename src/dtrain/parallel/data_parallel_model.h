@@ -29,6 +29,7 @@
 #include "dtrain/optim/adamw.h"
 #include "dtrain/parallel/comm_thread.h"
 #include "dtrain/parallel/data_parallel.h"
+#include "dtrain/parallel/finalize_grads.h"
 #include "dtrain/parallel/zero.h"
 
 namespace dtrain::parallel {
@@ -42,7 +43,8 @@ struct DataParallelConfig {
   uint64_t init_seed = 0;  // every rank initialises the same parameters from it
   int zero_stage = 0;      // 0 (plain DP) .. 3
   int64_t bucket_bytes = int64_t{1} << 20;
-  int threads = 1;  // compute threads of this rank (a model::ThreadTeam)
+  int threads = 1;                        // compute threads of this rank (a model::ThreadTeam)
+  Recompute recompute = Recompute::none;  // what each block keeps for backward (model/gpt.h)
   // Where the DP ranks sit (global ranks): for the per-link byte split, and at stage 0 with
   // `hierarchical` each bucket's all-reduce runs two-level (comm/hierarchical.h) instead of one
   // flat ring, so only S/G per rank crosses the inter-node link.
@@ -119,7 +121,7 @@ class DataParallelModel {
   void ensure_bucket_grads(int unit);
   void use_unit(int unit);  // stage 3: wait for its gathered weights and bind them
   void wait_for(int64_t ticket);
-  double global_grad_norm();
+  GradNorm global_grad_norm();  // a collective over the DP group
   std::span<float> owned_params();
   std::span<float> owned_grads();
 

@@ -25,10 +25,10 @@ void copy_floats(float* dst, const float* src, int64_t count) {
 // measured on a scratch tracker: the figure the in-flight accounting multiplies (tests compare
 // it with the plan/ formulas).
 int64_t measure_chunk_bytes(const model::GptConfig& g, int64_t b, int64_t T,
-                            model::LayerRange layers, bool embedding, bool head, bool split,
-                            int tp) {
+                            model::LayerRange layers, bool embedding, bool head, bool split, int tp,
+                            Recompute recompute) {
   MemoryTracker scratch;
-  model::GptActivations acts(g, b, T, &scratch, layers, embedding, head, tp);
+  model::GptActivations acts(g, b, T, &scratch, layers, embedding, head, tp, false, recompute);
   const std::unique_ptr<model::WeightGradStash> stash =
       split ? std::make_unique<model::WeightGradStash>(g, b, T, &scratch, layers, tp) : nullptr;
   return scratch.current_bytes(MemoryTag::activations);
@@ -54,7 +54,7 @@ PipelineExecutor::PipelineExecutor(comm::Communicator& comm, model::GptModel& mo
       tracker_(tracker),
       rank_(comm.rank()),
       workspace_(model.config(), config_.micro_batch, config_.seq, tracker, model.threads(),
-                 model.tp().size()) {
+                 model.tp().size(), false, model.recompute()) {
   const PipelineSchedule& s = config_.schedule;
   const StagePartition& p = config_.partition;
   DTRAIN_CHECK(comm.size() == s.stages, "pipeline executor: the communicator has ", comm.size(),
@@ -87,8 +87,9 @@ PipelineExecutor::PipelineExecutor(comm::Communicator& comm, model::GptModel& mo
     const int vs = p.virtual_stage(rank_, c);
     info.embedding = vs == 0;
     info.head = vs == p.virtual_stages() - 1;
-    info.activation_bytes = measure_chunk_bytes(g, config_.micro_batch, config_.seq, info.layers,
-                                                info.embedding, info.head, split_, tp_);
+    info.activation_bytes =
+        measure_chunk_bytes(g, config_.micro_batch, config_.seq, info.layers, info.embedding,
+                            info.head, split_, tp_, model.recompute());
     chunks_.push_back(info);
   }
   const size_t slots = static_cast<size_t>(s.chunks * s.microbatches);
@@ -113,7 +114,8 @@ int64_t PipelineExecutor::microbatch_activation_bytes() const {
 std::unique_ptr<model::GptActivations> PipelineExecutor::allocate(int chunk) {
   const ChunkInfo& c = chunks_[static_cast<size_t>(chunk)];
   return std::make_unique<model::GptActivations>(model_.config(), config_.micro_batch, config_.seq,
-                                                 tracker_, c.layers, c.embedding, c.head, tp_);
+                                                 tracker_, c.layers, c.embedding, c.head, tp_,
+                                                 false, model_.recompute());
 }
 
 // Posts every send and receive of the group [begin, end), then waits for the receives.
@@ -254,7 +256,7 @@ void PipelineExecutor::backward_weight(const Action& a) {
   DTRAIN_CHECK(acts_[i] != nullptr && stashes_[i] != nullptr, "rank ", rank_, ": ", to_string(a),
                " before its forward and backward_input");
   for (int64_t l = c.layers.end() - 1; l >= c.layers.first; --l) {
-    model_.block_backward_weight(*acts_[i], *stashes_[i], l);
+    model_.block_backward_weight(*acts_[i], workspace_, *stashes_[i], l);
   }
   release_activations(idx);
 }

@@ -8,9 +8,10 @@
 //    posted at once (isend / irecv), then the receives are waited for; sends are eager (their
 //    requests are kept and waited for before their buffers are reused or freed);
 //  - activations travel on one tag and gradients on another, so each link matches in order;
-//  - a forward allocates the activations of its (micro-batch, chunk) and the backward that
-//    consumes them frees them, so the activation bytes held at any time are the in-flight
-//    micro-batches (the checker's count, program order) times one micro-batch's activations.
+//  - a forward allocates the activations of its (micro-batch, chunk) (what the model's
+//    recompute mode keeps) and the backward that consumes them frees them, so the activation
+//    bytes held at any time are the in-flight micro-batches (the checker's count, program
+//    order) times one micro-batch's activations.
 //    Received tensors wait in communication buffers until their compute action copies them in.
 //  - ZB-H1's split backward: B (backward_input) computes the input gradients only
 //    (GptModel::block_backward_input; the head, the embedding and the LayerNorms' parameter

@@ -2,11 +2,8 @@
 // TP communicator, each counted with the traffic it measured.
 #include "dtrain/parallel/tensor_parallel.h"
 
-#include <string>
-
 #include "dtrain/comm/collectives.h"
 #include "dtrain/model/tp_shard.h"
-#include "dtrain/optim/grad_clip.h"
 
 namespace dtrain::parallel {
 
@@ -27,7 +24,7 @@ void TensorParallelGroup::all_reduce_max(float* data, int64_t count) {
 }
 
 void TensorParallelGroup::g_forward(float* data, int64_t count) {
-  if (size() > 1) reduce(data, count, comm::ReduceOp::sum, counters_.block_forward);
+  if (size() > 1) reduce(data, count, comm::ReduceOp::sum, counter_of(SpSite::block_forward));
 }
 
 void TensorParallelGroup::f_backward(float* dinp, int64_t count) {
@@ -37,7 +34,7 @@ void TensorParallelGroup::f_backward(float* dinp, int64_t count) {
 TpCounter& TensorParallelGroup::counter_of(SpSite site) {
   switch (site) {
     case SpSite::block_forward:
-      return counters_.block_forward;
+      return recomputing_ ? counters_.recompute : counters_.block_forward;
     case SpSite::block_backward:
       return counters_.block_backward;
     case SpSite::regather:
@@ -67,33 +64,6 @@ void TensorParallelGroup::sp_reduce_scatter(float* slice, const float* full, int
                                                  comm::Algorithm::ring);
   ++counter.calls;
   counter.elements += count;
-}
-
-void sp_all_reduce_layernorm_grads(model::GptModel& model, comm::Communicator& tp) {
-  if (tp.size() == 1) return;
-  for (size_t i = 0; i < model.param_table().size(); ++i) {
-    const std::string& name = model.param_table()[i].name;
-    const bool layernorm = name.find("ln1.") != std::string::npos ||
-                           name.find("ln2.") != std::string::npos || name.starts_with("lnf.");
-    if (!layernorm) continue;
-    std::span<float> g = model.grad(static_cast<int>(i));
-    comm::all_reduce<float>(tp, g.data(), static_cast<int64_t>(g.size()), comm::ReduceOp::sum,
-                            comm::Algorithm::ring);
-  }
-}
-
-double tp_grad_sum_of_squares(const model::GptModel& model, comm::Communicator& tp) {
-  const model::ParamTable& table = model.param_table();
-  std::span<const float> grads = model.grads();
-  double sharded = 0, replicated = 0;
-  for (const model::ParamTensor& t : table.tensors()) {
-    const double s = optim::sum_of_squares(
-        grads.subspan(static_cast<size_t>(t.offset), static_cast<size_t>(t.count)));
-    (model::tp_split_of(t.name) == model::TpSplit::replicated ? replicated : sharded) += s;
-  }
-  float local = static_cast<float>(sharded);
-  if (tp.size() > 1) comm::all_reduce<float>(tp, &local, 1, comm::ReduceOp::sum);
-  return static_cast<double>(local) + replicated;
 }
 
 BlockParamCounts block_param_counts(const model::ParamTable& table) {

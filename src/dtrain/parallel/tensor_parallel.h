@@ -2,8 +2,9 @@
 // model's TP hooks over a communicator of the TP group. f and g (the block's only
 // communication: 2 all-reduces of (B, T, C) forward, 2 backward) and the vocabulary-parallel
 // embedding's and cross-entropy's reductions are counted apart, with the traffic each measured,
-// so the engine can set them beside plan::tp_traffic_per_layer. The sharded shapes themselves
-// live in model/tp_shard.h; this file adds what needs a communicator.
+// so the engine can set them beside plan::tp_traffic_per_layer (full recompute's reruns apart
+// again). The sharded shapes themselves live in model/tp_shard.h; this file adds what needs a
+// communicator.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,9 @@ struct TensorParallelCounters {
   // Sequence parallelism only: backward's all-gathers of the stored LN-output slices that the
   // qkv and fc weight gradients need (Korthikanti et al. 2022, §4.2.2: not in the f/g formula).
   TpCounter regather;
+  // Full recompute: g (or SP's all-gather and reduce-scatter) of each block forward rerun before
+  // its backward; the forward's own stay in block_forward. (Under ZB-H1 W reruns it once more.)
+  TpCounter recompute;
 };
 
 class TensorParallelGroup final : public model::TensorParallelHooks {
@@ -44,6 +48,7 @@ class TensorParallelGroup final : public model::TensorParallelHooks {
   void all_reduce_max(float* data, int64_t count) override;
   void g_forward(float* data, int64_t count) override;
   void f_backward(float* dinp, int64_t count) override;
+  void set_recomputing(bool on) override { recomputing_ = on; }
   bool sequence_parallel() const override { return sequence_parallel_ && size() > 1; }
   void sp_all_gather(float* full, const float* slice, int64_t slice_count, SpSite site) override;
   void sp_reduce_scatter(float* slice, const float* full, int64_t slice_count,
@@ -58,13 +63,9 @@ class TensorParallelGroup final : public model::TensorParallelHooks {
 
   comm::Communicator& comm_;
   bool sequence_parallel_ = false;
+  bool recomputing_ = false;  // block forward collectives go to counters_.recompute
   TensorParallelCounters counters_;
 };
-
-// The squared L2 norm of the whole (serial) model's gradient, from a TP rank's shards: sharded
-// tensors' squares summed over the group (one all-reduce of one float, counted on the
-// communicator but not in the hooks' counters), replicated tensors' once.
-double tp_grad_sum_of_squares(const model::GptModel& model, comm::Communicator& tp);
 
 // Elements of the model's block tensors on this rank: those TP cuts (matrices and their
 // biases) and those it replicates (LayerNorms, the biases added after g).
@@ -73,12 +74,5 @@ struct BlockParamCounts {
   int64_t replicated = 0;
 };
 BlockParamCounts block_param_counts(const model::ParamTable& table);
-
-// Sequence parallelism: each rank's LayerNorm weight and bias gradients (ln1, ln2, lnf) are
-// sums over its slice of the tokens only; one all-reduce per tensor over `tp` completes them
-// (Megatron's "sequence-parallel parameters"). Not counted in the hooks' counters. The biases
-// added after g (attn.proj.b, mlp.proj.b) need none: backward gathers the full gradient before
-// the row-parallel linear's backward, which sums it over all B*T rows.
-void sp_all_reduce_layernorm_grads(model::GptModel& model, comm::Communicator& tp);
 
 }  // namespace dtrain::parallel

@@ -1,22 +1,11 @@
-// activation_bytes_per_layer: the component sum written out in activation_memory.h; and
-// weight_grad_stash_bytes_per_layer, what a split backward keeps from B to W.
+// activation_bytes_per_layer: the component sum written out in activation_memory.h; what a
+// recompute mode drops from it; and weight_grad_stash_bytes_per_layer, what a split backward
+// keeps from B to W.
 #include "dtrain/plan/activation_memory.h"
 
 #include "dtrain/core/check.h"
 
 namespace dtrain::plan {
-
-std::string_view name(Recompute r) {
-  switch (r) {
-    case Recompute::none:
-      return "none";
-    case Recompute::selective:
-      return "selective";
-    case Recompute::full:
-      return "full";
-  }
-  return "?";
-}
 
 double activation_bytes_per_layer(const ActivationShape& x) {
   DTRAIN_CHECK(x.seq > 0 && x.micro_batch > 0 && x.hidden > 0 && x.heads > 0 && x.tp > 0,
@@ -54,6 +43,12 @@ double activation_bytes_per_layer(const ActivationShape& x) {
   double bytes = e * elements + mask_bytes;
   if (x.count_layernorm_stats) bytes += 4.0 * 4.0 * s * b / replicated_split;
   return bytes;
+}
+
+double recompute_scratch_bytes(const ActivationShape& x) {
+  ActivationShape kept_all = x;
+  kept_all.recompute = Recompute::none;
+  return activation_bytes_per_layer(kept_all) - activation_bytes_per_layer(x);
 }
 
 double weight_grad_stash_bytes_per_layer(const ActivationShape& x) {

@@ -25,6 +25,11 @@
 // paper's Eq. 1; with t and no SP, s*b*h*(10 + 24/t + 5*a*s/(h*t)) (Eq. 2); with SP,
 // s*b*h/t*(34 + 5*a*s/h) (Eq. 4). Selective recompute drops the a*s*s terms (Eq. 6); full
 // recompute keeps only the layer input, 2*s*b*h (s*b*h/t with SP).
+// The engine's variant (bytes_per_element 4, dropout false, count_layernorm_stats true) is what
+// model::GptActivations allocates in each mode: none all of the above; selective all but the
+// softmax output; full the LayerNorm 1 input alone (its statistics are recomputed too). What a
+// mode drops is re-created one layer at a time into a scratch the rank holds once:
+// recompute_scratch_bytes.
 //
 // Llama-style layers (extension): with kv_heads < heads, K and V are each
 // s*b*h*kv_heads/(heads*t); with gated_mlp the MLP keeps the gate and up projections' outputs
@@ -34,10 +39,13 @@
 #include <cstdint>
 #include <string_view>
 
+#include "dtrain/core/recompute.h"
+
 namespace dtrain::plan {
 
-enum class Recompute { none, selective, full };
-std::string_view name(Recompute r);
+// The one enum (core/recompute.h), under the planner's names as well.
+using dtrain::name;
+using dtrain::Recompute;
 
 struct ActivationShape {
   int64_t seq = 0;          // s
@@ -58,6 +66,12 @@ struct ActivationShape {
 
 // Bytes of activations one layer keeps for its backward pass, for one micro-batch.
 double activation_bytes_per_layer(const ActivationShape& shape);
+
+// Bytes of the tensors `shape.recompute` drops from one layer (0 for none): the backward
+// re-creates them one layer at a time, so a rank holds them once, in a scratch shared by all its
+// layers and micro-batches (the engine's GptWorkspace; the planner's temporary memory).
+// activation_bytes_per_layer(shape with none) - activation_bytes_per_layer(shape).
+double recompute_scratch_bytes(const ActivationShape& shape);
 
 // Bytes one layer keeps between a split backward's B and W (ZB-H1) for one micro-batch: the
 // output gradient of each of its four linears, s*b*(3h/t + h + ffn/t + h) elements (qkv and fc

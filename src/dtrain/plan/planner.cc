@@ -56,13 +56,10 @@ ScheduleKind schedule_of(const Layout& l) {
 MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t microbatches,
                                 int stage) {
   const ModelShape& m = in.model;
-  ActivationShape shape = activation_shape(m, in.training, l);
+  const ActivationShape shape = activation_shape(m, in.training, l);
   const double per_layer = activation_bytes_per_layer(shape);
-  double recompute_temp = 0;  // backward re-creates one layer's dropped activations at a time
-  if (l.recompute != Recompute::none) {
-    shape.recompute = Recompute::none;
-    recompute_temp = activation_bytes_per_layer(shape) - per_layer;
-  }
+  // backward re-creates one layer's dropped activations at a time
+  const double recompute_temp = recompute_scratch_bytes(shape);
   const StateBytes sb = in.training.state_bytes;
   MemoryBreakdown mem;
   mem.stage = stage;

@@ -28,6 +28,7 @@ parallel::DataParallelConfig model_config(const DataParallelEngineConfig& c, int
   m.zero_stage = c.dp.zero_stage;
   m.bucket_bytes = c.dp.bucket_bytes;
   m.threads = c.base.threads;
+  m.recompute = c.base.recompute;
   const int N = c.dp.dp;
   m.topology = comm::NodeTopology(N, c.ranks_per_node > 0 ? c.ranks_per_node : N);
   m.hierarchical = c.hierarchical;
@@ -282,8 +283,9 @@ TrainSummary run_data_parallel(const DataParallelEngineConfig& config, const Tra
         TrainSummary s = loop.run();
         if (world.rank() == 0) {
           // Each rank holds the activations of one micro-batch, not of the global batch.
-          s.planned_activation_bytes = planned_activation_bytes(
-              trainer.model, engine.report().micro_batch, trainer.seq, config.base.threads);
+          s.planned_activation_bytes =
+              planned_activation_bytes(trainer.model, engine.report().micro_batch, trainer.seq,
+                                       config.base.threads, config.base.recompute);
           s.data_parallel = engine.report();
         }
         // Every rank's inter-node bytes, for the job's total (a collective: all ranks call it).

@@ -1,22 +1,21 @@
-// MeshEngine: the composed DP x TP x PP step (pipeline, tied-embedding sum, DP gradient sync
-// with ZeRO 0-2, global norm, AdamW on the owned part, parameter gather), the layout checks,
-// and the SPMD run over either backend with a report gathered through the communicator.
+// MeshEngine: the composed DP x TP x PP step (pipeline, gradient finalization around the DP
+// sync with ZeRO 0-2, AdamW on the owned part, parameter gather), the layout checks, and the
+// SPMD run over either backend with a report gathered through the communicator.
 #include "dtrain/train/mesh_engine.h"
 
 #include <algorithm>
 #include <array>
-#include <cmath>
-#include <cstring>
 #include <iterator>
 #include <optional>
 #include <sstream>
 
 #include "dtrain/comm/collectives.h"
 #include "dtrain/comm/launch.h"
+#include "dtrain/comm/rank_order.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
 #include "dtrain/model/tp_shard.h"
-#include "dtrain/optim/grad_clip.h"
+#include "dtrain/parallel/finalize_grads.h"
 #include "dtrain/plan/comm_model.h"
 #include "dtrain/plan/link_traffic.h"
 #include "dtrain/plan/memory_model.h"
@@ -42,18 +41,6 @@ parallel::PipelineExecutorConfig executor_config(const MeshEngineConfig& c) {
   e.micro_batch = c.base.batch / (c.dp * c.microbatches);
   e.seq = c.base.seq;
   return e;
-}
-
-int64_t bits_of(double x) {
-  int64_t b = 0;
-  std::memcpy(&b, &x, sizeof b);
-  return b;
-}
-
-double double_of(int64_t b) {
-  double x = 0;
-  std::memcpy(&x, &b, sizeof x);
-  return x;
 }
 
 double sent(const comm::Communicator* c) {
@@ -131,7 +118,7 @@ MeshEngine::MeshEngine(const MeshEngineConfig& config, comm::Communicator& world
       team_(config.base.threads),
       hooks_(std::make_unique<parallel::TensorParallelGroup>(*tp_comm_)),
       model_(config.base.model, parallel::stage_of(config.partition, coord_.pp), &tracker_,
-             hooks_.get(), &team_),
+             hooks_.get(), &team_, config.base.recompute),
       layout_(parallel::shard_layout(model_.param_count(), config.dp)),
       adamw_(config.zero_stage == 0 ? model_.param_count() : layout_.shard, config.base.adamw,
              &tracker_) {
@@ -174,49 +161,20 @@ std::span<const int32_t> MeshEngine::my_rows(const std::vector<int32_t>& ids) co
   return std::span<const int32_t>(ids).subspan(static_cast<size_t>(coord_.dp) * n, n);
 }
 
-std::vector<std::pair<double, double>> MeshEngine::gather_pairs(double a, double b) {
-  const int64_t mine[2] = {bits_of(a), bits_of(b)};
-  std::vector<int64_t> all(static_cast<size_t>(2 * world_.size()));
-  comm::all_gather<int64_t>(world_, mine, all.data(), 2 * world_.size());  // count: all ranks'
-  std::vector<std::pair<double, double>> out;
-  for (size_t r = 0; r < all.size(); r += 2)
-    out.emplace_back(double_of(all[r]), double_of(all[r + 1]));
-  return out;
+parallel::GradOwnership MeshEngine::grad_ownership() const {
+  parallel::GradOwnership owner;
+  owner.coord = coord_;
+  owner.zero_stage = config_.zero_stage;
+  if (config_.zero_stage > 0) owner.zero_shard = layout_.owned(coord_.dp);
+  owner.tied_copy = parallel::holds_tied_copy(model_.stage());
+  return owner;
 }
 
-double MeshEngine::owned_sum_of_squares() const {
-  int64_t begin = 0, end = model_.param_count();
-  if (config_.zero_stage > 0) {
-    const comm::Chunk owned = layout_.owned(coord_.dp);
-    begin = owned.offset;
-    end = owned.offset + owned.count;
-  } else if (coord_.dp != 0) {
-    return 0;  // DP replicas hold the same averaged gradient: DP rank 0 counts it
-  }
-  // At stage 2 the gradient lives in the shard (element 0 is flat element `begin`).
-  const bool in_shard = config_.zero_stage == 2;
-  std::span<const float> g = in_shard ? grad_shard_.span() : model_.grads();
-  const int64_t base = in_shard ? begin : 0;
-  const bool tied_copy = config_.pp > 1 && model_.stage().head && !model_.stage().embedding;
-  double sum = 0;
-  for (const model::ParamTensor& t : model_.param_table().tensors()) {
-    if (coord_.tp != 0 && model::tp_split_of(t.name) == model::TpSplit::replicated) continue;
-    if (tied_copy && t.name == "wte") continue;  // the first stage counts the tied wte
-    const int64_t lo = std::max(t.offset, begin), hi = std::min(t.offset + t.count, end);
-    if (lo >= hi) continue;
-    sum += optim::sum_of_squares(
-        g.subspan(static_cast<size_t>(lo - base), static_cast<size_t>(hi - lo)));
-  }
-  return sum;
-}
-
+// The last stage's TP rank 0 of each DP rank brings its loss, the others 0, so the sum in rank
+// order adds the DP ranks' losses in DP order (rank_of grows with dp for a fixed tp and pp).
 float MeshEngine::mean_loss(float last_stage_loss) {
-  const std::vector<std::pair<double, double>> all = gather_pairs(0, last_stage_loss);
-  double sum = 0;
-  for (int d = 0; d < config_.dp; ++d) {
-    const int r = mesh_.rank_of({d, 0, config_.pp - 1});
-    sum += all[static_cast<size_t>(r)].second;
-  }
+  const double mine = coord_.tp == 0 && coord_.pp == config_.pp - 1 ? last_stage_loss : 0.0;
+  const double sum = comm::sum_in_rank_order(world_, std::span<const double>(&mine, 1))[0];
   return static_cast<float>(sum / config_.dp);
 }
 
@@ -273,27 +231,24 @@ StepStats MeshEngine::train_step(const Batch& batch, float lr) {
     }
   }
   Stopwatch watch;
-  // The LM head is tied to wte: the first stage's embedding gradient and the last stage's head
-  // gradient are two halves of one gradient (Megatron's embedding group).
-  if (embedding_comm_ != nullptr) {
-    std::span<float> dwte = model_.grad(model_.param_table().index_of("wte"));
-    comm::all_reduce<float>(*embedding_comm_, dwte.data(), static_cast<int64_t>(dwte.size()),
-                            comm::ReduceOp::sum, comm::Algorithm::ring);
-  }
+  // The finalization (parallel/finalize_grads.h) around the DP sync: the tied wte and the SP
+  // LayerNorms (none yet: mesh_config refuses SP) while every rank holds its whole gradient,
+  // then the norm of the owned parts over the world.
+  parallel::sum_tied_embedding_grads(model_, embedding_comm_.get());
+  parallel::all_reduce_sequence_parallel_norm_grads(model_, tp_comm_.get());
   sync_gradients();
-  const std::vector<std::pair<double, double>> all =
-      gather_pairs(owned_sum_of_squares(), record.loss);
-  double sum_sq = 0, loss_sum = 0;
-  for (const auto& [sq, loss] : all) sum_sq += sq;
-  for (int d = 0; d < config_.dp; ++d) {
-    loss_sum += all[static_cast<size_t>(mesh_.rank_of({d, 0, config_.pp - 1}))].second;
-  }
-  stats.grad_norm = std::sqrt(sum_sq);
-  stats.loss = static_cast<float>(loss_sum / config_.dp);
+  const bool in_shard = config_.zero_stage == 2;  // the gradient lives in the shard
+  const parallel::GradOwnership owner = grad_ownership();
+  const parallel::GradNorm norm = parallel::global_grad_norm(
+      parallel::owned_sum_of_squares(model_.param_table(), owner,
+                                     in_shard ? grad_shard_.span() : model_.grads(),
+                                     in_shard ? owner.zero_shard.offset : 0),
+      &world_, config_.base.grad_clip);
+  stats.grad_norm = norm.norm;
+  stats.loss = mean_loss(record.loss);
   check_not_diverged(stats);
-  const float scale = optim::clip_scale(stats.grad_norm, config_.base.grad_clip);
   if (config_.zero_stage == 0) {
-    adamw_update_on_team(&team_, adamw_, model_.params(), model_.grads(), lr, scale);
+    adamw_update_on_team(&team_, adamw_, model_.params(), model_.grads(), lr, norm.clip_scale);
   } else {
     const comm::Chunk owned = layout_.owned(coord_.dp);
     std::span<float> params = model_.params().subspan(static_cast<size_t>(owned.offset),
@@ -303,7 +258,7 @@ StepStats MeshEngine::train_step(const Batch& batch, float lr) {
             ? std::span<const float>(grad_shard_.span()).first(static_cast<size_t>(owned.count))
             : std::span<const float>(model_.grads())
                   .subspan(static_cast<size_t>(owned.offset), static_cast<size_t>(owned.count));
-    adamw_update_on_team(&team_, adamw_, params, grads, lr, scale);
+    adamw_update_on_team(&team_, adamw_, params, grads, lr, norm.clip_scale);
     if (config_.dp > 1) {
       float* p = model_.params().data();
       parallel::gather_from_shards(*dp_comm_, layout_, 0, model_.param_count(), p + owned.offset,
@@ -387,7 +342,7 @@ MeshRankRow MeshEngine::report_row() const {
         static_cast<double>(table[static_cast<size_t>(table.index_of("wte"))].count) *
         sizeof(float);
     r.embedding_formula = plan::collective_traffic(comm::CollectiveOp::all_reduce,
-                                                   comm::Algorithm::ring, wte_bytes, 2)
+                                                   parallel::kTiedEmbeddingAlgorithm, wte_bytes, 2)
                               .bytes_sent;
   }
   r.tp_vocab_formula =
@@ -481,9 +436,10 @@ MeshRankRow MeshEngine::report_row() const {
       other.pp = coord_.pp == 0 ? config_.pp - 1 : 0;
       std::vector<int> pair = {me, mesh_.rank_of(other)};
       std::sort(pair.begin(), pair.end());
-      seconds += plan::collective_cost(comm::CollectiveOp::all_reduce, comm::Algorithm::ring,
-                                       r.embedding_formula, 2, link_of(pair, Axis::pp))
-                     .time_s;
+      seconds +=
+          plan::collective_cost(comm::CollectiveOp::all_reduce, parallel::kTiedEmbeddingAlgorithm,
+                                r.embedding_formula, 2, link_of(pair, Axis::pp))
+              .time_s;
     }
     if (config_.pp > 1) {
       const plan::Link& link = link_of(mesh_.group_of(Axis::pp, me), Axis::pp);
@@ -646,11 +602,7 @@ MeshRankRow unpack(const double* f, int rank, const parallel::DeviceMesh& mesh,
 MeshReport gather_mesh_report(MeshEngine& engine, comm::Communicator& world,
                               const MeshEngineConfig& config, const MeshSetup& setup) {
   const std::array<double, kRowFields> mine = pack(engine.report_row());
-  std::array<int64_t, kRowFields> bits{};
-  for (int i = 0; i < kRowFields; ++i)
-    bits[static_cast<size_t>(i)] = bits_of(mine[static_cast<size_t>(i)]);
-  std::vector<int64_t> all(static_cast<size_t>(kRowFields * world.size()));
-  comm::all_gather<int64_t>(world, bits.data(), all.data(), kRowFields * world.size());
+  const std::vector<double> all = comm::gather_in_rank_order(world, mine);
   MeshReport report;
   report.dp = config.dp;
   report.tp = config.tp;
@@ -663,12 +615,9 @@ MeshReport gather_mesh_report(MeshEngine& engine, comm::Communicator& world,
   report.micro_batch = config.base.batch / (config.dp * config.microbatches);
   report.ranks_per_node = setup.ranks_per_node;
   report.nodes = config.topology.nodes();
-  std::vector<double> f(kRowFields);
   for (int r = 0; r < world.size(); ++r) {
-    for (int i = 0; i < kRowFields; ++i) {
-      f[static_cast<size_t>(i)] = double_of(all[static_cast<size_t>(r * kRowFields + i)]);
-    }
-    report.ranks.push_back(unpack(f.data(), r, engine.mesh(), config.partition));
+    report.ranks.push_back(unpack(all.data() + static_cast<size_t>(r) * kRowFields, r,
+                                  engine.mesh(), config.partition));
     const MeshRankRow& row = report.ranks.back();
     report.predicted_comm_ms = std::max(report.predicted_comm_ms, row.predicted_comm_ms);
     report.inter_node_bytes += row.model_inter_node_bytes;

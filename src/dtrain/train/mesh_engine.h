@@ -4,7 +4,8 @@
 //   1. this DP rank's B/dp rows run through the pipeline schedule (M micro-batches) on a stage
 //      model cut for its TP group (parallel::PipelineExecutor over the PP group, the model's
 //      TP hooks over the TP group; with pp = 1 the schedule is M forward/backward pairs);
-//   2. the tied wte gradient is summed between the first and last stage (embedding group);
+//   2. the tied wte gradient is summed between the first and last stage (embedding group;
+//      parallel/finalize_grads.h, as is step 4's ownership rule);
 //   3. the DP group averages the gradient: an all-reduce at stage 0, a reduce-scatter into this
 //      rank's ZeRO shard at stages 1 and 2 (stage 2 then frees the full gradient buffer, which
 //      the next step's backward allocates again: under a pipeline the M micro-batches
@@ -30,6 +31,7 @@
 #include "dtrain/model/gpt.h"
 #include "dtrain/model/thread_team.h"
 #include "dtrain/optim/adamw.h"
+#include "dtrain/parallel/finalize_grads.h"
 #include "dtrain/parallel/mesh.h"
 #include "dtrain/parallel/pipeline_executor.h"
 #include "dtrain/parallel/pipeline_stages.h"
@@ -89,10 +91,9 @@ class MeshEngine final : public StepEngine {
 
  private:
   std::span<const int32_t> my_rows(const std::vector<int32_t>& ids) const;
-  // The squared gradient norm of this rank's share, each serial element counted by one rank.
-  double owned_sum_of_squares() const;
-  // Every rank's pair (a, b) gathered over the world in rank order.
-  std::vector<std::pair<double, double>> gather_pairs(double a, double b);
+  // This rank's share of the global norm (parallel::counted_grad_ranges).
+  parallel::GradOwnership grad_ownership() const;
+  // The DP ranks' mean of the last stages' losses, the same bits on every rank (a collective).
   float mean_loss(float last_stage_loss);
   // The local flat elements whose AdamW moments this rank holds: all at stage 0, its shard at
   // stages 1 and 2.

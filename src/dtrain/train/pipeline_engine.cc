@@ -1,11 +1,9 @@
-// PipelineEngine: the stage model and its optimizer, the step after the schedule (tied
-// embedding sum, global norm, clipping, AdamW), the flag checks, and the SPMD run over the
+// PipelineEngine: the stage model and its optimizer, the step after the schedule (the gradient
+// finalization of parallel/finalize_grads.h, AdamW), the flag checks, and the SPMD run over the
 // threads backend with its report, trace and timeline.
 #include "dtrain/train/pipeline_engine.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <iomanip>
 #include <sstream>
@@ -14,7 +12,7 @@
 #include "dtrain/comm/threads/backend.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
-#include "dtrain/optim/grad_clip.h"
+#include "dtrain/parallel/finalize_grads.h"
 #include "dtrain/parallel/mesh.h"
 #include "dtrain/parallel/pipeline_checker.h"
 #include "dtrain/plan/comm_model.h"
@@ -93,7 +91,7 @@ PipelineEngine::PipelineEngine(const PipelineEngineConfig& config, comm::Communi
       pp_(pp),
       team_(config.base.threads),
       model_(config.base.model, parallel::stage_of(config.partition, pp.rank()), &tracker_, nullptr,
-             &team_),
+             &team_, config.base.recompute),
       adamw_(model_.param_count(), config.base.adamw, &tracker_) {
   const int P = config.partition.stages();
   DTRAIN_CHECK(pp.size() == P, "pipeline: ", pp.size(), " ranks for ", P, " stages");
@@ -119,21 +117,6 @@ std::string PipelineEngine::describe() const {
   s += str(", ", config_.microbatches, " micro-batches of ",
            config_.base.batch / config_.microbatches);
   return s;
-}
-
-double PipelineEngine::global_sum_of_squares(double local) {
-  // Each rank's double, gathered bit for bit and added in rank order: the same on every rank.
-  int64_t bits = 0;
-  std::memcpy(&bits, &local, sizeof bits);
-  std::vector<int64_t> all(static_cast<size_t>(pp_.size()));
-  comm::all_gather<int64_t>(pp_, &bits, all.data(), pp_.size());
-  double sum = 0;
-  for (int64_t b : all) {
-    double x = 0;
-    std::memcpy(&x, &b, sizeof x);
-    sum += x;
-  }
-  return sum;
 }
 
 float PipelineEngine::broadcast_from_last(float value) {
@@ -163,33 +146,24 @@ StepStats PipelineEngine::train_step(const Batch& batch, float lr) {
     step.after.push_back({label, trace::SpanKind::other, -1, -1, start, now_us()});
   };
 
-  // The LM head is tied to wte: the first stage's embedding gradient and the last stage's head
-  // gradient are two halves of one gradient (Megatron's embedding group).
-  const model::ParamTable& table = model_.param_table();
-  const bool tied_copy = embedding_group_ != nullptr;
-  if (tied_copy) {
-    const double start = now_us();
-    std::span<float> dwte = model_.grad(table.index_of("wte"));
-    comm::all_reduce<float>(*embedding_group_, dwte.data(), static_cast<int64_t>(dwte.size()),
-                            comm::ReduceOp::sum);
-    span("sum wte gradient", start);
-  }
-
-  // Global norm: every gradient once (the last stage's wte copy is left out).
+  // The tied wte's two halves summed (first and last stage), then the global norm: each stage
+  // counts its own tensors, the last stage's wte copy left out (parallel/finalize_grads.h).
   double start = now_us();
-  std::span<const float> counted = model_.grads();
-  if (tied_copy && model_.stage().head) {
-    const model::ParamTensor& wte = table[static_cast<size_t>(table.index_of("wte"))];
-    DTRAIN_CHECK(wte.offset == 0, "pipeline: wte must be the stage's first tensor");
-    counted = counted.subspan(static_cast<size_t>(wte.count));
-  }
-  stats.grad_norm = std::sqrt(global_sum_of_squares(optim::sum_of_squares(counted)));
+  parallel::sum_tied_embedding_grads(model_, embedding_group_.get());
+  if (embedding_group_ != nullptr) span("sum wte gradient", start);
+  start = now_us();
+  parallel::GradOwnership owner;
+  owner.coord.pp = pp_.rank();
+  owner.tied_copy = parallel::holds_tied_copy(model_.stage());
+  const parallel::GradNorm norm = parallel::global_grad_norm(
+      parallel::owned_sum_of_squares(model_.param_table(), owner, model_.grads()), &pp_,
+      config_.base.grad_clip);
+  stats.grad_norm = norm.norm;
   stats.loss = broadcast_from_last(step.pipeline.loss);
   span("gradient norm", start);
   check_not_diverged(stats);
   start = now_us();
-  adamw_.step(model_.params(), model_.grads(), lr,
-              optim::clip_scale(stats.grad_norm, config_.base.grad_clip));
+  adamw_.step(model_.params(), model_.grads(), lr, norm.clip_scale);
   span("AdamW", start);
   stats.optimizer_ms = optimizer_watch.elapsed_us() * 1e-3;
   PipelineStepTiming timing;

@@ -69,7 +69,6 @@ class PipelineEngine final : public StepEngine {
   const std::vector<PipelineStepTiming>& timings() const { return timings_; }
 
  private:
-  double global_sum_of_squares(double local);
   float broadcast_from_last(float value);
 
   PipelineEngineConfig config_;

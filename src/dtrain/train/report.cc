@@ -153,7 +153,7 @@ void print_summary(std::ostream& out, const TrainSummary& s) {
   out << "  " << left_aligned("total (peak)", 16) << right_aligned("", 12)
       << right_aligned(format_bytes(static_cast<double>(s.peak_total_bytes)), 14) << "\n";
   out << "  activations planned by plan/ (L x per layer + head + workspace): "
-      << format_bytes(s.planned_activation_bytes) << "\n";
+      << format_bytes(s.planned_activation_bytes) << "; recompute " << name(c.recompute) << "\n";
   if (s.data_parallel) print_data_parallel(out, *s.data_parallel);
   if (s.pipeline) print_pipeline_report(out, *s.pipeline);
   if (s.tensor_parallel) print_tensor_parallel_report(out, *s.tensor_parallel);
@@ -178,7 +178,8 @@ nlohmann::json summary_to_json(const TrainSummary& s) {
               {"min_lr", c.schedule.min_lr},
               {"warmup", c.schedule.warmup_steps},
               {"eval_every", c.eval_every},
-              {"eval_batches", c.eval_batches}};
+              {"eval_batches", c.eval_batches},
+              {"recompute", name(c.recompute)}};
   j["loss"] = {{"first_train", s.first_train_loss},
                {"final_train", s.final_train_loss},
                {"final_train_avg10", s.final_train_loss_avg},

@@ -166,7 +166,7 @@ void check_memory(const model::GptConfig& m, int64_t B, int64_t T, const TrainOp
       1, B / dp /
              std::max<int64_t>(
                  1, std::max<int64_t>(o.data_parallel.grad_accum, o.pipeline.microbatches)));
-  const double activations = planned_activation_bytes(m, micro, T, o.threads);
+  const double activations = planned_activation_bytes(m, micro, T, o.threads, o.recompute);
   // Threads: every DP replica lives in this process; MPI: one rank per process.
   const int64_t ranks = static_cast<int64_t>(dp) * o.tensor_parallel.tp * o.pipeline.pp;
   const double needed = mpi ? (states * dp + activations * dp) / static_cast<double>(ranks)
@@ -265,6 +265,7 @@ TrainSetup resolve(const TrainOptions& o) {
   setup.engine.grad_clip = o.grad_clip;
   setup.engine.init_seed = seeds.next_u64();
   setup.engine.threads = o.threads;
+  setup.engine.recompute = o.recompute;
 
   TrainerConfig& t = setup.trainer;
   t.model = m;
@@ -278,6 +279,7 @@ TrainSetup resolve(const TrainOptions& o) {
   t.eval_batches = o.eval_batches;
   t.data_seed = seeds.next_u64();
   t.threads = o.threads;
+  t.recompute = o.recompute;
 
   const std::string path = o.data.empty() ? default_corpus_path() : o.data;
   DTRAIN_CHECK(!o.data.empty() || std::filesystem::exists(path), "the default corpus '", path,

@@ -37,9 +37,10 @@ struct TrainOptions {
   int blas_threads = 1;             // OpenBLAS's own threads (keep 1 when threads > 1)
   DataParallelSetup data_parallel;  // --dp, --zero, --bucket-size, --grad-accum
   PipelineSetup pipeline;  // --pp, --microbatches, --schedule, --chunks, --stage-layers, ...
-  TensorParallelSetup tensor_parallel;  // --tp, --sequence-parallel
-  MeshSetup mesh;                       // --backend, --rank-order, --ranks-per-node, --timeout
-  CheckpointConfig checkpoint;          // --save, --save-every, --keep-checkpoints, --resume
+  TensorParallelSetup tensor_parallel;    // --tp, --sequence-parallel
+  Recompute recompute = Recompute::none;  // --recompute
+  MeshSetup mesh;                         // --backend, --rank-order, --ranks-per-node, --timeout
+  CheckpointConfig checkpoint;            // --save, --save-every, --keep-checkpoints, --resume
   std::string inject_fault;     // --inject-fault rank=R,step=S,kind=throw|exit (empty: none)
   StopRequest* stop = nullptr;  // set by a SIGINT/SIGTERM handler (threads backend); may be null
 };

@@ -1,11 +1,10 @@
-// SerialEngine::train_step: zero grads, forward, backward, clip, AdamW.
+// SerialEngine::train_step: zero grads, forward, backward, the global norm and clip scale
+// (parallel/finalize_grads.h, with no groups: the whole model is this rank's), AdamW.
 #include "dtrain/train/serial_engine.h"
-
-#include <cmath>
 
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
-#include "dtrain/optim/grad_clip.h"
+#include "dtrain/parallel/finalize_grads.h"
 #include "dtrain/train/step_update.h"
 
 namespace dtrain::train {
@@ -13,7 +12,7 @@ namespace dtrain::train {
 SerialEngine::SerialEngine(const SerialEngineConfig& config)
     : config_(config),
       team_(config.threads),
-      model_(config.model, &tracker_, nullptr, &team_),
+      model_(config.model, &tracker_, nullptr, &team_, config.recompute),
       adamw_(model_.param_count(), config.adamw, &tracker_) {
   model_.init_params(config.init_seed);
   model_.set_batch_shape(config.batch, config.seq);
@@ -29,10 +28,12 @@ StepStats SerialEngine::train_step(const Batch& batch, float lr) {
   model_.backward();
   stats.backward_ms = watch.elapsed_us() * 1e-3;
   watch.restart();
-  stats.grad_norm = std::sqrt(optim::sum_of_squares(model_.grads()));
+  const parallel::GradNorm norm = parallel::global_grad_norm(
+      parallel::owned_sum_of_squares(model_.param_table(), {}, model_.grads()), nullptr,
+      config_.grad_clip);
+  stats.grad_norm = norm.norm;
   check_not_diverged(stats);
-  adamw_update_on_team(&team_, adamw_, model_.params(), model_.grads(), lr,
-                       optim::clip_scale(stats.grad_norm, config_.grad_clip));
+  adamw_update_on_team(&team_, adamw_, model_.params(), model_.grads(), lr, norm.clip_scale);
   stats.optimizer_ms = watch.elapsed_us() * 1e-3;
   return stats;
 }

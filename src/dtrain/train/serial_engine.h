@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "dtrain/core/recompute.h"
 #include "dtrain/model/gpt.h"
 #include "dtrain/optim/adamw.h"
 #include "dtrain/train/step_engine.h"
@@ -20,6 +21,7 @@ struct SerialEngineConfig {
   float grad_clip = 1.0f;  // max global norm; <= 0 disables clipping
   uint64_t init_seed = 0;  // parameter initialisation
   int threads = 1;         // compute threads (a model::ThreadTeam); OpenBLAS stays as set
+  Recompute recompute = Recompute::none;  // --recompute: every engine builds its model with it
 };
 
 class SerialEngine final : public StepEngine {

@@ -1,15 +1,16 @@
 // TensorParallelEngine: one sharded GptModel and one AdamW over its shards per TP rank; the
-// gradient norm of the whole model from the shards; counters per step; the SPMD run.
+// gradient finalization (parallel/finalize_grads.h: SP LayerNorms, the norm of the whole model
+// from the shards); counters per step; the SPMD run.
 #include "dtrain/train/tensor_parallel_engine.h"
 
-#include <cmath>
+#include <algorithm>
 #include <mutex>
 
 #include "dtrain/comm/threads/backend.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
 #include "dtrain/model/tp_shard.h"
-#include "dtrain/optim/grad_clip.h"
+#include "dtrain/parallel/finalize_grads.h"
 #include "dtrain/parallel/mesh.h"
 #include "dtrain/plan/activation_memory.h"
 #include "dtrain/plan/comm_model.h"
@@ -28,12 +29,12 @@ void add(parallel::TpCounter& sum, const parallel::TpCounter& after,
 // One block's activation bytes on a TP rank, read from a MemoryTracker: the activations of
 // blocks {0, 1} less those of block {0} alone (the same buffers the engine's model carves).
 int64_t measured_block_activation_bytes(model::GptConfig g, int64_t B, int64_t T, int tp,
-                                        bool sequence_parallel) {
+                                        bool sequence_parallel, Recompute recompute) {
   g.layers = 2;
   auto bytes = [&](int64_t blocks) {
     MemoryTracker tracker;
     const model::GptActivations acts(g, B, T, &tracker, {0, blocks}, false, false, tp,
-                                     sequence_parallel);
+                                     sequence_parallel, recompute);
     return tracker.current_bytes(MemoryTag::activations);
   };
   return bytes(2) - bytes(1);
@@ -54,7 +55,7 @@ TensorParallelEngine::TensorParallelEngine(const SerialEngineConfig& config, com
       team_(config.threads),
       hooks_(tp, sequence_parallel),
       model_((model::check_tensor_parallel(config.model, tp.size()), config.model), &tracker_,
-             &hooks_, &team_),
+             &hooks_, &team_, config.recompute),
       adamw_(model_.param_count(), config.adamw, &tracker_) {
   sequence_parallel_ = hooks_.sequence_parallel();
   if (sequence_parallel_) model::check_sequence_parallel(config.batch, config.seq, tp.size());
@@ -77,13 +78,17 @@ StepStats TensorParallelEngine::train_step(const Batch& batch, float lr) {
   stats.forward_ms = watch.elapsed_us() * 1e-3;
   watch.restart();
   model_.backward();
-  if (sequence_parallel_) parallel::sp_all_reduce_layernorm_grads(model_, tp_);
+  parallel::all_reduce_sequence_parallel_norm_grads(model_, &tp_);
   stats.backward_ms = watch.elapsed_us() * 1e-3;
   watch.restart();
-  stats.grad_norm = std::sqrt(parallel::tp_grad_sum_of_squares(model_, tp_));
+  parallel::GradOwnership owner;
+  owner.coord.tp = tp_.rank();
+  const parallel::GradNorm norm = parallel::global_grad_norm(
+      parallel::owned_sum_of_squares(model_.param_table(), owner, model_.grads()), &tp_,
+      config_.grad_clip);
+  stats.grad_norm = norm.norm;
   check_not_diverged(stats);
-  adamw_update_on_team(&team_, adamw_, model_.params(), model_.grads(), lr,
-                       optim::clip_scale(stats.grad_norm, config_.grad_clip));
+  adamw_update_on_team(&team_, adamw_, model_.params(), model_.grads(), lr, norm.clip_scale);
   stats.optimizer_ms = watch.elapsed_us() * 1e-3;
   const parallel::TensorParallelCounters& after = hooks_.counters();
   add(step_totals_.block_forward, after.block_forward, before.block_forward);
@@ -166,8 +171,8 @@ TensorParallelRankReport TensorParallelEngine::report() const {
   r.regather_bytes_sent_per_step =
       static_cast<double>(step_totals_.regather.traffic.bytes_sent) / n;
   // Activations of one block on this rank (every block keeps the same tensors).
-  r.block_activation_bytes = measured_block_activation_bytes(m, config_.batch, config_.seq,
-                                                             tp_.size(), sequence_parallel_);
+  r.block_activation_bytes = measured_block_activation_bytes(
+      m, config_.batch, config_.seq, tp_.size(), sequence_parallel_, config_.recompute);
   r.formula_block_activation_bytes =
       plan::activation_bytes_per_layer({.seq = config_.seq,
                                         .micro_batch = config_.batch,
@@ -175,6 +180,7 @@ TensorParallelRankReport TensorParallelEngine::report() const {
                                         .heads = m.heads,
                                         .tp = tp_.size(),
                                         .sequence_parallel = sequence_parallel_,
+                                        .recompute = config_.recompute,
                                         .bytes_per_element = sizeof(float),
                                         .dropout = false,
                                         .count_layernorm_stats = true});

@@ -11,7 +11,8 @@
 
 namespace dtrain::train {
 
-double planned_activation_bytes(const model::GptConfig& m, int64_t B, int64_t T, int threads) {
+double planned_activation_bytes(const model::GptConfig& m, int64_t B, int64_t T, int threads,
+                                Recompute recompute) {
   plan::ActivationShape layer;
   layer.seq = T;
   layer.micro_batch = B;
@@ -20,6 +21,7 @@ double planned_activation_bytes(const model::GptConfig& m, int64_t B, int64_t T,
   layer.bytes_per_element = 4;
   layer.dropout = false;
   layer.count_layernorm_stats = true;
+  layer.recompute = recompute;
   plan::HeadActivationShape head;
   head.seq = T;
   head.micro_batch = B;
@@ -28,7 +30,8 @@ double planned_activation_bytes(const model::GptConfig& m, int64_t B, int64_t T,
   head.bytes_per_element = 4;
   head.threads = threads;
   return static_cast<double>(m.layers) * plan::activation_bytes_per_layer(layer) +
-         plan::head_activation_bytes(head) + plan::workspace_activation_bytes(head);
+         plan::head_activation_bytes(head) + plan::workspace_activation_bytes(head) +
+         plan::recompute_scratch_bytes(layer);
 }
 
 Trainer::Trainer(const TrainerConfig& config, StepEngine& engine, const TokenSplit& data,
@@ -171,8 +174,8 @@ TrainSummary Trainer::run() {
     s.memory.push_back({tag, mem.current_bytes(tag), mem.peak_bytes(tag)});
   }
   s.peak_total_bytes = mem.peak_total_bytes();
-  s.planned_activation_bytes =
-      planned_activation_bytes(config_.model, config_.batch, config_.seq, config_.threads);
+  s.planned_activation_bytes = planned_activation_bytes(config_.model, config_.batch, config_.seq,
+                                                        config_.threads, config_.recompute);
   if (observer_ != nullptr) observer_->on_finish(s);
   return s;
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dtrain/core/memory.h"
+#include "dtrain/core/recompute.h"
 #include "dtrain/model/gpt_config.h"
 #include "dtrain/optim/lr_schedule.h"
 #include "dtrain/train/checkpoint.h"
@@ -37,8 +38,9 @@ struct TrainerConfig {
   int64_t eval_batches = 0;  // validation batches per evaluation
   uint64_t data_seed = 0;    // training batch order
   int threads = 1;           // compute threads per rank (the workspace has one score buffer each)
-  CheckpointConfig checkpoint;     // --save, --save-every, --keep-checkpoints, --resume
-  std::optional<FaultSpec> fault;  // --inject-fault
+  Recompute recompute = Recompute::none;  // --recompute (the engines' SerialEngineConfig's)
+  CheckpointConfig checkpoint;            // --save, --save-every, --keep-checkpoints, --resume
+  std::optional<FaultSpec> fault;         // --inject-fault
   std::vector<std::string> notes;  // adjustments resolve() made to the flags, shown at the start
   RunRecord run;                // this run's identity and settings, written into every checkpoint
   StopRequest* stop = nullptr;  // a graceful stop (SIGINT/SIGTERM) to watch for; may be null
@@ -126,8 +128,8 @@ class Trainer {
 };
 
 // Bytes the plan/ formulas give for the activations of one rank running `model` on (B, T)
-// with `threads` compute threads.
+// with `threads` compute threads under `recompute` (its one-layer scratch included).
 double planned_activation_bytes(const model::GptConfig& model, int64_t B, int64_t T,
-                                int threads = 1);
+                                int threads = 1, Recompute recompute = Recompute::none);
 
 }  // namespace dtrain::train

@@ -1,0 +1,81 @@
+// Gradient finalization between backward and the optimizer step, written once for every layout
+// (Megatron's finalize_model_grads): the tied embedding's two halves summed, sequence
+// parallelism's LayerNorm gradients completed, and the global gradient norm from one ownership
+// rule, with its clip scale. Each part is a no-op where its group is absent or has one rank, so
+// the serial engine runs the same code as a mesh with every axis of size 1.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "dtrain/comm/chunks.h"
+#include "dtrain/comm/collective_kind.h"
+#include "dtrain/comm/communicator.h"
+#include "dtrain/model/gpt.h"
+#include "dtrain/parallel/mesh.h"
+
+namespace dtrain::parallel {
+
+// The tied wte's all-reduce runs the ring, whatever its size: the engines' counters are set
+// beside plan::collective_traffic for this algorithm (one choice, so every layout moves the
+// tied gradient alike).
+inline constexpr comm::Algorithm kTiedEmbeddingAlgorithm = comm::Algorithm::ring;
+
+// The LM head is tied to wte: under a pipeline the first stage's embedding gradient and the last
+// stage's head gradient are two halves of one gradient. Sums them over `embedding` (Megatron's
+// embedding group: the first and last stage of one (dp, tp) column), so both copies hold the
+// whole. Returns this rank's traffic; a no-op when `embedding` is null (no pipeline, or a stage
+// in between).
+comm::Traffic sum_tied_embedding_grads(model::GptModel& model, comm::Communicator* embedding);
+
+// Sequence parallelism: each TP rank's LayerNorm weight and bias gradients (ln1, ln2, lnf) are
+// sums over its slice of the tokens only; one ring all-reduce per tensor over `tp` completes
+// them (Megatron's "sequence-parallel parameters"). A no-op unless the model's TP hooks run
+// sequence parallel. The biases added after g (attn.proj.b, mlp.proj.b) need none: backward
+// gathers their full gradient before the row-parallel linear's backward sums it over all rows.
+void all_reduce_sequence_parallel_norm_grads(model::GptModel& model, comm::Communicator* tp);
+
+// Who counts a gradient element in the global norm, so that over the whole mesh every element of
+// the serial model is counted exactly once:
+//   - DP: at ZeRO 0 the replicas hold the same averaged gradient and DP rank 0 counts it; at
+//     stages 1-3 each DP rank counts the flat range it owns (`zero_shard`);
+//   - TP: a tensor TP cuts is counted by every TP rank (its slice), a replicated one (LayerNorms,
+//     wpe, the biases after g) by TP rank 0 only;
+//   - PP: each stage counts its own tensors, except the last stage's copy of the tied wte, which
+//     the first stage counts (`tied_copy`).
+// The default is the serial model: everything counted.
+struct GradOwnership {
+  MeshCoord coord;         // this rank's (dp, tp, pp)
+  int zero_stage = 0;      // 0..3
+  comm::Chunk zero_shard;  // stages 1-3: the flat elements this DP rank owns (ShardLayout::owned)
+  bool tied_copy = false;  // the stage holds the last stage's copy of the tied wte
+};
+
+// Whether `stage` holds the copy of the tied wte that another stage counts: the head without the
+// embedding (a pipeline's last stage).
+bool holds_tied_copy(const model::GptStage& stage);
+
+// The ownership rule as data: the flat ranges of a rank's local table (`table`: its stage, cut
+// for its TP rank) that it counts, ascending, adjacent ranges merged (so a rank that counts all
+// it holds sums its squares in one pass, the serial model's order).
+std::vector<comm::Chunk> counted_grad_ranges(const model::ParamTable& table,
+                                             const GradOwnership& owner);
+
+// The sum of squares (double) of the elements counted_grad_ranges gives this rank. `grads` is
+// the rank's gradient, its element 0 being flat element `grads_first` (0 for the model's whole
+// buffer, the shard's offset for a ZeRO gradient shard); it must hold every counted element.
+double owned_sum_of_squares(const model::ParamTable& table, const GradOwnership& owner,
+                            std::span<const float> grads, int64_t grads_first = 0);
+
+struct GradNorm {
+  double norm = 0;       // of the whole model's gradient, before clipping
+  float clip_scale = 1;  // optim::clip_scale(norm, max_norm): AdamW's grad_scale
+};
+
+// The global norm: the owned sums of squares of the ranks of `world` (the ranks that split the
+// gradient's ownership; null for a single rank holding the whole model) added in rank order
+// (comm::sum_in_rank_order), so every rank clips by the same bits; and its clip scale.
+GradNorm global_grad_norm(double owned_squares, comm::Communicator* world, float max_norm);
+
+}  // namespace dtrain::parallel
