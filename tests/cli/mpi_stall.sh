@@ -39,7 +39,8 @@ rank_pid() {
 
 # stall_case NAME PATTERN ARGS...: starts `mpirun -np 4 dtrain ARGS` (with --timeout 5), waits
 # for PATTERN in its output (the job is running; "": for rank 1's process, then 2 s more), stops
-# rank 1 and expects the job to end within 30 s with a non-zero exit that is not a crash, the timeout in the output, no segfault.
+# rank 1 and expects the job to end within 30 s with a non-zero exit that is not a crash, the
+# timeout in the output, no segfault.
 stall_case() {
   local name=$1 started=$2
   shift 2
