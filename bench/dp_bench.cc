@@ -15,8 +15,9 @@
 #include "dtrain/core/rng.h"
 #include "dtrain/core/timer.h"
 #include "dtrain/model/gemm.h"
-#include "dtrain/train/data_parallel_engine.h"
-#include "dtrain/train/serial_engine.h"
+#include "dtrain/train/engine.h"
+#include "dtrain/train/layout.h"
+#include "dtrain/train/layout_report.h"
 #include "dtrain/train/trainer.h"
 
 namespace dtrain::bench {
@@ -40,8 +41,8 @@ train::Batch random_batch(int64_t B, int64_t T, int64_t V) {
   return batch;
 }
 
-train::SerialEngineConfig engine_config(const model::GptConfig& m, int64_t B, int64_t T) {
-  train::SerialEngineConfig c;
+train::StepConfig step_config(const model::GptConfig& m, int64_t B, int64_t T) {
+  train::StepConfig c;
   c.model = m;
   c.batch = B;
   c.seq = T;
@@ -51,38 +52,25 @@ train::SerialEngineConfig engine_config(const model::GptConfig& m, int64_t B, in
   return c;
 }
 
-DpBenchRow single_rank(const DpBenchOptions& o, const model::GptConfig& m, int64_t T) {
-  const train::SerialEngineConfig c = engine_config(m, o.batch_per_rank, T);
-  const train::Batch batch = random_batch(c.batch, T, m.vocab);
-  train::SerialEngine engine(c);
-  DpBenchRow row;
-  std::vector<double> ms;
-  for (int64_t i = 0; i < o.warmup + o.steps; ++i) {
-    Stopwatch watch;
-    const float loss = engine.train_step(batch, kPeerLr).loss;
-    if (i == 0) row.loss_first = loss;
-    row.loss_last = loss;
-    if (i >= o.warmup) ms.push_back(watch.elapsed_us() * 1e-3);
-  }
-  row.ms_per_step = median(ms);
-  row.best_ms_per_step = *std::min_element(ms.begin(), ms.end());
-  row.tokens_per_s = static_cast<double>(c.batch * T) / (row.ms_per_step * 1e-3);
-  return row;
-}
-
-DpBenchRow data_parallel(const DpBenchOptions& o, const model::GptConfig& m, int64_t T, int zero) {
-  const int N = o.ranks;
-  const train::DataParallelEngineConfig c{
-      engine_config(m, o.batch_per_rank * N, T),
-      {.dp = N, .zero_stage = zero, .bucket_bytes = o.bucket_bytes, .grad_accum = 1}};
-  const train::Batch batch = random_batch(c.base.batch, T, m.vocab);
+// The engine on `ranks` DP ranks of the threads backend (1: the mesh with every axis of size 1,
+// the single-rank run of `dtrain train`) at ZeRO stage `zero`: the median over the timed steps
+// of the slowest rank's step.
+DpBenchRow run_layout(const DpBenchOptions& o, const model::GptConfig& m, int64_t T, int ranks,
+                      int zero) {
+  train::LayoutOptions layout;
+  layout.dp = ranks;
+  layout.zero_stage = zero;
+  layout.bucket_bytes = o.bucket_bytes;
+  const train::EngineConfig c =
+      train::make_engine_config(step_config(m, o.batch_per_rank * ranks, T), layout);
+  const train::Batch batch = random_batch(c.step.batch, T, m.vocab);
   const auto total = static_cast<size_t>(o.warmup + o.steps);
-  std::vector<std::vector<double>> ms(static_cast<size_t>(N), std::vector<double>(total));
+  std::vector<std::vector<double>> ms(static_cast<size_t>(ranks), std::vector<double>(total));
   DpBenchRow row;
-  row.ranks = N;
-  row.zero_stage = zero;
-  comm::threads::run_ranks(N, [&](comm::Communicator& world) {
-    train::DataParallelEngine engine(c, world);
+  row.ranks = ranks;
+  row.zero_stage = ranks == 1 ? -1 : zero;
+  comm::threads::run_ranks(ranks, [&](comm::Communicator& world) {
+    train::Engine engine(c, world);
     std::vector<double>& mine = ms[static_cast<size_t>(world.rank())];
     for (size_t i = 0; i < total; ++i) {
       Stopwatch watch;
@@ -92,10 +80,10 @@ DpBenchRow data_parallel(const DpBenchOptions& o, const model::GptConfig& m, int
       if (world.rank() == 0) row.loss_last = loss;
     }
     if (world.rank() != 0) return;
-    const train::DataParallelReport r = engine.report();
-    row.comm_ms_per_step = r.comm_ms_per_step;
-    row.overlap_share = r.overlap_share;
-    row.bytes_sent_per_step = r.bytes_sent_per_step;
+    const double steps = static_cast<double>(engine.steps());
+    row.comm_ms_per_step = engine.dp_comm_us() * 1e-3 / steps;
+    row.overlap_share = engine.dp_comm_us() > 0 ? engine.dp_hidden_us() / engine.dp_comm_us() : 0;
+    row.bytes_sent_per_step = engine.traffic().dp / steps;
   });
   std::vector<double> slowest;
   for (size_t i = static_cast<size_t>(o.warmup); i < total; ++i) {
@@ -105,7 +93,7 @@ DpBenchRow data_parallel(const DpBenchOptions& o, const model::GptConfig& m, int
   }
   row.ms_per_step = median(slowest);
   row.best_ms_per_step = *std::min_element(slowest.begin(), slowest.end());
-  row.tokens_per_s = static_cast<double>(c.base.batch * T) / (row.ms_per_step * 1e-3);
+  row.tokens_per_s = static_cast<double>(c.step.batch * T) / (row.ms_per_step * 1e-3);
   return row;
 }
 
@@ -160,10 +148,11 @@ PeerResult run_peer(const DpBenchOptions& o, const model::GptConfig& m) {
 
 double dp_bench_memory_bytes(const DpBenchOptions& o) {
   const model::GptPreset& preset = model::gpt_preset(o.model);
-  const double per_rank =
-      16.0 * static_cast<double>(model::gpt_param_count(preset.config)) +
-      train::planned_activation_bytes(preset.config, o.batch_per_rank, preset.config.context);
-  return per_rank * o.ranks;
+  const train::StepConfig step =
+      step_config(preset.config, o.batch_per_rank * o.ranks, preset.config.context);
+  train::LayoutOptions layout;
+  layout.dp = o.ranks;
+  return train::planned_rank_peak_bytes(train::make_engine_config(step, layout), 0) * o.ranks;
 }
 
 DpBenchReport run_dp_bench(const DpBenchOptions& o) {
@@ -190,9 +179,9 @@ DpBenchReport run_dp_bench(const DpBenchOptions& o) {
   model::set_blas_threads(1);  // one core per rank, as the peer's ranks
   for (int round = 0; round < o.rounds; ++round) {
     std::vector<DpBenchRow> rows;
-    rows.push_back(single_rank(o, r.model, r.seq));
-    rows.push_back(data_parallel(o, r.model, r.seq, 0));
-    for (int z : o.zero_stages) rows.push_back(data_parallel(o, r.model, r.seq, z));
+    rows.push_back(run_layout(o, r.model, r.seq, 1, 0));
+    rows.push_back(run_layout(o, r.model, r.seq, o.ranks, 0));
+    for (int z : o.zero_stages) rows.push_back(run_layout(o, r.model, r.seq, o.ranks, z));
     if (round == 0) r.rows = rows;
     for (size_t i = 0; i < rows.size(); ++i) {
       if (rows[i].ms_per_step < r.rows[i].ms_per_step) r.rows[i] = rows[i];

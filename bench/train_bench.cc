@@ -1,4 +1,5 @@
-// run_train_bench: per thread count, a fresh SerialEngine on a fixed batch; a clean timed pass
+// run_train_bench: per thread count, a fresh engine (one rank: the run of `dtrain train`) on a
+// fixed batch; a clean timed pass
 // for ms/step, a second pass with sgemm timing for the GEMM share; then the sgemm peak.
 #include "bench/train_bench.h"
 #include "bench/bench_util.h"
@@ -6,13 +7,16 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "dtrain/comm/threads/backend.h"
 #include "dtrain/core/buffer.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/rng.h"
 #include "dtrain/core/timer.h"
 #include "dtrain/core/units.h"
 #include "dtrain/model/gemm.h"
-#include "dtrain/train/serial_engine.h"
+#include "dtrain/train/engine.h"
+#include "dtrain/train/layout.h"
+#include "dtrain/train/layout_report.h"
 #include "dtrain/train/trainer.h"
 
 namespace dtrain::bench {
@@ -34,24 +38,11 @@ train::Batch fixed_random_batch(int64_t B, int64_t T, int64_t V) {
   return batch;
 }
 
-TrainBenchRow bench_threads(const TrainBenchOptions& o, train::SerialEngineConfig config,
-                            const train::Batch& batch, int threads, bool openblas,
-                            Recompute recompute) {
-  model::set_blas_threads(openblas ? threads : 1);
-  config.threads = openblas ? 1 : threads;
-  config.recompute = recompute;
-  // The peak is measured before and after the steps and the higher kept, so that a burst of
-  // load from other processes during one measurement does not set it.
-  // OpenBLAS runs the peak GEMM with `threads` of its own threads, whatever the row.
-  model::set_blas_threads(threads);
-  const double peak_before = measure_sgemm_gflops(o.sgemm_size, o.sgemm_seconds / 2);
-  model::set_blas_threads(openblas ? threads : 1);
-  train::SerialEngine engine(config);
+// The timed steps on `engine`: a clean pass for ms/step and the phases, then a pass with every
+// sgemm call timed for the GEMM share.
+void measure_engine(const TrainBenchOptions& o, train::Engine& engine, const train::Batch& batch,
+                    TrainBenchRow& row) {
   const float lr = 3e-4f;
-  TrainBenchRow row;
-  row.threads = threads;
-  row.openblas = openblas;
-  row.recompute = recompute;
   for (int64_t i = 0; i < o.warmup; ++i) {
     const float loss = engine.train_step(batch, lr).loss;
     if (i == 0) row.loss_first = loss;
@@ -91,6 +82,28 @@ TrainBenchRow bench_threads(const TrainBenchOptions& o, train::SerialEngineConfi
   row.gemm_gflop_per_step = gemm.flops / n * 1e-9;
   row.gemm_gflops = gemm.flops / (gemm.time_us * 1e-6) * 1e-9;
   row.step_gflops = row.gemm_gflop_per_step / (row.ms_per_step * 1e-3);
+}
+
+TrainBenchRow bench_threads(const TrainBenchOptions& o, train::StepConfig config,
+                            const train::Batch& batch, int threads, bool openblas,
+                            Recompute recompute) {
+  model::set_blas_threads(openblas ? threads : 1);
+  config.threads = openblas ? 1 : threads;
+  config.recompute = recompute;
+  // The peak is measured before and after the steps and the higher kept, so that a burst of
+  // load from other processes during one measurement does not set it.
+  // OpenBLAS runs the peak GEMM with `threads` of its own threads, whatever the row.
+  model::set_blas_threads(threads);
+  const double peak_before = measure_sgemm_gflops(o.sgemm_size, o.sgemm_seconds / 2);
+  model::set_blas_threads(openblas ? threads : 1);
+  TrainBenchRow row;
+  row.threads = threads;
+  row.openblas = openblas;
+  row.recompute = recompute;
+  comm::threads::run_ranks(1, [&](comm::Communicator& world) {
+    train::Engine engine(train::make_engine_config(config, {}), world);
+    measure_engine(o, engine, batch, row);
+  });
   model::set_blas_threads(threads);
   row.sgemm_peak_gflops =
       std::max(peak_before, measure_sgemm_gflops(o.sgemm_size, o.sgemm_seconds / 2));
@@ -133,9 +146,13 @@ double train_bench_memory_bytes(const TrainBenchOptions& o) {
   int threads = 1;
   for (int t : o.threads) threads = std::max(threads, t);
   const double n = static_cast<double>(o.sgemm_size);
-  return 16.0 * static_cast<double>(model::gpt_param_count(preset.config)) +
-         train::planned_activation_bytes(preset.config, batch, preset.config.context, threads) +
-         3 * 4 * n * n;
+  train::StepConfig step;
+  step.model = preset.config;
+  step.batch = batch;
+  step.seq = preset.config.context;
+  step.threads = threads;
+  // One rank's model states and activations by the plan/ formulas, and the sgemm's matrices.
+  return train::planned_rank_peak_bytes(train::make_engine_config(step, {}), 0) + 3 * 4 * n * n;
 }
 
 TrainBenchReport run_train_bench(const TrainBenchOptions& o) {
@@ -163,7 +180,7 @@ TrainBenchReport run_train_bench(const TrainBenchOptions& o) {
   r.sgemm_size = o.sgemm_size;
   r.blas_corename = model::blas_corename();
 
-  train::SerialEngineConfig config;
+  train::StepConfig config;
   config.model = preset.config;
   config.batch = r.batch;
   config.seq = r.seq;

@@ -62,17 +62,6 @@ constexpr int64_t kMaxGlobalBatch = 1000000000;
 // Far more transformer blocks than any model has; keeps a --stage-layers sum inside int.
 constexpr int64_t kMaxLayers = 1000000;
 
-ScheduleKind parse_schedule(const std::string& text) {
-  std::string known;
-  for (ScheduleKind k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
-                         ScheduleKind::zero_bubble_h1}) {
-    if (text == plan::name(k)) return k;
-    if (!known.empty()) known += ", ";
-    known += plan::name(k);
-  }
-  throw Error(str("--schedule \"", text, "\" is not one of ", known));
-}
-
 std::string fmt(double v) {
   std::ostringstream out;
   out << std::setprecision(6) << (std::abs(v) < 1e-12 ? 0.0 : v);
@@ -259,7 +248,7 @@ void print_text(const PipelineOptions& o, ScheduleKind kind, const parallel::Sta
 
 void run(const PipelineOptions& o) {
   validate(o);
-  const ScheduleKind kind = parse_schedule(o.schedule);
+  const ScheduleKind kind = plan::parse_schedule(o.schedule);
   const int chunks = o.chunks.value_or(kind == ScheduleKind::interleaved ? 2 : 1);
   DTRAIN_CHECK(chunks == 1 || kind == ScheduleKind::interleaved, "--chunks ", chunks,
                " applies only to --schedule interleaved, not ", plan::name(kind));

@@ -12,7 +12,12 @@
 
 #include "build_info.h"
 #include "command_registry.h"
+#include "dtrain/comm/launch.h"
+#include "dtrain/core/check.h"
 #include "dtrain/core/units.h"
+#include "dtrain/parallel/mesh.h"
+#include "dtrain/parallel/pipeline_stages.h"
+#include "dtrain/plan/pipeline_model.h"
 #include "dtrain/train/progress.h"
 #include "dtrain/train/report.h"
 #include "dtrain/train/run.h"
@@ -68,7 +73,33 @@ struct TrainFlags {
   std::string bucket_size = "1MiB";
   int64_t log_every = 0;
   int64_t seed = 1;
+  // Names, turned into the layout's enums and numbers by set_layout_names.
+  std::string schedule, backend = "threads", rank_order = "tp-dp-pp", dp_all_reduce = "flat";
+  std::string stage_layers, max_rank_memory;
 };
+
+// The layout flags given by name become the library's enums here, at the CLI's edge; each
+// error names its flag and the names it knows.
+void set_layout_names(const TrainFlags& f, train::LayoutOptions& l) {
+  l.bucket_bytes = parse_bytes(f.bucket_size, "--bucket-size");
+  if (!f.max_rank_memory.empty())
+    l.max_rank_memory = parse_bytes(f.max_rank_memory, "--max-rank-memory");
+  if (!f.schedule.empty()) l.schedule = plan::parse_schedule(f.schedule);
+  const std::optional<comm::Backend> backend = comm::parse_backend(f.backend);
+  DTRAIN_CHECK(backend.has_value(), "--backend \"", f.backend, "\" is not one of threads, mpi");
+  l.backend = *backend;
+  const std::optional<parallel::RankOrder> order = parallel::parse_rank_order(f.rank_order);
+  DTRAIN_CHECK(order.has_value(), "--rank-order \"", f.rank_order,
+               "\" must name tp, dp and pp once each, fastest first (e.g. tp-dp-pp)");
+  l.rank_order = *order;
+  DTRAIN_CHECK(f.dp_all_reduce == "flat" || f.dp_all_reduce == "hierarchical", "--dp-all-reduce \"",
+               f.dp_all_reduce, "\" is not one of flat, hierarchical");
+  l.dp_all_reduce =
+      f.dp_all_reduce == "flat" ? train::DpAllReduce::flat : train::DpAllReduce::hierarchical;
+  if (!f.stage_layers.empty()) {
+    l.stage_layers = parallel::parse_stage_layers(f.stage_layers, "--stage-layers");
+  }
+}
 
 template <typename T>
 void take_if_given(const CLI::Option* flag, T value, std::optional<T>& target) {
@@ -129,67 +160,69 @@ void add_train(CLI::App& app) {
   cmd->add_option("--log-every", f->log_every,
                   "Without a terminal: a progress line every N steps (default: steps/10)")
       ->check(whole_number(0, std::numeric_limits<int64_t>::max()));
-  cmd->add_option("--dp", o.data_parallel.dp,
+  train::LayoutOptions& l = o.layout;
+  cmd->add_option("--dp", l.dp,
                   "Data-parallel ranks; each takes --batch / N sequences of every step")
       ->capture_default_str();
-  cmd->add_option("--zero", o.data_parallel.zero_stage,
-                  "ZeRO stage with --dp: 0 plain DP, 1 optimizer state, 2 + gradients, "
-                  "3 + parameters sharded")
+  cmd->add_option("--zero", l.zero_stage,
+                  "ZeRO stage over the DP ranks: 0 plain DP, 1 optimizer state, 2 + gradients, "
+                  "3 + parameters sharded (with any --tp and --pp)")
       ->capture_default_str();
   cmd->add_option("--bucket-size", f->bucket_size,
                   "Gradient bucket size for the all-reduce / reduce-scatter, e.g. 256KiB, 1MiB")
       ->capture_default_str();
-  cmd->add_option("--grad-accum", o.data_parallel.grad_accum,
-                  "Micro-batches per step on each rank (gradients synced after the last)")
+  cmd->add_option("--grad-accum", l.grad_accum,
+                  "Micro-batches per step on each DP rank (gradients synced after the last)")
       ->capture_default_str();
-  cmd->add_option("--pp", o.pipeline.pp,
-                  "Pipeline stages P (rank threads); the blocks split across them")
+  cmd->add_option("--pp", l.pp, "Pipeline stages P; the blocks split across them")
       ->capture_default_str();
-  cmd->add_option("--microbatches", o.pipeline.microbatches,
-                  "Pipeline micro-batches M per step; must divide --batch")
+  cmd->add_option("--microbatches", l.microbatches,
+                  "Micro-batches M per step on each DP rank (the pipeline's); must divide the "
+                  "rank's rows")
       ->capture_default_str();
-  cmd->add_option("--schedule", o.pipeline.schedule,
-                  "Pipeline schedule: gpipe, 1f1b, "
-                  "interleaved or zb-h1")
-      ->capture_default_str();
-  cmd->add_option("--chunks", o.pipeline.chunks,
+  cmd->add_option("--schedule", f->schedule, "Pipeline schedule: gpipe, 1f1b, interleaved or zb-h1")
+      ->default_str("1f1b");
+  cmd->add_option("--chunks", l.chunks,
                   "Model chunks v per stage (interleaved only; default 2 there)");
-  cmd->add_option("--stage-layers", o.pipeline.stage_layers,
+  cmd->add_option("--stage-layers", f->stage_layers,
                   "Explicit split of the blocks, e.g. 3,3,2 (per chunk if interleaved)");
-  cmd->add_option("--trace", o.pipeline.trace_path,
-                  "Write the last step's measured pipeline as a Chrome/Perfetto trace (JSON)")
+  cmd->add_option("--trace", l.trace_path,
+                  "Write the last step of every rank (compute, sends, TP collectives, DP syncs "
+                  "and ZeRO gathers) as a Chrome/Perfetto trace (JSON)")
       ->check(kNotEmpty);
-  cmd->add_option("--timeline", o.pipeline.timeline_path,
-                  "Draw the last step's measured pipeline timeline as SVG")
+  cmd->add_option("--timeline", l.timeline_path,
+                  "Draw the last step of every rank as an SVG timeline")
       ->check(kNotEmpty);
-  cmd->add_option("--tp", o.tensor_parallel.tp,
-                  "Tensor-parallel ranks (threads): heads, MLP columns and the vocabulary split "
-                  "across them; must divide --heads")
+  cmd->add_option("--tp", l.tp,
+                  "Tensor-parallel ranks: heads, MLP columns and the vocabulary split across "
+                  "them; must divide --heads")
       ->capture_default_str();
-  cmd->add_flag("--sequence-parallel", o.tensor_parallel.sequence_parallel,
-                "With --tp N: LayerNorms and residual regions on 1/N of the B*T token rows "
-                "(N must divide --batch x --seq)");
+  cmd->add_flag("--sequence-parallel", l.sequence_parallel,
+                "With --tp N: LayerNorms and residual regions on 1/N of each micro-batch's "
+                "token rows (also between pipeline stages)");
   cmd->add_option("--recompute", o.recompute,
                   "Activation recomputation: none, selective (attention scores rebuilt in "
                   "backward) or full (each block's forward rerun before its backward)")
       ->transform(recompute_names())
       ->default_str("none");
-  cmd->add_option("--backend", o.mesh.backend,
-                  "threads (rank threads in this process) or mpi (the processes mpirun started; "
-                  "every layout runs on the composed engine)")
-      ->capture_default_str();
-  cmd->add_option("--timeout", o.mesh.timeout_s,
+  cmd->add_option("--backend", f->backend,
+                  "threads (rank threads in this process) or mpi (the processes mpirun started)")
+      ->default_str("threads");
+  cmd->add_option("--timeout", l.timeout_s,
                   "Seconds a rank waits for a peer before failing (under mpirun: before the job "
                   "is aborted with a message naming the peer)")
       ->capture_default_str();
-  cmd->add_option("--rank-order", o.mesh.rank_order,
+  cmd->add_option("--rank-order", f->rank_order,
                   "How global ranks map onto the DP x TP x PP mesh, fastest-varying axis first "
                   "(tp-dp-pp keeps TP groups on consecutive ranks, inside a node)")
-      ->capture_default_str();
-  cmd->add_option("--ranks-per-node", o.mesh.ranks_per_node,
+      ->default_str("tp-dp-pp");
+  cmd->add_option("--ranks-per-node", l.ranks_per_node,
                   "Declare the topology: G consecutive ranks per node; the report shows groups "
                   "that cross nodes and each rank's intra- and inter-node bytes")
       ->check(whole_number(1, kMaxRanks));
+  cmd->add_option("--max-rank-memory", f->max_rank_memory,
+                  "Refuse a layout whose ranks need more than this (plan/ formulas, before the "
+                  "first step) and stop a run whose rank's measured peak passes it, e.g. 64MiB");
   cmd->add_option("--save", o.checkpoint.save_dir,
                   "Write checkpoints under DIR (DIR/step-NNNNNNNN, DIR/latest) at the end")
       ->check(kNotEmpty);
@@ -210,15 +243,15 @@ void add_train(CLI::App& app) {
                 "clipping or data differ from the checkpoint's run");
   cmd->add_option("--inject-fault", o.inject_fault,
                   "Make one rank fail before a step (tests): rank=R,step=S,kind=throw|exit");
-  cmd->add_option("--cluster", o.mesh.cluster_path,
+  cmd->add_option("--cluster", l.cluster_path,
                   "A cluster description (JSON, e.g. from `dtrain calibrate`): the report prices "
                   "each rank's communication on its links (with --ranks-per-node)")
       ->check(kNotEmpty);
-  cmd->add_option("--dp-all-reduce", o.mesh.dp_all_reduce,
-                  "flat (one ring over every DP rank) or hierarchical (reduce-scatter inside each "
-                  "node, all-reduce across nodes, all-gather inside; needs --ranks-per-node, "
-                  "--dp alone, --zero 0)")
-      ->capture_default_str();
+  cmd->add_option("--dp-all-reduce", f->dp_all_reduce,
+                  "flat (one ring over the DP group) or hierarchical (reduce-scatter inside each "
+                  "node, all-reduce across nodes, all-gather inside; needs --ranks-per-node and "
+                  "--zero 0)")
+      ->default_str("flat");
   cmd->add_flag("--json", f->json, "Print the summary as JSON instead of a table");
 
   cmd->callback([=] {
@@ -233,12 +266,12 @@ void add_train(CLI::App& app) {
     take_if_given(warmup, f->warmup, opt.warmup);
     take_if_given(min_lr, f->min_lr, opt.min_lr);
     opt.seed = static_cast<uint64_t>(f->seed);
-    opt.data_parallel.bucket_bytes = parse_bytes(f->bucket_size, "--bucket-size");
+    set_layout_names(*f, opt.layout);
     train::ProgressPrinter progress(stderr, train::is_terminal(stderr), f->log_every);
     bool reporter = true;
     train::StopRequest stop;
     std::optional<StopSignals> signals;
-    if (opt.mesh.backend == "threads") {
+    if (opt.layout.backend == comm::Backend::threads) {
       signals.emplace(stop);
       opt.stop = &stop;
     }

@@ -15,7 +15,8 @@ run=(train --model tiny --steps 3 --eval-every 0 --eval-batches 1 --json)
 losses() { tr -d ' \n' | grep -o '"train_losses":\[[^]]*\]'; }
 
 for layout in "--dp 2 --tp 2 --pp 2 --microbatches 2 --zero 1" "--dp 4 --tp 2 --zero 2" \
-  "--tp 2 --pp 4 --microbatches 4 --layers 4"; do
+  "--tp 2 --pp 4 --microbatches 4 --layers 4" "--dp 8 --zero 3 --bucket-size 16KiB" \
+  "--dp 2 --tp 2 --pp 2 --microbatches 2 --layers 4 --zero 3 --sequence-parallel --recompute full --schedule zb-h1"; do
   # shellcheck disable=SC2086
   threads=$("$DTRAIN" "${run[@]}" $layout 2>/dev/null | losses)
   # shellcheck disable=SC2086

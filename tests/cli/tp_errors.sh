@@ -10,5 +10,6 @@ expect_error '--tp must be at least 1 \(got 0\)' train --model tiny --steps 1 --
 # NH = 6, C = 6: tp 4 is below NH but does not divide it. (A tp that divides NH divides C, as
 # NH does, and so 4C: the 4C check in model::check_tensor_parallel is a guard only.)
 expect_error '--tp 4 does not divide n_head 6' train --model tiny --steps 1 --heads 6 --channels 6 --tp 4
-expect_error '--tp with --zero.*needs --dp or --pp of 2 or more' train --model tiny --steps 1 --tp 2 --zero 1
+# ZeRO with TP alone runs (a DP group of one rank shards nothing, but every layout takes --zero).
+expect_output 'ZeRO-1' train --model tiny --steps 1 --eval-every 0 --eval-batches 1 --tp 2 --zero 1
 finish

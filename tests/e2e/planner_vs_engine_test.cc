@@ -30,10 +30,8 @@
 #include "dtrain/parallel/pipeline_stages.h"
 #include "dtrain/plan/model_presets.h"
 #include "dtrain/plan/planner.h"
-#include "dtrain/train/data_parallel_engine.h"
-#include "dtrain/train/pipeline_engine.h"
-#include "dtrain/train/serial_engine.h"
-#include "dtrain/train/tensor_parallel_engine.h"
+#include "dtrain/train/engine.h"
+#include "dtrain/train/layout.h"
 
 namespace dtrain::train {
 namespace {
@@ -68,8 +66,8 @@ plan::PlanInput plan_input(const model::GptConfig& g, int64_t batch, int64_t seq
   return in;
 }
 
-SerialEngineConfig engine_config(const model::GptConfig& g, int64_t batch) {
-  SerialEngineConfig c;
+StepConfig engine_config(const model::GptConfig& g, int64_t batch) {
+  StepConfig c;
   c.model = g;
   c.batch = batch;
   c.seq = g.context;
@@ -80,7 +78,7 @@ SerialEngineConfig engine_config(const model::GptConfig& g, int64_t batch) {
   return c;
 }
 
-std::vector<Batch> batches(const SerialEngineConfig& c) {
+std::vector<Batch> batches(const StepConfig& c) {
   Rng rng(17);
   std::vector<Batch> out(kSteps);
   for (Batch& b : out) {
@@ -126,36 +124,38 @@ GroupSum planned_traffic(const plan::Plan& p, std::initializer_list<std::string_
 
 TEST(PlannerVsEngine, SerialMemoryEqualsThePlan) {
   const model::GptPreset& tiny = model::gpt_preset("tiny");
-  const SerialEngineConfig c = engine_config(tiny.config, tiny.batch);
-  SerialEngine engine(c);
-  for (const Batch& b : batches(c)) engine.train_step(b, kLr);
-
+  const StepConfig c = engine_config(tiny.config, tiny.batch);
   const plan::PlanInput in = plan_input(c.model, c.batch, c.seq, 1);
   plan::Layout layout;
   layout.micro_batch = c.batch;
   const plan::Plan p = plan::evaluate(in, layout);
   const plan::MemoryBreakdown& m = p.memory;
-  const MemoryTracker& t = engine.memory();
+  comm::threads::run_ranks(1, [&](comm::Communicator& world) {
+    Engine engine(make_engine_config(c, {}), world);
+    for (const Batch& b : batches(c)) engine.train_step(b, kLr);
+    const MemoryTracker& t = engine.memory();
+    const int64_t params = engine.param_count();
 
-  EXPECT_EQ(m.stage_params, engine.param_count());
-  EXPECT_EQ(plan::param_count(in.model), engine.param_count());
-  EXPECT_EQ(as_double(t.current_bytes(MemoryTag::params)), m.params);
-  EXPECT_EQ(as_double(t.current_bytes(MemoryTag::grads)), m.grads);
-  EXPECT_EQ(as_double(t.current_bytes(MemoryTag::optimizer)), m.optimizer);
-  EXPECT_EQ(as_double(measured_layer_bytes(c.model, c.batch, c.seq)), m.activation_per_layer);
-  EXPECT_EQ(m.inflight_microbatches, 1.0);
-  // The activations tag holds the model's activations (L blocks and the head) and the backward
-  // workspace, which the planner counts as temporary; with one rank there are no buckets.
-  EXPECT_EQ(as_double(t.current_bytes(MemoryTag::activations)), m.activations + m.workspace);
-  EXPECT_EQ(as_double(t.peak_bytes(MemoryTag::activations)), m.activations + m.workspace);
-  EXPECT_EQ(as_double(t.peak_bytes(MemoryTag::communication)), m.temporary - m.workspace);
-  EXPECT_EQ(as_double(t.peak_total_bytes()), m.total());
-  std::printf(
-      "serial %s B=%lld: %lld params; activations %.0f (%.0f per layer, head %.0f), "
-      "workspace %.0f, total %.0f bytes, all as planned\n",
-      model::describe(c.model).c_str(), static_cast<long long>(c.batch),
-      static_cast<long long>(m.stage_params), m.activations, m.activation_per_layer,
-      m.head_activations, m.workspace, m.total());
+    EXPECT_EQ(m.stage_params, params);
+    EXPECT_EQ(plan::param_count(in.model), params);
+    EXPECT_EQ(as_double(t.current_bytes(MemoryTag::params)), m.params);
+    EXPECT_EQ(as_double(t.current_bytes(MemoryTag::grads)), m.grads);
+    EXPECT_EQ(as_double(t.current_bytes(MemoryTag::optimizer)), m.optimizer);
+    EXPECT_EQ(as_double(measured_layer_bytes(c.model, c.batch, c.seq)), m.activation_per_layer);
+    EXPECT_EQ(m.inflight_microbatches, 1.0);
+    // The activations tag holds the model's activations (L blocks and the head) and the backward
+    // workspace, which the planner counts as temporary; with one rank there are no buckets.
+    EXPECT_EQ(as_double(t.current_bytes(MemoryTag::activations)), m.activations + m.workspace);
+    EXPECT_EQ(as_double(t.peak_bytes(MemoryTag::activations)), m.activations + m.workspace);
+    EXPECT_EQ(as_double(t.peak_bytes(MemoryTag::communication)), m.temporary - m.workspace);
+    EXPECT_EQ(as_double(t.peak_total_bytes()), m.total());
+    std::printf(
+        "serial %s B=%lld: %lld params; activations %.0f (%.0f per layer, head %.0f), "
+        "workspace %.0f, total %.0f bytes, all as planned\n",
+        model::describe(c.model).c_str(), static_cast<long long>(c.batch),
+        static_cast<long long>(m.stage_params), m.activations, m.activation_per_layer,
+        m.head_activations, m.workspace, m.total());
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -164,7 +164,7 @@ TEST(PlannerVsEngine, SerialMemoryEqualsThePlan) {
 
 struct DpMeasured {
   int64_t params = 0, grads = 0, optimizer = 0, activations_peak = 0, params_peak = 0;
-  std::vector<comm::Traffic> steps;  // the DP collectives of each training step
+  comm::Traffic traffic;  // the DP collectives of the training steps
 };
 
 // `whole_bucket`: one gradient bucket for the whole model on both sides, so the planner's
@@ -173,11 +173,15 @@ void compare_data_parallel(int dp, int zero, int64_t grad_accum, bool whole_buck
   SCOPED_TRACE(::testing::Message() << "dp " << dp << " zero " << zero << " accum " << grad_accum
                                     << (whole_bucket ? " one bucket" : " 16 KiB buckets"));
   const model::GptConfig g{.vocab = 257, .context = 16, .layers = 2, .heads = 3, .channels = 33};
-  const SerialEngineConfig c = engine_config(g, 8);
+  const StepConfig c = engine_config(g, 8);
   const int64_t psi = model::gpt_param_count(g);
   const int64_t bucket_bytes = whole_bucket ? 4 * psi : 16384;
-  const DataParallelSetup setup{
-      .dp = dp, .zero_stage = zero, .bucket_bytes = bucket_bytes, .grad_accum = grad_accum};
+  LayoutOptions setup;
+  setup.dp = dp;
+  setup.zero_stage = zero;
+  setup.bucket_bytes = bucket_bytes;
+  setup.grad_accum = grad_accum;
+  const EngineConfig config = make_engine_config(c, setup);
 
   plan::PlanInput in = plan_input(g, c.batch, c.seq, dp);
   in.training.bucket_bytes = static_cast<double>(bucket_bytes);
@@ -193,7 +197,7 @@ void compare_data_parallel(int dp, int zero, int64_t grad_accum, bool whole_buck
   std::vector<DpMeasured> measured(static_cast<size_t>(dp));
   int64_t units = 0;
   comm::threads::run_ranks(dp, [&](comm::Communicator& world) {
-    DataParallelEngine engine({c, setup}, world);
+    Engine engine(config, world);
     for (const Batch& b : data) engine.train_step(b, kLr);
     DpMeasured& r = measured[static_cast<size_t>(world.rank())];
     const MemoryTracker& t = engine.memory();
@@ -202,8 +206,8 @@ void compare_data_parallel(int dp, int zero, int64_t grad_accum, bool whole_buck
     r.optimizer = t.current_bytes(MemoryTag::optimizer);
     r.activations_peak = t.peak_bytes(MemoryTag::activations);
     r.params_peak = t.peak_bytes(MemoryTag::params);
-    for (const DataParallelStepRecord& s : engine.steps()) r.steps.push_back(s.dp);
-    if (world.rank() == 0) units = static_cast<int64_t>(engine.model().units().size());
+    r.traffic = engine.data_parallel().traffic();
+    if (world.rank() == 0) units = engine.executor().units().size();
   });
 
   const plan::MemoryBreakdown& m = p.memory;
@@ -225,15 +229,13 @@ void compare_data_parallel(int dp, int zero, int64_t grad_accum, bool whole_buck
       const double embeddings = as_double(sb.param * plan::embedding_param_count(in.model));
       EXPECT_EQ(as_double(r.params_peak - r.params), planned_gathered - layer_grad + embeddings);
     }
-    ASSERT_EQ(r.steps.size(), static_cast<size_t>(kSteps));
-    for (const comm::Traffic& s : r.steps) {
-      EXPECT_NEAR(as_double(s.bytes_sent), planned.bytes_per_rank, 4.0 * as_double(s.steps));
-      if (!whole_bucket) continue;
-      // ZeRO-3 gathers and reduces per unit: the L blocks, the final LayerNorm and the
-      // embeddings; the planner charges L per-layer pieces.
-      const int64_t layers = g.layers;
-      EXPECT_EQ(s.steps, zero == 3 ? planned.steps * units / layers : planned.steps);
-    }
+    const comm::Traffic& s = r.traffic;
+    EXPECT_NEAR(as_double(s.bytes_sent), kSteps * planned.bytes_per_rank, 4.0 * as_double(s.steps));
+    if (!whole_bucket) continue;
+    // ZeRO-3 gathers and reduces per unit: the L blocks, the final LayerNorm and the
+    // embeddings; the planner charges L per-layer pieces.
+    const int64_t layers = g.layers;
+    EXPECT_EQ(s.steps, kSteps * (zero == 3 ? planned.steps * units / layers : planned.steps));
   }
   const DpMeasured& r0 = measured[0];
   std::printf(
@@ -242,8 +244,8 @@ void compare_data_parallel(int dp, int zero, int64_t grad_accum, bool whole_buck
       dp, zero, static_cast<long long>(grad_accum), static_cast<long long>(bucket_bytes),
       static_cast<long long>(r0.params), static_cast<long long>(r0.grads),
       static_cast<long long>(r0.optimizer), static_cast<long long>(r0.activations_peak),
-      static_cast<long long>(r0.steps.back().bytes_sent),
-      static_cast<long long>(r0.steps.back().steps), planned.bytes_per_rank,
+      static_cast<long long>(r0.traffic.bytes_sent / kSteps),
+      static_cast<long long>(r0.traffic.steps / kSteps), planned.bytes_per_rank,
       static_cast<long long>(planned.steps));
 }
 
@@ -280,26 +282,27 @@ void compare_pipeline(const PpCase& k) {
   SCOPED_TRACE(::testing::Message() << plan::name(k.kind) << " P " << k.stages << " M "
                                     << k.microbatches << " v " << k.chunks);
   const model::GptConfig g{.vocab = 64, .context = 8, .layers = 8, .heads = 2, .channels = 16};
-  PipelineEngineConfig config;
-  config.base = engine_config(g, 8);
-  config.schedule = k.kind;
-  config.microbatches = k.microbatches;
-  config.partition = parallel::balanced_partition(static_cast<int>(g.layers), k.stages, k.chunks);
+  LayoutOptions options;
+  options.pp = k.stages;
+  options.microbatches = k.microbatches;
+  options.schedule = k.kind;
+  options.chunks = k.chunks;
+  const EngineConfig config = make_engine_config(engine_config(g, 8), options);
 
-  const plan::PlanInput in = plan_input(g, config.base.batch, config.base.seq, k.stages);
+  const plan::PlanInput in = plan_input(g, config.step.batch, config.step.seq, k.stages);
   plan::Layout layout;
   layout.pp = k.stages;
   layout.vp = k.chunks;
   layout.schedule = k.kind;
-  layout.micro_batch = config.base.batch / k.microbatches;
+  layout.micro_batch = config.step.batch / k.microbatches;
   const plan::Plan p = plan::evaluate(in, layout);
   ASSERT_EQ(p.microbatches, k.microbatches);
   const double planned_sent = planned_traffic(p, {"PP"}).bytes_per_rank;
 
-  const std::vector<Batch> data = batches(config.base);
+  const std::vector<Batch> data = batches(config.step);
   std::vector<PpMeasured> measured(static_cast<size_t>(k.stages));
   comm::threads::run_ranks(k.stages, [&](comm::Communicator& world) {
-    PipelineEngine engine(config, world);
+    Engine engine(config, world);
     for (const Batch& b : data) engine.train_step(b, kLr);
     PpMeasured& x = measured[static_cast<size_t>(world.rank())];
     const MemoryTracker& t = engine.memory();
@@ -315,10 +318,10 @@ void compare_pipeline(const PpCase& k) {
       x.smallest_chunk = std::min(x.smallest_chunk, ex.chunk_activation_bytes(c));
       x.largest_chunk = std::max(x.largest_chunk, ex.chunk_activation_bytes(c));
     }
-    const PipelineEngineStep& last = engine.last_step();
-    x.peak_inflight = last.pipeline.peak_inflight_bytes;
-    x.bytes_sent = last.pipeline_bytes_sent;
-    x.actions = last.pipeline.actions;
+    const StepTrace& last = engine.last_step();
+    x.peak_inflight = last.peak_inflight_bytes;
+    x.bytes_sent = static_cast<int64_t>(engine.traffic().pp / static_cast<double>(engine.steps()));
+    x.actions = last.actions;
     x.schedule = ex.schedule().per_rank[static_cast<size_t>(world.rank())];
   });
 
@@ -395,7 +398,7 @@ TEST(PlannerVsEngine, PipelineMemoryBytesAndBubbleEqualThePlan) {
 
 TEST(PlannerVsEngine, TensorParallelActivationsAndBytesEqualThePlan) {
   const model::GptPreset& tiny = model::gpt_preset("tiny");
-  const SerialEngineConfig c = engine_config(tiny.config, tiny.batch);
+  const StepConfig c = engine_config(tiny.config, tiny.batch);
   const std::vector<Batch> data = batches(c);
   for (int tp : {2, 4}) {
     SCOPED_TRACE(::testing::Message() << "tp " << tp);
@@ -409,24 +412,34 @@ TEST(PlannerVsEngine, TensorParallelActivationsAndBytesEqualThePlan) {
     int64_t planned_calls = 0;
     for (const plan::GroupTraffic& row : p.traffic)
       planned_calls += row.group == "TP" ? row.calls : 0;
-    std::vector<TensorParallelRankReport> reports(static_cast<size_t>(tp));
+    struct TpMeasured {
+      double calls_per_step = 0, bytes_per_step = 0;
+      int64_t param_bytes = 0;
+    };
+    std::vector<TpMeasured> reports(static_cast<size_t>(tp));
     std::vector<int64_t> activations(static_cast<size_t>(tp));
+    LayoutOptions options;
+    options.tp = tp;
+    const EngineConfig config = make_engine_config(c, options);
     comm::threads::run_ranks(tp, [&](comm::Communicator& world) {
-      TensorParallelEngine engine(c, world);
+      Engine engine(config, world);
       for (const Batch& b : data) engine.train_step(b, kLr);
-      reports[static_cast<size_t>(world.rank())] = engine.report();
+      const parallel::TensorParallelCounters& counters = engine.tensor_parallel().counters();
+      const auto steps = static_cast<double>(engine.steps());
+      reports[static_cast<size_t>(world.rank())] = {
+          static_cast<double>(counters.block_forward.calls + counters.block_backward.calls) / steps,
+          engine.traffic().tp_block / steps, engine.memory().current_bytes(MemoryTag::params)};
       activations[static_cast<size_t>(world.rank())] =
           engine.memory().peak_bytes(MemoryTag::activations);
     });
     EXPECT_EQ(as_double(measured_layer_bytes(c.model, c.batch, c.seq, tp)), m.activation_per_layer);
     for (int rank = 0; rank < tp; ++rank) {
       SCOPED_TRACE(::testing::Message() << "rank " << rank);
-      const TensorParallelRankReport& r = reports[static_cast<size_t>(rank)];
+      const TpMeasured& r = reports[static_cast<size_t>(rank)];
       // The blocks' f and g: 2 all-reduces of (b, s, h) forward and 2 backward per layer. The
       // vocabulary-parallel embedding and loss reductions are not in the planner's TP rows.
-      EXPECT_EQ(r.block_forward_calls_per_step + r.block_backward_calls_per_step,
-                as_double(planned_calls));
-      EXPECT_EQ(r.block_bytes_sent_per_step, planned.bytes_per_rank);
+      EXPECT_EQ(r.calls_per_step, as_double(planned_calls));
+      EXPECT_EQ(r.bytes_per_step, planned.bytes_per_rank);
       EXPECT_EQ(as_double(activations[static_cast<size_t>(rank)]), m.activations + m.workspace);
       // Not compared: parameters per rank. The planner gives each rank ceil(1/t) of every
       // parameter; the engine, as Megatron, replicates the LayerNorms, the biases added after g,
@@ -434,7 +447,7 @@ TEST(PlannerVsEngine, TensorParallelActivationsAndBytesEqualThePlan) {
       std::printf(
           "  tp %d rank %d: block f/g sent %.0f (plan %.0f); activations %lld (plan %.0f "
           "+ %.0f); params %lld (plan %.0f)\n",
-          tp, rank, r.block_bytes_sent_per_step, planned.bytes_per_rank,
+          tp, rank, r.bytes_per_step, planned.bytes_per_rank,
           static_cast<long long>(activations[static_cast<size_t>(rank)]), m.activations,
           m.workspace, static_cast<long long>(r.param_bytes), m.params);
     }

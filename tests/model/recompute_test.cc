@@ -206,7 +206,7 @@ TEST(Recompute, ActivationsOfAnotherModeAreRefused) {
   GptModel m(g, &tracker, nullptr, nullptr, Recompute::full);
   GptActivations acts(g, B, T, &tracker);  // none's
   GptWorkspace ws(g, B, T, &tracker, 1, 1, false, Recompute::full);
-  m.embedding_forward(acts, random_tokens(B * T, g.vocab, 1));
+  m.embedding_forward(acts, ws, random_tokens(B * T, g.vocab, 1));
   try {
     m.block_forward(acts, ws, 0);
     FAIL() << "expected an error";

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "dtrain/comm/threads/backend.h"
+#include "dtrain/core/check.h"
 #include "dtrain/model/gpt_config.h"
 #include "dtrain/parallel/comm_thread.h"
 #include "dtrain/parallel/data_parallel.h"
@@ -21,7 +22,8 @@ model::GptConfig config() {
 
 TEST(GradUnits, FollowTheBackwardOrderAndTileTheBufferTopDown) {
   const model::ParamTable table = model::gpt_param_table(config());
-  const std::vector<GradUnit> units = gpt_grad_units(table, 3);
+  const StageUnits stage(table, model::whole_model(config()));
+  const std::vector<GradUnit>& units = stage.units();
   ASSERT_EQ(units.size(), 5u);  // lnf, h.2, h.1, h.0, embeddings
   EXPECT_EQ(units.front().name, "lnf");
   EXPECT_EQ(units[1].name, "h.2");
@@ -44,7 +46,7 @@ TEST(GradUnits, FollowTheBackwardOrderAndTileTheBufferTopDown) {
 
 TEST(Buckets, AreContiguousRunsOfWholeUnitsOfAtLeastTheSize) {
   const model::ParamTable table = model::gpt_param_table(config());
-  const std::vector<GradUnit> units = gpt_grad_units(table, 3);
+  const std::vector<GradUnit> units = StageUnits(table, model::whole_model(config())).units();
   const int64_t block_bytes = units[1].count * 4;
   for (int64_t size :
        {int64_t{1}, block_bytes, block_bytes + 1, 2 * block_bytes, int64_t{1} << 30}) {
@@ -114,6 +116,40 @@ TEST(CommThread, AFailedTaskIsRethrownToTheWaiter) {
     EXPECT_THROW(thread.wait(later), std::runtime_error);
     EXPECT_THROW(thread.wait_all(), std::runtime_error);
   });
+}
+
+// A pipeline stage's units: only its blocks (every chunk's, the last first), the final LayerNorm
+// on the last stage and the tied wte there alone ("wte"), the embeddings on the first; they tile
+// the stage's own table top down, and block l's unit is found by its layer.
+TEST(GradUnits, AStagesUnitsAreItsBlocksAndEnds) {
+  model::GptConfig g = config();
+  g.layers = 4;
+  model::GptStage last;
+  last.chunks = {{1, 1}, {3, 1}};  // an interleaved last rank: blocks 1 and 3
+  last.embedding = false;
+  last.head = true;
+  const model::ParamTable table = model::gpt_stage_param_table(g, last);
+  const StageUnits stage(table, last);
+  ASSERT_EQ(stage.size(), 4);
+  EXPECT_EQ(stage[0].name, "lnf");
+  EXPECT_EQ(stage[1].name, "h.3");
+  EXPECT_EQ(stage[2].name, "h.1");
+  EXPECT_EQ(stage[3].name, "wte");
+  EXPECT_EQ(stage.final_norm(), 0);
+  EXPECT_EQ(stage.embeddings(), 3);
+  EXPECT_EQ(stage.block(3), 1);
+  EXPECT_EQ(stage.block(1), 2);
+  EXPECT_THROW(stage.block(2), Error);
+  EXPECT_EQ(stage[3].offset, 0);
+  EXPECT_EQ(stage[0].offset + stage[0].count, table.total_count());
+  model::GptStage middle;
+  middle.chunks = {{2, 1}};
+  middle.embedding = false;
+  middle.head = false;
+  const StageUnits inner(model::gpt_stage_param_table(g, middle), middle);
+  ASSERT_EQ(inner.size(), 1);
+  EXPECT_EQ(inner.final_norm(), -1);
+  EXPECT_EQ(inner.embeddings(), -1);
 }
 
 }  // namespace

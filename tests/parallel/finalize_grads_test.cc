@@ -235,10 +235,11 @@ TEST(TiedEmbedding, SumsTheTwoCopiesAndNothingElse) {
     const int members[] = {0, 1};
     std::unique_ptr<comm::Communicator> embedding = pp.subgroup(members, "embedding");
     // No group (a stage in between, or no pipeline): nothing moves.
-    EXPECT_EQ(sum_tied_embedding_grads(m, nullptr).bytes_sent, 0);
-    const comm::Traffic t = sum_tied_embedding_grads(m, embedding.get());
     const model::ParamTable& table = m.param_table();
     const model::ParamTensor& wte = table[static_cast<size_t>(table.index_of("wte"))];
+    std::span<float> dwte = m.grad(table.index_of("wte"));
+    EXPECT_EQ(sum_tied_embedding_grads(dwte, nullptr).bytes_sent, 0);
+    const comm::Traffic t = sum_tied_embedding_grads(dwte, embedding.get());
     std::span<const float> grads = m.grads();
     for (int64_t i = 0; i < table.total_count(); ++i) {
       const bool tied = i >= wte.offset && i < wte.offset + wte.count;
@@ -264,9 +265,10 @@ TEST(SequenceParallelNorms, AllReducesTheLayerNormGradientsOnly) {
       TensorParallelGroup hooks(tp, sp);
       model::GptModel m(g, &tracker, &hooks);
       fill_grads(m, tp.rank());
-      all_reduce_sequence_parallel_norm_grads(m, nullptr);  // no group: a no-op
-      all_reduce_sequence_parallel_norm_grads(m, &tp);
       const model::ParamTable& table = m.param_table();
+      // No group: a no-op.
+      all_reduce_sequence_parallel_norm_grads(table, m.grads(), 0, nullptr, sp);
+      all_reduce_sequence_parallel_norm_grads(table, m.grads(), 0, &tp, hooks.sequence_parallel());
       std::span<const float> grads = m.grads();
       int layernorms = 0;
       for (const model::ParamTensor& t : table.tensors()) {
@@ -282,6 +284,40 @@ TEST(SequenceParallelNorms, AllReducesTheLayerNormGradientsOnly) {
       EXPECT_EQ(layernorms, 4 * g.layers + 2);
     });
   }
+}
+
+// After a ZeRO reduce-scatter a rank holds a range of the flat buffer: only the LayerNorm
+// elements inside it are reduced (both TP ranks hold the same range), the rest is untouched.
+TEST(SequenceParallelNorms, ReducesOnlyTheLayerNormElementsOfAShard) {
+  const model::GptConfig g = small_config();
+  comm::threads::run_ranks(2, [&](comm::Communicator& tp) {
+    MemoryTracker tracker;
+    TensorParallelGroup hooks(tp, true);
+    model::GptModel m(g, &tracker, &hooks);
+    fill_grads(m, tp.rank());
+    const model::ParamTable& table = m.param_table();
+    // A range that starts inside h.0.ln1.b and ends inside h.1.ln2.w.
+    const model::ParamTensor& ln1b = table[static_cast<size_t>(table.index_of("h.0.ln1.b"))];
+    const model::ParamTensor& ln2w = table[static_cast<size_t>(table.index_of("h.1.ln2.w"))];
+    const int64_t first = ln1b.offset + 3, end = ln2w.offset + 5;
+    std::vector<float> shard(m.grads().begin() + first, m.grads().begin() + end);
+    const comm::Traffic t = all_reduce_sequence_parallel_norm_grads(table, shard, first, &tp, true);
+    int64_t reduced = 0;
+    for (int64_t i = first; i < end; ++i) {
+      bool ln = false;
+      for (const model::ParamTensor& x : table.tensors()) {
+        const bool is_ln =
+            x.name.find(".ln1.") != std::string::npos || x.name.find(".ln2.") != std::string::npos;
+        ln = ln || (is_ln && i >= x.offset && i < x.offset + x.count);
+      }
+      reduced += ln ? 1 : 0;
+      const float want = ln ? grad_value(0, i) + grad_value(1, i) : grad_value(tp.rank(), i);
+      ASSERT_EQ(shard[static_cast<size_t>(i - first)], want) << "element " << i;
+    }
+    // ln1.b's tail, ln2.w and ln2.b of block 0, ln1.w and ln1.b of block 1, ln2.w's head.
+    EXPECT_EQ(reduced, (g.channels - 3) + 4 * g.channels + 5);
+    EXPECT_GT(t.bytes_sent, 0);
+  });
 }
 
 }  // namespace

@@ -29,7 +29,7 @@ TEST(ChromeTrace, TracksPerRank) {
     ASSERT_EQ(e.at("ph"), "X");
     ++complete;
   }
-  EXPECT_EQ(metadata, 1 + 4 * 2);  // process name; per rank two track names and two orders
+  EXPECT_EQ(metadata, 1 + 6 * 2);  // process name; per rank three track names and three orders
   EXPECT_EQ(complete, 3);
   const nlohmann::json& send = events[static_cast<size_t>(metadata) + 1];
   EXPECT_EQ(send.at("cat"), "send");
@@ -42,6 +42,7 @@ TEST(ChromeTrace, TracksPerRank) {
   EXPECT_EQ(f1.at("args").at("microbatch"), 0);
   EXPECT_EQ(events[1].at("args").at("name"), "rank 0 compute");
   EXPECT_EQ(events[2].at("args").at("name"), "rank 0 comm");
+  EXPECT_EQ(events[5].at("args").at("name"), "rank 0 comm thread");
 }
 
 }  // namespace

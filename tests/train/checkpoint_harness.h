@@ -15,41 +15,43 @@
 #include "dtrain/comm/threads/backend.h"
 #include "dtrain/core/rng.h"
 #include "dtrain/train/checkpoint.h"
-#include "dtrain/train/data_parallel_engine.h"
-#include "dtrain/train/mesh_engine.h"
-#include "dtrain/train/pipeline_engine.h"
-#include "dtrain/train/serial_engine.h"
-#include "dtrain/train/tensor_parallel_engine.h"
+#include "dtrain/train/engine.h"
+#include "dtrain/train/layout.h"
 #include "dtrain/train/trainer.h"
+#include "reference/serial_engine.h"
 
 namespace dtrain::train::testing {
 
 struct Layout {
   std::string name;
   int dp = 1, zero = 0, tp = 1, pp = 1;
+  bool sp = false;
+  bool reference = false;  // the tests' single-rank reference instead of the engine
   int ranks() const { return dp * tp * pp; }
-  bool composed() const { return (dp > 1) + (tp > 1) + (pp > 1) > 1; }
 };
 
-// Every engine and ZeRO stage that exists, at small sizes; two composed (mesh) layouts.
+// The single-rank reference, every ZeRO stage, each axis alone and composed, at small sizes.
 inline std::vector<Layout> matrix_layouts() {
-  return {{"serial"},
+  return {{"reference", 1, 0, 1, 1, false, true},
+          {"one rank"},
           {"dp2-zero0", 2, 0},
           {"dp2-zero1", 2, 1},
           {"dp2-zero2", 2, 2},
           {"dp2-zero3", 2, 3},
           {"dp4-zero3", 4, 3},
           {"tp2", 1, 0, 2},
+          {"tp2-sp", 1, 0, 2, 1, true},
           {"pp2", 1, 0, 1, 2},
           {"pp4", 1, 0, 1, 4},
           {"dp2-tp2-zero1", 2, 1, 2},
-          {"dp2-pp2-zero2", 2, 2, 1, 2}};
+          {"dp2-pp2-zero2", 2, 2, 1, 2},
+          {"dp2-tp2-pp2-zero3-sp", 2, 3, 2, 2, true}};
 }
 
 // V = 257 (TP pads wte to 258 rows), 4 blocks (four pipeline stages), 4 heads (TP 2). The
 // parameter count is odd, so ZeRO's last shard is padded too.
-inline SerialEngineConfig ckpt_config() {
-  SerialEngineConfig c;
+inline StepConfig ckpt_config() {
+  StepConfig c;
   c.model = {.vocab = 257, .context = 16, .layers = 4, .heads = 4, .channels = 16};
   c.batch = 8;
   c.seq = 16;
@@ -76,7 +78,7 @@ inline const TokenSplit& ckpt_data() {
 // A run of `steps` steps whose schedule is that of a `total`-step run (so a run cut short
 // and resumed follows the same learning rates).
 inline TrainerConfig ckpt_trainer(int64_t steps, int64_t total) {
-  const SerialEngineConfig c = ckpt_config();
+  const StepConfig c = ckpt_config();
   TrainerConfig t;
   t.model = c.model;
   t.model_name = "custom";
@@ -90,47 +92,30 @@ inline TrainerConfig ckpt_trainer(int64_t steps, int64_t total) {
   return t;
 }
 
-// Runs fn(engine, rank) on every rank of `layout` (rank threads; one plain call for serial).
-// fn runs concurrently on the ranks.
+// The engine's config for `l` (micro-batches: 2 per DP rank beside a pipeline, 4 without DP).
+inline EngineConfig layout_config(const Layout& l) {
+  LayoutOptions o;
+  o.dp = l.dp;
+  o.tp = l.tp;
+  o.pp = l.pp;
+  o.zero_stage = l.zero;
+  o.sequence_parallel = l.sp;
+  if (l.pp > 1) o.microbatches = l.dp > 1 ? 2 : 4;
+  return make_engine_config(ckpt_config(), o);
+}
+
+// Runs fn(engine, rank) on every rank of `layout` (rank threads; one plain call for the
+// reference). fn runs concurrently on the ranks.
 inline void on_layout(const Layout& l, const std::function<void(StepEngine&, int)>& fn) {
-  const SerialEngineConfig c = ckpt_config();
-  if (l.ranks() == 1) {
-    SerialEngine engine(c);
+  if (l.reference) {
+    SerialEngine engine(ckpt_config());
     fn(engine, 0);
     return;
   }
+  const EngineConfig config = layout_config(l);
   comm::threads::run_ranks(l.ranks(), [&](comm::Communicator& world) {
-    if (l.composed()) {
-      DataParallelSetup dp;
-      dp.dp = l.dp;
-      dp.zero_stage = l.zero;
-      TensorParallelSetup tp;
-      tp.tp = l.tp;
-      PipelineSetup pp;
-      pp.pp = l.pp;
-      pp.microbatches = l.pp > 1 ? 2 : 1;
-      MeshEngine engine(mesh_config(c, dp, tp, pp, MeshSetup{}), world);
-      fn(engine, world.rank());
-    } else if (l.tp > 1) {
-      TensorParallelEngine engine(c, world);
-      fn(engine, world.rank());
-    } else if (l.pp > 1) {
-      PipelineSetup setup;
-      setup.pp = l.pp;
-      setup.microbatches = 4;
-      PipelineEngineConfig pc;
-      pc.base = c;
-      pc.microbatches = setup.microbatches;
-      pc.partition = validate_pipeline(setup, c.model, c.batch);
-      PipelineEngine engine(pc, world);
-      fn(engine, world.rank());
-    } else {
-      DataParallelSetup dp;
-      dp.dp = l.dp;
-      dp.zero_stage = l.zero;
-      DataParallelEngine engine({c, dp}, world);
-      fn(engine, world.rank());
-    }
+    Engine engine(config, world);
+    fn(engine, world.rank());
   });
 }
 

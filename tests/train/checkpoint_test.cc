@@ -64,8 +64,9 @@ TEST(Checkpoint, ResumeContinuesBitForBit) {
   const int64_t N = 4, K = 2;
   const fs::path tmp = fresh_dir("resume");
   for (const Layout& l :
-       {Layout{"serial"}, Layout{"dp2-zero2", 2, 2}, Layout{"dp4-zero3", 4, 3},
-        Layout{"tp2", 1, 0, 2}, Layout{"pp2", 1, 0, 1, 2}, Layout{"dp2-tp2-zero1", 2, 1, 2}}) {
+       {Layout{"one rank"}, Layout{"dp2-zero2", 2, 2}, Layout{"dp4-zero3", 4, 3},
+        Layout{"tp2", 1, 0, 2}, Layout{"pp2", 1, 0, 1, 2}, Layout{"dp2-tp2-zero1", 2, 1, 2},
+        Layout{"dp2-tp2-pp2-zero3-sp", 2, 3, 2, 2, true}}) {
     const fs::path root = tmp / l.name;
     std::vector<float> straight_losses, resumed_losses;
     TrainerConfig straight = ckpt_trainer(N, N);
@@ -130,7 +131,7 @@ TEST(Checkpoint, AnInterruptedSaveLeavesThePreviousCheckpointWhole) {
   const LoadedCheckpoint after = load_checkpoint(root.string());
   EXPECT_EQ(after.dir, first);
   expect_same_state(before, after.state, "after an interrupted save");
-  on_layout({"serial"}, [&](StepEngine& engine, int) {
+  on_layout({"one rank"}, [&](StepEngine& engine, int) {
     engine.import_state(after.state);
     TrainerPosition p = after.manifest.position;
     p.step = 2;

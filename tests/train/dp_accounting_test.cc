@@ -1,4 +1,4 @@
-// The data-parallel engine's counters against the plan/ formulas, on every rank, for N in {2, 4}
+// The engine's data-parallel counters against the plan/ formulas, on every rank, for N in {2, 4}
 // and ZeRO stages 0-3, on a model whose 36,597 parameters neither N divides:
 //   memory  params, grads and optimizer bytes held after a step == plan::model_state_bytes
 //           (fp32 Adam: 4 + 4 + 8 bytes per parameter); stage 3 additionally peaks at exactly
@@ -17,11 +17,12 @@
 namespace dtrain::train {
 namespace {
 
+using testing::dp_layout;
 using testing::run_dp;
 using testing::small_config;
 
 TEST(DataParallelAccounting, ModelStateMemoryEqualsThePlanOnEveryRank) {
-  const SerialEngineConfig c = small_config();
+  const StepConfig c = small_config();
   const int64_t psi = model::gpt_param_count(c.model);
   ASSERT_NE(psi % 2, 0);
   ASSERT_NE(psi % 4, 0);
@@ -30,53 +31,51 @@ TEST(DataParallelAccounting, ModelStateMemoryEqualsThePlanOnEveryRank) {
       SCOPED_TRACE(::testing::Message() << "dp " << dp << " zero " << stage);
       const plan::ModelStateBytes want = plan::model_state_bytes(psi, dp, stage, plan::kFp32Adam);
       std::mutex mu;
-      run_dp(
-          c, {.dp = dp, .zero_stage = stage, .bucket_bytes = 16384}, 2,
-          [&](int rank, DataParallelEngine& engine) {
-            std::lock_guard<std::mutex> lock(mu);
-            const MemoryTracker& m = engine.memory();
-            EXPECT_EQ(m.current_bytes(MemoryTag::params), want.params) << "rank " << rank;
-            EXPECT_EQ(m.current_bytes(MemoryTag::grads), want.grads) << "rank " << rank;
-            EXPECT_EQ(m.current_bytes(MemoryTag::optimizer), want.optimizer) << "rank " << rank;
-            if (stage != 3) return;
-            // Gathered weights at once: the embeddings (through the forward) and two blocks
-            // (the running one and the next, prefetched): plan::zero3_gathered_bytes' weights
-            // for a block with one prefetched, plus the embeddings.
-            const std::vector<parallel::GradUnit>& units = engine.model().units();
-            const int64_t block = units[1].count, embeddings = units.back().count;
-            const int64_t block_weights =
-                plan::zero3_gathered_bytes(block, {.param = 4, .grad = 0, .optimizer = 0}, 1);
-            EXPECT_EQ(m.peak_bytes(MemoryTag::params) - want.params, block_weights + 4 * embeddings)
-                << "rank " << rank;
-            // Gradients: at least the embeddings' (kept through the backward) and one block's;
-            // the rest depends on how far the communication thread is behind.
-            EXPECT_GE(m.peak_bytes(MemoryTag::grads) - want.grads, 4 * (embeddings + block));
-            EXPECT_LE(m.peak_bytes(MemoryTag::grads) - want.grads, 4 * psi);
-          });
+      run_dp(c, dp_layout(dp, stage, 16384), 2, [&](int rank, Engine& engine) {
+        std::lock_guard<std::mutex> lock(mu);
+        const MemoryTracker& m = engine.memory();
+        EXPECT_EQ(m.current_bytes(MemoryTag::params), want.params) << "rank " << rank;
+        EXPECT_EQ(m.current_bytes(MemoryTag::grads), want.grads) << "rank " << rank;
+        EXPECT_EQ(m.current_bytes(MemoryTag::optimizer), want.optimizer) << "rank " << rank;
+        if (stage != 3) return;
+        // Gathered weights at once: the embeddings (through the forward) and two blocks
+        // (the running one and the next, prefetched): plan::zero3_gathered_bytes' weights
+        // for a block with one prefetched, plus the embeddings.
+        const std::vector<parallel::GradUnit>& units = engine.executor().units().units();
+        const int64_t block = units[1].count, embeddings = units.back().count;
+        const int64_t block_weights =
+            plan::zero3_gathered_bytes(block, {.param = 4, .grad = 0, .optimizer = 0}, 1);
+        EXPECT_EQ(m.peak_bytes(MemoryTag::params) - want.params, block_weights + 4 * embeddings)
+            << "rank " << rank;
+        // Gradients: at least the embeddings' (kept through the backward) and one block's;
+        // the rest depends on how far the communication thread is behind.
+        EXPECT_GE(m.peak_bytes(MemoryTag::grads) - want.grads, 4 * (embeddings + block));
+        EXPECT_LE(m.peak_bytes(MemoryTag::grads) - want.grads, 4 * psi);
+      });
     }
   }
 }
 
-void expect_traffic_matches(const DataParallelSetup& s, int steps) {
-  const SerialEngineConfig c = small_config();
+void expect_traffic_matches(const LayoutOptions& s, int steps) {
+  const StepConfig c = small_config();
   const int64_t psi = model::gpt_param_count(c.model);
   const double want = plan::dp_traffic_per_step(psi, s.dp, s.zero_stage, plan::kFp32Adam,
                                                 static_cast<int>(s.grad_accum))
                           .bytes_sent;
   std::mutex mu;
-  run_dp(c, s, steps, [&](int rank, DataParallelEngine& engine) {
+  run_dp(c, s, steps, [&](int rank, Engine& engine) {
     std::lock_guard<std::mutex> lock(mu);
-    ASSERT_EQ(engine.steps().size(), static_cast<size_t>(steps));
-    for (const DataParallelStepRecord& r : engine.steps()) {
-      const double measured = static_cast<double>(r.dp.bytes_sent);
-      const double rounding = 4.0 * static_cast<double>(r.dp.steps);  // one element per step
-      EXPECT_NEAR(measured, want, rounding) << "rank " << rank;
-      EXPECT_GT(r.dp.steps, 0);
-    }
+    ASSERT_EQ(engine.steps(), steps);
+    // Every DP collective of the run (the communication thread's communicator).
+    const comm::Traffic t = engine.data_parallel().traffic();
+    const double measured = static_cast<double>(t.bytes_sent);
+    const double rounding = 4.0 * static_cast<double>(t.steps);  // one element per step
+    EXPECT_NEAR(measured, want * steps, rounding) << "rank " << rank;
+    EXPECT_GT(t.steps, 0);
+    EXPECT_EQ(engine.traffic().dp, measured);
     if (rank == 0) {
-      std::printf("  dp %d zero %d accum %lld: %lld bytes sent per step, plan %.1f\n", s.dp,
-                  s.zero_stage, static_cast<long long>(s.grad_accum),
-                  static_cast<long long>(engine.steps().back().dp.bytes_sent), want);
+      std::printf("  dp %d zero %d accum %lld: %.0f bytes sent per step, plan %.1f\n", s.dp,
+                  s.zero_stage, static_cast<long long>(s.grad_accum), measured / steps, want);
     }
   });
 }
@@ -85,33 +84,14 @@ TEST(DataParallelAccounting, BytesSentPerStepEqualThePlan) {
   for (int dp : {2, 4}) {
     for (int stage = 0; stage <= 3; ++stage) {
       SCOPED_TRACE(::testing::Message() << "dp " << dp << " zero " << stage);
-      expect_traffic_matches({.dp = dp, .zero_stage = stage, .bucket_bytes = 16384}, 2);
+      expect_traffic_matches(dp_layout(dp, stage, 16384), 2);
     }
   }
   // With gradient accumulation ZeRO 2 reduce-scatters, and ZeRO 3 also gathers, per micro-batch.
   for (int stage = 0; stage <= 3; ++stage) {
     SCOPED_TRACE(::testing::Message() << "accum 2, zero " << stage);
-    expect_traffic_matches({.dp = 2, .zero_stage = stage, .grad_accum = 2}, 1);
+    expect_traffic_matches(dp_layout(2, stage, 1 << 20, 2), 1);
   }
-}
-
-TEST(DataParallelAccounting, TheReportCarriesMeasuredAndPlannedFigures) {
-  const SerialEngineConfig c = small_config();
-  std::mutex mu;
-  run_dp(c, {.dp = 4, .zero_stage = 3}, 2, [&](int rank, DataParallelEngine& engine) {
-    if (rank != 0) return;
-    std::lock_guard<std::mutex> lock(mu);
-    const DataParallelReport r = engine.report();
-    ASSERT_EQ(r.state.size(), 3u);
-    for (const DataParallelReport::StateRow& row : r.state) {
-      EXPECT_EQ(row.current_bytes, row.formula_bytes) << memory_tag_name(row.tag);
-    }
-    EXPECT_NEAR(r.bytes_sent_per_step, r.formula_bytes_sent_per_step, 0.01 * r.bytes_sent_per_step);
-    EXPECT_GT(r.control_bytes_per_step, 0);
-    EXPECT_GE(r.overlap_share, 0.0);
-    EXPECT_LE(r.overlap_share, 1.0);
-    EXPECT_GE(r.gathered_peak_bytes, r.gathered_formula_bytes);
-  });
 }
 
 }  // namespace

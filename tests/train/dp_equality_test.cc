@@ -1,5 +1,6 @@
 // Data parallelism reproduces the single-rank run: after K steps on the same global batches,
-// every parameter with dp 2 and 4 (and with gradient accumulation) equals the SerialEngine's,
+// every parameter with dp 2 and 4 (and with gradient accumulation) equals the single-rank
+// reference's,
 // ZeRO stages 1-3 equal plain DP, and the same seed gives a bitwise identical run. The first
 // gradient bucket's all-reduce starts while backward is still running. Max |diff| per tensor is
 // printed for every comparison. A rank that fails ends the whole run fast, with its error.
@@ -18,6 +19,7 @@ namespace dtrain::train {
 namespace {
 
 using testing::compare_params;
+using testing::dp_layout;
 using testing::run_dp;
 using testing::run_serial;
 using testing::small_config;
@@ -38,7 +40,7 @@ void expect_losses_near(const std::vector<float>& a, const std::vector<float>& b
 TEST(DataParallel, MatchesTheSerialRunOnTheSameGlobalBatch) {
   const testing::RunResult serial = run_serial(small_config(), kSteps);
   for (int dp : {2, 4}) {
-    const testing::RunResult par = run_dp(small_config(), {.dp = dp}, kSteps);
+    const testing::RunResult par = run_dp(small_config(), dp_layout(dp), kSteps);
     EXPECT_LE(compare_params(table(), par.params, serial.params, "dp " + std::to_string(dp)),
               kTolerance);
     expect_losses_near(par.losses, serial.losses);
@@ -47,11 +49,9 @@ TEST(DataParallel, MatchesTheSerialRunOnTheSameGlobalBatch) {
 
 TEST(DataParallel, GradientAccumulationMatchesTheSerialRun) {
   const testing::RunResult serial = run_serial(small_config(), kSteps);
-  const DataParallelSetup setups[] = {{.dp = 2, .grad_accum = 2},
-                                      {.dp = 1, .grad_accum = 4},
-                                      {.dp = 2, .zero_stage = 2, .grad_accum = 2},
-                                      {.dp = 2, .zero_stage = 3, .grad_accum = 4}};
-  for (const DataParallelSetup& s : setups) {
+  const LayoutOptions setups[] = {dp_layout(2, 0, 1 << 20, 2), dp_layout(1, 0, 1 << 20, 4),
+                                  dp_layout(2, 2, 1 << 20, 2), dp_layout(2, 3, 1 << 20, 4)};
+  for (const LayoutOptions& s : setups) {
     const testing::RunResult par = run_dp(small_config(), s, kSteps);
     const std::string label = "dp " + std::to_string(s.dp) + " zero " +
                               std::to_string(s.zero_stage) + " accum " +
@@ -64,11 +64,9 @@ TEST(DataParallel, GradientAccumulationMatchesTheSerialRun) {
 TEST(Zero, StagesOneToThreeReproducePlainDp) {
   for (int dp : {2, 4}) {
     // Small buckets, so that buckets straddle owner ranges.
-    const testing::RunResult plain =
-        run_dp(small_config(), {.dp = dp, .bucket_bytes = 8192}, kSteps);
+    const testing::RunResult plain = run_dp(small_config(), dp_layout(dp, 0, 8192), kSteps);
     for (int stage = 1; stage <= 3; ++stage) {
-      const testing::RunResult z =
-          run_dp(small_config(), {.dp = dp, .zero_stage = stage, .bucket_bytes = 8192}, kSteps);
+      const testing::RunResult z = run_dp(small_config(), dp_layout(dp, stage, 8192), kSteps);
       const std::string label = "dp " + std::to_string(dp) + " zero " + std::to_string(stage);
       EXPECT_LE(compare_params(table(), z.params, plain.params, label), kTolerance) << label;
       expect_losses_near(z.losses, plain.losses);
@@ -77,40 +75,48 @@ TEST(Zero, StagesOneToThreeReproducePlainDp) {
 }
 
 TEST(DataParallel, TheSameSeedGivesABitwiseIdenticalRun) {
-  for (const DataParallelSetup& s :
-       {DataParallelSetup{.dp = 4, .bucket_bytes = 4096},
-        DataParallelSetup{.dp = 4, .zero_stage = 3, .grad_accum = 2}}) {
+  for (const LayoutOptions& s : {dp_layout(4, 0, 4096), dp_layout(4, 3, 1 << 20, 2)}) {
     const testing::RunResult a = run_dp(small_config(), s, 3);
     const testing::RunResult b = run_dp(small_config(), s, 3);
     EXPECT_EQ(a.params, b.params);  // float ==: bit for bit
     EXPECT_EQ(a.losses, b.losses);
   }
-  SerialEngineConfig other = small_config();
+  StepConfig other = small_config();
   other.init_seed = 12;
-  EXPECT_NE(run_dp(other, {.dp = 2}, 1).params, run_dp(small_config(), {.dp = 2}, 1).params);
+  EXPECT_NE(run_dp(other, dp_layout(2), 1).params, run_dp(small_config(), dp_layout(2), 1).params);
 }
 
 TEST(DataParallel, TheFirstBucketsAllReduceStartsBeforeBackwardFinishes) {
   // One bucket per unit: the first (the final LayerNorm) is final right after the head's
   // backward, with six blocks and the embeddings still to go (a few milliseconds). The first
   // step may find the communication thread cold; every later one must overlap.
-  SerialEngineConfig c = small_config(16);
+  StepConfig c = small_config(16);
   c.model.layers = 6;
   c.seq = 32;
   constexpr int kRuns = 4;
   int overlapped = 0, steps = 0;
-  run_dp(c, {.dp = 2, .bucket_bytes = 1}, kRuns, [&](int rank, DataParallelEngine& engine) {
-    if (rank != 0) return;
-    for (const DataParallelStepRecord& s : engine.steps()) {
-      ASSERT_FALSE(s.timeline.comm.empty());
-      ASSERT_EQ(s.timeline.backward.size(), 1u);
-      const parallel::CommThread::Event& first = s.timeline.comm.front();
+  const EngineConfig config = make_engine_config(c, dp_layout(2, 0, 1));
+  comm::threads::run_ranks(2, [&](comm::Communicator& world) {
+    Engine engine(config, world);
+    BatchSampler sampler(testing::synthetic_tokens(), c.batch, c.seq, 99);
+    Batch batch;
+    for (int k = 0; k < kRuns; ++k) {
+      sampler.next(batch);
+      engine.train_step(batch, testing::kLr);
+      if (world.rank() != 0) continue;
+      const StepTrace& s = engine.last_step();
+      ASSERT_FALSE(s.data_parallel.empty());
+      const MeasuredSpan& first = s.data_parallel.front();
       EXPECT_EQ(first.what, "all_reduce lnf");
-      const parallel::TimeInterval backward = s.timeline.backward.back();
+      const parallel::MeasuredAction* backward = nullptr;
+      for (const parallel::MeasuredAction& a : s.actions) {
+        if (a.action.kind == parallel::ActionKind::backward) backward = &a;
+      }
+      ASSERT_NE(backward, nullptr);
       std::printf("  step %d: all_reduce lnf started %.0f us into a %.0f us backward\n", steps,
-                  first.time.begin_us - backward.begin_us, backward.length_us());
+                  first.start_us - backward->start_us, backward->end_us - backward->start_us);
       ++steps;
-      if (first.time.begin_us < backward.end_us) ++overlapped;
+      if (first.start_us < backward->end_us) ++overlapped;
     }
   });
   EXPECT_EQ(steps, kRuns);
@@ -121,7 +127,8 @@ TEST(DataParallel, ARankThatFailsEndsTheRunFastWithItsError) {
   // A token outside the vocabulary in rank 1's rows only: rank 1 throws in its forward while
   // rank 0 goes on and waits for the gradient all-reduce on its communication thread. Rank 1's
   // failure must reach rank 0 through the backend (not its 30 s timeout) and come out of the run.
-  const SerialEngineConfig c = small_config();
+  const StepConfig c = small_config();
+  const EngineConfig config = make_engine_config(c, dp_layout(2));
   Batch batch;
   BatchSampler(testing::synthetic_tokens(), c.batch, c.seq, 99).next(batch);
   batch.inputs[static_cast<size_t>(c.batch / 2 * c.seq)] = 999;  // first row of rank 1
@@ -129,7 +136,7 @@ TEST(DataParallel, ARankThatFailsEndsTheRunFastWithItsError) {
   try {
     comm::threads::run_ranks(2,
                              [&](comm::Communicator& world) {
-                               DataParallelEngine engine({c, {.dp = 2}}, world);
+                               Engine engine(config, world);
                                engine.train_step(batch, testing::kLr);
                              },
                              {.timeout_s = 30});

@@ -1,6 +1,7 @@
 // Shared by the data-parallel tests: a small model whose parameter count no DP size divides,
-// synthetic token data, and runners that train K steps serially or on N threads-backend ranks
-// on the same global batches, returning the parameters (and each rank's engine figures).
+// synthetic token data, and runners that train K steps with the single-rank reference or on the
+// engine's N data-parallel threads-backend ranks on the same global batches, returning the
+// parameters (and letting a test look at each rank's engine).
 #pragma once
 
 #include <algorithm>
@@ -13,15 +14,16 @@
 #include "dtrain/comm/threads/backend.h"
 #include "dtrain/core/rng.h"
 #include "dtrain/model/param_table.h"
-#include "dtrain/train/data_parallel_engine.h"
-#include "dtrain/train/serial_engine.h"
+#include "dtrain/train/engine.h"
+#include "dtrain/train/layout.h"
+#include "reference/serial_engine.h"
 
 namespace dtrain::train::testing {
 
 // The tiny preset's shape with V = 257 and C = 33 (3 heads): 36,597 parameters, odd, so every
 // shard layout over 2 or 4 ranks pads its last range.
-inline SerialEngineConfig small_config(int64_t batch = 8) {
-  SerialEngineConfig c;
+inline StepConfig small_config(int64_t batch = 8) {
+  StepConfig c;
   c.model = {.vocab = 257, .context = 32, .layers = 2, .heads = 3, .channels = 33};
   c.batch = batch;
   c.seq = 16;
@@ -53,7 +55,7 @@ struct RunResult {
   std::vector<float> losses;
 };
 
-inline RunResult run_serial(const SerialEngineConfig& c, int steps) {
+inline RunResult run_serial(const StepConfig& c, int steps) {
   SerialEngine engine(c);
   BatchSampler sampler(synthetic_tokens(), c.batch, c.seq, 99);
   Batch batch;
@@ -66,13 +68,26 @@ inline RunResult run_serial(const SerialEngineConfig& c, int steps) {
   return r;
 }
 
-// Trains `steps` steps on dp.dp ranks; `inspect(rank, engine)` runs on every rank after the
-// steps. Returns rank 0's gathered parameters and losses.
-inline RunResult run_dp(const SerialEngineConfig& c, const DataParallelSetup& dp, int steps,
-                        const std::function<void(int, DataParallelEngine&)>& inspect = {}) {
+// The data-parallel layout: N ranks at ZeRO `zero`, buckets of `bucket_bytes`, `accum`
+// micro-batches per rank.
+inline LayoutOptions dp_layout(int dp, int zero = 0, int64_t bucket_bytes = int64_t{1} << 20,
+                               int64_t accum = 1) {
+  LayoutOptions l;
+  l.dp = dp;
+  l.zero_stage = zero;
+  l.bucket_bytes = bucket_bytes;
+  l.grad_accum = accum;
+  return l;
+}
+
+// Trains `steps` steps on layout.dp ranks; `inspect(rank, engine)` runs on every rank after the
+// steps. Returns rank 0's parameters (gathered at ZeRO-3) and losses.
+inline RunResult run_dp(const StepConfig& c, const LayoutOptions& layout, int steps,
+                        const std::function<void(int, Engine&)>& inspect = {}) {
   RunResult result;
-  comm::threads::run_ranks(dp.dp, [&](comm::Communicator& world) {
-    DataParallelEngine engine({c, dp}, world);
+  const EngineConfig config = make_engine_config(c, layout);
+  comm::threads::run_ranks(layout.dp, [&](comm::Communicator& world) {
+    Engine engine(config, world);
     BatchSampler sampler(synthetic_tokens(), c.batch, c.seq, 99);
     Batch batch;
     std::vector<float> losses;
@@ -80,7 +95,7 @@ inline RunResult run_dp(const SerialEngineConfig& c, const DataParallelSetup& dp
       sampler.next(batch);
       losses.push_back(engine.train_step(batch, kLr).loss);
     }
-    std::vector<float> params = engine.model().gather_params();
+    std::vector<float> params = engine.gather_params();
     if (inspect) inspect(world.rank(), engine);
     if (world.rank() == 0) result = {std::move(params), std::move(losses)};
   });

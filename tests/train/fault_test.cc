@@ -56,8 +56,9 @@ TEST(Fault, AnExitedRankIsSilentButTheRunFails) {
 TEST(Fault, OtherRanksNameTheFailedRankAndResumeFinishesTheRun) {
   const int64_t N = 4;
   const fs::path tmp = fresh_dir("fault");
-  for (const Layout& l : {Layout{"dp2-zero1", 2, 1}, Layout{"tp2", 1, 0, 2},
-                          Layout{"pp2", 1, 0, 1, 2}, Layout{"dp4-zero3", 4, 3}}) {
+  for (const Layout& l :
+       {Layout{"dp2-zero1", 2, 1}, Layout{"tp2", 1, 0, 2}, Layout{"pp2", 1, 0, 1, 2},
+        Layout{"dp4-zero3", 4, 3}, Layout{"dp2-pp2-zero3", 2, 3, 1, 2}}) {
     // The reference: N steps without a fault.
     TrainerConfig straight = ckpt_trainer(N, N);
     straight.checkpoint.save_dir = (tmp / l.name / "straight").string();

@@ -17,9 +17,9 @@
 #include "dtrain/train/progress.h"
 #include "dtrain/train/run_record.h"
 #include "dtrain/train/save_directory.h"
-#include "dtrain/train/serial_engine.h"
 #include "dtrain/train/stop_request.h"
 #include "error_text.h"
+#include "reference/serial_engine.h"
 
 namespace dtrain::train {
 namespace {
@@ -166,7 +166,7 @@ TEST(ProgressPrinter, TokensPerSecondAfterResumeCountOnlyThisRunsSteps) {
     config.steps = 200;
     config.batch = 4;
     config.seq = 25;  // 100 tokens a step
-    SerialEngineConfig ec;
+    StepConfig ec;
     ec.model = config.model;
     ec.batch = 4;
     ec.seq = 25;

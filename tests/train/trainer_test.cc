@@ -1,4 +1,5 @@
-// The single-rank trainer: the same seed gives a bitwise identical run, the loss on the default
+// The trainer on one rank of the engine (the run `dtrain train` makes without layout flags): the
+// same seed gives a bitwise identical run, the loss on the default
 // corpus falls clearly below ln V, memory reported per tag equals the plan, and bad options
 // fail with errors that name the flag.
 #include <gtest/gtest.h>
@@ -8,10 +9,11 @@
 #include <fstream>
 #include <functional>
 
+#include "dtrain/comm/threads/backend.h"
 #include "dtrain/core/check.h"
 #include "dtrain/model/gemm.h"
+#include "dtrain/train/engine.h"
 #include "dtrain/train/run.h"
-#include "dtrain/train/serial_engine.h"
 #include "dtrain/train/trainer.h"
 
 namespace dtrain::train {
@@ -26,13 +28,17 @@ TrainOptions quick(int64_t steps) {
   return o;
 }
 
-// Runs the options and returns the summary and the final parameters.
+// Runs the options on one rank and returns the summary and the final parameters.
 std::pair<TrainSummary, std::vector<float>> run_and_keep_params(const TrainOptions& o) {
-  TrainSetup setup = resolve(o);
-  SerialEngine engine(setup.engine);
-  Trainer trainer(setup.trainer, engine, setup.data);
-  TrainSummary s = trainer.run();
-  return {s, {engine.model().params().begin(), engine.model().params().end()}};
+  const TrainSetup setup = resolve(o);
+  std::pair<TrainSummary, std::vector<float>> out;
+  comm::threads::run_ranks(1, [&](comm::Communicator& world) {
+    Engine engine(setup.engine, world);
+    Trainer trainer(setup.trainer, engine, setup.data);
+    out.first = trainer.run();
+    out.second.assign(engine.model().params().begin(), engine.model().params().end());
+  });
+  return out;
 }
 
 TEST(Trainer, SameSeedGivesABitwiseIdenticalRun) {
@@ -127,14 +133,16 @@ TEST(Trainer, ReportsMemoryPerTagEqualToThePlan) {
 }
 
 TEST(Trainer, EvaluationDoesNotChangeTheParameters) {
-  TrainSetup setup = resolve(quick(1));
-  SerialEngine engine(setup.engine);
-  Trainer trainer(setup.trainer, engine, setup.data);
-  const std::vector<float> before(engine.model().params().begin(), engine.model().params().end());
-  const float a = trainer.evaluate();
-  const float b = trainer.evaluate();
-  EXPECT_EQ(a, b);
-  EXPECT_TRUE(std::equal(before.begin(), before.end(), engine.model().params().begin()));
+  const TrainSetup setup = resolve(quick(1));
+  comm::threads::run_ranks(1, [&](comm::Communicator& world) {
+    Engine engine(setup.engine, world);
+    Trainer trainer(setup.trainer, engine, setup.data);
+    const std::vector<float> before(engine.model().params().begin(), engine.model().params().end());
+    const float a = trainer.evaluate();
+    const float b = trainer.evaluate();
+    EXPECT_EQ(a, b);
+    EXPECT_TRUE(std::equal(before.begin(), before.end(), engine.model().params().begin()));
+  });
 }
 
 std::string error_of(const TrainOptions& o) {

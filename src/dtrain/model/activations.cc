@@ -105,7 +105,8 @@ GptActivations::GptActivations(const GptConfig& g, int64_t B, int64_t T, MemoryT
     Carver hc(head_storage_.data());
     carve_head(head_, hc, g, B, T, tp);
   } else {
-    head_storage_ = Buffer<float>(B * T * g.channels, MemoryTag::activations, tracker);
+    // The chunk's output, sent to the next stage: this rank's rows under sequence parallelism.
+    head_storage_ = Buffer<float>(rows * g.channels, MemoryTag::activations, tracker);
     head_.x_final = head_storage_.data();
   }
   if (head) {

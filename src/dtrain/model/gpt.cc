@@ -125,13 +125,15 @@ void GptModel::bind_grads(int64_t offset, int64_t count, float* storage) {
 }
 
 void GptModel::bind_range(GptWeights& w, int64_t offset, int64_t count, float* storage) const {
-  DTRAIN_CHECK(local_index_.empty(), "GptModel::bind: not available on a pipeline stage model");
   DTRAIN_CHECK(offset >= 0 && count >= 0 && offset + count <= table_.total_count(),
                "GptModel::bind: range [", offset, ", ", offset + count,
                ") is outside the parameter buffer of ", table_.total_count());
-  // Whether tensor `index` lies inside the range (and is to move to storage + t.offset - offset).
+  // Whether tensor `index` (of the whole model's table) is held here and lies inside the range
+  // (and is to move to storage + t.offset - offset); a stage model skips the tensors it lacks.
   auto inside = [&](int index) {
-    const ParamTensor& t = table_[static_cast<size_t>(index)];
+    const int i = local_index(index);
+    if (i < 0) return false;
+    const ParamTensor& t = table_[static_cast<size_t>(i)];
     const bool in = t.offset >= offset && t.offset + t.count <= offset + count;
     const bool out = t.offset + t.count <= offset || t.offset >= offset + count;
     DTRAIN_CHECK(in || out, "GptModel::bind: tensor ", t.name, " straddles the range [", offset,
@@ -139,7 +141,7 @@ void GptModel::bind_range(GptWeights& w, int64_t offset, int64_t count, float* s
     return in;
   };
   auto moved = [&](int index) {
-    return storage + (table_[static_cast<size_t>(index)].offset - offset);
+    return storage + (table_[static_cast<size_t>(local_index(index))].offset - offset);
   };
   auto bind = [&](float*& field, int index) {
     if (inside(index)) field = moved(index);
@@ -262,7 +264,7 @@ float GptModel::forward(GptActivations& acts, GptWorkspace& ws, std::span<const 
   DTRAIN_CHECK(ws.threads >= cx_.threads(), "GptModel: workspace for ", ws.threads,
                " threads, but the model's team has ", cx_.threads());
   DTRAIN_CHECK(local_index_.empty(), "GptModel::forward: a stage model runs piece by piece");
-  embedding_forward(acts, tokens);
+  embedding_forward(acts, ws, tokens);
   for (int64_t l = 0; l < config_.layers; ++l) block_forward(acts, ws, l);
   return head_forward(acts, targets);
 }
@@ -274,7 +276,8 @@ void GptModel::backward(GptActivations& acts, GptWorkspace& ws, float dloss) {
   embedding_backward(acts, ws);
 }
 
-void GptModel::embedding_forward(GptActivations& acts, std::span<const int32_t> tokens) {
+void GptModel::embedding_forward(GptActivations& acts, GptWorkspace& ws,
+                                 std::span<const int32_t> tokens) {
   const int64_t B = acts.batch(), T = acts.seq(), C = config_.channels;
   check_batch(tokens, B * T, config_.vocab, "tokens");
   std::copy(tokens.begin(), tokens.end(), acts.head().tokens);
@@ -289,8 +292,7 @@ void GptModel::embedding_forward(GptActivations& acts, std::span<const int32_t> 
     // Sequence parallel: the partial embeddings of all B*T rows are reduce-scattered to this
     // rank's rows (the all-reduce above becomes a reduce-scatter: still one non-zero term per
     // row, exact), then wpe is added at each row's position t.
-    float* full = acts.head().lnf_out;  // (B, T, C) scratch: the head's input is made later
-    DTRAIN_CHECK(full != nullptr, "GptModel: sequence parallelism runs the whole model only");
+    float* full = ws.d_btc2;  // (B, T, C) scratch: free before the first block runs
     vocab_embedding_forward(full, acts.head().tokens, w_.wte, vocab_begin(), vocab_local(), B * T,
                             C);
     const int64_t rows = sp_rows(acts), begin = rows * tp_->rank();
@@ -470,7 +472,7 @@ void GptModel::head_backward(GptActivations& acts, GptWorkspace& ws, float dloss
 
 void GptModel::block_backward(GptActivations& acts, GptWorkspace& ws, int64_t l) {
   if (sp()) {
-    block_backward_sp(acts, ws, l);
+    block_backward_sp(acts, ws, l, nullptr);
     return;
   }
   block_backward_dense(acts, ws, l, nullptr);
@@ -478,20 +480,18 @@ void GptModel::block_backward(GptActivations& acts, GptWorkspace& ws, int64_t l)
 
 void GptModel::block_backward_input(GptActivations& acts, GptWorkspace& ws, int64_t l,
                                     WeightGradStash& stash) {
-  DTRAIN_CHECK(!sp(),
-               "GptModel::block_backward_input: no split backward under sequence "
-               "parallelism");
   DTRAIN_CHECK(stash.range().contains(l), "GptModel::block_backward_input: block ", l,
                " is not in the stash's blocks [", stash.range().first, ", ", stash.range().end(),
                ")");
+  if (sp()) {
+    block_backward_sp(acts, ws, l, &stash.layer(l));
+    return;
+  }
   block_backward_dense(acts, ws, l, &stash.layer(l));
 }
 
 void GptModel::block_backward_weight(const GptActivations& acts, GptWorkspace& ws,
                                      WeightGradStash& stash, int64_t l) {
-  DTRAIN_CHECK(!sp(),
-               "GptModel::block_backward_weight: no split backward under sequence "
-               "parallelism");
   DTRAIN_CHECK(stash.range().contains(l), "GptModel::block_backward_weight: block ", l,
                " is not in the stash's blocks [", stash.range().first, ", ", stash.range().end(),
                ")");
@@ -502,12 +502,27 @@ void GptModel::block_backward_weight(const GptActivations& acts, GptWorkspace& w
   // The linears' inputs: kept unless full recompute dropped them (selective's att is not one).
   if (recompute_ == Recompute::full) recompute_block(acts, ws, l, a);
   const BlockOutputGrads& k = stash.layer(l);
-  // The dweight halves of block_backward_dense's four matmul_backward calls, in its order.
+  // The column-parallel linears' inputs: under sequence parallelism the kept LN outputs are this
+  // rank's rows, gathered again here (the re-gathers the fused backward runs, moved to W).
+  const float* ln2_out = a.ln2_out;
+  const float* ln1_out = a.ln1_out;
+  float* full = ws.d_btc2;  // (B, T, C): free after B and after full recompute's rerun
+  const int64_t rows = sp_rows(acts);
+  using Site = TensorParallelHooks::SpSite;
+  // The dweight halves of the fused backward's four matmul_backward calls, in its order.
   matmul_backward_weight(dw.fc_proj_w, dw.fc_proj_b, k.dfc_proj, a.fc_gelu, BT, 4 * C_local, C,
                          cx_);
-  matmul_backward_weight(dw.fc_w, dw.fc_b, k.dfc, a.ln2_out, BT, C, 4 * C_local, cx_);
+  if (sp()) {
+    tp_->sp_all_gather(full, a.ln2_out, rows * C, Site::regather);
+    ln2_out = full;
+  }
+  matmul_backward_weight(dw.fc_w, dw.fc_b, k.dfc, ln2_out, BT, C, 4 * C_local, cx_);
   matmul_backward_weight(dw.proj_w, dw.proj_b, k.dproj, a.atty, BT, C_local, C, cx_);
-  matmul_backward_weight(dw.qkv_w, dw.qkv_b, k.dqkv, a.ln1_out, BT, C, 3 * C_local, cx_);
+  if (sp()) {
+    tp_->sp_all_gather(full, a.ln1_out, rows * C, Site::regather);
+    ln1_out = full;
+  }
+  matmul_backward_weight(dw.qkv_w, dw.qkv_b, k.dqkv, ln1_out, BT, C, 3 * C_local, cx_);
 }
 
 void GptModel::block_backward_dense(GptActivations& acts, GptWorkspace& ws, int64_t l,
@@ -628,7 +643,8 @@ void GptModel::block_forward_sp(const GptActivations& acts, GptWorkspace& ws, in
 // the column-parallel weight gradient (Korthikanti et al. 2022, §4.2.2), and f's conjugate
 // reduce-scatters the LN output's gradient to the rows. The LayerNorms' weight and bias
 // gradients are this slice's only: parallel::sp_all_reduce_layernorm_grads completes them.
-void GptModel::block_backward_sp(GptActivations& acts, GptWorkspace& ws, int64_t l) {
+void GptModel::block_backward_sp(GptActivations& acts, GptWorkspace& ws, int64_t l,
+                                 BlockOutputGrads* keep) {
   using Site = TensorParallelHooks::SpSite;
   const int64_t B = acts.batch(), T = acts.seq(), C = config_.channels;
   const int64_t BT = B * T, rows = sp_rows(acts);
@@ -641,17 +657,30 @@ void GptModel::block_backward_sp(GptActivations& acts, GptWorkspace& ws, int64_t
   float* dres = ws.dres;     // (rows, C): d block output on entry, d block input on exit
   float* full = ws.d_btc2;   // (B, T, C): gathered dres, gathered LN output; (rows, C) dln slice
   float* dfull = ws.d_btc1;  // (B, T, C): d LN output (partial); datty before it
+  // One linear's backward: fused, or (split, for block_backward_weight) its input half with the
+  // output gradient kept; the split's W re-gathers the LN outputs the weight gradients read.
+  auto linear_backward = [&](float* dinp, float* dweight, float* dbias, const float* dout,
+                             const float* inp, const float* weight, int64_t in, int64_t out,
+                             float* kept) {
+    if (keep == nullptr) {
+      matmul_backward(dinp, dweight, dbias, dout, inp, weight, BT, in, out, cx);
+      return;
+    }
+    matmul_backward_input(dinp, dout, weight, BT, in, out, cx);
+    std::memcpy(kept, dout, static_cast<size_t>(BT * out) * sizeof(float));
+  };
 
   // MLP
   tp_->sp_all_gather(full, dres, rows * C, Site::block_backward);  // g's conjugate
   zero(ws.dfc_gelu, BT * 4 * C_local);
-  matmul_backward(ws.dfc_gelu, dw.fc_proj_w, dw.fc_proj_b, full, a.fc_gelu, w.fc_proj_w, BT,
-                  4 * C_local, C, cx);
+  linear_backward(ws.dfc_gelu, dw.fc_proj_w, dw.fc_proj_b, full, a.fc_gelu, w.fc_proj_w,
+                  4 * C_local, C, keep != nullptr ? keep->dfc_proj : nullptr);
   zero(ws.dfc, BT * 4 * C_local);
   gelu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT * 4 * C_local, cx);
-  tp_->sp_all_gather(full, a.ln2_out, rows * C, Site::regather);
+  if (keep == nullptr) tp_->sp_all_gather(full, a.ln2_out, rows * C, Site::regather);
   zero(dfull, BT * C);
-  matmul_backward(dfull, dw.fc_w, dw.fc_b, ws.dfc, full, w.fc_w, BT, C, 4 * C_local, cx);
+  linear_backward(dfull, dw.fc_w, dw.fc_b, ws.dfc, full, w.fc_w, C, 4 * C_local,
+                  keep != nullptr ? keep->dfc : nullptr);
   tp_->sp_reduce_scatter(full, dfull, rows * C, Site::block_backward);  // f's conjugate
   layernorm_backward(dres, dw.ln2_w, dw.ln2_b, full, a.ln2_in, w.ln2_w, a.ln2_mean, a.ln2_rstd, 1,
                      rows, C);
@@ -660,12 +689,14 @@ void GptModel::block_backward_sp(GptActivations& acts, GptWorkspace& ws, int64_t
   tp_->sp_all_gather(full, dres, rows * C, Site::block_backward);  // g's conjugate
   float* datty = dfull;                                            // (B, T, C_local)
   zero(datty, BT * C_local);
-  matmul_backward(datty, dw.proj_w, dw.proj_b, full, a.atty, w.proj_w, BT, C_local, C, cx);
+  linear_backward(datty, dw.proj_w, dw.proj_b, full, a.atty, w.proj_w, C_local, C,
+                  keep != nullptr ? keep->dproj : nullptr);
   zero(ws.dqkv, BT * 3 * C_local);
   attention_backward(ws.dqkv, ws.datt, datty, a.qkv, a.att, B, T, C_local, NH_local, cx);
-  tp_->sp_all_gather(full, a.ln1_out, rows * C, Site::regather);
+  if (keep == nullptr) tp_->sp_all_gather(full, a.ln1_out, rows * C, Site::regather);
   zero(dfull, BT * C);
-  matmul_backward(dfull, dw.qkv_w, dw.qkv_b, ws.dqkv, full, w.qkv_w, BT, C, 3 * C_local, cx);
+  linear_backward(dfull, dw.qkv_w, dw.qkv_b, ws.dqkv, full, w.qkv_w, C, 3 * C_local,
+                  keep != nullptr ? keep->dqkv : nullptr);
   tp_->sp_reduce_scatter(full, dfull, rows * C, Site::block_backward);  // f's conjugate
   layernorm_backward(dres, dw.ln1_w, dw.ln1_b, full, a.ln1_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, 1,
                      rows, C);

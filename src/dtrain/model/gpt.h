@@ -59,9 +59,10 @@ class GptModel {
            ThreadTeam* team = nullptr, Recompute recompute = Recompute::none);
   // A pipeline stage's model: only `stage`'s tensors (gpt_stage_param_table: the whole
   // model's names and order), so its memory is the stage's. Run it piece by piece
-  // (embedding_forward, block_forward of its blocks, head_forward, ...); the whole passes and
-  // bind_params / bind_grads are for the whole model. init_params gives every tensor the values
-  // it has in the whole model, so two stages' copies of the tied wte start equal.
+  // (embedding_forward, block_forward of its blocks, head_forward, ...); the whole passes are
+  // for the whole model (bind_params / bind_grads take ranges of the stage's own table).
+  // init_params gives every tensor the values it has in the whole model, so two stages' copies of
+  // the tied wte start equal.
   GptModel(const GptConfig& config, const GptStage& stage, MemoryTracker* tracker,
            TensorParallelHooks* tp = nullptr, ThreadTeam* team = nullptr,
            Recompute recompute = Recompute::none);
@@ -108,12 +109,14 @@ class GptModel {
   float forward(GptActivations& acts, GptWorkspace& ws, std::span<const int32_t> tokens,
                 std::span<const int32_t> targets);
   void backward(GptActivations& acts, GptWorkspace& ws, float dloss = 1.0f);
-  void embedding_forward(GptActivations& acts, std::span<const int32_t> tokens);
+  // `ws`: scratch for sequence parallelism's reduce-scatter of the partial embeddings.
+  void embedding_forward(GptActivations& acts, GptWorkspace& ws, std::span<const int32_t> tokens);
   void block_forward(GptActivations& acts, GptWorkspace& ws, int64_t l);
   float head_forward(GptActivations& acts, std::span<const int32_t> targets);
   void head_backward(GptActivations& acts, GptWorkspace& ws, float dloss);  // sets ws.dres
   void block_backward(GptActivations& acts, GptWorkspace& ws, int64_t l);   // ws.dres: out -> in
-  // block_backward split in two for a zero-bubble schedule (not under sequence parallelism).
+  // block_backward split in two for a zero-bubble schedule (under sequence parallelism too: W
+  // re-gathers the LN-output slices its two column-parallel weight gradients read).
   // _input is everything the previous block needs: ws.dres out -> in through the four
   // linears' input-gradient sgemms, attention, GELU, the residuals and the LayerNorms (whose
   // weight and bias gradients it also adds: they are cheap). It keeps each linear's output
@@ -165,7 +168,7 @@ class GptModel {
   // reduce-scatters. The first row of this rank's slice is sp_row_begin(acts).
   void block_forward_sp(const GptActivations& acts, GptWorkspace& ws, int64_t l,
                         const LayerActivations& a, float* out);
-  void block_backward_sp(GptActivations& acts, GptWorkspace& ws, int64_t l);
+  void block_backward_sp(GptActivations& acts, GptWorkspace& ws, int64_t l, BlockOutputGrads* keep);
   // block_backward's non-SP body: fused when `keep` is null, else the input half, keeping
   // the four linears' output gradients there (block_backward_input).
   void block_backward_dense(GptActivations& acts, GptWorkspace& ws, int64_t l,

@@ -1,36 +1,54 @@
-// gpt_grad_units, make_buckets and the overlap measures.
+// StageUnits, make_buckets and the overlap measures.
 #include "dtrain/parallel/data_parallel.h"
 
 #include <algorithm>
+#include <string>
 
 #include "dtrain/core/check.h"
 
 namespace dtrain::parallel {
 
-std::vector<GradUnit> gpt_grad_units(const model::ParamTable& table, int64_t layers) {
-  auto range = [&](std::string name, int first, int last) {
-    const model::ParamTensor& a = table[static_cast<size_t>(first)];
-    const model::ParamTensor& b = table[static_cast<size_t>(last)];
+StageUnits::StageUnits(const model::ParamTable& table, const model::GptStage& stage) {
+  auto range = [&](std::string name, std::string_view first, std::string_view last) {
+    const model::ParamTensor& a = table[static_cast<size_t>(table.index_of(first))];
+    const model::ParamTensor& b = table[static_cast<size_t>(table.index_of(last))];
     return GradUnit{std::move(name), a.offset, b.offset + b.count - a.offset};
   };
-  std::vector<GradUnit> units;
-  units.push_back(range("lnf", model::gpt_lnf_w_index(layers), model::gpt_lnf_b_index(layers)));
-  for (int64_t l = layers - 1; l >= 0; --l) {
-    units.push_back(range("h." + std::to_string(l),
-                          model::gpt_layer_param(l, model::LayerParam::ln1_w),
-                          model::gpt_layer_param(l, model::LayerParam::fc_proj_b)));
+  int64_t layers = 0;
+  for (const model::LayerRange& c : stage.chunks) layers = std::max(layers, c.end());
+  block_unit_.assign(static_cast<size_t>(layers), -1);
+  if (stage.head) {
+    final_norm_ = static_cast<int>(units_.size());
+    units_.push_back(range("lnf", "lnf.w", "lnf.b"));
   }
-  units.push_back(range("embeddings", model::kWteIndex, model::kWpeIndex));
+  for (int64_t l = layers - 1; l >= 0; --l) {
+    if (!stage.has_layer(l)) continue;
+    block_unit_[static_cast<size_t>(l)] = static_cast<int>(units_.size());
+    const std::string h = str("h.", l, ".");
+    units_.push_back(range(str("h.", l), h + "ln1.w", h + "mlp.proj.b"));
+  }
+  if (stage.embedding || stage.head) {
+    embeddings_ = static_cast<int>(units_.size());
+    units_.push_back(stage.embedding ? range("embeddings", "wte", "wpe")
+                                     : range("wte", "wte", "wte"));
+  }
   // Each unit ends where the previous one (in backward order) begins; together they tile the
   // buffer. Both are what makes a bucket one contiguous range.
   int64_t end = table.total_count();
-  for (const GradUnit& u : units) {
-    DTRAIN_CHECK(u.offset + u.count == end, "gpt_grad_units: unit ", u.name, " ends at ",
+  for (const GradUnit& u : units_) {
+    DTRAIN_CHECK(u.offset + u.count == end, "StageUnits: unit ", u.name, " ends at ",
                  u.offset + u.count, ", expected ", end, " (the table is not in GPT order)");
     end = u.offset;
   }
-  DTRAIN_CHECK(end == 0, "gpt_grad_units: the units leave [0, ", end, ") uncovered");
-  return units;
+  DTRAIN_CHECK(end == 0, "StageUnits: the units leave [0, ", end, ") uncovered");
+}
+
+int StageUnits::block(int64_t layer) const {
+  const int u = layer >= 0 && layer < static_cast<int64_t>(block_unit_.size())
+                    ? block_unit_[static_cast<size_t>(layer)]
+                    : -1;
+  DTRAIN_CHECK(u >= 0, "StageUnits: block ", layer, " is not on this stage");
+  return u;
 }
 
 std::vector<Bucket> make_buckets(std::span<const GradUnit> units, int64_t bucket_bytes,

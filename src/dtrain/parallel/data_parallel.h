@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/model/gpt_stage.h"
 #include "dtrain/model/param_table.h"
 
 namespace dtrain::parallel {
@@ -24,9 +25,31 @@ struct GradUnit {
   int64_t count = 0;
 };
 
-// GPT's units in the order backward finishes them: lnf, h.(L-1), ..., h.0, embeddings (the
-// order of ParamTable::backward_order, grouped). Throws if the table is not laid out that way.
-std::vector<GradUnit> gpt_grad_units(const model::ParamTable& table, int64_t layers);
+// The units of a stage model, in the order backward finishes them: the final LayerNorm (with
+// the head), the stage's blocks from the last down (every chunk's), then the embeddings (wte and
+// wpe, with the embedding; "wte" alone on a pipeline's last stage, the LM head's copy of the tied
+// table). Each unit is one contiguous range of the stage's flat buffer and lies just below the
+// previous one, so together they tile it. For the whole model: lnf, h.(L-1), ..., h.0,
+// embeddings.
+class StageUnits {
+ public:
+  StageUnits() = default;
+  // `table` is the stage's (model::gpt_stage_param_table, possibly cut for a TP rank). Throws if
+  // the table is not laid out in GPT order.
+  StageUnits(const model::ParamTable& table, const model::GptStage& stage);
+
+  const std::vector<GradUnit>& units() const { return units_; }
+  int size() const { return static_cast<int>(units_.size()); }
+  const GradUnit& operator[](int unit) const { return units_[static_cast<size_t>(unit)]; }
+  int final_norm() const { return final_norm_; }  // -1 unless the stage holds the head
+  int embeddings() const { return embeddings_; }  // -1 when the stage holds no wte
+  int block(int64_t layer) const;                 // throws for a block the stage lacks
+
+ private:
+  std::vector<GradUnit> units_;
+  std::vector<int> block_unit_;  // (L) unit index of each block, -1 for blocks elsewhere
+  int final_norm_ = -1, embeddings_ = -1;
+};
 
 struct Bucket {
   int first_unit = 0;  // indices into the units, in backward order, inclusive

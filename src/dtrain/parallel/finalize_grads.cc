@@ -14,25 +14,28 @@
 
 namespace dtrain::parallel {
 
-comm::Traffic sum_tied_embedding_grads(model::GptModel& model, comm::Communicator* embedding) {
+comm::Traffic sum_tied_embedding_grads(std::span<float> dwte, comm::Communicator* embedding) {
   if (embedding == nullptr || embedding->size() == 1) return {};
-  std::span<float> dwte = model.grad(model.param_table().index_of("wte"));
   return comm::all_reduce<float>(*embedding, dwte.data(), static_cast<int64_t>(dwte.size()),
                                  comm::ReduceOp::sum, kTiedEmbeddingAlgorithm);
 }
 
-void all_reduce_sequence_parallel_norm_grads(model::GptModel& model, comm::Communicator* tp) {
-  if (tp == nullptr || tp->size() == 1 || !model.tp().sequence_parallel()) return;
-  const model::ParamTable& table = model.param_table();
-  for (size_t i = 0; i < table.size(); ++i) {
-    const std::string& name = table[i].name;
-    const bool layernorm = name.find("ln1.") != std::string::npos ||
-                           name.find("ln2.") != std::string::npos || name.starts_with("lnf.");
-    if (!layernorm) continue;
-    std::span<float> g = model.grad(static_cast<int>(i));
-    comm::all_reduce<float>(*tp, g.data(), static_cast<int64_t>(g.size()), comm::ReduceOp::sum,
-                            comm::Algorithm::ring);
+comm::Traffic all_reduce_sequence_parallel_norm_grads(const model::ParamTable& table,
+                                                      std::span<float> grads, int64_t first,
+                                                      comm::Communicator* tp,
+                                                      bool sequence_parallel) {
+  comm::Traffic traffic;
+  if (tp == nullptr || tp->size() == 1 || !sequence_parallel) return traffic;
+  const int64_t end = first + static_cast<int64_t>(grads.size());
+  for (const model::ParamTensor& t : table.tensors()) {
+    const bool layernorm = t.name.find("ln1.") != std::string::npos ||
+                           t.name.find("ln2.") != std::string::npos || t.name.starts_with("lnf.");
+    const int64_t lo = std::max(first, t.offset), hi = std::min(end, t.offset + t.count);
+    if (!layernorm || lo >= hi) continue;
+    traffic += comm::all_reduce<float>(*tp, grads.data() + (lo - first), hi - lo,
+                                       comm::ReduceOp::sum, comm::Algorithm::ring);
   }
+  return traffic;
 }
 
 bool holds_tied_copy(const model::GptStage& stage) {

@@ -23,18 +23,24 @@ namespace dtrain::parallel {
 inline constexpr comm::Algorithm kTiedEmbeddingAlgorithm = comm::Algorithm::ring;
 
 // The LM head is tied to wte: under a pipeline the first stage's embedding gradient and the last
-// stage's head gradient are two halves of one gradient. Sums them over `embedding` (Megatron's
-// embedding group: the first and last stage of one (dp, tp) column), so both copies hold the
-// whole. Returns this rank's traffic; a no-op when `embedding` is null (no pipeline, or a stage
-// in between).
-comm::Traffic sum_tied_embedding_grads(model::GptModel& model, comm::Communicator* embedding);
+// stage's head gradient are two halves of one gradient. Sums `dwte` (this end stage's wte
+// gradient, wherever it lives) over `embedding` (Megatron's embedding group: the first and last
+// stage of one (dp, tp) column), so both copies hold the whole. Returns this rank's traffic; a
+// no-op when `embedding` is null (no pipeline, or a stage in between).
+comm::Traffic sum_tied_embedding_grads(std::span<float> dwte, comm::Communicator* embedding);
 
 // Sequence parallelism: each TP rank's LayerNorm weight and bias gradients (ln1, ln2, lnf) are
 // sums over its slice of the tokens only; one ring all-reduce per tensor over `tp` completes
-// them (Megatron's "sequence-parallel parameters"). A no-op unless the model's TP hooks run
-// sequence parallel. The biases added after g (attn.proj.b, mlp.proj.b) need none: backward
-// gathers their full gradient before the row-parallel linear's backward sums it over all rows.
-void all_reduce_sequence_parallel_norm_grads(model::GptModel& model, comm::Communicator* tp);
+// them (Megatron's "sequence-parallel parameters"). `grads` holds the flat elements [first,
+// first + size) of the rank's table (all of them, or a ZeRO shard after the DP sync: every rank
+// of a TP group has the same dp rank, so the same range), and only the LayerNorm elements inside
+// it are reduced. A no-op unless `sequence_parallel` and `tp` has more than one rank. The biases
+// added after g (attn.proj.b, mlp.proj.b) need none: backward gathers their full gradient before
+// the row-parallel linear's backward sums it over all rows.
+comm::Traffic all_reduce_sequence_parallel_norm_grads(const model::ParamTable& table,
+                                                      std::span<float> grads, int64_t first,
+                                                      comm::Communicator* tp,
+                                                      bool sequence_parallel);
 
 // Who counts a gradient element in the global norm, so that over the whole mesh every element of
 // the serial model is counted exactly once:

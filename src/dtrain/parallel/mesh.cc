@@ -19,39 +19,60 @@ std::string_view name(Axis axis) {
   return "?";
 }
 
-DeviceMesh::DeviceMesh(int dp, int tp, int pp, std::string_view order)
-    : dp_(dp), tp_(tp), pp_(pp), order_text_(order) {
-  DTRAIN_CHECK(dp >= 1 && tp >= 1 && pp >= 1, "--dp, --tp and --pp must be >= 1, got dp ", dp,
-               ", tp ", tp, ", pp ", pp);
-  std::vector<std::string> parts;
+std::optional<RankOrder> parse_rank_order(std::string_view text) {
+  RankOrder order{};
+  bool seen[3] = {false, false, false};
   size_t start = 0;
-  while (start <= order.size()) {
-    const size_t dash = order.find('-', start);
-    parts.emplace_back(order.substr(start, dash == std::string_view::npos ? dash : dash - start));
-    if (dash == std::string_view::npos) break;
+  for (int i = 0; i < 3; ++i) {
+    const size_t dash = text.find('-', start);
+    const bool last = i == 2;
+    if (last != (dash == std::string_view::npos)) return std::nullopt;
+    const std::string_view part = text.substr(start, last ? std::string_view::npos : dash - start);
+    Axis a = Axis::dp;
+    if (part == "dp") {
+      a = Axis::dp;
+    } else if (part == "tp") {
+      a = Axis::tp;
+    } else if (part == "pp") {
+      a = Axis::pp;
+    } else {
+      return std::nullopt;
+    }
+    if (seen[static_cast<int>(a)]) return std::nullopt;
+    seen[static_cast<int>(a)] = true;
+    order[static_cast<size_t>(i)] = a;
     start = dash + 1;
   }
-  bool seen[3] = {false, false, false};
-  bool valid = parts.size() == 3;
-  for (size_t i = 0; valid && i < 3; ++i) {
-    Axis a;
-    if (parts[i] == "dp")
-      a = Axis::dp;
-    else if (parts[i] == "tp")
-      a = Axis::tp;
-    else if (parts[i] == "pp")
-      a = Axis::pp;
-    else {
-      valid = false;
-      break;
-    }
-    valid = !seen[static_cast<int>(a)];
-    seen[static_cast<int>(a)] = true;
-    order_[i] = a;
-  }
-  DTRAIN_CHECK(valid, "--rank-order '", order,
-               "' must name tp, dp and pp once each, fastest first (e.g. tp-dp-pp)");
+  return order;
 }
+
+std::string to_string(const RankOrder& order) {
+  return str(name(order[0]), "-", name(order[1]), "-", name(order[2]));
+}
+
+DeviceMesh::DeviceMesh(int dp, int tp, int pp, const RankOrder& order)
+    : dp_(dp), tp_(tp), pp_(pp), order_(order), order_text_(to_string(order)) {
+  DTRAIN_CHECK(dp >= 1 && tp >= 1 && pp >= 1, "--dp, --tp and --pp must be >= 1, got dp ", dp,
+               ", tp ", tp, ", pp ", pp);
+  bool seen[3] = {false, false, false};
+  for (Axis a : order) seen[static_cast<int>(a)] = true;
+  DTRAIN_CHECK(seen[0] && seen[1] && seen[2], "rank order ", order_text_,
+               " must name tp, dp and pp once each");
+}
+
+namespace {
+
+RankOrder checked_order(std::string_view text) {
+  const std::optional<RankOrder> order = parse_rank_order(text);
+  DTRAIN_CHECK(order.has_value(), "--rank-order '", text,
+               "' must name tp, dp and pp once each, fastest first (e.g. tp-dp-pp)");
+  return *order;
+}
+
+}  // namespace
+
+DeviceMesh::DeviceMesh(int dp, int tp, int pp, std::string_view order)
+    : DeviceMesh(dp, tp, pp, checked_order(order)) {}
 
 int DeviceMesh::size(Axis axis) const {
   return axis == Axis::dp ? dp_ : axis == Axis::tp ? tp_ : pp_;

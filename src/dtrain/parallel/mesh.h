@@ -18,6 +18,7 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,11 +34,20 @@ struct MeshCoord {
   bool operator==(const MeshCoord&) const = default;
 };
 
+// The three axes, fastest-varying first: the order in which global ranks fill the mesh.
+using RankOrder = std::array<Axis, 3>;
+inline constexpr RankOrder kDefaultRankOrder = {Axis::tp, Axis::dp, Axis::pp};
+// "tp-dp-pp" and back; parse_rank_order returns nullopt unless the text names tp, dp and pp
+// once each, joined by '-'.
+std::optional<RankOrder> parse_rank_order(std::string_view text);
+std::string to_string(const RankOrder& order);
+
 class DeviceMesh {
  public:
-  // `order` lists the three axes fastest-varying first, e.g. "tp-dp-pp" (the default),
-  // "dp-tp-pp", "tp-pp-dp". Throws Error on non-positive sizes or a malformed order.
-  DeviceMesh(int dp, int tp, int pp, std::string_view order = "tp-dp-pp");
+  // `order` lists the three axes fastest-varying first, e.g. tp-dp-pp (the default), dp-tp-pp,
+  // tp-pp-dp. Throws Error on non-positive sizes or, for the text, a malformed order.
+  DeviceMesh(int dp, int tp, int pp, const RankOrder& order = kDefaultRankOrder);
+  DeviceMesh(int dp, int tp, int pp, std::string_view order);
 
   int size(Axis axis) const;
   int world_size() const { return dp_ * tp_ * pp_; }

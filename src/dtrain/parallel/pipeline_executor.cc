@@ -26,9 +26,10 @@ void copy_floats(float* dst, const float* src, int64_t count) {
 // it with the plan/ formulas).
 int64_t measure_chunk_bytes(const model::GptConfig& g, int64_t b, int64_t T,
                             model::LayerRange layers, bool embedding, bool head, bool split, int tp,
-                            Recompute recompute) {
+                            bool sequence_parallel, Recompute recompute) {
   MemoryTracker scratch;
-  model::GptActivations acts(g, b, T, &scratch, layers, embedding, head, tp, false, recompute);
+  model::GptActivations acts(g, b, T, &scratch, layers, embedding, head, tp, sequence_parallel,
+                             recompute);
   const std::unique_ptr<model::WeightGradStash> stash =
       split ? std::make_unique<model::WeightGradStash>(g, b, T, &scratch, layers, tp) : nullptr;
   return scratch.current_bytes(MemoryTag::activations);
@@ -47,14 +48,17 @@ model::GptStage stage_of(const StagePartition& partition, int rank) {
 }
 
 PipelineExecutor::PipelineExecutor(comm::Communicator& comm, model::GptModel& model,
-                                   PipelineExecutorConfig config, MemoryTracker* tracker)
+                                   PipelineExecutorConfig config, MemoryTracker* tracker,
+                                   UnitHooks* hooks)
     : comm_(comm),
       model_(model),
       config_(std::move(config)),
       tracker_(tracker),
+      hooks_(hooks != nullptr ? hooks : &no_hooks_),
+      units_(model.param_table(), model.stage()),
       rank_(comm.rank()),
       workspace_(model.config(), config_.micro_batch, config_.seq, tracker, model.threads(),
-                 model.tp().size(), false, model.recompute()) {
+                 model.tp().size(), model.tp().sequence_parallel(), model.recompute()) {
   const PipelineSchedule& s = config_.schedule;
   const StagePartition& p = config_.partition;
   DTRAIN_CHECK(comm.size() == s.stages, "pipeline executor: the communicator has ", comm.size(),
@@ -71,13 +75,13 @@ PipelineExecutor::PipelineExecutor(comm::Communicator& comm, model::GptModel& mo
   DTRAIN_CHECK(checked.ok(), "pipeline executor: invalid schedule: ", checked.error);
   DTRAIN_CHECK(config_.micro_batch > 0 && config_.seq > 0,
                "pipeline executor: micro-batch shape must be positive");
-  // Under TP each rank of a stage holds its shards and sends the whole (b, T, C) activation to
-  // the same TP rank of the next stage; a sequence-parallel slice would need a gather first.
-  DTRAIN_CHECK(!model.tp().sequence_parallel(),
-               "pipeline executor: sequence parallelism inside a pipeline stage is not supported");
+  // Under TP each rank of a stage holds its shards and sends its activation to the same TP
+  // rank of the next stage: the whole (b, T, C), or under sequence parallelism its rows of it.
   tp_ = model.tp().size();
+  const bool sp = model.tp().sequence_parallel();
   const model::GptConfig& g = model.config();
-  element_count_ = config_.micro_batch * config_.seq * g.channels;
+  const int64_t rows = config_.micro_batch * config_.seq / (sp ? tp_ : 1);
+  element_count_ = rows * g.channels;
   for (const std::vector<Action>& list : s.per_rank) {
     for (const Action& a : list) split_ = split_ || a.kind == ActionKind::backward_input;
   }
@@ -89,7 +93,7 @@ PipelineExecutor::PipelineExecutor(comm::Communicator& comm, model::GptModel& mo
     info.head = vs == p.virtual_stages() - 1;
     info.activation_bytes =
         measure_chunk_bytes(g, config_.micro_batch, config_.seq, info.layers, info.embedding,
-                            info.head, split_, tp_, model.recompute());
+                            info.head, split_, tp_, sp, model.recompute());
     chunks_.push_back(info);
   }
   const size_t slots = static_cast<size_t>(s.chunks * s.microbatches);
@@ -99,6 +103,9 @@ PipelineExecutor::PipelineExecutor(comm::Communicator& comm, model::GptModel& mo
   received_activations_.resize(slots);
   received_gradients_.resize(slots);
   input_gradients_.resize(slots);
+  spare_.resize(static_cast<size_t>(s.chunks));
+  backwards_done_.assign(static_cast<size_t>(s.chunks), 0);
+  weights_done_.assign(static_cast<size_t>(s.chunks), 0);
 }
 
 int64_t PipelineExecutor::chunk_activation_bytes(int chunk) const {
@@ -111,11 +118,20 @@ int64_t PipelineExecutor::microbatch_activation_bytes() const {
   return sum;
 }
 
-std::unique_ptr<model::GptActivations> PipelineExecutor::allocate(int chunk) {
+std::unique_ptr<model::GptActivations> PipelineExecutor::take_activations(int chunk) {
+  std::unique_ptr<model::GptActivations>& spare = spare_[static_cast<size_t>(chunk)];
+  if (spare != nullptr) return std::move(spare);
   const ChunkInfo& c = chunks_[static_cast<size_t>(chunk)];
-  return std::make_unique<model::GptActivations>(model_.config(), config_.micro_batch, config_.seq,
-                                                 tracker_, c.layers, c.embedding, c.head, tp_,
-                                                 false, model_.recompute());
+  return std::make_unique<model::GptActivations>(
+      model_.config(), config_.micro_batch, config_.seq, tracker_, c.layers, c.embedding, c.head,
+      tp_, model_.tp().sequence_parallel(), model_.recompute());
+}
+
+void PipelineExecutor::give_back(int chunk, std::unique_ptr<model::GptActivations> acts) {
+  // One chunk per rank only: a spare of one chunk kept while another chunk's micro-batches peak
+  // would hold more than the in-flight peak.
+  std::unique_ptr<model::GptActivations>& spare = spare_[static_cast<size_t>(chunk)];
+  if (spare == nullptr && config_.schedule.chunks == 1) spare = std::move(acts);
 }
 
 // Posts every send and receive of the group [begin, end), then waits for the receives.
@@ -184,9 +200,41 @@ void PipelineExecutor::release_activations(int idx) {
     activation_sends_[i]->wait();  // the send reads the output until it completes
     activation_sends_[i].reset();
   }
-  live_bytes_ -= chunks_[static_cast<size_t>(idx / config_.schedule.microbatches)].activation_bytes;
-  acts_[i].reset();
+  const int chunk = idx / config_.schedule.microbatches;
+  live_bytes_ -= chunks_[static_cast<size_t>(chunk)].activation_bytes;
+  give_back(chunk, std::move(acts_[i]));
   stashes_[i].reset();
+}
+
+void PipelineExecutor::forward_units(const ChunkInfo& c, model::GptActivations& acts,
+                                     std::span<const int32_t> tokens,
+                                     std::span<const int32_t> targets, double* loss_sum) {
+  // The embedding reads wte and wpe, the LM head the tied wte: the unit stays held through a
+  // forward that runs either (both, with one stage).
+  const int emb = units_.embeddings();
+  const bool embeddings = c.embedding || c.head;
+  if (embeddings) hooks_->prefetch(emb);
+  if (c.layers.count > 0) hooks_->prefetch(units_.block(c.layers.first));
+  if (embeddings) hooks_->acquire(emb);
+  if (c.embedding) model_.embedding_forward(acts, workspace_, tokens);
+  for (int64_t l = c.layers.first; l < c.layers.end(); ++l) {
+    const int u = units_.block(l);
+    hooks_->acquire(u);
+    if (l + 1 < c.layers.end()) {
+      hooks_->prefetch(units_.block(l + 1));
+    } else if (c.head) {
+      hooks_->prefetch(units_.final_norm());
+    }
+    model_.block_forward(acts, workspace_, l);
+    hooks_->release(u);
+  }
+  if (c.head) {
+    hooks_->acquire(units_.final_norm());
+    const float loss = model_.head_forward(acts, targets);
+    if (loss_sum != nullptr) *loss_sum += loss;
+    hooks_->release(units_.final_norm());
+  }
+  if (embeddings) hooks_->release(emb);
 }
 
 void PipelineExecutor::forward(const Action& a, std::span<const int32_t> tokens,
@@ -194,7 +242,7 @@ void PipelineExecutor::forward(const Action& a, std::span<const int32_t> tokens,
   const ChunkInfo& c = chunks_[static_cast<size_t>(a.chunk)];
   const auto i = static_cast<size_t>(index(a.microbatch, a.chunk));
   DTRAIN_CHECK(acts_[i] == nullptr, "rank ", rank_, ": ", to_string(a), " runs twice");
-  acts_[i] = allocate(a.chunk);
+  acts_[i] = take_activations(a.chunk);
   if (split_) {
     stashes_[i] = std::make_unique<model::WeightGradStash>(model_.config(), config_.micro_batch,
                                                            config_.seq, tracker_, c.layers, tp_);
@@ -203,17 +251,14 @@ void PipelineExecutor::forward(const Action& a, std::span<const int32_t> tokens,
   peak_bytes_ = std::max(peak_bytes_, live_bytes_);
   model::GptActivations& acts = *acts_[i];
   const int64_t bt = config_.micro_batch * config_.seq;
-  if (c.embedding) {
-    model_.embedding_forward(acts, rows(tokens, a.microbatch, bt));
-  } else {
+  if (!c.embedding) {
     DTRAIN_CHECK(!received_activations_[i].empty(), "rank ", rank_, ": ", to_string(a),
                  " before its activation arrived");
     copy_floats(acts.layer(c.layers.first).ln1_in, received_activations_[i].data(), element_count_);
     received_activations_[i].release();
   }
-  for (int64_t l = c.layers.first; l < c.layers.end(); ++l)
-    model_.block_forward(acts, workspace_, l);
-  if (c.head) loss_sum_ += model_.head_forward(acts, rows(targets, a.microbatch, bt));
+  forward_units(c, acts, c.embedding ? rows(tokens, a.microbatch, bt) : tokens,
+                c.head ? rows(targets, a.microbatch, bt) : targets, &loss_sum_);
 }
 
 void PipelineExecutor::backward(const Action& a) {
@@ -222,26 +267,51 @@ void PipelineExecutor::backward(const Action& a) {
   const auto i = static_cast<size_t>(idx);
   DTRAIN_CHECK(acts_[i] != nullptr, "rank ", rank_, ": ", to_string(a), " before its forward");
   model::GptActivations& acts = *acts_[i];
+  const bool input_only = a.kind == ActionKind::backward_input;  // W comes later
+  const bool last =
+      ++backwards_done_[static_cast<size_t>(a.chunk)] == config_.schedule.microbatches;
+  const int emb = units_.embeddings();
   if (c.head) {
+    const int lnf = units_.final_norm();
+    hooks_->prefetch(lnf);
+    hooks_->prefetch(emb);
+    if (c.layers.count > 0) hooks_->prefetch(units_.block(c.layers.end() - 1));
+    hooks_->acquire(lnf);
+    hooks_->acquire(emb);
+    hooks_->begin_backward(lnf);
+    hooks_->begin_backward(emb);
     // d(mean over M micro-batches)/d(micro-batch mean) = 1/M
     model_.head_backward(acts, workspace_,
                          1.0f / static_cast<float>(config_.schedule.microbatches));
+    hooks_->release(emb);
+    hooks_->release(lnf);
+    hooks_->end_backward(lnf, last);
+    // The tied copy's gradient is the head's alone (the embedding's half is another stage's).
+    if (!c.embedding) hooks_->end_backward(emb, last);
   } else {
     DTRAIN_CHECK(!received_gradients_[i].empty(), "rank ", rank_, ": ", to_string(a),
                  " before its gradient arrived");
+    if (c.layers.count > 0) hooks_->prefetch(units_.block(c.layers.end() - 1));
     copy_floats(workspace_.dres, received_gradients_[i].data(), element_count_);
     received_gradients_[i].release();
   }
-  const bool input_only = a.kind == ActionKind::backward_input;  // W comes later
   for (int64_t l = c.layers.end() - 1; l >= c.layers.first; --l) {
+    const int u = units_.block(l);
+    hooks_->acquire(u);
+    if (l > c.layers.first) hooks_->prefetch(units_.block(l - 1));
+    hooks_->begin_backward(u);
     if (input_only) {
       model_.block_backward_input(acts, workspace_, l, *stashes_[i]);
     } else {
       model_.block_backward(acts, workspace_, l);
     }
+    hooks_->release(u);
+    if (!input_only) hooks_->end_backward(u, last);
   }
   if (c.embedding) {
+    hooks_->begin_backward(emb);
     model_.embedding_backward(acts, workspace_);
+    hooks_->end_backward(emb, last);
   } else {
     input_gradients_[i] = Buffer<float>(element_count_, MemoryTag::communication, tracker_);
     copy_floats(input_gradients_[i].data(), workspace_.dres, element_count_);
@@ -255,8 +325,17 @@ void PipelineExecutor::backward_weight(const Action& a) {
   const auto i = static_cast<size_t>(idx);
   DTRAIN_CHECK(acts_[i] != nullptr && stashes_[i] != nullptr, "rank ", rank_, ": ", to_string(a),
                " before its forward and backward_input");
+  const bool last = ++weights_done_[static_cast<size_t>(a.chunk)] == config_.schedule.microbatches;
+  // W reads no weights, unless full recompute reruns the block's forward first.
+  const bool rerun = model_.recompute() == Recompute::full;
   for (int64_t l = c.layers.end() - 1; l >= c.layers.first; --l) {
+    const int u = units_.block(l);
+    if (rerun) hooks_->acquire(u);
+    if (rerun && l > c.layers.first) hooks_->prefetch(units_.block(l - 1));
+    hooks_->begin_backward(u);
     model_.block_backward_weight(*acts_[i], workspace_, *stashes_[i], l);
+    if (rerun) hooks_->release(u);
+    hooks_->end_backward(u, last);
   }
   release_activations(idx);
 }
@@ -280,6 +359,8 @@ PipelineStepRecord PipelineExecutor::run(std::span<const int32_t> tokens,
   live_bytes_ = 0;
   peak_bytes_ = 0;
   loss_sum_ = 0;
+  std::fill(backwards_done_.begin(), backwards_done_.end(), 0);
+  std::fill(weights_done_.begin(), weights_done_.end(), 0);
   size_t k = 0;
   while (k < list.size()) {
     const Action& a = list[k];
@@ -325,7 +406,7 @@ float PipelineExecutor::evaluate(std::span<const int32_t> tokens,
   const int64_t bytes = element_count_ * static_cast<int64_t>(sizeof(float));
   std::vector<std::unique_ptr<model::GptActivations>> acts(static_cast<size_t>(s.chunks));
   std::vector<comm::RequestPtr> sends(static_cast<size_t>(s.chunks));
-  for (int c = 0; c < s.chunks; ++c) acts[static_cast<size_t>(c)] = allocate(c);
+  for (int c = 0; c < s.chunks; ++c) acts[static_cast<size_t>(c)] = take_activations(c);
   double loss_sum = 0;
   // Items in (micro-batch, chunk) order: each waits only on an earlier item of another rank.
   for (int mb = 0; mb < s.microbatches; ++mb) {
@@ -335,18 +416,13 @@ float PipelineExecutor::evaluate(std::span<const int32_t> tokens,
       model::GptActivations& a = *acts[static_cast<size_t>(c)];
       comm::RequestPtr& send = sends[static_cast<size_t>(c)];
       if (send != nullptr) send->wait();  // its buffer is about to be rewritten
-      if (info.embedding) {
-        model_.embedding_forward(a, rows(tokens, mb, bt));
-      } else {
+      if (!info.embedding) {
         comm_.recv(a.layer(info.layers.first).ln1_in, bytes, p.rank_of(vs - 1),
                    kTagPipelineEvalActivation);
       }
-      for (int64_t l = info.layers.first; l < info.layers.end(); ++l) {
-        model_.block_forward(a, workspace_, l);
-      }
-      if (info.head) {
-        loss_sum += model_.head_forward(a, rows(targets, mb, bt));
-      } else {
+      forward_units(info, a, info.embedding ? rows(tokens, mb, bt) : tokens,
+                    info.head ? rows(targets, mb, bt) : targets, &loss_sum);
+      if (!info.head) {
         send = comm_.isend(a.head().x_final, bytes, p.rank_of(vs + 1), kTagPipelineEvalActivation);
       }
     }
@@ -354,6 +430,7 @@ float PipelineExecutor::evaluate(std::span<const int32_t> tokens,
   for (comm::RequestPtr& send : sends) {
     if (send != nullptr) send->wait();
   }
+  for (int c = 0; c < s.chunks; ++c) give_back(c, std::move(acts[static_cast<size_t>(c)]));
   return model_.stage().head ? static_cast<float>(loss_sum / static_cast<double>(s.microbatches))
                              : 0.0f;
 }

@@ -21,6 +21,17 @@
 //    allocates the stash with the activations, so one micro-batch's bytes (activations plus
 //    stash) are held from F until W: the peak is the checker's weight stash count
 //    (peak_weight_stash) times that figure.
+//  - around every unit it runs (parallel::StageUnits: the embeddings, each block, the final
+//    LayerNorm) it calls the UnitHooks: acquire / release the unit's parameters (the next
+//    unit's prefetched first), begin_backward before a backward adds to its gradient and
+//    end_backward when the micro-batch's contribution is complete, with `last` on the step's
+//    last one for the unit on this rank (a block's after its W under a split backward). Data
+//    parallelism and ZeRO are those hooks (parallel/data_parallel_hooks.h).
+//  - under sequence parallelism the activations and gradients sent between stages are this TP
+//    rank's B*T/N rows (Megatron sends the sequence-parallel slice).
+//  - with one chunk per rank, the activations of a micro-batch whose backward is done are kept
+//    for the next forward (one spare): the bytes held never exceed the in-flight peak, and a run
+//    with one micro-batch in flight allocates nothing per step.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +43,10 @@
 #include "dtrain/core/buffer.h"
 #include "dtrain/model/gpt.h"
 #include "dtrain/model/gpt_stage.h"
+#include "dtrain/parallel/data_parallel.h"
 #include "dtrain/parallel/pipeline_schedule.h"
 #include "dtrain/parallel/pipeline_stages.h"
+#include "dtrain/parallel/unit_hooks.h"
 #include "dtrain/trace/timeline.h"
 
 namespace dtrain::parallel {
@@ -71,9 +84,10 @@ class PipelineExecutor {
  public:
   // `comm` is the PP group (rank = pipeline stage); `model` is this rank's stage model,
   // stage_of(partition, comm.rank()). The workspace, activations and message buffers are
-  // charged to `tracker` (activations / communication). All must outlive the executor.
+  // charged to `tracker` (activations / communication). `hooks` (null: none) hear of every
+  // unit the executor runs. All must outlive the executor.
   PipelineExecutor(comm::Communicator& comm, model::GptModel& model, PipelineExecutorConfig config,
-                   MemoryTracker* tracker);
+                   MemoryTracker* tracker, UnitHooks* hooks = nullptr);
 
   // One training step's pipeline on a global batch of M * b rows: tokens (M*b, T) are read on
   // the first stage, targets (M*b, T) on the last (others may pass empty spans); micro-batch mb
@@ -86,6 +100,10 @@ class PipelineExecutor {
   float evaluate(std::span<const int32_t> tokens, std::span<const int32_t> targets);
 
   int rank() const { return rank_; }
+  const StageUnits& units() const { return units_; }
+  // Elements of one message between stages: b * T * C, or this TP rank's b*T/N rows of C under
+  // sequence parallelism.
+  int64_t message_elements() const { return element_count_; }
   const PipelineExecutorConfig& config() const { return config_; }
   const PipelineSchedule& schedule() const { return config_.schedule; }
   const StagePartition& partition() const { return config_.partition; }
@@ -109,7 +127,15 @@ class PipelineExecutor {
     Buffer<float> buffer;  // the gradient copy it sends from (empty for activations)
   };
   int index(int mb, int chunk) const { return chunk * config_.schedule.microbatches + mb; }
-  std::unique_ptr<model::GptActivations> allocate(int chunk);
+  // A micro-batch's activations for `chunk`: the chunk's spare if it has one, else new ones;
+  // give_back keeps one spare per chunk.
+  std::unique_ptr<model::GptActivations> take_activations(int chunk);
+  void give_back(int chunk, std::unique_ptr<model::GptActivations> acts);
+  // A forward of chunk `c` on `acts` (its input already in place unless c holds the embedding),
+  // with the hooks around each unit; adds the micro-batch's loss to *loss_sum on the head.
+  void forward_units(const ChunkInfo& c, model::GptActivations& acts,
+                     std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                     double* loss_sum);
   void post_group(const std::vector<Action>& list, size_t begin, size_t end,
                   std::vector<MeasuredAction>& out);
   void forward(const Action& a, std::span<const int32_t> tokens, std::span<const int32_t> targets);
@@ -122,15 +148,20 @@ class PipelineExecutor {
   model::GptModel& model_;
   PipelineExecutorConfig config_;
   MemoryTracker* tracker_;
+  UnitHooks no_hooks_;
+  UnitHooks* hooks_;
+  StageUnits units_;
   int rank_ = 0;
   int tp_ = 1;  // the model's TP size: activations and stash hold this rank's shards
   std::vector<ChunkInfo> chunks_;  // (v)
   model::GptWorkspace workspace_;  // (b, T): shared by every micro-batch's backward
-  int64_t element_count_ = 0;      // b * T * C: one message
+  int64_t element_count_ = 0;      // b * T * C (b * T / N * C under SP): one message
   bool split_ = false;             // the schedule splits backward into B and W (ZB-H1)
 
   // Per (mb, chunk), index chunk * M + mb; live only during a step.
   std::vector<std::unique_ptr<model::GptActivations>> acts_;
+  std::vector<std::unique_ptr<model::GptActivations>> spare_;     // (v) one per chunk, or null
+  std::vector<int> backwards_done_, weights_done_;                // (v) this step's B and W
   std::vector<std::unique_ptr<model::WeightGradStash>> stashes_;  // split_ only: B until W
   std::vector<comm::RequestPtr> activation_sends_;                // sends from acts_[i]'s output
   std::vector<Buffer<float>> received_activations_;

@@ -3,32 +3,54 @@
 #include "dtrain/parallel/tensor_parallel.h"
 
 #include "dtrain/comm/collectives.h"
+#include "dtrain/core/timer.h"
 #include "dtrain/model/tp_shard.h"
 
 namespace dtrain::parallel {
 
-void TensorParallelGroup::reduce(float* data, int64_t count, comm::ReduceOp op,
-                                 TpCounter& counter) {
+void TensorParallelGroup::reduce(float* data, int64_t count, comm::ReduceOp op, TpCounter& counter,
+                                 const char* what) {
+  const double start = spans_ != nullptr ? now_us() : 0;
   // Ring, as plan::tp_traffic_per_layer assumes: 2 (N-1)/N of the buffer sent per rank.
   counter.traffic += comm::all_reduce<float>(comm_, data, count, op, comm::Algorithm::ring);
   ++counter.calls;
   counter.elements += count;
+  if (spans_ != nullptr) spans_->push_back({what, start, now_us()});
 }
 
 void TensorParallelGroup::all_reduce_sum(float* data, int64_t count) {
-  reduce(data, count, comm::ReduceOp::sum, counters_.vocab);
+  reduce(data, count, comm::ReduceOp::sum, counters_.vocab, "tp all_reduce (vocab)");
 }
 
 void TensorParallelGroup::all_reduce_max(float* data, int64_t count) {
-  reduce(data, count, comm::ReduceOp::max, counters_.vocab);
+  reduce(data, count, comm::ReduceOp::max, counters_.vocab, "tp all_reduce max (vocab)");
 }
 
 void TensorParallelGroup::g_forward(float* data, int64_t count) {
-  if (size() > 1) reduce(data, count, comm::ReduceOp::sum, counter_of(SpSite::block_forward));
+  if (size() == 1) return;
+  reduce(data, count, comm::ReduceOp::sum, counter_of(SpSite::block_forward),
+         recomputing_ ? "tp all_reduce g (recompute)" : "tp all_reduce g");
 }
 
 void TensorParallelGroup::f_backward(float* dinp, int64_t count) {
-  if (size() > 1) reduce(dinp, count, comm::ReduceOp::sum, counters_.block_backward);
+  if (size() == 1) return;
+  reduce(dinp, count, comm::ReduceOp::sum, counters_.block_backward, "tp all_reduce f'");
+}
+
+const char* TensorParallelGroup::label_of(SpSite site, bool gather) const {
+  switch (site) {
+    case SpSite::block_forward:
+      if (recomputing_)
+        return gather ? "tp all_gather (recompute)" : "tp reduce_scatter (recompute)";
+      return gather ? "tp all_gather f" : "tp reduce_scatter g";
+    case SpSite::block_backward:
+      return gather ? "tp all_gather g'" : "tp reduce_scatter f'";
+    case SpSite::regather:
+      return "tp all_gather (regather)";
+    case SpSite::vocab:
+      break;
+  }
+  return gather ? "tp all_gather (vocab)" : "tp reduce_scatter (vocab)";
 }
 
 TpCounter& TensorParallelGroup::counter_of(SpSite site) {
@@ -50,20 +72,24 @@ TpCounter& TensorParallelGroup::counter_of(SpSite site) {
 void TensorParallelGroup::sp_all_gather(float* full, const float* slice, int64_t slice_count,
                                         SpSite site) {
   TpCounter& counter = counter_of(site);
+  const double start = spans_ != nullptr ? now_us() : 0;
   const int64_t count = slice_count * size();
   counter.traffic += comm::all_gather<float>(comm_, slice, full, count, comm::Algorithm::ring);
   ++counter.calls;
   counter.elements += count;
+  if (spans_ != nullptr) spans_->push_back({label_of(site, true), start, now_us()});
 }
 
 void TensorParallelGroup::sp_reduce_scatter(float* slice, const float* full, int64_t slice_count,
                                             SpSite site) {
   TpCounter& counter = counter_of(site);
+  const double start = spans_ != nullptr ? now_us() : 0;
   const int64_t count = slice_count * size();
   counter.traffic += comm::reduce_scatter<float>(comm_, full, slice, count, comm::ReduceOp::sum,
                                                  comm::Algorithm::ring);
   ++counter.calls;
   counter.elements += count;
+  if (spans_ != nullptr) spans_->push_back({label_of(site, false), start, now_us()});
 }
 
 BlockParamCounts block_param_counts(const model::ParamTable& table) {

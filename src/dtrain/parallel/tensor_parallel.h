@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "dtrain/comm/communicator.h"
 #include "dtrain/model/gpt.h"
@@ -34,6 +35,12 @@ struct TensorParallelCounters {
   TpCounter recompute;
 };
 
+// One TP collective as it ran (core/timer.h now_us() clock), for traces.
+struct TpSpan {
+  const char* what = "";  // "all_reduce g", "all_gather f", ...
+  double start_us = 0, end_us = 0;
+};
+
 class TensorParallelGroup final : public model::TensorParallelHooks {
  public:
   // `tp` is the TP group's communicator (its rank is tp_rank); it must outlive the hooks.
@@ -56,15 +63,20 @@ class TensorParallelGroup final : public model::TensorParallelHooks {
 
   const TensorParallelCounters& counters() const { return counters_; }
   comm::Communicator& communicator() { return comm_; }
+  const comm::Communicator& communicator() const { return comm_; }
+  // With a list, every collective from now on appends its span there (null: stop recording).
+  void record_spans(std::vector<TpSpan>* out) { spans_ = out; }
 
  private:
-  void reduce(float* data, int64_t count, comm::ReduceOp op, TpCounter& counter);
+  void reduce(float* data, int64_t count, comm::ReduceOp op, TpCounter& counter, const char* what);
   TpCounter& counter_of(SpSite site);
+  const char* label_of(SpSite site, bool gather) const;
 
   comm::Communicator& comm_;
   bool sequence_parallel_ = false;
   bool recomputing_ = false;  // block forward collectives go to counters_.recompute
   TensorParallelCounters counters_;
+  std::vector<TpSpan>* spans_ = nullptr;
 };
 
 // Elements of the model's block tensors on this rank: those TP cuts (matrices and their

@@ -93,6 +93,10 @@ void GatheredUnits::gather(int u) {
   });
 }
 
+bool GatheredUnits::gathered(int u) const {
+  return gathered_[static_cast<size_t>(u)].buffer != nullptr;
+}
+
 int64_t GatheredUnits::ticket(int u) const {
   return gathered_[static_cast<size_t>(u)].ticket;
 }

@@ -61,6 +61,7 @@ class GatheredUnits {
   GatheredUnits(const ShardLayout& layout, std::span<const GradUnit> units, const float* shard,
                 CommThread& comm, MemoryTracker& tracker);
   void gather(int unit);
+  bool gathered(int unit) const;  // gather()ed and not freed since
   int64_t ticket(int unit) const;
   float* data(int unit);
   void free(int unit);

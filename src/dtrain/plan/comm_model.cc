@@ -94,6 +94,45 @@ std::vector<CollectiveCall> dp_collectives(int64_t params, int zero_stage, State
   }
 }
 
+std::vector<CollectiveCall> stage_dp_collectives(const StageDataParallel& s, StateBytes bytes) {
+  DTRAIN_CHECK(s.zero_stage >= 0 && s.zero_stage <= 3, "--zero must be 0, 1, 2 or 3, got ",
+               s.zero_stage);
+  DTRAIN_CHECK(
+      s.microbatches >= 1 && s.deferred >= 0 && s.deferred <= s.params && s.rerun_gathered >= 0,
+      "stage_dp_collectives: inconsistent stage (params ", s.params, ", deferred ", s.deferred,
+      ", microbatches ", s.microbatches, ")");
+  const double g = static_cast<double>(bytes.grad), p = static_cast<double>(bytes.param);
+  const auto psi = static_cast<double>(s.params);
+  const auto deferred = static_cast<double>(s.deferred);
+  const auto M = static_cast<double>(s.microbatches);
+  const auto back = static_cast<double>(s.backward_gathered < 0 ? s.params : s.backward_gathered);
+  using comm::CollectiveOp;
+  switch (s.zero_stage) {
+    case 0:
+      return {{CollectiveOp::all_reduce, psi * g, 1, "gradients", false}};
+    case 1:
+      return {{CollectiveOp::reduce_scatter, psi * g, 1, "gradients", false},
+              {CollectiveOp::all_gather, psi * p, 1, "updated weights", true}};
+    case 2:
+      return {{CollectiveOp::reduce_scatter, ((psi - deferred) * M + deferred) * g, 1,
+               "gradients, per micro-batch", false},
+              {CollectiveOp::all_gather, psi * p, 1, "updated weights", true}};
+    default:
+      return {{CollectiveOp::all_gather, psi * p * M, 1, "weights for the forward", true},
+              {CollectiveOp::all_gather, (back + static_cast<double>(s.rerun_gathered)) * p * M, 1,
+               "weights for the backward", false},
+              {CollectiveOp::reduce_scatter, ((psi - deferred) * M + deferred) * g, 1,
+               "gradients, per micro-batch", false}};
+  }
+}
+
+std::vector<CollectiveCall> sp_regather_collectives(int64_t micro_batch, int64_t seq,
+                                                    int64_t hidden, int64_t bytes_per_element) {
+  const double activation = static_cast<double>(micro_batch) * static_cast<double>(seq) *
+                            static_cast<double>(hidden) * static_cast<double>(bytes_per_element);
+  return {{comm::CollectiveOp::all_gather, activation, 2, "LN outputs re-gathered", false}};
+}
+
 CollectiveTraffic dp_traffic_per_step(int64_t params, int dp, int zero_stage, StateBytes bytes,
                                       int microbatches, int64_t pieces, Algorithm algo) {
   return traffic_of(dp_collectives(params, zero_stage, bytes, microbatches, pieces), dp, algo);

@@ -85,6 +85,30 @@ CollectiveTraffic dp_traffic_per_step(int64_t params, int dp, int zero_stage, St
                                       int microbatches = 1, int64_t pieces = 1,
                                       comm::Algorithm algo = comm::Algorithm::ring);
 
+// The same for one pipeline stage as the engine runs it (train/engine.h), where a few units
+// differ from the whole model's rule:
+//   - `deferred`: elements synced once per step whatever the stage (the tied wte of a
+//     pipeline's end stages, averaged after its sum with the other end stage);
+//   - ZeRO-3 gathers every unit before each micro-batch's forward, before its backward only
+//     the `backward_gathered` elements (the units whose backward reads weights: not a first
+//     stage's embeddings), and again before each W the `rerun_gathered` elements (blocks whose
+//     forward a split backward reruns under full recompute).
+struct StageDataParallel {
+  int64_t params = 0;              // Psi of the stage on this TP rank
+  int zero_stage = 0;              // 0..3
+  int microbatches = 1;            // M
+  int64_t deferred = 0;            // of params: synced once per step
+  int64_t backward_gathered = -1;  // ZeRO-3; -1: params
+  int64_t rerun_gathered = 0;      // ZeRO-3
+};
+std::vector<CollectiveCall> stage_dp_collectives(const StageDataParallel& stage, StateBytes bytes);
+
+// Sequence parallelism's re-gathers in one layer's backward for one micro-batch: the LN1 and LN2
+// outputs are kept as the rank's b*s/t rows, and the column-parallel weight gradients need all
+// of them (Korthikanti et al. 2022, 4.2.2): 2 all-gathers of b*s*h elements.
+std::vector<CollectiveCall> sp_regather_collectives(int64_t micro_batch, int64_t seq,
+                                                    int64_t hidden, int64_t bytes_per_element);
+
 // Tensor parallelism's collectives for one layer and one micro-batch of b sequences of s tokens:
 // 4 all-reduces of b*s*h elements (6 with full recompute), or with sequence parallelism as many
 // reduce-scatters and all-gathers.

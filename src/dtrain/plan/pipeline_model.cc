@@ -22,6 +22,17 @@ std::string_view name(ScheduleKind kind) {
   return "?";
 }
 
+ScheduleKind parse_schedule(std::string_view text) {
+  std::string known;
+  for (ScheduleKind k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
+                         ScheduleKind::zero_bubble_h1}) {
+    if (text == name(k)) return k;
+    if (!known.empty()) known += ", ";
+    known += name(k);
+  }
+  throw Error(str("--schedule \"", text, "\" is not one of ", known));
+}
+
 BubbleEstimate pipeline_bubble(ScheduleKind kind, int stages, int microbatches, int chunks,
                                StageTimes t) {
   DTRAIN_CHECK(stages >= 1, "pipeline stages must be >= 1, got ", stages);

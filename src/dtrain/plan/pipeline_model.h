@@ -19,6 +19,8 @@ namespace dtrain::plan {
 
 enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zero_bubble_h1 };
 std::string_view name(ScheduleKind kind);  // "gpipe", "1f1b", "interleaved", "zb-h1"
+// The schedule called `text` (name's spelling); throws Error naming --schedule and the names.
+ScheduleKind parse_schedule(std::string_view text);
 
 struct StageTimes {
   double forward = 1;          // F

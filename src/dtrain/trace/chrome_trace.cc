@@ -30,11 +30,17 @@ nlohmann::json chrome_trace(const Timeline& timeline, const ChromeTraceOptions& 
                               {{"sort_index", compute_track(rank)}}));
     events.push_back(metadata("thread_sort_index", options.pid, communication_track(rank),
                               {{"sort_index", communication_track(rank)}}));
+    events.push_back(
+        metadata("thread_name", options.pid, async_track(rank), {{"name", row + " comm thread"}}));
+    events.push_back(metadata("thread_sort_index", options.pid, async_track(rank),
+                              {{"sort_index", async_track(rank)}}));
   }
   for (size_t r = 0; r < timeline.rows.size(); ++r) {
     const int rank = static_cast<int>(r);
     for (const Span& s : timeline.rows[r].spans) {
-      const int tid = is_communication(s.kind) ? communication_track(rank) : compute_track(rank);
+      const int tid = s.kind == SpanKind::async_collective ? async_track(rank)
+                      : is_communication(s.kind)           ? communication_track(rank)
+                                                           : compute_track(rank);
       events.push_back(
           {{"name", s.label},
            {"cat", name(s.kind)},

@@ -1,6 +1,6 @@
 // Chrome trace event JSON (loads in Perfetto and chrome://tracing) from a Timeline: one
-// process, and per rank two tracks, compute and communication, so waiting on a receive shows
-// beside the work it delays.
+// process, and per rank three tracks, compute, communication and the communication thread's, so
+// waiting on a receive shows beside the work it delays and DP syncs beside what hides them.
 #pragma once
 
 #include <string>
@@ -17,12 +17,17 @@ struct ChromeTraceOptions {
   std::string process_name = "dtrain";
 };
 
-// Track ids: rank r's compute spans go on tid 2r, its sends and receives on tid 2r+1.
+// Track ids: rank r's compute spans (and the step's other phases) go on tid 3r, its compute
+// thread's sends, receives and collectives on 3r+1, its communication thread's collectives on
+// 3r+2 (they overlap the other two).
 constexpr int compute_track(int rank) {
-  return 2 * rank;
+  return 3 * rank;
 }
 constexpr int communication_track(int rank) {
-  return 2 * rank + 1;
+  return 3 * rank + 1;
+}
+constexpr int async_track(int rank) {
+  return 3 * rank + 2;
 }
 
 // {"traceEvents": [...], "displayTimeUnit": "ms"}: a complete ("X") event per span with

@@ -12,13 +12,15 @@ namespace dtrain::trace {
 
 // What a span did. Compute kinds are drawn as boxes; communication kinds on a separate lane.
 enum class SpanKind {
-  forward,          // F
-  backward,         // B+W fused: input and weight gradients in one pass
-  backward_input,   // B: gradient with respect to the stage's input (zero-bubble split)
-  backward_weight,  // W: gradient with respect to the weights
-  send,             // posting a send until it completed
-  recv,             // posting a receive until the data arrived (waiting shows here)
-  other,            // anything else the executor measures (optimizer step, all-reduce, ...)
+  forward,           // F
+  backward,          // B+W fused: input and weight gradients in one pass
+  backward_input,    // B: gradient with respect to the stage's input (zero-bubble split)
+  backward_weight,   // W: gradient with respect to the weights
+  send,              // posting a send until it completed
+  recv,              // posting a receive until the data arrived (waiting shows here)
+  collective,        // a collective the compute thread runs (TP's f and g, vocabulary reductions)
+  async_collective,  // a collective the communication thread runs (DP buckets, ZeRO gathers)
+  other,             // anything else the engine measures (gradient norm, optimizer step, ...)
 };
 
 constexpr bool is_compute(SpanKind kind) {
@@ -26,11 +28,13 @@ constexpr bool is_compute(SpanKind kind) {
          kind == SpanKind::backward_input || kind == SpanKind::backward_weight;
 }
 
+// The compute thread's communication: drawn on the rank's communication lane.
 constexpr bool is_communication(SpanKind kind) {
-  return kind == SpanKind::send || kind == SpanKind::recv;
+  return kind == SpanKind::send || kind == SpanKind::recv || kind == SpanKind::collective;
 }
 
-// "forward", "backward", "backward_input", "backward_weight", "send", "recv", "other".
+// "forward", "backward", "backward_input", "backward_weight", "send", "recv", "collective",
+// "async_collective", "other".
 constexpr std::string_view name(SpanKind kind) {
   switch (kind) {
     case SpanKind::forward:
@@ -45,6 +49,10 @@ constexpr std::string_view name(SpanKind kind) {
       return "send";
     case SpanKind::recv:
       return "recv";
+    case SpanKind::collective:
+      return "collective";
+    case SpanKind::async_collective:
+      return "async_collective";
     case SpanKind::other:
       return "other";
   }
@@ -66,6 +74,10 @@ constexpr char letter(SpanKind kind) {
       return '>';
     case SpanKind::recv:
       return '<';
+    case SpanKind::collective:
+      return 'c';
+    case SpanKind::async_collective:
+      return 'a';
     case SpanKind::other:
       return 'o';
   }

@@ -37,6 +37,10 @@ std::string_view colour(SpanKind kind) {
       return "#9c755f";
     case SpanKind::recv:
       return "#bab0ac";
+    case SpanKind::collective:
+      return "#e15759";
+    case SpanKind::async_collective:
+      return "#76b7b2";
     case SpanKind::other:
       return "#79706e";
   }
@@ -57,6 +61,10 @@ std::string_view legend_text(SpanKind kind) {
       return "send";
     case SpanKind::recv:
       return "receive (waiting)";
+    case SpanKind::collective:
+      return "collective (TP)";
+    case SpanKind::async_collective:
+      return "DP / ZeRO (comm thread)";
     case SpanKind::other:
       return "other";
   }

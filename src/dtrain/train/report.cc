@@ -10,99 +10,6 @@
 #include "dtrain/train/text_table.h"
 
 namespace dtrain::train {
-namespace {
-
-// The data-parallel section: model-state memory per rank and DP bytes per step, each measured
-// beside its plan/ formula, and the overlap of communication with compute.
-void print_data_parallel(std::ostream& out, const DataParallelReport& d) {
-  out << "\n  data parallel: " << d.setup.dp << " ranks, ZeRO stage " << d.setup.zero_stage << ", "
-      << d.micro_batch << " sequences x " << d.setup.grad_accum << " micro-batch(es) per rank, "
-      << d.buckets << (d.setup.zero_stage == 3 ? " units" : " gradient buckets")
-      << " (--bucket-size " << format_bytes(static_cast<double>(d.setup.bucket_bytes)) << ")\n";
-  out << "  model state (rank 0)   measured after step   plan::model_state_bytes   peak\n";
-  for (const DataParallelReport::StateRow& r : d.state) {
-    out << "  " << left_aligned(std::string(memory_tag_name(r.tag)), 22)
-        << right_aligned(grouped(static_cast<double>(r.current_bytes)) + " B", 20)
-        << right_aligned(grouped(static_cast<double>(r.formula_bytes)) + " B", 26)
-        << right_aligned(format_bytes(static_cast<double>(r.peak_bytes)), 12)
-        << (r.current_bytes == r.formula_bytes ? "" : "   (differs)") << "\n";
-  }
-  out << "  (fp32 Adam: 4 + 4 + 8 bytes per parameter; Psi = "
-      << grouped(static_cast<double>(d.params))
-      << ", shard = ceil(Psi/N) = " << grouped(static_cast<double>(d.shard)) << ")\n";
-  if (d.setup.zero_stage == 3) {
-    out << "  gathered units (peak above the shards, params + grads): "
-        << format_bytes(static_cast<double>(d.gathered_peak_bytes))
-        << "; plan: zero3_gathered_bytes(block, prefetch 1) + embeddings' weights and gradient = "
-        << format_bytes(static_cast<double>(d.gathered_formula_bytes)) << "\n";
-  }
-  out << "  DP bytes sent per step (rank 0): " << grouped(d.bytes_sent_per_step) << " measured, "
-      << grouped(d.formula_bytes_sent_per_step)
-      << " plan::dp_traffic_per_step (ring); control (loss, norm): "
-      << grouped(d.control_bytes_per_step) << "\n";
-  if (d.ranks_per_node > 0) {
-    out << "  by link (rank 0, " << d.ranks_per_node << " ranks a node, "
-        << (d.hierarchical ? "hierarchical" : "flat ring")
-        << " all-reduce): " << grouped(d.intra_node_bytes_per_step) << " intra-node, "
-        << grouped(d.inter_node_bytes_per_step) << " inter-node bytes per step\n";
-    out << "  inter-node bytes per step, every rank: " << grouped(d.total_inter_node_bytes_per_step)
-        << " measured";
-    if (d.predicted_total_inter_node_bytes_per_step >= 0) {
-      out << ", " << grouped(d.predicted_total_inter_node_bytes_per_step)
-          << " predicted (plan/link_traffic.h per bucket)";
-    }
-    out << "\n";
-  }
-  if (!d.cluster.empty()) {
-    out << "  predicted on " << d.cluster << ": " << fixed(d.predicted_comm_ms, 3)
-        << " ms of all-reduce per step, " << fixed(d.predicted_exposed_comm_ms, 3)
-        << " ms exposed after the backward window\n";
-  }
-  out << "  overlap: " << fixed(100 * d.overlap_share, 1)
-      << " % of communication hidden behind compute (" << fixed(d.hidden_ms_per_step, 3) << " of "
-      << fixed(d.comm_ms_per_step, 3) << " ms per step)\n";
-}
-
-nlohmann::json data_parallel_to_json(const DataParallelReport& d) {
-  nlohmann::json state = nlohmann::json::object();
-  for (const DataParallelReport::StateRow& r : d.state) {
-    state[std::string(memory_tag_name(r.tag))] = {{"current_bytes", r.current_bytes},
-                                                  {"peak_bytes", r.peak_bytes},
-                                                  {"formula_bytes", r.formula_bytes}};
-  }
-  nlohmann::json j = {
-      {"dp", d.setup.dp},
-      {"zero_stage", d.setup.zero_stage},
-      {"bucket_bytes", d.setup.bucket_bytes},
-      {"grad_accum", d.setup.grad_accum},
-      {"micro_batch", d.micro_batch},
-      {"buckets", d.buckets},
-      {"params", d.params},
-      {"shard", d.shard},
-      {"model_state", state},
-      {"bytes_sent_per_step", d.bytes_sent_per_step},
-      {"formula_bytes_sent_per_step", d.formula_bytes_sent_per_step},
-      {"control_bytes_per_step", d.control_bytes_per_step},
-      {"ranks_per_node", d.ranks_per_node},
-      {"hierarchical", d.hierarchical},
-      {"intra_node_bytes_per_step", d.intra_node_bytes_per_step},
-      {"inter_node_bytes_per_step", d.inter_node_bytes_per_step},
-      {"total_inter_node_bytes_per_step", d.total_inter_node_bytes_per_step},
-      {"predicted_total_inter_node_bytes_per_step", d.predicted_total_inter_node_bytes_per_step},
-      {"predicted_comm_ms", d.predicted_comm_ms},
-      {"predicted_exposed_comm_ms", d.predicted_exposed_comm_ms},
-      {"comm_ms_per_step", d.comm_ms_per_step},
-      {"hidden_ms_per_step", d.hidden_ms_per_step},
-      {"overlap_share", d.overlap_share}};
-  if (d.setup.zero_stage == 3) {
-    j["gathered_peak_bytes"] = d.gathered_peak_bytes;
-    j["gathered_formula_bytes"] = d.gathered_formula_bytes;
-  }
-  return j;
-}
-
-}  // namespace
-
 std::string signal_name(int signal_number) {
   if (signal_number == SIGINT) return "SIGINT";
   if (signal_number == SIGTERM) return "SIGTERM";
@@ -152,12 +59,10 @@ void print_summary(std::ostream& out, const TrainSummary& s) {
   }
   out << "  " << left_aligned("total (peak)", 16) << right_aligned("", 12)
       << right_aligned(format_bytes(static_cast<double>(s.peak_total_bytes)), 14) << "\n";
-  out << "  activations planned by plan/ (L x per layer + head + workspace): "
+  out << "  activations planned by plan/ (micro-batches in flight x blocks, head and stage "
+         "boundary, + workspace): "
       << format_bytes(s.planned_activation_bytes) << "; recompute " << name(c.recompute) << "\n";
-  if (s.data_parallel) print_data_parallel(out, *s.data_parallel);
-  if (s.pipeline) print_pipeline_report(out, *s.pipeline);
-  if (s.tensor_parallel) print_tensor_parallel_report(out, *s.tensor_parallel);
-  if (s.mesh) print_mesh_report(out, *s.mesh);
+  if (s.layout) print_layout_report(out, *s.layout);
 }
 
 nlohmann::json summary_to_json(const TrainSummary& s) {
@@ -212,10 +117,7 @@ nlohmann::json summary_to_json(const TrainSummary& s) {
   mem["peak_total_bytes"] = s.peak_total_bytes;
   mem["planned_activation_bytes"] = s.planned_activation_bytes;
   j["memory"] = mem;
-  if (s.data_parallel) j["data_parallel"] = data_parallel_to_json(*s.data_parallel);
-  if (s.pipeline) j["pipeline"] = pipeline_report_to_json(*s.pipeline);
-  if (s.tensor_parallel) j["tensor_parallel"] = tensor_parallel_report_to_json(*s.tensor_parallel);
-  if (s.mesh) j["mesh"] = mesh_report_to_json(*s.mesh);
+  if (s.layout) j["layout"] = layout_report_to_json(*s.layout);
   return j;
 }
 

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dtrain/train/layout_report.h"
 #include "dtrain/train/trainer.h"
 
 namespace dtrain::train {

@@ -1,4 +1,5 @@
-// resolve(): presets, overrides and the checks that name flags; run_training().
+// resolve(): presets, overrides and the checks that name flags; run_training(): one Engine per
+// rank on the chosen backend.
 #include "dtrain/train/run.h"
 
 #include <cmath>
@@ -16,10 +17,8 @@
 #include "dtrain/model/gemm.h"
 #include "dtrain/plan/hardware.h"
 #include "dtrain/plan/memory_model.h"
-#include "dtrain/train/data_parallel_engine.h"
-#include "dtrain/train/mesh_engine.h"
-#include "dtrain/train/pipeline_engine.h"
-#include "dtrain/train/tensor_parallel_engine.h"
+#include "dtrain/train/engine.h"
+#include "dtrain/train/layout_report.h"
 
 namespace dtrain::train {
 
@@ -40,8 +39,7 @@ void resolve_checkpoint_flags(const TrainOptions& o, TrainerConfig& t) {
   t.checkpoint = c;
   if (o.inject_fault.empty()) return;
   const FaultSpec fault = parse_fault(o.inject_fault);
-  const int64_t ranks =
-      static_cast<int64_t>(o.data_parallel.dp) * o.tensor_parallel.tp * o.pipeline.pp;
+  const int64_t ranks = static_cast<int64_t>(o.layout.dp) * o.layout.tp * o.layout.pp;
   DTRAIN_CHECK(fault.rank < ranks, "--inject-fault: rank ", fault.rank,
                " does not exist (the run has ", ranks, " ranks)");
   DTRAIN_CHECK(fault.step <= o.steps, "--inject-fault: step ", fault.step,
@@ -76,25 +74,16 @@ void check_values(const TrainOptions& o) {
   DTRAIN_CHECK(o.threads == 1 || o.blas_threads == 1, "--threads ", o.threads,
                " with --blas-threads ", o.blas_threads, " would run ", o.threads * o.blas_threads,
                " threads; use one or the other");
-  DTRAIN_CHECK(o.mesh.ranks_per_node >= 0, "--ranks-per-node must be positive (got ",
-               o.mesh.ranks_per_node, ")");
-  const PipelineSetup defaults;
-  DTRAIN_CHECK(o.pipeline.pp > 1 || o.pipeline.schedule == defaults.schedule, "--schedule ",
-               o.pipeline.schedule, " needs --pp 2 or more (a pipeline to schedule)");
-  DTRAIN_CHECK(o.pipeline.pp > 1 || o.pipeline.stage_layers.empty(),
-               "--stage-layers needs --pp 2 or more");
-  DTRAIN_CHECK(o.pipeline.pp > 1 || o.pipeline.chunks == defaults.chunks,
-               "--chunks needs --pp 2 or more and --schedule interleaved");
 }
 
 // Every file the run will read or write, checked before the first step: a run must not train
 // for an hour and then fail to write its timeline.
 void check_paths(const TrainOptions& o) {
-  if (!o.pipeline.trace_path.empty()) check_output_file(o.pipeline.trace_path, "--trace");
-  if (!o.pipeline.timeline_path.empty()) check_output_file(o.pipeline.timeline_path, "--timeline");
-  if (!o.mesh.cluster_path.empty()) {
-    check_input_file(o.mesh.cluster_path, "--cluster");
-    (void)plan::read_cluster_file(o.mesh.cluster_path);  // parsed and range-checked now
+  if (!o.layout.trace_path.empty()) check_output_file(o.layout.trace_path, "--trace");
+  if (!o.layout.timeline_path.empty()) check_output_file(o.layout.timeline_path, "--timeline");
+  if (!o.layout.cluster_path.empty()) {
+    check_input_file(o.layout.cluster_path, "--cluster");
+    (void)plan::read_cluster_file(o.layout.cluster_path);  // parsed and range-checked now
   }
   if (!o.data.empty()) check_input_file(o.data, "--data");
   if (!o.checkpoint.resume.empty()) {
@@ -105,8 +94,8 @@ void check_paths(const TrainOptions& o) {
 
 // This run's identity (a resumed run keeps the checkpoint's) and the settings a --resume is
 // checked against; then whether --save may be written by it.
-RunRecord run_record(const TrainOptions& o, const SerialEngineConfig& engine,
-                     const TrainerConfig& t, const TokenSplit& data) {
+RunRecord run_record(const TrainOptions& o, const StepConfig& engine, const TrainerConfig& t,
+                     const TokenSplit& data) {
   RunRecord run;
   run.version = str(version(), " (", git_commit(), ")");
   RunSettings& s = run.settings;
@@ -151,35 +140,36 @@ RunRecord run_record(const TrainOptions& o, const SerialEngineConfig& engine,
 // thread each under DP); past this many the run is a mistake, not a job.
 constexpr int64_t kMaxThreadRanks = 1024;
 
-// A lower bound of what this process will allocate: the model states of every rank it runs
-// (plan::model_state_bytes at 4 + 4 + 8 bytes per parameter, ZeRO-sharded over --dp) and one
-// micro-batch of activations per DP replica. A run that needs more than the machine has left
-// is refused now, with both figures, instead of dying in std::bad_alloc later.
-void check_memory(const model::GptConfig& m, int64_t B, int64_t T, const TrainOptions& o,
-                  bool mpi) {
-  const int dp = std::max(1, o.data_parallel.dp);
-  const int64_t params = model::gpt_param_count(m);
-  const plan::StateBytes fp32{4, 4, 8};
-  const double states = static_cast<double>(
-      plan::model_state_bytes(params, dp, o.data_parallel.zero_stage, fp32).total());
-  const int64_t micro = std::max<int64_t>(
-      1, B / dp /
-             std::max<int64_t>(
-                 1, std::max<int64_t>(o.data_parallel.grad_accum, o.pipeline.microbatches)));
-  const double activations = planned_activation_bytes(m, micro, T, o.threads, o.recompute);
-  // Threads: every DP replica lives in this process; MPI: one rank per process.
-  const int64_t ranks = static_cast<int64_t>(dp) * o.tensor_parallel.tp * o.pipeline.pp;
-  const double needed = mpi ? (states * dp + activations * dp) / static_cast<double>(ranks)
-                            : states * dp + activations * dp;
+// The plan/ formulas' peak bytes of every rank (train/layout_report.h) against --max-rank-memory
+// and against what the machine has left for the ranks this process runs (all of them on the
+// threads backend, one under MPI): a run that cannot fit is refused now, with the figures,
+// instead of dying in std::bad_alloc later.
+void check_memory(const EngineConfig& c, const LayoutOptions& o) {
+  double largest = 0, all = 0;
+  int largest_stage = 0;
+  for (int stage = 0; stage < c.pp; ++stage) {
+    const double bytes = planned_rank_peak_bytes(c, stage);
+    all += bytes * c.dp * c.tp;
+    if (bytes > largest) {
+      largest = bytes;
+      largest_stage = stage;
+    }
+  }
+  DTRAIN_CHECK(o.max_rank_memory == 0 || largest <= static_cast<double>(o.max_rank_memory),
+               "--max-rank-memory ", format_gib(static_cast<double>(o.max_rank_memory)),
+               ": a rank of pipeline stage ", largest_stage, " needs ", format_gib(largest),
+               " by the plan/ formulas (model states, activations in flight, ZeRO-3's gathered "
+               "units); shard it with --zero, --pp or --tp, or use a smaller --batch or model");
+  const bool mpi = o.backend == comm::Backend::mpi;
+  const double needed = mpi ? largest : all;
   const std::optional<AvailableMemory> room = available_memory();
   if (!room) return;
   DTRAIN_CHECK(needed <= static_cast<double>(room->bytes), "the run needs at least ",
-               format_gib(needed), mpi ? " per process" : " in this process", " (model states ",
-               format_gib(mpi ? states * dp / static_cast<double>(ranks) : states * dp),
-               ", activations ",
-               format_gib(mpi ? activations * dp / static_cast<double>(ranks) : activations * dp),
-               ") but ", format_gib(static_cast<double>(room->bytes)), " is available (",
-               room->source, "); use a smaller --batch or model, or shard it with --zero");
+               format_gib(needed), mpi ? " per process" : " in this process", " (",
+               mpi ? "the largest rank" : str(c.world(), " rank(s)"),
+               " by the plan/ formulas) but ", format_gib(static_cast<double>(room->bytes)),
+               " is available (", room->source,
+               "); use a smaller --batch or model, or shard it with --zero");
 }
 
 }  // namespace
@@ -204,68 +194,34 @@ TrainSetup resolve(const TrainOptions& o) {
   DTRAIN_CHECK(B > 0, "--batch must be positive (got ", B, ")");
   DTRAIN_CHECK(T > 0, "--seq must be positive (got ", T, ")");
   DTRAIN_CHECK(T <= m.context, "--seq ", T, " exceeds --context ", m.context);
-  const int axes = (o.data_parallel.dp > 1 ? 1 : 0) + (o.tensor_parallel.tp > 1 ? 1 : 0) +
-                   (o.pipeline.pp > 1 ? 1 : 0);
-  // --dp alone stays on the data-parallel engine (buckets, overlap, ZeRO-3) on either backend;
-  // anything else off the threads backend's single-axis engines goes to the mesh engine.
-  const bool dp_only = o.tensor_parallel.tp == 1 && !o.tensor_parallel.sequence_parallel &&
-                       !o.pipeline.enabled() && o.mesh.rank_order == MeshSetup{}.rank_order;
-  const bool composed =
-      !dp_only && (axes >= 2 || o.mesh.backend != "threads" || o.mesh.ranks_per_node != 0 ||
-                   o.mesh.rank_order != MeshSetup{}.rank_order);
-  DTRAIN_CHECK(comm::parse_backend(o.mesh.backend).has_value(), "--backend \"", o.mesh.backend,
-               "\" is not one of threads, mpi");
-  comm::check_timeout(o.mesh.timeout_s);
-  // Under mpirun: with threads each process would run its own copy of the job; with MPI every
-  // process must be a rank (an idle one means a wrong -np). Only the first process prints.
-  comm::check_launch(*comm::parse_backend(o.mesh.backend),
-                     int64_t{o.data_parallel.dp} * o.tensor_parallel.tp * o.pipeline.pp,
-                     str("--dp ", o.data_parallel.dp, " x --tp ", o.tensor_parallel.tp, " x --pp ",
-                         o.pipeline.pp));
-  DTRAIN_CHECK(o.mesh.dp_all_reduce == "flat" || o.mesh.dp_all_reduce == "hierarchical",
-               "--dp-all-reduce \"", o.mesh.dp_all_reduce, "\" is not one of flat, hierarchical");
-  DTRAIN_CHECK(
-      o.mesh.dp_all_reduce == "flat" || (dp_only && o.mesh.ranks_per_node > 0),
-      "--dp-all-reduce hierarchical needs --ranks-per-node and --dp alone (no --tp, --pp)");
-  DTRAIN_CHECK(o.mesh.dp_all_reduce == "flat" || o.data_parallel.zero_stage == 0,
-               "--dp-all-reduce hierarchical needs --zero 0 (got --zero ",
-               o.data_parallel.zero_stage, ")");
-  if (!composed && o.mesh.ranks_per_node != 0) {
-    (void)comm::NodeTopology(o.data_parallel.dp, o.mesh.ranks_per_node);  // names the flag
-  }
-  if (!composed) {
-    validate_data_parallel(o.data_parallel, B);
-    validate_pipeline(o.pipeline, m, B);
-    validate_tensor_parallel(o.tensor_parallel, m);
-    DTRAIN_CHECK(!o.pipeline.enabled() || !o.data_parallel.enabled(),
-                 "--grad-accum / --zero with --pp: use --microbatches for the pipeline's "
-                 "micro-batches, and --dp 2 or more for ZeRO beside a pipeline");
-    DTRAIN_CHECK(
-        !o.tensor_parallel.enabled() || (!o.pipeline.enabled() && !o.data_parallel.enabled()),
-        "--tp with --zero, --grad-accum, --microbatches or another --schedule needs --dp or "
-        "--pp of 2 or more (the composed engine)");
-  }
+  const LayoutOptions& l = o.layout;
+  comm::check_timeout(l.timeout_s);
   {
-    const int64_t ranks =
-        static_cast<int64_t>(o.data_parallel.dp) * o.tensor_parallel.tp * o.pipeline.pp;
-    DTRAIN_CHECK(o.mesh.backend != "threads" || ranks <= kMaxThreadRanks,
+    const int64_t ranks = static_cast<int64_t>(l.dp) * l.tp * l.pp;
+    // Under mpirun: with threads each process would run its own copy of the job; with MPI every
+    // process must be a rank (an idle one means a wrong -np). Only the first process prints.
+    comm::check_launch(l.backend, ranks, str("--dp ", l.dp, " x --tp ", l.tp, " x --pp ", l.pp));
+    DTRAIN_CHECK(l.backend != comm::Backend::threads || ranks <= kMaxThreadRanks,
                  "--dp x --tp x --pp = ", ranks,
                  " rank threads is more than the threads backend runs (", kMaxThreadRanks,
                  "); use --backend mpi for larger jobs");
   }
-  check_memory(m, B, T, o, o.mesh.backend == "mpi");
 
   TrainSetup setup;
   setup.blas_threads = o.blas_threads;
   Rng seeds(o.seed);
-  setup.engine.model = m;
-  setup.engine.batch = B;
-  setup.engine.seq = T;
-  setup.engine.adamw = {o.beta1, o.beta2, 1e-8f, o.weight_decay};
-  setup.engine.grad_clip = o.grad_clip;
-  setup.engine.init_seed = seeds.next_u64();
-  setup.engine.threads = o.threads;
-  setup.engine.recompute = o.recompute;
+  setup.step.model = m;
+  setup.step.batch = B;
+  setup.step.seq = T;
+  setup.step.adamw = {o.beta1, o.beta2, 1e-8f, o.weight_decay};
+  setup.step.grad_clip = o.grad_clip;
+  setup.step.init_seed = seeds.next_u64();
+  setup.step.threads = o.threads;
+  setup.step.recompute = o.recompute;
+  // The layout's checks (each names its flag), before any rank starts.
+  setup.layout = l;
+  setup.engine = make_engine_config(setup.step, l);
+  check_memory(setup.engine, l);
 
   TrainerConfig& t = setup.trainer;
   t.model = m;
@@ -280,6 +236,7 @@ TrainSetup resolve(const TrainOptions& o) {
   t.data_seed = seeds.next_u64();
   t.threads = o.threads;
   t.recompute = o.recompute;
+  t.max_rank_memory = l.max_rank_memory;
 
   const std::string path = o.data.empty() ? default_corpus_path() : o.data;
   DTRAIN_CHECK(!o.data.empty() || std::filesystem::exists(path), "the default corpus '", path,
@@ -297,49 +254,32 @@ TrainSetup resolve(const TrainOptions& o) {
     t.eval_batches = distinct_eval_batches;
   }
   resolve_checkpoint_flags(o, t);
-  t.run = run_record(o, setup.engine, t, setup.data);
+  t.run = run_record(o, setup.step, t, setup.data);
   t.stop = o.stop;
-  setup.data_parallel = o.data_parallel;
-  setup.pipeline = o.pipeline;
-  setup.tensor_parallel = o.tensor_parallel;
-  setup.mesh = o.mesh;
-  setup.composed = composed;
-  // The composed layout's checks (each names its flag), before any rank starts.
-  if (composed)
-    (void)mesh_config(setup.engine, o.data_parallel, o.tensor_parallel, o.pipeline, o.mesh);
   return setup;
 }
 
 TrainSummary run_training(const TrainOptions& options, TrainObserver* observer, bool* is_reporter) {
-  TrainSetup setup = resolve(options);
+  const TrainSetup setup = resolve(options);
   model::set_blas_threads(setup.blas_threads);
-  if (is_reporter != nullptr) *is_reporter = true;
-  if (setup.composed) {
-    return run_mesh(setup.engine, setup.data_parallel, setup.tensor_parallel, setup.pipeline,
-                    setup.mesh, setup.trainer, setup.data, observer, is_reporter);
-  }
-  if (setup.tensor_parallel.enabled()) {
-    return run_tensor_parallel(setup.engine, setup.tensor_parallel, setup.trainer, setup.data,
-                               observer, setup.mesh.timeout_s);
-  }
-  if (setup.pipeline.enabled()) {
-    return run_pipeline(setup.engine, setup.pipeline, setup.trainer, setup.data, observer,
-                        setup.mesh.timeout_s);
-  }
-  const std::optional<comm::Backend> backend = comm::parse_backend(setup.mesh.backend);
-  if (setup.data_parallel.enabled() || *backend != comm::Backend::threads ||
-      setup.mesh.ranks_per_node > 0) {
-    DataParallelEngineConfig config{setup.engine, setup.data_parallel};
-    config.backend = *backend;
-    config.ranks_per_node = setup.mesh.ranks_per_node;
-    config.hierarchical = setup.mesh.dp_all_reduce == "hierarchical";
-    config.cluster_path = setup.mesh.cluster_path;
-    config.timeout_s = setup.mesh.timeout_s;
-    return run_data_parallel(config, setup.trainer, setup.data, observer, is_reporter);
-  }
-  SerialEngine engine(setup.engine);
-  Trainer trainer(setup.trainer, engine, setup.data, observer);
-  return trainer.run();
+  TrainSummary summary;
+  bool reporter = false;
+  comm::run_on_backend(
+      setup.layout.backend, setup.engine.world(),
+      [&](comm::Communicator& world) {
+        Engine engine(setup.engine, world);
+        Trainer loop(setup.trainer, engine, setup.data, world.rank() == 0 ? observer : nullptr);
+        TrainSummary s = loop.run();
+        LayoutReport report = gather_layout_report(engine, world, setup.layout);
+        if (world.rank() == 0) {
+          s.planned_activation_bytes = report.ranks.front().planned_activations_peak_bytes;
+          s.layout = std::move(report);
+          summary = std::move(s);
+        }
+      },
+      comm::LaunchOptions{setup.layout.timeout_s}, &reporter);
+  if (is_reporter != nullptr) *is_reporter = reporter;
+  return summary;
 }
 
 }  // namespace dtrain::train

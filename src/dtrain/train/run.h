@@ -1,16 +1,16 @@
-// The `dtrain train` entry point: command-line options (as parsed, unvalidated) become
-// checked configs, then a serial run. Every error names the flag or file at fault.
+// The `dtrain train` entry point: command-line options (as parsed, unvalidated) become the
+// checked configs of one step, the loop and the layout, then one Engine per rank on the chosen
+// backend. Every error names the flag or file at fault.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 
-#include "dtrain/train/data_parallel_report.h"
-#include "dtrain/train/mesh_report.h"
-#include "dtrain/train/pipeline_report.h"
-#include "dtrain/train/serial_engine.h"
-#include "dtrain/train/tensor_parallel_report.h"
+#include "dtrain/train/checkpoint.h"
+#include "dtrain/train/layout.h"
+#include "dtrain/train/step_config.h"
+#include "dtrain/train/stop_request.h"
 #include "dtrain/train/trainer.h"
 
 namespace dtrain::train {
@@ -33,37 +33,30 @@ struct TrainOptions {
   uint64_t seed = 1;
   std::string data;  // empty: the default corpus
   double val_fraction = 0.1;
-  int threads = 1;                  // compute threads of the rank (a model::ThreadTeam)
-  int blas_threads = 1;             // OpenBLAS's own threads (keep 1 when threads > 1)
-  DataParallelSetup data_parallel;  // --dp, --zero, --bucket-size, --grad-accum
-  PipelineSetup pipeline;  // --pp, --microbatches, --schedule, --chunks, --stage-layers, ...
-  TensorParallelSetup tensor_parallel;    // --tp, --sequence-parallel
+  int threads = 1;                        // compute threads of the rank (a model::ThreadTeam)
+  int blas_threads = 1;                   // OpenBLAS's own threads (keep 1 when threads > 1)
   Recompute recompute = Recompute::none;  // --recompute
-  MeshSetup mesh;                         // --backend, --rank-order, --ranks-per-node, --timeout
-  CheckpointConfig checkpoint;            // --save, --save-every, --keep-checkpoints, --resume
+  LayoutOptions layout;         // --dp, --tp, --pp, --zero, --sequence-parallel, --schedule, ...
+  CheckpointConfig checkpoint;  // --save, --save-every, --keep-checkpoints, --resume
   std::string inject_fault;     // --inject-fault rank=R,step=S,kind=throw|exit (empty: none)
   StopRequest* stop = nullptr;  // set by a SIGINT/SIGTERM handler (threads backend); may be null
 };
 
 struct TrainSetup {
-  SerialEngineConfig engine;
+  StepConfig step;
   TrainerConfig trainer;
   TokenSplit data;
   int blas_threads = 1;
-  DataParallelSetup data_parallel;      // enabled(): run_training runs DataParallelEngines
-  PipelineSetup pipeline;               // enabled(): run_training runs PipelineEngines
-  TensorParallelSetup tensor_parallel;  // enabled(): run_training runs TensorParallelEngines
-  MeshSetup mesh;
-  // Two or more of DP, TP and PP, or the MPI backend, or a node topology / rank order: one
-  // MeshEngine per rank (train/mesh_engine.h) instead of the single-axis engines.
-  bool composed = false;
+  LayoutOptions layout;
+  EngineConfig engine;  // the layout, checked
 };
 
 // Checks the options and loads the data; throws Error naming the flag or file.
 TrainSetup resolve(const TrainOptions& options);
 
-// resolve(), then a serial run (or a data-parallel or pipeline one, rank 0 reporting) with
-// `observer` (may be null) watching.
+// resolve(), then the run: one Engine per rank (rank threads of this process, or the processes
+// mpirun started), a Trainer on each, with `observer` (may be null) watching rank 0; returns
+// rank 0's summary with every rank's figures (TrainSummary::layout).
 // Under --backend mpi every process returns; `*is_reporter` (if given) is true on the one that
 // holds rank 0 and should print.
 TrainSummary run_training(const TrainOptions& options, TrainObserver* observer,

@@ -6,33 +6,8 @@
 
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
-#include "dtrain/plan/activation_memory.h"
-#include "dtrain/plan/head_activation_memory.h"
 
 namespace dtrain::train {
-
-double planned_activation_bytes(const model::GptConfig& m, int64_t B, int64_t T, int threads,
-                                Recompute recompute) {
-  plan::ActivationShape layer;
-  layer.seq = T;
-  layer.micro_batch = B;
-  layer.hidden = m.channels;
-  layer.heads = m.heads;
-  layer.bytes_per_element = 4;
-  layer.dropout = false;
-  layer.count_layernorm_stats = true;
-  layer.recompute = recompute;
-  plan::HeadActivationShape head;
-  head.seq = T;
-  head.micro_batch = B;
-  head.hidden = m.channels;
-  head.vocab = m.vocab;
-  head.bytes_per_element = 4;
-  head.threads = threads;
-  return static_cast<double>(m.layers) * plan::activation_bytes_per_layer(layer) +
-         plan::head_activation_bytes(head) + plan::workspace_activation_bytes(head) +
-         plan::recompute_scratch_bytes(layer);
-}
 
 Trainer::Trainer(const TrainerConfig& config, StepEngine& engine, const TokenSplit& data,
                  TrainObserver* observer)
@@ -125,6 +100,11 @@ TrainSummary Trainer::run() {
     Stopwatch watch;
     r.stats = engine_.train_step(batch_, r.lr);
     r.step_ms = watch.elapsed_us() * 1e-3;
+    // --max-rank-memory is a limit, not a forecast: the rank's measured peak must stay under it.
+    const int64_t peak = engine_.memory().peak_total_bytes();
+    DTRAIN_CHECK(config_.max_rank_memory == 0 || peak <= config_.max_rank_memory,
+                 "--max-rank-memory ", config_.max_rank_memory, " bytes: ", engine_.describe(),
+                 " held ", peak, " bytes at its peak in step ", step + 1);
     s.train_losses.push_back(r.stats.loss);
     step_ms.push_back(r.step_ms);
     s.forward_ms += r.stats.forward_ms;
@@ -174,8 +154,6 @@ TrainSummary Trainer::run() {
     s.memory.push_back({tag, mem.current_bytes(tag), mem.peak_bytes(tag)});
   }
   s.peak_total_bytes = mem.peak_total_bytes();
-  s.planned_activation_bytes = planned_activation_bytes(config_.model, config_.batch, config_.seq,
-                                                        config_.threads, config_.recompute);
   if (observer_ != nullptr) observer_->on_finish(s);
   return s;
 }

@@ -15,15 +15,12 @@
 #include "dtrain/optim/lr_schedule.h"
 #include "dtrain/train/checkpoint.h"
 #include "dtrain/train/data.h"
-#include "dtrain/train/data_parallel_report.h"
 #include "dtrain/train/fault.h"
-#include "dtrain/train/mesh_report.h"
-#include "dtrain/train/pipeline_report.h"
+#include "dtrain/train/layout_report.h"
 #include "dtrain/train/run_record.h"
 #include "dtrain/train/save_directory.h"
 #include "dtrain/train/step_engine.h"
 #include "dtrain/train/stop_request.h"
-#include "dtrain/train/tensor_parallel_report.h"
 
 namespace dtrain::train {
 
@@ -38,7 +35,8 @@ struct TrainerConfig {
   int64_t eval_batches = 0;  // validation batches per evaluation
   uint64_t data_seed = 0;    // training batch order
   int threads = 1;           // compute threads per rank (the workspace has one score buffer each)
-  Recompute recompute = Recompute::none;  // --recompute (the engines' SerialEngineConfig's)
+  Recompute recompute = Recompute::none;  // --recompute (the step's StepConfig's)
+  int64_t max_rank_memory = 0;            // --max-rank-memory: a rank's peak bytes; 0: no cap
   CheckpointConfig checkpoint;            // --save, --save-every, --keep-checkpoints, --resume
   std::optional<FaultSpec> fault;         // --inject-fault
   std::vector<std::string> notes;  // adjustments resolve() made to the flags, shown at the start
@@ -87,11 +85,10 @@ struct TrainSummary {
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;  // means per step
   std::vector<MemoryRow> memory;                             // one per tag
   int64_t peak_total_bytes = 0;
-  double planned_activation_bytes = 0;              // L * per layer + head + workspace, from plan/
-  std::optional<DataParallelReport> data_parallel;  // data-parallel runs: rank 0's figures
-  std::optional<PipelineReport> pipeline;           // pipeline runs: every stage's figures
-  std::optional<TensorParallelReport> tensor_parallel;  // TP runs: every TP rank's figures
-  std::optional<MeshReport> mesh;  // composed (DP x TP x PP) runs: every rank's figures
+  // Rank 0's activations by the plan/ formulas: its peak in-flight micro-batches (the
+  // checker's count) x one micro-batch of its chunks, + the workspace and recompute's scratch.
+  double planned_activation_bytes = 0;
+  std::optional<LayoutReport> layout;  // every rank's figures beside plan/ (one schema)
 };
 
 // Progress callbacks; the default implementations ignore everything.
@@ -126,10 +123,5 @@ class Trainer {
   // Rank 0 with --save: the directory's lock, held for the whole run.
   std::unique_ptr<SaveDirectoryLock> save_lock_;
 };
-
-// Bytes the plan/ formulas give for the activations of one rank running `model` on (B, T)
-// with `threads` compute threads under `recompute` (its one-layer scratch included).
-double planned_activation_bytes(const model::GptConfig& model, int64_t B, int64_t T,
-                                int threads = 1, Recompute recompute = Recompute::none);
 
 }  // namespace dtrain::train

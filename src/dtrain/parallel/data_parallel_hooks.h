@@ -1,0 +1,149 @@
+// DataParallel: data parallelism and ZeRO 0-3 as UnitHooks on one rank's stage model, for every
+// layout. It never runs the model: the pipeline executor runs it (any schedule, P = 1 included)
+// and calls the hooks, and a communication thread averages the gradients as their units finish
+// (Rajbhandari et al. 2020; Megatron's DDP; picotron's DataParallelBucket).
+//
+//   stage 0  full params, grads and AdamW moments; each bucket all-reduced (avg), flat or
+//            two-level over the nodes, once its units' last backward of the step is done
+//   stage 1  moments for this rank's range only; each bucket reduce-scattered into its owners'
+//            ranges in place (in the full gradient buffer) at the same moment; after the update
+//            the parameters are all-gathered
+//   stage 2  no full gradient buffer either: a bucket's gradients live in a buffer of its own
+//            from the first backward that adds to them until the micro-batch's contribution is
+//            complete, then are reduce-scattered into this rank's gradient shard (accumulating
+//            over micro-batches) and freed
+//   stage 3  no full parameter buffer either: a unit's weights are all-gathered from the shards
+//            into a temporary buffer when the executor acquires them (the next unit's gather is
+//            issued while this one computes) and freed when it releases them; gradients as at
+//            stage 2, one unit a bucket
+//
+// Every rank of the DP group runs the same schedule on the same stage, so the hooks make the
+// same calls in the same order and the collectives inside match. One unit may be deferred: the
+// tied wte of a pipeline's end stages, whose gradient is summed with the other end stage's
+// (parallel/finalize_grads.h) before it is averaged; it syncs in sync_deferred().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dtrain/comm/chunks.h"
+#include "dtrain/comm/communicator.h"
+#include "dtrain/comm/hierarchical.h"
+#include "dtrain/comm/topology.h"
+#include "dtrain/core/buffer.h"
+#include "dtrain/model/gpt.h"
+#include "dtrain/parallel/comm_thread.h"
+#include "dtrain/parallel/data_parallel.h"
+#include "dtrain/parallel/unit_hooks.h"
+#include "dtrain/parallel/zero.h"
+
+namespace dtrain::parallel {
+
+struct DataParallelConfig {
+  int zero_stage = 0;                       // 0 .. 3
+  int64_t bucket_bytes = int64_t{1} << 20;  // stages 0-2 (stage 3 syncs unit by unit)
+  // The unit whose sync waits for sync_deferred() (-1: none): its own bucket.
+  int deferred_unit = -1;
+  // Stage 0: each bucket's all-reduce runs two-level (comm/hierarchical.h) over the nodes of
+  // `topology` (global ranks), so only S/G per rank crosses the inter-node link.
+  bool hierarchical = false;
+  comm::NodeTopology topology;  // also for the per-link byte split
+};
+
+// The gradient a rank holds after the syncs: `grads` is flat element `first` onwards.
+struct HeldGrads {
+  std::span<float> grads;
+  int64_t first = 0;
+};
+
+class DataParallel final : public UnitHooks {
+ public:
+  // Every rank of `dp` (the ranks holding the same stage and TP shard) constructs one around its
+  // stage model, whose parameters must already be initialised (ZeRO-3 keeps its shard of them
+  // and frees the rest). It forms the "dp-async" subgroup of `dp` for its communication thread.
+  // `units` and `tracker` must outlive it. With one rank and stage 0 it does nothing at all.
+  DataParallel(const DataParallelConfig& config, model::GptModel& model, const StageUnits& units,
+               comm::Communicator& dp, MemoryTracker& tracker);
+  ~DataParallel() override;
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  int zero_stage() const { return config_.zero_stage; }
+  const ShardLayout& layout() const { return layout_; }
+  // The real elements of the flat buffer whose moments (stages 1-3), gradient and parameters
+  // this rank keeps: layout().owned(dp rank); everything at stage 0.
+  comm::Chunk owned() const;
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+
+  // --- one step: begin_step, the schedule (the hooks), wait_for_syncs, the deferred unit, then
+  // the update on update_params() / update_grads() and gather_updated_params().
+  void begin_step();
+  void prefetch(int unit) override;
+  void acquire(int unit) override;
+  void release(int unit) override;
+  void begin_backward(int unit) override;
+  void end_backward(int unit, bool last) override;
+  // Waits for every queued sync (not the deferred unit's, which is not queued yet).
+  void wait_for_syncs();
+  // The deferred unit's local gradient (the model's buffer at stages 0-1, its bucket's at 2-3),
+  // complete after the schedule: the tied sum adds the other end stage's half here.
+  std::span<float> deferred_grads();
+  // Averages the deferred unit as the other buckets were, and waits for it.
+  void sync_deferred();
+  // After the syncs: the gradient this rank counts and updates (stage 0: all; 1-3: its range).
+  HeldGrads held_grads();
+  // The parameters and gradients the optimizer updates: owned() of each (moments index 0 is
+  // owned().offset at stages 1-3, 0 at stage 0).
+  std::span<float> update_params();
+  std::span<float> update_grads();
+  // Stages 1-2: every rank updated its range; all-gather the whole parameter buffer in place.
+  void gather_updated_params();
+
+  // --- checkpoints (between steps): stage 3's parameter shard (owned(), then padding).
+  std::span<float> param_shard() { return param_shard_.span(); }
+
+  // --- measurement: every DP collective's traffic so far (the communication thread's
+  // communicator, and the two-level all-reduce's subgroups), by link class too; the tasks run
+  // and the compute thread's waits for them since the last take.
+  comm::Traffic traffic() const;
+  comm::LinkBytes link_bytes() const;
+  std::vector<CommThread::Event> take_events();
+  std::vector<TimeInterval> take_waits();
+
+ private:
+  bool active() const { return comm_ != nullptr; }
+  void submit_sync(int bucket);
+  void wait_for(int64_t ticket);
+  std::string bucket_name(int bucket) const;
+
+  struct UnitState {
+    int holds = 0;  // acquires not yet released
+  };
+
+  DataParallelConfig config_;
+  model::GptModel& model_;
+  const StageUnits& units_;
+  int rank_ = 0;
+  MemoryTracker& tracker_;
+  ShardLayout layout_;
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_unit_;
+  int deferred_bucket_ = -1;
+  Buffer<float> param_shard_;  // stage 3: this rank's range of the parameters, then padding
+  Buffer<float> grad_shard_;   // stages 2, 3: this rank's range of the gradients, then padding
+  Buffer<float> scratch_;      // receive buffer of accumulating reduce-scatters
+  // Stages 2, 3: the buffer each bucket's gradients live in until their reduce-scatter.
+  std::vector<std::shared_ptr<Buffer<float>>> bucket_grads_;
+  std::vector<int> syncs_;  // this step's syncs queued per bucket
+  std::vector<UnitState> unit_state_;
+  std::vector<TimeInterval> waits_;
+  std::unique_ptr<GatheredUnits> gathered_;        // stage 3 (runs on comm_)
+  std::unique_ptr<comm::NodeGroups> node_groups_;  // hierarchical: subgroups of comm_'s group
+  // Last: destroyed first, so the thread stops before the buffers its tasks write go away.
+  std::unique_ptr<CommThread> comm_;
+};
+
+}  // namespace dtrain::parallel

@@ -1,0 +1,392 @@
+// Engine: the groups of the mesh, the step (schedule with the DP hooks, gradient finalization,
+// AdamW on the owned part), what it measures per step, and its checkpoint mapping.
+#include "dtrain/train/engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "dtrain/comm/collectives.h"
+#include "dtrain/comm/rank_order.h"
+#include "dtrain/core/check.h"
+#include "dtrain/core/timer.h"
+#include "dtrain/model/tp_shard.h"
+#include "dtrain/train/step_update.h"
+
+namespace dtrain::train {
+namespace {
+
+using parallel::Axis;
+
+std::unique_ptr<comm::Communicator> group_of(comm::Communicator& world,
+                                             const parallel::DeviceMesh& mesh, Axis axis) {
+  const std::vector<int> members = mesh.group_of(axis, world.rank());
+  return world.subgroup(members, parallel::name(axis));
+}
+
+parallel::PipelineExecutorConfig executor_config(const EngineConfig& c) {
+  parallel::PipelineExecutorConfig e;
+  e.schedule = parallel::make_schedule(c.schedule, c.pp, c.microbatches, c.partition.chunks());
+  e.partition = c.partition;
+  e.micro_batch = c.micro_batch();
+  e.seq = c.step.seq;
+  return e;
+}
+
+double sent(const comm::Communicator* c) {
+  return c == nullptr ? 0.0 : static_cast<double>(c->traffic().bytes_sent);
+}
+
+comm::LinkBytes links(const comm::Communicator* c, const comm::NodeTopology& topology) {
+  return c == nullptr ? comm::LinkBytes{} : comm::link_bytes_sent(*c, topology);
+}
+
+double tp_sent(const parallel::TpCounter& c) {
+  return static_cast<double>(c.traffic.bytes_sent);
+}
+
+// The DP configuration of this rank's stage: under a pipeline the end stages' tied wte (the
+// embeddings unit, last in backward order) waits for its sum with the other end stage.
+parallel::DataParallelConfig dp_config(const EngineConfig& c, const parallel::StageUnits& units) {
+  parallel::DataParallelConfig d;
+  d.zero_stage = c.zero_stage;
+  d.bucket_bytes = c.bucket_bytes;
+  d.hierarchical = c.hierarchical;
+  d.topology = c.topology;
+  d.deferred_unit = c.pp > 1 ? units.embeddings() : -1;
+  return d;
+}
+
+}  // namespace
+
+Engine::Engine(const EngineConfig& config, comm::Communicator& world)
+    : config_(config),
+      world_(world),
+      mesh_(config.dp, config.tp, config.pp, config.rank_order),
+      coord_(mesh_.coord_of(world.rank())),
+      tp_comm_(group_of(world, mesh_, Axis::tp)),
+      pp_comm_(group_of(world, mesh_, Axis::pp)),
+      dp_comm_(group_of(world, mesh_, Axis::dp)),
+      team_(config.step.threads),
+      hooks_(std::make_unique<parallel::TensorParallelGroup>(*tp_comm_, config.sequence_parallel)),
+      model_(config.step.model, parallel::stage_of(config.partition, coord_.pp), &tracker_,
+             hooks_.get(), &team_, config.step.recompute),
+      units_(model_.param_table(), model_.stage()),
+      adamw_(0, config.step.adamw, &tracker_) {
+  DTRAIN_CHECK(world.size() == mesh_.world_size(), "the mesh DP(", config.dp, ")-TP(", config.tp,
+               ")-PP(", config.pp, ") needs ", mesh_.world_size(), " ranks, the run has ",
+               world.size());
+  // Every rank draws its tensors from the whole model's seeds by name and keeps its TP slice:
+  // the stages' two wte copies and every DP replica start equal, and equal to the serial run.
+  model_.init_params(config.step.init_seed);
+  if (config.pp > 1 && (coord_.pp == 0 || coord_.pp == config.pp - 1)) {
+    parallel::MeshCoord first = coord_, last = coord_;
+    first.pp = 0;
+    last.pp = config.pp - 1;
+    const int members[] = {mesh_.rank_of(first), mesh_.rank_of(last)};
+    embedding_comm_ = world.subgroup(members, "embedding");
+  }
+  dp_ = std::make_unique<parallel::DataParallel>(dp_config(config, units_), model_, units_,
+                                                 *dp_comm_, tracker_);
+  // The moments of what this rank updates: sized once the shard is known.
+  adamw_ = optim::AdamW(config.zero_stage == 0 ? model_.param_count() : dp_->layout().shard,
+                        config.step.adamw, &tracker_);
+  executor_ = std::make_unique<parallel::PipelineExecutor>(
+      *pp_comm_, model_, executor_config(config), &tracker_, dp_.get());
+  tracker_.reset_peaks();  // construction held the whole stage once, to initialise it
+}
+
+Engine::~Engine() = default;
+
+std::string Engine::describe() const {
+  std::string s = mesh_.describe(world_.rank());
+  if (config_.zero_stage > 0) s += str(" ZeRO-", config_.zero_stage);
+  if (config_.sequence_parallel && config_.tp > 1) s += " SP";
+  if (config_.step.recompute != Recompute::none)
+    s += str(" recompute ", name(config_.step.recompute));
+  if (config_.pp > 1) s += str(" ", plan::name(config_.schedule));
+  s += str(", ", config_.microbatches, " micro-batch", config_.microbatches > 1 ? "es" : "", " of ",
+           config_.micro_batch());
+  return s;
+}
+
+std::span<const int32_t> Engine::my_rows(const std::vector<int32_t>& ids) const {
+  const int64_t rows = config_.step.batch / config_.dp;
+  const auto n = static_cast<size_t>(rows * config_.step.seq);
+  return std::span<const int32_t>(ids).subspan(static_cast<size_t>(coord_.dp) * n, n);
+}
+
+parallel::GradOwnership Engine::grad_ownership() const {
+  parallel::GradOwnership owner;
+  owner.coord = coord_;
+  owner.zero_stage = config_.zero_stage;
+  owner.zero_shard = dp_->owned();
+  owner.tied_copy = config_.pp > 1 && parallel::holds_tied_copy(model_.stage());
+  return owner;
+}
+
+float Engine::mean_loss(float last_stage_loss) {
+  const double mine = coord_.tp == 0 && coord_.pp == config_.pp - 1 ? last_stage_loss : 0.0;
+  if (world_.size() == 1) return static_cast<float>(mine);
+  const double sum = comm::sum_in_rank_order(world_, std::span<const double>(&mine, 1))[0];
+  return static_cast<float>(sum / config_.dp);
+}
+
+StepStats Engine::train_step(const Batch& batch, float lr) {
+  DTRAIN_CHECK(batch.batch == config_.step.batch && batch.seq == config_.step.seq,
+               "engine: batch (", batch.batch, ", ", batch.seq, ") differs from the configured (",
+               config_.step.batch, ", ", config_.step.seq, ")");
+  // Counters are cumulative; the step's share is the difference of two snapshots.
+  auto snapshot = [&] {
+    EngineTraffic t;
+    const parallel::TensorParallelCounters& c = hooks_->counters();
+    t.tp_block = tp_sent(c.block_forward) + tp_sent(c.block_backward);
+    t.tp_vocab = tp_sent(c.vocab);
+    t.tp_regather = tp_sent(c.regather);
+    t.tp_recompute = tp_sent(c.recompute);
+    t.pp = sent(pp_comm_.get());
+    t.dp = static_cast<double>(dp_->traffic().bytes_sent);
+    t.embedding = sent(embedding_comm_.get());
+    t.other = sent(&world_);
+    for (const comm::Communicator* g : {tp_comm_.get(), pp_comm_.get(), embedding_comm_.get()}) {
+      t.model_links += links(g, config_.topology);
+    }
+    t.model_links += dp_->link_bytes();
+    t.links = t.model_links;
+    t.links += links(&world_, config_.topology);
+    return t;
+  };
+  const EngineTraffic start = snapshot();
+  std::vector<parallel::TpSpan> tp_spans;
+  if (config_.record_collectives) hooks_->record_spans(&tp_spans);
+  (void)dp_->take_events();  // drop what evaluations between steps recorded
+  (void)dp_->take_waits();
+
+  StepStats stats;
+  dp_->begin_step();
+  const parallel::PipelineStepRecord record =
+      executor_->run(my_rows(batch.inputs), my_rows(batch.targets));
+  for (const parallel::MeasuredAction& m : record.actions) {
+    const double ms = (m.end_us - m.start_us) * 1e-3;
+    if (m.action.kind == parallel::ActionKind::forward) stats.forward_ms += ms;
+    if (parallel::is_compute(m.action.kind) && m.action.kind != parallel::ActionKind::forward) {
+      stats.backward_ms += ms;
+    }
+  }
+  last_ = {};
+  last_.actions = record.actions;
+  last_.peak_inflight_bytes = record.peak_inflight_bytes;
+  stats.loss = record.loss;
+  finalize_and_update(stats, lr);
+  hooks_->record_spans(nullptr);
+  for (const parallel::TpSpan& s : tp_spans) {
+    last_.collectives.push_back({s.what, trace::SpanKind::collective, s.start_us, s.end_us});
+  }
+
+  const EngineTraffic end = snapshot();
+  traffic_.tp_block += end.tp_block - start.tp_block;
+  traffic_.tp_vocab += end.tp_vocab - start.tp_vocab;
+  traffic_.tp_regather += end.tp_regather - start.tp_regather;
+  traffic_.tp_recompute += end.tp_recompute - start.tp_recompute;
+  traffic_.pp += end.pp - start.pp;
+  traffic_.dp += end.dp - start.dp;
+  traffic_.embedding += end.embedding - start.embedding;
+  traffic_.other += end.other - start.other;
+  traffic_.links += end.links - start.links;
+  traffic_.model_links += end.model_links - start.model_links;
+  measure_step(record);
+  ++steps_;
+  return stats;
+}
+
+void Engine::finalize_and_update(StepStats& stats, float lr) {
+  Stopwatch watch;
+  double at = now_us();
+  auto phase = [&](const char* what) {
+    const double end = now_us();
+    last_.finalize.push_back({what, trace::SpanKind::other, at, end});
+    at = end;
+  };
+  dp_->wait_for_syncs();
+  phase("wait for DP buckets");
+  // The tied wte: the first stage's embedding half and the last stage's head half summed, then
+  // averaged over DP like every other unit.
+  if (embedding_comm_ != nullptr) {
+    const model::ParamTable& table = model_.param_table();
+    const model::ParamTensor& wte = table[static_cast<size_t>(table.index_of("wte"))];
+    const parallel::GradUnit& unit = units_[units_.embeddings()];
+    std::span<float> grads = dp_->deferred_grads();
+    const std::span<float> dwte = grads.subspan(static_cast<size_t>(wte.offset - unit.offset),
+                                                static_cast<size_t>(wte.count));
+    parallel::sum_tied_embedding_grads(dwte, embedding_comm_.get());
+    phase("sum tied wte");
+  }
+  dp_->sync_deferred();
+  if (config_.pp > 1) phase("DP sync of the embeddings");
+  const parallel::HeldGrads held = dp_->held_grads();
+  traffic_.tp_norms += static_cast<double>(
+      parallel::all_reduce_sequence_parallel_norm_grads(
+          model_.param_table(), held.grads, held.first, tp_comm_.get(), hooks_->sequence_parallel())
+          .bytes_sent);
+  const parallel::GradNorm norm = parallel::global_grad_norm(
+      parallel::owned_sum_of_squares(model_.param_table(), grad_ownership(), held.grads,
+                                     held.first),
+      &world_, config_.step.grad_clip);
+  stats.grad_norm = norm.norm;
+  stats.loss = mean_loss(stats.loss);
+  phase("gradient norm and loss");
+  check_not_diverged(stats);
+  adamw_update_on_team(&team_, adamw_, dp_->update_params(), dp_->update_grads(), lr,
+                       norm.clip_scale);
+  phase("AdamW");
+  dp_->gather_updated_params();
+  if (config_.zero_stage == 1 || config_.zero_stage == 2) phase("all_gather parameters");
+  stats.optimizer_ms = watch.elapsed_us() * 1e-3;
+}
+
+// The DP communication thread's tasks of the step: their spans for the trace, and the part of
+// them that compute hid (inside the executor's compute actions, less the compute thread's
+// waits for them there).
+void Engine::measure_step(const parallel::PipelineStepRecord& record) {
+  std::vector<parallel::TimeInterval> compute, comm;
+  StepTiming timing;
+  bool any = false;
+  for (const parallel::MeasuredAction& m : record.actions) {
+    timing.first_start_us = any ? std::min(timing.first_start_us, m.start_us) : m.start_us;
+    timing.last_end_us = any ? std::max(timing.last_end_us, m.end_us) : m.end_us;
+    any = true;
+    if (!parallel::is_compute(m.action.kind)) continue;
+    compute.push_back({m.start_us, m.end_us});
+    timing.busy_us += m.end_us - m.start_us;
+  }
+  timings_.push_back(timing);
+  for (const parallel::CommThread::Event& e : dp_->take_events()) {
+    comm.push_back(e.time);
+    dp_comm_us_ += e.time.length_us();
+    last_.data_parallel.push_back(
+        {e.what, trace::SpanKind::async_collective, e.time.begin_us, e.time.end_us});
+  }
+  std::vector<parallel::TimeInterval> idle;
+  for (const parallel::TimeInterval& w : dp_->take_waits()) {
+    for (const parallel::TimeInterval& window : compute) {
+      const parallel::TimeInterval both{std::max(w.begin_us, window.begin_us),
+                                        std::min(w.end_us, window.end_us)};
+      if (both.end_us > both.begin_us) idle.push_back(both);
+    }
+  }
+  dp_hidden_us_ += parallel::hidden_us(comm, compute) - parallel::hidden_us(comm, idle);
+}
+
+float Engine::eval_loss(const Batch& batch) {
+  return mean_loss(executor_->evaluate(my_rows(batch.inputs), my_rows(batch.targets)));
+}
+
+std::vector<float> Engine::gather_params() {
+  if (config_.zero_stage < 3) return {model_.params().begin(), model_.params().end()};
+  const parallel::ShardLayout& layout = dp_->layout();
+  std::vector<float> out(static_cast<size_t>(layout.count));
+  parallel::gather_from_shards(*dp_comm_, layout, 0, layout.count, dp_->param_shard().data(),
+                               out.data());
+  return out;
+}
+
+StateLayout Engine::state_layout() const {
+  return {config_.dp, config_.tp, config_.pp, config_.zero_stage};
+}
+
+namespace {
+
+// The part of a TP slice's serial ranges (`ranges`, covering the shard's elements in order)
+// that holds the shard's elements [begin, end).
+std::vector<model::FlatRange> sub_ranges(const std::vector<model::FlatRange>& ranges, int64_t begin,
+                                         int64_t end) {
+  std::vector<model::FlatRange> out;
+  int64_t at = 0;  // shard element where the current range starts
+  for (const model::FlatRange& r : ranges) {
+    const int64_t lo = std::max(begin, at), hi = std::min(end, at + r.count);
+    if (lo < hi) out.push_back({r.offset + (lo - at), hi - lo});
+    at += r.count;
+  }
+  return out;
+}
+
+}  // namespace
+
+RankState Engine::export_state() {
+  RankState s;
+  const model::GptConfig& g = config_.step.model;
+  const model::ParamTable serial = model::gpt_param_table(g);
+  const bool tied_copy = config_.pp > 1 && parallel::holds_tied_copy(model_.stage());
+  // The flat elements whose moments this rank holds (all at stage 0, the shard otherwise), and
+  // at stage 3 whose parameters too; moments[i] and param_shard[i] are flat element first + i.
+  const comm::Chunk held = dp_->owned();
+  const int64_t h_begin = held.offset, h_end = held.offset + held.count;
+  const bool sharded_params = config_.zero_stage == 3;
+  const std::span<const float> params =
+      sharded_params ? std::span<const float>(dp_->param_shard()) : model_.params();
+  for (const model::ParamTensor& local : model_.param_table().tensors()) {
+    if (coord_.tp != 0 && model::tp_split_of(local.name) == model::TpSplit::replicated) continue;
+    if (tied_copy && local.name == "wte") continue;
+    const model::ParamTensor& whole = serial[static_cast<size_t>(serial.index_of(local.name))];
+    const std::vector<model::FlatRange> ranges =
+        model::tp_slice_ranges(whole, g, config_.tp, coord_.tp);
+    int64_t real = 0;  // the shard's elements that are serial elements (no vocabulary padding)
+    for (const model::FlatRange& r : ranges) real += r.count;
+    // The tensor's local elements [lo, hi) inside the held range, as positions in the tensor.
+    const int64_t lo = std::max<int64_t>(0, h_begin - local.offset);
+    const int64_t hi = std::min<int64_t>(real, h_end - local.offset);
+    const int64_t at = local.offset + lo - h_begin;  // index into the held buffers
+    std::vector<std::pair<StateKind, std::span<const float>>> held_kinds;
+    if (sharded_params) held_kinds.emplace_back(StateKind::param, params);
+    if (config_.zero_stage > 0 || coord_.dp == 0) {
+      held_kinds.emplace_back(StateKind::adam_m, adamw_.m());
+      held_kinds.emplace_back(StateKind::adam_v, adamw_.v());
+    }
+    if (!sharded_params && coord_.dp == 0) {
+      StatePiece p{local.name, StateKind::param, ranges, {}};
+      p.data.assign(params.begin() + local.offset, params.begin() + local.offset + real);
+      s.pieces.push_back(std::move(p));
+    }
+    if (lo >= hi) continue;
+    const std::vector<model::FlatRange> part = sub_ranges(ranges, lo, hi);
+    for (const auto& [kind, values] : held_kinds) {
+      StatePiece p{local.name, kind, part, {}};
+      p.data.assign(values.begin() + at, values.begin() + at + (hi - lo));
+      s.pieces.push_back(std::move(p));
+    }
+  }
+  s.adam_step = adamw_.step_count();
+  return s;
+}
+
+void Engine::import_state(const SerialState& state) {
+  const model::GptConfig& g = config_.step.model;
+  const comm::Chunk held = dp_->owned();
+  const int64_t h_begin = held.offset, h_end = held.offset + held.count;
+  const bool sharded_params = config_.zero_stage == 3;
+  for (const model::ParamTensor& local : model_.param_table().tensors()) {
+    const int index = state.table.index_of(local.name);
+    const model::ParamTensor& whole = state.table[static_cast<size_t>(index)];
+    for (StateKind kind : {StateKind::param, StateKind::adam_m, StateKind::adam_v}) {
+      const std::vector<float> slice =
+          model::tp_slice(whole, state.tensor(whole, kind), g, config_.tp, coord_.tp);
+      DTRAIN_CHECK(static_cast<int64_t>(slice.size()) == local.count, "checkpoint: tensor ",
+                   local.name, " slices to ", slice.size(), " elements, the rank holds ",
+                   local.count);
+      if (kind == StateKind::param && !sharded_params) {
+        std::copy(slice.begin(), slice.end(), model_.params().begin() + local.offset);
+        continue;
+      }
+      std::span<float> dst = kind == StateKind::param    ? dp_->param_shard()
+                             : kind == StateKind::adam_m ? adamw_.m()
+                                                         : adamw_.v();
+      const int64_t lo = std::max(local.offset, h_begin);
+      const int64_t hi = std::min(local.offset + local.count, h_end);
+      for (int64_t e = lo; e < hi; ++e) {
+        dst[static_cast<size_t>(e - h_begin)] = slice[static_cast<size_t>(e - local.offset)];
+      }
+    }
+  }
+  adamw_.set_step_count(state.adam_step);
+}
+
+}  // namespace dtrain::train

@@ -1,0 +1,912 @@
+// The layout report: each rank's measured row beside the plan/ formulas, gathered to rank 0 as
+// JSON (one to_json / from_json per row), the pipeline's bubble, the node topology's crossings,
+// the trace and timeline of every rank, and the table and JSON printers.
+#include "dtrain/train/layout_report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "dtrain/comm/collectives.h"
+#include "dtrain/core/check.h"
+#include "dtrain/core/units.h"
+#include "dtrain/model/tp_shard.h"
+#include "dtrain/parallel/pipeline_checker.h"
+#include "dtrain/plan/activation_memory.h"
+#include "dtrain/plan/collective_cost.h"
+#include "dtrain/plan/comm_model.h"
+#include "dtrain/plan/head_activation_memory.h"
+#include "dtrain/plan/link_traffic.h"
+#include "dtrain/plan/memory_model.h"
+#include "dtrain/trace/chrome_trace.h"
+#include "dtrain/trace/timeline_svg.h"
+#include "dtrain/train/text_table.h"
+
+namespace dtrain::train {
+namespace {
+
+using nlohmann::json;
+using parallel::Axis;
+
+constexpr int kTagReport = 701;
+
+double bytes_sent(const std::vector<plan::CollectiveCall>& calls, int world) {
+  return plan::traffic_of(calls, world).bytes_sent;
+}
+
+int64_t count_sends(const parallel::PipelineSchedule& s, int rank) {
+  int64_t sends = 0;
+  for (const parallel::Action& a : s.per_rank[static_cast<size_t>(rank)]) {
+    sends += parallel::is_send(a.kind) ? 1 : 0;
+  }
+  return sends;
+}
+
+bool split_backward(const parallel::PipelineSchedule& s) {
+  for (const std::vector<parallel::Action>& list : s.per_rank) {
+    for (const parallel::Action& a : list) {
+      if (a.kind == parallel::ActionKind::backward_input) return true;
+    }
+  }
+  return false;
+}
+
+plan::ActivationShape layer_shape(const EngineConfig& c) {
+  plan::ActivationShape s;
+  s.seq = c.step.seq;
+  s.micro_batch = c.micro_batch();
+  s.hidden = c.step.model.channels;
+  s.heads = c.step.model.heads;
+  s.tp = c.tp;
+  s.sequence_parallel = c.sequence_parallel && c.tp > 1;
+  s.recompute = c.step.recompute;
+  // The engine's variant: fp32, no dropout, the LayerNorm statistics kept.
+  s.bytes_per_element = 4;
+  s.dropout = false;
+  s.count_layernorm_stats = true;
+  return s;
+}
+
+// One micro-batch of every chunk of `rank`'s stage, by the plan/ formulas: its blocks, the
+// head's tensors on the last virtual stage or the output it sends on, the token ids on the
+// first, and a split backward's weight-gradient stash.
+double planned_microbatch_bytes(const EngineConfig& c, int pp_rank, bool split) {
+  const parallel::StagePartition& p = c.partition;
+  const plan::ActivationShape shape = layer_shape(c);
+  const int64_t b = c.micro_batch(), T = c.step.seq, C = c.step.model.channels;
+  const int64_t vocab =
+      c.tp > 1 ? model::tp_vocab_local(c.step.model.vocab, c.tp) : c.step.model.vocab;
+  double sum = 0;
+  for (int chunk = 0; chunk < p.chunks(); ++chunk) {
+    const int vs = p.virtual_stage(pp_rank, chunk);
+    const double blocks = p.layer_count(pp_rank, chunk);
+    sum += blocks * plan::activation_bytes_per_layer(shape);
+    if (split) sum += blocks * plan::weight_grad_stash_bytes_per_layer(shape);
+    if (vs == p.virtual_stages() - 1) {
+      sum += plan::head_activation_bytes({.seq = T, .micro_batch = b, .hidden = C, .vocab = vocab});
+    } else {
+      sum += plan::pp_bytes_per_microbatch(b, T, C, 4, c.tp, shape.sequence_parallel);
+      if (vs == 0) sum += 4.0 * static_cast<double>(b * T);
+    }
+  }
+  return sum;
+}
+
+// In-flight micro-batches x one micro-batch's activations, + the workspace the rank's
+// backward shares and recompute's one-layer scratch.
+double planned_activations_peak(const EngineConfig& c, double inflight, double microbatch) {
+  const int64_t vocab =
+      c.tp > 1 ? model::tp_vocab_local(c.step.model.vocab, c.tp) : c.step.model.vocab;
+  const plan::HeadActivationShape ws{.seq = c.step.seq,
+                                     .micro_batch = c.micro_batch(),
+                                     .hidden = c.step.model.channels,
+                                     .vocab = vocab,
+                                     .bytes_per_element = 4,
+                                     .threads = c.step.threads,
+                                     .tp = c.tp};
+  return inflight * microbatch + plan::workspace_activation_bytes(ws) +
+         plan::recompute_scratch_bytes(layer_shape(c));
+}
+
+// This rank's measured figures per step and the plan/ formulas beside them.
+RankRow measure_rank(const Engine& e) {
+  const EngineConfig& c = e.config();
+  const parallel::MeshCoord me = e.coord();
+  const model::GptModel& model = e.model();
+  const parallel::PipelineExecutor& ex = e.executor();
+  const MemoryTracker& mem = e.memory();
+  RankRow r;
+  r.rank = e.global_rank();
+  r.coords = str("dp", me.dp, " tp", me.tp, " pp", me.pp);
+  r.node = c.topology.node_of(r.rank);
+  r.layers = parallel::layer_ranges(c.partition, me.pp);
+  r.param_count = model.param_count();
+  const plan::ModelStateBytes formula =
+      plan::model_state_bytes(r.param_count, c.dp, c.zero_stage, plan::kFp32Adam);
+  for (const auto& [tag, bytes] :
+       {std::pair{MemoryTag::params, formula.params}, std::pair{MemoryTag::grads, formula.grads},
+        std::pair{MemoryTag::optimizer, formula.optimizer}}) {
+    r.state.push_back({tag, mem.current_bytes(tag), mem.peak_bytes(tag), bytes});
+  }
+
+  // Activations.
+  const parallel::PipelineSchedule& schedule = ex.schedule();
+  const bool split = split_backward(schedule);
+  r.activations_peak_bytes = mem.peak_bytes(MemoryTag::activations);
+  r.microbatch_activation_bytes = ex.microbatch_activation_bytes();
+  r.planned_microbatch_activation_bytes = planned_microbatch_bytes(c, me.pp, split);
+  r.peak_inflight_bytes = e.last_step().peak_inflight_bytes;
+  r.measured_inflight = static_cast<double>(r.peak_inflight_bytes) /
+                        static_cast<double>(std::max<int64_t>(1, r.microbatch_activation_bytes));
+  const parallel::ScheduleReport sim = parallel::simulate_schedule(schedule);
+  const parallel::RankReport& rr = sim.ranks[static_cast<size_t>(me.pp)];
+  r.checker_inflight = split ? rr.peak_weight_stash : rr.peak_inflight;
+  r.planned_activations_peak_bytes =
+      planned_activations_peak(c, r.checker_inflight, r.planned_microbatch_activation_bytes);
+
+  // ZeRO-3's working set: the gathered units above the shards.
+  const parallel::StageUnits& units = ex.units();
+  if (c.zero_stage == 3) {
+    r.gathered_peak_bytes = mem.peak_bytes(MemoryTag::params) - formula.params +
+                            mem.peak_bytes(MemoryTag::grads) - formula.grads;
+    int64_t block = 0;
+    for (const parallel::GradUnit& u : units.units()) {
+      if (u.name.starts_with("h.")) block = std::max(block, u.count);
+    }
+    const int64_t emb = units.embeddings() >= 0 ? units[units.embeddings()].count : 0;
+    r.gathered_formula_bytes = plan::zero3_gathered_bytes(block, plan::kFp32Adam, 1) +
+                               plan::zero3_gathered_bytes(emb, plan::kFp32Adam, 0);
+  }
+
+  // Traffic per step, measured.
+  const double n = e.steps() > 0 ? static_cast<double>(e.steps()) : 1.0;
+  const EngineTraffic& t = e.traffic();
+  r.tp_block = t.tp_block / n;
+  r.tp_vocab = t.tp_vocab / n;
+  r.tp_regather = t.tp_regather / n;
+  r.tp_norms = t.tp_norms / n;
+  r.tp_recompute = t.tp_recompute / n;
+  r.pp = t.pp / n;
+  r.dp = t.dp / n;
+  r.embedding = t.embedding / n;
+  r.other = t.other / n;
+  r.intra_node_bytes = static_cast<double>(t.links.intra_node) / n;
+  r.inter_node_bytes = static_cast<double>(t.links.inter_node) / n;
+  r.model_intra_node_bytes = static_cast<double>(t.model_links.intra_node) / n;
+  r.model_inter_node_bytes = static_cast<double>(t.model_links.inter_node) / n;
+  r.dp_comm_ms = e.dp_comm_us() * 1e-3 / n;
+  r.dp_hidden_ms = e.dp_hidden_us() * 1e-3 / n;
+  r.dp_overlap_share = e.dp_comm_us() > 0 ? e.dp_hidden_us() / e.dp_comm_us() : 0.0;
+  for (const parallel::MeasuredAction& m : e.last_step().actions) {
+    if (parallel::is_compute(m.action.kind)) r.busy_ms += (m.end_us - m.start_us) * 1e-3;
+  }
+
+  // The formulas for the same.
+  const model::GptConfig& g = c.step.model;
+  const int64_t b = c.micro_batch(), T = c.step.seq;
+  const auto M = static_cast<double>(c.microbatches);
+  const bool sp = c.sequence_parallel && c.tp > 1;
+  const auto blocks = static_cast<double>(model.stage().layer_count());
+  const double per_layer =
+      plan::tp_traffic_per_layer(b, T, g.channels, 4, c.tp, sp, Recompute::none).bytes_sent;
+  r.tp_block_formula = per_layer * blocks * M;
+  if (c.step.recompute == Recompute::full) {
+    // Each rerun of a block's forward repeats its forward f and g: once before a fused
+    // backward, and again before W under a split one.
+    const double full =
+        plan::tp_traffic_per_layer(b, T, g.channels, 4, c.tp, sp, Recompute::full).bytes_sent;
+    r.tp_recompute_formula = (full - per_layer) * blocks * M * (split ? 2 : 1);
+  }
+  if (sp) {
+    r.tp_regather_formula =
+        bytes_sent(plan::sp_regather_collectives(b, T, g.channels, 4), c.tp) * blocks * M;
+  }
+  r.tp_vocab_formula =
+      bytes_sent(plan::tp_vocab_collectives(b, T, g.channels, 4, model.stage().embedding,
+                                            model.stage().head),
+                 c.tp) *
+      M;
+  r.pp_formula = static_cast<double>(count_sends(schedule, me.pp)) *
+                 plan::pp_bytes_per_microbatch(b, T, g.channels, 4, c.tp, sp);
+  plan::StageDataParallel stage;
+  stage.params = r.param_count;
+  stage.zero_stage = c.zero_stage;
+  stage.microbatches = c.microbatches;
+  const int emb = units.embeddings();
+  if (c.pp > 1 && emb >= 0) stage.deferred = units[emb].count;
+  // ZeRO-3: the embedding's backward reads no weights; the head's does (the tied wte).
+  if (emb >= 0 && model.stage().embedding && !model.stage().head) {
+    stage.backward_gathered = r.param_count - units[emb].count;
+  }
+  if (split && c.step.recompute == Recompute::full) {
+    for (const parallel::GradUnit& u : units.units()) {
+      if (u.name.starts_with("h.")) stage.rerun_gathered += u.count;
+    }
+  }
+  if (c.dp > 1 || c.zero_stage > 0) {
+    r.dp_formula = bytes_sent(plan::stage_dp_collectives(stage, plan::kFp32Adam), c.dp);
+  }
+  // Collectives per step: a bucket's sync (M at ZeRO 2-3 but the deferred one), ZeRO-3's
+  // gathers, the parameter all-gather at stages 1-2; each may round one element per chunk.
+  const auto buckets = static_cast<int64_t>(e.data_parallel().buckets().size());
+  const int64_t per_mb = c.zero_stage >= 2 ? c.microbatches : 1;
+  r.dp_collectives = buckets * per_mb + (c.zero_stage == 1 || c.zero_stage == 2 ? 1 : 0) +
+                     (c.zero_stage == 3 ? 3 * units.size() * c.microbatches : 0);
+  if (e.has_embedding_group()) {
+    const model::ParamTable& table = model.param_table();
+    const double wte_bytes =
+        static_cast<double>(table[static_cast<size_t>(table.index_of("wte"))].count) *
+        sizeof(float);
+    r.embedding_formula = plan::collective_traffic(comm::CollectiveOp::all_reduce,
+                                                   parallel::kTiedEmbeddingAlgorithm, wte_bytes, 2)
+                              .bytes_sent;
+  }
+
+  // Where the formula bytes go: a ring sends everything to the rank's successor in its group,
+  // a pipeline its activations to the next stage and its gradients to the previous one.
+  const parallel::DeviceMesh& mesh = e.mesh();
+  const int global = r.rank;
+  auto to = [&](int peer, double bytes) {
+    if (bytes <= 0 || peer == global) return;
+    (c.topology.link(global, peer) == comm::LinkClass::intra_node ? r.predicted_intra_node_bytes
+                                                                  : r.predicted_inter_node_bytes) +=
+        bytes;
+  };
+  auto successor = [&](Axis axis) {
+    const std::vector<int> group = mesh.group_of(axis, global);
+    return group[static_cast<size_t>((me[axis] + 1) % static_cast<int>(group.size()))];
+  };
+  to(successor(Axis::tp),
+     r.tp_block_formula + r.tp_vocab_formula + r.tp_regather_formula + r.tp_recompute_formula);
+  const std::vector<int> dp_group = mesh.group_of(Axis::dp, global);
+  const int dp_nodes = static_cast<int>(c.topology.nodes_of(dp_group).size());
+  // ZeRO 0: each bucket's all-reduce, flat or two-level, exactly as plan/link_traffic.h counts
+  // it (the DP group's members fill its nodes in dp order, the same number on each).
+  if (c.zero_stage == 0 && c.dp > 1 && static_cast<int>(dp_group.size()) % dp_nodes == 0) {
+    const int per_node = static_cast<int>(dp_group.size()) / dp_nodes;
+    for (const parallel::Bucket& bk : e.data_parallel().buckets()) {
+      const plan::LinkTraffic lt = c.hierarchical
+                                       ? plan::hierarchical_all_reduce_link_traffic(
+                                             bk.count, sizeof(float), per_node, dp_nodes, me.dp)
+                                       : plan::flat_ring_all_reduce_link_traffic(
+                                             bk.count, sizeof(float), per_node, dp_nodes, me.dp);
+      r.predicted_intra_node_bytes += static_cast<double>(lt.intra_node_bytes);
+      r.predicted_inter_node_bytes += static_cast<double>(lt.inter_node_bytes);
+    }
+  } else {
+    to(successor(Axis::dp), r.dp_formula);
+  }
+  if (e.has_embedding_group()) {
+    parallel::MeshCoord other = me;
+    other.pp = me.pp == 0 ? c.pp - 1 : 0;
+    to(mesh.rank_of(other), r.embedding_formula);
+  }
+  const double message = plan::pp_bytes_per_microbatch(b, T, g.channels, 4, c.tp, sp);
+  for (const parallel::Action& a : schedule.per_rank[static_cast<size_t>(me.pp)]) {
+    if (!parallel::is_send(a.kind)) continue;
+    parallel::MeshCoord peer = me;
+    peer.pp = a.kind == parallel::ActionKind::send_activation ? (me.pp + 1) % c.pp
+                                                              : (me.pp + c.pp - 1) % c.pp;
+    to(mesh.rank_of(peer), message);
+  }
+
+  if (c.cluster) {
+    // The link a group's collectives run on: the inter-node one when the group spans nodes, its
+    // uplink shared by the flows that leave the node together (every group of the axis runs its
+    // collective at once; a member whose ring successor sits on another node is one flow).
+    const int my_node = c.topology.node_of(global);
+    auto flows_out = [&](Axis axis) {
+      int flows = 0;
+      for (const std::vector<int>& group : mesh.groups(axis)) {
+        for (size_t i = 0; i < group.size(); ++i) {
+          const int next = group[(i + 1) % group.size()];
+          flows += c.topology.node_of(group[i]) == my_node && c.topology.node_of(next) != my_node
+                       ? 1
+                       : 0;
+        }
+      }
+      return flows;
+    };
+    plan::Link shared;
+    auto link_of = [&](const std::vector<int>& group, Axis axis) -> const plan::Link& {
+      if (c.topology.nodes_of(group).size() <= 1) return c.cluster->intra_node;
+      shared = c.cluster->inter_node;
+      shared.bandwidth_bytes_per_s = plan::shared_uplink_bandwidth(
+          shared.bandwidth_bytes_per_s, c.topology.ranks_per_node(), flows_out(axis));
+      return shared;
+    };
+    double seconds = 0;
+    auto price = [&](const std::vector<plan::CollectiveCall>& calls, Axis axis, double times) {
+      const std::vector<int> group = mesh.group_of(axis, global);
+      for (const plan::CollectiveCall& call : calls) {
+        seconds +=
+            times * plan::collective_cost(call, comm::Algorithm::ring,
+                                          static_cast<int>(group.size()), link_of(group, axis))
+                        .time_s;
+      }
+    };
+    price(plan::tp_collectives_per_layer(b, T, g.channels, 4, sp, c.step.recompute), Axis::tp,
+          M * blocks);
+    price(plan::tp_vocab_collectives(b, T, g.channels, 4, model.stage().embedding,
+                                     model.stage().head),
+          Axis::tp, M);
+    if (c.dp > 1) price(plan::stage_dp_collectives(stage, plan::kFp32Adam), Axis::dp, 1);
+    if (e.has_embedding_group()) {
+      parallel::MeshCoord other = me;
+      other.pp = me.pp == 0 ? c.pp - 1 : 0;
+      std::vector<int> pair = {global, mesh.rank_of(other)};
+      std::sort(pair.begin(), pair.end());
+      seconds +=
+          plan::collective_cost(comm::CollectiveOp::all_reduce, parallel::kTiedEmbeddingAlgorithm,
+                                r.embedding_formula, 2, link_of(pair, Axis::pp))
+              .time_s;
+    }
+    if (c.pp > 1) {
+      const plan::Link& link = link_of(mesh.group_of(Axis::pp, global), Axis::pp);
+      seconds += static_cast<double>(count_sends(schedule, me.pp)) *
+                 (link.latency_us * 1e-6 + message / link.bandwidth_bytes_per_s);
+    }
+    r.predicted_comm_ms = seconds * 1e3;
+  }
+  return r;
+}
+
+// --- one row and one last step through JSON, for the gather
+
+json row_to_json(const RankRow& k) {
+  json state = json::array();
+  for (const StateRow& s : k.state) {
+    state.push_back({{"tag", memory_tag_name(s.tag)},
+                     {"current_bytes", s.current_bytes},
+                     {"peak_bytes", s.peak_bytes},
+                     {"plan_bytes", s.formula_bytes}});
+  }
+  return {{"rank", k.rank},
+          {"coords", k.coords},
+          {"node", k.node},
+          {"blocks", k.layers},
+          {"param_count", k.param_count},
+          {"state", state},
+          {"activations",
+           {{"peak_bytes", k.activations_peak_bytes},
+            {"microbatch_bytes", k.microbatch_activation_bytes},
+            {"plan_microbatch_bytes", k.planned_microbatch_activation_bytes},
+            {"plan_peak_bytes", k.planned_activations_peak_bytes},
+            {"peak_inflight_bytes", k.peak_inflight_bytes},
+            {"inflight_microbatches", k.measured_inflight},
+            {"checker_inflight_microbatches", k.checker_inflight}}},
+          {"zero3_gathered",
+           {{"peak_bytes", k.gathered_peak_bytes}, {"plan_bytes", k.gathered_formula_bytes}}},
+          {"bytes_per_step",
+           {{"tp_block", k.tp_block},
+            {"tp_vocab", k.tp_vocab},
+            {"tp_regather", k.tp_regather},
+            {"tp_layernorm_grads", k.tp_norms},
+            {"tp_recompute", k.tp_recompute},
+            {"pp", k.pp},
+            {"dp", k.dp},
+            {"embedding", k.embedding},
+            {"loss_and_norm", k.other},
+            {"intra_node", k.intra_node_bytes},
+            {"inter_node", k.inter_node_bytes},
+            {"model_intra_node", k.model_intra_node_bytes},
+            {"model_inter_node", k.model_inter_node_bytes}}},
+          {"plan_bytes_per_step",
+           {{"tp_block", k.tp_block_formula},
+            {"tp_vocab", k.tp_vocab_formula},
+            {"tp_regather", k.tp_regather_formula},
+            {"tp_recompute", k.tp_recompute_formula},
+            {"pp", k.pp_formula},
+            {"dp", k.dp_formula},
+            {"embedding", k.embedding_formula},
+            {"model_intra_node", k.predicted_intra_node_bytes},
+            {"model_inter_node", k.predicted_inter_node_bytes}}},
+          {"dp_collectives_per_step", k.dp_collectives},
+          {"predicted_comm_ms", k.predicted_comm_ms},
+          {"dp_overlap",
+           {{"comm_ms_per_step", k.dp_comm_ms},
+            {"hidden_ms_per_step", k.dp_hidden_ms},
+            {"share", k.dp_overlap_share}}},
+          {"busy_ms_last_step", k.busy_ms}};
+}
+
+RankRow row_from_json(const json& j) {
+  RankRow k;
+  k.rank = j.at("rank");
+  k.coords = j.at("coords");
+  k.node = j.at("node");
+  k.layers = j.at("blocks");
+  k.param_count = j.at("param_count");
+  const MemoryTag tags[] = {MemoryTag::params, MemoryTag::grads, MemoryTag::optimizer};
+  size_t i = 0;
+  for (const json& s : j.at("state")) {
+    k.state.push_back({tags[i++], s.at("current_bytes"), s.at("peak_bytes"), s.at("plan_bytes")});
+  }
+  const json& a = j.at("activations");
+  k.activations_peak_bytes = a.at("peak_bytes");
+  k.microbatch_activation_bytes = a.at("microbatch_bytes");
+  k.planned_microbatch_activation_bytes = a.at("plan_microbatch_bytes");
+  k.planned_activations_peak_bytes = a.at("plan_peak_bytes");
+  k.peak_inflight_bytes = a.at("peak_inflight_bytes");
+  k.measured_inflight = a.at("inflight_microbatches");
+  k.checker_inflight = a.at("checker_inflight_microbatches");
+  k.gathered_peak_bytes = j.at("zero3_gathered").at("peak_bytes");
+  k.gathered_formula_bytes = j.at("zero3_gathered").at("plan_bytes");
+  const json& m = j.at("bytes_per_step");
+  k.tp_block = m.at("tp_block");
+  k.tp_vocab = m.at("tp_vocab");
+  k.tp_regather = m.at("tp_regather");
+  k.tp_norms = m.at("tp_layernorm_grads");
+  k.tp_recompute = m.at("tp_recompute");
+  k.pp = m.at("pp");
+  k.dp = m.at("dp");
+  k.embedding = m.at("embedding");
+  k.other = m.at("loss_and_norm");
+  k.intra_node_bytes = m.at("intra_node");
+  k.inter_node_bytes = m.at("inter_node");
+  k.model_intra_node_bytes = m.at("model_intra_node");
+  k.model_inter_node_bytes = m.at("model_inter_node");
+  const json& p = j.at("plan_bytes_per_step");
+  k.tp_block_formula = p.at("tp_block");
+  k.tp_vocab_formula = p.at("tp_vocab");
+  k.tp_regather_formula = p.at("tp_regather");
+  k.tp_recompute_formula = p.at("tp_recompute");
+  k.pp_formula = p.at("pp");
+  k.dp_formula = p.at("dp");
+  k.embedding_formula = p.at("embedding");
+  k.predicted_intra_node_bytes = p.at("model_intra_node");
+  k.predicted_inter_node_bytes = p.at("model_inter_node");
+  k.dp_collectives = j.at("dp_collectives_per_step");
+  k.predicted_comm_ms = j.at("predicted_comm_ms");
+  k.dp_comm_ms = j.at("dp_overlap").at("comm_ms_per_step");
+  k.dp_hidden_ms = j.at("dp_overlap").at("hidden_ms_per_step");
+  k.dp_overlap_share = j.at("dp_overlap").at("share");
+  k.busy_ms = j.at("busy_ms_last_step");
+  return k;
+}
+
+json spans_to_json(const std::vector<MeasuredSpan>& spans) {
+  json out = json::array();
+  for (const MeasuredSpan& s : spans) {
+    out.push_back({s.what, static_cast<int>(s.kind), s.start_us, s.end_us});
+  }
+  return out;
+}
+
+std::vector<MeasuredSpan> spans_from_json(const json& j) {
+  std::vector<MeasuredSpan> out;
+  for (const json& s : j) {
+    out.push_back({s.at(0), static_cast<trace::SpanKind>(s.at(1).get<int>()), s.at(2), s.at(3)});
+  }
+  return out;
+}
+
+// What rank 0 needs of every rank: its row, its last step and its per-step pipeline extents.
+struct RankPiece {
+  RankRow row;
+  std::vector<parallel::MeasuredAction> actions;
+  std::vector<MeasuredSpan> collectives, data_parallel, finalize;
+  std::vector<StepTiming> timings;
+};
+
+json piece_to_json(const Engine& e, const RankRow& row) {
+  json actions = json::array();
+  for (const parallel::MeasuredAction& m : e.last_step().actions) {
+    const parallel::Action& a = m.action;
+    actions.push_back(
+        {static_cast<int>(a.kind), a.microbatch, a.chunk, a.peer, m.start_us, m.end_us});
+  }
+  json timings = json::array();
+  for (const StepTiming& t : e.timings()) {
+    timings.push_back({t.first_start_us, t.last_end_us, t.busy_us});
+  }
+  return {{"row", row_to_json(row)},
+          {"actions", actions},
+          {"collectives", spans_to_json(e.last_step().collectives)},
+          {"data_parallel", spans_to_json(e.last_step().data_parallel)},
+          {"finalize", spans_to_json(e.last_step().finalize)},
+          {"timings", timings}};
+}
+
+RankPiece piece_from_json(const json& j) {
+  RankPiece p;
+  p.row = row_from_json(j.at("row"));
+  for (const json& a : j.at("actions")) {
+    parallel::MeasuredAction m;
+    m.action = {static_cast<parallel::ActionKind>(a.at(0).get<int>()), a.at(1), a.at(2), a.at(3)};
+    m.start_us = a.at(4);
+    m.end_us = a.at(5);
+    p.actions.push_back(m);
+  }
+  p.collectives = spans_from_json(j.at("collectives"));
+  p.data_parallel = spans_from_json(j.at("data_parallel"));
+  p.finalize = spans_from_json(j.at("finalize"));
+  for (const json& t : j.at("timings")) p.timings.push_back({t.at(0), t.at(1), t.at(2)});
+  return p;
+}
+
+// Every rank's bytes at rank 0 of `world` (others get nothing): lengths all-gathered, then one
+// message from each rank.
+std::vector<std::vector<uint8_t>> gather_at_root(comm::Communicator& world,
+                                                 const std::vector<uint8_t>& mine) {
+  const int n = world.size();
+  std::vector<int64_t> lengths(static_cast<size_t>(n));
+  const auto length = static_cast<int64_t>(mine.size());
+  comm::all_gather<int64_t>(world, &length, lengths.data(), n);
+  std::vector<std::vector<uint8_t>> out;
+  if (world.rank() != 0) {
+    world.send(mine.data(), length, 0, kTagReport);
+    return out;
+  }
+  out.resize(static_cast<size_t>(n));
+  out[0] = mine;
+  for (int r = 1; r < n; ++r) {
+    out[static_cast<size_t>(r)].resize(static_cast<size_t>(lengths[static_cast<size_t>(r)]));
+    world.recv(out[static_cast<size_t>(r)].data(), lengths[static_cast<size_t>(r)], r, kTagReport);
+  }
+  return out;
+}
+
+std::string join(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) s += ',';
+    s += std::to_string(v[i]);
+  }
+  return s;
+}
+
+std::string percent(double fraction) {
+  return fixed(100 * fraction, 1) + "%";
+}
+
+// The bubble of the pipeline that holds rank 0 (dp 0, tp 0, every stage).
+BubbleReport bubble_of(const EngineConfig& c, const parallel::DeviceMesh& mesh,
+                       const std::vector<RankPiece>& pieces) {
+  BubbleReport b;
+  const parallel::PipelineSchedule schedule =
+      parallel::make_schedule(c.schedule, c.pp, c.microbatches, c.partition.chunks());
+  const std::vector<int> column = mesh.group_of(Axis::pp, 0);
+  std::vector<std::vector<parallel::MeasuredAction>> last;
+  for (int r : column) last.push_back(pieces[static_cast<size_t>(r)].actions);
+  const parallel::MeasuredBubble m = parallel::measured_bubble(schedule, last);
+  b.makespan_ms = m.makespan_us * 1e-3;
+  b.measured = m.fraction_of_total;
+  b.forward_ms = m.forward_us * 1e-3;
+  b.backward_ms = m.backward_input_us * 1e-3;
+  b.weight_ms = m.backward_weight_us * 1e-3;
+  const plan::StageTimes times{m.forward_us, m.backward_input_us, m.backward_weight_us};
+  b.predicted = plan::pipeline_bubble(c.schedule, c.pp, c.microbatches, c.partition.chunks(), times)
+                    .fraction_of_total;
+  parallel::SimulationOptions sim;
+  sim.times = times;
+  b.simulated = parallel::simulate_schedule(schedule, sim).bubble_fraction_of_total;
+  // Step k's bubble as measured_bubble defines it: 1 - sum(busy) / (P * makespan); the mean
+  // over every step but the first (which warms the caches and allocates).
+  const size_t K = pieces[static_cast<size_t>(column[0])].timings.size();
+  double sum = 0;
+  for (size_t k = K > 1 ? 1 : 0; k < K; ++k) {
+    double first = 0, end = 0, busy = 0;
+    bool any = false;
+    for (int r : column) {
+      const StepTiming& t = pieces[static_cast<size_t>(r)].timings[k];
+      first = any ? std::min(first, t.first_start_us) : t.first_start_us;
+      end = any ? std::max(end, t.last_end_us) : t.last_end_us;
+      busy += t.busy_us;
+      any = true;
+    }
+    sum += end > first ? 1 - busy / (static_cast<double>(c.pp) * (end - first)) : 0;
+  }
+  b.mean_measured = K > 0 ? sum / static_cast<double>(K > 1 ? K - 1 : 1) : 0;
+  return b;
+}
+
+// Every rank's last step on one clock from the earliest start: compute, sends and receives as
+// the schedule labels them, TP collectives, the communication thread's DP syncs and gathers,
+// and the step's phases after the schedule.
+trace::Timeline timeline_of(const LayoutReport& report, const EngineConfig& c,
+                            const std::vector<RankPiece>& pieces) {
+  const parallel::PipelineSchedule schedule =
+      parallel::make_schedule(c.schedule, c.pp, c.microbatches, c.partition.chunks());
+  double origin = 0;
+  bool any = false;
+  for (const RankPiece& p : pieces) {
+    for (const parallel::MeasuredAction& m : p.actions) {
+      origin = any ? std::min(origin, m.start_us) : m.start_us;
+      any = true;
+    }
+  }
+  std::vector<std::vector<parallel::MeasuredAction>> actions;
+  for (const RankPiece& p : pieces) actions.push_back(p.actions);
+  trace::Timeline timeline = parallel::to_measured_timeline(schedule, actions, origin);
+  for (size_t r = 0; r < pieces.size(); ++r) {
+    const RankPiece& p = pieces[r];
+    timeline.rows[r].name = str("rank ", r, " (", report.ranks[r].coords, ")");
+    for (const std::vector<MeasuredSpan>* spans : {&p.collectives, &p.data_parallel, &p.finalize}) {
+      for (const MeasuredSpan& s : *spans) {
+        timeline.rows[r].spans.push_back(
+            {s.what, s.kind, -1, -1, s.start_us - origin, s.end_us - origin});
+      }
+    }
+  }
+  timeline.title = str("DP(", c.dp, ")-TP(", c.tp, ")-PP(", c.pp, ")",
+                       c.zero_stage > 0 ? str(" ZeRO-", c.zero_stage) : "",
+                       c.pp > 1 ? str(" ", plan::name(c.schedule), ", M = ", c.microbatches) : "",
+                       ": the last step measured",
+                       c.pp > 1 ? str(", bubble ", percent(report.bubble.measured), " (predicted ",
+                                      percent(report.bubble.predicted), ")")
+                                : "");
+  return timeline;
+}
+
+// "measured" or "measured (plan X)" when they differ by more than the rounding of `slack`.
+std::string beside(double measured, double formula, double slack = 0.5) {
+  if (std::abs(measured - formula) <= slack) return whole_number(measured);
+  return whole_number(measured) + " (plan " + whole_number(formula) + ")";
+}
+
+}  // namespace
+
+double planned_rank_peak_bytes(const EngineConfig& c, int stage) {
+  const model::GptStage gs = parallel::stage_of(c.partition, stage);
+  const model::ParamTable table =
+      model::tp_local_table(model::gpt_stage_param_table(c.step.model, gs), c.step.model, c.tp);
+  const int64_t params = table.total_count();
+  const plan::ModelStateBytes states =
+      plan::model_state_bytes(params, c.dp, c.zero_stage, plan::kFp32Adam);
+  const parallel::PipelineSchedule schedule =
+      parallel::make_schedule(c.schedule, c.pp, c.microbatches, c.partition.chunks());
+  const bool split = split_backward(schedule);
+  const parallel::RankReport rr =
+      parallel::simulate_schedule(schedule).ranks[static_cast<size_t>(stage)];
+  double peak = static_cast<double>(states.total()) +
+                planned_activations_peak(c, split ? rr.peak_weight_stash : rr.peak_inflight,
+                                         planned_microbatch_bytes(c, stage, split));
+  if (c.zero_stage == 3) {
+    const parallel::StageUnits units(table, gs);
+    int64_t block = 0;
+    for (const parallel::GradUnit& u : units.units()) {
+      if (u.name.starts_with("h.")) block = std::max(block, u.count);
+    }
+    const int64_t emb = units.embeddings() >= 0 ? units[units.embeddings()].count : 0;
+    peak += static_cast<double>(plan::zero3_gathered_bytes(block, plan::kFp32Adam, 1) +
+                                plan::zero3_gathered_bytes(emb, plan::kFp32Adam, 0));
+  }
+  return peak;
+}
+
+LayoutReport gather_layout_report(const Engine& engine, comm::Communicator& world,
+                                  const LayoutOptions& options) {
+  const RankRow mine = measure_rank(engine);
+  const std::vector<uint8_t> bytes = json::to_msgpack(piece_to_json(engine, mine));
+  const std::vector<std::vector<uint8_t>> all = gather_at_root(world, bytes);
+  LayoutReport r;
+  if (world.rank() != 0) return r;
+  const EngineConfig& c = engine.config();
+  std::vector<RankPiece> pieces;
+  for (const std::vector<uint8_t>& b : all)
+    pieces.push_back(piece_from_json(json::from_msgpack(b)));
+  r.dp = c.dp;
+  r.tp = c.tp;
+  r.pp = c.pp;
+  r.zero_stage = c.zero_stage;
+  r.sequence_parallel = c.sequence_parallel && c.tp > 1;
+  r.recompute = c.step.recompute;
+  r.schedule = std::string(plan::name(c.schedule));
+  r.backend = std::string(comm::name(options.backend));
+  r.rank_order = parallel::to_string(c.rank_order);
+  r.dp_all_reduce = std::string(name(options.dp_all_reduce));
+  r.microbatches = c.microbatches;
+  r.chunks = c.partition.chunks();
+  r.micro_batch = c.micro_batch();
+  r.bucket_bytes = c.bucket_bytes;
+  r.buckets = static_cast<int>(engine.data_parallel().buckets().size());
+  r.ranks_per_node = options.ranks_per_node;
+  r.nodes = c.topology.nodes();
+  double comm_ms = 0, hidden_ms = 0;
+  for (const RankPiece& p : pieces) {
+    r.ranks.push_back(p.row);
+    r.predicted_comm_ms = std::max(r.predicted_comm_ms, p.row.predicted_comm_ms);
+    r.inter_node_bytes += p.row.model_inter_node_bytes;
+    r.predicted_inter_node_bytes += p.row.predicted_inter_node_bytes;
+    comm_ms += p.row.dp_comm_ms;
+    hidden_ms += p.row.dp_hidden_ms;
+  }
+  r.dp_overlap_share = comm_ms > 0 ? hidden_ms / comm_ms : 0;
+  if (c.pp > 1) r.bubble = bubble_of(c, engine.mesh(), pieces);
+  if (c.cluster) r.cluster = options.cluster_path;
+  if (options.ranks_per_node > 0 && !c.topology.single_node()) {
+    for (Axis axis : {Axis::tp, Axis::dp, Axis::pp}) {
+      if (engine.mesh().size(axis) == 1) continue;
+      for (const std::vector<int>& g : engine.mesh().groups(axis)) {
+        const std::vector<int> nodes = c.topology.nodes_of(g);
+        if (nodes.size() > 1) r.crossings.push_back({std::string(parallel::name(axis)), g, nodes});
+      }
+    }
+    for (const GroupCrossing& x : r.crossings) {
+      if (x.axis != "tp") continue;
+      r.warnings.push_back(
+          str("TP group {", join(x.ranks), "} spans nodes {", join(x.nodes),
+              "}: its 4 all-reduces per block and micro-batch (the activations, on the critical "
+              "path of every layer) cross the inter-node link; keep TP inside a node (--rank-order "
+              "tp-dp-pp with --tp dividing --ranks-per-node)"));
+      break;
+    }
+  }
+  if (!options.trace_path.empty() || !options.timeline_path.empty()) {
+    const trace::Timeline timeline = timeline_of(r, c, pieces);
+    if (!options.trace_path.empty()) {
+      trace::write_chrome_trace(timeline, options.trace_path);
+      r.trace_path = options.trace_path;
+    }
+    if (!options.timeline_path.empty()) {
+      trace::write_timeline_svg(timeline, options.timeline_path);
+      r.timeline_path = options.timeline_path;
+    }
+  }
+  return r;
+}
+
+void print_layout_report(std::ostream& out, const LayoutReport& r) {
+  out << "\n  layout: DP(" << r.dp << ") x TP(" << r.tp << ") x PP(" << r.pp
+      << ") = " << r.dp * r.tp * r.pp << " rank" << (r.dp * r.tp * r.pp > 1 ? "s" : "")
+      << " on the " << r.backend << " backend, rank order " << r.rank_order << ", ZeRO-"
+      << r.zero_stage << (r.sequence_parallel ? ", sequence parallel" : "") << ", recompute "
+      << name(r.recompute);
+  if (r.pp > 1) out << ", " << r.schedule << (r.chunks > 1 ? str(" v = ", r.chunks) : "");
+  out << ", " << r.microbatches << " micro-batch" << (r.microbatches > 1 ? "es" : "") << " of "
+      << r.micro_batch << " per DP rank";
+  if (r.dp > 1 || r.zero_stage > 0) {
+    out << ", " << r.buckets << " DP bucket" << (r.buckets == 1 ? "" : "s") << " of "
+        << format_bytes(static_cast<double>(r.bucket_bytes)) << " (" << r.dp_all_reduce << ")";
+  }
+  out << "\n";
+  out << "  rank  coords        node  blocks       params       grads   optimizer  activ. peak"
+         "  in flight (checker)\n";
+  for (const RankRow& k : r.ranks) {
+    out << "  " << right_aligned(std::to_string(k.rank), 4) << "  " << left_aligned(k.coords, 13)
+        << right_aligned(std::to_string(k.node), 4) << "  " << left_aligned(k.layers, 8);
+    for (const StateRow& s : k.state) {
+      out << right_aligned(format_bytes(static_cast<double>(s.current_bytes)), 12);
+    }
+    out << right_aligned(format_bytes(static_cast<double>(k.activations_peak_bytes)), 13)
+        << right_aligned(fixed(k.measured_inflight, 2) + " (" + fixed(k.checker_inflight, 2) + ")",
+                         21)
+        << "\n";
+  }
+  bool state_matches = true, activations_match = true;
+  for (const RankRow& k : r.ranks) {
+    for (const StateRow& s : k.state)
+      state_matches = state_matches && s.current_bytes == s.formula_bytes;
+    activations_match = activations_match && static_cast<double>(k.microbatch_activation_bytes) ==
+                                                 k.planned_microbatch_activation_bytes;
+  }
+  out << "  (model states after the last step: "
+      << (state_matches ? "each equals plan::model_state_bytes"
+                        : "differ from plan::model_state_bytes: see --json")
+      << "; one micro-batch's activations "
+      << (activations_match ? "equal the plan/ formulas" : "differ from the plan/ formulas")
+      << "; in flight: the most micro-batches held at once in the last step)\n";
+  if (r.zero_stage == 3) {
+    out << "  ZeRO-3 working set above the shards (peak):";
+    for (const RankRow& k : r.ranks) {
+      out << " " << k.rank << ": " << format_bytes(static_cast<double>(k.gathered_peak_bytes));
+    }
+    out << " (plan::zero3_gathered_bytes: "
+        << format_bytes(static_cast<double>(r.ranks.front().gathered_formula_bytes)) << ")\n";
+  }
+  out << "\n  rank   TP bytes/step     PP bytes/step   DP bytes/step   emb bytes  DP hidden\n";
+  for (const RankRow& k : r.ranks) {
+    const double tp = k.tp_block + k.tp_vocab + k.tp_regather + k.tp_recompute;
+    const double tp_plan =
+        k.tp_block_formula + k.tp_vocab_formula + k.tp_regather_formula + k.tp_recompute_formula;
+    out << "  " << right_aligned(std::to_string(k.rank), 4)
+        << right_aligned(beside(tp, tp_plan), 16) << right_aligned(beside(k.pp, k.pp_formula), 18)
+        << right_aligned(
+               beside(k.dp, k.dp_formula, static_cast<double>(k.dp_collectives * (r.dp + 1)) * 4),
+               16)
+        << right_aligned(beside(k.embedding, k.embedding_formula), 12)
+        << right_aligned(k.dp_comm_ms > 0 ? percent(k.dp_overlap_share) : "-", 11) << "\n";
+  }
+  out << "  (bytes sent per training step, measured by each group's communicator; \"(plan X)\" "
+         "shows plan/'s figure where it differs: TP = f and g of every block and micro-batch (4 "
+         "ring all-reduces of b*T*C, or SP's gathers and scatters, plus full recompute's reruns "
+         "and SP's re-gathers) and the vocabulary reductions; PP = the schedule's sends; DP = "
+         "plan::stage_dp_collectives; DP hidden = the share of the DP communication thread's "
+         "time that ran inside compute)\n";
+  if (r.pp > 1) {
+    out << "  pipeline bubble: " << percent(r.bubble.measured) << " of the last step's "
+        << fixed(r.bubble.makespan_ms, 2) << " ms (mean over the steps after the first "
+        << percent(r.bubble.mean_measured) << "); predicted " << percent(r.bubble.predicted)
+        << " by the closed form and " << percent(r.bubble.simulated)
+        << " by the checker's simulation, from the measured F " << fixed(r.bubble.forward_ms, 3)
+        << " ms, B " << fixed(r.bubble.backward_ms, 3) << " ms"
+        << (r.bubble.weight_ms > 0 ? str(", W ", fixed(r.bubble.weight_ms, 3), " ms") : "")
+        << " per micro-batch\n";
+  }
+  if (r.dp > 1) {
+    out << "  DP communication hidden behind compute: " << percent(r.dp_overlap_share)
+        << " (every rank's communication-thread time inside its compute, over the whole)\n";
+  }
+  if (r.ranks_per_node > 0) {
+    out << "\n  topology: " << r.nodes << " node(s) of " << r.ranks_per_node << " ranks\n";
+    out << "  rank  node   intra-node bytes/step          inter-node bytes/step          "
+           "all (with loss/norm)\n";
+    for (const RankRow& k : r.ranks) {
+      out << "  " << right_aligned(std::to_string(k.rank), 4)
+          << right_aligned(std::to_string(k.node), 6)
+          << right_aligned(beside(k.model_intra_node_bytes, k.predicted_intra_node_bytes), 24)
+          << right_aligned(beside(k.model_inter_node_bytes, k.predicted_inter_node_bytes), 31)
+          << right_aligned(
+                 whole_number(k.intra_node_bytes) + " / " + whole_number(k.inter_node_bytes), 26)
+          << "\n";
+    }
+    out << "  inter-node bytes per step, every rank: " << whole_number(r.inter_node_bytes)
+        << " measured, " << whole_number(r.predicted_inter_node_bytes)
+        << " predicted (each group's plan/ bytes sent where its algorithm sends them)\n";
+    if (r.crossings.empty()) {
+      out << "  every TP, DP and PP group stays inside one node\n";
+    } else {
+      for (const GroupCrossing& x : r.crossings) {
+        out << "  " << x.axis << " group {" << join(x.ranks) << "} crosses nodes {" << join(x.nodes)
+            << "}\n";
+      }
+    }
+  }
+  if (!r.cluster.empty()) {
+    out << "  predicted communication per step on " << r.cluster << ": "
+        << fixed(r.predicted_comm_ms, 3)
+        << " ms (the slowest rank; every collective and send priced by plan::collective_cost on "
+           "the link its group uses, nothing overlapped)\n";
+  }
+  for (const std::string& w : r.warnings) out << "  warning: " << w << "\n";
+  if (!r.trace_path.empty()) out << "  trace of the last step: " << r.trace_path << "\n";
+  if (!r.timeline_path.empty()) out << "  timeline of the last step: " << r.timeline_path << "\n";
+}
+
+json layout_report_to_json(const LayoutReport& r) {
+  json j;
+  j["version"] = r.version;
+  j["dp"] = r.dp;
+  j["tp"] = r.tp;
+  j["pp"] = r.pp;
+  j["zero_stage"] = r.zero_stage;
+  j["sequence_parallel"] = r.sequence_parallel;
+  j["recompute"] = name(r.recompute);
+  j["schedule"] = r.schedule;
+  j["chunks"] = r.chunks;
+  j["backend"] = r.backend;
+  j["rank_order"] = r.rank_order;
+  j["dp_all_reduce"] = r.dp_all_reduce;
+  j["microbatches"] = r.microbatches;
+  j["micro_batch"] = r.micro_batch;
+  j["bucket_bytes"] = r.bucket_bytes;
+  j["buckets"] = r.buckets;
+  j["ranks_per_node"] = r.ranks_per_node;
+  j["nodes"] = r.nodes;
+  json ranks = json::array();
+  for (const RankRow& k : r.ranks) ranks.push_back(row_to_json(k));
+  j["ranks"] = ranks;
+  if (r.pp > 1) {
+    j["bubble"] = {{"makespan_ms", r.bubble.makespan_ms},     {"measured", r.bubble.measured},
+                   {"mean_measured", r.bubble.mean_measured}, {"predicted", r.bubble.predicted},
+                   {"simulated", r.bubble.simulated},         {"forward_ms", r.bubble.forward_ms},
+                   {"backward_ms", r.bubble.backward_ms},     {"weight_ms", r.bubble.weight_ms}};
+  }
+  j["dp_overlap_share"] = r.dp_overlap_share;
+  json crossings = json::array();
+  for (const GroupCrossing& x : r.crossings) {
+    crossings.push_back({{"axis", x.axis}, {"ranks", x.ranks}, {"nodes", x.nodes}});
+  }
+  j["crossings"] = crossings;
+  j["warnings"] = r.warnings;
+  j["cluster"] = r.cluster;
+  j["predicted_comm_ms"] = r.predicted_comm_ms;
+  j["inter_node_bytes_per_step"] = r.inter_node_bytes;
+  j["predicted_inter_node_bytes_per_step"] = r.predicted_inter_node_bytes;
+  j["trace"] = r.trace_path;
+  j["timeline"] = r.timeline_path;
+  return j;
+}
+
+}  // namespace dtrain::train

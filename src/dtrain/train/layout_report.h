@@ -1,0 +1,129 @@
+// What a run measured on every rank beside the plan/ formulas, one report and one JSON schema
+// for every layout and backend: the layout, per rank its stage, memory per tag (model states
+// beside plan::model_state_bytes, activations beside the planned in-flight count, ZeRO-3's
+// gathered working set), bytes sent per step on each axis beside the formulas, the share of DP
+// communication hidden behind compute, the per-link split under a node topology; and for a
+// pipeline the measured bubble beside the closed form and the checker's simulation.
+// gather_layout_report builds it over the job's communicator (so it works across MPI
+// processes); the engine only measures.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dtrain/core/memory.h"
+#include "dtrain/train/engine.h"
+#include "dtrain/train/layout.h"
+
+namespace dtrain::train {
+
+// The "layout" object's schema in `dtrain train --json`. 1: this report; it replaced the
+// per-engine "data_parallel", "tensor_parallel", "pipeline" and "mesh" objects of dtrain 0.4.
+inline constexpr int kLayoutReportVersion = 1;
+
+struct StateRow {
+  MemoryTag tag = MemoryTag::params;
+  int64_t current_bytes = 0;  // after the last step
+  int64_t peak_bytes = 0;     // over the run
+  int64_t formula_bytes = 0;  // plan::model_state_bytes of the stage's parameters (fp32 Adam)
+};
+
+struct RankRow {
+  int rank = 0;
+  std::string coords;  // "dp0 tp1 pp0"
+  int node = 0;
+  std::string layers;           // the stage's blocks, "0-1" (per chunk "0-1,4-5")
+  int64_t param_count = 0;      // elements of the stage this rank holds (its TP shards)
+  std::vector<StateRow> state;  // params, grads, optimizer
+  // Activations: the tracker's peak; one micro-batch of every chunk as allocated and as planned
+  // (plan::activation_bytes_per_layer per block, the head's or the stage output's tensors);
+  // the most held at once in the last step, in micro-batches, beside the checker's count.
+  int64_t activations_peak_bytes = 0;
+  int64_t microbatch_activation_bytes = 0;
+  double planned_microbatch_activation_bytes = 0;
+  int64_t peak_inflight_bytes = 0;
+  double measured_inflight = 0, checker_inflight = 0;
+  // The checker's in-flight count x the planned micro-batch, + the workspace and recompute's
+  // one-layer scratch (plan::workspace_activation_bytes, plan::recompute_scratch_bytes).
+  double planned_activations_peak_bytes = 0;
+  // ZeRO-3: the peak of the gathered weights and bucket gradients above the shards, beside
+  // plan::zero3_gathered_bytes (a block with one prefetched, and the embeddings).
+  int64_t gathered_peak_bytes = 0, gathered_formula_bytes = 0;
+  // Bytes sent per training step (mean over the steps), measured by each group's communicator,
+  // and the plan/ formulas for the same: TP's blocks (f and g), vocabulary reductions, SP's
+  // re-gathers and LayerNorm sums, full recompute's reruns; PP; DP; the tied embedding; the loss
+  // and norm exchange (other).
+  double tp_block = 0, tp_vocab = 0, tp_regather = 0, tp_norms = 0, tp_recompute = 0;
+  double pp = 0, dp = 0, embedding = 0, other = 0;
+  double tp_block_formula = 0, tp_vocab_formula = 0, tp_regather_formula = 0;
+  double tp_recompute_formula = 0, pp_formula = 0, dp_formula = 0, embedding_formula = 0;
+  int64_t dp_collectives = 0;  // DP collectives per step (buckets, gathers): the rounding bound
+  // By link class, per step: every communicator; the model's groups only, measured and
+  // predicted (each formula's bytes sent where its algorithm sends them).
+  double intra_node_bytes = 0, inter_node_bytes = 0;
+  double model_intra_node_bytes = 0, model_inter_node_bytes = 0;
+  double predicted_intra_node_bytes = 0, predicted_inter_node_bytes = 0;
+  // With --cluster: this rank's collectives and sends per step priced on their links.
+  double predicted_comm_ms = 0;
+  // DP communication-thread time per step, the part hidden inside compute, and their ratio.
+  double dp_comm_ms = 0, dp_hidden_ms = 0, dp_overlap_share = 0;
+  double busy_ms = 0;  // compute in the last step
+};
+
+struct GroupCrossing {
+  std::string axis;        // "tp", "dp", "pp"
+  std::vector<int> ranks;  // global ranks of the group
+  std::vector<int> nodes;  // the nodes it spans (more than one)
+};
+
+// A pipeline's bubble: the last step measured (as the checker defines it), the mean over every
+// step but the first, and predicted from the measured F, B, W by plan::pipeline_bubble's
+// closed form and by the checker's simulation of this very schedule.
+struct BubbleReport {
+  double makespan_ms = 0;
+  double measured = 0, mean_measured = 0, predicted = 0, simulated = 0;
+  double forward_ms = 0, backward_ms = 0, weight_ms = 0;  // per micro-batch and stage
+};
+
+struct LayoutReport {
+  int version = kLayoutReportVersion;
+  int dp = 1, tp = 1, pp = 1, zero_stage = 0;
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::none;
+  std::string schedule, backend, rank_order, dp_all_reduce;
+  int microbatches = 1, chunks = 1;
+  int64_t micro_batch = 0;  // rows per micro-batch on one DP rank
+  int64_t bucket_bytes = 0;
+  int buckets = 0;  // DP syncs per step on rank 0 (stage 3: units)
+  int ranks_per_node = 0, nodes = 1;
+  std::vector<RankRow> ranks;
+  BubbleReport bubble;                   // pp > 1
+  double dp_overlap_share = 0;           // over every rank: hidden / DP communication time
+  std::vector<GroupCrossing> crossings;  // groups spanning nodes (empty on one node)
+  std::vector<std::string> warnings;     // e.g. a TP group across nodes
+  std::string cluster;                   // the --cluster file's name, when given
+  double predicted_comm_ms = 0;          // the slowest rank's
+  // Every rank's model traffic across nodes per step, summed: measured and predicted.
+  double inter_node_bytes = 0, predicted_inter_node_bytes = 0;
+  std::string trace_path, timeline_path;  // written, when asked for
+};
+
+// The plan/ formulas' peak bytes of one rank at pipeline stage `stage` of `config`: its model
+// states (plan::model_state_bytes of the stage's TP shard over the DP group), its activations
+// (the checker's peak in-flight micro-batches, the workspace, recompute's scratch) and ZeRO-3's
+// gathered working set. What --max-rank-memory and the memory check before a run compare.
+double planned_rank_peak_bytes(const EngineConfig& config, int stage);
+
+// Every rank's row and last step gathered to rank 0 of `world` (a collective: every rank calls
+// it); rank 0 gets the whole report and writes --trace / --timeline, the others an empty one.
+LayoutReport gather_layout_report(const Engine& engine, comm::Communicator& world,
+                                  const LayoutOptions& options);
+
+void print_layout_report(std::ostream& out, const LayoutReport& report);
+nlohmann::json layout_report_to_json(const LayoutReport& report);
+
+}  // namespace dtrain::train

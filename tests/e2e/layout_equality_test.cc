@@ -1,0 +1,252 @@
+// Every layout of the one engine equals the single-rank reference (DESIGN.md test 5): the grid
+//   (dp, tp, pp) in {(1,1,1), (2,1,1), (1,2,1), (1,1,2), (2,2,1), (2,1,2), (1,2,2), (2,2,2),
+//   (4,2,1)} x ZeRO 0-3 x sequence parallelism on/off (where tp > 1) x schedule {1f1b, zb-h1,
+//   interleaved} (where pp > 1) x recompute {none, full}
+// trains K = 3 steps on the same batches as tests/reference/serial_engine.h and compares the loss
+// of every step and the evaluation loss after the last, and every parameter and both AdamW
+// moments of the serial model, assembled from what each rank exports for a checkpoint (so ZeRO
+// shards, TP slices and pipeline stages are all put back together, and every element is written
+// by exactly one rank). Full recompute is compared with none of the same layout bit for bit: it
+// reruns the same ops on the same inputs. The max differences per layout are printed.
+//
+// Tolerance, and why it is not zero: the ranks compute the same sums in other orders - the DP
+// average of B/dp-row gradients, the M micro-batches' accumulation, TP's row-parallel partial
+// sums and f/g all-reduces (SP's reduce-scatters), the tied wte's halves added by the embedding
+// group, the norm summed per rank - so gradients differ by float rounding (~1e-7 relative, more
+// where a sum cancels). AdamW's first steps move a weight by about lr * m / (sqrt(v) + eps), a
+// ratio in which such relative differences cancel to first order, so with lr = 1e-3 a parameter
+// moves by a small fraction of lr: 1e-5 on the parameters (observed below 5e-6) and 4e-6 on the
+// losses (about 8 float ulps at ln 256 = 5.5). The moments carry the gradients' differences
+// themselves, relative to the gradient's size: m and v within 1e-4 of their tensor's largest
+// |value| (v ~ g^2 doubles g's relative error; observed below 1e-5).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dtrain/comm/threads/backend.h"
+#include "dtrain/train/engine.h"
+#include "dtrain/train/layout.h"
+#include "e2e/equality_support.h"
+#include "reference/serial_engine.h"
+
+namespace dtrain::train {
+namespace {
+
+constexpr int kSteps = 3;
+constexpr float kLr = 1e-3f;
+constexpr double kParamTol = 1e-5;
+constexpr double kLossTol = 4e-6;
+constexpr double kMomentTol[] = {0, 1e-4, 1e-4};  // by StateKind: param (kParamTol), m, v
+
+StepConfig base_config(Recompute recompute) {
+  StepConfig c;
+  c.model = model::gpt_preset("tiny").config;
+  c.model.layers = 4;  // interleaving on 2 stages needs 4 chunks
+  c.batch = 8;
+  c.seq = 16;
+  c.adamw = {0.9f, 0.95f, 1e-8f, 0.1f};
+  c.grad_clip = 1.0f;
+  c.init_seed = 42;
+  c.recompute = recompute;
+  return c;
+}
+
+// The serial state a run ends with: losses, then the three per-element arrays.
+struct Outcome {
+  std::vector<float> losses;  // every step, then the evaluation loss
+  std::vector<float> state[kStateKindCount];
+  std::vector<int> writes[kStateKindCount];  // how many ranks wrote each element
+};
+
+void add_pieces(const model::ParamTable& serial, const RankState& s, Outcome& out) {
+  for (const StatePiece& p : s.pieces) {
+    const model::ParamTensor& t = serial[static_cast<size_t>(serial.index_of(p.tensor))];
+    std::vector<float>& dst = out.state[static_cast<int>(p.kind)];
+    std::vector<int>& writes = out.writes[static_cast<int>(p.kind)];
+    size_t at = 0;
+    for (const model::FlatRange& r : p.ranges) {
+      for (int64_t i = 0; i < r.count; ++i) {
+        const auto e = static_cast<size_t>(t.offset + r.offset + i);
+        dst[e] = p.data[at++];
+        ++writes[e];
+      }
+    }
+  }
+}
+
+Outcome empty_outcome(const model::GptConfig& g) {
+  Outcome o;
+  const auto n = static_cast<size_t>(model::gpt_param_count(g));
+  for (int k = 0; k < kStateKindCount; ++k) {
+    o.state[k].assign(n, 0.0f);
+    o.writes[k].assign(n, 0);
+  }
+  return o;
+}
+
+Outcome run_serial(const StepConfig& c, const std::vector<Batch>& data) {
+  SerialEngine engine(c);
+  Outcome o = empty_outcome(c.model);
+  for (const Batch& b : data) o.losses.push_back(engine.train_step(b, kLr).loss);
+  o.losses.push_back(engine.eval_loss(data[0]));
+  add_pieces(model::gpt_param_table(c.model), engine.export_state(), o);
+  return o;
+}
+
+struct Layout {
+  int dp = 1, tp = 1, pp = 1;
+  int zero = 0;
+  bool sp = false;
+  plan::ScheduleKind schedule = plan::ScheduleKind::one_f_one_b;
+  int microbatches = 1;  // per DP rank
+
+  std::string name() const {
+    return str("dp", dp, " tp", tp, " pp", pp, " zero", zero, sp ? " sp" : "",
+               pp > 1 ? str(" ", plan::name(schedule)) : "", " M", microbatches);
+  }
+};
+
+Outcome run_layout(const StepConfig& c, const Layout& l, const std::vector<Batch>& data) {
+  LayoutOptions o;
+  o.dp = l.dp;
+  o.tp = l.tp;
+  o.pp = l.pp;
+  o.zero_stage = l.zero;
+  o.sequence_parallel = l.sp;
+  o.microbatches = l.microbatches;
+  if (l.pp > 1) o.schedule = l.schedule;
+  const EngineConfig config = make_engine_config(c, o);
+  const int world = l.dp * l.tp * l.pp;
+  std::vector<RankState> states(static_cast<size_t>(world));
+  std::vector<std::vector<float>> losses(static_cast<size_t>(world));
+  comm::threads::run_ranks(world, [&](comm::Communicator& comm) {
+    Engine engine(config, comm);
+    std::vector<float>& mine = losses[static_cast<size_t>(comm.rank())];
+    for (const Batch& b : data) mine.push_back(engine.train_step(b, kLr).loss);
+    mine.push_back(engine.eval_loss(data[0]));
+    states[static_cast<size_t>(comm.rank())] = engine.export_state();
+  });
+  Outcome out = empty_outcome(c.model);
+  out.losses = losses[0];
+  for (int r = 1; r < world; ++r) {
+    // Every rank reports the same loss, bit for bit (summed in rank order).
+    EXPECT_EQ(std::memcmp(losses[static_cast<size_t>(r)].data(), out.losses.data(),
+                          out.losses.size() * sizeof(float)),
+              0)
+        << l.name() << ": rank " << r << "'s losses differ from rank 0's";
+  }
+  const model::ParamTable serial = model::gpt_param_table(c.model);
+  for (const RankState& s : states) add_pieces(serial, s, out);
+  return out;
+}
+
+// The grid, each layout with its micro-batch count: the global batch of 8 on dp ranks, a
+// pipeline with 2 micro-batches per DP rank at least (4 without DP), one layout with gradient
+// accumulation and no pipeline.
+std::vector<Layout> grid() {
+  struct Shape {
+    int dp, tp, pp, microbatches;
+  };
+  const Shape shapes[] = {{1, 1, 1, 1}, {2, 1, 1, 2}, {1, 2, 1, 1}, {1, 1, 2, 4}, {2, 2, 1, 1},
+                          {2, 1, 2, 2}, {1, 2, 2, 4}, {2, 2, 2, 2}, {4, 2, 1, 1}};
+  std::vector<Layout> out;
+  for (const Shape& s : shapes) {
+    for (int zero = 0; zero <= 3; ++zero) {
+      for (bool sp : {false, true}) {
+        if (sp && s.tp == 1) continue;
+        for (plan::ScheduleKind schedule :
+             {plan::ScheduleKind::one_f_one_b, plan::ScheduleKind::zero_bubble_h1,
+              plan::ScheduleKind::interleaved}) {
+          if (s.pp == 1 && schedule != plan::ScheduleKind::one_f_one_b) continue;
+          out.push_back({s.dp, s.tp, s.pp, zero, sp, schedule, s.microbatches});
+        }
+      }
+    }
+  }
+  return out;
+}
+
+struct Worst {
+  double loss = 0, state[kStateKindCount] = {0, 0, 0};
+};
+
+// Max |a - b| per kind (moments relative to their tensor's largest |value|), and whether every
+// element was written by exactly one rank.
+Worst compare(const StepConfig& c, const Layout& l, const Outcome& want, const Outcome& got) {
+  Worst w;
+  EXPECT_EQ(got.losses.size(), want.losses.size()) << l.name();
+  for (size_t s = 0; s < std::min(got.losses.size(), want.losses.size()); ++s) {
+    w.loss = std::max(w.loss, static_cast<double>(std::fabs(got.losses[s] - want.losses[s])));
+  }
+  const model::ParamTable serial = model::gpt_param_table(c.model);
+  for (int k = 0; k < kStateKindCount; ++k) {
+    for (const model::ParamTensor& t : serial.tensors()) {
+      double scale = 0, diff = 0;
+      for (int64_t i = t.offset; i < t.offset + t.count; ++i) {
+        const auto e = static_cast<size_t>(i);
+        EXPECT_EQ(got.writes[k][e], 1)
+            << l.name() << ": " << name(static_cast<StateKind>(k)) << " of " << t.name
+            << " element " << i - t.offset << " written by " << got.writes[k][e] << " ranks";
+        if (got.writes[k][e] != 1) return w;
+        scale = std::max(scale, static_cast<double>(std::fabs(want.state[k][e])));
+        diff = std::max(diff, static_cast<double>(std::fabs(got.state[k][e] - want.state[k][e])));
+      }
+      const double d = k == 0 ? diff : (scale > 0 ? diff / scale : diff);
+      w.state[k] = std::max(w.state[k], d);
+    }
+  }
+  return w;
+}
+
+TEST(LayoutEquality, EveryLayoutZeroStageSpScheduleAndRecomputeMatchesTheSerialRun) {
+  const std::vector<Layout> layouts = grid();
+  Worst overall;
+  int runs = 0;
+  for (Recompute recompute : {Recompute::none, Recompute::full}) {
+    const StepConfig c = base_config(recompute);
+    const std::vector<Batch> data = e2e::random_batches(c, kSteps);
+    const Outcome serial = run_serial(c, data);
+    for (const Layout& l : layouts) {
+      SCOPED_TRACE(l.name() + " recompute " + std::string(name(recompute)));
+      const Outcome got = run_layout(c, l, data);
+      ++runs;
+      const Worst w = compare(c, l, serial, got);
+      EXPECT_LE(w.loss, kLossTol);
+      EXPECT_LE(w.state[0], kParamTol);
+      EXPECT_LE(w.state[1], kMomentTol[1]);
+      EXPECT_LE(w.state[2], kMomentTol[2]);
+      overall.loss = std::max(overall.loss, w.loss);
+      for (int k = 0; k < kStateKindCount; ++k) {
+        overall.state[k] = std::max(overall.state[k], w.state[k]);
+      }
+      if (recompute == Recompute::full) {
+        // The same layout without recompute: the same bits.
+        const Outcome none = run_layout(base_config(Recompute::none), l, data);
+        EXPECT_EQ(
+            std::memcmp(none.losses.data(), got.losses.data(), got.losses.size() * sizeof(float)),
+            0)
+            << "full recompute's losses differ from none's";
+        for (int k = 0; k < kStateKindCount; ++k) {
+          EXPECT_EQ(std::memcmp(none.state[k].data(), got.state[k].data(),
+                                got.state[k].size() * sizeof(float)),
+                    0)
+              << "full recompute's " << name(static_cast<StateKind>(k)) << " differ from none's";
+        }
+      }
+    }
+  }
+  std::printf(
+      "%d runs: max |loss diff| %.3g, max |param diff| %.3g, max relative |m diff| %.3g, "
+      "|v diff| %.3g\n",
+      runs, overall.loss, overall.state[0], overall.state[1], overall.state[2]);
+  EXPECT_EQ(runs, 2 * static_cast<int>(layouts.size()));
+}
+
+}  // namespace
+}  // namespace dtrain::train

@@ -1,0 +1,82 @@
+// SerialEngine: the tests' single-rank reference that every layout of the engine must reproduce
+// (DESIGN.md: the oracle stays independent of what it checks). One GptModel (params, grads,
+// activations) and one AdamW over the whole flat parameter buffer, the norm of the whole
+// gradient and its clip scale, nothing sharded, no executor; with threads > 1 the ops and the
+// optimizer split their work across a ThreadTeam (same bits as one thread).
+#pragma once
+
+#include <cmath>
+#include <string>
+
+#include "dtrain/core/timer.h"
+#include "dtrain/model/gpt.h"
+#include "dtrain/model/thread_team.h"
+#include "dtrain/optim/adamw.h"
+#include "dtrain/optim/grad_clip.h"
+#include "dtrain/train/step_config.h"
+#include "dtrain/train/step_engine.h"
+#include "dtrain/train/step_update.h"
+#include "dtrain/train/train_state.h"
+
+namespace dtrain::train {
+
+class SerialEngine final : public StepEngine {
+ public:
+  explicit SerialEngine(const StepConfig& config)
+      : config_(config),
+        team_(config.threads),
+        model_(config.model, &tracker_, nullptr, &team_, config.recompute),
+        adamw_(model_.param_count(), config.adamw, &tracker_) {
+    model_.init_params(config.init_seed);
+    model_.set_batch_shape(config.batch, config.seq);
+  }
+
+  std::string describe() const override { return "serial"; }
+  StepStats train_step(const Batch& batch, float lr) override {
+    StepStats stats;
+    Stopwatch watch;
+    model_.zero_grads();
+    stats.loss = model_.forward(batch.inputs, batch.targets, batch.batch, batch.seq);
+    stats.forward_ms = watch.elapsed_us() * 1e-3;
+    watch.restart();
+    model_.backward();
+    stats.backward_ms = watch.elapsed_us() * 1e-3;
+    watch.restart();
+    stats.grad_norm = std::sqrt(optim::sum_of_squares(model_.grads()));
+    check_not_diverged(stats);
+    adamw_update_on_team(&team_, adamw_, model_.params(), model_.grads(), lr,
+                         optim::clip_scale(stats.grad_norm, config_.grad_clip));
+    stats.optimizer_ms = watch.elapsed_us() * 1e-3;
+    return stats;
+  }
+  float eval_loss(const Batch& batch) override {
+    return model_.forward(batch.inputs, batch.targets, batch.batch, batch.seq);
+  }
+  const MemoryTracker& memory() const override { return tracker_; }
+  int64_t param_count() const override { return model_.param_count(); }
+  RankState export_state() override {
+    RankState s;
+    const model::ParamTable& table = model_.param_table();
+    append_whole_tensors(table, StateKind::param, model_.params(), s.pieces);
+    append_whole_tensors(table, StateKind::adam_m, adamw_.m(), s.pieces);
+    append_whole_tensors(table, StateKind::adam_v, adamw_.v(), s.pieces);
+    s.adam_step = adamw_.step_count();
+    return s;
+  }
+  void import_state(const SerialState& state) override {
+    copy_whole_state(state, model_.param_table(), model_.params(), adamw_.m(), adamw_.v());
+    adamw_.set_step_count(state.adam_step);
+  }
+
+  model::GptModel& model() { return model_; }
+  optim::AdamW& optimizer() { return adamw_; }
+
+ private:
+  StepConfig config_;
+  MemoryTracker tracker_;  // declared before the buffers it accounts for
+  model::ThreadTeam team_;
+  model::GptModel model_;
+  optim::AdamW adamw_;
+};
+
+}  // namespace dtrain::train
