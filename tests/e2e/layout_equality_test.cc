@@ -6,8 +6,9 @@
 // of every step and the evaluation loss after the last, and every parameter and both AdamW
 // moments of the serial model, assembled from what each rank exports for a checkpoint (so ZeRO
 // shards, TP slices and pipeline stages are all put back together, and every element is written
-// by exactly one rank). Full recompute is compared with none of the same layout bit for bit: it
-// reruns the same ops on the same inputs. The max differences per layout are printed.
+// by exactly one rank). Every rank's counters equal the plan/ formulas, exactly. Full recompute
+// is compared with none of the same layout bit for bit: it reruns the same ops on the same
+// inputs. The max differences over the grid are printed.
 //
 // Tolerance, and why it is not zero: the ranks compute the same sums in other orders - the DP
 // average of B/dp-row gradients, the M micro-batches' accumulation, TP's row-parallel partial
@@ -32,6 +33,7 @@
 #include "dtrain/comm/threads/backend.h"
 #include "dtrain/train/engine.h"
 #include "dtrain/train/layout.h"
+#include "dtrain/train/layout_report.h"
 #include "e2e/equality_support.h"
 #include "reference/serial_engine.h"
 
@@ -112,6 +114,33 @@ struct Layout {
   }
 };
 
+// Every rank's counters beside the plan/ formulas (train/layout_report.h), exactly: its model
+// states, one micro-batch's activations for the recompute mode (and the in-flight count, one
+// chunk a rank), and the bytes its groups sent per step - TP's f and g with SP's re-gathers and
+// LayerNorm sums and full recompute's reruns, the vocabulary reductions, the activations
+// between stages (SP's slices under SP), the DP syncs and ZeRO-3's gathers inside the pipeline,
+// the tied embedding's sum.
+void expect_counters_equal_the_plan(const LayoutReport& r, const Layout& l) {
+  ASSERT_EQ(r.ranks.size(), static_cast<size_t>(l.dp * l.tp * l.pp));
+  for (const RankRow& k : r.ranks) {
+    SCOPED_TRACE(testing::Message() << "rank " << k.rank);
+    for (const StateRow& s : k.state) EXPECT_EQ(s.current_bytes, s.formula_bytes);
+    EXPECT_EQ(static_cast<double>(k.microbatch_activation_bytes),
+              k.planned_microbatch_activation_bytes);
+    if (r.chunks == 1) {
+      EXPECT_EQ(k.measured_inflight, k.checker_inflight);
+    }
+    EXPECT_EQ(k.tp_block, k.tp_block_formula);
+    EXPECT_EQ(k.tp_recompute, k.tp_recompute_formula);
+    EXPECT_EQ(k.tp_regather, k.tp_regather_formula);
+    EXPECT_EQ(k.tp_norms, k.tp_norms_formula);
+    EXPECT_EQ(k.tp_vocab, k.tp_vocab_formula);
+    EXPECT_EQ(k.pp, k.pp_formula);
+    EXPECT_EQ(k.dp, k.dp_formula);
+    EXPECT_EQ(k.embedding, k.embedding_formula);
+  }
+}
+
 Outcome run_layout(const StepConfig& c, const Layout& l, const std::vector<Batch>& data) {
   LayoutOptions o;
   o.dp = l.dp;
@@ -125,13 +154,17 @@ Outcome run_layout(const StepConfig& c, const Layout& l, const std::vector<Batch
   const int world = l.dp * l.tp * l.pp;
   std::vector<RankState> states(static_cast<size_t>(world));
   std::vector<std::vector<float>> losses(static_cast<size_t>(world));
+  LayoutReport report;
   comm::threads::run_ranks(world, [&](comm::Communicator& comm) {
     Engine engine(config, comm);
     std::vector<float>& mine = losses[static_cast<size_t>(comm.rank())];
     for (const Batch& b : data) mine.push_back(engine.train_step(b, kLr).loss);
+    LayoutReport r = gather_layout_report(engine, comm, o);  // the training steps' counters
     mine.push_back(engine.eval_loss(data[0]));
     states[static_cast<size_t>(comm.rank())] = engine.export_state();
+    if (comm.rank() == 0) report = std::move(r);
   });
+  expect_counters_equal_the_plan(report, l);
   Outcome out = empty_outcome(c.model);
   out.losses = losses[0];
   for (int r = 1; r < world; ++r) {

@@ -126,6 +126,64 @@ std::vector<CollectiveCall> stage_dp_collectives(const StageDataParallel& s, Sta
   }
 }
 
+namespace {
+
+// The shard pieces of the flat range `r`: rank i's owned elements inside it.
+std::vector<int64_t> shard_pieces(const StageDataParallelRank& s, const comm::Chunk& r) {
+  const int64_t shard = shard_count(s.params, s.ranks);
+  std::vector<int64_t> pieces;
+  for (int i = 0; i < s.ranks; ++i) {
+    const int64_t lo = std::clamp<int64_t>(i * shard, r.offset, r.offset + r.count);
+    const int64_t hi =
+        std::clamp<int64_t>(std::min(s.params, (i + 1) * shard), r.offset, r.offset + r.count);
+    pieces.push_back(hi - lo);
+  }
+  return pieces;
+}
+
+int64_t all_but(const std::vector<int64_t>& pieces, int skipped) {
+  int64_t sum = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (static_cast<int>(i) != skipped) sum += pieces[i];
+  }
+  return sum;
+}
+
+}  // namespace
+
+int64_t stage_dp_bytes_sent(const StageDataParallelRank& s, int64_t element_bytes) {
+  DTRAIN_CHECK(s.ranks >= 1 && s.rank >= 0 && s.rank < s.ranks && s.microbatches >= 1 &&
+                   s.zero_stage >= 0 && s.zero_stage <= 3,
+               "stage_dp_bytes_sent: rank ", s.rank, " of ", s.ranks, ", zero ", s.zero_stage,
+               ", microbatches ", s.microbatches);
+  if (s.ranks == 1) return 0;  // a group of one sends nothing (every collective short-circuits)
+  const int next = (s.rank + 1) % s.ranks;
+  int64_t elements = 0;
+  for (size_t b = 0; b < s.buckets.size(); ++b) {
+    const comm::Chunk& r = s.buckets[b];
+    if (s.zero_stage == 0) {
+      std::vector<int64_t> chunks;
+      for (int i = 0; i < s.ranks; ++i) chunks.push_back(comm::chunk_of(r.count, s.ranks, i).count);
+      elements += all_but(chunks, s.rank) + all_but(chunks, next);
+      continue;
+    }
+    const bool per_microbatch = s.zero_stage >= 2 && static_cast<int>(b) != s.deferred_bucket;
+    elements += all_but(shard_pieces(s, r), s.rank) * (per_microbatch ? s.microbatches : 1);
+  }
+  if (s.zero_stage == 1 || s.zero_stage == 2) {
+    elements += all_but(shard_pieces(s, {0, s.params}), next);
+  }
+  if (s.zero_stage == 3) {
+    for (const std::vector<comm::Chunk>* list :
+         {&s.forward_gathers, &s.backward_gathers, &s.rerun_gathers}) {
+      for (const comm::Chunk& r : *list) {
+        elements += all_but(shard_pieces(s, r), next) * s.microbatches;
+      }
+    }
+  }
+  return elements * element_bytes;
+}
+
 std::vector<CollectiveCall> sp_regather_collectives(int64_t micro_batch, int64_t seq,
                                                     int64_t hidden, int64_t bytes_per_element) {
   const double activation = static_cast<double>(micro_batch) * static_cast<double>(seq) *

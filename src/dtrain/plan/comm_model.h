@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dtrain/comm/chunks.h"
 #include "dtrain/comm/collective_kind.h"
 #include "dtrain/plan/activation_memory.h"
 #include "dtrain/plan/collective_cost.h"
@@ -102,6 +103,27 @@ struct StageDataParallel {
   int64_t rerun_gathered = 0;      // ZeRO-3
 };
 std::vector<CollectiveCall> stage_dp_collectives(const StageDataParallel& stage, StateBytes bytes);
+
+// Exactly the bytes one rank of a stage's DP group sends in one training step, collective by
+// collective, on the ring algorithms the engine runs over ZeRO's shard pieces (rank r owns
+// [r * ceil(Psi/N), ...), the last range short): a reduce-scatter sends every piece but the
+// rank's own, an all-gather every piece but the next rank's, an all-reduce (ZeRO 0) both over
+// comm::chunk_of's balanced chunks. Each bucket syncs once per step at ZeRO 0-1 and after every
+// micro-batch at 2-3 (the deferred one once); ZeRO 1-2 then all-gather the whole buffer, and
+// ZeRO-3 gathers each listed unit before each micro-batch's forward, backward and rerun. What
+// the engine's DP counter equals rank by rank; stage_dp_collectives is the group's mean of it.
+struct StageDataParallelRank {
+  int64_t params = 0;  // Psi of the stage on this TP rank
+  int ranks = 1;       // N
+  int rank = 0;        // the DP rank
+  int zero_stage = 0;
+  int microbatches = 1;
+  std::vector<comm::Chunk> buckets;  // flat ranges, in sync order
+  int deferred_bucket = -1;          // synced once per step whatever the stage; -1: none
+  // ZeRO-3's gathers per micro-batch: before the forward, the backward, and W's rerun.
+  std::vector<comm::Chunk> forward_gathers, backward_gathers, rerun_gathers;
+};
+int64_t stage_dp_bytes_sent(const StageDataParallelRank& stage, int64_t element_bytes);
 
 // Sequence parallelism's re-gathers in one layer's backward for one micro-batch: the LN1 and LN2
 // outputs are kept as the rank's b*s/t rows, and the column-parallel weight gradients need all

@@ -201,6 +201,21 @@ RankRow measure_rank(const Engine& e) {
     r.tp_regather_formula =
         bytes_sent(plan::sp_regather_collectives(b, T, g.channels, 4), c.tp) * blocks * M;
   }
+  if (sp) {
+    // The LayerNorm gradients' sum over TP after the DP sync: each LN tensor's elements this
+    // rank holds (all of them at ZeRO 0, its shard's at 1-3), one exact ring all-reduce each.
+    const comm::Chunk held = e.data_parallel().owned();
+    for (const model::ParamTensor& x : model.param_table().tensors()) {
+      const bool layernorm = x.name.find("ln1.") != std::string::npos ||
+                             x.name.find("ln2.") != std::string::npos || x.name.starts_with("lnf.");
+      const int64_t lo = std::max(held.offset, x.offset);
+      const int64_t hi = std::min(held.offset + held.count, x.offset + x.count);
+      if (!layernorm || lo >= hi) continue;
+      r.tp_norms_formula += static_cast<double>(
+          plan::flat_ring_all_reduce_link_traffic(hi - lo, sizeof(float), c.tp, 1, me.tp)
+              .total_bytes());
+    }
+  }
   r.tp_vocab_formula =
       bytes_sent(plan::tp_vocab_collectives(b, T, g.channels, 4, model.stage().embedding,
                                             model.stage().head),
@@ -223,15 +238,32 @@ RankRow measure_rank(const Engine& e) {
       if (u.name.starts_with("h.")) stage.rerun_gathered += u.count;
     }
   }
-  if (c.dp > 1 || c.zero_stage > 0) {
-    r.dp_formula = bytes_sent(plan::stage_dp_collectives(stage, plan::kFp32Adam), c.dp);
+  // Exactly, rank by rank: the engine's buckets (the deferred tied wte last) and ZeRO-3's
+  // gathers over the shard pieces (the same units as `stage` above).
+  plan::StageDataParallelRank exact;
+  exact.params = r.param_count;
+  exact.ranks = c.dp;
+  exact.rank = me.dp;
+  exact.zero_stage = c.zero_stage;
+  exact.microbatches = c.microbatches;
+  for (const parallel::Bucket& bk : e.data_parallel().buckets()) {
+    exact.buckets.push_back({bk.offset, bk.count});
   }
-  // Collectives per step: a bucket's sync (M at ZeRO 2-3 but the deferred one), ZeRO-3's
-  // gathers, the parameter all-gather at stages 1-2; each may round one element per chunk.
-  const auto buckets = static_cast<int64_t>(e.data_parallel().buckets().size());
-  const int64_t per_mb = c.zero_stage >= 2 ? c.microbatches : 1;
-  r.dp_collectives = buckets * per_mb + (c.zero_stage == 1 || c.zero_stage == 2 ? 1 : 0) +
-                     (c.zero_stage == 3 ? 3 * units.size() * c.microbatches : 0);
+  if (stage.deferred > 0 && !exact.buckets.empty()) {
+    exact.deferred_bucket = static_cast<int>(exact.buckets.size()) - 1;
+  }
+  if (c.zero_stage == 3) {
+    for (int u = 0; u < units.size(); ++u) {
+      const comm::Chunk range{units[u].offset, units[u].count};
+      exact.forward_gathers.push_back(range);
+      const bool embedding_only = u == emb && model.stage().embedding && !model.stage().head;
+      if (!embedding_only) exact.backward_gathers.push_back(range);
+      if (split && c.step.recompute == Recompute::full && units[u].name.starts_with("h.")) {
+        exact.rerun_gathers.push_back(range);
+      }
+    }
+  }
+  r.dp_formula = static_cast<double>(plan::stage_dp_bytes_sent(exact, sizeof(float)));
   if (e.has_embedding_group()) {
     const model::ParamTable& table = model.param_table();
     const double wte_bytes =
@@ -256,20 +288,18 @@ RankRow measure_rank(const Engine& e) {
     const std::vector<int> group = mesh.group_of(axis, global);
     return group[static_cast<size_t>((me[axis] + 1) % static_cast<int>(group.size()))];
   };
-  to(successor(Axis::tp),
-     r.tp_block_formula + r.tp_vocab_formula + r.tp_regather_formula + r.tp_recompute_formula);
+  to(successor(Axis::tp), r.tp_block_formula + r.tp_vocab_formula + r.tp_regather_formula +
+                              r.tp_recompute_formula + r.tp_norms_formula);
   const std::vector<int> dp_group = mesh.group_of(Axis::dp, global);
   const int dp_nodes = static_cast<int>(c.topology.nodes_of(dp_group).size());
-  // ZeRO 0: each bucket's all-reduce, flat or two-level, exactly as plan/link_traffic.h counts
-  // it (the DP group's members fill its nodes in dp order, the same number on each).
-  if (c.zero_stage == 0 && c.dp > 1 && static_cast<int>(dp_group.size()) % dp_nodes == 0) {
+  // The two-level all-reduce of each bucket exactly as plan/link_traffic.h counts it (the DP
+  // group's members fill its nodes in dp order, the same number on each); a ring sends all of
+  // its bytes to the rank's successor.
+  if (c.hierarchical && static_cast<int>(dp_group.size()) % dp_nodes == 0) {
     const int per_node = static_cast<int>(dp_group.size()) / dp_nodes;
     for (const parallel::Bucket& bk : e.data_parallel().buckets()) {
-      const plan::LinkTraffic lt = c.hierarchical
-                                       ? plan::hierarchical_all_reduce_link_traffic(
-                                             bk.count, sizeof(float), per_node, dp_nodes, me.dp)
-                                       : plan::flat_ring_all_reduce_link_traffic(
-                                             bk.count, sizeof(float), per_node, dp_nodes, me.dp);
+      const plan::LinkTraffic lt = plan::hierarchical_all_reduce_link_traffic(
+          bk.count, sizeof(float), per_node, dp_nodes, me.dp);
       r.predicted_intra_node_bytes += static_cast<double>(lt.intra_node_bytes);
       r.predicted_inter_node_bytes += static_cast<double>(lt.inter_node_bytes);
     }
@@ -396,12 +426,12 @@ json row_to_json(const RankRow& k) {
             {"tp_vocab", k.tp_vocab_formula},
             {"tp_regather", k.tp_regather_formula},
             {"tp_recompute", k.tp_recompute_formula},
+            {"tp_layernorm_grads", k.tp_norms_formula},
             {"pp", k.pp_formula},
             {"dp", k.dp_formula},
             {"embedding", k.embedding_formula},
             {"model_intra_node", k.predicted_intra_node_bytes},
             {"model_inter_node", k.predicted_inter_node_bytes}}},
-          {"dp_collectives_per_step", k.dp_collectives},
           {"predicted_comm_ms", k.predicted_comm_ms},
           {"dp_overlap",
            {{"comm_ms_per_step", k.dp_comm_ms},
@@ -451,12 +481,12 @@ RankRow row_from_json(const json& j) {
   k.tp_vocab_formula = p.at("tp_vocab");
   k.tp_regather_formula = p.at("tp_regather");
   k.tp_recompute_formula = p.at("tp_recompute");
+  k.tp_norms_formula = p.at("tp_layernorm_grads");
   k.pp_formula = p.at("pp");
   k.dp_formula = p.at("dp");
   k.embedding_formula = p.at("embedding");
   k.predicted_intra_node_bytes = p.at("model_intra_node");
   k.predicted_inter_node_bytes = p.at("model_inter_node");
-  k.dp_collectives = j.at("dp_collectives_per_step");
   k.predicted_comm_ms = j.at("predicted_comm_ms");
   k.dp_comm_ms = j.at("dp_overlap").at("comm_ms_per_step");
   k.dp_hidden_ms = j.at("dp_overlap").at("hidden_ms_per_step");
@@ -797,23 +827,21 @@ void print_layout_report(std::ostream& out, const LayoutReport& r) {
   }
   out << "\n  rank   TP bytes/step     PP bytes/step   DP bytes/step   emb bytes  DP hidden\n";
   for (const RankRow& k : r.ranks) {
-    const double tp = k.tp_block + k.tp_vocab + k.tp_regather + k.tp_recompute;
-    const double tp_plan =
-        k.tp_block_formula + k.tp_vocab_formula + k.tp_regather_formula + k.tp_recompute_formula;
+    const double tp = k.tp_block + k.tp_vocab + k.tp_regather + k.tp_recompute + k.tp_norms;
+    const double tp_plan = k.tp_block_formula + k.tp_vocab_formula + k.tp_regather_formula +
+                           k.tp_recompute_formula + k.tp_norms_formula;
     out << "  " << right_aligned(std::to_string(k.rank), 4)
         << right_aligned(beside(tp, tp_plan), 16) << right_aligned(beside(k.pp, k.pp_formula), 18)
-        << right_aligned(
-               beside(k.dp, k.dp_formula, static_cast<double>(k.dp_collectives * (r.dp + 1)) * 4),
-               16)
+        << right_aligned(beside(k.dp, k.dp_formula), 16)
         << right_aligned(beside(k.embedding, k.embedding_formula), 12)
         << right_aligned(k.dp_comm_ms > 0 ? percent(k.dp_overlap_share) : "-", 11) << "\n";
   }
   out << "  (bytes sent per training step, measured by each group's communicator; \"(plan X)\" "
          "shows plan/'s figure where it differs: TP = f and g of every block and micro-batch (4 "
          "ring all-reduces of b*T*C, or SP's gathers and scatters, plus full recompute's reruns "
-         "and SP's re-gathers) and the vocabulary reductions; PP = the schedule's sends; DP = "
-         "plan::stage_dp_collectives; DP hidden = the share of the DP communication thread's "
-         "time that ran inside compute)\n";
+         "and SP's re-gathers and LayerNorm sums) and the vocabulary reductions; PP = the "
+         "schedule's sends; DP = plan::stage_dp_bytes_sent, this rank's ring pieces exactly; DP "
+         "hidden = the share of the DP communication thread's time that ran inside compute)\n";
   if (r.pp > 1) {
     out << "  pipeline bubble: " << percent(r.bubble.measured) << " of the last step's "
         << fixed(r.bubble.makespan_ms, 2) << " ms (mean over the steps after the first "

@@ -56,12 +56,13 @@ struct RankRow {
   // Bytes sent per training step (mean over the steps), measured by each group's communicator,
   // and the plan/ formulas for the same: TP's blocks (f and g), vocabulary reductions, SP's
   // re-gathers and LayerNorm sums, full recompute's reruns; PP; DP; the tied embedding; the loss
-  // and norm exchange (other).
+  // and norm exchange (other). The DP formula is plan::stage_dp_bytes_sent: this rank's ring
+  // pieces, exact.
   double tp_block = 0, tp_vocab = 0, tp_regather = 0, tp_norms = 0, tp_recompute = 0;
   double pp = 0, dp = 0, embedding = 0, other = 0;
   double tp_block_formula = 0, tp_vocab_formula = 0, tp_regather_formula = 0;
-  double tp_recompute_formula = 0, pp_formula = 0, dp_formula = 0, embedding_formula = 0;
-  int64_t dp_collectives = 0;  // DP collectives per step (buckets, gathers): the rounding bound
+  double tp_recompute_formula = 0, tp_norms_formula = 0, pp_formula = 0, dp_formula = 0;
+  double embedding_formula = 0;
   // By link class, per step: every communicator; the model's groups only, measured and
   // predicted (each formula's bytes sent where its algorithm sends them).
   double intra_node_bytes = 0, inter_node_bytes = 0;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "dtrain/core/check.h"
+#include "dtrain/core/system_memory.h"
 #include "dtrain/core/timer.h"
 
 namespace dtrain::train {
@@ -103,8 +104,11 @@ TrainSummary Trainer::run() {
     // --max-rank-memory is a limit, not a forecast: the rank's measured peak must stay under it.
     const int64_t peak = engine_.memory().peak_total_bytes();
     DTRAIN_CHECK(config_.max_rank_memory == 0 || peak <= config_.max_rank_memory,
-                 "--max-rank-memory ", config_.max_rank_memory, " bytes: ", engine_.describe(),
-                 " held ", peak, " bytes at its peak in step ", step + 1);
+                 "--max-rank-memory ", format_gib(static_cast<double>(config_.max_rank_memory)),
+                 ": ", engine_.describe(), " held ", format_gib(static_cast<double>(peak)), " (",
+                 peak, " bytes) at its peak in step ", step + 1,
+                 " (the plan/ figure leaves out communication buffers; shard further or raise the "
+                 "cap)");
     s.train_losses.push_back(r.stats.loss);
     step_ms.push_back(r.step_ms);
     s.forward_ms += r.stats.forward_ms;

@@ -75,7 +75,8 @@ void all_gather_ring(Communicator& comm, OperationScope& scope, T* data, ChunkAt
 }
 
 // Out of place: the partial sums travel in two alternating scratch chunks (one is being sent
-// while the next is written), and the last step writes straight into `output`.
+// while the next is written), and the last step writes straight into `output`; a chunk is
+// taken only when a step writes it (two ranks need none, three one).
 template <typename T, typename ChunkAt>
 void reduce_scatter_ring(Communicator& comm, OperationScope& scope, const T* input, T* output,
                          ChunkAt&& chunk_at, int64_t max_chunk_count, ReduceOp op, int tag) {
@@ -83,8 +84,8 @@ void reduce_scatter_ring(Communicator& comm, OperationScope& scope, const T* inp
   const int next = mod(r + 1, n), prev = mod(r - 1, n);
   const int64_t chunk_bytes = max_chunk_count * sizeof(T);
   T* incoming = static_cast<T*>(comm.scratch(0, segment_elements<T>() * sizeof(T)));
-  T* partial[2] = {static_cast<T*>(comm.scratch(1, chunk_bytes)),
-                   static_cast<T*>(comm.scratch(2, chunk_bytes))};
+  T* partial[2] = {n > 2 ? static_cast<T*>(comm.scratch(1, chunk_bytes)) : nullptr,
+                   n > 3 ? static_cast<T*>(comm.scratch(2, chunk_bytes)) : nullptr};
   for (int s = 0; s < n - 1; ++s) {
     const Chunk out = chunk_at(mod(r - s - 1, n));
     const Chunk in = chunk_at(mod(r - s - 2, n));
