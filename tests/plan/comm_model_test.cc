@@ -145,5 +145,85 @@ TEST(CommModel, ExposedTimeKeepsTheLastPiece) {
   EXPECT_DOUBLE_EQ(exposed_time(0, 0, 4), 0);
 }
 
+// One stage's DP bytes per rank, worked by hand on zero.h's example: Psi = 10 over N = 4 ranks,
+// shard 3, rank 0 owns [0, 3), 1 [3, 6), 2 [6, 9), 3 [9, 10). Bucket A = [4, 10) holds the
+// pieces {0, 2, 3, 1} and bucket B = [0, 4) the pieces {3, 1, 0, 0}.
+TEST(CommModel, StageDataParallelBytesPerRankFromTheShardPieces) {
+  StageDataParallelRank s;
+  s.params = 10;
+  s.ranks = 4;
+  s.buckets = {{4, 6}, {0, 4}};
+  auto sent = [&](int zero, int rank, int microbatches = 1) {
+    StageDataParallelRank x = s;
+    x.zero_stage = zero;
+    x.rank = rank;
+    x.microbatches = microbatches;
+    return stage_dp_bytes_sent(x, 1);
+  };
+  // ZeRO 0, a ring all-reduce over chunk_of's chunks (A: {2, 2, 1, 1}, B: {1, 1, 1, 1}): every
+  // chunk but the rank's own, then every chunk but the next rank's.
+  EXPECT_EQ(sent(0, 0), (6 - 2) + (6 - 2) + (4 - 1) + (4 - 1));
+  EXPECT_EQ(sent(0, 2), (6 - 1) + (6 - 1) + (4 - 1) + (4 - 1));
+  // ZeRO 1: reduce-scatter each bucket (every piece but the rank's), then the parameters'
+  // all-gather of [0, 10) with pieces {3, 3, 3, 1} (every piece but the next rank's).
+  EXPECT_EQ(sent(1, 0), (6 - 0) + (4 - 3) + (10 - 3));
+  EXPECT_EQ(sent(1, 2), (6 - 3) + (4 - 0) + (10 - 1));
+  EXPECT_EQ(sent(1, 3), (6 - 1) + (4 - 0) + (10 - 3));
+  // ZeRO 2 with 3 micro-batches reduce-scatters per micro-batch, the deferred bucket once.
+  EXPECT_EQ(sent(2, 1, 3), 3 * ((6 - 2) + (4 - 1)) + (10 - 3));
+  s.deferred_bucket = 1;
+  EXPECT_EQ(sent(2, 1, 3), 3 * (6 - 2) + (4 - 1) + (10 - 3));
+  // ZeRO 3: the same reduce-scatters, and each listed gather per micro-batch (every piece but
+  // the next rank's): forward both buckets, backward only A, no rerun.
+  s.forward_gathers = s.buckets;
+  s.backward_gathers = {{4, 6}};
+  EXPECT_EQ(sent(3, 1, 2), 2 * (6 - 2) + (4 - 1) + 2 * ((6 - 3) + (4 - 0)) + 2 * (6 - 3));
+  // The group's mean is the continuous formula's: at ZeRO 1 without deferral, sum over the
+  // ranks of (bucket - own piece) + (Psi - next piece) = (N - 1) (Psi + Psi).
+  s.deferred_bucket = -1;
+  int64_t total = 0;
+  for (int r = 0; r < 4; ++r) total += sent(1, r);
+  EXPECT_EQ(total, 3 * (10 + 10));
+  EXPECT_DOUBLE_EQ(static_cast<double>(total) / 4,
+                   traffic_of(stage_dp_collectives({.params = 10, .zero_stage = 1}, {1, 1, 0}), 4)
+                       .bytes_sent);
+  // One rank sends nothing.
+  s.ranks = 1;
+  EXPECT_EQ(sent(3, 0, 4), 0);
+}
+
+// plan::stage_dp_collectives is dp_collectives for a whole stage, and its deferred and
+// gathered elements change only what they say.
+TEST(CommModel, StageDataParallelCollectives) {
+  const StateBytes b{4, 4, 8};
+  for (int zero = 0; zero <= 3; ++zero) {
+    const double want = traffic_of(dp_collectives(1000, zero, b, 2), 4).bytes_sent;
+    EXPECT_DOUBLE_EQ(
+        traffic_of(stage_dp_collectives({.params = 1000, .zero_stage = zero, .microbatches = 2}, b),
+                   4)
+            .bytes_sent,
+        want)
+        << "zero " << zero;
+  }
+  // ZeRO-3 with 2 micro-batches, 100 deferred elements, 200 not gathered for the backward, 300
+  // gathered again for W: (N-1)/N of 4 bytes x (gathers 2 x (1000 + 800 + 300) + reduce-scatter
+  // 900 x 2 + 100).
+  const std::vector<CollectiveCall> calls = stage_dp_collectives(
+      {.params = 1000, .zero_stage = 3, .microbatches = 2, .deferred = 100,
+       .backward_gathered = 800, .rerun_gathered = 300},
+      b);
+  EXPECT_DOUBLE_EQ(traffic_of(calls, 4).bytes_sent,
+                   0.75 * 4 * (2 * (1000 + 800 + 300) + (900 * 2 + 100)));
+}
+
+// SP's re-gathers: 2 all-gathers of b*s*h a layer, (N-1)/N of each sent.
+TEST(CommModel, SequenceParallelRegathers) {
+  const std::vector<CollectiveCall> calls = sp_regather_collectives(2, 8, 16, 4);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].count, 2);
+  EXPECT_DOUBLE_EQ(calls[0].bytes, 2.0 * 8 * 16 * 4);
+  EXPECT_DOUBLE_EQ(traffic_of(calls, 4).bytes_sent, 2 * 0.75 * 2 * 8 * 16 * 4);
+}
+
 }  // namespace
 }  // namespace dtrain::plan
