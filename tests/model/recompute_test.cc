@@ -15,18 +15,14 @@
 #include "dtrain/model/thread_team.h"
 #include "dtrain/plan/activation_memory.h"
 #include "dtrain/plan/head_activation_memory.h"
+#include "random_tokens.h"
 
 namespace dtrain::model {
 namespace {
 
 constexpr Recompute kModes[] = {Recompute::none, Recompute::selective, Recompute::full};
 
-std::vector<int32_t> random_tokens(int64_t n, int64_t V, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (int32_t& x : t) x = static_cast<int32_t>(rng.uniform_int(static_cast<uint64_t>(V)));
-  return t;
-}
+using testing::random_tokens;
 
 struct Step {
   float loss = 0;

@@ -11,16 +11,12 @@
 #include "dtrain/model/gpt.h"
 #include "dtrain/model/thread_team.h"
 #include "dtrain/plan/activation_memory.h"
+#include "random_tokens.h"
 
 namespace dtrain::model {
 namespace {
 
-std::vector<int32_t> random_tokens(int64_t n, int64_t V, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (int32_t& x : t) x = static_cast<int32_t>(rng.uniform_int(static_cast<uint64_t>(V)));
-  return t;
-}
+using testing::random_tokens;
 
 // Every gradient after one step on (x, y), fused or split; the split runs every block's B
 // first (top down, as a pipeline does), then the W's bottom up, to show W needs only the stash.

@@ -13,16 +13,12 @@
 #include "dtrain/core/rng.h"
 #include "dtrain/model/gpt.h"
 #include "dtrain/parallel/tensor_parallel.h"
+#include "random_tokens.h"
 
 namespace dtrain::parallel {
 namespace {
 
-std::vector<int32_t> random_tokens(int64_t n, int64_t V, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (int32_t& x : t) x = static_cast<int32_t>(rng.uniform_int(static_cast<uint64_t>(V)));
-  return t;
-}
+using testing::random_tokens;
 
 struct RankGrads {
   std::vector<float> grads;

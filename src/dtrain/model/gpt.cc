@@ -48,6 +48,20 @@ class RecomputingScope {
   TensorParallelHooks& tp_;
 };
 
+// One linear's backward over BT rows: fused (matmul_backward) when `kept` is null; else only its
+// input half, with the output gradient copied to `kept` for the weight half later (a split
+// backward's W: matmul_backward is exactly its _input and _weight halves).
+void matmul_backward_or_keep(float* dinp, float* dweight, float* dbias, const float* dout,
+                             const float* inp, const float* weight, int64_t BT, int64_t in,
+                             int64_t out, float* kept, const Compute& cx) {
+  if (kept == nullptr) {
+    matmul_backward(dinp, dweight, dbias, dout, inp, weight, BT, in, out, cx);
+    return;
+  }
+  matmul_backward_input(dinp, dout, weight, BT, in, out, cx);
+  std::memcpy(kept, dout, static_cast<size_t>(BT * out) * sizeof(float));
+}
+
 }  // namespace
 
 GptModel::GptModel(const GptConfig& config, MemoryTracker* tracker, TensorParallelHooks* tp,
@@ -537,28 +551,17 @@ void GptModel::block_backward_dense(GptActivations& acts, GptWorkspace& ws, int6
   const Compute& cx = cx_;
   float* dres = ws.dres;  // (B, T, C): d block output on entry, d block input on exit
   float* dln = ws.d_btc1;
-  // One linear's backward: fused (matmul_backward), or its input half now with the output
-  // gradient copied to `kept` for block_backward_weight.
-  auto linear_backward = [&](float* dinp, float* dweight, float* dbias, const float* dout,
-                             const float* inp, const float* weight, int64_t in, int64_t out,
-                             float* kept) {
-    if (keep == nullptr) {
-      matmul_backward(dinp, dweight, dbias, dout, inp, weight, BT, in, out, cx);
-      return;
-    }
-    matmul_backward_input(dinp, dout, weight, BT, in, out, cx);
-    std::memcpy(kept, dout, static_cast<size_t>(BT * out) * sizeof(float));
-  };
 
   // MLP; the residual passes dres through unchanged, the LayerNorm adds to it
   zero(ws.dfc_gelu, BT * 4 * C_local);
-  linear_backward(ws.dfc_gelu, dw.fc_proj_w, dw.fc_proj_b, dres, a.fc_gelu, w.fc_proj_w,
-                  4 * C_local, C, keep != nullptr ? keep->dfc_proj : nullptr);  // g: identity
+  matmul_backward_or_keep(ws.dfc_gelu, dw.fc_proj_w, dw.fc_proj_b, dres, a.fc_gelu, w.fc_proj_w, BT,
+                          4 * C_local, C, keep != nullptr ? keep->dfc_proj : nullptr,
+                          cx);  // g: identity
   zero(ws.dfc, BT * 4 * C_local);
   gelu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT * 4 * C_local, cx);
   zero(dln, BT * C);
-  linear_backward(dln, dw.fc_w, dw.fc_b, ws.dfc, a.ln2_out, w.fc_w, C, 4 * C_local,
-                  keep != nullptr ? keep->dfc : nullptr);
+  matmul_backward_or_keep(dln, dw.fc_w, dw.fc_b, ws.dfc, a.ln2_out, w.fc_w, BT, C, 4 * C_local,
+                          keep != nullptr ? keep->dfc : nullptr, cx);
   tp_->f_backward(dln, BT * C);
   layernorm_backward(dres, dw.ln2_w, dw.ln2_b, dln, a.ln2_in, w.ln2_w, a.ln2_mean, a.ln2_rstd, B, T,
                      C);
@@ -566,13 +569,13 @@ void GptModel::block_backward_dense(GptActivations& acts, GptWorkspace& ws, int6
   // attention
   float* datty = ws.d_btc2;
   zero(datty, BT * C_local);
-  linear_backward(datty, dw.proj_w, dw.proj_b, dres, a.atty, w.proj_w, C_local, C,
-                  keep != nullptr ? keep->dproj : nullptr);
+  matmul_backward_or_keep(datty, dw.proj_w, dw.proj_b, dres, a.atty, w.proj_w, BT, C_local, C,
+                          keep != nullptr ? keep->dproj : nullptr, cx);
   zero(ws.dqkv, BT * 3 * C_local);
   attention_backward(ws.dqkv, ws.datt, datty, a.qkv, a.att, B, T, C_local, NH_local, cx);
   zero(dln, BT * C);
-  linear_backward(dln, dw.qkv_w, dw.qkv_b, ws.dqkv, a.ln1_out, w.qkv_w, C, 3 * C_local,
-                  keep != nullptr ? keep->dqkv : nullptr);
+  matmul_backward_or_keep(dln, dw.qkv_w, dw.qkv_b, ws.dqkv, a.ln1_out, w.qkv_w, BT, C, 3 * C_local,
+                          keep != nullptr ? keep->dqkv : nullptr, cx);
   tp_->f_backward(dln, BT * C);
   layernorm_backward(dres, dw.ln1_w, dw.ln1_b, dln, a.ln1_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, B, T,
                      C);
@@ -657,30 +660,20 @@ void GptModel::block_backward_sp(GptActivations& acts, GptWorkspace& ws, int64_t
   float* dres = ws.dres;     // (rows, C): d block output on entry, d block input on exit
   float* full = ws.d_btc2;   // (B, T, C): gathered dres, gathered LN output; (rows, C) dln slice
   float* dfull = ws.d_btc1;  // (B, T, C): d LN output (partial); datty before it
-  // One linear's backward: fused, or (split, for block_backward_weight) its input half with the
-  // output gradient kept; the split's W re-gathers the LN outputs the weight gradients read.
-  auto linear_backward = [&](float* dinp, float* dweight, float* dbias, const float* dout,
-                             const float* inp, const float* weight, int64_t in, int64_t out,
-                             float* kept) {
-    if (keep == nullptr) {
-      matmul_backward(dinp, dweight, dbias, dout, inp, weight, BT, in, out, cx);
-      return;
-    }
-    matmul_backward_input(dinp, dout, weight, BT, in, out, cx);
-    std::memcpy(kept, dout, static_cast<size_t>(BT * out) * sizeof(float));
-  };
 
+  // With `keep` (split), W re-gathers the LN outputs its weight gradients read, so B skips
+  // the re-gathers (block_backward_weight).
   // MLP
   tp_->sp_all_gather(full, dres, rows * C, Site::block_backward);  // g's conjugate
   zero(ws.dfc_gelu, BT * 4 * C_local);
-  linear_backward(ws.dfc_gelu, dw.fc_proj_w, dw.fc_proj_b, full, a.fc_gelu, w.fc_proj_w,
-                  4 * C_local, C, keep != nullptr ? keep->dfc_proj : nullptr);
+  matmul_backward_or_keep(ws.dfc_gelu, dw.fc_proj_w, dw.fc_proj_b, full, a.fc_gelu, w.fc_proj_w, BT,
+                          4 * C_local, C, keep != nullptr ? keep->dfc_proj : nullptr, cx);
   zero(ws.dfc, BT * 4 * C_local);
   gelu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT * 4 * C_local, cx);
   if (keep == nullptr) tp_->sp_all_gather(full, a.ln2_out, rows * C, Site::regather);
   zero(dfull, BT * C);
-  linear_backward(dfull, dw.fc_w, dw.fc_b, ws.dfc, full, w.fc_w, C, 4 * C_local,
-                  keep != nullptr ? keep->dfc : nullptr);
+  matmul_backward_or_keep(dfull, dw.fc_w, dw.fc_b, ws.dfc, full, w.fc_w, BT, C, 4 * C_local,
+                          keep != nullptr ? keep->dfc : nullptr, cx);
   tp_->sp_reduce_scatter(full, dfull, rows * C, Site::block_backward);  // f's conjugate
   layernorm_backward(dres, dw.ln2_w, dw.ln2_b, full, a.ln2_in, w.ln2_w, a.ln2_mean, a.ln2_rstd, 1,
                      rows, C);
@@ -689,14 +682,14 @@ void GptModel::block_backward_sp(GptActivations& acts, GptWorkspace& ws, int64_t
   tp_->sp_all_gather(full, dres, rows * C, Site::block_backward);  // g's conjugate
   float* datty = dfull;                                            // (B, T, C_local)
   zero(datty, BT * C_local);
-  linear_backward(datty, dw.proj_w, dw.proj_b, full, a.atty, w.proj_w, C_local, C,
-                  keep != nullptr ? keep->dproj : nullptr);
+  matmul_backward_or_keep(datty, dw.proj_w, dw.proj_b, full, a.atty, w.proj_w, BT, C_local, C,
+                          keep != nullptr ? keep->dproj : nullptr, cx);
   zero(ws.dqkv, BT * 3 * C_local);
   attention_backward(ws.dqkv, ws.datt, datty, a.qkv, a.att, B, T, C_local, NH_local, cx);
   if (keep == nullptr) tp_->sp_all_gather(full, a.ln1_out, rows * C, Site::regather);
   zero(dfull, BT * C);
-  linear_backward(dfull, dw.qkv_w, dw.qkv_b, ws.dqkv, full, w.qkv_w, C, 3 * C_local,
-                  keep != nullptr ? keep->dqkv : nullptr);
+  matmul_backward_or_keep(dfull, dw.qkv_w, dw.qkv_b, ws.dqkv, full, w.qkv_w, BT, C, 3 * C_local,
+                          keep != nullptr ? keep->dqkv : nullptr, cx);
   tp_->sp_reduce_scatter(full, dfull, rows * C, Site::block_backward);  // f's conjugate
   layernorm_backward(dres, dw.ln1_w, dw.ln1_b, full, a.ln1_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, 1,
                      rows, C);
