@@ -3,6 +3,7 @@
 // the fuzzer starts from well-formed files and mutates them instead of guessing the format.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -19,8 +20,8 @@
 #include "dtrain/plan/hardware.h"
 #include "dtrain/train/checkpoint.h"
 #include "dtrain/train/data.h"
-#include "dtrain/train/data_parallel_engine.h"
-#include "dtrain/train/serial_engine.h"
+#include "dtrain/train/engine.h"
+#include "dtrain/train/layout.h"
 
 namespace fs = std::filesystem;
 
@@ -50,8 +51,8 @@ std::string read_all(const fs::path& path) {
 
 // A model small enough that a whole checkpoint (params and both AdamW moments) is a few KB,
 // with C = 6 over 2 heads and an odd parameter count so ZeRO pads its last shard.
-dtrain::train::SerialEngineConfig tiny_config() {
-  dtrain::train::SerialEngineConfig c;
+dtrain::train::StepConfig tiny_config() {
+  dtrain::train::StepConfig c;
   c.model = {.vocab = 11, .context = 4, .layers = 1, .heads = 2, .channels = 6};
   c.batch = 2;
   c.seq = 4;
@@ -71,7 +72,7 @@ const std::vector<int32_t>& tokens() {
 
 // One step, then save_checkpoint: the real writer, so the seeds hold real moments and ranges.
 std::string train_and_save(dtrain::train::StepEngine& engine, const fs::path& root) {
-  const dtrain::train::SerialEngineConfig c = tiny_config();
+  const dtrain::train::StepConfig c = tiny_config();
   dtrain::train::BatchSampler sampler(tokens(), c.batch, c.seq, 7);
   dtrain::train::Batch batch;
   sampler.next(batch);
@@ -108,22 +109,22 @@ void all_checkpoint_seeds(const fs::path& out) {
   const fs::path tmp =
       fs::temp_directory_path() / ("dtrain-fuzz-seeds-" + std::to_string(::getpid()));
   fs::remove_all(tmp);
-  {
-    dtrain::train::SerialEngine engine(tiny_config());
-    checkpoint_seeds(out, "serial", train_and_save(engine, tmp / "serial"));
-  }
-  // Two data-parallel ranks under ZeRO 1 and 3: two shard files, pieces that are ranges.
-  for (int zero : {1, 3}) {
+  // One rank; then two data-parallel ranks under ZeRO 1 and 3: two shard files, pieces that are
+  // ranges.
+  for (int zero : {-1, 1, 3}) {
+    dtrain::train::LayoutOptions layout;
+    layout.dp = zero < 0 ? 1 : 2;
+    layout.zero_stage = std::max(zero, 0);
+    const dtrain::train::EngineConfig config =
+        dtrain::train::make_engine_config(tiny_config(), layout);
+    const std::string tag = zero < 0 ? "serial" : "dp2_zero" + std::to_string(zero);
     std::string dir;
-    dtrain::comm::threads::run_ranks(2, [&](dtrain::comm::Communicator& world) {
-      dtrain::train::DataParallelSetup dp;
-      dp.dp = 2;
-      dp.zero_stage = zero;
-      dtrain::train::DataParallelEngine engine({tiny_config(), dp}, world);
-      const std::string written = train_and_save(engine, tmp / ("dp2-zero" + std::to_string(zero)));
+    dtrain::comm::threads::run_ranks(layout.dp, [&](dtrain::comm::Communicator& world) {
+      dtrain::train::Engine engine(config, world);
+      const std::string written = train_and_save(engine, tmp / tag);
       if (world.rank() == 0) dir = written;
     });
-    checkpoint_seeds(out, "dp2_zero" + std::to_string(zero), dir);
+    checkpoint_seeds(out, tag, dir);
   }
   fs::remove_all(tmp);
 }

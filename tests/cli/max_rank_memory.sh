@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # --max-rank-memory: a model whose states and activations, unsharded, need far more than the
-# per-rank cap (14.5M parameters, 223 MiB a rank under plain DP by the plan/ formulas) is refused
+# per-rank cap (14.4M parameters, 223 MiB a rank under plain DP by the plan/ formulas) is refused
 # up front on plain DP, on a pipeline alone, on DP x PP without ZeRO and on ZeRO-3 over two ranks,
 # each with the figure; --dp 2 --pp 2 --zero 3 trains under the cap; and a cap the plan allows
 # but the run's measured peak passes (the communication buffers are not in the plan) stops the run

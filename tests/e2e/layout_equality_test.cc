@@ -1,7 +1,7 @@
 // Every layout of the one engine equals the single-rank reference (DESIGN.md test 5): the grid
 //   (dp, tp, pp) in {(1,1,1), (2,1,1), (1,2,1), (1,1,2), (2,2,1), (2,1,2), (1,2,2), (2,2,2),
-//   (4,2,1)} x ZeRO 0-3 x sequence parallelism on/off (where tp > 1) x schedule {1f1b, zb-h1,
-//   interleaved} (where pp > 1) x recompute {none, full}
+//   (4,2,1), (1,4,1)} x ZeRO 0-3 x sequence parallelism on/off (where tp > 1) x schedule {1f1b,
+//   zb-h1, interleaved} (where pp > 1) x recompute {none, full}
 // trains K = 3 steps on the same batches as tests/reference/serial_engine.h and compares the loss
 // of every step and the evaluation loss after the last, and every parameter and both AdamW
 // moments of the serial model, assembled from what each rank exports for a checkpoint (so ZeRO
@@ -187,7 +187,7 @@ std::vector<Layout> grid() {
     int dp, tp, pp, microbatches;
   };
   const Shape shapes[] = {{1, 1, 1, 1}, {2, 1, 1, 2}, {1, 2, 1, 1}, {1, 1, 2, 4}, {2, 2, 1, 1},
-                          {2, 1, 2, 2}, {1, 2, 2, 4}, {2, 2, 2, 2}, {4, 2, 1, 1}};
+                          {2, 1, 2, 2}, {1, 2, 2, 4}, {2, 2, 2, 2}, {4, 2, 1, 1}, {1, 4, 1, 1}};
   std::vector<Layout> out;
   for (const Shape& s : shapes) {
     for (int zero = 0; zero <= 3; ++zero) {

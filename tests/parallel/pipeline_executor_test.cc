@@ -5,7 +5,7 @@
 // bytes it sends against plan::pp_bytes_per_microbatch, the measured actions in the
 // schedule's order and causally consistent across ranks, the measured timeline and bubble,
 // and the forward-only evaluation against the whole model. Gradients and the training run
-// against the serial engine are in tests/e2e/pipeline_equality_test.cc.
+// against the single-rank reference are in tests/e2e/layout_equality_test.cc.
 #include "dtrain/parallel/pipeline_executor.h"
 
 #include <gtest/gtest.h>

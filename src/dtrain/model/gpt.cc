@@ -124,12 +124,6 @@ void GptModel::release_grads() {
   dw_ = weights_at(nullptr);
 }
 
-void GptModel::restore_grads() {
-  grads_ = Buffer<float>(table_.total_count(), MemoryTag::grads, tracker_);
-  grads_.zero();
-  dw_ = weights_at(grads_.data());
-}
-
 void GptModel::bind_params(int64_t offset, int64_t count, float* storage) {
   bind_range(w_, offset, count, storage);
 }

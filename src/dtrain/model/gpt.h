@@ -136,9 +136,6 @@ class GptModel {
   // every tensor must be bound below before a pass touches it.
   void release_params();
   void release_grads();
-  // Allocates the model's own flat gradient buffer again (zeroed) after release_grads: ZeRO-2
-  // under a pipeline holds it only while the step's micro-batches accumulate into it.
-  void restore_grads();
   // Points the parameter (gradient) tensors inside the flat range [offset, offset + count) at
   // `storage`: tensor t moves to storage + (t.offset - offset). ZeRO-3 binds one unit's gathered
   // weights (embeddings, block l, final LayerNorm) just before running it; ZeRO-2 and 3 bind

@@ -52,7 +52,7 @@
 
 namespace dtrain::train {
 
-// The layout of a run, checked (train/parallel_config.h builds it from the flags).
+// The layout of a run, checked (train/layout.h builds it from the flags).
 struct EngineConfig {
   StepConfig step;  // model, global batch B, seq, AdamW, clipping, seed, threads, recompute
   int dp = 1, tp = 1, pp = 1;
