@@ -126,5 +126,8 @@ LayoutReport gather_layout_report(const Engine& engine, comm::Communicator& worl
 
 void print_layout_report(std::ostream& out, const LayoutReport& report);
 nlohmann::json layout_report_to_json(const LayoutReport& report);
+// One rank's row in the "layout" object's "ranks", and back.
+nlohmann::json row_to_json(const RankRow& row);
+RankRow row_from_json(const nlohmann::json& j);
 
 }  // namespace dtrain::train

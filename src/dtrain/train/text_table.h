@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace dtrain::train {
 
@@ -35,6 +36,21 @@ inline std::string grouped(double v) {
 // `s` padded on the right to `width` characters.
 inline std::string left_aligned(std::string s, size_t width) {
   if (s.size() < width) s.append(width - s.size(), ' ');
+  return s;
+}
+
+// "12.3%" for 0.123.
+inline std::string percent(double fraction) {
+  return fixed(100 * fraction, 1) + "%";
+}
+
+// "0,2,4": ranks and nodes in messages and tables.
+inline std::string joined(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) s += ',';
+    s += std::to_string(v[i]);
+  }
   return s;
 }
 
