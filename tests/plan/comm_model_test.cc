@@ -184,9 +184,9 @@ TEST(CommModel, StageDataParallelBytesPerRankFromTheShardPieces) {
   int64_t total = 0;
   for (int r = 0; r < 4; ++r) total += sent(1, r);
   EXPECT_EQ(total, 3 * (10 + 10));
-  EXPECT_DOUBLE_EQ(static_cast<double>(total) / 4,
-                   traffic_of(stage_dp_collectives({.params = 10, .zero_stage = 1}, {1, 1, 0}), 4)
-                       .bytes_sent);
+  EXPECT_DOUBLE_EQ(
+      static_cast<double>(total) / 4,
+      traffic_of(stage_dp_collectives({.params = 10, .zero_stage = 1}, {1, 1, 0}), 4).bytes_sent);
   // One rank sends nothing.
   s.ranks = 1;
   EXPECT_EQ(sent(3, 0, 4), 0);
@@ -208,10 +208,13 @@ TEST(CommModel, StageDataParallelCollectives) {
   // ZeRO-3 with 2 micro-batches, 100 deferred elements, 200 not gathered for the backward, 300
   // gathered again for W: (N-1)/N of 4 bytes x (gathers 2 x (1000 + 800 + 300) + reduce-scatter
   // 900 x 2 + 100).
-  const std::vector<CollectiveCall> calls = stage_dp_collectives(
-      {.params = 1000, .zero_stage = 3, .microbatches = 2, .deferred = 100,
-       .backward_gathered = 800, .rerun_gathered = 300},
-      b);
+  const std::vector<CollectiveCall> calls = stage_dp_collectives({.params = 1000,
+                                                                  .zero_stage = 3,
+                                                                  .microbatches = 2,
+                                                                  .deferred = 100,
+                                                                  .backward_gathered = 800,
+                                                                  .rerun_gathered = 300},
+                                                                 b);
   EXPECT_DOUBLE_EQ(traffic_of(calls, 4).bytes_sent,
                    0.75 * 4 * (2 * (1000 + 800 + 300) + (900 * 2 + 100)));
 }

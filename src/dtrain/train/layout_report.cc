@@ -108,6 +108,18 @@ double planned_activations_peak(const EngineConfig& c, double inflight, double m
          plan::recompute_scratch_bytes(layer_shape(c));
 }
 
+// ZeRO-3's working set above the shards by plan::zero3_gathered_bytes: the stage's largest block
+// with one prefetched, and the embeddings (held through a forward that runs the tied head).
+int64_t planned_zero3_working_set(const parallel::StageUnits& units) {
+  int64_t block = 0;
+  for (const parallel::GradUnit& u : units.units()) {
+    if (u.name.starts_with("h.")) block = std::max(block, u.count);
+  }
+  const int64_t emb = units.embeddings() >= 0 ? units[units.embeddings()].count : 0;
+  return plan::zero3_gathered_bytes(block, plan::kFp32Adam, 1) +
+         plan::zero3_gathered_bytes(emb, plan::kFp32Adam, 0);
+}
+
 // This rank's measured figures per step and the plan/ formulas beside them.
 RankRow measure_rank(const Engine& e) {
   const EngineConfig& c = e.config();
@@ -149,13 +161,7 @@ RankRow measure_rank(const Engine& e) {
   if (c.zero_stage == 3) {
     r.gathered_peak_bytes = mem.peak_bytes(MemoryTag::params) - formula.params +
                             mem.peak_bytes(MemoryTag::grads) - formula.grads;
-    int64_t block = 0;
-    for (const parallel::GradUnit& u : units.units()) {
-      if (u.name.starts_with("h.")) block = std::max(block, u.count);
-    }
-    const int64_t emb = units.embeddings() >= 0 ? units[units.embeddings()].count : 0;
-    r.gathered_formula_bytes = plan::zero3_gathered_bytes(block, plan::kFp32Adam, 1) +
-                               plan::zero3_gathered_bytes(emb, plan::kFp32Adam, 0);
+    r.gathered_formula_bytes = planned_zero3_working_set(units);
   }
 
   // Traffic per step, measured.
@@ -562,14 +568,7 @@ double planned_rank_peak_bytes(const EngineConfig& c, int stage) {
                 planned_activations_peak(c, split ? rr.peak_weight_stash : rr.peak_inflight,
                                          planned_microbatch_bytes(c, stage, split));
   if (c.zero_stage == 3) {
-    const parallel::StageUnits units(table, gs);
-    int64_t block = 0;
-    for (const parallel::GradUnit& u : units.units()) {
-      if (u.name.starts_with("h.")) block = std::max(block, u.count);
-    }
-    const int64_t emb = units.embeddings() >= 0 ? units[units.embeddings()].count : 0;
-    peak += static_cast<double>(plan::zero3_gathered_bytes(block, plan::kFp32Adam, 1) +
-                                plan::zero3_gathered_bytes(emb, plan::kFp32Adam, 0));
+    peak += static_cast<double>(planned_zero3_working_set(parallel::StageUnits(table, gs)));
   }
   return peak;
 }
