@@ -97,16 +97,6 @@ DpBenchRow run_layout(const DpBenchOptions& o, const model::GptConfig& m, int64_
   return row;
 }
 
-// The value of `key=` in a logfmt line, or "" when absent.
-std::string field(const std::string& line, const std::string& key) {
-  std::istringstream in(line);
-  std::string pair;
-  while (in >> pair) {
-    if (pair.rfind(key + "=", 0) == 0) return pair.substr(key.size() + 1);
-  }
-  return "";
-}
-
 PeerResult run_peer(const DpBenchOptions& o, const model::GptConfig& m) {
   PeerResult p;
   p.ran = true;
@@ -115,16 +105,12 @@ PeerResult run_peer(const DpBenchOptions& o, const model::GptConfig& m) {
       std::to_string(m.vocab) + " --ctx " + std::to_string(m.context) + " --layers " +
       std::to_string(m.layers) + " --heads " + std::to_string(m.heads) + " --hidden " +
       std::to_string(m.channels) + " --batch " + std::to_string(o.batch_per_rank) + " 2>&1";
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
-  if (pipe == nullptr) {
+  const std::optional<std::string> ran = command_output(command);
+  if (!ran) {
     p.status = "could not start: " + command;
     return p;
   }
-  std::array<char, 4096> buf{};
-  std::string output;
-  while (fgets(buf.data(), static_cast<int>(buf.size()), pipe.get()) != nullptr) {
-    output += buf.data();
-  }
+  const std::string& output = *ran;
   std::istringstream lines(output);
   std::string line;
   while (std::getline(lines, line)) {

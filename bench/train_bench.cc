@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
+#include <sstream>
 
 #include "dtrain/comm/threads/backend.h"
 #include "dtrain/core/buffer.h"
@@ -13,6 +15,7 @@
 #include "dtrain/core/rng.h"
 #include "dtrain/core/timer.h"
 #include "dtrain/core/units.h"
+#include "dtrain/model/bf16_gemm.h"
 #include "dtrain/model/gemm.h"
 #include "dtrain/train/engine.h"
 #include "dtrain/train/layout.h"
@@ -86,10 +89,11 @@ void measure_engine(const TrainBenchOptions& o, train::Engine& engine, const tra
 
 TrainBenchRow bench_threads(const TrainBenchOptions& o, train::StepConfig config,
                             const train::Batch& batch, int threads, bool openblas,
-                            Recompute recompute) {
+                            Recompute recompute, model::Precision precision) {
   model::set_blas_threads(openblas ? threads : 1);
   config.threads = openblas ? 1 : threads;
   config.recompute = recompute;
+  config.precision = precision;
   // The peak is measured before and after the steps and the higher kept, so that a burst of
   // load from other processes during one measurement does not set it.
   // OpenBLAS runs the peak GEMM with `threads` of its own threads, whatever the row.
@@ -100,6 +104,7 @@ TrainBenchRow bench_threads(const TrainBenchOptions& o, train::StepConfig config
   row.threads = threads;
   row.openblas = openblas;
   row.recompute = recompute;
+  row.precision = precision;
   comm::threads::run_ranks(1, [&](comm::Communicator& world) {
     train::Engine engine(train::make_engine_config(config, {}), world);
     measure_engine(o, engine, batch, row);
@@ -109,6 +114,44 @@ TrainBenchRow bench_threads(const TrainBenchOptions& o, train::StepConfig config
       std::max(peak_before, measure_sgemm_gflops(o.sgemm_size, o.sgemm_seconds / 2));
   row.gemm_vs_peak = row.gemm_gflops / row.sgemm_peak_gflops;
   return row;
+}
+
+// The peer at every precision, with the model, batch and step counts of our rows.
+void run_peer(const TrainBenchOptions& o, TrainBenchReport& r) {
+  std::string threads;
+  for (int t : o.threads) {
+    if (!threads.empty()) threads += ',';
+    threads += std::to_string(t);
+  }
+  for (model::Precision p : o.precision) {
+    const std::string command =
+        o.python + " " + o.peer + " --precision " + std::string(model::precision_name(p)) +
+        " --threads " + threads + " --vocab " + std::to_string(r.model.vocab) + " --ctx " +
+        std::to_string(r.seq) + " --layers " + std::to_string(r.model.layers) + " --heads " +
+        std::to_string(r.model.heads) + " --hidden " + std::to_string(r.model.channels) +
+        " --batch " + std::to_string(r.batch) + " --warmup " + std::to_string(o.warmup) +
+        " --steps " + std::to_string(o.steps) + " 2>&1";
+    const std::optional<std::string> output = command_output(command);
+    if (!output) {
+      r.peer_error = "could not start: " + command;
+      return;
+    }
+    std::istringstream lines(*output);
+    std::string line;
+    bool any = false;
+    while (std::getline(lines, line)) {
+      if (line.rfind("bench=torch_gpt", 0) != 0) continue;
+      TrainPeerRow row;
+      row.precision = p;
+      row.threads = std::stoi(field(line, "threads"));
+      row.ms_per_step = std::stod(field(line, "ms_per_step"));
+      row.tokens_per_s = std::stod(field(line, "tokens_per_s"));
+      row.line = line;
+      r.peer.push_back(row);
+      any = true;
+    }
+    if (!any) r.peer_error = "no result from: " + command + "\n" + *output;
+  }
 }
 
 }  // namespace
@@ -164,6 +207,7 @@ TrainBenchReport run_train_bench(const TrainBenchOptions& o) {
   DTRAIN_CHECK(o.sgemm_size >= 1, "--sgemm-size must be at least 1 (got ", o.sgemm_size, ")");
   DTRAIN_CHECK(!o.threads.empty(), "--threads needs at least one thread count");
   DTRAIN_CHECK(!o.recompute.empty(), "--recompute needs at least one mode");
+  DTRAIN_CHECK(!o.precision.empty(), "--precision needs at least one format");
   for (int t : o.threads) {
     DTRAIN_CHECK(t > 0 && t <= model::kMaxTeamSize, "--threads: counts must be in [1, ",
                  model::kMaxTeamSize, "] (got ", t, ")");
@@ -179,6 +223,7 @@ TrainBenchReport run_train_bench(const TrainBenchOptions& o) {
   r.seq = preset.config.context;
   r.sgemm_size = o.sgemm_size;
   r.blas_corename = model::blas_corename();
+  r.bf16_gemm = model::bf16_gemm_description();
 
   train::StepConfig config;
   config.model = preset.config;
@@ -190,12 +235,20 @@ TrainBenchReport run_train_bench(const TrainBenchOptions& o) {
   const train::Batch batch = fixed_random_batch(r.batch, r.seq, preset.config.vocab);
   const int before = model::blas_threads();
   for (Recompute mode : o.recompute) {
-    for (int t : o.threads) r.rows.push_back(bench_threads(o, config, batch, t, false, mode));
+    for (int t : o.threads) {
+      for (model::Precision p : o.precision) {
+        r.rows.push_back(bench_threads(o, config, batch, t, false, mode, p));
+      }
+    }
     for (int t : o.blas_threads) {
-      if (t > 0) r.rows.push_back(bench_threads(o, config, batch, t, true, mode));
+      if (t == 0) continue;
+      for (model::Precision p : o.precision) {
+        r.rows.push_back(bench_threads(o, config, batch, t, true, mode, p));
+      }
     }
   }
   model::set_blas_threads(before);
+  if (!o.peer.empty()) run_peer(o, r);
   return r;
 }
 
@@ -206,13 +259,16 @@ void print_train_bench(std::ostream& out, const TrainBenchReport& r) {
   out << "  the step of ../shared/peers/torch_gpt_step.py: one fixed random batch, AdamW lr 3e-4,"
          " betas (0.9, 0.95), weight decay 0.1; OpenBLAS kernels "
       << r.blas_corename << "\n\n";
-  out << "  threads        recompute   ms/step  tokens/s   fwd ms   bwd ms   opt ms  activations"
+  out << "  bf16 GEMM: " << r.bf16_gemm << "\n\n";
+  out << "  threads        recompute  precision   ms/step  tokens/s   fwd ms   bwd ms   opt ms  "
+         "activations"
          "  GEMM share  GEMM GFLOP/s  sgemm "
       << r.sgemm_size << "^3 GFLOP/s  GEMM/peak  loss first -> last\n";
   for (const TrainBenchRow& row : r.rows) {
     const std::string who =
         std::to_string(row.threads) + (row.openblas ? " (OpenBLAS)" : " (dtrain)  ");
     out << lpad(who, 16) << lpad(std::string(name(row.recompute)), 11)
+        << lpad(std::string(model::precision_name(row.precision)), 11)
         << lpad(fixed(row.ms_per_step, 2), 10) << lpad(fixed(row.tokens_per_s, 0), 10)
         << lpad(fixed(row.forward_ms, 2), 9) << lpad(fixed(row.backward_ms, 2), 9)
         << lpad(fixed(row.optimizer_ms, 2), 9)
@@ -229,7 +285,44 @@ void print_train_bench(std::ostream& out, const TrainBenchReport& r) {
          "  sgemm peak: cblas_sgemm N^3 with OpenBLAS at the row's thread count, best of before"
          " and after the steps.\n"
          "  recompute: what each block keeps for backward (selective rebuilds the attention"
-         " scores, full reruns the block); activations: the peak of that tag over the row.\n";
+         " scores, full reruns the block); activations: the peak of that tag over the row.\n"
+         "  precision: bf16 runs every matrix product on bf16-rounded operands with fp32 sums;"
+         " sgemm peak and GEMM/peak stay fp32's (cblas_sgemm).\n";
+  bool first = true;
+  for (const TrainBenchRow& row : r.rows) {
+    if (row.precision != model::Precision::bf16) continue;
+    for (const TrainBenchRow& twin : r.rows) {
+      if (twin.precision != model::Precision::fp32 || twin.threads != row.threads ||
+          twin.openblas != row.openblas || twin.recompute != row.recompute) {
+        continue;
+      }
+      if (first) out << "\n  bf16 tokens/s over fp32 tokens/s, same run:\n";
+      first = false;
+      out << "    " << row.threads << (row.openblas ? " OpenBLAS" : " dtrain") << " thread"
+          << (row.threads > 1 ? "s" : "") << ", recompute " << name(row.recompute) << ": "
+          << fixed(row.tokens_per_s / twin.tokens_per_s, 2) << "x\n";
+    }
+  }
+  if (!r.peer.empty()) {
+    out << "\n  PyTorch peer (bench/peers/torch_gpt_step.py; bf16: torch.autocast), same run:\n"
+           "  precision  threads   ms/step  tokens/s  dtrain tokens/s  dtrain / PyTorch\n";
+    for (const TrainPeerRow& p : r.peer) {
+      const TrainBenchRow* ours = nullptr;
+      for (const TrainBenchRow& row : r.rows) {
+        if (!row.openblas && row.threads == p.threads && row.precision == p.precision &&
+            row.recompute == Recompute::none) {
+          ours = &row;
+        }
+      }
+      out << lpad(std::string(model::precision_name(p.precision)), 11)
+          << lpad(std::to_string(p.threads), 9) << lpad(fixed(p.ms_per_step, 2), 10)
+          << lpad(fixed(p.tokens_per_s, 0), 10)
+          << lpad(ours != nullptr ? fixed(ours->tokens_per_s, 0) : "-", 17)
+          << lpad(ours != nullptr ? fixed(ours->tokens_per_s / p.tokens_per_s, 2) + "x" : "-", 18)
+          << "\n";
+    }
+  }
+  if (!r.peer_error.empty()) out << "\n  PyTorch peer: " << r.peer_error << "\n";
 }
 
 nlohmann::json train_bench_to_json(const TrainBenchReport& r) {
@@ -243,12 +336,14 @@ nlohmann::json train_bench_to_json(const TrainBenchReport& r) {
   j["seq"] = r.seq;
   j["tokens_per_step"] = r.batch * r.seq;
   j["blas_corename"] = r.blas_corename;
+  j["bf16_gemm"] = r.bf16_gemm;
   j["sgemm_size"] = r.sgemm_size;
   nlohmann::json rows = nlohmann::json::array();
   for (const TrainBenchRow& row : r.rows) {
     rows.push_back({{"threads", row.threads},
                     {"threading", row.openblas ? "openblas" : "dtrain"},
                     {"recompute", name(row.recompute)},
+                    {"precision", model::precision_name(row.precision)},
                     {"activation_peak_bytes", row.activation_peak_bytes},
                     {"ms_per_step", row.ms_per_step},
                     {"best_ms_per_step", row.best_ms_per_step},
@@ -267,6 +362,16 @@ nlohmann::json train_bench_to_json(const TrainBenchReport& r) {
                     {"loss_last", row.loss_last}});
   }
   j["rows"] = rows;
+  nlohmann::json peer = nlohmann::json::array();
+  for (const TrainPeerRow& p : r.peer) {
+    peer.push_back({{"precision", model::precision_name(p.precision)},
+                    {"threads", p.threads},
+                    {"ms_per_step", p.ms_per_step},
+                    {"tokens_per_s", p.tokens_per_s},
+                    {"line", p.line}});
+  }
+  j["peer"] = peer;
+  if (!r.peer_error.empty()) j["peer_error"] = r.peer_error;
   return j;
 }
 

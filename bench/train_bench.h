@@ -6,7 +6,8 @@
 // sgemm, and the GFLOP/s of those calls against OpenBLAS's own sgemm peak (M = N = K = 512,
 // OpenBLAS threaded at the same count) measured in the same run. With several --recompute modes
 // every thread count runs once per mode, so a row's time and peak activation bytes sit beside
-// the other modes' from the same run.
+// the other modes' from the same run; likewise every --precision (fp32 and bf16 by default), and
+// the table ends with each bf16 row's tokens/s over its fp32 twin's.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,7 @@
 
 #include "dtrain/core/recompute.h"
 #include "dtrain/model/gpt_config.h"
+#include "dtrain/model/precision.h"
 
 namespace dtrain::bench {
 
@@ -31,12 +33,25 @@ struct TrainBenchOptions {
   int64_t sgemm_size = 512;
   double sgemm_seconds = 0.6;  // time of the two peak measurements, per thread count
   std::vector<Recompute> recompute = {Recompute::none};  // activation recompute modes to run
+  // Precisions to run, each at every thread count and recompute mode (bf16 beside fp32).
+  std::vector<model::Precision> precision = {model::Precision::fp32, model::Precision::bf16};
+  std::string peer;  // bench/peers/torch_gpt_step.py; empty: no peer rows
+  std::string python = "/usr/bin/python3";
+};
+
+// The PyTorch peer's step at one precision and thread count (its logfmt line).
+struct TrainPeerRow {
+  model::Precision precision = model::Precision::fp32;
+  int threads = 0;
+  double ms_per_step = 0, tokens_per_s = 0;
+  std::string line;
 };
 
 struct TrainBenchRow {
   int threads = 0;        // compute threads of the row
   bool openblas = false;  // true: OpenBLAS's own threads, no team
   Recompute recompute = Recompute::none;
+  model::Precision precision = model::Precision::fp32;
   int64_t activation_peak_bytes = 0;  // the engine's activations tag, peak over the row's steps
   double ms_per_step = 0;             // median
   double best_ms_per_step = 0;
@@ -58,7 +73,10 @@ struct TrainBenchReport {
   int64_t params = 0, batch = 0, seq = 0;
   int64_t sgemm_size = 0;
   std::string blas_corename;
+  std::string bf16_gemm;  // bf16_gemm_description()
   std::vector<TrainBenchRow> rows;
+  std::vector<TrainPeerRow> peer;  // with --peer: each precision at each --threads count
+  std::string peer_error;          // what went wrong when the peer gave no line
 };
 
 // Bytes the largest row holds at once: the model's weights, gradients and AdamW moments

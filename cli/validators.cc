@@ -14,6 +14,7 @@
 #include "dtrain/core/recompute.h"
 #include "dtrain/core/system_memory.h"
 #include "dtrain/core/units.h"
+#include "dtrain/model/precision.h"
 
 namespace dtrain::cli {
 
@@ -74,6 +75,20 @@ CLI::Validator recompute_names() {
         return str("must be none, selective or full (got ", shown(text), ")");
       },
       "none|selective|full");
+}
+
+CLI::Validator precision_names() {
+  const std::vector<std::pair<std::string, model::Precision>> names = {
+      {"fp32", model::Precision::fp32}, {"bf16", model::Precision::bf16}};
+  const CLI::CheckedTransformer to_enum(names);
+  return CLI::Validator(
+      [names, to_enum](std::string& text) -> std::string {
+        for (const auto& [known, value] : names) {
+          if (text == known) return to_enum(text);
+        }
+        return str("must be fp32 or bf16 (got ", shown(text), ")");
+      },
+      "fp32|bf16");
 }
 
 CLI::Validator real_number(double min, double max, bool above_min) {

@@ -36,6 +36,8 @@ CLI::Validator real_number(double min, double max, bool above_min = false);
 // --recompute's value by name (core/recompute.h): "none", "selective" or "full" becomes the enum
 // through CLI11's CheckedTransformer; anything else (its numbers too) is refused with the names.
 CLI::Validator recompute_names();
+// --precision's value: "fp32" or "bf16" becomes model::Precision.
+CLI::Validator precision_names();
 
 // Throws Error unless `bytes` fit in the memory this process may still take; `what` says what
 // needs them, with the flags ("--size 1 TiB on --ranks 2 needs ..."). No check where the

@@ -20,3 +20,21 @@ if(NOT DTRAIN_WITH_MPI STREQUAL "OFF")
   endif()
 endif()
 message(STATUS "dtrain: MPI backend ${DTRAIN_HAVE_MPI}")
+
+# oneDNN (libdnnl-dev): bf16 matrix products with AVX512-BF16 / AMX kernels, what PyTorch uses
+# on CPU; OpenBLAS 0.3.21 has no sbgemm. Without it, --precision bf16 rounds the operands to bf16
+# and multiplies them with cblas_sgemm (the same products, at fp32 speed).
+set(DTRAIN_HAVE_DNNL 0)
+if(NOT DTRAIN_WITH_DNNL STREQUAL "OFF")
+  if(DTRAIN_WITH_DNNL STREQUAL "ON")
+    find_package(dnnl CONFIG REQUIRED)
+  else()
+    find_package(dnnl CONFIG QUIET)
+  endif()
+  if(dnnl_FOUND)
+    set(DTRAIN_HAVE_DNNL 1)
+    # oneDNN's CPU threads are OpenMP's: each rank thread sets its own OpenMP thread count.
+    find_package(OpenMP REQUIRED COMPONENTS CXX)
+  endif()
+endif()
+message(STATUS "dtrain: oneDNN bf16 GEMM ${DTRAIN_HAVE_DNNL}")

@@ -4,6 +4,7 @@ option(DTRAIN_BENCHMARKS "Build the benchmark library used by `dtrain bench`" ON
 option(DTRAIN_WERROR "Treat warnings as errors (scripts and CI turn it on)" OFF)
 option(DTRAIN_NATIVE "Compile for this machine's CPU (-march=native)" ON)
 set(DTRAIN_WITH_MPI "AUTO" CACHE STRING "Build the OpenMPI backend: ON, OFF or AUTO (if found)")
+set(DTRAIN_WITH_DNNL "AUTO" CACHE STRING "Use oneDNN for bf16 GEMM: ON, OFF or AUTO (if found)")
 set(DTRAIN_SANITIZE "" CACHE STRING "Sanitizers: empty, 'address,undefined' or 'thread'")
 
 set(DTRAIN_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wno-missing-field-initializers)

@@ -7,6 +7,7 @@
 #include "build_info.h"
 #include "command_registry.h"
 #include "dtrain/core/check.h"
+#include "dtrain/core/files.h"
 #include "dtrain/model/gpt_config.h"
 #include "dtrain/model/thread_team.h"
 #include "validators.h"
@@ -26,7 +27,7 @@ void add_bench_train(CLI::App& bench) {
       "train",
       "Training step of the bench model at 1 and 2 BLAS threads: ms/step, tokens/s, "
       "GEMM share and GFLOP/s vs OpenBLAS's sgemm peak");
-  cmd->add_option("--model", o.model, "Model preset: bench or tiny")->capture_default_str();
+  cmd->add_option("--model", o.model, "Model preset: tiny, bench or wide")->capture_default_str();
   cmd->add_option("--threads", o.threads,
                   "dtrain compute-thread counts to run (OpenBLAS single-threaded), e.g. 1,2")
       ->delimiter(',')
@@ -55,9 +56,24 @@ void add_bench_train(CLI::App& bench) {
       ->delimiter(',')
       ->transform(recompute_names())
       ->default_str("none");
+  cmd->add_option("--precision", o.precision,
+                  "Precisions to run, each at every thread count and recompute mode: fp32, bf16 "
+                  "or fp32,bf16 (bf16 rows end with their speed over fp32's)")
+      ->delimiter(',')
+      ->transform(precision_names())
+      ->default_str("fp32,bf16");
+  CLI::Option* peer = cmd->add_option(
+      "--peer", o.peer,
+      "Path of bench/peers/torch_gpt_step.py: run PyTorch's step at each --precision and "
+      "--threads after ours, and print dtrain / PyTorch");
+  cmd->add_option("--python", o.python, "Python with torch for --peer")->capture_default_str();
   cmd->add_flag("--json", f->json, "Print JSON instead of a table");
-  cmd->callback([f] {
+  cmd->callback([f, peer] {
     const bench::TrainBenchOptions& run = f->options;
+    if (peer->count() > 0) {
+      check_input_file(run.peer, "--peer");
+      if (run.python.find('/') != std::string::npos) check_input_file(run.python, "--python");
+    }
     const int64_t batch = run.batch > 0 ? run.batch : model::gpt_preset(run.model).batch;
     check_fits_in_memory(
         bench::train_bench_memory_bytes(run),

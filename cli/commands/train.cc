@@ -205,6 +205,12 @@ void add_train(CLI::App& app) {
                   "backward) or full (each block's forward rerun before its backward)")
       ->transform(recompute_names())
       ->default_str("none");
+  cmd->add_option("--precision", o.precision,
+                  "fp32, or bf16: every matrix product on bf16-rounded operands with fp32 sums "
+                  "(oneDNN's AVX512-BF16/AMX kernels where the CPU has them, else emulated); "
+                  "parameters, gradients, optimizer state and the rest of the maths stay fp32")
+      ->transform(precision_names())
+      ->default_str("fp32");
   cmd->add_option("--backend", f->backend,
                   "threads (rank threads in this process) or mpi (the processes mpirun started)")
       ->default_str("threads");

@@ -28,6 +28,7 @@ class SerialEngine final : public StepEngine {
         model_(config.model, &tracker_, nullptr, &team_, config.recompute),
         adamw_(model_.param_count(), config.adamw, &tracker_) {
     model_.init_params(config.init_seed);
+    model_.set_precision(config.precision);
     model_.set_batch_shape(config.batch, config.seq);
   }
 

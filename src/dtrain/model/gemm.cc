@@ -1,13 +1,15 @@
 // sgemm(): cblas_sgemm on the pieces of C that gemm_split() fixes from the shape, shared out
-// across a team when there is one, timed when asked.
+// across a team when there is one, timed when asked; under bf16, bgemm() on rounded copies.
 #include "dtrain/model/gemm.h"
 
 #include <cblas.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
+#include "dtrain/model/bf16_gemm.h"
 
 namespace dtrain::model {
 namespace {
@@ -30,21 +32,27 @@ constexpr int64_t kAlign = 16;
 constexpr int64_t kPieceRows = 256;
 
 // Piece `p` of the `split` of C: its rows or columns [begin, end).
-void call_piece(const GemmSplit& split, int64_t p, Trans trans_a, Trans trans_b, int64_t M,
-                int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
-                int64_t ldb, float beta, float* C, int64_t ldc) {
+template <typename T>
+void call_piece(GemmPieceCall<T> call, const GemmSplit& split, int64_t p, Trans trans_a,
+                Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha, const T* A,
+                int64_t lda, const T* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   const Range r = split_range(split.by_rows ? M : N, static_cast<int>(p),
                               static_cast<int>(split.parts), kAlign);
   if (r.end <= r.begin) return;
   if (split.by_rows) {  // rows of op(A): rows of A, or columns when A is transposed
-    const float* a = trans_a == Trans::yes ? A + r.begin : A + r.begin * lda;
-    call_cblas(trans_a, trans_b, r.end - r.begin, N, K, alpha, a, lda, B, ldb, beta,
-               C + r.begin * ldc, ldc);
+    const T* a = trans_a == Trans::yes ? A + r.begin : A + r.begin * lda;
+    call(trans_a, trans_b, r.end - r.begin, N, K, alpha, a, lda, B, ldb, beta, C + r.begin * ldc,
+         ldc);
   } else {  // columns of op(B): columns of B, or rows when B is transposed
-    const float* b = trans_b == Trans::yes ? B + r.begin * ldb : B + r.begin;
-    call_cblas(trans_a, trans_b, M, r.end - r.begin, K, alpha, A, lda, b, ldb, beta, C + r.begin,
-               ldc);
+    const T* b = trans_b == Trans::yes ? B + r.begin * ldb : B + r.begin;
+    call(trans_a, trans_b, M, r.end - r.begin, K, alpha, A, lda, b, ldb, beta, C + r.begin, ldc);
   }
+}
+
+// op(X)'s stored matrix (rows x cols at stride ld) rounded into `out`, packed (stride cols).
+void pack_bf16(const float* X, int64_t rows, int64_t cols, int64_t ld, std::vector<bf16>& out) {
+  out.resize(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) to_bf16(X + r * ld, out.data() + r * cols, cols);
 }
 
 }  // namespace
@@ -59,9 +67,10 @@ GemmSplit gemm_split(int64_t M, int64_t N, int64_t K) {
   return {by_rows, std::max<int64_t>(2, dim / kPieceRows)};
 }
 
-void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-           int64_t ldc, const Compute& cx) {
+template <typename T>
+void gemm_by_pieces(GemmPieceCall<T> call, Trans trans_a, Trans trans_b, int64_t M, int64_t N,
+                    int64_t K, float alpha, const T* A, int64_t lda, const T* B, int64_t ldb,
+                    float beta, float* C, int64_t ldc, const Compute& cx) {
   if (M == 0 || N == 0) return;
   const double flops =
       2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
@@ -69,7 +78,7 @@ void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float 
   const GemmSplit split = gemm_split(M, N, K);
   auto pieces = [&](Range run) {
     for (int64_t p = run.begin; p < run.end; ++p) {
-      call_piece(split, p, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      call_piece(call, split, p, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     }
   };
   // The team only decides which thread makes each call, never which calls are made.
@@ -82,6 +91,40 @@ void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float 
   if (cx.gemm_stats != nullptr) {
     cx.gemm_stats->time_us += now_us() - start_us;
     cx.gemm_stats->flops += flops;
+    ++cx.gemm_stats->calls;
+  }
+}
+template void gemm_by_pieces<float>(GemmPieceCall<float>, Trans, Trans, int64_t, int64_t, int64_t,
+                                    float, const float*, int64_t, const float*, int64_t, float,
+                                    float*, int64_t, const Compute&);
+template void gemm_by_pieces<bf16>(GemmPieceCall<bf16>, Trans, Trans, int64_t, int64_t, int64_t,
+                                   float, const bf16*, int64_t, const bf16*, int64_t, float, float*,
+                                   int64_t, const Compute&);
+
+void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+           int64_t ldc, const Compute& cx) {
+  if (cx.precision == Precision::fp32) {
+    gemm_by_pieces<float>(call_cblas, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                          ldc, cx);
+    return;
+  }
+  if (M == 0 || N == 0) return;
+  // The rounded copies are this thread's scratch, reused call after call. Their time counts
+  // as the GEMM's.
+  thread_local std::vector<bf16> a16, b16;
+  const double start_us = cx.gemm_stats != nullptr ? now_us() : 0.0;
+  const bool ta = trans_a == Trans::yes, tb = trans_b == Trans::yes;
+  pack_bf16(A, ta ? K : M, ta ? M : K, lda, a16);
+  pack_bf16(B, tb ? N : K, tb ? K : N, ldb, b16);
+  Compute uncounted = cx;
+  uncounted.gemm_stats = nullptr;
+  bgemm(trans_a, trans_b, M, N, K, alpha, a16.data(), ta ? M : K, b16.data(), tb ? K : N, beta, C,
+        ldc, uncounted);
+  if (cx.gemm_stats != nullptr) {
+    cx.gemm_stats->time_us += now_us() - start_us;
+    cx.gemm_stats->flops +=
+        2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
     ++cx.gemm_stats->calls;
   }
 }

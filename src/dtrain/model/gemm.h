@@ -1,12 +1,15 @@
 // Every matrix product of the model goes through sgemm() here: OpenBLAS's cblas_sgemm on fixed
 // pieces of C that a ThreadTeam shares out when there is one, and optionally timed so that a
-// benchmark can report the share of step time spent in GEMM and the GFLOP/s it reached. Also the
-// OpenBLAS thread count (default 1 per rank, so that ranks sharing a machine do not oversubscribe).
+// benchmark can report the share of step time spent in GEMM and the GFLOP/s it reached. Under
+// bf16 precision the same call rounds the operands to bf16 and multiplies them with bgemm()
+// (bf16_gemm.h). Also the OpenBLAS thread count (default 1 per rank, so that ranks sharing a
+// machine do not oversubscribe).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "dtrain/model/precision.h"
 #include "dtrain/model/thread_team.h"
 
 namespace dtrain::model {
@@ -23,6 +26,8 @@ struct GemmStats {
 struct Compute {
   ThreadTeam* team = nullptr;
   GemmStats* gemm_stats = nullptr;
+  // bf16: sgemm() rounds A and B to bf16 (round to nearest even) and sums in fp32.
+  Precision precision = Precision::fp32;
   int threads() const { return team != nullptr ? team->size() : 1; }
   // The team if `work` units are worth splitting (at least min_work per member), else null.
   ThreadTeam* team_for(int64_t work, int64_t min_work) const {
@@ -46,7 +51,8 @@ GemmSplit gemm_split(int64_t M, int64_t N, int64_t K);
 // Row-major C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, with leading
 // dimensions lda, ldb, ldc (the row strides of A, B, C as stored). beta = 1 accumulates.
 // C is computed piece by piece as gemm_split() says, each piece by one cblas_sgemm call; a team
-// shares the pieces out (a contiguous run of them per member).
+// shares the pieces out (a contiguous run of them per member). With cx.precision bf16, A and B
+// are first rounded to bf16 copies (scratch of this thread) and the pieces are bgemm()'s.
 void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
            const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
            int64_t ldc, const Compute& cx = {});
@@ -55,5 +61,16 @@ void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float 
 void set_blas_threads(int threads);
 int blas_threads();
 std::string blas_corename();  // the kernel family OpenBLAS picked, e.g. "Cooperlake"
+
+// For bgemm(): C's pieces, each computed by `call` (a GEMM on that piece's rows of op(A) or
+// columns of op(B)), shared out across cx's team as sgemm() does, counted in cx.gemm_stats.
+template <typename T>
+using GemmPieceCall = void (*)(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K,
+                               float alpha, const T* A, int64_t lda, const T* B, int64_t ldb,
+                               float beta, float* C, int64_t ldc);
+template <typename T>
+void gemm_by_pieces(GemmPieceCall<T> call, Trans trans_a, Trans trans_b, int64_t M, int64_t N,
+                    int64_t K, float alpha, const T* A, int64_t lda, const T* B, int64_t ldb,
+                    float beta, float* C, int64_t ldc, const Compute& cx);
 
 }  // namespace dtrain::model

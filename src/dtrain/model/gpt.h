@@ -145,6 +145,10 @@ class GptModel {
 
   // When set, every sgemm call is timed and counted there (null turns counting off).
   void set_gemm_stats(GemmStats* stats) { cx_.gemm_stats = stats; }
+  // bf16: every matrix product (the linears, attention's two, the LM head) on bf16-rounded
+  // operands with fp32 sums (bf16_gemm.h); everything else stays fp32.
+  void set_precision(Precision p) { cx_.precision = p; }
+  Precision precision() const { return cx_.precision; }
   int threads() const { return cx_.threads(); }
 
  private:

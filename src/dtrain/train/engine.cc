@@ -9,6 +9,7 @@
 #include "dtrain/comm/rank_order.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
+#include "dtrain/model/bf16_gemm.h"
 #include "dtrain/model/tp_shard.h"
 #include "dtrain/train/step_update.h"
 
@@ -78,6 +79,7 @@ Engine::Engine(const EngineConfig& config, comm::Communicator& world)
   // Every rank draws its tensors from the whole model's seeds by name and keeps its TP slice:
   // the stages' two wte copies and every DP replica start equal, and equal to the serial run.
   model_.init_params(config.step.init_seed);
+  model_.set_precision(config.step.precision);
   if (config.pp > 1 && (coord_.pp == 0 || coord_.pp == config.pp - 1)) {
     parallel::MeshCoord first = coord_, last = coord_;
     first.pp = 0;
@@ -103,6 +105,9 @@ std::string Engine::describe() const {
   if (config_.sequence_parallel && config_.tp > 1) s += " SP";
   if (config_.step.recompute != Recompute::none)
     s += str(" recompute ", name(config_.step.recompute));
+  if (config_.step.precision == model::Precision::bf16) {
+    s += str(" bf16 (", model::bf16_gemm_description(), ")");
+  }
   if (config_.pp > 1) s += str(" ", plan::name(config_.schedule));
   s += str(", ", config_.microbatches, " micro-batch", config_.microbatches > 1 ? "es" : "", " of ",
            config_.micro_batch());

@@ -218,6 +218,7 @@ TrainSetup resolve(const TrainOptions& o) {
   setup.step.init_seed = seeds.next_u64();
   setup.step.threads = o.threads;
   setup.step.recompute = o.recompute;
+  setup.step.precision = o.precision;
   // The layout's checks (each names its flag), before any rank starts.
   setup.layout = l;
   setup.engine = make_engine_config(setup.step, l);

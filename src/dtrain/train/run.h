@@ -36,6 +36,7 @@ struct TrainOptions {
   int threads = 1;                        // compute threads of the rank (a model::ThreadTeam)
   int blas_threads = 1;                   // OpenBLAS's own threads (keep 1 when threads > 1)
   Recompute recompute = Recompute::none;  // --recompute
+  model::Precision precision = model::Precision::fp32;  // --precision
   LayoutOptions layout;         // --dp, --tp, --pp, --zero, --sequence-parallel, --schedule, ...
   CheckpointConfig checkpoint;  // --save, --save-every, --keep-checkpoints, --resume
   std::string inject_fault;     // --inject-fault rank=R,step=S,kind=throw|exit (empty: none)

@@ -23,14 +23,16 @@ void for_each_head(const Compute& cx, int64_t B, int64_t NH, int64_t pair_work, 
   const int64_t pairs = B * NH;
   ThreadTeam* team = pairs >= 2 ? cx.team_for(pairs * pair_work, int64_t{1} << 18) : nullptr;
   if (team == nullptr) {
-    for (int64_t p = 0; p < pairs; ++p) body(p / NH, p % NH, 0, Compute{nullptr, cx.gemm_stats});
+    for (int64_t p = 0; p < pairs; ++p)
+      body(p / NH, p % NH, 0, Compute{nullptr, cx.gemm_stats, cx.precision});
     return;
   }
   std::array<GemmStats, kMaxTeamSize> local{};
   team->run([&](int member) {
     const Range r = split_range(pairs, member, team->size());
     GemmStats* stats = cx.gemm_stats != nullptr ? &local[static_cast<size_t>(member)] : nullptr;
-    for (int64_t p = r.begin; p < r.end; ++p) body(p / NH, p % NH, member, Compute{nullptr, stats});
+    for (int64_t p = r.begin; p < r.end; ++p)
+      body(p / NH, p % NH, member, Compute{nullptr, stats, cx.precision});
   });
   if (cx.gemm_stats != nullptr) {
     double slowest_us = 0;
