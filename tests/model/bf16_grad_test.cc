@@ -1,0 +1,94 @@
+// One step's gradients under --precision bf16 against fp32's, tensor by tensor, on the bench
+// preset (same parameters, same batch): the relative error ||g_bf16 - g_fp32|| / ||g_fp32|| of
+// each tensor is printed and bounded.
+//
+// The bound. Rounding an operand to bf16 perturbs it by a relative 2^-9 at most (half an ulp of
+// an 8-bit mantissa), so a product of two rounded operands is off by at most 2 * 2^-9 = 2^-8
+// relative to first order, and the fp32 sum adds only ~K * 2^-24. A gradient is made by a
+// chain of such products: the forward of every block (4 linear layers and attention's 2 products
+// in each, 6 per block) and the head, then the same chain back, so through at most
+// D = 2 * (6 * L + 1) rounded products. To first order their relative errors add: D * 2^-8 for a
+// chain whose other operations do not amplify them (their relative condition number is ~1:
+// LayerNorm, GELU, softmax and cross-entropy are smooth and well scaled at initialisation). With
+// L = 4, D = 50 and the bound is 50 / 256 = 0.195. Independent roundings add like a random walk
+// rather than in line, so the errors seen are far below (about 1e-3 to 1e-2); the test also
+// checks the whole gradient's relative error against the bound of one product's chain at
+// sqrt(D) * 2^-8 = 0.028, what random-walk accumulation gives.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "dtrain/core/memory.h"
+#include "dtrain/model/gpt.h"
+#include "random_tokens.h"
+
+namespace dtrain::model {
+namespace {
+
+std::vector<float> gradients(Precision precision, const std::vector<int32_t>& tokens,
+                             const std::vector<int32_t>& targets, int64_t B, int64_t T,
+                             const GptConfig& g, float* loss) {
+  MemoryTracker tracker;
+  GptModel m(g, &tracker);
+  m.init_params(7);
+  m.set_precision(precision);
+  m.zero_grads();
+  *loss = m.forward(tokens, targets, B, T);
+  m.backward();
+  return {m.grads().begin(), m.grads().end()};
+}
+
+TEST(Bf16Gradients, EachTensorWithinTheChainBound) {
+  const GptPreset& preset = gpt_preset("bench");
+  const GptConfig& g = preset.config;
+  const int64_t B = preset.batch, T = g.context;
+  const auto seq = testing::random_tokens(B * (T + 1), g.vocab, 11);
+  std::vector<int32_t> tokens(static_cast<size_t>(B * T)), targets(tokens.size());
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      tokens[static_cast<size_t>(b * T + t)] = seq[static_cast<size_t>(b * (T + 1) + t)];
+      targets[static_cast<size_t>(b * T + t)] = seq[static_cast<size_t>(b * (T + 1) + t + 1)];
+    }
+  }
+  float loss32 = 0, loss16 = 0;
+  const auto g32 = gradients(Precision::fp32, tokens, targets, B, T, g, &loss32);
+  const auto g16 = gradients(Precision::bf16, tokens, targets, B, T, g, &loss16);
+  const double D = 2.0 * (6.0 * static_cast<double>(g.layers) + 1.0);
+  const double chain_bound = D * std::ldexp(1.0, -8);
+  const double walk_bound = std::sqrt(D) * std::ldexp(1.0, -8);
+  // The loss is one forward chain: D / 2 products.
+  EXPECT_LE(std::fabs(loss16 - loss32) / loss32, D / 2 * std::ldexp(1.0, -8));
+
+  MemoryTracker tracker;
+  const GptModel shape(g, &tracker);
+  const ParamTable& table = shape.param_table();
+  double all_diff = 0, all_ref = 0, worst = 0;
+  std::printf("bf16 vs fp32 gradients (bench preset, one step; bound %.3f per tensor):\n",
+              chain_bound);
+  for (size_t i = 0; i < table.size(); ++i) {
+    double diff = 0, ref = 0;
+    for (int64_t k = 0; k < table[i].count; ++k) {
+      const auto e = static_cast<size_t>(table[i].offset + k);
+      const double d = static_cast<double>(g16[e]) - static_cast<double>(g32[e]);
+      diff += d * d;
+      ref += static_cast<double>(g32[e]) * g32[e];
+    }
+    all_diff += diff;
+    all_ref += ref;
+    const double rel = ref > 0 ? std::sqrt(diff / ref) : std::sqrt(diff);
+    worst = std::max(worst, rel);
+    std::printf("  %-22s %.2e\n", table[i].name.c_str(), rel);
+    EXPECT_LE(rel, chain_bound) << table[i].name;
+    EXPECT_GT(rel, 0.0) << table[i].name << ": bf16 changed nothing, so it did not run";
+  }
+  const double all = std::sqrt(all_diff / all_ref);
+  std::printf(
+      "  whole gradient %.2e (random-walk bound %.3f), worst tensor %.2e; loss %.6f vs %.6f\n", all,
+      walk_bound, worst, loss16, loss32);
+  EXPECT_LE(all, walk_bound);
+}
+
+}  // namespace
+}  // namespace dtrain::model
