@@ -24,6 +24,8 @@ for word in "at start" "at end" "ln V" "tokens/s" "activations" "peak"; do
 done
 
 "$dtrain" bench train --model tiny --threads 1,2 --blas-threads 2 --warmup 1 --steps 2 --json > "$tmp/bench.json"
-[[ $(grep -c '"threads"' "$tmp/bench.json") -eq 3 ]] || { echo "FAIL: bench rows"; cat "$tmp/bench.json"; exit 1; }
+# 3 thread rows x 2 precisions (fp32 and bf16 by default).
+[[ $(grep -c '"threads"' "$tmp/bench.json") -eq 6 ]] || { echo "FAIL: bench rows"; cat "$tmp/bench.json"; exit 1; }
+[[ $(grep -c '"precision": "bf16"' "$tmp/bench.json") -eq 3 ]] || { echo "FAIL: bf16 rows"; exit 1; }
 grep -q '"gemm_fraction"' "$tmp/bench.json" || { echo "FAIL: bench lacks gemm_fraction"; exit 1; }
 echo ok
