@@ -169,11 +169,14 @@ struct DpMeasured {
 
 // `whole_bucket`: one gradient bucket for the whole model on both sides, so the planner's
 // pieces are the engine's buckets and the communication steps compare too.
-void compare_data_parallel(int dp, int zero, int64_t grad_accum, bool whole_bucket) {
+void compare_data_parallel(int dp, int zero, int64_t grad_accum, bool whole_bucket,
+                           model::Precision precision = model::Precision::fp32) {
   SCOPED_TRACE(::testing::Message() << "dp " << dp << " zero " << zero << " accum " << grad_accum
-                                    << (whole_bucket ? " one bucket" : " 16 KiB buckets"));
+                                    << (whole_bucket ? " one bucket" : " 16 KiB buckets") << " "
+                                    << model::precision_name(precision));
   const model::GptConfig g{.vocab = 257, .context = 16, .layers = 2, .heads = 3, .channels = 33};
-  const StepConfig c = engine_config(g, 8);
+  StepConfig c = engine_config(g, 8);
+  c.precision = precision;
   const int64_t psi = model::gpt_param_count(g);
   const int64_t bucket_bytes = whole_bucket ? 4 * psi : 16384;
   LayoutOptions setup;
@@ -257,6 +260,15 @@ TEST(PlannerVsEngine, DataParallelMemoryAndBytesEqualThePlan) {
   }
   // Gradient accumulation: ZeRO 2 reduce-scatters, and ZeRO 3 also gathers, per micro-batch.
   for (int zero = 0; zero <= 3; ++zero) compare_data_parallel(2, zero, 2, true);
+}
+
+// --precision bf16 keeps parameters, gradients, AdamW state and communication in fp32 (only the
+// matrix products' operands are rounded), so a bf16 run measures what the planner gives for fp32
+// state and 4-byte activations: the same comparisons, every ZeRO stage on 4 ranks.
+TEST(PlannerVsEngine, Bf16DataParallelMemoryAndBytesEqualThePlan) {
+  for (int zero = 0; zero <= 3; ++zero) {
+    compare_data_parallel(4, zero, 1, false, model::Precision::bf16);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
