@@ -310,13 +310,14 @@ double relative_moment_diff(const Outcome& want, const Outcome& got) {
 // it rounds differ from the serial run's by the summation-order rounding above, and bf16 turns
 // some of those ulps into whole bf16 steps: a sum of products of 8-bit mantissas has few
 // significant bits, so it often sits exactly on, or an ulp beside, a bf16 rounding tie, where an
-// ulp decides the rounding (2^-8 relative). Measured, this moves the gradients (the first moment,
-// norm-wise) by about 1e-3 relative under TP and 5e-4 under DP with the emulated GEMM, against
-// 4e-3 between bf16 and fp32 (the ranks do not do bf16's maths any worse than one rank; they
-// do it on other fp32 values). The test holds each layout to half of bf16-vs-fp32's moment
-// difference, its losses within 1e-4, and its parameters within 2 lr a step (Adam moves a weight
-// whose gradient is near zero by about lr whatever its sign). Counters still equal the plan
-// exactly: parameters, gradients, optimizer state and what the ranks send stay fp32 under bf16.
+// ulp decides the rounding (one bf16 step: 2^-8 to 2^-7 relative). Measured, this moves the
+// gradients (the first moment, norm-wise) by about 1e-3 relative under TP and 5e-4 under DP with
+// the emulated GEMM, against 4e-3 between bf16 and fp32 (the ranks do not do bf16's maths any worse
+// than one rank; they do it on other fp32 values). The test holds each layout to half of
+// bf16-vs-fp32's moment difference, its losses within 1e-4, and its parameters within 2 lr a step
+// (Adam moves a weight whose gradient is near zero by about lr whatever its sign). Counters still
+// equal the plan exactly: parameters, gradients, optimizer state and what the ranks send stay fp32
+// under bf16.
 TEST(LayoutEquality, Bf16LayoutsMatchTheBf16SerialRun) {
   StepConfig c = base_config(Recompute::none);
   c.precision = model::Precision::bf16;

@@ -18,7 +18,7 @@ template <typename T>
 void check_op(ReduceOp op, CollectiveOp what) {
   if constexpr (std::is_integral_v<T>) {
     DTRAIN_CHECK(op != ReduceOp::avg, name(what),
-                 ": avg is defined for float32 only; use sum on integer counters");
+                 ": avg is defined for float32 and bf16 only; use sum on integer counters");
   }
 }
 
@@ -38,6 +38,7 @@ std::string operation_name(Communicator& comm, CollectiveOp op, Algorithm algo) 
 
 template <typename T>
 constexpr ElementType element_type() {
+  if constexpr (std::is_same_v<T, bf16>) return ElementType::bf16;
   return std::is_floating_point_v<T> ? ElementType::f32 : ElementType::i64;
 }
 
@@ -59,7 +60,9 @@ void run_native(Communicator& comm, CollectiveOp op, ReduceOp reduce, const T* i
 
 template <typename T>
 void finish_average(T* data, int64_t count, int ranks) {
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    detail::scale(data, count, 1.0f / static_cast<float>(ranks));
+  } else if constexpr (std::is_floating_point_v<T>) {
     detail::scale(data, count, static_cast<T>(1) / static_cast<T>(ranks));
   } else {
     (void)data, (void)count, (void)ranks;
@@ -236,5 +239,6 @@ Traffic all_gather(Communicator& comm, const T* input, T* output, int64_t count,
   template Traffic all_gather<T>(Communicator&, const T*, T*, int64_t, Algorithm);
 DTRAIN_INSTANTIATE_COLLECTIVES(float)
 DTRAIN_INSTANTIATE_COLLECTIVES(int64_t)
+DTRAIN_INSTANTIATE_COLLECTIVES(bf16)
 
 }  // namespace dtrain::comm

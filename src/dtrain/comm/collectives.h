@@ -3,7 +3,8 @@
 // a failure names the collective and its sequence number, and returns the Traffic this rank
 // measured for the call: the steps it ran and the bytes it sent and received.
 //
-// Element types: float (sum, avg, max) and int64_t (sum, max; for counters).
+// Element types: float (sum, avg, max), bf16 (sum, avg, max: each hop adds in fp32 and rounds
+// to bf16; half float's bytes on the wire) and int64_t (sum, max; for counters).
 // Buffers: all_reduce and broadcast work in place. reduce_scatter reads `count` elements and
 // writes this rank's chunk (chunk_of(count, size, rank), see chunks.h); all_gather reads this
 // rank's chunk and writes all `count` elements. `output` may alias the matching part of `input`.
@@ -14,6 +15,7 @@
 #include "dtrain/comm/chunks.h"
 #include "dtrain/comm/collective_kind.h"
 #include "dtrain/comm/communicator.h"
+#include "dtrain/core/bf16.h"
 
 namespace dtrain::comm {
 
@@ -48,6 +50,7 @@ Traffic all_gather(Communicator& comm, const T* input, T* output, int64_t count,
   extern template Traffic all_gather<T>(Communicator&, const T*, T*, int64_t, Algorithm);
 DTRAIN_DECLARE_COLLECTIVES(float)
 DTRAIN_DECLARE_COLLECTIVES(int64_t)
+DTRAIN_DECLARE_COLLECTIVES(bf16)
 #undef DTRAIN_DECLARE_COLLECTIVES
 
 }  // namespace dtrain::comm

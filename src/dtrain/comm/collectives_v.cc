@@ -70,5 +70,6 @@ Traffic all_gather_v(Communicator& comm, const T* input, T* output, std::span<co
   template Traffic all_gather_v<T>(Communicator&, const T*, T*, std::span<const Chunk>);
 DTRAIN_INSTANTIATE_COLLECTIVES_V(float)
 DTRAIN_INSTANTIATE_COLLECTIVES_V(int64_t)
+DTRAIN_INSTANTIATE_COLLECTIVES_V(bf16)
 
 }  // namespace dtrain::comm

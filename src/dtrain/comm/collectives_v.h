@@ -14,6 +14,7 @@
 #include "dtrain/comm/chunks.h"
 #include "dtrain/comm/collective_kind.h"
 #include "dtrain/comm/communicator.h"
+#include "dtrain/core/bf16.h"
 
 namespace dtrain::comm {
 
@@ -36,6 +37,7 @@ Traffic all_gather_v(Communicator& comm, const T* input, T* output, std::span<co
   extern template Traffic all_gather_v<T>(Communicator&, const T*, T*, std::span<const Chunk>);
 DTRAIN_DECLARE_COLLECTIVES_V(float)
 DTRAIN_DECLARE_COLLECTIVES_V(int64_t)
+DTRAIN_DECLARE_COLLECTIVES_V(bf16)
 #undef DTRAIN_DECLARE_COLLECTIVES_V
 
 }  // namespace dtrain::comm

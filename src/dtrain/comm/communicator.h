@@ -58,7 +58,7 @@ struct Traffic {
   }
 };
 
-enum class ElementType { f32, i64 };
+enum class ElementType { f32, i64, bf16 };
 
 // One collective handed to a backend's own implementation (Algorithm::native). Buffers and
 // counts follow collectives.h; `avg` arrives as `sum` (the caller scales).

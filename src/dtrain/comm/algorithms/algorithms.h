@@ -11,6 +11,7 @@
 #include "dtrain/comm/chunks.h"
 #include "dtrain/comm/collective_kind.h"
 #include "dtrain/comm/communicator.h"
+#include "dtrain/core/bf16.h"
 
 namespace dtrain::comm::detail {
 
@@ -37,6 +38,19 @@ inline void reduce_into(T* dst, const T* a, const T* b, int64_t n, ReduceOp op) 
 template <typename T>
 inline void scale(T* data, int64_t n, T factor) {
   for (int64_t i = 0; i < n; ++i) data[i] *= factor;
+}
+
+// bf16: each pair is added (or compared) in fp32 and the result rounded to bf16, so a ring
+// reduction rounds once per hop, as NCCL's bf16 reductions do.
+inline void reduce_into(bf16* dst, const bf16* a, const bf16* b, int64_t n, ReduceOp op) {
+  if (op == ReduceOp::max) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = to_bf16(std::max(to_float(a[i]), to_float(b[i])));
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = to_bf16(to_float(a[i]) + to_float(b[i]));
+  }
+}
+inline void scale(bf16* data, int64_t n, float factor) {
+  for (int64_t i = 0; i < n; ++i) data[i] = to_bf16(to_float(data[i]) * factor);
 }
 
 inline int64_t max_chunk(int64_t count, int parts) {

@@ -104,5 +104,6 @@ void naive_all_gather(Communicator& comm, OperationScope& scope, const T* input,
   template void naive_all_gather<T>(Communicator&, OperationScope&, const T*, T*, int64_t);
 DTRAIN_INSTANTIATE_NAIVE(float)
 DTRAIN_INSTANTIATE_NAIVE(int64_t)
+DTRAIN_INSTANTIATE_NAIVE(bf16)
 
 }  // namespace dtrain::comm::detail

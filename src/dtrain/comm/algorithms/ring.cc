@@ -222,5 +222,6 @@ void ring_reduce(Communicator& comm, OperationScope& scope, const T* input, T* o
                                int);
 DTRAIN_INSTANTIATE_RING(float)
 DTRAIN_INSTANTIATE_RING(int64_t)
+DTRAIN_INSTANTIATE_RING(bf16)
 
 }  // namespace dtrain::comm::detail

@@ -152,5 +152,6 @@ void bruck_all_gather(Communicator& comm, OperationScope& scope, const T* input,
   template void bruck_all_gather<T>(Communicator&, OperationScope&, const T*, T*, int64_t);
 DTRAIN_INSTANTIATE_TREE(float)
 DTRAIN_INSTANTIATE_TREE(int64_t)
+DTRAIN_INSTANTIATE_TREE(bf16)
 
 }  // namespace dtrain::comm::detail

@@ -161,6 +161,9 @@ class MpiCommunicator : public Communicator {
   bool run_native(const NativeCollective& c) override {
     DTRAIN_CHECK(c.count <= INT_MAX, "MPI backend: native collectives take at most ", INT_MAX,
                  " elements, got ", c.count);
+    // MPI has no bfloat16 type (its sum would need a user-defined op): bf16 takes the ring.
+    DTRAIN_CHECK(c.type != ElementType::bf16,
+                 "--algo native: MPI has no bfloat16 type; bf16 collectives run with --algo ring");
     const MPI_Datatype type = c.type == ElementType::f32 ? MPI_FLOAT : MPI_INT64_T;
     const MPI_Op op = c.reduce == ReduceOp::max ? MPI_MAX : MPI_SUM;
     const int count = static_cast<int>(c.count);
