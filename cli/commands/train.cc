@@ -211,6 +211,12 @@ void add_train(CLI::App& app) {
                   "parameters, gradients, optimizer state and the rest of the maths stay fp32")
       ->transform(precision_names())
       ->default_str("fp32");
+  cmd->add_option("--grad-reduce", l.grad_reduce,
+                  "Element type of the DP gradient all-reduce / reduce-scatters: fp32, or bf16 "
+                  "(half the bytes; each ring hop adds in fp32 and rounds to bf16; parameter "
+                  "gathers and the gradients kept stay fp32)")
+      ->transform(precision_names())
+      ->default_str("fp32");
   cmd->add_option("--backend", f->backend,
                   "threads (rank threads in this process) or mpi (the processes mpirun started)")
       ->default_str("threads");

@@ -17,6 +17,20 @@ expect_output 'DP\(2\)-TP\(2\)-PP\(2\)-rank\(0\) ZeRO-3 SP bf16' "${run[@]}" --p
 expect_error "--precision: must be fp32 or bf16 \(got fp16\)" "${run[@]}" --precision fp16
 expect_error "--precision: must be fp32 or bf16" bench train --precision fp64
 
+# --grad-reduce bf16: the DP syncs in bf16, every byte counter still its plan/ formula (at 2-byte
+# gradient elements), and the two-level all-reduce refused.
+expect_output 'DP\(4\)-TP\(1\)-PP\(1\)-rank\(0\) ZeRO-1 bf16 grad reduce' "${run[@]}" --dp 4 --zero 1 \
+  --grad-reduce bf16
+out=$("$DTRAIN" "${run[@]}" --dp 2 --tp 2 --pp 2 --microbatches 2 --zero 2 --grad-reduce bf16 2>/dev/null)
+if grep -qE '\(plan [0-9]' <<<"$out"; then
+  echo "FAIL: a measured figure differs from its plan/ formula under --grad-reduce bf16"
+  failures=$((failures + 1))
+else
+  echo "ok: every figure of the 8-rank bf16-grad-reduce layout equals its plan/ formula"
+fi
+expect_error '--grad-reduce bf16 needs --dp-all-reduce flat' "${run[@]}" --dp 4 --ranks-per-node 2 \
+  --dp-all-reduce hierarchical --grad-reduce bf16
+
 # bf16 beside fp32 over 150 steps of the tiny model, and the 8-rank layout beside the one-rank
 # bf16 run: the final validation losses within 2% (the bench preset's 300 steps came within 0.2%).
 long=(train --model tiny --steps 150 --eval-every 150 --eval-batches 4 --json)

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "dtrain/comm/collectives.h"
+#include "dtrain/core/bf16.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
 
@@ -154,6 +156,17 @@ void DataParallel::submit_sync(int b) {
       });
       return;
     }
+    if (config_.bf16_grad_reduce) {
+      comm_->submit("all_reduce bf16 " + span, [=](comm::Communicator& c) {
+        thread_local std::vector<bf16> wire;  // the communication thread's
+        wire.resize(static_cast<size_t>(bucket.count));
+        to_bf16(grads, wire.data(), bucket.count);
+        comm::all_reduce<bf16>(c, wire.data(), bucket.count, comm::ReduceOp::avg,
+                               comm::Algorithm::ring);
+        to_float(wire.data(), grads, bucket.count);
+      });
+      return;
+    }
     comm_->submit("all_reduce " + span, [=](comm::Communicator& c) {
       comm::all_reduce<float>(c, grads, bucket.count, comm::ReduceOp::avg, comm::Algorithm::ring);
     });
@@ -161,13 +174,14 @@ void DataParallel::submit_sync(int b) {
   }
   const ShardLayout layout = layout_;
   Buffer<float>* scratch = &scratch_;
+  const bool bf16_wire = config_.bf16_grad_reduce;
   if (config_.zero_stage == 1) {
     // In place: this rank's piece lands where it lies in the full gradient buffer.
     float* grads = model_.grads().data();
     float* shard = grads + std::min(layout.count, rank_ * layout.shard);
     comm_->submit("reduce_scatter " + span, [=](comm::Communicator& c) {
       reduce_scatter_to_shard(c, layout, bucket.offset, bucket.count, grads + bucket.offset, shard,
-                              false, *scratch);
+                              false, *scratch, bf16_wire);
     });
     return;
   }
@@ -176,7 +190,7 @@ void DataParallel::submit_sync(int b) {
   float* shard = grad_shard_.data();
   comm_->submit("reduce_scatter " + span, [=](comm::Communicator& c) {
     reduce_scatter_to_shard(c, layout, bucket.offset, bucket.count, owned->data(), shard,
-                            accumulate, *scratch);
+                            accumulate, *scratch, bf16_wire);
   });
 }
 

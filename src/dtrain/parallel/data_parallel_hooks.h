@@ -51,6 +51,9 @@ struct DataParallelConfig {
   // `topology` (global ranks), so only S/G per rank crosses the inter-node link.
   bool hierarchical = false;
   comm::NodeTopology topology;  // also for the per-link byte split
+  // Gradient all-reduces and reduce-scatters on bf16 copies (half the bytes, every ring hop
+  // rounding to bf16), widened back into the fp32 gradients; parameter gathers stay fp32.
+  bool bf16_grad_reduce = false;
 };
 
 // The gradient a rank holds after the syncs: `grads` is flat element `first` onwards.

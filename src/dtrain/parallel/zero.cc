@@ -3,8 +3,10 @@
 #include "dtrain/parallel/zero.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "dtrain/comm/collectives_v.h"
+#include "dtrain/core/bf16.h"
 #include "dtrain/core/check.h"
 
 namespace dtrain::parallel {
@@ -46,11 +48,25 @@ int64_t shard_position(const ShardLayout& layout, int rank, int64_t offset,
 
 comm::Traffic reduce_scatter_to_shard(comm::Communicator& comm, const ShardLayout& layout,
                                       int64_t offset, int64_t n, const float* grads, float* shard,
-                                      bool accumulate, Buffer<float>& scratch) {
+                                      bool accumulate, Buffer<float>& scratch, bool bf16_wire) {
   const std::vector<comm::Chunk> pieces = layout.pieces(offset, n);
   const int r = comm.rank();
   const comm::Chunk mine = pieces[static_cast<size_t>(r)];
   float* dst = shard + (mine.count > 0 ? shard_position(layout, r, offset, mine) : 0);
+  if (bf16_wire) {
+    // The bucket rounded to bf16, reduced in bf16 (every hop rounds), widened into the shard.
+    thread_local std::vector<bf16> wire, piece;
+    wire.resize(static_cast<size_t>(n));
+    piece.resize(static_cast<size_t>(mine.count));
+    to_bf16(grads, wire.data(), n);
+    const comm::Traffic t =
+        comm::reduce_scatter_v<bf16>(comm, wire.data(), piece.data(), pieces, comm::ReduceOp::avg);
+    for (int64_t i = 0; i < mine.count; ++i) {
+      const float g = to_float(piece[static_cast<size_t>(i)]);
+      dst[i] = accumulate ? dst[i] + g : g;
+    }
+    return t;
+  }
   if (!accumulate) {
     return comm::reduce_scatter_v<float>(comm, grads, dst, pieces, comm::ReduceOp::avg);
   }

@@ -43,9 +43,12 @@ ShardLayout shard_layout(int64_t count, int ranks);
 // is flat element rank * shard). With `accumulate` the result is added to what the shard holds
 // (gradient accumulation; `scratch` receives first and grows to the largest piece). `shard` may
 // alias the range's own piece of `grads` when not accumulating (ZeRO-1 reduces in place).
+// `bf16_wire`: the range is rounded to bf16 and reduced as bf16 (half the bytes; every ring hop
+// rounds its partial sum), then widened into the fp32 shard.
 comm::Traffic reduce_scatter_to_shard(comm::Communicator& comm, const ShardLayout& layout,
                                       int64_t offset, int64_t n, const float* grads, float* shard,
-                                      bool accumulate, Buffer<float>& scratch);
+                                      bool accumulate, Buffer<float>& scratch,
+                                      bool bf16_wire = false);
 
 // Gathers the flat range [offset, offset + n) from every rank's shard into `out` (n elements).
 // `shard` may alias out's own piece (stages 1 and 2 gather the parameters in place).

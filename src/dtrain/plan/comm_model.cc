@@ -151,14 +151,15 @@ int64_t all_but(const std::vector<int64_t>& pieces, int skipped) {
 
 }  // namespace
 
-int64_t stage_dp_bytes_sent(const StageDataParallelRank& s, int64_t element_bytes) {
+int64_t stage_dp_bytes_sent(const StageDataParallelRank& s, int64_t grad_bytes,
+                            int64_t param_bytes) {
   DTRAIN_CHECK(s.ranks >= 1 && s.rank >= 0 && s.rank < s.ranks && s.microbatches >= 1 &&
                    s.zero_stage >= 0 && s.zero_stage <= 3,
                "stage_dp_bytes_sent: rank ", s.rank, " of ", s.ranks, ", zero ", s.zero_stage,
                ", microbatches ", s.microbatches);
   if (s.ranks == 1) return 0;  // a group of one sends nothing (every collective short-circuits)
   const int next = (s.rank + 1) % s.ranks;
-  int64_t elements = 0;
+  int64_t elements = 0, gathered = 0;  // gradient elements sent, parameter elements sent
   for (size_t b = 0; b < s.buckets.size(); ++b) {
     const comm::Chunk& r = s.buckets[b];
     if (s.zero_stage == 0) {
@@ -171,17 +172,17 @@ int64_t stage_dp_bytes_sent(const StageDataParallelRank& s, int64_t element_byte
     elements += all_but(shard_pieces(s, r), s.rank) * (per_microbatch ? s.microbatches : 1);
   }
   if (s.zero_stage == 1 || s.zero_stage == 2) {
-    elements += all_but(shard_pieces(s, {0, s.params}), next);
+    gathered += all_but(shard_pieces(s, {0, s.params}), next);
   }
   if (s.zero_stage == 3) {
     for (const std::vector<comm::Chunk>* list :
          {&s.forward_gathers, &s.backward_gathers, &s.rerun_gathers}) {
       for (const comm::Chunk& r : *list) {
-        elements += all_but(shard_pieces(s, r), next) * s.microbatches;
+        gathered += all_but(shard_pieces(s, r), next) * s.microbatches;
       }
     }
   }
-  return elements * element_bytes;
+  return elements * grad_bytes + gathered * param_bytes;
 }
 
 std::vector<CollectiveCall> sp_regather_collectives(int64_t micro_batch, int64_t seq,

@@ -123,7 +123,10 @@ struct StageDataParallelRank {
   // ZeRO-3's gathers per micro-batch: before the forward, the backward, and W's rerun.
   std::vector<comm::Chunk> forward_gathers, backward_gathers, rerun_gathers;
 };
-int64_t stage_dp_bytes_sent(const StageDataParallelRank& stage, int64_t element_bytes);
+// grad_bytes: the element size of the gradient syncs (all-reduce, reduce-scatters: 2 when they
+// run in bf16); param_bytes: of the parameter gathers (ZeRO-1/2's after the update, ZeRO-3's).
+int64_t stage_dp_bytes_sent(const StageDataParallelRank& stage, int64_t grad_bytes,
+                            int64_t param_bytes);
 
 // Sequence parallelism's re-gathers in one layer's backward for one micro-batch: the LN1 and LN2
 // outputs are kept as the rank's b*s/t rows, and the column-parallel weight gradients need all

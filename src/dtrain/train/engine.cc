@@ -52,6 +52,7 @@ parallel::DataParallelConfig dp_config(const EngineConfig& c, const parallel::St
   d.zero_stage = c.zero_stage;
   d.bucket_bytes = c.bucket_bytes;
   d.hierarchical = c.hierarchical;
+  d.bf16_grad_reduce = c.bf16_grad_reduce;
   d.topology = c.topology;
   d.deferred_unit = c.pp > 1 ? units.embeddings() : -1;
   return d;
@@ -108,6 +109,7 @@ std::string Engine::describe() const {
   if (config_.step.precision == model::Precision::bf16) {
     s += str(" bf16 (", model::bf16_gemm_description(), ")");
   }
+  if (config_.bf16_grad_reduce && config_.dp > 1) s += " bf16 grad reduce";
   if (config_.pp > 1) s += str(" ", plan::name(config_.schedule));
   s += str(", ", config_.microbatches, " micro-batch", config_.microbatches > 1 ? "es" : "", " of ",
            config_.micro_batch());

@@ -97,6 +97,9 @@ EngineConfig make_engine_config(const StepConfig& step, const LayoutOptions& o) 
                ")");
   c.topology = comm::NodeTopology(o.world(), o.ranks_per_node > 0 ? o.ranks_per_node : o.world());
   c.hierarchical = o.dp_all_reduce == DpAllReduce::hierarchical;
+  c.bf16_grad_reduce = o.grad_reduce == model::Precision::bf16;
+  DTRAIN_CHECK(!c.bf16_grad_reduce || !c.hierarchical,
+               "--grad-reduce bf16 needs --dp-all-reduce flat (the two-level all-reduce is fp32)");
   DTRAIN_CHECK(!c.hierarchical || o.ranks_per_node > 0,
                "--dp-all-reduce hierarchical needs --ranks-per-node (the nodes to go across)");
   DTRAIN_CHECK(!c.hierarchical || o.zero_stage == 0,

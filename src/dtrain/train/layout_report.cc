@@ -8,6 +8,7 @@
 #include <map>
 
 #include "dtrain/comm/collectives.h"
+#include "dtrain/core/bf16.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/units.h"
 #include "dtrain/model/tp_shard.h"
@@ -269,7 +270,8 @@ RankRow measure_rank(const Engine& e) {
       }
     }
   }
-  r.dp_formula = static_cast<double>(plan::stage_dp_bytes_sent(exact, sizeof(float)));
+  const int64_t grad_bytes = c.bf16_grad_reduce ? int64_t{sizeof(bf16)} : int64_t{sizeof(float)};
+  r.dp_formula = static_cast<double>(plan::stage_dp_bytes_sent(exact, grad_bytes, sizeof(float)));
   if (e.has_embedding_group()) {
     const model::ParamTable& table = model.param_table();
     const double wte_bytes =
