@@ -49,10 +49,25 @@ void call_piece(GemmPieceCall<T> call, const GemmSplit& split, int64_t p, Trans 
   }
 }
 
-// op(X)'s stored matrix (rows x cols at stride ld) rounded into `out`, packed (stride cols).
-void pack_bf16(const float* X, int64_t rows, int64_t cols, int64_t ld, std::vector<bf16>& out) {
+// op(X)'s stored matrix (rows x cols at stride ld) rounded to bf16 into `out`, packed (stride
+// cols): as bf16 for oneDNN, or as the rounded floats for the emulation's cblas_sgemm.
+void pack_rounded(const float* X, int64_t rows, int64_t cols, int64_t ld, std::vector<bf16>& out) {
   out.resize(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r) to_bf16(X + r * ld, out.data() + r * cols, cols);
+}
+void pack_rounded(const float* X, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& out) {
+  out.resize(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c)
+      out[static_cast<size_t>(r * cols + c)] = round_to_bf16(X[r * ld + c]);
+  }
+}
+
+void count_call(GemmStats* stats, double start_us, int64_t M, int64_t N, int64_t K) {
+  if (stats == nullptr) return;
+  stats->time_us += now_us() - start_us;
+  stats->flops += 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+  ++stats->calls;
 }
 
 }  // namespace
@@ -72,8 +87,6 @@ void gemm_by_pieces(GemmPieceCall<T> call, Trans trans_a, Trans trans_b, int64_t
                     int64_t K, float alpha, const T* A, int64_t lda, const T* B, int64_t ldb,
                     float beta, float* C, int64_t ldc, const Compute& cx) {
   if (M == 0 || N == 0) return;
-  const double flops =
-      2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
   const double start_us = cx.gemm_stats != nullptr ? now_us() : 0.0;
   const GemmSplit split = gemm_split(M, N, K);
   auto pieces = [&](Range run) {
@@ -88,11 +101,7 @@ void gemm_by_pieces(GemmPieceCall<T> call, Trans trans_a, Trans trans_b, int64_t
   } else {
     team->run([&](int member) { pieces(split_range(split.parts, member, team->size())); });
   }
-  if (cx.gemm_stats != nullptr) {
-    cx.gemm_stats->time_us += now_us() - start_us;
-    cx.gemm_stats->flops += flops;
-    ++cx.gemm_stats->calls;
-  }
+  count_call(cx.gemm_stats, start_us, M, N, K);
 }
 template void gemm_by_pieces<float>(GemmPieceCall<float>, Trans, Trans, int64_t, int64_t, int64_t,
                                     float, const float*, int64_t, const float*, int64_t, float,
@@ -111,22 +120,26 @@ void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float 
   }
   if (M == 0 || N == 0) return;
   // The rounded copies are this thread's scratch, reused call after call. Their time counts
-  // as the GEMM's.
-  thread_local std::vector<bf16> a16, b16;
+  // as the GEMM's. The emulation gets the rounded floats straight away (not bf16 to widen).
   const double start_us = cx.gemm_stats != nullptr ? now_us() : 0.0;
   const bool ta = trans_a == Trans::yes, tb = trans_b == Trans::yes;
-  pack_bf16(A, ta ? K : M, ta ? M : K, lda, a16);
-  pack_bf16(B, tb ? N : K, tb ? K : N, ldb, b16);
+  const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
   Compute uncounted = cx;
   uncounted.gemm_stats = nullptr;
-  bgemm(trans_a, trans_b, M, N, K, alpha, a16.data(), ta ? M : K, b16.data(), tb ? K : N, beta, C,
-        ldc, uncounted);
-  if (cx.gemm_stats != nullptr) {
-    cx.gemm_stats->time_us += now_us() - start_us;
-    cx.gemm_stats->flops +=
-        2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
-    ++cx.gemm_stats->calls;
+  if (bf16_gemm_backend() == Bf16GemmBackend::emulated) {
+    thread_local std::vector<float> a32, b32;
+    pack_rounded(A, a_rows, a_cols, lda, a32);
+    pack_rounded(B, b_rows, b_cols, ldb, b32);
+    gemm_by_pieces<float>(call_cblas, trans_a, trans_b, M, N, K, alpha, a32.data(), a_cols,
+                          b32.data(), b_cols, beta, C, ldc, uncounted);
+  } else {
+    thread_local std::vector<bf16> a16, b16;
+    pack_rounded(A, a_rows, a_cols, lda, a16);
+    pack_rounded(B, b_rows, b_cols, ldb, b16);
+    bgemm(trans_a, trans_b, M, N, K, alpha, a16.data(), a_cols, b16.data(), b_cols, beta, C, ldc,
+          uncounted);
   }
+  count_call(cx.gemm_stats, start_us, M, N, K);
 }
 
 void set_blas_threads(int threads) {
