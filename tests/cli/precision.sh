@@ -55,9 +55,14 @@ else
   echo "ok: bf16 trains to fp32's loss, on one rank and on DP2 x TP2 x PP2"
 fi
 
-# Parameters and AdamW state are fp32 in both precisions, so a checkpoint resumes in the other.
+# Checkpoints hold fp32 weights and moments in both precisions (a bf16 run writes its fp32
+# master), so a checkpoint resumes in the other precision and layout, both ways.
 save=(train --model tiny --steps 4 --eval-every 0 --eval-batches 1 --save "$tmp/ck" --save-every 2)
 "$DTRAIN" "${save[@]}" >/dev/null 2>&1
 expect_output 'resumed at step 2 from' train --model tiny --steps 4 --eval-every 0 --eval-batches 1 \
   --resume "$tmp/ck/step-00000002" --precision bf16 --dp 2 --tp 2
+"$DTRAIN" train --model tiny --steps 4 --eval-every 0 --eval-batches 1 --save "$tmp/ck16" \
+  --save-every 2 --precision bf16 --dp 2 --zero 3 >/dev/null 2>&1
+expect_output 'resumed at step 2 from' train --model tiny --steps 4 --eval-every 0 --eval-batches 1 \
+  --resume "$tmp/ck16/step-00000002" --pp 2 --microbatches 2
 finish

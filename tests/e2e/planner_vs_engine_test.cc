@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <initializer_list>
 #include <string>
@@ -169,11 +170,17 @@ struct DpMeasured {
 
 // `whole_bucket`: one gradient bucket for the whole model on both sides, so the planner's
 // pieces are the engine's buckets and the communication steps compare too.
+// `precision` bf16 keeps mixed precision's state (bf16 weights and gradients, fp32 master and
+// moments) and gathers bf16 weights; with `bf16_grad_reduce` its gradient syncs are bf16 too, so
+// the run is the planner's kMixedPrecisionAdam on every figure.
 void compare_data_parallel(int dp, int zero, int64_t grad_accum, bool whole_bucket,
-                           model::Precision precision = model::Precision::fp32) {
+                           model::Precision precision = model::Precision::fp32,
+                           bool bf16_grad_reduce = false) {
   SCOPED_TRACE(::testing::Message() << "dp " << dp << " zero " << zero << " accum " << grad_accum
                                     << (whole_bucket ? " one bucket" : " 16 KiB buckets") << " "
-                                    << model::precision_name(precision));
+                                    << model::precision_name(precision)
+                                    << (bf16_grad_reduce ? " bf16 grad reduce" : ""));
+  const bool mixed = precision == model::Precision::bf16;
   const model::GptConfig g{.vocab = 257, .context = 16, .layers = 2, .heads = 3, .channels = 33};
   StepConfig c = engine_config(g, 8);
   c.precision = precision;
@@ -184,9 +191,11 @@ void compare_data_parallel(int dp, int zero, int64_t grad_accum, bool whole_buck
   setup.zero_stage = zero;
   setup.bucket_bytes = bucket_bytes;
   setup.grad_accum = grad_accum;
+  if (bf16_grad_reduce) setup.grad_reduce = model::Precision::bf16;
   const EngineConfig config = make_engine_config(c, setup);
 
   plan::PlanInput in = plan_input(g, c.batch, c.seq, dp);
+  if (mixed) in.training.state_bytes = plan::kMixedPrecisionAdam;
   in.training.bucket_bytes = static_cast<double>(bucket_bytes);
   plan::Layout layout;
   layout.dp = dp;
@@ -199,6 +208,9 @@ void compare_data_parallel(int dp, int zero, int64_t grad_accum, bool whole_buck
   const std::vector<Batch> data = batches(c);
   std::vector<DpMeasured> measured(static_cast<size_t>(dp));
   int64_t units = 0;
+  struct {
+    int64_t embeddings = 0, block = 0, lnf = 0;
+  } unit_counts;
   comm::threads::run_ranks(dp, [&](comm::Communicator& world) {
     Engine engine(config, world);
     for (const Batch& b : data) engine.train_step(b, kLr);
@@ -210,7 +222,13 @@ void compare_data_parallel(int dp, int zero, int64_t grad_accum, bool whole_buck
     r.activations_peak = t.peak_bytes(MemoryTag::activations);
     r.params_peak = t.peak_bytes(MemoryTag::params);
     r.traffic = engine.data_parallel().traffic();
-    if (world.rank() == 0) units = engine.executor().units().size();
+    if (world.rank() == 0) {
+      const parallel::StageUnits& u = engine.executor().units();
+      units = u.size();
+      unit_counts.embeddings = u[u.embeddings()].count;
+      unit_counts.block = u[u.block(0)].count;
+      unit_counts.lnf = u[u.final_norm()].count;
+    }
   });
 
   const plan::MemoryBreakdown& m = p.memory;
@@ -223,7 +241,15 @@ void compare_data_parallel(int dp, int zero, int64_t grad_accum, bool whole_buck
     EXPECT_EQ(as_double(r.optimizer), m.optimizer);
     // One micro-batch of b = B / (dp x accum) sequences in flight, and the workspace.
     EXPECT_EQ(as_double(r.activations_peak), m.activations + m.workspace);
-    if (zero == 3) {
+    if (zero == 3 && mixed) {
+      // Mixed precision computes on fp32 working copies (data_parallel_hooks.h): at any moment a
+      // rank holds at most the embeddings, one block and the final LayerNorm each in fp32 and in
+      // bf16 at once (a unit gathered in bf16 is widened when acquired, and the next block is
+      // gathered while one runs): 6 bytes per parameter of those three units.
+      const auto& u = unit_counts;
+      EXPECT_LE(r.params_peak - r.params, 6 * (u.embeddings + u.block + u.lnf));
+      EXPECT_GE(r.params_peak - r.params, 4 * (u.embeddings + u.block));
+    } else if (zero == 3) {
       // The gathered weights at their peak: the planner's ZeRO-3 working set (two layers' weights
       // and one layer's gradient) less that gradient, plus the tied embeddings, which the engine
       // keeps gathered from the embedding through the LM head (the planner leaves them out).
@@ -233,6 +259,11 @@ void compare_data_parallel(int dp, int zero, int64_t grad_accum, bool whole_buck
       EXPECT_EQ(as_double(r.params_peak - r.params), planned_gathered - layer_grad + embeddings);
     }
     const comm::Traffic& s = r.traffic;
+    if (mixed && !bf16_grad_reduce) {
+      // fp32 gradient syncs beside bf16 parameter gathers: the planner's figures are one element
+      // size throughout, so only the mixed wire compares with them.
+      continue;
+    }
     EXPECT_NEAR(as_double(s.bytes_sent), kSteps * planned.bytes_per_rank, 4.0 * as_double(s.steps));
     if (!whole_bucket) continue;
     // ZeRO-3 gathers and reduces per unit: the L blocks, the final LayerNorm and the
@@ -262,12 +293,76 @@ TEST(PlannerVsEngine, DataParallelMemoryAndBytesEqualThePlan) {
   for (int zero = 0; zero <= 3; ++zero) compare_data_parallel(2, zero, 2, true);
 }
 
-// --precision bf16 keeps parameters, gradients, AdamW state and communication in fp32 (only the
-// matrix products' operands are rounded), so a bf16 run measures what the planner gives for fp32
-// state and 4-byte activations: the same comparisons, every ZeRO stage on 4 ranks.
-TEST(PlannerVsEngine, Bf16DataParallelMemoryAndBytesEqualThePlan) {
+// --precision bf16 is mixed-precision Adam: each rank's params, grads and optimizer bytes equal
+// plan::model_state_bytes with kMixedPrecisionAdam (2 + 2 + 12 per parameter: 16 Psi, then
+// 4 Psi + 12 Psi/N, 2 Psi + 14 Psi/N and 16 Psi/N, the shards padded to ceil(Psi/N)), every ZeRO
+// stage on 4 ranks; with --grad-reduce bf16 the DP bytes and steps are the planner's at 2-byte
+// elements, and with fp32 gradient syncs the state is the same.
+TEST(PlannerVsEngine, MixedPrecisionDataParallelMemoryAndBytesEqualThePlan) {
   for (int zero = 0; zero <= 3; ++zero) {
-    compare_data_parallel(4, zero, 1, false, model::Precision::bf16);
+    compare_data_parallel(4, zero, 1, true, model::Precision::bf16, true);
+    compare_data_parallel(4, zero, 1, false, model::Precision::bf16, true);
+    compare_data_parallel(4, zero, 1, false, model::Precision::bf16, false);
+  }
+  // Gradient accumulation: stages 0-1 add each micro-batch into the bf16 gradient.
+  for (int zero = 0; zero <= 3; ++zero) {
+    compare_data_parallel(2, zero, 2, true, model::Precision::bf16, true);
+  }
+}
+
+// The ZeRO paper's mixed-precision ledger, rank by rank, on dp 4 and on dp2 x tp2 x pp2 (each rank
+// holding Psi = its stage's TP shard): 2 Psi + 2 Psi + 12 Psi at stage 0, then 4 Psi + 12 Psi/N,
+// 2 Psi + 14 Psi/N and 16 Psi/N, where Psi/N is a shard's ceil(Psi/N) elements (the last one
+// padded). Checked term by term from those expressions and against plan::model_state_bytes.
+TEST(PlannerVsEngine, MixedPrecisionStateIsTheZeroPapersLedger) {
+  const model::GptConfig g{.vocab = 257, .context = 16, .layers = 4, .heads = 2, .channels = 34};
+  StepConfig c = engine_config(g, 8);
+  c.precision = model::Precision::bf16;
+  const std::vector<Batch> data = batches(c);
+  for (const auto& [dp, tp, pp] : {std::array{4, 1, 1}, std::array{2, 2, 2}}) {
+    for (int zero = 0; zero <= 3; ++zero) {
+      SCOPED_TRACE(::testing::Message()
+                   << "dp " << dp << " tp " << tp << " pp " << pp << " zero " << zero);
+      LayoutOptions setup;
+      setup.dp = dp;
+      setup.tp = tp;
+      setup.pp = pp;
+      setup.zero_stage = zero;
+      setup.microbatches = pp;
+      const EngineConfig config = make_engine_config(c, setup);
+      struct Row {
+        int64_t psi = 0, params = 0, grads = 0, optimizer = 0;
+      };
+      std::vector<Row> rows(static_cast<size_t>(dp * tp * pp));
+      comm::threads::run_ranks(dp * tp * pp, [&](comm::Communicator& world) {
+        Engine engine(config, world);
+        for (const Batch& b : data) engine.train_step(b, kLr);
+        const MemoryTracker& t = engine.memory();
+        rows[static_cast<size_t>(world.rank())] = {
+            engine.model().param_count(), t.current_bytes(MemoryTag::params),
+            t.current_bytes(MemoryTag::grads), t.current_bytes(MemoryTag::optimizer)};
+      });
+      for (size_t rank = 0; rank < rows.size(); ++rank) {
+        const Row& r = rows[rank];
+        const int64_t psi = r.psi, shard = (psi + dp - 1) / dp;
+        const int64_t want_params = zero == 3 ? 2 * shard : 2 * psi;
+        const int64_t want_grads = zero >= 2 ? 2 * shard : 2 * psi;
+        const int64_t want_optimizer = zero >= 1 ? 12 * shard : 12 * psi;
+        EXPECT_EQ(r.params, want_params) << "rank " << rank;
+        EXPECT_EQ(r.grads, want_grads) << "rank " << rank;
+        EXPECT_EQ(r.optimizer, want_optimizer) << "rank " << rank;
+        const plan::ModelStateBytes plan =
+            plan::model_state_bytes(psi, dp, zero, plan::kMixedPrecisionAdam);
+        EXPECT_EQ(r.params, plan.params);
+        EXPECT_EQ(r.grads, plan.grads);
+        EXPECT_EQ(r.optimizer, plan.optimizer);
+      }
+      std::printf("  dp %d tp %d pp %d zero %d: rank 0 Psi %lld, state %lld + %lld + %lld = %lld\n",
+                  dp, tp, pp, zero, static_cast<long long>(rows[0].psi),
+                  static_cast<long long>(rows[0].params), static_cast<long long>(rows[0].grads),
+                  static_cast<long long>(rows[0].optimizer),
+                  static_cast<long long>(rows[0].params + rows[0].grads + rows[0].optimizer));
+    }
   }
 }
 

@@ -2,11 +2,18 @@
 // (DESIGN.md: the oracle stays independent of what it checks). One GptModel (params, grads,
 // activations) and one AdamW over the whole flat parameter buffer, the norm of the whole
 // gradient and its clip scale, nothing sharded, no executor; with threads > 1 the ops and the
-// optimizer split their work across a ThreadTeam (same bits as one thread).
+// optimizer split their work across a ThreadTeam (same bits as one thread). Under --precision
+// bf16 it is mixed-precision Adam written plainly: the model's weights are the fp32 master
+// rounded to bf16 before each step, the whole step's gradient is rounded to bf16 once, and AdamW
+// updates the master from it.
 #pragma once
 
 #include <cmath>
+#include <span>
 #include <string>
+#include <vector>
+
+#include "dtrain/core/bf16.h"
 
 #include "dtrain/core/timer.h"
 #include "dtrain/model/gpt.h"
@@ -30,6 +37,10 @@ class SerialEngine final : public StepEngine {
     model_.init_params(config.init_seed);
     model_.set_precision(config.precision);
     model_.set_batch_shape(config.batch, config.seq);
+    if (mixed()) {
+      master_.assign(model_.params().begin(), model_.params().end());
+      round_params_from_master();
+    }
   }
 
   std::string describe() const override { return "serial"; }
@@ -43,10 +54,18 @@ class SerialEngine final : public StepEngine {
     model_.backward();
     stats.backward_ms = watch.elapsed_us() * 1e-3;
     watch.restart();
+    if (mixed()) {
+      for (float& g : model_.grads()) g = round_to_bf16(g);
+    }
     stats.grad_norm = std::sqrt(optim::sum_of_squares(model_.grads()));
     check_not_diverged(stats);
-    adamw_update_on_team(&team_, adamw_, model_.params(), model_.grads(), lr,
-                         optim::clip_scale(stats.grad_norm, config_.grad_clip));
+    const float scale = optim::clip_scale(stats.grad_norm, config_.grad_clip);
+    if (mixed()) {
+      adamw_update_on_team(&team_, adamw_, master_, model_.grads(), lr, scale);
+      round_params_from_master();
+    } else {
+      adamw_update_on_team(&team_, adamw_, model_.params(), model_.grads(), lr, scale);
+    }
     stats.optimizer_ms = watch.elapsed_us() * 1e-3;
     return stats;
   }
@@ -58,7 +77,8 @@ class SerialEngine final : public StepEngine {
   RankState export_state() override {
     RankState s;
     const model::ParamTable& table = model_.param_table();
-    append_whole_tensors(table, StateKind::param, model_.params(), s.pieces);
+    append_whole_tensors(table, StateKind::param,
+                         mixed() ? std::span<float>(master_) : model_.params(), s.pieces);
     append_whole_tensors(table, StateKind::adam_m, adamw_.m(), s.pieces);
     append_whole_tensors(table, StateKind::adam_v, adamw_.v(), s.pieces);
     s.adam_step = adamw_.step_count();
@@ -67,14 +87,25 @@ class SerialEngine final : public StepEngine {
   void import_state(const SerialState& state) override {
     copy_whole_state(state, model_.param_table(), model_.params(), adamw_.m(), adamw_.v());
     adamw_.set_step_count(state.adam_step);
+    if (mixed()) {
+      master_.assign(model_.params().begin(), model_.params().end());
+      round_params_from_master();
+    }
   }
 
   model::GptModel& model() { return model_; }
   optim::AdamW& optimizer() { return adamw_; }
 
  private:
+  bool mixed() const { return config_.precision == model::Precision::bf16; }
+  void round_params_from_master() {
+    std::span<float> p = model_.params();
+    for (size_t i = 0; i < p.size(); ++i) p[i] = round_to_bf16(master_[i]);
+  }
+
   StepConfig config_;
-  MemoryTracker tracker_;  // declared before the buffers it accounts for
+  std::vector<float> master_;  // mixed precision's fp32 weights (untracked: a reference)
+  MemoryTracker tracker_;      // declared before the buffers it accounts for
   model::ThreadTeam team_;
   model::GptModel model_;
   optim::AdamW adamw_;

@@ -27,6 +27,7 @@ struct Layout {
   int dp = 1, zero = 0, tp = 1, pp = 1;
   bool sp = false;
   bool reference = false;  // the tests' single-rank reference instead of the engine
+  model::Precision precision = model::Precision::fp32;
   int ranks() const { return dp * tp * pp; }
 };
 
@@ -50,8 +51,9 @@ inline std::vector<Layout> matrix_layouts() {
 
 // V = 257 (TP pads wte to 258 rows), 4 blocks (four pipeline stages), 4 heads (TP 2). The
 // parameter count is odd, so ZeRO's last shard is padded too.
-inline StepConfig ckpt_config() {
+inline StepConfig ckpt_config(model::Precision precision = model::Precision::fp32) {
   StepConfig c;
+  c.precision = precision;
   c.model = {.vocab = 257, .context = 16, .layers = 4, .heads = 4, .channels = 16};
   c.batch = 8;
   c.seq = 16;
@@ -101,14 +103,14 @@ inline EngineConfig layout_config(const Layout& l) {
   o.zero_stage = l.zero;
   o.sequence_parallel = l.sp;
   if (l.pp > 1) o.microbatches = l.dp > 1 ? 2 : 4;
-  return make_engine_config(ckpt_config(), o);
+  return make_engine_config(ckpt_config(l.precision), o);
 }
 
 // Runs fn(engine, rank) on every rank of `layout` (rank threads; one plain call for the
 // reference). fn runs concurrently on the ranks.
 inline void on_layout(const Layout& l, const std::function<void(StepEngine&, int)>& fn) {
   if (l.reference) {
-    SerialEngine engine(ckpt_config());
+    SerialEngine engine(ckpt_config(l.precision));
     fn(engine, 0);
     return;
   }

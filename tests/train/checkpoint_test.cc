@@ -10,6 +10,7 @@
 
 #include "checkpoint_harness.h"
 #include "dtrain/core/check.h"
+#include "dtrain/model/precision.h"
 #include "dtrain/model/tp_shard.h"
 
 namespace dtrain::train {
@@ -95,6 +96,67 @@ TEST(Checkpoint, ResumeContinuesBitForBit) {
     EXPECT_TRUE(same_bits(tail, resumed_losses)) << l.name;
     expect_same_state(load_checkpoint((root / "straight").string()).state,
                       load_checkpoint((root / "cut").string()).state, l.name);
+  }
+  fs::remove_all(tmp);
+}
+
+// Mixed precision (--precision bf16) checkpoints its fp32 master weights as the parameters, with
+// the moments: a bf16 run's checkpoint loads into every layout in either precision and writes
+// the same state back bit for bit (an fp32 run holds those weights as its parameters; a bf16 run
+// as its master, rounding its bf16 weights from them), and a bf16 run's resume continues bit for
+// bit like an fp32 one's.
+TEST(Checkpoint, MixedPrecisionStateCrossesPrecisionsAndLayoutsBitwise) {
+  const fs::path tmp = fresh_dir("mixed");
+  constexpr model::Precision kBf16 = model::Precision::bf16;
+  const std::vector<Layout> targets = matrix_layouts();
+  for (Layout a : {Layout{"one rank"}, Layout{"dp2-zero1", 2, 1},
+                   Layout{"dp2-tp2-pp2-zero3-sp", 2, 3, 2, 2, true}}) {
+    a.precision = kBf16;
+    const std::string saved = train_and_save(a, 2, tmp / ("bf16-" + a.name));
+    const LoadedCheckpoint source = load_checkpoint(saved);
+    for (Layout b : targets) {
+      for (model::Precision p : {model::Precision::fp32, kBf16}) {
+        b.precision = p;
+        const std::string what =
+            "bf16 " + a.name + " -> " + b.name + " " + std::string(model::precision_name(p));
+        const fs::path root = tmp / ("bf16-" + a.name + "-to-" + b.name + "-" +
+                                     std::string(model::precision_name(p)));
+        on_layout(b, [&](StepEngine& engine, int) {
+          engine.import_state(source.state);
+          save_checkpoint(engine, source.state.model, source.manifest.position, root.string(), 0);
+        });
+        expect_same_state(source.state, load_checkpoint(root.string()).state, what);
+      }
+    }
+  }
+  // Resume: N steps straight against K + save + resume + N - K, in bf16.
+  const int64_t N = 4, K = 2;
+  for (Layout l : {Layout{"one rank"}, Layout{"dp2-zero2", 2, 2}, Layout{"dp2-tp2-zero1", 2, 1, 2},
+                   Layout{"dp2-tp2-pp2-zero3-sp", 2, 3, 2, 2, true}}) {
+    l.precision = kBf16;
+    const fs::path root = tmp / ("resume-" + l.name);
+    std::vector<float> straight_losses, resumed_losses;
+    TrainerConfig straight = ckpt_trainer(N, N);
+    straight.checkpoint.save_dir = (root / "straight").string();
+    on_layout(l, [&](StepEngine& engine, int rank) {
+      const TrainSummary s = Trainer(straight, engine, ckpt_data()).run();
+      if (rank == 0) straight_losses = s.train_losses;
+    });
+    TrainerConfig first = ckpt_trainer(K, N);
+    first.checkpoint.save_dir = (root / "cut").string();
+    on_layout(l, [&](StepEngine& engine, int) { Trainer(first, engine, ckpt_data()).run(); });
+    TrainerConfig second = ckpt_trainer(N, N);
+    second.checkpoint.save_dir = (root / "cut").string();
+    second.checkpoint.resume = (root / "cut").string();
+    on_layout(l, [&](StepEngine& engine, int rank) {
+      const TrainSummary s = Trainer(second, engine, ckpt_data()).run();
+      if (rank == 0) resumed_losses = s.train_losses;
+    });
+    ASSERT_EQ(straight_losses.size(), static_cast<size_t>(N)) << l.name;
+    const std::vector<float> tail(straight_losses.begin() + K, straight_losses.end());
+    EXPECT_TRUE(same_bits(tail, resumed_losses)) << "bf16 " << l.name;
+    expect_same_state(load_checkpoint((root / "straight").string()).state,
+                      load_checkpoint((root / "cut").string()).state, "bf16 " + l.name);
   }
   fs::remove_all(tmp);
 }

@@ -2,6 +2,7 @@
 // per call; the per-element work is float, in blocks of 16 that vectorize.
 #include "dtrain/optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 #if defined(__SSE2__)
@@ -93,6 +94,23 @@ void AdamW::update(std::span<float> params, std::span<const float> grads, int64_
   const auto at = static_cast<size_t>(offset);
   adamw_update(params, grads, m_.span().subspan(at, params.size()),
                v_.span().subspan(at, params.size()), config_, lr, step_, grad_scale);
+}
+
+void AdamW::update_mixed(std::span<float> master, std::span<const bf16> grads,
+                         std::span<bf16> params, int64_t offset, float lr, float grad_scale) {
+  DTRAIN_CHECK(grads.size() == master.size() && params.size() == master.size(),
+               "AdamW::update_mixed: spans differ in length (master ", master.size(), ", grads ",
+               grads.size(), ", params ", params.size(), ")");
+  // In pieces of a stack buffer's length: widen the gradients, update, round the result.
+  constexpr size_t kPiece = 1024;
+  float widened[kPiece];
+  for (size_t at = 0; at < master.size(); at += kPiece) {
+    const size_t n = std::min(kPiece, master.size() - at);
+    to_float(grads.data() + at, widened, static_cast<int64_t>(n));
+    update(master.subspan(at, n), std::span<const float>(widened, n),
+           offset + static_cast<int64_t>(at), lr, grad_scale);
+    to_bf16(master.data() + at, params.data() + at, static_cast<int64_t>(n));
+  }
 }
 
 }  // namespace dtrain::optim

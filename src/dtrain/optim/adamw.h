@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 
+#include "dtrain/core/bf16.h"
 #include "dtrain/core/buffer.h"
 
 namespace dtrain::optim {
@@ -37,6 +38,11 @@ class AdamW {
   void advance() { ++step_; }
   void update(std::span<float> params, std::span<const float> grads, int64_t offset, float lr,
               float grad_scale = 1.0f);
+  // Mixed precision's update of the same piece: the fp32 master weights from bf16 gradients
+  // (widened exactly), then `params` = the master rounded to bf16 (what the next forward reads).
+  // The master gets the bits update() gives it from the widened gradients.
+  void update_mixed(std::span<float> master, std::span<const bf16> grads, std::span<bf16> params,
+                    int64_t offset, float lr, float grad_scale = 1.0f);
 
   const AdamWConfig& config() const { return config_; }
   int64_t count() const { return m_.size(); }

@@ -5,10 +5,14 @@
 
 #include <span>
 
+#include "dtrain/core/bf16.h"
+
 namespace dtrain::optim {
 
 // Sum of squares in double (deterministic order).
 double sum_of_squares(std::span<const float> x);
+// The same over bf16 gradients (mixed precision), each widened exactly.
+double sum_of_squares(std::span<const bf16> x);
 
 // min(1, max_norm / (global_norm + 1e-6)), as torch.nn.utils.clip_grad_norm_; a max_norm
 // <= 0 disables clipping (returns 1).

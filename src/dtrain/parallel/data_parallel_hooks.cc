@@ -41,6 +41,30 @@ DataParallel::DataParallel(const DataParallelConfig& config, model::GptModel& mo
   DTRAIN_CHECK(
       config.deferred_unit < 0 || config.deferred_unit == n - 1,
       "DataParallel: only the last unit in backward order (the embeddings) can be deferred");
+  if (config.mixed_precision) {
+    // The optimizer's fp32 master of the owned range, the bf16 weights and gradients at rest;
+    // the model's fp32 buffers go (its kernels run on the units' working copies).
+    const int64_t psi = model.param_count();
+    const comm::Chunk own = owned();
+    const float* initial = model.params().data();
+    master_ =
+        Buffer<float>(config.zero_stage == 0 ? psi : layout_.shard, MemoryTag::optimizer, &tracker);
+    std::memcpy(master_.data(), initial + own.offset,
+                static_cast<size_t>(own.count) * sizeof(float));
+    if (config.zero_stage == 3) {
+      param16_ = Buffer<bf16>(layout_.shard, MemoryTag::params, &tracker);
+      to_bf16(initial + own.offset, param16_.data(), own.count);
+    } else {
+      param16_ = Buffer<bf16>(psi, MemoryTag::params, &tracker);
+      to_bf16(initial, param16_.data(), psi);
+    }
+    grad16_ =
+        Buffer<bf16>(config.zero_stage >= 2 ? layout_.shard : psi, MemoryTag::grads, &tracker);
+    work_params_.resize(static_cast<size_t>(n));
+    work_grads_.resize(static_cast<size_t>(n));
+    model.release_params();
+    model.release_grads();
+  }
   if (dp.size() == 1 && config.zero_stage == 0) return;  // nothing to average or shard
 
   // Stage 3 reduces and gathers unit by unit; the others by buckets of units. The deferred unit
@@ -59,11 +83,11 @@ DataParallel::DataParallel(const DataParallelConfig& config, model::GptModel& mo
   bucket_grads_.resize(buckets_.size());
   syncs_.assign(buckets_.size(), 0);
 
-  if (config.zero_stage >= 2) {
+  if (config.zero_stage >= 2 && !config.mixed_precision) {
     grad_shard_ = Buffer<float>(layout_.shard, MemoryTag::grads, &tracker);
     model.release_grads();
   }
-  if (config.zero_stage == 3) {
+  if (config.zero_stage == 3 && !config.mixed_precision) {
     param_shard_ = Buffer<float>(layout_.shard, MemoryTag::params, &tracker);
     const comm::Chunk own = layout_.owned(rank_);
     std::memcpy(param_shard_.data(), model.params().data() + own.offset,
@@ -78,8 +102,13 @@ DataParallel::DataParallel(const DataParallelConfig& config, model::GptModel& mo
   }
   comm_ = std::make_unique<CommThread>(std::move(async));
   if (config.zero_stage == 3) {
-    gathered_ = std::make_unique<GatheredUnits>(layout_, units.units(), param_shard_.data(), *comm_,
-                                                tracker);
+    gathered_ = config.mixed_precision
+                    ? std::make_unique<GatheredUnits>(layout_, units.units(),
+                                                      static_cast<const bf16*>(param16_.data()),
+                                                      *comm_, tracker)
+                    : std::make_unique<GatheredUnits>(
+                          layout_, units.units(), static_cast<const float*>(param_shard_.data()),
+                          *comm_, tracker);
   }
 }
 
@@ -91,34 +120,67 @@ comm::Chunk DataParallel::owned() const {
 }
 
 void DataParallel::begin_step() {
-  if (config_.zero_stage <= 1) model_.zero_grads();
+  if (config_.zero_stage <= 1) {
+    model_.zero_grads();
+    grad16_.zero();
+  }
   std::fill(syncs_.begin(), syncs_.end(), 0);
 }
 
 void DataParallel::prefetch(int unit) {
   if (gathered_ == nullptr || gathered_->gathered(unit)) return;
+  if (config_.mixed_precision && unit_state_[static_cast<size_t>(unit)].holds > 0) return;
   gathered_->gather(unit);
 }
 
 void DataParallel::acquire(int unit) {
-  if (gathered_ == nullptr) return;
+  if (gathered_ == nullptr && !config_.mixed_precision) return;
   UnitState& s = unit_state_[static_cast<size_t>(unit)];
   if (s.holds++ > 0) return;
-  if (!gathered_->gathered(unit)) gathered_->gather(unit);
-  wait_for(gathered_->ticket(unit));
   const GradUnit& u = units_[unit];
-  model_.bind_params(u.offset, u.count, gathered_->data(unit));
+  if (gathered_ != nullptr) {
+    if (!gathered_->gathered(unit)) gathered_->gather(unit);
+    wait_for(gathered_->ticket(unit));
+  }
+  if (!config_.mixed_precision) {
+    model_.bind_params(u.offset, u.count, gathered_->data(unit));
+    return;
+  }
+  // The fp32 working copy of the unit's bf16 weights (gathered ones at stage 3, freed at once).
+  Buffer<float>& work = work_params_[static_cast<size_t>(unit)];
+  work = Buffer<float>(u.count, MemoryTag::params, &tracker_);
+  if (gathered_ != nullptr) {
+    to_float(gathered_->data16(unit), work.data(), u.count);
+    gathered_->free(unit);
+  } else {
+    to_float(param16_.data() + u.offset, work.data(), u.count);
+  }
+  model_.bind_params(u.offset, u.count, work.data());
 }
 
 void DataParallel::release(int unit) {
-  if (gathered_ == nullptr) return;
+  if (gathered_ == nullptr && !config_.mixed_precision) return;
   UnitState& s = unit_state_[static_cast<size_t>(unit)];
-  DTRAIN_CHECK(s.holds > 0, "ZeRO-3: unit ", units_[unit].name, " released more than acquired");
-  if (--s.holds == 0) gathered_->free(unit);
+  DTRAIN_CHECK(s.holds > 0, "DataParallel: unit ", units_[unit].name,
+               " released more than acquired");
+  if (--s.holds > 0) return;
+  if (config_.mixed_precision) {
+    work_params_[static_cast<size_t>(unit)].release();
+  } else {
+    gathered_->free(unit);
+  }
 }
 
 void DataParallel::begin_backward(int unit) {
-  if (config_.zero_stage < 2) return;
+  if (config_.zero_stage < 2) {
+    if (!config_.mixed_precision) return;
+    Buffer<float>& work = work_grads_[static_cast<size_t>(unit)];
+    if (!work.empty()) return;
+    const GradUnit& u = units_[unit];
+    work = Buffer<float>(u.count, MemoryTag::grads, &tracker_);
+    model_.bind_grads(u.offset, u.count, work.data());
+    return;
+  }
   const int b = bucket_of_unit_[static_cast<size_t>(unit)];
   std::shared_ptr<Buffer<float>>& buffer = bucket_grads_[static_cast<size_t>(b)];
   if (buffer != nullptr) return;
@@ -127,7 +189,19 @@ void DataParallel::begin_backward(int unit) {
   model_.bind_grads(bucket.offset, bucket.count, buffer->data());
 }
 
+void DataParallel::fold_unit_grads(int unit) {
+  Buffer<float>& work = work_grads_[static_cast<size_t>(unit)];
+  DTRAIN_CHECK(!work.empty(), "DataParallel: unit ", units_[unit].name,
+               " ended a backward it did not begin");
+  bf16* g = grad16_.data() + units_[unit].offset;
+  for (int64_t i = 0; i < work.size(); ++i) g[i] = to_bf16(to_float(g[i]) + work[i]);
+  work.release();
+}
+
 void DataParallel::end_backward(int unit, bool last) {
+  if (config_.mixed_precision && config_.zero_stage < 2 && unit != config_.deferred_unit) {
+    fold_unit_grads(unit);
+  }
   if (!active()) return;
   const int b = bucket_of_unit_[static_cast<size_t>(unit)];
   if (b == deferred_bucket_ || buckets_[static_cast<size_t>(b)].last_unit != unit) return;
@@ -147,6 +221,10 @@ void DataParallel::submit_sync(int b) {
   const Bucket bucket = buckets_[static_cast<size_t>(b)];
   const bool accumulate = syncs_[static_cast<size_t>(b)]++ > 0;
   const std::string span = bucket_name(b);
+  if (config_.mixed_precision) {
+    submit_mixed_sync(b, accumulate, span);
+    return;
+  }
   if (config_.zero_stage == 0) {
     float* grads = model_.grads().data() + bucket.offset;
     if (node_groups_ != nullptr) {
@@ -194,6 +272,56 @@ void DataParallel::submit_sync(int b) {
   });
 }
 
+// Mixed precision's syncs: stage 0 averages the bucket's bf16 gradient in place (over an fp32
+// wire unless --grad-reduce bf16: widened, reduced, rounded once), stage 1 reduce-scatters it
+// into the owner's piece where it lies, stages 2-3 reduce-scatter the fp32 bucket buffer into
+// the bf16 shard.
+void DataParallel::submit_mixed_sync(int b, bool accumulate, const std::string& span) {
+  const Bucket bucket = buckets_[static_cast<size_t>(b)];
+  const ShardLayout layout = layout_;
+  const bool bf16_wire = config_.bf16_grad_reduce;
+  MemoryTracker* tracker = &tracker_;
+  bf16* grads = grad16_.data();
+  if (config_.zero_stage == 0) {
+    bf16* g = grads + bucket.offset;
+    comm::NodeGroups* groups = node_groups_.get();
+    comm_->submit(
+        (bf16_wire ? "all_reduce bf16 " : "all_reduce ") + span, [=](comm::Communicator& c) {
+          if (bf16_wire) {
+            comm::all_reduce<bf16>(c, g, bucket.count, comm::ReduceOp::avg, comm::Algorithm::ring);
+            return;
+          }
+          Buffer<float> wire(bucket.count, MemoryTag::communication, tracker);
+          to_float(g, wire.data(), bucket.count);
+          if (groups != nullptr) {
+            comm::hierarchical_all_reduce<float>(*groups, wire.data(), bucket.count,
+                                                 comm::ReduceOp::avg);
+          } else {
+            comm::all_reduce<float>(c, wire.data(), bucket.count, comm::ReduceOp::avg,
+                                    comm::Algorithm::ring);
+          }
+          to_bf16(wire.data(), g, bucket.count);
+        });
+    return;
+  }
+  if (config_.zero_stage == 1) {
+    bf16* shard = grads + std::min(layout.count, rank_ * layout.shard);
+    comm_->submit("reduce_scatter " + span, [=](comm::Communicator& c) {
+      reduce_scatter_to_bf16_shard(c, layout, bucket.offset, bucket.count,
+                                   static_cast<const bf16*>(grads + bucket.offset), shard, false,
+                                   bf16_wire, tracker);
+    });
+    return;
+  }
+  std::shared_ptr<Buffer<float>> owned = std::move(bucket_grads_[static_cast<size_t>(b)]);
+  DTRAIN_CHECK(owned != nullptr, "DataParallel: bucket ", span, " synced without a backward");
+  comm_->submit("reduce_scatter " + span, [=](comm::Communicator& c) {
+    reduce_scatter_to_bf16_shard(c, layout, bucket.offset, bucket.count,
+                                 static_cast<const float*>(owned->data()), grads, accumulate,
+                                 bf16_wire, tracker);
+  });
+}
+
 void DataParallel::wait_for(int64_t ticket) {
   const double begin = now_us();
   comm_->wait(ticket);
@@ -218,6 +346,11 @@ void DataParallel::wait_for_syncs() {
 std::span<float> DataParallel::deferred_grads() {
   DTRAIN_CHECK(config_.deferred_unit >= 0, "DataParallel: no deferred unit");
   const GradUnit& u = units_[config_.deferred_unit];
+  if (config_.mixed_precision && config_.zero_stage < 2) {
+    Buffer<float>& work = work_grads_[static_cast<size_t>(config_.deferred_unit)];
+    DTRAIN_CHECK(!work.empty(), "DataParallel: the deferred unit ", u.name, " has no gradient");
+    return work.span();
+  }
   if (config_.zero_stage < 2 || !active()) {
     return model_.grads().subspan(static_cast<size_t>(u.offset), static_cast<size_t>(u.count));
   }
@@ -227,6 +360,9 @@ std::span<float> DataParallel::deferred_grads() {
 }
 
 void DataParallel::sync_deferred() {
+  if (config_.mixed_precision && config_.zero_stage < 2 && config_.deferred_unit >= 0) {
+    fold_unit_grads(config_.deferred_unit);
+  }
   if (!active() || deferred_bucket_ < 0) return;
   submit_sync(deferred_bucket_);
   const double begin = now_us();
@@ -235,6 +371,12 @@ void DataParallel::sync_deferred() {
 }
 
 HeldGrads DataParallel::held_grads() {
+  if (config_.mixed_precision) {
+    if (config_.zero_stage == 0) return {{}, 0, grad16_.span()};
+    const comm::Chunk own = layout_.owned(rank_);
+    const size_t at = config_.zero_stage == 1 ? static_cast<size_t>(own.offset) : 0;
+    return {{}, own.offset, grad16_.span().subspan(at, static_cast<size_t>(own.count))};
+  }
   if (config_.zero_stage == 0 || !active()) return {model_.grads(), 0};
   const comm::Chunk own = layout_.owned(rank_);
   if (config_.zero_stage == 1) {
@@ -245,6 +387,7 @@ HeldGrads DataParallel::held_grads() {
 }
 
 std::span<float> DataParallel::update_params() {
+  DTRAIN_CHECK(!config_.mixed_precision, "DataParallel: mixed precision updates mixed_update()");
   if (config_.zero_stage == 0) return model_.params();
   const comm::Chunk own = layout_.owned(rank_);
   if (config_.zero_stage == 3) return param_shard_.span().first(static_cast<size_t>(own.count));
@@ -255,8 +398,25 @@ std::span<float> DataParallel::update_grads() {
   return held_grads().grads;
 }
 
+MixedUpdate DataParallel::mixed_update() {
+  DTRAIN_CHECK(config_.mixed_precision, "DataParallel: mixed_update() without mixed precision");
+  const comm::Chunk own = owned();
+  const auto count = static_cast<size_t>(own.count);
+  const size_t at = config_.zero_stage == 3 ? 0 : static_cast<size_t>(own.offset);
+  return {master_.span().first(count), held_grads().grads16, param16_.span().subspan(at, count)};
+}
+
 void DataParallel::gather_updated_params() {
   if (config_.zero_stage != 1 && config_.zero_stage != 2) return;
+  if (config_.mixed_precision) {
+    bf16* all16 = param16_.data();
+    const bf16* shard16 = all16 + std::min(layout_.count, rank_ * layout_.shard);
+    const ShardLayout layout = layout_;
+    wait_for(comm_->submit("all_gather params", [=](comm::Communicator& c) {
+      gather_from_shards<bf16>(c, layout, 0, layout.count, shard16, all16);
+    }));
+    return;
+  }
   float* all = model_.params().data();
   const float* shard = all + std::min(layout_.count, rank_ * layout_.shard);
   const ShardLayout layout = layout_;

@@ -17,6 +17,17 @@
 //            issued while this one computes) and freed when it releases them; gradients as at
 //            stage 2, one unit a bucket
 //
+// Mixed precision (`mixed_precision`, --precision bf16) changes what each stage keeps, not when it
+// syncs: the parameters and gradients at rest are bf16 (2 + 2 bytes), the optimizer owns fp32
+// master weights of the range it updates beside the moments (4 + 8), so a rank holds 16 Psi at
+// stage 0, 4 Psi + 12 Psi/N at 1, 2 Psi + 14 Psi/N at 2 and 16 Psi/N at 3 (plan::
+// model_state_bytes with kMixedPrecisionAdam). The model's fp32 kernels run on working copies:
+// acquire widens a unit's bf16 weights (gathered in bf16 at stage 3) into an fp32 buffer, freed
+// at release; at stages 0-1 a unit's backward adds into an fp32 buffer that end_backward rounds
+// into the bf16 gradient (stages 2-3 round each reduce-scatter's result into the bf16 shard).
+// The gradient syncs keep --grad-reduce's wire (fp32 by default: a bf16 bucket is widened, each
+// hop adds fp32, the average is rounded once); the parameter gathers move bf16.
+//
 // Every rank of the DP group runs the same schedule on the same stage, so the hooks make the
 // same calls in the same order and the collectives inside match. One unit may be deferred: the
 // tied wte of a pipeline's end stages, whose gradient is summed with the other end stage's
@@ -33,6 +44,7 @@
 #include "dtrain/comm/communicator.h"
 #include "dtrain/comm/hierarchical.h"
 #include "dtrain/comm/topology.h"
+#include "dtrain/core/bf16.h"
 #include "dtrain/core/buffer.h"
 #include "dtrain/model/gpt.h"
 #include "dtrain/parallel/comm_thread.h"
@@ -54,12 +66,24 @@ struct DataParallelConfig {
   // Gradient all-reduces and reduce-scatters on bf16 copies (half the bytes, every ring hop
   // rounding to bf16), widened back into the fp32 gradients; parameter gathers stay fp32.
   bool bf16_grad_reduce = false;
+  // bf16 parameters and gradients at rest, fp32 master weights owned by the optimizer (above).
+  bool mixed_precision = false;
 };
 
 // The gradient a rank holds after the syncs: `grads` is flat element `first` onwards.
+// Under mixed precision the gradient is `grads16` and `grads` is empty.
 struct HeldGrads {
   std::span<float> grads;
   int64_t first = 0;
+  std::span<bf16> grads16;
+};
+
+// What the optimizer updates under mixed precision: the fp32 master weights of the owned range
+// (its index 0 is the moments' index 0) and the bf16 parameters it rounds them into.
+struct MixedUpdate {
+  std::span<float> master;
+  std::span<const bf16> grads;
+  std::span<bf16> params;
 };
 
 class DataParallel final : public UnitHooks {
@@ -75,6 +99,7 @@ class DataParallel final : public UnitHooks {
   DataParallel& operator=(const DataParallel&) = delete;
 
   int zero_stage() const { return config_.zero_stage; }
+  bool mixed_precision() const { return config_.mixed_precision; }
   const ShardLayout& layout() const { return layout_; }
   // The real elements of the flat buffer whose moments (stages 1-3), gradient and parameters
   // this rank keeps: layout().owned(dp rank); everything at stage 0.
@@ -102,11 +127,17 @@ class DataParallel final : public UnitHooks {
   // owned().offset at stages 1-3, 0 at stage 0).
   std::span<float> update_params();
   std::span<float> update_grads();
+  // Mixed precision's update_params / update_grads.
+  MixedUpdate mixed_update();
   // Stages 1-2: every rank updated its range; all-gather the whole parameter buffer in place.
   void gather_updated_params();
 
   // --- checkpoints (between steps): stage 3's parameter shard (owned(), then padding).
   std::span<float> param_shard() { return param_shard_.span(); }
+  // Mixed precision: the master weights of owned() (then padding), and the bf16 parameters (all
+  // of them at stages 0-2, stage 3's shard).
+  std::span<float> master() { return master_.span(); }
+  std::span<bf16> params16() { return param16_.span(); }
 
   // --- measurement: every DP collective's traffic so far (the communication thread's
   // communicator, and the two-level all-reduce's subgroups), by link class too; the tasks run
@@ -119,6 +150,10 @@ class DataParallel final : public UnitHooks {
  private:
   bool active() const { return comm_ != nullptr; }
   void submit_sync(int bucket);
+  void submit_mixed_sync(int bucket, bool accumulate, const std::string& span);
+  // Mixed precision, stages 0-1: adds a unit's fp32 working gradient into the bf16 gradient and
+  // frees it.
+  void fold_unit_grads(int unit);
   void wait_for(int64_t ticket);
   std::string bucket_name(int bucket) const;
 
@@ -138,6 +173,12 @@ class DataParallel final : public UnitHooks {
   Buffer<float> param_shard_;  // stage 3: this rank's range of the parameters, then padding
   Buffer<float> grad_shard_;   // stages 2, 3: this rank's range of the gradients, then padding
   Buffer<float> scratch_;      // receive buffer of accumulating reduce-scatters
+  // Mixed precision: the bf16 parameters (stage 3: the shard) and gradients (stages 2-3: the
+  // shard), the fp32 master weights of owned() (tag optimizer), and the units' fp32 working
+  // copies while they are held (weights) or their backward runs (stages 0-1: gradients).
+  Buffer<bf16> param16_, grad16_;
+  Buffer<float> master_;
+  std::vector<Buffer<float>> work_params_, work_grads_;
   // Stages 2, 3: the buffer each bucket's gradients live in until their reduce-scatter.
   std::vector<std::shared_ptr<Buffer<float>>> bucket_grads_;
   std::vector<int> syncs_;  // this step's syncs queued per bucket

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "dtrain/comm/collectives.h"
 #include "dtrain/comm/rank_order.h"
@@ -20,22 +21,56 @@ comm::Traffic sum_tied_embedding_grads(std::span<float> dwte, comm::Communicator
                                  comm::ReduceOp::sum, kTiedEmbeddingAlgorithm);
 }
 
+namespace {
+
+bool is_layernorm(const std::string& name) {
+  return name.find("ln1.") != std::string::npos || name.find("ln2.") != std::string::npos ||
+         name.starts_with("lnf.");
+}
+
+// `reduce(lo, hi)` for each LayerNorm tensor's elements inside [first, first + size).
+template <typename Reduce>
+comm::Traffic for_each_norm_range(const model::ParamTable& table, int64_t first, int64_t size,
+                                  Reduce reduce) {
+  comm::Traffic traffic;
+  const int64_t end = first + size;
+  for (const model::ParamTensor& t : table.tensors()) {
+    const int64_t lo = std::max(first, t.offset), hi = std::min(end, t.offset + t.count);
+    if (!is_layernorm(t.name) || lo >= hi) continue;
+    traffic += reduce(lo - first, hi - lo);
+  }
+  return traffic;
+}
+
+}  // namespace
+
 comm::Traffic all_reduce_sequence_parallel_norm_grads(const model::ParamTable& table,
                                                       std::span<float> grads, int64_t first,
                                                       comm::Communicator* tp,
                                                       bool sequence_parallel) {
-  comm::Traffic traffic;
-  if (tp == nullptr || tp->size() == 1 || !sequence_parallel) return traffic;
-  const int64_t end = first + static_cast<int64_t>(grads.size());
-  for (const model::ParamTensor& t : table.tensors()) {
-    const bool layernorm = t.name.find("ln1.") != std::string::npos ||
-                           t.name.find("ln2.") != std::string::npos || t.name.starts_with("lnf.");
-    const int64_t lo = std::max(first, t.offset), hi = std::min(end, t.offset + t.count);
-    if (!layernorm || lo >= hi) continue;
-    traffic += comm::all_reduce<float>(*tp, grads.data() + (lo - first), hi - lo,
-                                       comm::ReduceOp::sum, comm::Algorithm::ring);
-  }
-  return traffic;
+  if (tp == nullptr || tp->size() == 1 || !sequence_parallel) return {};
+  return for_each_norm_range(
+      table, first, static_cast<int64_t>(grads.size()), [&](int64_t at, int64_t n) {
+        return comm::all_reduce<float>(*tp, grads.data() + at, n, comm::ReduceOp::sum,
+                                       comm::Algorithm::ring);
+      });
+}
+
+comm::Traffic all_reduce_sequence_parallel_norm_grads(const model::ParamTable& table,
+                                                      std::span<bf16> grads, int64_t first,
+                                                      comm::Communicator* tp,
+                                                      bool sequence_parallel) {
+  if (tp == nullptr || tp->size() == 1 || !sequence_parallel) return {};
+  std::vector<float> wide;
+  return for_each_norm_range(table, first, static_cast<int64_t>(grads.size()),
+                             [&](int64_t at, int64_t n) {
+                               wide.resize(static_cast<size_t>(n));
+                               to_float(grads.data() + at, wide.data(), n);
+                               const comm::Traffic t = comm::all_reduce<float>(
+                                   *tp, wide.data(), n, comm::ReduceOp::sum, comm::Algorithm::ring);
+                               to_bf16(wide.data(), grads.data() + at, n);
+                               return t;
+                             });
 }
 
 bool holds_tied_copy(const model::GptStage& stage) {
@@ -66,8 +101,11 @@ std::vector<comm::Chunk> counted_grad_ranges(const model::ParamTable& table,
   return out;
 }
 
-double owned_sum_of_squares(const model::ParamTable& table, const GradOwnership& owner,
-                            std::span<const float> grads, int64_t grads_first) {
+namespace {
+
+template <typename T>
+double owned_squares(const model::ParamTable& table, const GradOwnership& owner,
+                     std::span<const T> grads, int64_t grads_first) {
   double sum = 0;
   for (const comm::Chunk& r : counted_grad_ranges(table, owner)) {
     DTRAIN_CHECK(r.offset >= grads_first &&
@@ -79,6 +117,18 @@ double owned_sum_of_squares(const model::ParamTable& table, const GradOwnership&
         grads.subspan(static_cast<size_t>(r.offset - grads_first), static_cast<size_t>(r.count)));
   }
   return sum;
+}
+
+}  // namespace
+
+double owned_sum_of_squares(const model::ParamTable& table, const GradOwnership& owner,
+                            std::span<const float> grads, int64_t grads_first) {
+  return owned_squares(table, owner, grads, grads_first);
+}
+
+double owned_sum_of_squares(const model::ParamTable& table, const GradOwnership& owner,
+                            std::span<const bf16> grads, int64_t grads_first) {
+  return owned_squares(table, owner, grads, grads_first);
 }
 
 GradNorm global_grad_norm(double owned_squares, comm::Communicator* world, float max_norm) {

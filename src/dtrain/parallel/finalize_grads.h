@@ -12,6 +12,7 @@
 #include "dtrain/comm/chunks.h"
 #include "dtrain/comm/collective_kind.h"
 #include "dtrain/comm/communicator.h"
+#include "dtrain/core/bf16.h"
 #include "dtrain/model/gpt.h"
 #include "dtrain/parallel/mesh.h"
 
@@ -39,6 +40,12 @@ comm::Traffic sum_tied_embedding_grads(std::span<float> dwte, comm::Communicator
 // the row-parallel linear's backward sums it over all rows.
 comm::Traffic all_reduce_sequence_parallel_norm_grads(const model::ParamTable& table,
                                                       std::span<float> grads, int64_t first,
+                                                      comm::Communicator* tp,
+                                                      bool sequence_parallel);
+// Mixed precision's bf16 gradients: each tensor is widened, summed over an fp32 wire (the same
+// bytes) and rounded once.
+comm::Traffic all_reduce_sequence_parallel_norm_grads(const model::ParamTable& table,
+                                                      std::span<bf16> grads, int64_t first,
                                                       comm::Communicator* tp,
                                                       bool sequence_parallel);
 
@@ -73,6 +80,8 @@ std::vector<comm::Chunk> counted_grad_ranges(const model::ParamTable& table,
 // buffer, the shard's offset for a ZeRO gradient shard); it must hold every counted element.
 double owned_sum_of_squares(const model::ParamTable& table, const GradOwnership& owner,
                             std::span<const float> grads, int64_t grads_first = 0);
+double owned_sum_of_squares(const model::ParamTable& table, const GradOwnership& owner,
+                            std::span<const bf16> grads, int64_t grads_first = 0);
 
 struct GradNorm {
   double norm = 0;       // of the whole model's gradient, before clipping

@@ -3,6 +3,7 @@
 #include "dtrain/parallel/zero.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "dtrain/comm/collectives_v.h"
@@ -77,14 +78,86 @@ comm::Traffic reduce_scatter_to_shard(comm::Communicator& comm, const ShardLayou
   return t;
 }
 
-comm::Traffic gather_from_shards(comm::Communicator& comm, const ShardLayout& layout,
-                                 int64_t offset, int64_t n, const float* shard, float* out) {
+namespace {
+
+// The average of the range, this rank's piece in fp32, over a wire of element W.
+template <typename W, typename Src>
+comm::Traffic reduce_piece(comm::Communicator& comm, std::span<const comm::Chunk> pieces, int64_t n,
+                           const Src* grads, float* piece, MemoryTracker* tracker) {
+  const comm::Chunk mine = pieces[static_cast<size_t>(comm.rank())];
+  const W* wire = nullptr;
+  Buffer<W> converted;  // the range in the wire's element type, when it is not already
+  if constexpr (std::is_same_v<W, Src>) {
+    wire = grads;
+  } else {
+    converted = Buffer<W>(n, MemoryTag::communication, tracker);
+    if constexpr (std::is_same_v<W, bf16>) {
+      to_bf16(grads, converted.data(), n);
+    } else {
+      to_float(grads, converted.data(), n);
+    }
+    wire = converted.data();
+  }
+  if constexpr (std::is_same_v<W, float>) {
+    return comm::reduce_scatter_v<float>(comm, wire, piece, pieces, comm::ReduceOp::avg);
+  } else {
+    Buffer<bf16> out(mine.count, MemoryTag::communication, tracker);
+    const comm::Traffic t =
+        comm::reduce_scatter_v<bf16>(comm, wire, out.data(), pieces, comm::ReduceOp::avg);
+    to_float(out.data(), piece, mine.count);
+    return t;
+  }
+}
+
+template <typename Src>
+comm::Traffic reduce_scatter_to_bf16(comm::Communicator& comm, const ShardLayout& layout,
+                                     int64_t offset, int64_t n, const Src* grads, bf16* shard,
+                                     bool accumulate, bool bf16_wire, MemoryTracker* tracker) {
   const std::vector<comm::Chunk> pieces = layout.pieces(offset, n);
   const int r = comm.rank();
   const comm::Chunk mine = pieces[static_cast<size_t>(r)];
-  const float* src = shard + (mine.count > 0 ? shard_position(layout, r, offset, mine) : 0);
-  return comm::all_gather_v<float>(comm, src, out, pieces);
+  Buffer<float> piece(mine.count, MemoryTag::communication, tracker);
+  const comm::Traffic t = bf16_wire
+                              ? reduce_piece<bf16>(comm, pieces, n, grads, piece.data(), tracker)
+                              : reduce_piece<float>(comm, pieces, n, grads, piece.data(), tracker);
+  bf16* dst = shard + (mine.count > 0 ? shard_position(layout, r, offset, mine) : 0);
+  for (int64_t i = 0; i < mine.count; ++i) {
+    dst[i] = to_bf16(accumulate ? to_float(dst[i]) + piece[i] : piece[i]);
+  }
+  return t;
 }
+
+}  // namespace
+
+comm::Traffic reduce_scatter_to_bf16_shard(comm::Communicator& comm, const ShardLayout& layout,
+                                           int64_t offset, int64_t n, const float* grads,
+                                           bf16* shard, bool accumulate, bool bf16_wire,
+                                           MemoryTracker* tracker) {
+  return reduce_scatter_to_bf16(comm, layout, offset, n, grads, shard, accumulate, bf16_wire,
+                                tracker);
+}
+
+comm::Traffic reduce_scatter_to_bf16_shard(comm::Communicator& comm, const ShardLayout& layout,
+                                           int64_t offset, int64_t n, const bf16* grads,
+                                           bf16* shard, bool accumulate, bool bf16_wire,
+                                           MemoryTracker* tracker) {
+  return reduce_scatter_to_bf16(comm, layout, offset, n, grads, shard, accumulate, bf16_wire,
+                                tracker);
+}
+
+template <typename T>
+comm::Traffic gather_from_shards(comm::Communicator& comm, const ShardLayout& layout,
+                                 int64_t offset, int64_t n, const T* shard, T* out) {
+  const std::vector<comm::Chunk> pieces = layout.pieces(offset, n);
+  const int r = comm.rank();
+  const comm::Chunk mine = pieces[static_cast<size_t>(r)];
+  const T* src = shard + (mine.count > 0 ? shard_position(layout, r, offset, mine) : 0);
+  return comm::all_gather_v<T>(comm, src, out, pieces);
+}
+template comm::Traffic gather_from_shards<float>(comm::Communicator&, const ShardLayout&, int64_t,
+                                                 int64_t, const float*, float*);
+template comm::Traffic gather_from_shards<bf16>(comm::Communicator&, const ShardLayout&, int64_t,
+                                                int64_t, const bf16*, bf16*);
 
 GatheredUnits::GatheredUnits(const ShardLayout& layout, std::span<const GradUnit> units,
                              const float* shard, CommThread& comm, MemoryTracker& tracker)
@@ -95,37 +168,70 @@ GatheredUnits::GatheredUnits(const ShardLayout& layout, std::span<const GradUnit
       tracker_(tracker),
       gathered_(units.size()) {}
 
+GatheredUnits::GatheredUnits(const ShardLayout& layout, std::span<const GradUnit> units,
+                             const bf16* shard, CommThread& comm, MemoryTracker& tracker)
+    : layout_(layout),
+      units_(units.begin(), units.end()),
+      shard16_(shard),
+      comm_(comm),
+      tracker_(tracker),
+      gathered_(units.size()) {}
+
 void GatheredUnits::gather(int u) {
   const GradUnit& unit = units_[static_cast<size_t>(u)];
   Gathered& g = gathered_[static_cast<size_t>(u)];
-  DTRAIN_CHECK(g.buffer == nullptr, "ZeRO-3: unit ", unit.name, " is already gathered");
+  DTRAIN_CHECK(!gathered(u), "ZeRO-3: unit ", unit.name, " is already gathered");
+  const ShardLayout layout = layout_;
+  const int64_t offset = unit.offset, count = unit.count;
+  if (shard16_ != nullptr) {
+    g.buffer16 = std::make_unique<Buffer<bf16>>(unit.count, MemoryTag::params, &tracker_);
+    bf16* out = g.buffer16->data();
+    const bf16* shard = shard16_;
+    g.ticket = comm_.submit("all_gather " + unit.name, [=](comm::Communicator& c) {
+      gather_from_shards<bf16>(c, layout, offset, count, shard, out);
+    });
+    return;
+  }
   g.buffer = std::make_unique<Buffer<float>>(unit.count, MemoryTag::params, &tracker_);
   float* out = g.buffer->data();
   const float* shard = shard_;
-  const ShardLayout layout = layout_;
-  const int64_t offset = unit.offset, count = unit.count;
   g.ticket = comm_.submit("all_gather " + unit.name, [=](comm::Communicator& c) {
-    gather_from_shards(c, layout, offset, count, shard, out);
+    gather_from_shards<float>(c, layout, offset, count, shard, out);
   });
 }
 
 bool GatheredUnits::gathered(int u) const {
-  return gathered_[static_cast<size_t>(u)].buffer != nullptr;
+  const Gathered& g = gathered_[static_cast<size_t>(u)];
+  return g.buffer != nullptr || g.buffer16 != nullptr;
 }
 
 int64_t GatheredUnits::ticket(int u) const {
   return gathered_[static_cast<size_t>(u)].ticket;
 }
 
-float* GatheredUnits::data(int u) {
-  const Gathered& g = gathered_[static_cast<size_t>(u)];
-  DTRAIN_CHECK(g.buffer != nullptr, "ZeRO-3: unit ", units_[static_cast<size_t>(u)].name,
+const GatheredUnits::Gathered& GatheredUnits::held(int u) const {
+  DTRAIN_CHECK(gathered(u), "ZeRO-3: unit ", units_[static_cast<size_t>(u)].name,
                " is used but not gathered");
+  return gathered_[static_cast<size_t>(u)];
+}
+
+float* GatheredUnits::data(int u) {
+  const Gathered& g = held(u);
+  DTRAIN_CHECK(g.buffer != nullptr, "ZeRO-3: unit ", units_[static_cast<size_t>(u)].name,
+               " is gathered in bf16");
   return g.buffer->data();
+}
+
+bf16* GatheredUnits::data16(int u) {
+  const Gathered& g = held(u);
+  DTRAIN_CHECK(g.buffer16 != nullptr, "ZeRO-3: unit ", units_[static_cast<size_t>(u)].name,
+               " is gathered in fp32");
+  return g.buffer16->data();
 }
 
 void GatheredUnits::free(int u) {
   gathered_[static_cast<size_t>(u)].buffer.reset();
+  gathered_[static_cast<size_t>(u)].buffer16.reset();
 }
 
 }  // namespace dtrain::parallel

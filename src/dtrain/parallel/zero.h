@@ -13,6 +13,7 @@
 
 #include "dtrain/comm/chunks.h"
 #include "dtrain/comm/communicator.h"
+#include "dtrain/core/bf16.h"
 #include "dtrain/core/buffer.h"
 #include "dtrain/parallel/comm_thread.h"
 #include "dtrain/parallel/data_parallel.h"
@@ -50,33 +51,62 @@ comm::Traffic reduce_scatter_to_shard(comm::Communicator& comm, const ShardLayou
                                       bool accumulate, Buffer<float>& scratch,
                                       bool bf16_wire = false);
 
+// Mixed precision: the same average of the range into a bf16 shard. `grads` is the range's
+// fp32 gradient (stages 2-3's bucket buffers) or its bf16 gradient (stages 0-1 keep the full
+// gradient in bf16); the wire is bf16 (`bf16_wire`: every ring hop rounds) or fp32 (bf16
+// gradients widened into a communication-tagged copy first). The rank's piece is summed in fp32
+// (with what the shard holds when `accumulate`) and rounded once into `shard`. `shard` may lie
+// inside `grads` (stage 1): the piece is reduced into a separate buffer first.
+comm::Traffic reduce_scatter_to_bf16_shard(comm::Communicator& comm, const ShardLayout& layout,
+                                           int64_t offset, int64_t n, const float* grads,
+                                           bf16* shard, bool accumulate, bool bf16_wire,
+                                           MemoryTracker* tracker);
+comm::Traffic reduce_scatter_to_bf16_shard(comm::Communicator& comm, const ShardLayout& layout,
+                                           int64_t offset, int64_t n, const bf16* grads,
+                                           bf16* shard, bool accumulate, bool bf16_wire,
+                                           MemoryTracker* tracker);
+
 // Gathers the flat range [offset, offset + n) from every rank's shard into `out` (n elements).
-// `shard` may alias out's own piece (stages 1 and 2 gather the parameters in place).
+// `shard` may alias out's own piece (stages 1 and 2 gather the parameters in place). T is float,
+// or bf16 for mixed precision's parameters (half the bytes).
+template <typename T>
 comm::Traffic gather_from_shards(comm::Communicator& comm, const ShardLayout& layout,
-                                 int64_t offset, int64_t n, const float* shard, float* out);
+                                 int64_t offset, int64_t n, const T* shard, T* out);
+extern template comm::Traffic gather_from_shards<float>(comm::Communicator&, const ShardLayout&,
+                                                        int64_t, int64_t, const float*, float*);
+extern template comm::Traffic gather_from_shards<bf16>(comm::Communicator&, const ShardLayout&,
+                                                       int64_t, int64_t, const bf16*, bf16*);
 
 // ZeRO-3's gathered units: gather(u) allocates a temporary buffer for unit u's weights (charged
 // as params) and queues their all-gather from the shards on the communication thread; the
-// caller waits for ticket(u) before using data(u), and free(u) releases the buffer.
+// caller waits for ticket(u) before using data(u) (data16(u) for a bf16 shard), and free(u)
+// releases the buffer.
 class GatheredUnits {
  public:
   // `shard` is this rank's parameter shard; it must not change while gathers are queued.
   GatheredUnits(const ShardLayout& layout, std::span<const GradUnit> units, const float* shard,
                 CommThread& comm, MemoryTracker& tracker);
+  // Mixed precision: the shard and the gathered weights are bf16.
+  GatheredUnits(const ShardLayout& layout, std::span<const GradUnit> units, const bf16* shard,
+                CommThread& comm, MemoryTracker& tracker);
   void gather(int unit);
   bool gathered(int unit) const;  // gather()ed and not freed since
   int64_t ticket(int unit) const;
   float* data(int unit);
+  bf16* data16(int unit);
   void free(int unit);
 
  private:
   struct Gathered {
     std::unique_ptr<Buffer<float>> buffer;
+    std::unique_ptr<Buffer<bf16>> buffer16;
     int64_t ticket = -1;
   };
+  const Gathered& held(int unit) const;
   ShardLayout layout_;
   std::vector<GradUnit> units_;
-  const float* shard_;
+  const float* shard_ = nullptr;
+  const bf16* shard16_ = nullptr;
   CommThread& comm_;
   MemoryTracker& tracker_;
   std::vector<Gathered> gathered_;

@@ -7,6 +7,7 @@
 
 #include "dtrain/comm/collectives.h"
 #include "dtrain/comm/rank_order.h"
+#include "dtrain/core/bf16.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
 #include "dtrain/model/bf16_gemm.h"
@@ -53,6 +54,7 @@ parallel::DataParallelConfig dp_config(const EngineConfig& c, const parallel::St
   d.bucket_bytes = c.bucket_bytes;
   d.hierarchical = c.hierarchical;
   d.bf16_grad_reduce = c.bf16_grad_reduce;
+  d.mixed_precision = c.step.precision == model::Precision::bf16;
   d.topology = c.topology;
   d.deferred_unit = c.pp > 1 ? units.embeddings() : -1;
   return d;
@@ -230,20 +232,33 @@ void Engine::finalize_and_update(StepStats& stats, float lr) {
   dp_->sync_deferred();
   if (config_.pp > 1) phase("DP sync of the embeddings");
   const parallel::HeldGrads held = dp_->held_grads();
-  traffic_.tp_norms += static_cast<double>(
-      parallel::all_reduce_sequence_parallel_norm_grads(
-          model_.param_table(), held.grads, held.first, tp_comm_.get(), hooks_->sequence_parallel())
-          .bytes_sent);
-  const parallel::GradNorm norm = parallel::global_grad_norm(
-      parallel::owned_sum_of_squares(model_.param_table(), grad_ownership(), held.grads,
-                                     held.first),
-      &world_, config_.step.grad_clip);
+  const bool mixed = dp_->mixed_precision();
+  const model::ParamTable& table = model_.param_table();
+  const bool sp = hooks_->sequence_parallel();
+  traffic_.tp_norms +=
+      static_cast<double>((mixed ? parallel::all_reduce_sequence_parallel_norm_grads(
+                                       table, held.grads16, held.first, tp_comm_.get(), sp)
+                                 : parallel::all_reduce_sequence_parallel_norm_grads(
+                                       table, held.grads, held.first, tp_comm_.get(), sp))
+                              .bytes_sent);
+  const double squares =
+      mixed ? parallel::owned_sum_of_squares(table, grad_ownership(),
+                                             std::span<const bf16>(held.grads16), held.first)
+            : parallel::owned_sum_of_squares(table, grad_ownership(),
+                                             std::span<const float>(held.grads), held.first);
+  const parallel::GradNorm norm =
+      parallel::global_grad_norm(squares, &world_, config_.step.grad_clip);
   stats.grad_norm = norm.norm;
   stats.loss = mean_loss(stats.loss);
   phase("gradient norm and loss");
   check_not_diverged(stats);
-  adamw_update_on_team(&team_, adamw_, dp_->update_params(), dp_->update_grads(), lr,
-                       norm.clip_scale);
+  if (mixed) {
+    const parallel::MixedUpdate u = dp_->mixed_update();
+    adamw_update_mixed_on_team(&team_, adamw_, u.master, u.grads, u.params, lr, norm.clip_scale);
+  } else {
+    adamw_update_on_team(&team_, adamw_, dp_->update_params(), dp_->update_grads(), lr,
+                         norm.clip_scale);
+  }
   phase("AdamW");
   dp_->gather_updated_params();
   if (config_.zero_stage == 1 || config_.zero_stage == 2) phase("all_gather parameters");
@@ -288,6 +303,20 @@ float Engine::eval_loss(const Batch& batch) {
 }
 
 std::vector<float> Engine::gather_params() {
+  if (dp_->mixed_precision()) {
+    // The bf16 weights the forward reads, widened.
+    const parallel::ShardLayout& layout = dp_->layout();
+    std::vector<bf16> all(static_cast<size_t>(layout.count));
+    if (config_.zero_stage < 3) {
+      std::copy_n(dp_->params16().begin(), layout.count, all.begin());
+    } else {
+      parallel::gather_from_shards<bf16>(*dp_comm_, layout, 0, layout.count, dp_->params16().data(),
+                                         all.data());
+    }
+    std::vector<float> out(all.size());
+    to_float(all.data(), out.data(), layout.count);
+    return out;
+  }
   if (config_.zero_stage < 3) return {model_.params().begin(), model_.params().end()};
   const parallel::ShardLayout& layout = dp_->layout();
   std::vector<float> out(static_cast<size_t>(layout.count));
@@ -327,9 +356,12 @@ RankState Engine::export_state() {
   // at stage 3 whose parameters too; moments[i] and param_shard[i] are flat element first + i.
   const comm::Chunk held = dp_->owned();
   const int64_t h_begin = held.offset, h_end = held.offset + held.count;
-  const bool sharded_params = config_.zero_stage == 3;
-  const std::span<const float> params =
-      sharded_params ? std::span<const float>(dp_->param_shard()) : model_.params();
+  // Mixed precision writes the fp32 master weights, which it holds where it holds the moments.
+  const bool mixed = dp_->mixed_precision();
+  const bool sharded_params = config_.zero_stage == 3 || mixed;
+  const std::span<const float> params = mixed                     ? dp_->master()
+                                        : config_.zero_stage == 3 ? dp_->param_shard()
+                                                                  : model_.params();
   for (const model::ParamTensor& local : model_.param_table().tensors()) {
     if (coord_.tp != 0 && model::tp_split_of(local.name) == model::TpSplit::replicated) continue;
     if (tied_copy && local.name == "wte") continue;
@@ -343,8 +375,9 @@ RankState Engine::export_state() {
     const int64_t hi = std::min<int64_t>(real, h_end - local.offset);
     const int64_t at = local.offset + lo - h_begin;  // index into the held buffers
     std::vector<std::pair<StateKind, std::span<const float>>> held_kinds;
-    if (sharded_params) held_kinds.emplace_back(StateKind::param, params);
+    if (config_.zero_stage == 3 && !mixed) held_kinds.emplace_back(StateKind::param, params);
     if (config_.zero_stage > 0 || coord_.dp == 0) {
+      if (mixed) held_kinds.emplace_back(StateKind::param, params);
       held_kinds.emplace_back(StateKind::adam_m, adamw_.m());
       held_kinds.emplace_back(StateKind::adam_v, adamw_.v());
     }
@@ -369,7 +402,8 @@ void Engine::import_state(const SerialState& state) {
   const model::GptConfig& g = config_.step.model;
   const comm::Chunk held = dp_->owned();
   const int64_t h_begin = held.offset, h_end = held.offset + held.count;
-  const bool sharded_params = config_.zero_stage == 3;
+  const bool mixed = dp_->mixed_precision();
+  const bool sharded_params = config_.zero_stage == 3 || mixed;
   for (const model::ParamTensor& local : model_.param_table().tensors()) {
     const int index = state.table.index_of(local.name);
     const model::ParamTensor& whole = state.table[static_cast<size_t>(index)];
@@ -383,7 +417,19 @@ void Engine::import_state(const SerialState& state) {
         std::copy(slice.begin(), slice.end(), model_.params().begin() + local.offset);
         continue;
       }
-      std::span<float> dst = kind == StateKind::param    ? dp_->param_shard()
+      if (kind == StateKind::param && mixed && config_.zero_stage < 3) {
+        // Every rank's bf16 weights are whole at stages 0-2: rounded from the checkpoint's.
+        to_bf16(slice.data(), dp_->params16().data() + local.offset, local.count);
+      }
+      if (kind == StateKind::param && mixed && config_.zero_stage == 3) {
+        const int64_t lo = std::max(local.offset, h_begin);
+        const int64_t hi = std::min(local.offset + local.count, h_end);
+        for (int64_t e = lo; e < hi; ++e) {
+          dp_->params16()[static_cast<size_t>(e - h_begin)] =
+              to_bf16(slice[static_cast<size_t>(e - local.offset)]);
+        }
+      }
+      std::span<float> dst = kind == StateKind::param ? (mixed ? dp_->master() : dp_->param_shard())
                              : kind == StateKind::adam_m ? adamw_.m()
                                                          : adamw_.v();
       const int64_t lo = std::max(local.offset, h_begin);

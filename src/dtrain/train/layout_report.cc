@@ -109,16 +109,44 @@ double planned_activations_peak(const EngineConfig& c, double inflight, double m
          plan::recompute_scratch_bytes(layer_shape(c));
 }
 
-// ZeRO-3's working set above the shards by plan::zero3_gathered_bytes: the stage's largest block
-// with one prefetched, and the embeddings (held through a forward that runs the tied head).
-int64_t planned_zero3_working_set(const parallel::StageUnits& units) {
+// What a rank keeps per parameter: mixed precision's 2 + 2 + 12 under --precision bf16 (the
+// DataParallel hooks keep bf16 weights and gradients, the fp32 master beside the moments), fp32
+// Adam's 4 + 4 + 8 otherwise.
+plan::StateBytes engine_state_bytes(const EngineConfig& c) {
+  return c.step.precision == model::Precision::bf16 ? plan::kMixedPrecisionAdam : plan::kFp32Adam;
+}
+
+// The element sizes on the DP wire: the gradient syncs' (--grad-reduce), the parameter gathers'
+// (the weights at rest).
+int64_t dp_grad_wire_bytes(const EngineConfig& c) {
+  return c.bf16_grad_reduce ? int64_t{sizeof(bf16)} : int64_t{sizeof(float)};
+}
+int64_t dp_param_wire_bytes(const EngineConfig& c) {
+  return engine_state_bytes(c).param;
+}
+
+// The working set above the shards by plan::zero3_gathered_bytes: the stage's largest block and
+// the embeddings (held through a forward that runs the tied head). ZeRO-3 in fp32 gathers the
+// block with one prefetched, and one block's gradient bucket; mixed precision computes on fp32
+// working copies: the running block's weights and gradient in fp32 (at every stage), at ZeRO-3
+// the next block gathered in bf16 beside them.
+int64_t planned_working_set(const parallel::StageUnits& units, const EngineConfig& c) {
   int64_t block = 0;
   for (const parallel::GradUnit& u : units.units()) {
     if (u.name.starts_with("h.")) block = std::max(block, u.count);
   }
   const int64_t emb = units.embeddings() >= 0 ? units[units.embeddings()].count : 0;
-  return plan::zero3_gathered_bytes(block, plan::kFp32Adam, 1) +
-         plan::zero3_gathered_bytes(emb, plan::kFp32Adam, 0);
+  const bool mixed = c.step.precision == model::Precision::bf16;
+  if (!mixed) {
+    if (c.zero_stage < 3) return 0;
+    return plan::zero3_gathered_bytes(block, plan::kFp32Adam, 1) +
+           plan::zero3_gathered_bytes(emb, plan::kFp32Adam, 0);
+  }
+  const plan::StateBytes working{.param = 4, .grad = 4, .optimizer = 0};
+  const plan::StateBytes prefetched{.param = 2, .grad = 0, .optimizer = 0};
+  return plan::zero3_gathered_bytes(block, working, 0) +
+         plan::zero3_gathered_bytes(emb, working, 0) +
+         (c.zero_stage == 3 ? plan::zero3_gathered_bytes(block, prefetched, 0) : 0);
 }
 
 // This rank's measured figures per step and the plan/ formulas beside them.
@@ -135,7 +163,7 @@ RankRow measure_rank(const Engine& e) {
   r.layers = parallel::layer_ranges(c.partition, me.pp);
   r.param_count = model.param_count();
   const plan::ModelStateBytes formula =
-      plan::model_state_bytes(r.param_count, c.dp, c.zero_stage, plan::kFp32Adam);
+      plan::model_state_bytes(r.param_count, c.dp, c.zero_stage, engine_state_bytes(c));
   for (const auto& [tag, bytes] :
        {std::pair{MemoryTag::params, formula.params}, std::pair{MemoryTag::grads, formula.grads},
         std::pair{MemoryTag::optimizer, formula.optimizer}}) {
@@ -162,7 +190,7 @@ RankRow measure_rank(const Engine& e) {
   if (c.zero_stage == 3) {
     r.gathered_peak_bytes = mem.peak_bytes(MemoryTag::params) - formula.params +
                             mem.peak_bytes(MemoryTag::grads) - formula.grads;
-    r.gathered_formula_bytes = planned_zero3_working_set(units);
+    r.gathered_formula_bytes = planned_working_set(units, c);
   }
 
   // Traffic per step, measured.
@@ -270,8 +298,8 @@ RankRow measure_rank(const Engine& e) {
       }
     }
   }
-  const int64_t grad_bytes = c.bf16_grad_reduce ? int64_t{sizeof(bf16)} : int64_t{sizeof(float)};
-  r.dp_formula = static_cast<double>(plan::stage_dp_bytes_sent(exact, grad_bytes, sizeof(float)));
+  r.dp_formula = static_cast<double>(
+      plan::stage_dp_bytes_sent(exact, dp_grad_wire_bytes(c), dp_param_wire_bytes(c)));
   if (e.has_embedding_group()) {
     const model::ParamTable& table = model.param_table();
     const double wte_bytes =
@@ -368,7 +396,9 @@ RankRow measure_rank(const Engine& e) {
     price(plan::tp_vocab_collectives(b, T, g.channels, 4, model.stage().embedding,
                                      model.stage().head),
           Axis::tp, M);
-    if (c.dp > 1) price(plan::stage_dp_collectives(stage, plan::kFp32Adam), Axis::dp, 1);
+    const plan::StateBytes wire{
+        .param = dp_param_wire_bytes(c), .grad = dp_grad_wire_bytes(c), .optimizer = 0};
+    if (c.dp > 1) price(plan::stage_dp_collectives(stage, wire), Axis::dp, 1);
     if (e.has_embedding_group()) {
       parallel::MeshCoord other = me;
       other.pp = me.pp == 0 ? c.pp - 1 : 0;
@@ -560,7 +590,7 @@ double planned_rank_peak_bytes(const EngineConfig& c, int stage) {
       model::tp_local_table(model::gpt_stage_param_table(c.step.model, gs), c.step.model, c.tp);
   const int64_t params = table.total_count();
   const plan::ModelStateBytes states =
-      plan::model_state_bytes(params, c.dp, c.zero_stage, plan::kFp32Adam);
+      plan::model_state_bytes(params, c.dp, c.zero_stage, engine_state_bytes(c));
   const parallel::PipelineSchedule schedule =
       parallel::make_schedule(c.schedule, c.pp, c.microbatches, c.partition.chunks());
   const bool split = split_backward(schedule);
@@ -569,9 +599,7 @@ double planned_rank_peak_bytes(const EngineConfig& c, int stage) {
   double peak = static_cast<double>(states.total()) +
                 planned_activations_peak(c, split ? rr.peak_weight_stash : rr.peak_inflight,
                                          planned_microbatch_bytes(c, stage, split));
-  if (c.zero_stage == 3) {
-    peak += static_cast<double>(planned_zero3_working_set(parallel::StageUnits(table, gs)));
-  }
+  peak += static_cast<double>(planned_working_set(parallel::StageUnits(table, gs), c));
   return peak;
 }
 

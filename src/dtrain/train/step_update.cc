@@ -24,4 +24,18 @@ void adamw_update_on_team(model::ThreadTeam* team, optim::AdamW& adamw, std::spa
   });
 }
 
+void adamw_update_mixed_on_team(model::ThreadTeam* team, optim::AdamW& adamw,
+                                std::span<float> master, std::span<const bf16> grads,
+                                std::span<bf16> params, float lr, float grad_scale) {
+  DTRAIN_CHECK(master.size() == grads.size() && master.size() == params.size(),
+               "AdamW: ", master.size(), " master weights, ", grads.size(), " gradients, ",
+               params.size(), " parameters");
+  adamw.advance();
+  model::parallel_ranges(team, static_cast<int64_t>(master.size()), 1024, [&](model::Range r) {
+    const auto at = static_cast<size_t>(r.begin), n = static_cast<size_t>(r.end - r.begin);
+    adamw.update_mixed(master.subspan(at, n), grads.subspan(at, n), params.subspan(at, n), r.begin,
+                       lr, grad_scale);
+  });
+}
+
 }  // namespace dtrain::train

@@ -17,5 +17,10 @@ void check_not_diverged(const StepStats& stats);
 // optimizer's element 0) in pieces run by `team` (may be null).
 void adamw_update_on_team(model::ThreadTeam* team, optim::AdamW& adamw, std::span<float> params,
                           std::span<const float> grads, float lr, float grad_scale);
+// The same for mixed precision: fp32 master weights from bf16 gradients, rounded into the bf16
+// parameters (AdamW::update_mixed), in the same pieces.
+void adamw_update_mixed_on_team(model::ThreadTeam* team, optim::AdamW& adamw,
+                                std::span<float> master, std::span<const bf16> grads,
+                                std::span<bf16> params, float lr, float grad_scale);
 
 }  // namespace dtrain::train
