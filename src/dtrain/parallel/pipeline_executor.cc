@@ -100,6 +100,7 @@ PipelineExecutor::PipelineExecutor(comm::Communicator& comm, model::GptModel& mo
   acts_.resize(slots);
   stashes_.resize(slots);
   activation_sends_.resize(slots);
+  activation_messages_.resize(slots);
   received_activations_.resize(slots);
   received_gradients_.resize(slots);
   input_gradients_.resize(slots);
@@ -134,6 +135,39 @@ void PipelineExecutor::give_back(int chunk, std::unique_ptr<model::GptActivation
   if (spare == nullptr && config_.schedule.chunks == 1) spare = std::move(acts);
 }
 
+PipelineExecutor::Message PipelineExecutor::new_message() const {
+  Message m;
+  if (config_.bf16_activations) {
+    m.b16 = Buffer<bf16>(element_count_, MemoryTag::communication, tracker_);
+  } else {
+    m.f32 = Buffer<float>(element_count_, MemoryTag::communication, tracker_);
+  }
+  return m;
+}
+
+PipelineExecutor::Message PipelineExecutor::pack(const float* values) const {
+  Message m = new_message();
+  if (config_.bf16_activations) {
+    to_bf16(values, m.b16.data(), element_count_);
+  } else {
+    copy_floats(m.f32.data(), values, element_count_);
+  }
+  return m;
+}
+
+void PipelineExecutor::unpack(const Message& m, float* values) const {
+  if (!m.b16.empty()) {
+    to_float(m.b16.data(), values, element_count_);
+  } else {
+    copy_floats(values, m.f32.data(), element_count_);
+  }
+}
+
+int64_t PipelineExecutor::message_bytes() const {
+  return element_count_ *
+         static_cast<int64_t>(config_.bf16_activations ? sizeof(bf16) : sizeof(float));
+}
+
 // Posts every send and receive of the group [begin, end), then waits for the receives.
 void PipelineExecutor::post_group(const std::vector<Action>& list, size_t begin, size_t end,
                                   std::vector<MeasuredAction>& out) {
@@ -142,7 +176,7 @@ void PipelineExecutor::post_group(const std::vector<Action>& list, size_t begin,
   comm::OperationScope scope(comm_, str("pipeline ", to_string(list[begin]),
                                         " (send/receive group #", groups_posted_++, ")"));
   std::vector<std::pair<size_t, comm::RequestPtr>> receives;
-  const int64_t bytes = element_count_ * static_cast<int64_t>(sizeof(float));
+  const int64_t bytes = message_bytes();
   for (size_t k = begin; k < end; ++k) {
     const Action& a = list[k];
     const int idx = index(a.microbatch, a.chunk);
@@ -151,8 +185,11 @@ void PipelineExecutor::post_group(const std::vector<Action>& list, size_t begin,
       case ActionKind::send_activation: {
         DTRAIN_CHECK(acts_[i] != nullptr, "rank ", rank_, ": ", to_string(a),
                      " before its forward");
+        const float* output = acts_[i]->head().x_final;
+        if (config_.bf16_activations) activation_messages_[i] = pack(output);
         activation_sends_[i] =
-            comm_.isend(acts_[i]->head().x_final, bytes, a.peer, kTagPipelineActivation);
+            comm_.isend(config_.bf16_activations ? activation_messages_[i].data() : output, bytes,
+                        a.peer, kTagPipelineActivation);
         break;
       }
       case ActionKind::send_gradient: {
@@ -165,13 +202,12 @@ void PipelineExecutor::post_group(const std::vector<Action>& list, size_t begin,
         break;
       }
       case ActionKind::recv_activation:
-        received_activations_[i] =
-            Buffer<float>(element_count_, MemoryTag::communication, tracker_);
+        received_activations_[i] = new_message();
         receives.emplace_back(
             k, comm_.irecv(received_activations_[i].data(), bytes, a.peer, kTagPipelineActivation));
         break;
       case ActionKind::recv_gradient:
-        received_gradients_[i] = Buffer<float>(element_count_, MemoryTag::communication, tracker_);
+        received_gradients_[i] = new_message();
         receives.emplace_back(
             k, comm_.irecv(received_gradients_[i].data(), bytes, a.peer, kTagPipelineGradient));
         break;
@@ -199,6 +235,7 @@ void PipelineExecutor::release_activations(int idx) {
   if (activation_sends_[i] != nullptr) {
     activation_sends_[i]->wait();  // the send reads the output until it completes
     activation_sends_[i].reset();
+    activation_messages_[i].release();
   }
   const int chunk = idx / config_.schedule.microbatches;
   live_bytes_ -= chunks_[static_cast<size_t>(chunk)].activation_bytes;
@@ -254,7 +291,7 @@ void PipelineExecutor::forward(const Action& a, std::span<const int32_t> tokens,
   if (!c.embedding) {
     DTRAIN_CHECK(!received_activations_[i].empty(), "rank ", rank_, ": ", to_string(a),
                  " before its activation arrived");
-    copy_floats(acts.layer(c.layers.first).ln1_in, received_activations_[i].data(), element_count_);
+    unpack(received_activations_[i], acts.layer(c.layers.first).ln1_in);
     received_activations_[i].release();
   }
   forward_units(c, acts, c.embedding ? rows(tokens, a.microbatch, bt) : tokens,
@@ -292,7 +329,7 @@ void PipelineExecutor::backward(const Action& a) {
     DTRAIN_CHECK(!received_gradients_[i].empty(), "rank ", rank_, ": ", to_string(a),
                  " before its gradient arrived");
     if (c.layers.count > 0) hooks_->prefetch(units_.block(c.layers.end() - 1));
-    copy_floats(workspace_.dres, received_gradients_[i].data(), element_count_);
+    unpack(received_gradients_[i], workspace_.dres);
     received_gradients_[i].release();
   }
   for (int64_t l = c.layers.end() - 1; l >= c.layers.first; --l) {
@@ -313,8 +350,7 @@ void PipelineExecutor::backward(const Action& a) {
     model_.embedding_backward(acts, workspace_);
     hooks_->end_backward(emb, last);
   } else {
-    input_gradients_[i] = Buffer<float>(element_count_, MemoryTag::communication, tracker_);
-    copy_floats(input_gradients_[i].data(), workspace_.dres, element_count_);
+    input_gradients_[i] = pack(workspace_.dres);
   }
   if (!input_only) release_activations(idx);
 }
@@ -403,9 +439,11 @@ float PipelineExecutor::evaluate(std::span<const int32_t> tokens,
   const PipelineSchedule& s = config_.schedule;
   const StagePartition& p = config_.partition;
   const int64_t bt = config_.micro_batch * config_.seq;
-  const int64_t bytes = element_count_ * static_cast<int64_t>(sizeof(float));
+  const int64_t bytes = message_bytes();
+  const bool packed = config_.bf16_activations;
   std::vector<std::unique_ptr<model::GptActivations>> acts(static_cast<size_t>(s.chunks));
   std::vector<comm::RequestPtr> sends(static_cast<size_t>(s.chunks));
+  std::vector<Message> sent(static_cast<size_t>(s.chunks));  // bf16: what each send reads
   for (int c = 0; c < s.chunks; ++c) acts[static_cast<size_t>(c)] = take_activations(c);
   double loss_sum = 0;
   // Items in (micro-batch, chunk) order: each waits only on an earlier item of another rank.
@@ -416,14 +454,21 @@ float PipelineExecutor::evaluate(std::span<const int32_t> tokens,
       model::GptActivations& a = *acts[static_cast<size_t>(c)];
       comm::RequestPtr& send = sends[static_cast<size_t>(c)];
       if (send != nullptr) send->wait();  // its buffer is about to be rewritten
-      if (!info.embedding) {
+      if (!info.embedding && packed) {
+        Message in = new_message();
+        comm_.recv(in.data(), bytes, p.rank_of(vs - 1), kTagPipelineEvalActivation);
+        unpack(in, a.layer(info.layers.first).ln1_in);
+      } else if (!info.embedding) {
         comm_.recv(a.layer(info.layers.first).ln1_in, bytes, p.rank_of(vs - 1),
                    kTagPipelineEvalActivation);
       }
       forward_units(info, a, info.embedding ? rows(tokens, mb, bt) : tokens,
                     info.head ? rows(targets, mb, bt) : targets, &loss_sum);
       if (!info.head) {
-        send = comm_.isend(a.head().x_final, bytes, p.rank_of(vs + 1), kTagPipelineEvalActivation);
+        Message& out = sent[static_cast<size_t>(c)];
+        if (packed) out = pack(a.head().x_final);
+        send = comm_.isend(packed ? out.data() : a.head().x_final, bytes, p.rank_of(vs + 1),
+                           kTagPipelineEvalActivation);
       }
     }
   }

@@ -29,6 +29,8 @@
 //    parallelism and ZeRO are those hooks (parallel/data_parallel_hooks.h).
 //  - under sequence parallelism the activations and gradients sent between stages are this TP
 //    rank's B*T/N rows (Megatron sends the sequence-parallel slice).
+//  - with `bf16_activations` (mixed precision) the activations and gradients travel as bf16,
+//    half the bytes: rounded into a communication buffer at the send, widened at the use.
 //  - with one chunk per rank, the activations of a micro-batch whose backward is done are kept
 //    for the next forward (one spare): the bytes held never exceed the in-flight peak, and a run
 //    with one micro-batch in flight allocates nothing per step.
@@ -40,6 +42,7 @@
 #include <vector>
 
 #include "dtrain/comm/communicator.h"
+#include "dtrain/core/bf16.h"
 #include "dtrain/core/buffer.h"
 #include "dtrain/model/gpt.h"
 #include "dtrain/model/gpt_stage.h"
@@ -74,10 +77,11 @@ struct PipelineStepRecord {
 };
 
 struct PipelineExecutorConfig {
-  PipelineSchedule schedule;  // every rank's list; this rank runs per_rank[comm.rank()]
-  StagePartition partition;   // the blocks of every virtual stage
-  int64_t micro_batch = 0;    // b: rows per micro-batch (the global batch is M * b)
-  int64_t seq = 0;            // T
+  PipelineSchedule schedule;      // every rank's list; this rank runs per_rank[comm.rank()]
+  StagePartition partition;       // the blocks of every virtual stage
+  int64_t micro_batch = 0;        // b: rows per micro-batch (the global batch is M * b)
+  int64_t seq = 0;                // T
+  bool bf16_activations = false;  // messages in bf16 (above)
 };
 
 class PipelineExecutor {
@@ -122,10 +126,25 @@ class PipelineExecutor {
     bool head = false;             // virtual stage P*v - 1
     int64_t activation_bytes = 0;  // the GptActivations, plus the stash when split_
   };
+  // One message's buffer: fp32 elements, or bf16 ones under bf16_activations.
+  struct Message {
+    Buffer<float> f32;
+    Buffer<bf16> b16;
+    bool empty() const { return f32.empty() && b16.empty(); }
+    void* data() { return b16.empty() ? static_cast<void*>(f32.data()) : b16.data(); }
+    void release() {
+      f32.release();
+      b16.release();
+    }
+  };
   struct PendingSend {
     comm::RequestPtr request;
-    Buffer<float> buffer;  // the gradient copy it sends from (empty for activations)
+    Message buffer;  // the gradient copy it sends from (empty for activations)
   };
+  Message new_message() const;                         // element_count_ elements, zeroed
+  Message pack(const float* values) const;             // a message holding `values`
+  void unpack(const Message& m, float* values) const;  // into element_count_ floats
+  int64_t message_bytes() const;
   int index(int mb, int chunk) const { return chunk * config_.schedule.microbatches + mb; }
   // A micro-batch's activations for `chunk`: the chunk's spare if it has one, else new ones;
   // give_back keeps one spare per chunk.
@@ -164,9 +183,10 @@ class PipelineExecutor {
   std::vector<int> backwards_done_, weights_done_;                // (v) this step's B and W
   std::vector<std::unique_ptr<model::WeightGradStash>> stashes_;  // split_ only: B until W
   std::vector<comm::RequestPtr> activation_sends_;                // sends from acts_[i]'s output
-  std::vector<Buffer<float>> received_activations_;
-  std::vector<Buffer<float>> received_gradients_;
-  std::vector<Buffer<float>> input_gradients_;  // the backward's output, until its send
+  std::vector<Message> activation_messages_;  // bf16 only: the rounded output being sent
+  std::vector<Message> received_activations_;
+  std::vector<Message> received_gradients_;
+  std::vector<Message> input_gradients_;  // the backward's output, until its send
   std::vector<PendingSend> pending_sends_;
   int64_t live_bytes_ = 0, peak_bytes_ = 0;
   int64_t groups_posted_ = 0;  // sequence number of the send/receive groups, for error messages

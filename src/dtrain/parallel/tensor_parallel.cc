@@ -8,11 +8,29 @@
 
 namespace dtrain::parallel {
 
+void TensorParallelGroup::set_bf16_activations(bool on, MemoryTracker* tracker) {
+  bf16_ = on;
+  tracker_ = tracker;
+  scratch_ = Buffer<bf16>();
+}
+
+bf16* TensorParallelGroup::scratch(int64_t count) {
+  if (scratch_.size() < count) scratch_ = Buffer<bf16>(count, MemoryTag::communication, tracker_);
+  return scratch_.data();
+}
+
 void TensorParallelGroup::reduce(float* data, int64_t count, comm::ReduceOp op, TpCounter& counter,
-                                 const char* what) {
+                                 const char* what, bool bf16_wire) {
   const double start = spans_ != nullptr ? now_us() : 0;
   // Ring, as plan::tp_traffic_per_layer assumes: 2 (N-1)/N of the buffer sent per rank.
-  counter.traffic += comm::all_reduce<float>(comm_, data, count, op, comm::Algorithm::ring);
+  if (bf16_wire) {
+    bf16* wire = scratch(count);
+    to_bf16(data, wire, count);
+    counter.traffic += comm::all_reduce<bf16>(comm_, wire, count, op, comm::Algorithm::ring);
+    to_float(wire, data, count);
+  } else {
+    counter.traffic += comm::all_reduce<float>(comm_, data, count, op, comm::Algorithm::ring);
+  }
   ++counter.calls;
   counter.elements += count;
   if (spans_ != nullptr) spans_->push_back({what, start, now_us()});
@@ -29,12 +47,12 @@ void TensorParallelGroup::all_reduce_max(float* data, int64_t count) {
 void TensorParallelGroup::g_forward(float* data, int64_t count) {
   if (size() == 1) return;
   reduce(data, count, comm::ReduceOp::sum, counter_of(SpSite::block_forward),
-         recomputing_ ? "tp all_reduce g (recompute)" : "tp all_reduce g");
+         recomputing_ ? "tp all_reduce g (recompute)" : "tp all_reduce g", bf16_);
 }
 
 void TensorParallelGroup::f_backward(float* dinp, int64_t count) {
   if (size() == 1) return;
-  reduce(dinp, count, comm::ReduceOp::sum, counters_.block_backward, "tp all_reduce f'");
+  reduce(dinp, count, comm::ReduceOp::sum, counters_.block_backward, "tp all_reduce f'", bf16_);
 }
 
 const char* TensorParallelGroup::label_of(SpSite site, bool gather) const {
@@ -74,7 +92,16 @@ void TensorParallelGroup::sp_all_gather(float* full, const float* slice, int64_t
   TpCounter& counter = counter_of(site);
   const double start = spans_ != nullptr ? now_us() : 0;
   const int64_t count = slice_count * size();
-  counter.traffic += comm::all_gather<float>(comm_, slice, full, count, comm::Algorithm::ring);
+  if (bf16_ && site != SpSite::vocab) {
+    // The slice rounded into its place in a bf16 copy of `full`, gathered there, widened.
+    bf16* wire = scratch(count);
+    to_bf16(slice, wire + rank() * slice_count, slice_count);
+    counter.traffic += comm::all_gather<bf16>(comm_, wire + rank() * slice_count, wire, count,
+                                              comm::Algorithm::ring);
+    to_float(wire, full, count);
+  } else {
+    counter.traffic += comm::all_gather<float>(comm_, slice, full, count, comm::Algorithm::ring);
+  }
   ++counter.calls;
   counter.elements += count;
   if (spans_ != nullptr) spans_->push_back({label_of(site, true), start, now_us()});
@@ -85,8 +112,16 @@ void TensorParallelGroup::sp_reduce_scatter(float* slice, const float* full, int
   TpCounter& counter = counter_of(site);
   const double start = spans_ != nullptr ? now_us() : 0;
   const int64_t count = slice_count * size();
-  counter.traffic += comm::reduce_scatter<float>(comm_, full, slice, count, comm::ReduceOp::sum,
-                                                 comm::Algorithm::ring);
+  if (bf16_ && site != SpSite::vocab) {
+    bf16* wire = scratch(count + slice_count);
+    to_bf16(full, wire, count);
+    counter.traffic += comm::reduce_scatter<bf16>(comm_, wire, wire + count, count,
+                                                  comm::ReduceOp::sum, comm::Algorithm::ring);
+    to_float(wire + count, slice, slice_count);
+  } else {
+    counter.traffic += comm::reduce_scatter<float>(comm_, full, slice, count, comm::ReduceOp::sum,
+                                                   comm::Algorithm::ring);
+  }
   ++counter.calls;
   counter.elements += count;
   if (spans_ != nullptr) spans_->push_back({label_of(site, false), start, now_us()});

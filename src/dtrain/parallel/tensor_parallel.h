@@ -4,13 +4,18 @@
 // embedding's and cross-entropy's reductions are counted apart, with the traffic each measured,
 // so the engine can set them beside plan::tp_traffic_per_layer (full recompute's reruns apart
 // again). The sharded shapes themselves live in model/tp_shard.h; this file adds what needs a
-// communicator.
+// communicator. Under mixed precision (set_bf16_activations) the block's collectives move bf16
+// activations, as Megatron's bf16 runs do: each is rounded to bf16, reduced or gathered in bf16
+// (a ring hop adds in fp32 and rounds) and widened back, half the bytes; the vocabulary
+// reductions (the embedding sum, the cross-entropy's statistics, the head's input) stay fp32.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "dtrain/comm/communicator.h"
+#include "dtrain/core/bf16.h"
+#include "dtrain/core/buffer.h"
 #include "dtrain/model/gpt.h"
 #include "dtrain/model/tp_hooks.h"
 
@@ -61,6 +66,11 @@ class TensorParallelGroup final : public model::TensorParallelHooks {
   void sp_reduce_scatter(float* slice, const float* full, int64_t slice_count,
                          SpSite site) override;
 
+  // The block collectives on bf16 (above); their scratch is charged to `tracker` as
+  // communication.
+  void set_bf16_activations(bool on, MemoryTracker* tracker);
+  bool bf16_activations() const { return bf16_; }
+
   const TensorParallelCounters& counters() const { return counters_; }
   comm::Communicator& communicator() { return comm_; }
   const comm::Communicator& communicator() const { return comm_; }
@@ -68,7 +78,9 @@ class TensorParallelGroup final : public model::TensorParallelHooks {
   void record_spans(std::vector<TpSpan>* out) { spans_ = out; }
 
  private:
-  void reduce(float* data, int64_t count, comm::ReduceOp op, TpCounter& counter, const char* what);
+  void reduce(float* data, int64_t count, comm::ReduceOp op, TpCounter& counter, const char* what,
+              bool bf16 = false);
+  bf16* scratch(int64_t count);  // at least `count` bf16 elements
   TpCounter& counter_of(SpSite site);
   const char* label_of(SpSite site, bool gather) const;
 
@@ -77,6 +89,9 @@ class TensorParallelGroup final : public model::TensorParallelHooks {
   bool recomputing_ = false;  // block forward collectives go to counters_.recompute
   TensorParallelCounters counters_;
   std::vector<TpSpan>* spans_ = nullptr;
+  bool bf16_ = false;
+  MemoryTracker* tracker_ = nullptr;
+  Buffer<bf16> scratch_;
 };
 
 // Elements of the model's block tensors on this rank: those TP cuts (matrices and their

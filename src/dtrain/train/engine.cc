@@ -31,6 +31,7 @@ parallel::PipelineExecutorConfig executor_config(const EngineConfig& c) {
   e.partition = c.partition;
   e.micro_batch = c.micro_batch();
   e.seq = c.step.seq;
+  e.bf16_activations = c.step.precision == model::Precision::bf16;
   return e;
 }
 
@@ -83,6 +84,7 @@ Engine::Engine(const EngineConfig& config, comm::Communicator& world)
   // the stages' two wte copies and every DP replica start equal, and equal to the serial run.
   model_.init_params(config.step.init_seed);
   model_.set_precision(config.step.precision);
+  hooks_->set_bf16_activations(config.step.precision == model::Precision::bf16, &tracker_);
   if (config.pp > 1 && (coord_.pp == 0 || coord_.pp == config.pp - 1)) {
     parallel::MeshCoord first = coord_, last = coord_;
     first.pp = 0;

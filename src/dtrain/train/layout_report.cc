@@ -124,6 +124,12 @@ int64_t dp_grad_wire_bytes(const EngineConfig& c) {
 int64_t dp_param_wire_bytes(const EngineConfig& c) {
   return engine_state_bytes(c).param;
 }
+// The element size of the activations and their gradients on the TP block collectives and the
+// pipeline's sends: bf16 under mixed precision (the vocabulary reductions stay fp32).
+int64_t activation_wire_bytes(const EngineConfig& c) {
+  return c.step.precision == model::Precision::bf16 ? int64_t{sizeof(bf16)}
+                                                    : int64_t{sizeof(float)};
+}
 
 // The working set above the shards by plan::zero3_gathered_bytes: the stage's largest block and
 // the embeddings (held through a forward that runs the tied head). ZeRO-3 in fp32 gathers the
@@ -222,19 +228,20 @@ RankRow measure_rank(const Engine& e) {
   const auto M = static_cast<double>(c.microbatches);
   const bool sp = c.sequence_parallel && c.tp > 1;
   const auto blocks = static_cast<double>(model.stage().layer_count());
+  const int64_t act = activation_wire_bytes(c);
   const double per_layer =
-      plan::tp_traffic_per_layer(b, T, g.channels, 4, c.tp, sp, Recompute::none).bytes_sent;
+      plan::tp_traffic_per_layer(b, T, g.channels, act, c.tp, sp, Recompute::none).bytes_sent;
   r.tp_block_formula = per_layer * blocks * M;
   if (c.step.recompute == Recompute::full) {
     // Each rerun of a block's forward repeats its forward f and g: once before a fused
     // backward, and again before W under a split one.
     const double full =
-        plan::tp_traffic_per_layer(b, T, g.channels, 4, c.tp, sp, Recompute::full).bytes_sent;
+        plan::tp_traffic_per_layer(b, T, g.channels, act, c.tp, sp, Recompute::full).bytes_sent;
     r.tp_recompute_formula = (full - per_layer) * blocks * M * (split ? 2 : 1);
   }
   if (sp) {
     r.tp_regather_formula =
-        bytes_sent(plan::sp_regather_collectives(b, T, g.channels, 4), c.tp) * blocks * M;
+        bytes_sent(plan::sp_regather_collectives(b, T, g.channels, act), c.tp) * blocks * M;
   }
   if (sp) {
     // The LayerNorm gradients' sum over TP after the DP sync: each LN tensor's elements this
@@ -257,7 +264,7 @@ RankRow measure_rank(const Engine& e) {
                  c.tp) *
       M;
   r.pp_formula = static_cast<double>(count_sends(schedule, me.pp)) *
-                 plan::pp_bytes_per_microbatch(b, T, g.channels, 4, c.tp, sp);
+                 plan::pp_bytes_per_microbatch(b, T, g.channels, act, c.tp, sp);
   plan::StageDataParallel stage;
   stage.params = r.param_count;
   stage.zero_stage = c.zero_stage;
@@ -391,8 +398,9 @@ RankRow measure_rank(const Engine& e) {
                         .time_s;
       }
     };
-    price(plan::tp_collectives_per_layer(b, T, g.channels, 4, sp, c.step.recompute), Axis::tp,
-          M * blocks);
+    price(plan::tp_collectives_per_layer(b, T, g.channels, activation_wire_bytes(c), sp,
+                                         c.step.recompute),
+          Axis::tp, M * blocks);
     price(plan::tp_vocab_collectives(b, T, g.channels, 4, model.stage().embedding,
                                      model.stage().head),
           Axis::tp, M);
