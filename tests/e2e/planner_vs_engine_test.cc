@@ -195,7 +195,11 @@ void compare_data_parallel(int dp, int zero, int64_t grad_accum, bool whole_buck
   const EngineConfig config = make_engine_config(c, setup);
 
   plan::PlanInput in = plan_input(g, c.batch, c.seq, dp);
-  if (mixed) in.training.state_bytes = plan::kMixedPrecisionAdam;
+  if (mixed) {
+    in.training.state_bytes = plan::kMixedPrecisionAdam;
+    in.training.activation_bytes = 2;
+    in.training.activation_count = plan::ActivationCount::engine_mixed;
+  }
   in.training.bucket_bytes = static_cast<double>(bucket_bytes);
   plan::Layout layout;
   layout.dp = dp;
@@ -239,8 +243,9 @@ void compare_data_parallel(int dp, int zero, int64_t grad_accum, bool whole_buck
     EXPECT_EQ(as_double(r.params), m.params);
     EXPECT_EQ(as_double(r.grads), m.grads);
     EXPECT_EQ(as_double(r.optimizer), m.optimizer);
-    // One micro-batch of b = B / (dp x accum) sequences in flight, and the workspace.
-    EXPECT_EQ(as_double(r.activations_peak), m.activations + m.workspace);
+    // One micro-batch of b = B / (dp x accum) sequences in flight, and the workspace (with mixed
+    // precision's one-layer fp32 working copies; 0 in fp32 without recompute).
+    EXPECT_EQ(as_double(r.activations_peak), m.activations + m.workspace + m.layer_scratch);
     if (zero == 3 && mixed) {
       // Mixed precision computes on fp32 working copies (data_parallel_hooks.h): at any moment a
       // rank holds at most the embeddings, one block and the final LayerNorm each in fp32 and in
@@ -385,18 +390,29 @@ struct PpMeasured {
   std::vector<parallel::Action> schedule;         // what the executor was given
 };
 
-void compare_pipeline(const PpCase& k) {
-  SCOPED_TRACE(::testing::Message() << plan::name(k.kind) << " P " << k.stages << " M "
-                                    << k.microbatches << " v " << k.chunks);
+// `precision` bf16: mixed precision's state and activations (bf16 block tensors with an fp32
+// residual, bf16 pipeline sends), against the planner's kMixedPrecisionAdam and engine_mixed.
+void compare_pipeline(const PpCase& k, model::Precision precision = model::Precision::fp32) {
+  SCOPED_TRACE(::testing::Message()
+               << plan::name(k.kind) << " P " << k.stages << " M " << k.microbatches << " v "
+               << k.chunks << " " << model::precision_name(precision));
+  const bool mixed = precision == model::Precision::bf16;
   const model::GptConfig g{.vocab = 64, .context = 8, .layers = 8, .heads = 2, .channels = 16};
   LayoutOptions options;
   options.pp = k.stages;
   options.microbatches = k.microbatches;
   options.schedule = k.kind;
   options.chunks = k.chunks;
-  const EngineConfig config = make_engine_config(engine_config(g, 8), options);
+  StepConfig step = engine_config(g, 8);
+  step.precision = precision;
+  const EngineConfig config = make_engine_config(step, options);
 
-  const plan::PlanInput in = plan_input(g, config.step.batch, config.step.seq, k.stages);
+  plan::PlanInput in = plan_input(g, config.step.batch, config.step.seq, k.stages);
+  if (mixed) {
+    in.training.state_bytes = plan::kMixedPrecisionAdam;
+    in.training.activation_bytes = 2;
+    in.training.activation_count = plan::ActivationCount::engine_mixed;
+  }
   plan::Layout layout;
   layout.pp = k.stages;
   layout.vp = k.chunks;
@@ -466,7 +482,7 @@ void compare_pipeline(const PpCase& k) {
           m.inflight_microbatches * k.chunks * as_double(x.largest_chunk - x.smallest_chunk);
       EXPECT_NEAR(as_double(x.peak_inflight), m.activations, spread);
     }
-    EXPECT_EQ(as_double(x.activations_peak - x.peak_inflight), m.workspace);
+    EXPECT_EQ(as_double(x.activations_peak - x.peak_inflight), m.workspace + m.layer_scratch);
     // The planner's PP row is an interior stage's: an activation forward and a gradient backward
     // per micro-batch and chunk. The first stage sends no gradient for its chunk 0 and the last
     // no activation for its last chunk: (2v - 1) / (2v) of it.
@@ -498,6 +514,19 @@ TEST(PlannerVsEngine, PipelineMemoryBytesAndBubbleEqualThePlan) {
       {plan::ScheduleKind::interleaved, 4, 4, 2},    {plan::ScheduleKind::interleaved, 2, 8, 2},
   };
   for (const PpCase& k : cases) compare_pipeline(k);
+}
+
+// The same comparisons under --precision bf16: the planner's mixed-precision state, one
+// micro-batch's bf16 block tensors (fp32 residual), the one-layer fp32 working copies in the
+// workspace, the pipeline's 2-byte sends, and the bubble.
+TEST(PlannerVsEngine, MixedPrecisionPipelineEqualsThePlan) {
+  const PpCase cases[] = {
+      {plan::ScheduleKind::gpipe, 2, 4, 1},
+      {plan::ScheduleKind::one_f_one_b, 4, 8, 1},
+      {plan::ScheduleKind::zero_bubble_h1, 2, 4, 1},
+      {plan::ScheduleKind::interleaved, 2, 4, 2},
+  };
+  for (const PpCase& k : cases) compare_pipeline(k, model::Precision::bf16);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -9,24 +9,28 @@ namespace dtrain::model {
 namespace {
 
 // Hands out consecutive slices of a buffer; first counts (base null), then assigns.
-class Carver {
+template <typename T>
+class BasicCarver {
  public:
-  explicit Carver(float* base) : base_(base) {}
-  float* take(int64_t count) {
-    float* p = base_ != nullptr ? base_ + used_ : nullptr;
+  explicit BasicCarver(T* base) : base_(base) {}
+  T* take(int64_t count) {
+    T* p = base_ != nullptr ? base_ + used_ : nullptr;
     used_ += count;
     return p;
   }
   int64_t used() const { return used_; }
 
  private:
-  float* base_;
+  T* base_;
   int64_t used_ = 0;
 };
+using Carver = BasicCarver<float>;
 
 // Which of a block's tensors to carve: those `recompute` keeps in the block, or those it
 // drops (the workspace's scratch). The two together are the whole block of Recompute::none.
-enum class Part { kept, dropped };
+// Under bf16 storage the block's kept fp32 part is the input and the LayerNorm statistics, and
+// its `packed` part the other kept tensors (carve_packed).
+enum class Part { kept, dropped, kept_fp32 };
 
 // `rows`: the token rows of the residual-stream tensors (B*T, or B*T/tp under sequence
 // parallelism).
@@ -36,23 +40,43 @@ void carve_layer(LayerActivations& a, Carver& c, const GptConfig& g, int64_t B, 
   const int64_t C_local = C / tp, NH_local = g.heads / tp;
   const bool full = recompute == Recompute::full;
   const bool scores = recompute != Recompute::none;  // selective and full drop the softmax
-  // `field` gets `count` floats when its tensor belongs to `part` (dropped: the mode drops it).
-  auto take = [&](float*& field, int64_t count, bool dropped) {
-    if (dropped == (part == Part::dropped)) field = c.take(count);
+  // `field` gets `count` floats when its tensor belongs to `part` (dropped: the mode drops it;
+  // `packable`: bf16 storage keeps it packed rather than fp32).
+  auto take = [&](float*& field, int64_t count, bool dropped, bool packable = true) {
+    const bool mine = part == Part::dropped ? dropped
+                      : part == Part::kept  ? !dropped
+                                            : !dropped && !packable;
+    if (mine) field = c.take(count);
   };
-  take(a.ln1_in, rows * C, false);  // the block input: kept in every mode
+  take(a.ln1_in, rows * C, false, false);  // the block input: kept in every mode
   take(a.ln1_out, rows * C, full);
-  take(a.ln1_mean, rows, full);
-  take(a.ln1_rstd, rows, full);
+  take(a.ln1_mean, rows, full, false);
+  take(a.ln1_rstd, rows, full, false);
   take(a.qkv, BT * 3 * C_local, full);
   take(a.att, B * NH_local * T * T, scores);
   take(a.atty, BT * C_local, full);
   take(a.ln2_in, rows * C, full);
   take(a.ln2_out, rows * C, full);
-  take(a.ln2_mean, rows, full);
-  take(a.ln2_rstd, rows, full);
+  take(a.ln2_mean, rows, full, false);
+  take(a.ln2_rstd, rows, full, false);
   take(a.fc, BT * 4 * C_local, full);
   take(a.fc_gelu, BT * 4 * C_local, full);
+}
+
+// The packed (bf16) part of a block under bf16 storage: what `recompute` keeps but the input
+// and the statistics, in carve_layer's order.
+void carve_packed(PackedLayer& a, BasicCarver<bf16>& c, const GptConfig& g, int64_t B, int64_t T,
+                  int tp, int64_t rows, Recompute recompute) {
+  const int64_t BT = B * T, C = g.channels;
+  const int64_t C_local = C / tp, NH_local = g.heads / tp;
+  a.ln1_out = c.take(rows * C);
+  a.qkv = c.take(BT * 3 * C_local);
+  if (recompute == Recompute::none) a.att = c.take(B * NH_local * T * T);
+  a.atty = c.take(BT * C_local);
+  a.ln2_in = c.take(rows * C);
+  a.ln2_out = c.take(rows * C);
+  a.fc = c.take(BT * 4 * C_local);
+  a.fc_gelu = c.take(BT * 4 * C_local);
 }
 
 void carve_head(HeadActivations& a, Carver& c, const GptConfig& g, int64_t B, int64_t T, int tp) {
@@ -79,8 +103,13 @@ GptActivations::GptActivations(const GptConfig& g, int64_t B, int64_t T, MemoryT
 
 GptActivations::GptActivations(const GptConfig& g, int64_t B, int64_t T, MemoryTracker* tracker,
                                LayerRange range, bool embedding, bool head, int tp,
-                               bool sequence_parallel, Recompute recompute)
-    : B_(B), T_(T), range_(range), recompute_(recompute) {
+                               bool sequence_parallel, Recompute recompute, bool bf16_storage)
+    : B_(B),
+      T_(T),
+      range_(range),
+      recompute_(recompute),
+      bf16_storage_(bf16_storage),
+      packed_(bf16_storage && recompute != Recompute::full) {
   check_shape(g, B, T);
   check_tensor_parallel(g, tp);
   const bool sp = sequence_parallel && tp > 1;
@@ -89,14 +118,23 @@ GptActivations::GptActivations(const GptConfig& g, int64_t B, int64_t T, MemoryT
   DTRAIN_CHECK(range.first >= 0 && range.count >= 0 && range.end() <= g.layers,
                "GptActivations: blocks [", range.first, ", ", range.end(), ") outside the ",
                g.layers, " blocks");
+  const Part part = packed_ ? Part::kept_fp32 : Part::kept;
   LayerActivations probe;
   Carver counter(nullptr);
-  carve_layer(probe, counter, g, B, T, tp, rows, recompute, Part::kept);
+  carve_layer(probe, counter, g, B, T, tp, rows, recompute, part);
+  PackedLayer packed_probe;
+  BasicCarver<bf16> packed_counter(nullptr);
+  if (packed_) carve_packed(packed_probe, packed_counter, g, B, T, tp, rows, recompute);
   layers_.resize(static_cast<size_t>(g.layers));
+  packed_layers_.resize(static_cast<size_t>(g.layers));
   for (int64_t l = range.first; l < range.end(); ++l) {
     layer_storage_.emplace_back(counter.used(), MemoryTag::activations, tracker);
     Carver c(layer_storage_.back().data());
-    carve_layer(layers_[static_cast<size_t>(l)], c, g, B, T, tp, rows, recompute, Part::kept);
+    carve_layer(layers_[static_cast<size_t>(l)], c, g, B, T, tp, rows, recompute, part);
+    if (!packed_) continue;
+    packed_storage_.emplace_back(packed_counter.used(), MemoryTag::activations, tracker);
+    BasicCarver<bf16> pc(packed_storage_.back().data());
+    carve_packed(packed_layers_[static_cast<size_t>(l)], pc, g, B, T, tp, rows, recompute);
   }
   if (head) {
     Carver head_counter(nullptr);
@@ -120,8 +158,13 @@ GptActivations::GptActivations(const GptConfig& g, int64_t B, int64_t T, MemoryT
 }
 
 GptWorkspace::GptWorkspace(const GptConfig& g, int64_t B, int64_t T, MemoryTracker* tracker,
-                           int team_threads, int tp, bool sp, Recompute mode)
-    : batch(B), seq(T), threads(team_threads), sequence_parallel(sp && tp > 1), recompute(mode) {
+                           int team_threads, int tp, bool sp, Recompute mode, bool bf16)
+    : batch(B),
+      seq(T),
+      threads(team_threads),
+      sequence_parallel(sp && tp > 1),
+      recompute(mode),
+      bf16_storage(bf16) {
   DTRAIN_CHECK(team_threads >= 1, "GptWorkspace: threads must be positive (got ", team_threads,
                ")");
   check_shape(g, B, T);
@@ -137,7 +180,8 @@ GptWorkspace::GptWorkspace(const GptConfig& g, int64_t B, int64_t T, MemoryTrack
     dfc = c.take(4 * BTC_local);
     dfc_gelu = c.take(4 * BTC_local);
     datt = c.take(team_threads * T * T);
-    carve_layer(dropped, c, g, B, T, tp, rows, recompute, Part::dropped);
+    carve_layer(dropped, c, g, B, T, tp, rows, bf16_storage ? Recompute::full : recompute,
+                Part::dropped);
   };
   Carver counter(nullptr);
   carve(counter);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "dtrain/core/bf16.h"
 #include "dtrain/core/buffer.h"
 #include "dtrain/core/recompute.h"
 #include "dtrain/model/gpt_config.h"
@@ -34,6 +35,22 @@ struct LayerActivations {
   float* ln2_rstd = nullptr;  // (B, T)
   float* fc = nullptr;        // (B, T, 4*C_local)   GELU input
   float* fc_gelu = nullptr;   // (B, T, 4*C_local)   GELU output = second linear input
+};
+
+// Mixed precision's storage of a block (GptActivations built with `bf16_storage`): the
+// tensors the recompute mode keeps, other than the block input and the LayerNorm statistics
+// (which stay fp32 in LayerActivations), as bf16 rounded from the forward's fp32 values. The
+// forward computes them in GptWorkspace::dropped and GptModel rounds them in here; a backward
+// widens them there again before it reads them. Null where the mode drops the tensor.
+struct PackedLayer {
+  bf16* ln1_out = nullptr;
+  bf16* qkv = nullptr;
+  bf16* att = nullptr;
+  bf16* atty = nullptr;
+  bf16* ln2_in = nullptr;
+  bf16* ln2_out = nullptr;
+  bf16* fc = nullptr;
+  bf16* fc_gelu = nullptr;
 };
 
 // What lives outside the blocks: the last block's output, the final LayerNorm, the logits
@@ -66,10 +83,13 @@ class GptActivations {
   // keeps its full-size buffers (x_final and the lnf statistics use the slice's rows, lnf_out
   // is gathered whole for the vocabulary-parallel LM head).
   // `recompute` leaves out of each block what the mode drops (LayerActivations): the model
-  // that runs these activations must be built with the same mode.
+  // that runs these activations must be built with the same mode. `bf16_storage` (mixed
+  // precision) keeps a block's other tensors in PackedLayer instead (a no-op under full
+  // recompute, which keeps only the fp32 block input).
   GptActivations(const GptConfig& config, int64_t B, int64_t T, MemoryTracker* tracker,
                  LayerRange layers, bool embedding, bool head, int tp = 1,
-                 bool sequence_parallel = false, Recompute recompute = Recompute::none);
+                 bool sequence_parallel = false, Recompute recompute = Recompute::none,
+                 bool bf16_storage = false);
 
   int64_t batch() const { return B_; }
   int64_t seq() const { return T_; }
@@ -85,12 +105,22 @@ class GptActivations {
   }
   LayerRange range() const { return range_; }
   Recompute recompute() const { return recompute_; }
+  // Whether blocks keep PackedLayer tensors (bf16_storage, unless full recompute).
+  bool packed() const { return packed_; }
+  bool bf16_storage() const { return bf16_storage_; }
+  PackedLayer& packed_layer(int64_t l) { return packed_layers_[static_cast<size_t>(l)]; }
+  const PackedLayer& packed_layer(int64_t l) const {
+    return packed_layers_[static_cast<size_t>(l)];
+  }
 
  private:
   int64_t B_ = 0, T_ = 0;
   LayerRange range_;
   Recompute recompute_ = Recompute::none;
+  bool bf16_storage_ = false, packed_ = false;
   std::vector<Buffer<float>> layer_storage_;
+  std::vector<Buffer<bf16>> packed_storage_;
+  std::vector<PackedLayer> packed_layers_;
   Buffer<float> head_storage_;
   Buffer<int32_t> id_storage_;
   std::vector<LayerActivations> layers_;
@@ -104,15 +134,18 @@ class GptActivations {
 struct GptWorkspace {
   // `threads`: the size of the ThreadTeam the model splits ops across (one datt each).
   // `tp` > 1: dqkv, dfc and dfc_gelu are a TP rank's (3*C_local, 4*C_local wide).
-  // `sequence_parallel` and `recompute`: the model's, for the size of `dropped`.
+  // `sequence_parallel` and `recompute`: the model's, for the size of `dropped`; with
+  // `bf16_storage` `dropped` holds every block tensor but the input (full recompute's set): the
+  // fp32 working copies of a block's packed tensors.
   GptWorkspace(const GptConfig& config, int64_t B, int64_t T, MemoryTracker* tracker,
                int threads = 1, int tp = 1, bool sequence_parallel = false,
-               Recompute recompute = Recompute::none);
+               Recompute recompute = Recompute::none, bool bf16_storage = false);
 
   int64_t batch = 0, seq = 0;
   int threads = 1;
   bool sequence_parallel = false;
   Recompute recompute = Recompute::none;
+  bool bf16_storage = false;
   float* dres = nullptr;      // (B, T, C)   gradient of the residual stream
   float* d_btc1 = nullptr;    // (B, T, C)   gradient of a LayerNorm output; forward: linear out
   float* d_btc2 = nullptr;    // (B, T, C)   gradient of the attention output

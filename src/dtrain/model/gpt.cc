@@ -239,9 +239,16 @@ void GptModel::set_batch_shape(int64_t B, int64_t T) {
   acts_.reset();
   const int tp = tp_->size();
   acts_ = std::make_unique<GptActivations>(config_, B, T, tracker_, LayerRange{0, config_.layers},
-                                           true, true, tp, sp(), recompute_);
-  ws_ =
-      std::make_unique<GptWorkspace>(config_, B, T, tracker_, cx_.threads(), tp, sp(), recompute_);
+                                           true, true, tp, sp(), recompute_, bf16_activations());
+  ws_ = std::make_unique<GptWorkspace>(config_, B, T, tracker_, cx_.threads(), tp, sp(), recompute_,
+                                       bf16_activations());
+}
+
+void GptModel::set_precision(Precision p) {
+  if (p == cx_.precision) return;
+  cx_.precision = p;
+  ws_.reset();  // the whole passes' storage is built for a precision
+  acts_.reset();
 }
 
 GptActivations& GptModel::activations() {
@@ -332,6 +339,47 @@ void GptModel::block_forward(GptActivations& acts, GptWorkspace& ws, int64_t l) 
   } else {
     block_forward_dense(acts, ws, l, a, acts.block_output(l));
   }
+  pack_block(acts, l, a);
+}
+
+namespace {
+
+// Each packed tensor of a block with its fp32 working copy and its element count.
+template <typename Fn>
+void for_each_packed(const PackedLayer& p, const LayerActivations& a, const GptConfig& g, int64_t B,
+                     int64_t T, int tp, int64_t rows, Fn fn) {
+  const int64_t BT = B * T, C = g.channels, C_local = C / tp, NH_local = g.heads / tp;
+  fn(p.ln1_out, a.ln1_out, rows * C);
+  fn(p.qkv, a.qkv, BT * 3 * C_local);
+  if (p.att != nullptr) fn(p.att, a.att, B * NH_local * T * T);
+  fn(p.atty, a.atty, BT * C_local);
+  fn(p.ln2_in, a.ln2_in, rows * C);
+  fn(p.ln2_out, a.ln2_out, rows * C);
+  fn(p.fc, a.fc, BT * 4 * C_local);
+  fn(p.fc_gelu, a.fc_gelu, BT * 4 * C_local);
+}
+
+}  // namespace
+
+void GptModel::pack_block(GptActivations& acts, int64_t l, const LayerActivations& a) const {
+  if (!acts.packed()) return;
+  for_each_packed(acts.packed_layer(l), a, config_, acts.batch(), acts.seq(), tp_->size(),
+                  sp_rows(acts), [&](bf16* packed, const float* work, int64_t n) {
+                    parallel_ranges(cx_.team, n, 4096, [&](Range r) {
+                      to_bf16(work + r.begin, packed + r.begin, r.end - r.begin);
+                    });
+                  });
+}
+
+void GptModel::unpack_block(const GptActivations& acts, int64_t l,
+                            const LayerActivations& a) const {
+  if (!acts.packed()) return;
+  for_each_packed(acts.packed_layer(l), a, config_, acts.batch(), acts.seq(), tp_->size(),
+                  sp_rows(acts), [&](const bf16* packed, float* work, int64_t n) {
+                    parallel_ranges(cx_.team, n, 4096, [&](Range r) {
+                      to_float(packed + r.begin, work + r.begin, r.end - r.begin);
+                    });
+                  });
 }
 
 LayerActivations GptModel::block_tensors(const GptActivations& acts, const GptWorkspace& ws,
@@ -342,7 +390,22 @@ LayerActivations GptModel::block_tensors(const GptActivations& acts, const GptWo
   DTRAIN_CHECK(recompute_ != Recompute::full || ws.sequence_parallel == sp(),
                "GptModel: full recompute needs a workspace built ", sp() ? "with" : "without",
                " sequence parallelism, as the model");
+  DTRAIN_CHECK(acts.bf16_storage() == bf16_activations() && ws.bf16_storage == bf16_activations(),
+               "GptModel: activations and workspace are not built for the model's precision ",
+               precision_name(cx_.precision));
   LayerActivations a = acts.layer(l);
+  if (acts.packed()) {
+    // The packed tensors' fp32 working copies (full recompute's scratch set), the input and
+    // the LayerNorm statistics from the block.
+    const LayerActivations kept = a;
+    a = ws.dropped;
+    a.ln1_in = kept.ln1_in;
+    a.ln1_mean = kept.ln1_mean;
+    a.ln1_rstd = kept.ln1_rstd;
+    a.ln2_mean = kept.ln2_mean;
+    a.ln2_rstd = kept.ln2_rstd;
+    return a;
+  }
   switch (recompute_) {
     case Recompute::none:
       break;
@@ -507,8 +570,10 @@ void GptModel::block_backward_weight(const GptActivations& acts, GptWorkspace& w
   const int64_t C_local = C / tp_->size();
   const LayerWeights& dw = dw_.layers[static_cast<size_t>(l)];
   const LayerActivations a = block_tensors(acts, ws, l);
-  // The linears' inputs: kept unless full recompute dropped them (selective's att is not one).
+  // The linears' inputs: kept unless full recompute dropped them (selective's att is not one);
+  // packed ones widened again (later blocks' backwards reused the working copies).
   if (recompute_ == Recompute::full) recompute_block(acts, ws, l, a);
+  unpack_block(acts, l, a);
   const BlockOutputGrads& k = stash.layer(l);
   // The column-parallel linears' inputs: under sequence parallelism the kept LN outputs are this
   // rank's rows, gathered again here (the re-gathers the fused backward runs, moved to W).
@@ -541,6 +606,7 @@ void GptModel::block_backward_dense(GptActivations& acts, GptWorkspace& ws, int6
   const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
   const LayerWeights& dw = dw_.layers[static_cast<size_t>(l)];
   const LayerActivations a = block_tensors(acts, ws, l);
+  unpack_block(acts, l, a);
   recompute_block(acts, ws, l, a);
   const Compute& cx = cx_;
   float* dres = ws.dres;  // (B, T, C): d block output on entry, d block input on exit
@@ -649,6 +715,7 @@ void GptModel::block_backward_sp(GptActivations& acts, GptWorkspace& ws, int64_t
   const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
   const LayerWeights& dw = dw_.layers[static_cast<size_t>(l)];
   const LayerActivations a = block_tensors(acts, ws, l);
+  unpack_block(acts, l, a);
   recompute_block(acts, ws, l, a);
   const Compute& cx = cx_;
   float* dres = ws.dres;     // (rows, C): d block output on entry, d block input on exit

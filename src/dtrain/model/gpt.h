@@ -147,7 +147,10 @@ class GptModel {
   void set_gemm_stats(GemmStats* stats) { cx_.gemm_stats = stats; }
   // bf16: every matrix product (the linears, attention's two, the LM head) on bf16-rounded
   // operands with fp32 sums (bf16_gemm.h); everything else stays fp32.
-  void set_precision(Precision p) { cx_.precision = p; }
+  // Under bf16 the activations a block keeps for its backward are also stored in bf16
+  // (GptActivations' bf16_storage), the block input and LayerNorm statistics excepted.
+  void set_precision(Precision p);
+  bool bf16_activations() const { return cx_.precision == Precision::bf16; }
   Precision precision() const { return cx_.precision; }
   int threads() const { return cx_.threads(); }
 
@@ -161,6 +164,10 @@ class GptModel {
   // backward reads them: selective reruns the attention core, full the whole block forward.
   void recompute_block(const GptActivations& acts, GptWorkspace& ws, int64_t l,
                        const LayerActivations& a);
+  // bf16 storage: a block's kept tensors rounded from their fp32 working copies `a` after its
+  // forward, and widened into them before a backward reads them (no-ops otherwise).
+  void pack_block(GptActivations& acts, int64_t l, const LayerActivations& a) const;
+  void unpack_block(const GptActivations& acts, int64_t l, const LayerActivations& a) const;
   // A block's forward on tensors `a`, its output written to `out` ((B*T or B*T/N, C)).
   void block_forward_dense(const GptActivations& acts, GptWorkspace& ws, int64_t l,
                            const LayerActivations& a, float* out);

@@ -26,10 +26,10 @@ void copy_floats(float* dst, const float* src, int64_t count) {
 // it with the plan/ formulas).
 int64_t measure_chunk_bytes(const model::GptConfig& g, int64_t b, int64_t T,
                             model::LayerRange layers, bool embedding, bool head, bool split, int tp,
-                            bool sequence_parallel, Recompute recompute) {
+                            bool sequence_parallel, Recompute recompute, bool bf16_storage) {
   MemoryTracker scratch;
   model::GptActivations acts(g, b, T, &scratch, layers, embedding, head, tp, sequence_parallel,
-                             recompute);
+                             recompute, bf16_storage);
   const std::unique_ptr<model::WeightGradStash> stash =
       split ? std::make_unique<model::WeightGradStash>(g, b, T, &scratch, layers, tp) : nullptr;
   return scratch.current_bytes(MemoryTag::activations);
@@ -58,7 +58,8 @@ PipelineExecutor::PipelineExecutor(comm::Communicator& comm, model::GptModel& mo
       units_(model.param_table(), model.stage()),
       rank_(comm.rank()),
       workspace_(model.config(), config_.micro_batch, config_.seq, tracker, model.threads(),
-                 model.tp().size(), model.tp().sequence_parallel(), model.recompute()) {
+                 model.tp().size(), model.tp().sequence_parallel(), model.recompute(),
+                 model.bf16_activations()) {
   const PipelineSchedule& s = config_.schedule;
   const StagePartition& p = config_.partition;
   DTRAIN_CHECK(comm.size() == s.stages, "pipeline executor: the communicator has ", comm.size(),
@@ -91,9 +92,9 @@ PipelineExecutor::PipelineExecutor(comm::Communicator& comm, model::GptModel& mo
     const int vs = p.virtual_stage(rank_, c);
     info.embedding = vs == 0;
     info.head = vs == p.virtual_stages() - 1;
-    info.activation_bytes =
-        measure_chunk_bytes(g, config_.micro_batch, config_.seq, info.layers, info.embedding,
-                            info.head, split_, tp_, sp, model.recompute());
+    info.activation_bytes = measure_chunk_bytes(g, config_.micro_batch, config_.seq, info.layers,
+                                                info.embedding, info.head, split_, tp_, sp,
+                                                model.recompute(), model.bf16_activations());
     chunks_.push_back(info);
   }
   const size_t slots = static_cast<size_t>(s.chunks * s.microbatches);
@@ -125,7 +126,7 @@ std::unique_ptr<model::GptActivations> PipelineExecutor::take_activations(int ch
   const ChunkInfo& c = chunks_[static_cast<size_t>(chunk)];
   return std::make_unique<model::GptActivations>(
       model_.config(), config_.micro_batch, config_.seq, tracker_, c.layers, c.embedding, c.head,
-      tp_, model_.tp().sequence_parallel(), model_.recompute());
+      tp_, model_.tp().sequence_parallel(), model_.recompute(), model_.bf16_activations());
 }
 
 void PipelineExecutor::give_back(int chunk, std::unique_ptr<model::GptActivations> acts) {

@@ -16,17 +16,20 @@ double activation_bytes_per_layer(const ActivationShape& x) {
   const double t = static_cast<double>(x.tp);
   const double ffn = x.ffn_hidden > 0 ? static_cast<double>(x.ffn_hidden) : 4.0 * h;
   const double e = static_cast<double>(x.bytes_per_element);
+  const double e_residual =
+      x.residual_bytes_per_element > 0 ? static_cast<double>(x.residual_bytes_per_element) : e;
   const double sbh = s * b * h;
   // Parts that TP replicates and sequence parallelism splits.
   const double replicated_split = x.sequence_parallel ? t : 1.0;
 
   if (x.recompute == Recompute::full) {
     // Only the layer input is kept; the forward is re-run during backward.
-    return e * sbh / replicated_split;
+    return e_residual * sbh / replicated_split;
   }
   double elements = 0;
   double mask_bytes = 0;
-  elements += 4 * sbh / replicated_split;  // LN1 input, QKV input, LN2 input, MLP input
+  const double residual_bytes = e_residual * sbh / replicated_split;  // LN1 input
+  elements += 3 * sbh / replicated_split;  // QKV input, LN2 input, MLP input
   const double kv = x.kv_heads > 0 ? static_cast<double>(x.kv_heads) / a : 1.0;
   elements += (2 + 2 * kv) * sbh / t;  // Q, projection input; K, V
   // GELU input and second linear input; SwiGLU keeps the gate and up outputs and the down input.
@@ -40,7 +43,7 @@ double activation_bytes_per_layer(const ActivationShape& x) {
       elements += scores;    // dropout output
     }
   }
-  double bytes = e * elements + mask_bytes;
+  double bytes = residual_bytes + e * elements + mask_bytes;
   if (x.count_layernorm_stats) bytes += 4.0 * 4.0 * s * b / replicated_split;
   return bytes;
 }

@@ -62,6 +62,10 @@ struct ActivationShape {
   // Extensions for Llama-style layers (appended, so existing initialisers keep their meaning):
   int64_t kv_heads = 0;    // grouped-query attention: K and V are kv_heads/heads of Q; 0 = heads
   bool gated_mlp = false;  // SwiGLU: gate output, up output and down input, 3*ffn*s*b/t
+  // Bytes per element of the LayerNorm 1 input (the residual stream) when it differs from the
+  // rest (0: bytes_per_element): the engine's mixed precision keeps it fp32 (Megatron's
+  // --fp32-residual-connection) and the other tensors bf16.
+  int64_t residual_bytes_per_element = 0;
 };
 
 // Bytes of activations one layer keeps for its backward pass, for one micro-batch.

@@ -27,9 +27,10 @@ ActivationShape activation_shape(const ModelShape& m, const Training& t, const L
   a.bytes_per_element = t.activation_bytes;
   // Megatron's GPT trains with dropout, Llama without; the paper leaves out the LayerNorm
   // statistics. dtrain's engine has no dropout and keeps them.
-  const bool engine = t.activation_count == ActivationCount::engine;
+  const bool engine = t.activation_count != ActivationCount::paper;
   a.dropout = !engine && m.family == ModelFamily::gpt;
   a.count_layernorm_stats = engine;
+  if (t.activation_count == ActivationCount::engine_mixed) a.residual_bytes_per_element = 4;
   a.kv_heads = m.kv_heads;
   a.gated_mlp = m.family == ModelFamily::llama;
   return a;
@@ -58,8 +59,15 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
   const ModelShape& m = in.model;
   const ActivationShape shape = activation_shape(m, in.training, l);
   const double per_layer = activation_bytes_per_layer(shape);
+  // The engine's mixed precision keeps its scratch, stash and head tensors in fp32.
+  const bool mixed = in.training.activation_count == ActivationCount::engine_mixed;
+  ActivationShape fp32_shape = shape;
+  fp32_shape.bytes_per_element = 4;
+  fp32_shape.residual_bytes_per_element = 0;
+  ActivationShape scratch_shape = mixed ? fp32_shape : shape;
+  if (mixed) scratch_shape.recompute = Recompute::full;  // every tensor but the input
   // backward re-creates one layer's dropped activations at a time
-  const double recompute_temp = recompute_scratch_bytes(shape);
+  const double recompute_temp = recompute_scratch_bytes(scratch_shape);
   const StateBytes sb = in.training.state_bytes;
   MemoryBreakdown mem;
   mem.stage = stage;
@@ -75,7 +83,7 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
   if (kind == ScheduleKind::zero_bubble_h1) {
     // A split backward holds each micro-batch from its F until its W (pipeline_model.h), with
     // each layer's linears' output gradients from B to W (activation_memory.h; dense layers).
-    mem.weight_grad_stash_per_layer = weight_grad_stash_bytes_per_layer(shape);
+    mem.weight_grad_stash_per_layer = weight_grad_stash_bytes_per_layer(mixed ? fp32_shape : shape);
     mem.inflight_microbatches = peak_weight_stash_microbatches(kind, l.pp, mbs, l.vp, stage);
   } else {
     mem.inflight_microbatches = peak_inflight_microbatches(kind, l.pp, mbs, l.vp, stage);
@@ -90,13 +98,13 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
   head.hidden = m.hidden;
   head.vocab = shard_count(m.vocab, l.tp);
   head.ffn_hidden = shard_count(m.ffn_or_default(), l.tp);
-  head.bytes_per_element = in.training.activation_bytes;
+  head.bytes_per_element = mixed ? 4 : in.training.activation_bytes;
   head.tp = l.tp;
   if (stage == l.pp - 1) {
     mem.head_activations = mem.inflight_microbatches * head_activation_bytes(head);
     mem.activations += mem.head_activations;
   }
-  if (in.training.activation_count == ActivationCount::engine) {
+  if (in.training.activation_count != ActivationCount::paper) {
     mem.activations +=
         mem.inflight_microbatches * stage_boundary_activation_bytes(head, l.pp, l.vp, stage);
   }
@@ -110,6 +118,7 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
   }
   // The backward pass's gradient workspace, shared by all layers (head_activation_memory.h).
   mem.workspace = workspace_activation_bytes(head);
+  mem.layer_scratch = recompute_temp;
   mem.temporary = buffers + recompute_temp + mem.workspace;
   mem.capacity = in.cluster.gpu.memory_bytes;
   return mem;

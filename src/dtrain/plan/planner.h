@@ -25,7 +25,11 @@ namespace dtrain::plan {
 // engine: what dtrain's engine keeps (activations.h): no dropout, the LayerNorms' mean and 1/std
 // (ActivationShape::count_layernorm_stats), and at pipeline-stage boundaries the tensors of
 // stage_boundary_activation_bytes (head_activation_memory.h).
-enum class ActivationCount { paper, engine };
+// engine_mixed: the engine under --precision bf16: a block keeps its tensors in bf16 but its
+// input (the residual stream) and the LayerNorm statistics in fp32, the head, the stage
+// boundaries and the backward workspace stay fp32, and the workspace holds one block's fp32
+// working copies (every tensor but the input: recompute_scratch_bytes of full recompute).
+enum class ActivationCount { paper, engine, engine_mixed };
 
 // Bounds on the training flags, far past any real run: sequences per step, tokens to train,
 // and bytes per activation element (8: fp64).
@@ -43,7 +47,8 @@ struct Training {
   double bucket_bytes = 25.0 * 1024 * 1024;
   // Appended, so existing initialisers keep their meaning. dtrain's own engine is
   // {kFp32Adam, activation_bytes 4, ActivationCount::engine} on a ModelShape with
-  // count_final_norm (tests/e2e/planner_vs_engine_test.cc).
+  // count_final_norm (tests/e2e/planner_vs_engine_test.cc); under --precision bf16
+  // {kMixedPrecisionAdam, activation_bytes 2, ActivationCount::engine_mixed}.
   ActivationCount activation_count = ActivationCount::paper;
 };
 
@@ -94,6 +99,9 @@ struct MemoryBreakdown {
   // Communication buckets, ZeRO-3 gathered layers, a recomputed layer, the backward workspace.
   double temporary = 0;
   double workspace = 0;  // of which the backward workspace (workspace_activation_bytes)
+  // of which one layer's recomputed tensors (recompute_scratch_bytes; under engine_mixed the
+  // fp32 working copies of a layer's bf16 tensors)
+  double layer_scratch = 0;
   double capacity = 0;
   double total() const { return params + grads + optimizer + activations + temporary; }
   bool fits() const { return total() <= capacity; }

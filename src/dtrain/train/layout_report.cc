@@ -61,11 +61,31 @@ plan::ActivationShape layer_shape(const EngineConfig& c) {
   s.tp = c.tp;
   s.sequence_parallel = c.sequence_parallel && c.tp > 1;
   s.recompute = c.step.recompute;
-  // The engine's variant: fp32, no dropout, the LayerNorm statistics kept.
+  // The engine's variant: fp32, no dropout, the LayerNorm statistics kept; under mixed
+  // precision the kept tensors bf16 but the block input (the residual stream) fp32.
   s.bytes_per_element = 4;
   s.dropout = false;
   s.count_layernorm_stats = true;
+  if (c.step.precision == model::Precision::bf16) {
+    s.bytes_per_element = 2;
+    s.residual_bytes_per_element = 4;
+  }
   return s;
+}
+
+// The engine's fp32 tensors of one block: the weight-gradient stash of a split backward, and
+// the one-block scratch the workspace holds (the dropped tensors' of the recompute mode, or
+// under mixed precision every tensor but the input: the packed ones' fp32 working copies).
+plan::ActivationShape fp32_layer_shape(const EngineConfig& c) {
+  plan::ActivationShape s = layer_shape(c);
+  s.bytes_per_element = 4;
+  s.residual_bytes_per_element = 0;
+  return s;
+}
+double planned_block_scratch(const EngineConfig& c) {
+  plan::ActivationShape s = fp32_layer_shape(c);
+  if (c.step.precision == model::Precision::bf16) s.recompute = Recompute::full;
+  return plan::recompute_scratch_bytes(s);
 }
 
 // One micro-batch of every chunk of `rank`'s stage, by the plan/ formulas: its blocks, the
@@ -82,7 +102,7 @@ double planned_microbatch_bytes(const EngineConfig& c, int pp_rank, bool split) 
     const int vs = p.virtual_stage(pp_rank, chunk);
     const double blocks = p.layer_count(pp_rank, chunk);
     sum += blocks * plan::activation_bytes_per_layer(shape);
-    if (split) sum += blocks * plan::weight_grad_stash_bytes_per_layer(shape);
+    if (split) sum += blocks * plan::weight_grad_stash_bytes_per_layer(fp32_layer_shape(c));
     if (vs == p.virtual_stages() - 1) {
       sum += plan::head_activation_bytes({.seq = T, .micro_batch = b, .hidden = C, .vocab = vocab});
     } else {
@@ -105,8 +125,7 @@ double planned_activations_peak(const EngineConfig& c, double inflight, double m
                                      .bytes_per_element = 4,
                                      .threads = c.step.threads,
                                      .tp = c.tp};
-  return inflight * microbatch + plan::workspace_activation_bytes(ws) +
-         plan::recompute_scratch_bytes(layer_shape(c));
+  return inflight * microbatch + plan::workspace_activation_bytes(ws) + planned_block_scratch(c);
 }
 
 // What a rank keeps per parameter: mixed precision's 2 + 2 + 12 under --precision bf16 (the
