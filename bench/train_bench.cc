@@ -286,7 +286,8 @@ void print_train_bench(std::ostream& out, const TrainBenchReport& r) {
          " and after the steps.\n"
          "  recompute: what each block keeps for backward (selective rebuilds the attention"
          " scores, full reruns the block); activations: the peak of that tag over the row.\n"
-         "  precision: bf16 runs every matrix product on bf16-rounded operands with fp32 sums;"
+         "  precision: bf16 is mixed precision (bf16 weights, gradients and stored activations,"
+         " fp32 master and moments; every matrix product on bf16 operands with fp32 sums);"
          " sgemm peak and GEMM/peak stay fp32's (cblas_sgemm).\n";
   bool first = true;
   for (const TrainBenchRow& row : r.rows) {

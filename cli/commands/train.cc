@@ -206,15 +206,18 @@ void add_train(CLI::App& app) {
       ->transform(recompute_names())
       ->default_str("none");
   cmd->add_option("--precision", o.precision,
-                  "fp32, or bf16: every matrix product on bf16-rounded operands with fp32 sums "
-                  "(oneDNN's AVX512-BF16/AMX kernels where the CPU has them, else emulated); "
-                  "parameters, gradients, optimizer state and the rest of the maths stay fp32")
+                  "fp32, or bf16 (mixed precision): bf16 weights, gradients and stored "
+                  "activations, fp32 master weights and AdamW moments (2 + 2 + 12 bytes per "
+                  "parameter); every matrix product on bf16 operands with fp32 sums (oneDNN's "
+                  "AVX512-BF16/AMX kernels where the CPU has them, else emulated); TP and PP "
+                  "move bf16 activations; LayerNorm, softmax, the loss and the residual stream "
+                  "stay fp32")
       ->transform(precision_names())
       ->default_str("fp32");
   cmd->add_option("--grad-reduce", l.grad_reduce,
-                  "Element type of the DP gradient all-reduce / reduce-scatters: fp32, or bf16 "
-                  "(half the bytes; each ring hop adds in fp32 and rounds to bf16; parameter "
-                  "gathers and the gradients kept stay fp32)")
+                  "Element type of the DP gradient all-reduce / reduce-scatters on the wire: fp32 "
+                  "(each hop adds in fp32, the average rounded once into bf16 gradients under "
+                  "--precision bf16), or bf16 (half the bytes; each ring hop rounds to bf16)")
       ->transform(precision_names())
       ->default_str("fp32");
   cmd->add_option("--backend", f->backend,

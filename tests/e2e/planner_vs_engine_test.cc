@@ -390,8 +390,8 @@ struct PpMeasured {
   std::vector<parallel::Action> schedule;         // what the executor was given
 };
 
-// `precision` bf16: mixed precision's state and activations (bf16 block tensors with an fp32
-// residual, bf16 pipeline sends), against the planner's kMixedPrecisionAdam and engine_mixed.
+// `precision` bf16: mixed precision's state and activations (a block's matrix-product inputs in
+// bf16, bf16 pipeline sends), against the planner's kMixedPrecisionAdam and engine_mixed.
 void compare_pipeline(const PpCase& k, model::Precision precision = model::Precision::fp32) {
   SCOPED_TRACE(::testing::Message()
                << plan::name(k.kind) << " P " << k.stages << " M " << k.microbatches << " v "
@@ -517,7 +517,8 @@ TEST(PlannerVsEngine, PipelineMemoryBytesAndBubbleEqualThePlan) {
 }
 
 // The same comparisons under --precision bf16: the planner's mixed-precision state, one
-// micro-batch's bf16 block tensors (fp32 residual), the one-layer fp32 working copies in the
+// micro-batch's block tensors (bf16 where only matrix products read them), the one-layer fp32
+// working copies in the
 // workspace, the pipeline's 2-byte sends, and the bubble.
 TEST(PlannerVsEngine, MixedPrecisionPipelineEqualsThePlan) {
   const PpCase cases[] = {

@@ -25,11 +25,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "dtrain/core/bf16.h"
 #include "dtrain/core/memory.h"
 #include "dtrain/model/gpt.h"
+#include "dtrain/model/thread_team.h"
 #include "random_tokens.h"
 
 namespace dtrain::model {
@@ -113,6 +115,49 @@ TEST(Bf16Gradients, EachTensorWithinTheChainBound) {
 // What the engine's optimizer reads under --precision bf16.
 TEST(Bf16Gradients, MixedPrecisionGradientsWithinTheChainBound) {
   expect_within_the_chain_bound(true);
+}
+
+// Mixed precision keeps a block's matrix-product inputs in bf16 (activations.h: PackedLayer). The
+// products round those operands to bf16 anyway, so the stored copies change no bit: one step of
+// the bench preset, every recompute mode and a team of 2, on packed and on fp32 activations,
+// gives the same loss and gradients, and the packed blocks hold fewer bytes.
+TEST(Bf16Gradients, ActivationsStoredInBf16ChangeNoBit) {
+  const GptPreset& preset = gpt_preset("bench");
+  const GptConfig& g = preset.config;
+  const int64_t B = 2, T = g.context;
+  const auto tokens = testing::random_tokens(B * T, g.vocab, 3);
+  const auto targets = testing::random_tokens(B * T, g.vocab, 4);
+  for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
+    SCOPED_TRACE(std::string(name(mode)));
+    std::vector<float> grads[2];
+    float losses[2] = {};
+    int64_t block_bytes[2] = {};
+    for (int packed = 0; packed < 2; ++packed) {
+      MemoryTracker tracker, acts_tracker;
+      ThreadTeam team(2);
+      GptModel m(g, &tracker, nullptr, &team, mode);
+      m.init_params(7);
+      m.set_precision(Precision::bf16);
+      GptActivations acts(g, B, T, &acts_tracker, {0, g.layers}, true, true, 1, false, mode,
+                          packed == 1);
+      GptWorkspace ws(g, B, T, &tracker, 2, 1, false, mode, true);
+      m.zero_grads();
+      losses[packed] = m.forward(acts, ws, tokens, targets);
+      m.backward(acts, ws);
+      grads[packed].assign(m.grads().begin(), m.grads().end());
+      block_bytes[packed] = acts_tracker.current_bytes(MemoryTag::activations);
+    }
+    EXPECT_EQ(losses[0], losses[1]);
+    EXPECT_TRUE(grads[0] == grads[1]) << "packed activations changed the gradients";
+    if (mode == Recompute::full) {
+      EXPECT_EQ(block_bytes[1], block_bytes[0]) << "full recompute keeps only the fp32 input";
+    } else {
+      EXPECT_LT(block_bytes[1], block_bytes[0]);
+    }
+    std::printf("  recompute %-9s activations %lld bytes fp32, %lld packed\n",
+                std::string(name(mode)).c_str(), static_cast<long long>(block_bytes[0]),
+                static_cast<long long>(block_bytes[1]));
+  }
 }
 
 }  // namespace

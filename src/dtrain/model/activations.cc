@@ -41,7 +41,7 @@ void carve_layer(LayerActivations& a, Carver& c, const GptConfig& g, int64_t B, 
   const bool full = recompute == Recompute::full;
   const bool scores = recompute != Recompute::none;  // selective and full drop the softmax
   // `field` gets `count` floats when its tensor belongs to `part` (dropped: the mode drops it;
-  // `packable`: bf16 storage keeps it packed rather than fp32).
+  // `packable`: only matrix products read it, so bf16 storage keeps it packed, not fp32).
   auto take = [&](float*& field, int64_t count, bool dropped, bool packable = true) {
     const bool mine = part == Part::dropped ? dropped
                       : part == Part::kept  ? !dropped
@@ -53,29 +53,25 @@ void carve_layer(LayerActivations& a, Carver& c, const GptConfig& g, int64_t B, 
   take(a.ln1_mean, rows, full, false);
   take(a.ln1_rstd, rows, full, false);
   take(a.qkv, BT * 3 * C_local, full);
-  take(a.att, B * NH_local * T * T, scores);
+  take(a.att, B * NH_local * T * T, scores, false);
   take(a.atty, BT * C_local, full);
-  take(a.ln2_in, rows * C, full);
+  take(a.ln2_in, rows * C, full, false);
   take(a.ln2_out, rows * C, full);
   take(a.ln2_mean, rows, full, false);
   take(a.ln2_rstd, rows, full, false);
-  take(a.fc, BT * 4 * C_local, full);
+  take(a.fc, BT * 4 * C_local, full, false);
   take(a.fc_gelu, BT * 4 * C_local, full);
 }
 
-// The packed (bf16) part of a block under bf16 storage: what `recompute` keeps but the input
-// and the statistics, in carve_layer's order.
+// The packed (bf16) part of a block under bf16 storage: the kept tensors only matrix products
+// read, in carve_layer's order.
 void carve_packed(PackedLayer& a, BasicCarver<bf16>& c, const GptConfig& g, int64_t B, int64_t T,
-                  int tp, int64_t rows, Recompute recompute) {
-  const int64_t BT = B * T, C = g.channels;
-  const int64_t C_local = C / tp, NH_local = g.heads / tp;
+                  int tp, int64_t rows) {
+  const int64_t BT = B * T, C = g.channels, C_local = C / tp;
   a.ln1_out = c.take(rows * C);
   a.qkv = c.take(BT * 3 * C_local);
-  if (recompute == Recompute::none) a.att = c.take(B * NH_local * T * T);
   a.atty = c.take(BT * C_local);
-  a.ln2_in = c.take(rows * C);
   a.ln2_out = c.take(rows * C);
-  a.fc = c.take(BT * 4 * C_local);
   a.fc_gelu = c.take(BT * 4 * C_local);
 }
 
@@ -124,7 +120,7 @@ GptActivations::GptActivations(const GptConfig& g, int64_t B, int64_t T, MemoryT
   carve_layer(probe, counter, g, B, T, tp, rows, recompute, part);
   PackedLayer packed_probe;
   BasicCarver<bf16> packed_counter(nullptr);
-  if (packed_) carve_packed(packed_probe, packed_counter, g, B, T, tp, rows, recompute);
+  if (packed_) carve_packed(packed_probe, packed_counter, g, B, T, tp, rows);
   layers_.resize(static_cast<size_t>(g.layers));
   packed_layers_.resize(static_cast<size_t>(g.layers));
   for (int64_t l = range.first; l < range.end(); ++l) {
@@ -134,7 +130,7 @@ GptActivations::GptActivations(const GptConfig& g, int64_t B, int64_t T, MemoryT
     if (!packed_) continue;
     packed_storage_.emplace_back(packed_counter.used(), MemoryTag::activations, tracker);
     BasicCarver<bf16> pc(packed_storage_.back().data());
-    carve_packed(packed_layers_[static_cast<size_t>(l)], pc, g, B, T, tp, rows, recompute);
+    carve_packed(packed_layers_[static_cast<size_t>(l)], pc, g, B, T, tp, rows);
   }
   if (head) {
     Carver head_counter(nullptr);

@@ -37,19 +37,18 @@ struct LayerActivations {
   float* fc_gelu = nullptr;   // (B, T, 4*C_local)   GELU output = second linear input
 };
 
-// Mixed precision's storage of a block (GptActivations built with `bf16_storage`): the
-// tensors the recompute mode keeps, other than the block input and the LayerNorm statistics
-// (which stay fp32 in LayerActivations), as bf16 rounded from the forward's fp32 values. The
-// forward computes them in GptWorkspace::dropped and GptModel rounds them in here; a backward
-// widens them there again before it reads them. Null where the mode drops the tensor.
+// Mixed precision's storage of a block (GptActivations built with `bf16_storage`): the tensors
+// only matrix products read (the qkv and fc inputs, Q K V, the projection inputs) as bf16,
+// rounded from the forward's fp32 values, as autocast saves a bf16 matmul's inputs. Those
+// products run on bf16-rounded operands anyway, so keeping them rounded changes no bit. What
+// an elementwise backward reads (the LayerNorm inputs and statistics, the softmax output, the
+// GELU input) stays fp32 in LayerActivations. The forward computes the packed tensors in
+// GptWorkspace::dropped and GptModel rounds them in here; a backward widens them there again.
 struct PackedLayer {
   bf16* ln1_out = nullptr;
   bf16* qkv = nullptr;
-  bf16* att = nullptr;
   bf16* atty = nullptr;
-  bf16* ln2_in = nullptr;
   bf16* ln2_out = nullptr;
-  bf16* fc = nullptr;
   bf16* fc_gelu = nullptr;
 };
 

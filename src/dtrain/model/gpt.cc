@@ -348,14 +348,11 @@ namespace {
 template <typename Fn>
 void for_each_packed(const PackedLayer& p, const LayerActivations& a, const GptConfig& g, int64_t B,
                      int64_t T, int tp, int64_t rows, Fn fn) {
-  const int64_t BT = B * T, C = g.channels, C_local = C / tp, NH_local = g.heads / tp;
+  const int64_t BT = B * T, C = g.channels, C_local = C / tp;
   fn(p.ln1_out, a.ln1_out, rows * C);
   fn(p.qkv, a.qkv, BT * 3 * C_local);
-  if (p.att != nullptr) fn(p.att, a.att, B * NH_local * T * T);
   fn(p.atty, a.atty, BT * C_local);
-  fn(p.ln2_in, a.ln2_in, rows * C);
   fn(p.ln2_out, a.ln2_out, rows * C);
-  fn(p.fc, a.fc, BT * 4 * C_local);
   fn(p.fc_gelu, a.fc_gelu, BT * 4 * C_local);
 }
 
@@ -390,20 +387,25 @@ LayerActivations GptModel::block_tensors(const GptActivations& acts, const GptWo
   DTRAIN_CHECK(recompute_ != Recompute::full || ws.sequence_parallel == sp(),
                "GptModel: full recompute needs a workspace built ", sp() ? "with" : "without",
                " sequence parallelism, as the model");
-  DTRAIN_CHECK(acts.bf16_storage() == bf16_activations() && ws.bf16_storage == bf16_activations(),
-               "GptModel: activations and workspace are not built for the model's precision ",
-               precision_name(cx_.precision));
+  // Packed activations need a bf16 model (their tensors are rounded as its products round
+  // them) and the workspace's working copies.
+  DTRAIN_CHECK(!acts.packed() || (bf16_activations() && ws.bf16_storage),
+               "GptModel: bf16-stored activations need a bf16 model and a workspace built for "
+               "them");
   LayerActivations a = acts.layer(l);
   if (acts.packed()) {
-    // The packed tensors' fp32 working copies (full recompute's scratch set), the input and
-    // the LayerNorm statistics from the block.
+    // The packed tensors' fp32 working copies (in full recompute's scratch set), the block's
+    // fp32 ones from the block (the softmax output from scratch where selective drops it).
     const LayerActivations kept = a;
     a = ws.dropped;
     a.ln1_in = kept.ln1_in;
     a.ln1_mean = kept.ln1_mean;
     a.ln1_rstd = kept.ln1_rstd;
+    a.ln2_in = kept.ln2_in;
     a.ln2_mean = kept.ln2_mean;
     a.ln2_rstd = kept.ln2_rstd;
+    a.fc = kept.fc;
+    if (kept.att != nullptr) a.att = kept.att;
     return a;
   }
   switch (recompute_) {

@@ -16,34 +16,35 @@ double activation_bytes_per_layer(const ActivationShape& x) {
   const double t = static_cast<double>(x.tp);
   const double ffn = x.ffn_hidden > 0 ? static_cast<double>(x.ffn_hidden) : 4.0 * h;
   const double e = static_cast<double>(x.bytes_per_element);
-  const double e_residual =
-      x.residual_bytes_per_element > 0 ? static_cast<double>(x.residual_bytes_per_element) : e;
+  // The tensors an elementwise backward reads (see ActivationShape).
+  const double ew = x.elementwise_bytes_per_element > 0
+                        ? static_cast<double>(x.elementwise_bytes_per_element)
+                        : e;
   const double sbh = s * b * h;
   // Parts that TP replicates and sequence parallelism splits.
   const double replicated_split = x.sequence_parallel ? t : 1.0;
 
   if (x.recompute == Recompute::full) {
     // Only the layer input is kept; the forward is re-run during backward.
-    return e_residual * sbh / replicated_split;
+    return ew * sbh / replicated_split;
   }
-  double elements = 0;
+  double bytes = 0;
   double mask_bytes = 0;
-  const double residual_bytes = e_residual * sbh / replicated_split;  // LN1 input
-  elements += 3 * sbh / replicated_split;  // QKV input, LN2 input, MLP input
+  bytes += (2 * ew + 2 * e) * sbh / replicated_split;  // LN1 and LN2 inputs; QKV and MLP inputs
   const double kv = x.kv_heads > 0 ? static_cast<double>(x.kv_heads) / a : 1.0;
-  elements += (2 + 2 * kv) * sbh / t;  // Q, projection input; K, V
+  bytes += e * (2 + 2 * kv) * sbh / t;  // Q, projection input; K, V
   // GELU input and second linear input; SwiGLU keeps the gate and up outputs and the down input.
-  elements += (x.gated_mlp ? 3 : 2) * ffn * s * b / t;
+  bytes += ((x.gated_mlp ? 2 : 1) * ew + e) * ffn * s * b / t;
   if (x.dropout) mask_bytes += 2 * sbh / replicated_split;  // attention and MLP dropout masks
   if (x.recompute == Recompute::none) {
     const double scores = a * s * s * b / t;
-    elements += scores;  // softmax output
+    bytes += ew * scores;  // softmax output
     if (x.dropout) {
       mask_bytes += scores;  // softmax dropout mask
-      elements += scores;    // dropout output
+      bytes += e * scores;   // dropout output (the AV product's input)
     }
   }
-  double bytes = residual_bytes + e * elements + mask_bytes;
+  bytes += mask_bytes;
   if (x.count_layernorm_stats) bytes += 4.0 * 4.0 * s * b / replicated_split;
   return bytes;
 }

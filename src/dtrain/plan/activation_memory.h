@@ -62,10 +62,11 @@ struct ActivationShape {
   // Extensions for Llama-style layers (appended, so existing initialisers keep their meaning):
   int64_t kv_heads = 0;    // grouped-query attention: K and V are kv_heads/heads of Q; 0 = heads
   bool gated_mlp = false;  // SwiGLU: gate output, up output and down input, 3*ffn*s*b/t
-  // Bytes per element of the LayerNorm 1 input (the residual stream) when it differs from the
-  // rest (0: bytes_per_element): the engine's mixed precision keeps it fp32 (Megatron's
-  // --fp32-residual-connection) and the other tensors bf16.
-  int64_t residual_bytes_per_element = 0;
+  // Bytes per element of the tensors an elementwise backward reads (the LayerNorm inputs, the
+  // softmax output, the GELU input; SwiGLU's gate and up outputs) when they differ from those
+  // only matrix products read (0: bytes_per_element). The engine's mixed precision keeps the
+  // former fp32 and the latter bf16, as autocast saves a bf16 matmul's inputs.
+  int64_t elementwise_bytes_per_element = 0;
 };
 
 // Bytes of activations one layer keeps for its backward pass, for one micro-batch.

@@ -30,7 +30,7 @@ ActivationShape activation_shape(const ModelShape& m, const Training& t, const L
   const bool engine = t.activation_count != ActivationCount::paper;
   a.dropout = !engine && m.family == ModelFamily::gpt;
   a.count_layernorm_stats = engine;
-  if (t.activation_count == ActivationCount::engine_mixed) a.residual_bytes_per_element = 4;
+  if (t.activation_count == ActivationCount::engine_mixed) a.elementwise_bytes_per_element = 4;
   a.kv_heads = m.kv_heads;
   a.gated_mlp = m.family == ModelFamily::llama;
   return a;
@@ -63,7 +63,7 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
   const bool mixed = in.training.activation_count == ActivationCount::engine_mixed;
   ActivationShape fp32_shape = shape;
   fp32_shape.bytes_per_element = 4;
-  fp32_shape.residual_bytes_per_element = 0;
+  fp32_shape.elementwise_bytes_per_element = 0;
   ActivationShape scratch_shape = mixed ? fp32_shape : shape;
   if (mixed) scratch_shape.recompute = Recompute::full;  // every tensor but the input
   // backward re-creates one layer's dropped activations at a time

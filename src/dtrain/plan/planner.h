@@ -25,10 +25,11 @@ namespace dtrain::plan {
 // engine: what dtrain's engine keeps (activations.h): no dropout, the LayerNorms' mean and 1/std
 // (ActivationShape::count_layernorm_stats), and at pipeline-stage boundaries the tensors of
 // stage_boundary_activation_bytes (head_activation_memory.h).
-// engine_mixed: the engine under --precision bf16: a block keeps its tensors in bf16 but its
-// input (the residual stream) and the LayerNorm statistics in fp32, the head, the stage
-// boundaries and the backward workspace stay fp32, and the workspace holds one block's fp32
-// working copies (every tensor but the input: recompute_scratch_bytes of full recompute).
+// engine_mixed: the engine under --precision bf16: a block keeps the tensors only matrix
+// products read in bf16 and those an elementwise backward reads (LayerNorm inputs, softmax
+// output, GELU input) and the LayerNorm statistics in fp32; the head, the stage boundaries and
+// the backward workspace stay fp32, and the workspace holds one block's fp32 working copies
+// (every tensor but the input: recompute_scratch_bytes of full recompute).
 enum class ActivationCount { paper, engine, engine_mixed };
 
 // Bounds on the training flags, far past any real run: sequences per step, tokens to train,

@@ -62,13 +62,13 @@ plan::ActivationShape layer_shape(const EngineConfig& c) {
   s.sequence_parallel = c.sequence_parallel && c.tp > 1;
   s.recompute = c.step.recompute;
   // The engine's variant: fp32, no dropout, the LayerNorm statistics kept; under mixed
-  // precision the kept tensors bf16 but the block input (the residual stream) fp32.
+  // precision the tensors only matrix products read bf16 (activations.h: PackedLayer).
   s.bytes_per_element = 4;
   s.dropout = false;
   s.count_layernorm_stats = true;
   if (c.step.precision == model::Precision::bf16) {
     s.bytes_per_element = 2;
-    s.residual_bytes_per_element = 4;
+    s.elementwise_bytes_per_element = 4;
   }
   return s;
 }
@@ -79,7 +79,7 @@ plan::ActivationShape layer_shape(const EngineConfig& c) {
 plan::ActivationShape fp32_layer_shape(const EngineConfig& c) {
   plan::ActivationShape s = layer_shape(c);
   s.bytes_per_element = 4;
-  s.residual_bytes_per_element = 0;
+  s.elementwise_bytes_per_element = 0;
   return s;
 }
 double planned_block_scratch(const EngineConfig& c) {
