@@ -16,7 +16,8 @@ losses() { tr -d ' \n' | grep -o '"train_losses":\[[^]]*\]'; }
 
 for layout in "--dp 2 --tp 2 --pp 2 --microbatches 2 --zero 1" "--dp 4 --tp 2 --zero 2" \
   "--tp 2 --pp 4 --microbatches 4 --layers 4" "--dp 8 --zero 3 --bucket-size 16KiB" \
-  "--dp 2 --tp 2 --pp 2 --microbatches 2 --layers 4 --zero 3 --sequence-parallel --recompute full --schedule zb-h1"; do
+  "--dp 2 --tp 2 --pp 2 --microbatches 2 --layers 4 --zero 3 --sequence-parallel --recompute full --schedule zb-h1" \
+  "--dp 2 --tp 2 --pp 2 --microbatches 2 --zero 3 --sequence-parallel --precision bf16 --grad-reduce bf16"; do
   # shellcheck disable=SC2086
   threads=$("$DTRAIN" "${run[@]}" $layout 2>/dev/null | losses)
   # shellcheck disable=SC2086
