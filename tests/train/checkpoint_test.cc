@@ -59,43 +59,48 @@ TEST(Checkpoint, EveryLayoutLoadsIntoEveryOtherBitwise) {
   fs::remove_all(tmp);
 }
 
-// N steps straight, and K steps + save + resume + N - K steps: the same losses and final
-// state, bit for bit, on each layout.
-TEST(Checkpoint, ResumeContinuesBitForBit) {
+// N steps straight, and K steps + save + resume + N - K steps under `root`: the same losses and
+// final state, bit for bit.
+void expect_resume_continues_bit_for_bit(const Layout& l, const fs::path& root) {
   const int64_t N = 4, K = 2;
+  std::vector<float> straight_losses, resumed_losses;
+  TrainerConfig straight = ckpt_trainer(N, N);
+  straight.checkpoint.save_dir = (root / "straight").string();
+  on_layout(l, [&](StepEngine& engine, int rank) {
+    Trainer loop(straight, engine, ckpt_data());
+    const TrainSummary s = loop.run();
+    if (rank == 0) straight_losses = s.train_losses;
+  });
+  TrainerConfig first = ckpt_trainer(K, N);
+  first.checkpoint.save_dir = (root / "cut").string();
+  on_layout(l, [&](StepEngine& engine, int) { Trainer(first, engine, ckpt_data()).run(); });
+  TrainerConfig second = ckpt_trainer(N, N);
+  second.checkpoint.save_dir = (root / "cut").string();
+  second.checkpoint.resume = (root / "cut").string();  // through the "latest" pointer
+  on_layout(l, [&](StepEngine& engine, int rank) {
+    Trainer loop(second, engine, ckpt_data());
+    const TrainSummary s = loop.run();
+    if (rank == 0) {
+      resumed_losses = s.train_losses;
+      EXPECT_EQ(s.first_step, K);
+    }
+  });
+  const std::string what = l.name + " " + std::string(model::precision_name(l.precision));
+  ASSERT_EQ(straight_losses.size(), static_cast<size_t>(N)) << what;
+  const std::vector<float> tail(straight_losses.begin() + K, straight_losses.end());
+  EXPECT_TRUE(same_bits(tail, resumed_losses)) << what;
+  expect_same_state(load_checkpoint((root / "straight").string()).state,
+                    load_checkpoint((root / "cut").string()).state, what);
+}
+
+// On each layout.
+TEST(Checkpoint, ResumeContinuesBitForBit) {
   const fs::path tmp = fresh_dir("resume");
   for (const Layout& l :
        {Layout{"one rank"}, Layout{"dp2-zero2", 2, 2}, Layout{"dp4-zero3", 4, 3},
         Layout{"tp2", 1, 0, 2}, Layout{"pp2", 1, 0, 1, 2}, Layout{"dp2-tp2-zero1", 2, 1, 2},
         Layout{"dp2-tp2-pp2-zero3-sp", 2, 3, 2, 2, true}}) {
-    const fs::path root = tmp / l.name;
-    std::vector<float> straight_losses, resumed_losses;
-    TrainerConfig straight = ckpt_trainer(N, N);
-    straight.checkpoint.save_dir = (root / "straight").string();
-    on_layout(l, [&](StepEngine& engine, int rank) {
-      Trainer loop(straight, engine, ckpt_data());
-      const TrainSummary s = loop.run();
-      if (rank == 0) straight_losses = s.train_losses;
-    });
-    TrainerConfig first = ckpt_trainer(K, N);
-    first.checkpoint.save_dir = (root / "cut").string();
-    on_layout(l, [&](StepEngine& engine, int) { Trainer(first, engine, ckpt_data()).run(); });
-    TrainerConfig second = ckpt_trainer(N, N);
-    second.checkpoint.save_dir = (root / "cut").string();
-    second.checkpoint.resume = (root / "cut").string();  // through the "latest" pointer
-    on_layout(l, [&](StepEngine& engine, int rank) {
-      Trainer loop(second, engine, ckpt_data());
-      const TrainSummary s = loop.run();
-      if (rank == 0) {
-        resumed_losses = s.train_losses;
-        EXPECT_EQ(s.first_step, K);
-      }
-    });
-    ASSERT_EQ(straight_losses.size(), static_cast<size_t>(N)) << l.name;
-    const std::vector<float> tail(straight_losses.begin() + K, straight_losses.end());
-    EXPECT_TRUE(same_bits(tail, resumed_losses)) << l.name;
-    expect_same_state(load_checkpoint((root / "straight").string()).state,
-                      load_checkpoint((root / "cut").string()).state, l.name);
+    expect_resume_continues_bit_for_bit(l, tmp / l.name);
   }
   fs::remove_all(tmp);
 }
@@ -129,34 +134,11 @@ TEST(Checkpoint, MixedPrecisionStateCrossesPrecisionsAndLayoutsBitwise) {
       }
     }
   }
-  // Resume: N steps straight against K + save + resume + N - K, in bf16.
-  const int64_t N = 4, K = 2;
+  // Resume, in bf16.
   for (Layout l : {Layout{"one rank"}, Layout{"dp2-zero2", 2, 2}, Layout{"dp2-tp2-zero1", 2, 1, 2},
                    Layout{"dp2-tp2-pp2-zero3-sp", 2, 3, 2, 2, true}}) {
     l.precision = kBf16;
-    const fs::path root = tmp / ("resume-" + l.name);
-    std::vector<float> straight_losses, resumed_losses;
-    TrainerConfig straight = ckpt_trainer(N, N);
-    straight.checkpoint.save_dir = (root / "straight").string();
-    on_layout(l, [&](StepEngine& engine, int rank) {
-      const TrainSummary s = Trainer(straight, engine, ckpt_data()).run();
-      if (rank == 0) straight_losses = s.train_losses;
-    });
-    TrainerConfig first = ckpt_trainer(K, N);
-    first.checkpoint.save_dir = (root / "cut").string();
-    on_layout(l, [&](StepEngine& engine, int) { Trainer(first, engine, ckpt_data()).run(); });
-    TrainerConfig second = ckpt_trainer(N, N);
-    second.checkpoint.save_dir = (root / "cut").string();
-    second.checkpoint.resume = (root / "cut").string();
-    on_layout(l, [&](StepEngine& engine, int rank) {
-      const TrainSummary s = Trainer(second, engine, ckpt_data()).run();
-      if (rank == 0) resumed_losses = s.train_losses;
-    });
-    ASSERT_EQ(straight_losses.size(), static_cast<size_t>(N)) << l.name;
-    const std::vector<float> tail(straight_losses.begin() + K, straight_losses.end());
-    EXPECT_TRUE(same_bits(tail, resumed_losses)) << "bf16 " << l.name;
-    expect_same_state(load_checkpoint((root / "straight").string()).state,
-                      load_checkpoint((root / "cut").string()).state, "bf16 " + l.name);
+    expect_resume_continues_bit_for_bit(l, tmp / ("resume-" + l.name));
   }
   fs::remove_all(tmp);
 }
