@@ -36,7 +36,10 @@ struct PlanBenchReport {
   double median_seconds = 0;
   int64_t evaluated = 0;  // layouts per search
   int64_t fitting = 0;
-  plan::Plan best;                         // the search's winner
+  plan::Plan best;  // the search's winner
+  // The same search with tp held at 8 (--search --tp 8): its median time and layouts.
+  double fixed_tp_median_seconds = 0;
+  int64_t fixed_tp_evaluated = 0;
   std::vector<PublishedLayout> published;  // the paper's layout, 1F1B and interleaved
 };
 

@@ -115,7 +115,14 @@ plan::Cluster cluster_from(const PlanFlags& f, CLI::App* app) {
   if (given(app, "--nodes")) c.nodes = f.nodes;
   if (given(app, "--gpus-per-node")) c.gpus_per_node = f.gpus_per_node;
   if (given(app, "--gpu-memory")) {
+    // A bare number would be bytes: "80" is a GPU of 80 bytes, on which nothing fits.
+    DTRAIN_CHECK(
+        f.gpu_memory.find_first_not_of("0123456789") != std::string::npos || f.gpu_memory.empty(),
+        "--gpu-memory: '", f.gpu_memory, "' has no unit; write ", f.gpu_memory,
+        "GB (10^9 bytes) or ", f.gpu_memory, "GiB (2^30 bytes)");
     c.gpu.memory_bytes = static_cast<double>(parse_bytes(f.gpu_memory, "--gpu-memory"));
+    DTRAIN_CHECK(c.gpu.memory_bytes >= plan::kMinGpuMemoryBytes, "--gpu-memory: ", f.gpu_memory,
+                 " is not a GPU's memory (at least 128MiB; e.g. 80GB, 40GiB)");
   }
   if (given(app, "--peak-tflops")) c.gpu.peak_flops = f.peak_tflops * 1e12;
   if (given(app, "--compute-efficiency")) c.gpu.compute_efficiency = f.efficiency;
@@ -201,7 +208,42 @@ plan::Layout layout_from(const PlanFlags& f, CLI::App* app, const plan::PlanInpu
   return l;
 }
 
+// --search with layout flags: each one given fixes its axis; the others are searched.
+plan::SearchConstraints search_constraints(const PlanFlags& f, CLI::App* app) {
+  DTRAIN_CHECK(!given(app, "--schedule"),
+               "--schedule fixes one layout's schedule; --search ranks 1F1B layouts (interleaved "
+               "for --vp > 1): drop --schedule, or drop --search and give the layout");
+  DTRAIN_CHECK(!given(app, "--order"),
+               "--order fixes one layout's rank order; --search uses tp-dp-pp (Megatron's): drop "
+               "--order, or drop --search and give the layout");
+  DTRAIN_CHECK(!(given(app, "--micro-batch") && given(app, "--microbatches")),
+               "give --micro-batch or --microbatches, not both");
+  plan::SearchConstraints c;
+  if (given(app, "--dp")) c.dp = f.dp;
+  if (given(app, "--tp")) c.tp = f.tp;
+  if (given(app, "--pp")) c.pp = f.pp;
+  if (given(app, "--vp")) c.vp = f.vp;
+  if (given(app, "--zero")) c.zero_stage = f.zero;
+  if (given(app, "--micro-batch")) c.micro_batch = f.micro_batch;
+  if (given(app, "--microbatches")) c.microbatches = f.microbatches;
+  if (given(app, "--sequence-parallel")) c.sequence_parallel = true;
+  if (given(app, "--recompute")) {
+    bool found = false;
+    for (plan::Recompute r :
+         {plan::Recompute::none, plan::Recompute::selective, plan::Recompute::full}) {
+      if (f.recompute == plan::name(r)) {
+        c.recompute = r;
+        found = true;
+      }
+    }
+    DTRAIN_CHECK(found, "--recompute must be none, selective or full, got '", f.recompute, "'");
+  }
+  return c;
+}
+
 void run_plan(const PlanFlags& f, CLI::App* app) {
+  DTRAIN_CHECK(f.search || !given(app, "--top"),
+               "--top sets how many layouts --search prints: add --search, or drop --top");
   plan::PlanInput input;
   input.cluster = cluster_from(f, app);
   if (f.print_cluster) {
@@ -214,6 +256,7 @@ void run_plan(const PlanFlags& f, CLI::App* app) {
   if (f.search) {
     plan::SearchOptions options;
     options.top = f.top;
+    options.fixed = search_constraints(f, app);
     const plan::SearchResult result = plan::search(input, options);
     if (f.json) {
       std::cout << with_build(plan::search_json(input, result)).dump(2) << "\n";
@@ -268,7 +311,9 @@ void add_plan(CLI::App& parent) {
       ->check(whole_number(1, plan::kMaxSeq))
       ->group("Model");
   app->add_option("--params", f.params,
-                  "Parameter count to use instead of the one computed from the shape (e.g. 7e9)")
+                  "Parameter count (e.g. 7e9): sets every parameter-count figure (state memory, "
+                  "DP/ZeRO bytes, 6ND); the shape still splits it over stages and TP ranks and "
+                  "sets the activations and Eq. 3's FLOPs")
       ->check(real_number(1, plan::kMaxParams))
       ->group("Model");
   // Training.
@@ -365,7 +410,9 @@ void add_plan(CLI::App& parent) {
       ->group("Layout");
   // Output.
   app->add_flag("--search", f.search,
-                "Search every valid layout, rank by predicted throughput, explain the rejections")
+                "Search every valid layout, rank by predicted throughput, explain the rejections; "
+                "--dp, --tp, --pp, --vp, --zero, --micro-batch, --microbatches, --recompute and "
+                "--sequence-parallel given with it hold their axis")
       ->group("Output");
   app->add_option("--top", f.top, "Layouts to print with --search")
       ->check(whole_number(1, 1000))

@@ -29,6 +29,23 @@ expect_error "--tokens: must be at least 0 \(got -1\)" plan --model llama2-70b "
 expect_error "--cluster '0x8xH100' is not NODESxGPUSxTYPE" plan --model llama2-70b --cluster 0x8xH100
 expect_error "--nodes: must be at least 1 \(got 0\)" plan --model llama2-70b "${c[@]}" --nodes 0
 expect_error "--gpu-memory: 'lots' is not a size" plan --model llama2-70b "${c[@]}" --gpu-memory lots
+# A bare number would be bytes (the GPU of 80 bytes on which nothing fits): refused with the fix.
+expect_error "--gpu-memory: '80' has no unit; write 80GB \(10\^9 bytes\) or 80GiB" \
+  plan --model llama2-70b "${c[@]}" --gpu-memory 80
+expect_error "--gpu-memory: 80B is not a GPU's memory" plan --model llama2-70b "${c[@]}" --gpu-memory 80B
+expect_error "--peak-tflops: must be a finite number" plan --model llama2-70b "${c[@]}" --peak-tflops inf
+# --top and the layout flags that --search cannot hold.
+expect_error "--top sets how many layouts --search prints: add --search" plan --model llama2-70b "${c[@]}" --top 3
+expect_error "--schedule fixes one layout's schedule; --search ranks 1F1B" \
+  plan --model llama2-70b "${c[@]}" --search --schedule gpipe
+expect_error "--order fixes one layout's rank order" plan --model llama2-70b "${c[@]}" --search --order dp-tp-pp
+expect_error "--search: no valid layout has tp=3 on 64 GPUs" plan --model llama2-70b "${c[@]}" --search --tp 3
+# A cluster file's figure in the wrong unit names the field and its unit.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$DTRAIN" plan --cluster 1x8xA100 --print-cluster | sed 's/"peak_flops": [0-9.e+]*/"peak_flops": 312/' >"$tmp/c.json"
+expect_error "field 'gpu.peak_flops' is 312 FLOP/s, outside .* 312 TFLOP/s is 3.12e14" \
+  plan --model llama2-70b --cluster "$tmp/c.json"
 expect_error "--compute-efficiency: must be at most 1 \(got 2\)" plan --model llama2-70b "${c[@]}" --compute-efficiency 2
 expect_error "--precision must be one of" plan --model llama2-70b "${c[@]}" --precision fp8
 expect_error "--recompute must be none, selective or full" plan --model llama2-70b "${c[@]}" --recompute some

@@ -32,6 +32,20 @@ expect_output "why: step" plan --model llama2-70b "${c[@]}" --search
 expect_output "tp=16 crosses the node boundary .* would run over InfiniBand" plan --model llama2-70b "${c[@]}" --search
 expect_output "layouts do not fit in 80.00 GB per GPU" plan --model llama2-70b "${c[@]}" --search
 expect_output '"explanations"' plan --model llama2-70b "${c[@]}" --search --json --top 2
+# --search with layout flags holds them: every ranked layout has tp=8 and zero=1.
+out=$("$DTRAIN" plan --model llama2-70b "${c[@]}" --search --tp 8 --zero 1 --top 4 2>&1)
+if grep -q "fixed: tp=8 zero=1" <<<"$out" && [ "$(grep -cE '^  [0-9]+ +dp=[0-9]+ tp=8 .*zero=1' <<<"$out")" = 4 ] &&
+  ! grep -qE '^  [0-9]+ +dp=[0-9]+ tp=(1|2|4|16|32|64) ' <<<"$out"; then
+  echo "ok: --search --tp 8 --zero 1 ranks only tp=8 zero=1 layouts"
+else
+  echo "FAIL: --search --tp 8 --zero 1:"; echo "$out" | head -12
+  failures=$((failures + 1))
+fi
+# --params sets the state memory: the ZeRO paper's Figure 1, Psi = 7.5B on 64 GPUs with ZeRO-3:
+# 16 Psi / 64 = 1.875 GB (its "1.9GB"), from the llama2-7b preset's shape.
+expect_output "--params 7.50B sets the parameter counts" plan --model llama2-7b --cluster 8x8xA100 \
+  --params 7.5e9 --dp 64 --zero 3
+expect_output "params +0.234 GB .*ZeRO-3" plan --model llama2-7b --cluster 8x8xA100 --params 7.5e9 --dp 64 --zero 3
 
 # A cluster file written by --print-cluster reads back as the same cluster.
 tmp=$(mktemp -d)

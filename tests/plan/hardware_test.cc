@@ -5,6 +5,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -110,6 +111,37 @@ TEST(Hardware, FileErrorsNameFileAndField) {
   e = error_of([&] { read_cluster_file(dir); });
   EXPECT_NE(e.find("is a directory"), std::string::npos) << e;
   std::filesystem::remove(dir);
+}
+
+// A cluster file's figure in the wrong unit is refused with the field and its unit: the
+// issue's `"peak_flops": 312` (meant as 312 TFLOP/s, the A100's dense bf16 peak, NVIDIA A100
+// datasheet) used to print 0 TFLOP/s and 6e14 days.
+TEST(Hardware, ImplausibleFileFiguresNameTheFieldAndUnit) {
+  const std::string path = testing::TempDir() + "dtrain_cluster_units.json";
+  const std::pair<const char*, std::function<void(nlohmann::json&)>> cases[] = {
+      {"gpu.peak_flops", [](nlohmann::json& j) { j["gpu"]["peak_flops"] = 312; }},
+      {"gpu.memory_bytes", [](nlohmann::json& j) { j["gpu"]["memory_bytes"] = 80; }},
+      {"intra_node.bandwidth_bytes_per_s",
+       [](nlohmann::json& j) { j["intra_node"]["bandwidth_bytes_per_s"] = 450; }},
+      {"inter_node.latency_us", [](nlohmann::json& j) { j["inter_node"]["latency_us"] = 1e9; }},
+  };
+  for (const auto& [field, edit] : cases) {
+    nlohmann::json j = to_json(parse_cluster("1x8xA100"));
+    edit(j);
+    {
+      std::ofstream out(path);
+      out << j.dump();
+    }
+    const std::string e = error_of([&] { read_cluster_file(path); });
+    EXPECT_NE(e.find(std::string("field '") + field + "'"), std::string::npos) << e;
+    EXPECT_NE(e.find("outside"), std::string::npos) << e;
+  }
+  // The presets themselves are plausible: every one reads back from its own JSON.
+  for (const char* spec : {"1x8xA100", "2x8xH100"}) {
+    std::ofstream(path) << to_json(parse_cluster(spec)).dump();
+    EXPECT_EQ(read_cluster_file(path).world(), parse_cluster(spec).world());
+  }
+  std::remove(path.c_str());
 }
 
 // Found by fuzz/cluster_fuzz: a count beyond int's range was cast to int (undefined behaviour)

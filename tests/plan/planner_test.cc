@@ -154,6 +154,36 @@ TEST(Planner, ModelStatesComeFromTheMemoryModel) {
   }
 }
 
+// --params drives every parameter-count figure. The ZeRO paper's Figure 1 (Rajbhandari et al.
+// 2020: Psi = 7.5B, N_d = 64, K = 12, GB = 10^9 bytes): model states per device 120 GB
+// (baseline, 16 Psi), 31.4 GB (P_os: 4 Psi + 12 Psi/N), 16.6 GB (P_os+g: 2 Psi + 14 Psi/N) and
+// 1.9 GB (P_os+g+p: 16 Psi/N = 1.875 GB), from a shape of another size (the llama2-7b preset's).
+TEST(Planner, ParamsOverrideDrivesTheStateMemory) {
+  PlanInput in = input("llama2-7b", "8x8xA100", 1024);
+  in.model.params_override = 7'500'000'000;
+  const double paper_gb[] = {120.0, 31.4, 16.6, 1.9};
+  for (int zero = 0; zero <= 3; ++zero) {
+    Layout l;
+    l.dp = 64;
+    l.zero_stage = zero;
+    const MemoryBreakdown m = evaluate(in, l).memory;
+    const double states_gb = (m.params + m.grads + m.optimizer) / 1e9;
+    EXPECT_EQ(m.stage_params, 7'500'000'000);
+    EXPECT_NEAR(states_gb, paper_gb[zero], 0.05) << "ZeRO-" << zero;
+  }
+  // With tp and pp the shape splits the override: every stage's share is the shape's share.
+  Layout split;
+  split.dp = 8;
+  split.tp = 2;
+  split.pp = 4;
+  const PlanInput shape_only = input("llama2-7b", "8x8xA100", 1024);
+  for (int stage = 0; stage < 4; ++stage) {
+    const double scaled = static_cast<double>(stage_memory(in, split, stage).stage_params);
+    const double own = static_cast<double>(stage_memory(shape_only, split, stage).stage_params);
+    EXPECT_NEAR(scaled / own, 7.5e9 / static_cast<double>(shape_param_count(in.model)), 1e-9);
+  }
+}
+
 TEST(Planner, FirstStageOfOneFOneBHoldsAllLayersWorth) {
   // Korthikanti et al. 2022 §4.2.3: with 1F1B the first stage keeps P micro-batches of L/P
   // layers, L layers' worth whatever P.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -53,6 +54,51 @@ TEST(Search, Llama70bOnEightH100Nodes) {
     layers_rejected |= j.reason.find("80 layers") != std::string::npos && j.count > 0;
   }
   EXPECT_TRUE(layers_rejected);
+}
+
+// --search with --tp 8 (or any layout flag): the axis is held, the rest searched. The held
+// search evaluates exactly the free search's layouts that have tp = 8, and ranks them alike.
+TEST(Search, FixedAxesAreHeld) {
+  const PlanInput in = input("megatron-1.7b", "1x8xA100", 32);
+  const SearchResult all = search(in, {1'000'000});
+  for (const auto& [what, fixed] :
+       {std::pair{"tp=4", SearchConstraints{.tp = 4}},
+        std::pair{"pp=2 zero=1", SearchConstraints{.pp = 2, .zero_stage = 1}},
+        std::pair{"b=2 rc=selective",
+                  SearchConstraints{.micro_batch = 2, .recompute = Recompute::selective}},
+        std::pair{"dp=2 M=4", SearchConstraints{.dp = 2, .microbatches = 4}}}) {
+    SCOPED_TRACE(what);
+    EXPECT_EQ(describe(fixed), what);
+    const SearchResult held = search(in, {1'000'000, fixed});
+    EXPECT_EQ(held.fixed.any(), true);
+    ASSERT_FALSE(held.top.empty());
+    for (const RankedPlan& r : held.top) {
+      EXPECT_TRUE(fixed.admits(r.plan.layout, in.training.global_batch)) << describe(r.plan.layout);
+      if (fixed.microbatches) {
+        EXPECT_EQ(r.plan.microbatches, *fixed.microbatches);
+      }
+    }
+    int64_t admitted = 0;
+    for (const RankedPlan& r : all.top)
+      admitted += fixed.admits(r.plan.layout, in.training.global_batch) ? 1 : 0;
+    EXPECT_EQ(held.fitting, admitted);  // all.top holds every fitting layout
+    EXPECT_EQ(search_size(in, fixed).layouts, held.evaluated);
+    // The best held layout is the best admitted one of the free search.
+    for (const RankedPlan& r : all.top) {
+      if (!fixed.admits(r.plan.layout, in.training.global_batch)) continue;
+      EXPECT_DOUBLE_EQ(held.top.front().plan.time.step_s, r.plan.time.step_s);
+      break;
+    }
+  }
+  ASSERT_EQ(static_cast<int64_t>(all.top.size()), all.fitting);
+  // An axis no split allows is an error naming it.
+  try {
+    search(in, {5, SearchConstraints{.tp = 3}});
+    ADD_FAILURE() << "tp=3 on 8 GPUs was searched";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no valid layout has tp=3 on 8 GPUs"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Search, FindsTheBestOfABruteForceEnumeration) {

@@ -247,6 +247,26 @@ Cluster cluster_from_json(const json& j, std::string_view source) {
   read_link(j, "intra_node", source, has_base, &c.intra_node);
   read_link(j, "inter_node", source, has_base, &c.inter_node);
   if (c.name.empty()) c.name = std::string(source);
+  // Each field in its unit, within what hardware can be (hardware.h).
+  auto plausible = [&](const char* field, double value, double lo, double hi, const char* unit,
+                       const char* example) {
+    DTRAIN_CHECK(value >= lo && value <= hi, "cluster file '", source, "': field '", field, "' is ",
+                 value, " ", unit, ", outside [", lo, ", ", hi, "] (", example, ")");
+  };
+  plausible("gpu.memory_bytes", c.gpu.memory_bytes, kMinGpuMemoryBytes, kMaxGpuMemoryBytes, "bytes",
+            "in bytes: 80 GB is 8e10");
+  plausible("gpu.peak_flops", c.gpu.peak_flops, kMinPeakFlops, kMaxPeakFlops, "FLOP/s",
+            "in FLOP/s: 312 TFLOP/s is 3.12e14");
+  for (const auto& [name, link] :
+       {std::pair{"intra_node", &c.intra_node}, std::pair{"inter_node", &c.inter_node}}) {
+    plausible(name == std::string_view("intra_node") ? "intra_node.bandwidth_bytes_per_s"
+                                                     : "inter_node.bandwidth_bytes_per_s",
+              link->bandwidth_bytes_per_s, kMinLinkBytesPerS, kMaxLinkBytesPerS, "bytes/s",
+              "in bytes/s per GPU and direction: 450 GB/s is 4.5e11");
+    plausible(
+        name == std::string_view("intra_node") ? "intra_node.latency_us" : "inter_node.latency_us",
+        link->latency_us, 0, kMaxLinkLatencyUs, "us", "microseconds per step");
+  }
   return c;
 }
 

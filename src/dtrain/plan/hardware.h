@@ -20,6 +20,18 @@ namespace dtrain::plan {
 // layout's dp x tp x pp, inside int.
 inline constexpr int kMaxGpus = 1000000;
 
+// What a real accelerator and its links can be, to tell a value in the wrong unit from a
+// figure (a cluster file's `"peak_flops": 312` is 312 FLOP/s, not 312 TFLOP/s): memory 128 MiB
+// to 1 PiB per GPU, 1 TFLOP/s to 100 PFLOP/s dense peak, links of 10 MB/s to 100 TB/s per
+// GPU and direction with at most 1 s per step. Cluster files are held to them.
+inline constexpr double kMinGpuMemoryBytes = 128.0 * 1024 * 1024;
+inline constexpr double kMaxGpuMemoryBytes = 1024.0 * 1024 * 1024 * 1024 * 1024;
+inline constexpr double kMinPeakFlops = 1e12;
+inline constexpr double kMaxPeakFlops = 1e17;
+inline constexpr double kMinLinkBytesPerS = 1e7;
+inline constexpr double kMaxLinkBytesPerS = 1e14;
+inline constexpr double kMaxLinkLatencyUs = 1e6;
+
 struct Link {
   std::string name;                  // "NVLink", "InfiniBand"
   double bandwidth_bytes_per_s = 0;  // per GPU, per direction

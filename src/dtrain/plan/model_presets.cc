@@ -1,6 +1,8 @@
 // Parameter counts by component, and the model presets with their sources.
 #include "dtrain/plan/model_presets.h"
 
+#include <cmath>
+
 #include "dtrain/core/check.h"
 #include "dtrain/plan/format.h"
 
@@ -112,6 +114,13 @@ int64_t head_param_count(const ModelShape& m) {
 
 int64_t shape_param_count(const ModelShape& m) {
   return m.layers * layer_param_count(m) + embedding_param_count(m) + head_param_count(m);
+}
+
+int64_t scaled_to_override(const ModelShape& m, int64_t count) {
+  if (m.params_override <= 0) return count;
+  const long double share =
+      static_cast<long double>(count) / static_cast<long double>(shape_param_count(m));
+  return std::llround(share * static_cast<long double>(m.params_override));
 }
 
 int64_t param_count(const ModelShape& m) {

@@ -67,6 +67,9 @@ int64_t embedding_param_count(const ModelShape& m);
 int64_t head_param_count(const ModelShape& m);
 // The whole model from its shape (Eq. 2 for GPT), ignoring params_override.
 int64_t shape_param_count(const ModelShape& m);
+// A part of the shape's parameters (`count` of shape_param_count) as the same share of
+// params_override when that is set (llround), else `count`.
+int64_t scaled_to_override(const ModelShape& m, int64_t count);
 // params_override when set, else shape_param_count.
 int64_t param_count(const ModelShape& m);
 

@@ -39,6 +39,9 @@ ActivationShape activation_shape(const ModelShape& m, const Training& t, const L
 // Parameters of pipeline stage `stage` on one TP rank: its layers, plus the input embeddings on
 // the first stage and the output head on the last (GPT ties the head to the embedding, so with
 // pp > 1 the last stage keeps its own copy of the word embedding, as Megatron-LM does).
+// With --params (ModelShape::params_override) the count is the shape's scaled to that total:
+// --params sets every parameter-count figure (state memory, DP and ZeRO traffic, 6ND), the shape
+// how they split over the stages and TP ranks, and the activations and Eq. 3's FLOPs.
 int64_t stage_param_count(const ModelShape& m, const Layout& l, int stage) {
   const int64_t layers = m.layers / l.pp;
   int64_t params = layers * shard_count(layer_param_count(m), l.tp);
@@ -47,7 +50,7 @@ int64_t stage_param_count(const ModelShape& m, const Layout& l, int stage) {
     params += shard_count(head_param_count(m), l.tp);
     if (m.family == ModelFamily::gpt && l.pp > 1) params += shard_count(m.vocab * m.hidden, l.tp);
   }
-  return params;
+  return scaled_to_override(m, params);
 }
 
 ScheduleKind schedule_of(const Layout& l) {
@@ -108,7 +111,7 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
     mem.activations +=
         mem.inflight_microbatches * stage_boundary_activation_bytes(head, l.pp, l.vp, stage);
   }
-  const int64_t layer_params = shard_count(layer_param_count(m), l.tp);
+  const int64_t layer_params = scaled_to_override(m, shard_count(layer_param_count(m), l.tp));
   double buffers = 0;
   if (l.zero_stage == 3) {
     buffers = static_cast<double>(zero3_gathered_bytes(layer_params, sb));

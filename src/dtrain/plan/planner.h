@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -161,8 +162,28 @@ MemoryBreakdown stage_memory(const PlanInput& input, const Layout& layout, int s
 // layout that does not fit is valid (memory.fits() says so).
 Plan evaluate(const PlanInput& input, const Layout& layout);
 
+// What a search may vary: each axis set here is fixed to that value (the user's --tp 8 with
+// --search), the others range over every valid value.
+struct SearchConstraints {
+  std::optional<int> dp, tp, pp, vp, zero_stage;
+  std::optional<int64_t> micro_batch;
+  std::optional<int64_t> microbatches;  // M per replica: global batch / (dp x b)
+  std::optional<Recompute> recompute;
+  std::optional<bool> sequence_parallel;
+  bool any() const {
+    return dp || tp || pp || vp || zero_stage || micro_batch || microbatches || recompute ||
+           sequence_parallel;
+  }
+  // The layout's fixed axes have the fixed values (M = global_batch / (dp x b)).
+  bool admits(const Layout& l, int64_t global_batch) const;
+};
+
+// "dp=8 tp=2 zero=1": the fixed axes, for reports and errors ("" when none).
+std::string describe(const SearchConstraints& c);
+
 struct SearchOptions {
   int top = 5;  // plans to keep
+  SearchConstraints fixed;
 };
 // What a search costs, estimated before it starts: a layout takes about 1.3 us to evaluate,
 // plus about 3.8 ns per rank of its DP, TP and PP groups (the placement walks each group), on
@@ -176,7 +197,7 @@ struct SearchSize {
   double seconds = 0;   // about how long that takes
 };
 // Counts the layouts without evaluating any (milliseconds where the search takes seconds).
-SearchSize search_size(const PlanInput& input);
+SearchSize search_size(const PlanInput& input, const SearchConstraints& fixed = {});
 
 struct RankedPlan {
   Plan plan;
@@ -196,6 +217,7 @@ struct SearchResult {
   int64_t splits = 0;                     // (dp, tp, pp) splits of the GPUs considered
   int64_t evaluated = 0;                  // full layouts evaluated
   int64_t fitting = 0;                    // of which fit in memory
+  SearchConstraints fixed;                // the axes the search held fixed
 };
 
 // Every valid layout with the Megatron rank order and the 1F1B schedule (interleaved for v > 1).

@@ -131,6 +131,13 @@ std::string format_input(const PlanInput& in) {
            m.heads, " heads");
   if (m.kv_heads > 0 && m.kv_heads != m.heads) s += str(", ", m.kv_heads, " KV heads");
   s += str(", FFN ", m.ffn_or_default(), ", vocab ", m.vocab, ", sequence ", m.seq, ")\n");
+  if (m.params_override > 0) {
+    s +=
+        str("          --params ", format_params(static_cast<double>(m.params_override)),
+            " sets the parameter counts (state memory, DP/ZeRO bytes, 6ND); the shape's own ",
+            format_params(static_cast<double>(shape_param_count(m))),
+            " only splits them over stages and TP ranks, and sets activations and Eq. 3's FLOPs\n");
+  }
   s += str("cluster   ", c.name, ": ", c.world(), " GPUs = ", c.nodes, " nodes x ", c.gpus_per_node,
            "; ", c.gpu.name, ", ", format_gb(c.gpu.memory_bytes), ", ",
            format_fixed(c.gpu.peak_flops * 1e-12, 0), " TFLOP/s peak x ",
@@ -157,7 +164,8 @@ std::string format_plan(const PlanInput& in, const Plan& p) {
 std::string format_search(const PlanInput& in, const SearchResult& r) {
   std::string s = format_input(in);
   s += str("search    ", format_count(static_cast<double>(r.evaluated)), " layouts from ", r.splits,
-           " (dp, tp, pp) splits; ", format_count(static_cast<double>(r.fitting)), " fit\n\n");
+           " (dp, tp, pp) splits; ", format_count(static_cast<double>(r.fitting)), " fit",
+           r.fixed.any() ? str("; fixed: ", describe(r.fixed)) : std::string(), "\n\n");
   if (!r.top.empty()) {
     s += "Best layouts by predicted throughput\n";
     s += "  " + pad_right("#", 4) + pad_right("layout", 48) + pad_right("step", 10) +
@@ -289,9 +297,14 @@ json search_json(const PlanInput& in, const SearchResult& r) {
   for (const Rejection& j : r.invalid_splits) {
     invalid.push_back({{"reason", j.reason}, {"count", j.count}, {"example", j.example}});
   }
-  return {{"input", input_json(in)},  {"splits", r.splits}, {"evaluated", r.evaluated},
-          {"fitting", r.fitting},     {"top", top},         {"explanations", r.explanations},
-          {"invalid_splits", invalid}};
+  return {{"input", input_json(in)},
+          {"splits", r.splits},
+          {"evaluated", r.evaluated},
+          {"fitting", r.fitting},
+          {"top", top},
+          {"explanations", r.explanations},
+          {"invalid_splits", invalid},
+          {"fixed", describe(r.fixed)}};
 }
 
 }  // namespace dtrain::plan

@@ -137,14 +137,19 @@ std::string why_winner(const Plan& p, const Cluster& c) {
 // Every layout search() evaluates, in its order: each (dp, tp, pp) split of the GPUs, then each
 // micro-batch, interleave factor, ZeRO stage, recompute mode and sequence-parallel switch the
 // split allows. `reject` hears each split that is invalid, with why; `splits` counts them all.
-void for_each_layout(const PlanInput& in, const std::function<void(const Layout&)>& visit,
+// Splits and options outside `fixed` are skipped before anything is evaluated or rejected.
+void for_each_layout(const PlanInput& in, const SearchConstraints& fixed,
+                     const std::function<void(const Layout&)>& visit,
                      const std::function<void(const std::string&, const Layout&)>& reject,
                      int64_t* splits) {
   const ModelShape& m = in.model;
   const int64_t gpus = in.cluster.world();
   const int64_t batch = in.training.global_batch;
   for (int64_t tp : divisors(gpus)) {
+    if (fixed.tp && *fixed.tp != tp) continue;
     for (int64_t pp : divisors(gpus / tp)) {
+      if (fixed.pp && *fixed.pp != pp) continue;
+      if (fixed.dp && *fixed.dp != gpus / (tp * pp)) continue;
       ++*splits;
       Layout base;
       base.tp = static_cast<int>(tp);
@@ -175,7 +180,9 @@ void for_each_layout(const PlanInput& in, const std::function<void(const Layout&
         if (m.layers % (v * pp) == 0) interleaved.push_back(static_cast<int>(v));
       }
       for (int64_t b : divisors(batch / base.dp)) {
+        if (fixed.micro_batch && *fixed.micro_batch != b) continue;
         const int64_t microbatches = batch / base.dp / b;
+        if (fixed.microbatches && *fixed.microbatches != microbatches) continue;
         std::vector<int> vps{1};
         if (pp > 1 && microbatches % pp == 0) {
           vps.insert(vps.end(), interleaved.begin(), interleaved.end());
@@ -191,7 +198,7 @@ void for_each_layout(const PlanInput& in, const std::function<void(const Layout&
                 l.recompute = rc;
                 l.sequence_parallel = sp == 1;
                 l.schedule = v > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
-                visit(l);
+                if (fixed.admits(l, batch)) visit(l);
               }
             }
           }
@@ -203,12 +210,38 @@ void for_each_layout(const PlanInput& in, const std::function<void(const Layout&
 
 }  // namespace
 
-SearchSize search_size(const PlanInput& in) {
+std::string describe(const SearchConstraints& c) {
+  std::string s;
+  auto add = [&](const std::string& part) { s += (s.empty() ? "" : " ") + part; };
+  if (c.dp) add(str("dp=", *c.dp));
+  if (c.tp) add(str("tp=", *c.tp));
+  if (c.pp) add(str("pp=", *c.pp));
+  if (c.vp) add(str("v=", *c.vp));
+  if (c.zero_stage) add(str("zero=", *c.zero_stage));
+  if (c.micro_batch) add(str("b=", *c.micro_batch));
+  if (c.microbatches) add(str("M=", *c.microbatches));
+  if (c.recompute) add(str("rc=", name(*c.recompute)));
+  if (c.sequence_parallel) add(*c.sequence_parallel ? "sp" : "no sp");
+  return s;
+}
+
+bool SearchConstraints::admits(const Layout& l, int64_t global_batch) const {
+  const int64_t per_micro_batch = static_cast<int64_t>(l.dp) * l.micro_batch;
+  return (!microbatches ||
+          (per_micro_batch > 0 && *microbatches * per_micro_batch == global_batch)) &&
+         (!dp || *dp == l.dp) && (!tp || *tp == l.tp) && (!pp || *pp == l.pp) &&
+         (!vp || *vp == l.vp) && (!zero_stage || *zero_stage == l.zero_stage) &&
+         (!micro_batch || *micro_batch == l.micro_batch) &&
+         (!recompute || *recompute == l.recompute) &&
+         (!sequence_parallel || *sequence_parallel == l.sequence_parallel);
+}
+
+SearchSize search_size(const PlanInput& in, const SearchConstraints& fixed) {
   SearchSize size;
   int64_t splits = 0;
   double group_ranks = 0;
   for_each_layout(
-      in,
+      in, fixed,
       [&](const Layout& l) {
         ++size.layouts;
         group_ranks += static_cast<double>(l.dp) + l.tp + l.pp;
@@ -224,7 +257,7 @@ SearchResult search(const PlanInput& in, const SearchOptions& options) {
   DTRAIN_CHECK(options.top >= 1, "--top must be >= 1, got ", options.top);
   // Counted first (cheap: no layout is evaluated), so a search that would run for minutes is
   // refused before it starts.
-  const SearchSize size = search_size(in);
+  const SearchSize size = search_size(in, options.fixed);
   DTRAIN_CHECK(size.seconds <= kMaxSearchSeconds, "--search would evaluate ", size.layouts,
                " layouts (every split of the ", in.cluster.world(),
                " GPUs, then every micro-batch size dividing --global-batch ",
@@ -246,8 +279,9 @@ SearchResult search(const PlanInput& in, const SearchOptions& options) {
     }
   };
 
+  result.fixed = options.fixed;
   for_each_layout(
-      in,
+      in, options.fixed,
       [&](const Layout& l) {
         Plan p = evaluate(in, l);
         ++result.evaluated;
@@ -266,6 +300,9 @@ SearchResult search(const PlanInput& in, const SearchOptions& options) {
       },
       reject, &result.splits);
 
+  DTRAIN_CHECK(result.evaluated > 0 || !options.fixed.any(), "--search: no valid layout has ",
+               describe(options.fixed), " on ", in.cluster.world(), " GPUs",
+               invalid.empty() ? "" : str(" (", invalid.begin()->second.example, ")"));
   for (auto& [reason, r] : invalid) result.invalid_splits.push_back(r);
   std::sort(result.invalid_splits.begin(), result.invalid_splits.end(),
             [](const Rejection& a, const Rejection& b) { return a.count > b.count; });
