@@ -28,6 +28,8 @@ struct PlanFlags {
   // Training.
   int64_t global_batch = 0;
   double tokens = 0;
+  double achieved_tflops = 0;
+  double step_time = 0;
   std::string precision = "mixed";
   int64_t activation_bytes = 2;
   std::string flops = "narayanan";
@@ -141,6 +143,8 @@ plan::Training training_from(const PlanFlags& f, CLI::App* app, const plan::Mode
                "' has no default");
   t.global_batch = given(app, "--global-batch") ? f.global_batch : m.default_global_batch;
   t.tokens = given(app, "--tokens") ? f.tokens : m.default_tokens;
+  if (given(app, "--achieved-tflops")) t.achieved_flops_per_gpu = f.achieved_tflops * 1e12;
+  if (given(app, "--step-time")) t.step_time_s = f.step_time;
   const auto precision = plan::parse_precision(f.precision);
   DTRAIN_CHECK(precision.has_value(), "--precision must be one of ", plan::precision_names(),
                "; got '", f.precision, "'");
@@ -244,6 +248,9 @@ plan::SearchConstraints search_constraints(const PlanFlags& f, CLI::App* app) {
 void run_plan(const PlanFlags& f, CLI::App* app) {
   DTRAIN_CHECK(f.search || !given(app, "--top"),
                "--top sets how many layouts --search prints: add --search, or drop --top");
+  DTRAIN_CHECK(!f.search || (!given(app, "--achieved-tflops") && !given(app, "--step-time")),
+               "--achieved-tflops and --step-time describe one measured layout; --search ranks "
+               "layouts by the model's predicted time: drop one of them");
   plan::PlanInput input;
   input.cluster = cluster_from(f, app);
   if (f.print_cluster) {
@@ -323,6 +330,17 @@ void add_plan(CLI::App& parent) {
       ->group("Training");
   app->add_option("--tokens", f.tokens, "Tokens to train, for the days estimate (e.g. 300e9)")
       ->check(real_number(0, plan::kMaxTokens))
+      ->group("Training");
+  auto* achieved =
+      app->add_option("--achieved-tflops", f.achieved_tflops,
+                      "Measured hardware TFLOP/s per GPU (recompute counted, as Narayanan et al. "
+                      "report): the step time, tokens/s, MFU, HFU and days follow from it")
+          ->check(real_number(1e-3, kMaxTflops))
+          ->group("Training");
+  app->add_option("--step-time", f.step_time,
+                  "Measured seconds per step: tokens/s, MFU, HFU and days follow from it")
+      ->check(real_number(1e-9, 1e9))
+      ->excludes(achieved)
       ->group("Training");
   app->add_option("--precision", f.precision,
                   "Bytes per parameter for weights+grads+optimizer: mixed (2+2+12, ZeRO), "

@@ -40,6 +40,14 @@ expect_error "--schedule fixes one layout's schedule; --search ranks 1F1B" \
   plan --model llama2-70b "${c[@]}" --search --schedule gpipe
 expect_error "--order fixes one layout's rank order" plan --model llama2-70b "${c[@]}" --search --order dp-tp-pp
 expect_error "--search: no valid layout has tp=3 on 64 GPUs" plan --model llama2-70b "${c[@]}" --search --tp 3
+# Measured rates: one of them, for one layout, not above the peak.
+expect_error "--step-time excludes --achieved-tflops|--achieved-tflops excludes --step-time" \
+  plan --model llama2-70b "${c[@]}" --tp 8 --achieved-tflops 300 --step-time 10
+expect_error "--achieved-tflops and --step-time describe one measured layout" \
+  plan --model llama2-70b "${c[@]}" --search --achieved-tflops 300
+expect_error "--achieved-tflops 2000 exceeds the GPU's peak of 989" plan --model llama2-70b "${c[@]}" \
+  --tp 8 --achieved-tflops 2000
+expect_error "--achieved-tflops: must be a finite number" plan --model llama2-70b "${c[@]}" --achieved-tflops nan
 # A cluster file's figure in the wrong unit names the field and its unit.
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -3,7 +3,7 @@
 source "$(dirname "$0")/lib/expect.bash"
 
 for flag in --model --layers --hidden --heads --kv-heads --ffn-hidden --vocab --seq-length \
-  --params --global-batch --tokens --precision --flops --cluster --nodes --gpu-memory \
+  --params --global-batch --tokens --achieved-tflops --step-time --precision --flops --cluster --nodes --gpu-memory \
   --peak-tflops --intra-bandwidth --inter-bandwidth --dp --tp --pp --vp --zero --micro-batch \
   --microbatches --recompute --sequence-parallel --schedule --order --search --top --json --print-cluster; do
   expect_output "$flag" plan --help
@@ -41,6 +41,15 @@ else
   echo "FAIL: --search --tp 8 --zero 1:"; echo "$out" | head -12
   failures=$((failures + 1))
 fi
+# Training compute and a measured rate: GPT-3's 3.14e23 FLOPs = 3.64e3 PF-days (Brown et al.
+# 2020, Table D.1, 6ND), and at an achieved 140 TFLOP/s per GPU on 1024 A100s about 34 days
+# (Narayanan et al. 2021, §5.1).
+gpt3=(plan --model gpt3-175b --cluster 128x8xA100 --tp 8 --pp 16 --recompute full --tokens 300e9)
+expect_output "compute 6ND = 3.14e\+23 FLOPs = 3,638 PF-days" "${gpt3[@]}"
+expect_output "300.00B tokens in 3[45]\.[0-9] days" "${gpt3[@]}" --achieved-tflops 140
+expect_output "from --achieved-tflops \(the model predicts" "${gpt3[@]}" --achieved-tflops 140
+expect_output "HFU [0-9.]+% \(recompute's FLOPs added: full\)" "${gpt3[@]}"
+expect_output '"step_source": "--step-time"' "${gpt3[@]}" --step-time 30 --json
 # --params sets the state memory: the ZeRO paper's Figure 1, Psi = 7.5B on 64 GPUs with ZeRO-3:
 # 16 Psi / 64 = 1.875 GB (its "1.9GB"), from the llama2-7b preset's shape.
 expect_output "--params 7.50B sets the parameter counts" plan --model llama2-7b --cluster 8x8xA100 \

@@ -184,6 +184,68 @@ TEST(Planner, ParamsOverrideDrivesTheStateMemory) {
   }
 }
 
+// Training compute in the conventions people quote. Brown et al. 2020 (GPT-3), Table D.1: the
+// 175B model's 300B tokens took 3.14e23 FLOPs = 3.64e3 PF-days, counted as 6 N D (their
+// footnote: 6 FLOPs per parameter per token, attention left out). And Narayanan et al. 2021
+// §5.1: GPT-3 on 1024 A100s at an achieved 140 TFLOP/s per GPU trains in "about 34 days",
+// their Eq. 4: 8 T P / (n X) = 8 * 300e9 * 175e9 / (1024 * 140e12) s = 33.9 days; the planner
+// counts the same with Eq. 3's exact terms (full recompute), which add s/(6h) and V/(16lh).
+TEST(Planner, TrainingComputeAndAchievedRatesInTheirConventions) {
+  PlanInput in = input("gpt3-175b", "128x8xA100", 1536);
+  in.training.tokens = 300e9;
+  Layout l;
+  l.tp = 8;
+  l.pp = 16;
+  l.dp = 8;
+  l.recompute = Recompute::full;
+  const Plan predicted = evaluate(in, l);
+  const TimeBreakdown& t = predicted.time;
+  EXPECT_NEAR(t.total_flops_6nd, 3.14e23, 0.005e23);
+  EXPECT_NEAR(t.total_flops_6nd / kFlopsPerPfDay, 3640, 5);
+  EXPECT_EQ(t.step_source, StepTimeSource::predicted);
+  EXPECT_EQ(t.predicted_step_s, t.step_s);
+  // MFU and HFU: model and hardware FLOPs over the same step and peak.
+  const double capacity = t.step_s * 1024 * in.cluster.gpu.peak_flops;
+  EXPECT_DOUBLE_EQ(t.mfu, t.model_flops / capacity);
+  EXPECT_DOUBLE_EQ(t.hfu, t.hardware_flops / capacity);
+  EXPECT_GT(t.hfu, t.mfu);  // full recompute's forward again
+
+  in.training.achieved_flops_per_gpu = 140e12;
+  const TimeBreakdown a = evaluate(in, l).time;
+  EXPECT_EQ(a.step_source, StepTimeSource::achieved_flops);
+  EXPECT_DOUBLE_EQ(a.predicted_step_s, t.step_s);
+  EXPECT_DOUBLE_EQ(a.hardware_flops_per_gpu, 140e12);
+  const double iterations = 300e9 / (1536.0 * 2048);
+  EXPECT_NEAR(a.days, a.hardware_flops * iterations / (1024 * 140e12) / 86400, 1e-9);
+  const double paper_days = 8 * 300e9 * 175e9 / (1024 * 140e12) / 86400;
+  EXPECT_NEAR(paper_days, 33.9, 0.05);
+  EXPECT_NEAR(a.days / paper_days, 1.0, 0.05);
+
+  // A measured step time sets tokens/s directly.
+  in.training.achieved_flops_per_gpu = 0;
+  in.training.step_time_s = 30;
+  const TimeBreakdown m = evaluate(in, l).time;
+  EXPECT_EQ(m.step_source, StepTimeSource::measured_step);
+  EXPECT_DOUBLE_EQ(m.tokens_per_s, 1536.0 * 2048 / 30);
+  EXPECT_DOUBLE_EQ(m.cluster_flops_per_s, m.hardware_flops / 30);
+
+  // Both, or a rate above the peak, are refused (validate, as the CLI runs it).
+  auto validation_error = [&] {
+    try {
+      validate(in);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  in.training.achieved_flops_per_gpu = 100e12;
+  EXPECT_NE(validation_error().find("not both"), std::string::npos);
+  in.training.step_time_s = 0;
+  in.training.achieved_flops_per_gpu = 400e12;
+  EXPECT_NE(validation_error().find("exceeds the GPU's peak of 312"), std::string::npos)
+      << validation_error();
+}
+
 TEST(Planner, FirstStageOfOneFOneBHoldsAllLayersWorth) {
   // Korthikanti et al. 2022 §4.2.3: with 1F1B the first stage keeps P micro-batches of L/P
   // layers, L layers' worth whatever P.

@@ -64,4 +64,10 @@ std::string lowercase(std::string_view s) {
   return out;
 }
 
+std::string format_sci(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2e", v);
+  return buf;
+}
+
 }  // namespace dtrain::plan

@@ -16,6 +16,7 @@ std::string format_count(double n);           // "1,234,567"
 std::string format_params(double params);     // "68.98B", "355.0M"
 std::string format_rate(double bytes_per_s);  // "450 GB/s"
 std::string format_fixed(double v, int decimals);
+std::string format_sci(double v);  // "3.14e+23"
 
 std::string pad_right(std::string s, size_t width);  // s, then spaces up to `width`
 std::string lowercase(std::string_view s);

@@ -138,6 +138,18 @@ struct Phase {
 
 }  // namespace
 
+std::string_view name(StepTimeSource s) {
+  switch (s) {
+    case StepTimeSource::predicted:
+      return "predicted";
+    case StepTimeSource::achieved_flops:
+      return "--achieved-tflops";
+    case StepTimeSource::measured_step:
+      return "--step-time";
+  }
+  return "?";
+}
+
 std::string describe(const Layout& l) {
   std::string s = str("dp=", l.dp, " tp=", l.tp, " pp=", l.pp);
   if (l.vp > 1) s += str(" v=", l.vp);
@@ -168,6 +180,18 @@ void validate(const PlanInput& in) {
   DTRAIN_CHECK(in.training.global_batch <= kMaxGlobalBatch, "--global-batch must be at most ",
                kMaxGlobalBatch, ", got ", in.training.global_batch);
   DTRAIN_CHECK(in.training.tokens >= 0, "--tokens must not be negative, got ", in.training.tokens);
+  const Training& tr = in.training;
+  DTRAIN_CHECK(std::isfinite(tr.achieved_flops_per_gpu) && tr.achieved_flops_per_gpu >= 0,
+               "--achieved-tflops must be a finite, non-negative number, got ",
+               tr.achieved_flops_per_gpu * 1e-12);
+  DTRAIN_CHECK(std::isfinite(tr.step_time_s) && tr.step_time_s >= 0,
+               "--step-time must be a finite, non-negative number of seconds, got ",
+               tr.step_time_s);
+  DTRAIN_CHECK(tr.achieved_flops_per_gpu == 0 || tr.step_time_s == 0,
+               "give --achieved-tflops or --step-time, not both");
+  DTRAIN_CHECK(tr.achieved_flops_per_gpu <= in.cluster.gpu.peak_flops, "--achieved-tflops ",
+               tr.achieved_flops_per_gpu * 1e-12, " exceeds the GPU's peak of ",
+               in.cluster.gpu.peak_flops * 1e-12, " TFLOP/s");
   DTRAIN_CHECK(in.training.tokens <= kMaxTokens, "--tokens must be at most ", kMaxTokens, ", got ",
                in.training.tokens);
   DTRAIN_CHECK(in.training.activation_bytes > 0, "--activation-bytes must be positive, got ",
@@ -429,13 +453,30 @@ Plan evaluate_local(const PlanInput& in, const ModelShape& real_model, const Lay
 
   t.step_no_overlap_s = t.bubble.total_time + t.dp_s;
   t.step_s = t.bubble.total_time + t.dp_exposed_s;
+  t.predicted_step_s = t.step_s;
   const double gpus = static_cast<double>(c.world());
   t.model_flops = sc.total.model;
   t.hardware_flops = sc.total.hardware();
-  t.tokens_per_s = static_cast<double>(in.training.global_batch * in.model.seq) / t.step_s;
+  if (in.training.step_time_s > 0) {
+    t.step_s = in.training.step_time_s;
+    t.step_source = StepTimeSource::measured_step;
+  } else if (in.training.achieved_flops_per_gpu > 0) {
+    t.step_s = t.hardware_flops / (gpus * in.training.achieved_flops_per_gpu);
+    t.step_source = StepTimeSource::achieved_flops;
+  }
+  const double step_tokens = static_cast<double>(in.training.global_batch * in.model.seq);
+  t.tokens_per_s = step_tokens / t.step_s;
   t.mfu = t.model_flops / (t.step_s * gpus * c.gpu.peak_flops);
+  t.hfu = t.hardware_flops / (t.step_s * gpus * c.gpu.peak_flops);
   t.hardware_flops_per_gpu = t.hardware_flops / (t.step_s * gpus);
+  t.cluster_flops_per_s = t.hardware_flops / t.step_s;
   t.days = in.training.tokens > 0 ? days_to_train(in.training.tokens, t.tokens_per_s) : 0;
+  if (in.training.tokens > 0) {
+    const double iterations = in.training.tokens / step_tokens;
+    t.total_flops_6nd = 6.0 * static_cast<double>(param_count(real_model)) * in.training.tokens;
+    t.total_model_flops = t.model_flops * iterations;
+    t.total_hardware_flops = t.hardware_flops * iterations;
+  }
   return plan;
 }
 

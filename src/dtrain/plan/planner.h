@@ -52,7 +52,19 @@ struct Training {
   // count_final_norm (tests/e2e/planner_vs_engine_test.cc); under --precision bf16
   // {kMixedPrecisionAdam, activation_bytes 2, ActivationCount::engine_mixed}.
   ActivationCount activation_count = ActivationCount::paper;
+  // A rate the user measured, instead of the model's step time (at most one, 0 = none):
+  // hardware FLOP/s per GPU achieved (recompute counted, as Narayanan et al.'s figures), or the
+  // step time itself. Tokens/s, MFU, HFU and days then follow from it.
+  double achieved_flops_per_gpu = 0;
+  double step_time_s = 0;
 };
+
+// Where a plan's step time comes from.
+enum class StepTimeSource { predicted, achieved_flops, measured_step };
+std::string_view name(StepTimeSource s);  // "predicted", "--achieved-tflops", "--step-time"
+
+// 1 PF-day = 10^15 FLOP/s for a day (Brown et al. 2020's unit of training compute).
+inline constexpr double kFlopsPerPfDay = 1e15 * 86400;
 
 struct Layout {
   int dp = 1;
@@ -144,6 +156,17 @@ struct TimeBreakdown {
   double mfu = 0;                     // model_flops / (step_s x GPUs x peak)
   double hardware_flops_per_gpu = 0;  // hardware_flops / (step_s x GPUs): Narayanan's figure
   double days = 0;                    // training.tokens at tokens_per_s; 0 without tokens
+  // Appended. The step time's source and the model's own prediction (equal when predicted).
+  StepTimeSource step_source = StepTimeSource::predicted;
+  double predicted_step_s = 0;
+  double hfu = 0;                  // hardware_flops / (step_s x GPUs x peak): recompute counted
+  double cluster_flops_per_s = 0;  // hardware_flops / step_s, the whole cluster
+  // Training compute for training.tokens (0 without): 6 N D (Kaplan et al. 2020), and the
+  // per-iteration count of training.flops times the iterations D / (B s), without and with
+  // recompute.
+  double total_flops_6nd = 0;
+  double total_model_flops = 0;
+  double total_hardware_flops = 0;
 };
 
 struct Plan {

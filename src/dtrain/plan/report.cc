@@ -92,15 +92,36 @@ std::string time_section(const PlanInput& in, const Plan& p) {
   row("pipeline bubble", t.bubble_s, "");
   row("DP/ZeRO communication", t.dp_s,
       str("exposed ", format_seconds(t.dp_exposed_s), " with overlap"));
-  row("step", t.step_s, str("with overlap; ", format_seconds(t.step_no_overlap_s), " without"));
-  s += str("  throughput  ", format_count(t.tokens_per_s), " tokens/s\n");
-  s += str("  MFU         ", format_percent(t.mfu), " (model FLOPs without recompute, ",
-           name(in.training.flops), " convention); hardware ",
-           format_fixed(t.hardware_flops_per_gpu * 1e-12, 1), " TFLOP/s per GPU with recompute\n");
+  if (t.step_source == StepTimeSource::predicted) {
+    row("step", t.step_s, str("with overlap; ", format_seconds(t.step_no_overlap_s), " without"));
+  } else {
+    row("step", t.step_s,
+        str("from ", name(t.step_source), " (the model predicts ",
+            format_seconds(t.predicted_step_s), "); the figures below use it"));
+  }
+  const double peak = c.gpu.peak_flops;
+  s += str("  throughput  ", format_count(t.tokens_per_s), " tokens/s; the cluster ",
+           format_fixed(t.cluster_flops_per_s * 1e-15, 1), " PFLOP/s, ",
+           format_fixed(t.hardware_flops_per_gpu * 1e-12, 1),
+           " TFLOP/s per GPU = ", format_percent(t.hardware_flops_per_gpu / peak), " of its ",
+           format_fixed(peak * 1e-12, 0), " TFLOP/s peak (recompute counted)\n");
+  const bool six_nd = in.training.flops == FlopsConvention::six_nd;
+  s += str("  MFU         ", format_percent(t.mfu), " model FLOPs (", name(in.training.flops),
+           " convention: ",
+           six_nd ? "6 per parameter per token, attention's s^2 left out"
+                  : "Narayanan Eq. 3's terms: matmuls, attention's QK^T and AV, logits; x3 "
+                    "for backward",
+           "; no recompute); HFU ", format_percent(t.hfu), " (recompute's FLOPs added: ",
+           name(p.layout.recompute), ")\n");
   if (t.days > 0) {
     s += str("  training    ", format_params(in.training.tokens), " tokens in ",
-             format_fixed(t.days, 1), " days\n");
+             format_fixed(t.days, 1), " days; compute 6ND = ", format_sci(t.total_flops_6nd),
+             " FLOPs = ", format_count(t.total_flops_6nd / kFlopsPerPfDay), " PF-days; ",
+             name(in.training.flops), " x iterations = ", format_sci(t.total_model_flops),
+             " model FLOPs, ", format_sci(t.total_hardware_flops), " with recompute\n");
   }
+  s += "  units       GB = 10^9 bytes; FLOPs count a multiply-add as 2; 1 PF-day = 8.64e19 FLOPs; "
+       "bubble: idle share of the step\n";
   return s;
 }
 
@@ -283,7 +304,15 @@ json plan_json(const Plan& p) {
             {"tokens_per_s", t.tokens_per_s},
             {"mfu", t.mfu},
             {"hardware_flops_per_gpu", t.hardware_flops_per_gpu},
-            {"days", t.days}}}};
+            {"days", t.days},
+            {"step_source", name(t.step_source)},
+            {"predicted_step_s", t.predicted_step_s},
+            {"hfu", t.hfu},
+            {"cluster_flops_per_s", t.cluster_flops_per_s},
+            {"total_flops_6nd", t.total_flops_6nd},
+            {"total_pf_days_6nd", t.total_flops_6nd / kFlopsPerPfDay},
+            {"total_model_flops", t.total_model_flops},
+            {"total_hardware_flops", t.total_hardware_flops}}}};
 }
 
 json search_json(const PlanInput& in, const SearchResult& r) {
