@@ -12,6 +12,7 @@
 #include "command_registry.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/units.h"
+#include "dtrain/plan/format.h"
 #include "dtrain/plan/planner.h"
 #include "dtrain/plan/report.h"
 #include "validators.h"
@@ -53,6 +54,7 @@ struct PlanFlags {
   int top = 5;
   bool json = false;
   bool print_cluster = false;
+  bool largest_model = false;
 };
 
 // Bounds of the link and GPU overrides, far past any hardware: 1 GFLOP/s to 1 EFLOP/s and
@@ -212,6 +214,55 @@ plan::Layout layout_from(const PlanFlags& f, CLI::App* app, const plan::PlanInpu
   return l;
 }
 
+// --largest-model: the ZeRO paper's Table 2 for this cluster's GPU memory, every stage.
+void print_largest_model(const PlanFlags& f, CLI::App* app, const plan::Cluster& c) {
+  for (const char* flag : {"--model", "--layers", "--hidden", "--heads", "--vocab", "--params",
+                           "--search", "--zero"}) {
+    DTRAIN_CHECK(!given(app, flag),
+                 "--largest-model answers for every model and ZeRO stage: ", flag,
+                 " does not apply");
+  }
+  const auto bytes = plan::parse_precision(f.precision);
+  DTRAIN_CHECK(bytes.has_value(), "--precision must be one of ", plan::precision_names(), "; got '",
+               f.precision, "'");
+  const int mp = f.tp * f.pp;
+  DTRAIN_CHECK(c.world() % mp == 0, "--tp ", f.tp, " x --pp ", f.pp,
+               " does not divide the cluster's ", c.world(), " GPUs");
+  const int dp = given(app, "--dp") ? f.dp : c.world() / mp;
+  nlohmann::json rows = nlohmann::json::array();
+  std::string table;
+  const char* names[] = {"0 (plain DP)", "1 (P_os)", "2 (P_os+g)", "3 (P_os+g+p)"};
+  for (int zero = 0; zero <= 3; ++zero) {
+    const int64_t psi = plan::largest_model_params(c.gpu.memory_bytes, dp, mp, zero, *bytes);
+    const double per_param =
+        psi > 0 ? static_cast<double>(plan::model_state_bytes(psi / mp, dp, zero, *bytes).total()) /
+                      static_cast<double>(psi / mp)
+                : 0.0;
+    rows.push_back({{"zero_stage", zero}, {"params", psi}, {"bytes_per_param_per_gpu", per_param}});
+    table += str("  ", plan::pad_right(names[zero], 16),
+                 plan::pad_right(plan::format_fixed(per_param, 3), 28),
+                 plan::format_params(static_cast<double>(psi)), "\n");
+  }
+  if (f.json) {
+    std::cout << with_build({{"memory_bytes", c.gpu.memory_bytes},
+                             {"dp", dp},
+                             {"model_parallel", mp},
+                             {"state_bytes", bytes->total()},
+                             {"largest_model", rows}})
+                     .dump(2)
+              << "\n";
+    return;
+  }
+  std::cout << str("largest model whose states fit ", plan::format_gb(c.gpu.memory_bytes),
+                   " per GPU (GB = 10^9 bytes; model states only: activations, buffers and "
+                   "fragmentation not counted)\n",
+                   "  dp=", dp, ", model parallel tp x pp = ", mp, ", ", bytes->param, "+",
+                   bytes->grad, "+", bytes->optimizer, " = ", bytes->total(),
+                   " B/param of model states (Rajbhandari et al. 2020, Table 2)\n\n", "  ",
+                   plan::pad_right("ZeRO stage", 16),
+                   plan::pad_right("bytes per parameter per GPU", 28), "largest model\n", table);
+}
+
 // --search with layout flags: each one given fixes its axis; the others are searched.
 plan::SearchConstraints search_constraints(const PlanFlags& f, CLI::App* app) {
   DTRAIN_CHECK(!given(app, "--schedule"),
@@ -255,6 +306,10 @@ void run_plan(const PlanFlags& f, CLI::App* app) {
   input.cluster = cluster_from(f, app);
   if (f.print_cluster) {
     std::cout << plan::to_json(input.cluster).dump(2) << "\n";
+    return;
+  }
+  if (f.largest_model) {
+    print_largest_model(f, app, input.cluster);
     return;
   }
   input.model = model_from(f, app);
@@ -389,6 +444,10 @@ void add_plan(CLI::App& parent) {
   app->add_option("--inter-latency-us", f.inter_latency_us, "Override: inter-node us per step")
       ->check(real_number(0, kMaxLatencyUs))
       ->group("Cluster");
+  app->add_flag("--largest-model", f.largest_model,
+                "Print the largest model whose states fit each GPU, per ZeRO stage (the ZeRO "
+                "paper's Table 2), for the cluster's memory, --dp, --tp x --pp and --precision")
+      ->group("Output");
   app->add_flag("--print-cluster", f.print_cluster,
                 "Print the cluster as JSON (a template for --cluster FILE.json) and exit")
       ->group("Cluster");

@@ -40,6 +40,8 @@ expect_error "--schedule fixes one layout's schedule; --search ranks 1F1B" \
   plan --model llama2-70b "${c[@]}" --search --schedule gpipe
 expect_error "--order fixes one layout's rank order" plan --model llama2-70b "${c[@]}" --search --order dp-tp-pp
 expect_error "--search: no valid layout has tp=3 on 64 GPUs" plan --model llama2-70b "${c[@]}" --search --tp 3
+expect_error "--largest-model answers for every model and ZeRO stage: --model does not apply" \
+  plan --model llama2-70b "${c[@]}" --largest-model
 # Measured rates: one of them, for one layout, not above the peak.
 expect_error "--step-time excludes --achieved-tflops|--achieved-tflops excludes --step-time" \
   plan --model llama2-70b "${c[@]}" --tp 8 --achieved-tflops 300 --step-time 10

@@ -5,7 +5,7 @@ source "$(dirname "$0")/lib/expect.bash"
 for flag in --model --layers --hidden --heads --kv-heads --ffn-hidden --vocab --seq-length \
   --params --global-batch --tokens --achieved-tflops --step-time --precision --flops --cluster --nodes --gpu-memory \
   --peak-tflops --intra-bandwidth --inter-bandwidth --dp --tp --pp --vp --zero --micro-batch \
-  --microbatches --recompute --sequence-parallel --schedule --order --search --top --json --print-cluster; do
+  --microbatches --recompute --sequence-parallel --schedule --order --search --top --json --largest-model --print-cluster; do
   expect_output "$flag" plan --help
 done
 expect_output "list" scenario --help
@@ -50,6 +50,11 @@ expect_output "300.00B tokens in 3[45]\.[0-9] days" "${gpt3[@]}" --achieved-tflo
 expect_output "from --achieved-tflops \(the model predicts" "${gpt3[@]}" --achieved-tflops 140
 expect_output "HFU [0-9.]+% \(recompute's FLOPs added: full\)" "${gpt3[@]}"
 expect_output '"step_source": "--step-time"' "${gpt3[@]}" --step-time 30 --json
+# The largest model per ZeRO stage: the ZeRO paper's Table 2 row for a 32 GB V100 and 64-way
+# DP (2B, 7.6B, 14.4B, 128B), and its MP-16 row's 2T on 1024 GPUs.
+expect_output "1 \(P_os\) +4.188 +7.64B" plan --cluster 8x8xA100 --gpu-memory 32GB --largest-model
+expect_output "3 \(P_os\+g\+p\) +0.250 +2.05T" plan --cluster 128x8xA100 --gpu-memory 32GB --tp 16 --largest-model
+expect_output '"largest_model"' plan --cluster 8x8xA100 --largest-model --json
 # --params sets the state memory: the ZeRO paper's Figure 1, Psi = 7.5B on 64 GPUs with ZeRO-3:
 # 16 Psi / 64 = 1.875 GB (its "1.9GB"), from the llama2-7b preset's shape.
 expect_output "--params 7.50B sets the parameter counts" plan --model llama2-7b --cluster 8x8xA100 \

@@ -102,5 +102,33 @@ TEST(MemoryModel, BadStageOrRanksNameTheFlag) {
   }
 }
 
+// The ZeRO paper's Table 2 (Rajbhandari et al. 2020): the largest model whose states fit a 32 GB
+// V100 (GB = 10^9 bytes), K = 12, 64-way data parallelism at every MP degree:
+//   MP 1 (64 GPUs):     2B baseline,  7.6B P_os,  14.4B P_os+g,   128B P_os+g+p
+//   MP 16 (1024 GPUs):  32B,         121.6B,     230.4B,          2T
+// The paper rounds each MP-1 figure before multiplying (121.6 = 16 x 7.6): held to 1%.
+TEST(MemoryModel, LargestModelIsTheZeroPapersTable2) {
+  const double v100 = 32e9;
+  const double paper[2][4] = {{2e9, 7.6e9, 14.4e9, 128e9}, {32e9, 121.6e9, 230.4e9, 2048e9}};
+  const int mps[] = {1, 16};
+  for (int row = 0; row < 2; ++row) {
+    for (int zero = 0; zero <= 3; ++zero) {
+      const double got =
+          static_cast<double>(largest_model_params(v100, 64, mps[row], zero, kMixedPrecisionAdam));
+      EXPECT_NEAR(got / paper[row][zero], 1.0, 0.01) << "MP " << mps[row] << " ZeRO-" << zero;
+    }
+  }
+  // Exact at the boundary: the count returned fits, one more (per MP rank) does not.
+  for (int zero = 0; zero <= 3; ++zero) {
+    const int64_t psi = largest_model_params(v100, 64, 1, zero, kMixedPrecisionAdam);
+    EXPECT_LE(static_cast<double>(model_state_bytes(psi, 64, zero, kMixedPrecisionAdam).total()),
+              v100);
+    EXPECT_GT(
+        static_cast<double>(model_state_bytes(psi + 1, 64, zero, kMixedPrecisionAdam).total()),
+        v100);
+  }
+  EXPECT_EQ(largest_model_params(10, 1, 1, 0, kMixedPrecisionAdam), 0);  // under 16 bytes
+}
+
 }  // namespace
 }  // namespace dtrain::plan

@@ -55,6 +55,12 @@ int64_t shard_count(int64_t count, int ranks);
 // non-positive dp.
 ModelStateBytes model_state_bytes(int64_t params, int dp, int zero_stage, StateBytes bytes);
 
+// The largest model whose states fit in `memory_bytes` per GPU (the ZeRO paper's Table 2, model
+// states only): `mp` model-parallel ranks (tensor x pipeline) split it evenly, each of `dp`
+// data-parallel ranks holds model_state_bytes(ceil(Psi / mp), dp, zero_stage, bytes). Returns
+// the largest such Psi, shards' padding counted (0 when not even one parameter fits).
+int64_t largest_model_params(double memory_bytes, int dp, int mp, int zero_stage, StateBytes bytes);
+
 // ZeRO-3's working set on top of its shards: the full weights (p bytes each) of the layer being
 // computed plus `prefetch_layers` layers gathered ahead, and the full gradient (g bytes each)
 // of one layer waiting for its reduce-scatter. `layer_params` is one layer's parameters.

@@ -111,8 +111,8 @@ std::string time_section(const PlanInput& in, const Plan& p) {
            six_nd ? "6 per parameter per token, attention's s^2 left out"
                   : "Narayanan Eq. 3's terms: matmuls, attention's QK^T and AV, logits; x3 "
                     "for backward",
-           "; no recompute); HFU ", format_percent(t.hfu), " (recompute's FLOPs added: ",
-           name(p.layout.recompute), ")\n");
+           "; no recompute); HFU ", format_percent(t.hfu),
+           " (recompute's FLOPs added: ", name(p.layout.recompute), ")\n");
   if (t.days > 0) {
     s += str("  training    ", format_params(in.training.tokens), " tokens in ",
              format_fixed(t.days, 1), " days; compute 6ND = ", format_sci(t.total_flops_6nd),
