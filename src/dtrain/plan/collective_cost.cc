@@ -2,6 +2,8 @@
 // The shapes of the algorithms are described in comm/collectives.cc and docs/algorithms.md.
 #include "dtrain/plan/collective_cost.h"
 
+#include <cmath>
+
 #include "dtrain/core/check.h"
 
 namespace dtrain::plan {
@@ -141,6 +143,66 @@ double bus_bandwidth_factor(CollectiveOp op, int world) {
       return 1;
   }
   return 1;
+}
+
+std::optional<NcclTestOp> parse_nccl_test_op(std::string_view name) {
+  for (NcclTestOp op : {NcclTestOp::all_reduce, NcclTestOp::reduce_scatter, NcclTestOp::all_gather,
+                        NcclTestOp::broadcast, NcclTestOp::reduce, NcclTestOp::alltoall}) {
+    if (plan::name(op) == name) return op;
+  }
+  return std::nullopt;
+}
+
+std::string_view name(NcclTestOp op) {
+  switch (op) {
+    case NcclTestOp::all_reduce:
+      return "all_reduce";
+    case NcclTestOp::reduce_scatter:
+      return "reduce_scatter";
+    case NcclTestOp::all_gather:
+      return "all_gather";
+    case NcclTestOp::broadcast:
+      return "broadcast";
+    case NcclTestOp::reduce:
+      return "reduce";
+    case NcclTestOp::alltoall:
+      return "alltoall";
+  }
+  return "?";
+}
+
+double bus_bandwidth_factor(NcclTestOp op, int world) {
+  DTRAIN_CHECK(world >= 1, "--ranks must be >= 1, got ", world);
+  const double n = world;
+  switch (op) {
+    case NcclTestOp::all_reduce:
+      return 2 * (n - 1) / n;
+    case NcclTestOp::reduce_scatter:
+    case NcclTestOp::all_gather:
+    case NcclTestOp::alltoall:
+      return (n - 1) / n;
+    case NcclTestOp::broadcast:
+    case NcclTestOp::reduce:
+      return 1;
+  }
+  return 1;
+}
+
+CollectiveBandwidth measured_bandwidth(NcclTestOp op, double bytes, int world, double seconds) {
+  DTRAIN_CHECK(std::isfinite(bytes) && bytes > 0, "--size must be positive, got ", bytes);
+  DTRAIN_CHECK(std::isfinite(seconds) && seconds > 0, "--time must be positive, got ", seconds);
+  CollectiveBandwidth b;
+  b.algbw = bytes / seconds;
+  b.busbw = b.algbw * bus_bandwidth_factor(op, world);
+  return b;
+}
+
+double ideal_ring_seconds(NcclTestOp op, double bytes, int world, double link_bytes_per_s,
+                          double latency_s) {
+  DTRAIN_CHECK(link_bytes_per_s > 0, "link bandwidth must be positive, got ", link_bytes_per_s);
+  if (world == 1) return 0;
+  const double steps = op == NcclTestOp::all_reduce ? 2.0 * (world - 1) : world - 1.0;
+  return bytes * bus_bandwidth_factor(op, world) / link_bytes_per_s + steps * latency_s;
 }
 
 }  // namespace dtrain::plan

@@ -11,6 +11,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 #include "dtrain/comm/collective_kind.h"
 
@@ -30,5 +32,30 @@ CollectiveTraffic collective_traffic(comm::CollectiveOp op, comm::Algorithm algo
 // nccl-tests' bus-bandwidth factor: busbw = algbw * factor. 2(N-1)/N for all_reduce,
 // (N-1)/N for reduce_scatter and all_gather, 1 for broadcast and reduce.
 double bus_bandwidth_factor(comm::CollectiveOp op, int world);
+
+// The collectives nccl-tests reports, under its names (alltoall too: the engine has none).
+enum class NcclTestOp { all_reduce, reduce_scatter, all_gather, broadcast, reduce, alltoall };
+std::optional<NcclTestOp> parse_nccl_test_op(std::string_view name);
+std::string_view name(NcclTestOp op);
+inline constexpr std::string_view kNcclTestOpNames =
+    "all_reduce, reduce_scatter, all_gather, broadcast, reduce, alltoall";
+
+// nccl-tests' PERFORMANCE.md: algbw = S / t; busbw = algbw x factor, the factor being
+// 2(n-1)/n for all_reduce, (n-1)/n for reduce_scatter, all_gather and alltoall, 1 for
+// broadcast and reduce, so busbw reads against the link's bandwidth whatever the rank count.
+double bus_bandwidth_factor(NcclTestOp op, int world);
+
+struct CollectiveBandwidth {
+  double algbw = 0;  // bytes/s: S / t
+  double busbw = 0;  // bytes/s: algbw x factor
+};
+// From a measured time: `bytes` is S as nccl-tests defines it (collective_traffic above).
+CollectiveBandwidth measured_bandwidth(NcclTestOp op, double bytes, int world, double seconds);
+
+// The ideal time of `op` on a ring whose every link carries `link_bytes_per_s` per direction
+// with `latency_s` per step: busbw equals the link's bandwidth, so t = S x factor / bandwidth,
+// plus the ring's steps x latency (2(n-1) for all_reduce, n-1 for the others).
+double ideal_ring_seconds(NcclTestOp op, double bytes, int world, double link_bytes_per_s,
+                          double latency_s);
 
 }  // namespace dtrain::plan

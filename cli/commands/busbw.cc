@@ -1,0 +1,118 @@
+// `dtrain busbw`: the collectives calculator. From a size, a rank count and a measured time it
+// gives nccl-tests' algbw and busbw for any collective nccl-tests reports; with a cluster, the
+// ideal ring time and busbw on its links (plan/collective_cost.h holds the formulas).
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "build_info.h"
+#include "command_registry.h"
+#include "dtrain/core/check.h"
+#include "dtrain/core/units.h"
+#include "dtrain/plan/collective_cost.h"
+#include "dtrain/plan/format.h"
+#include "dtrain/plan/hardware.h"
+#include "validators.h"
+
+namespace dtrain::cli {
+namespace {
+
+struct BusbwFlags {
+  std::string op = "all_reduce", size, cluster;
+  int ranks = 0;
+  double time_us = 0;
+  bool json = false;
+};
+
+// The ring's link: NVLink when the ranks fit one node, else the inter-node link.
+const plan::Link& ring_link(const plan::Cluster& c, int ranks) {
+  return ranks <= c.gpus_per_node ? c.intra_node : c.inter_node;
+}
+
+void run_busbw(const BusbwFlags& f, CLI::App* cmd) {
+  const auto op = plan::parse_nccl_test_op(f.op);
+  DTRAIN_CHECK(op.has_value(), "--op must be one of ", plan::kNcclTestOpNames, "; got '", f.op,
+               "'");
+  const auto bytes = static_cast<double>(parse_bytes(f.size, "--size"));
+  DTRAIN_CHECK(bytes > 0, "--size must be positive, got ", f.size);
+  const bool timed = cmd->count("--time-us") > 0;
+  const bool linked = cmd->count("--cluster") > 0;
+  DTRAIN_CHECK(timed || linked,
+               "give --time-us (a measured time: algbw and busbw) or --cluster (the ideal time "
+               "on its links), or both");
+  const double factor = plan::bus_bandwidth_factor(*op, f.ranks);
+  nlohmann::json j = {
+      {"op", plan::name(*op)}, {"bytes", bytes}, {"ranks", f.ranks}, {"bus_factor", factor}};
+  std::string text = str("dtrain busbw: ", plan::name(*op), " of S = ", format_bytes(bytes), " on ",
+                         f.ranks, " ranks; busbw = algbw x ", plan::format_fixed(factor, 4),
+                         " (nccl-tests' PERFORMANCE.md)\n");
+  if (timed) {
+    const plan::CollectiveBandwidth b =
+        plan::measured_bandwidth(*op, bytes, f.ranks, f.time_us * 1e-6);
+    j["measured"] = {{"seconds", f.time_us * 1e-6}, {"algbw", b.algbw}, {"busbw", b.busbw}};
+    text += str("  measured  ", plan::format_seconds(f.time_us * 1e-6), ": algbw ",
+                plan::format_rate(b.algbw), ", busbw ", plan::format_rate(b.busbw), "\n");
+  }
+  if (linked) {
+    const plan::Cluster c = plan::parse_cluster(f.cluster);
+    const plan::Link& link = ring_link(c, f.ranks);
+    const double ideal = plan::ideal_ring_seconds(*op, bytes, f.ranks, link.bandwidth_bytes_per_s,
+                                                  link.latency_us * 1e-6);
+    const plan::CollectiveBandwidth b = ideal > 0
+                                            ? plan::measured_bandwidth(*op, bytes, f.ranks, ideal)
+                                            : plan::CollectiveBandwidth{};
+    j["ideal"] = {{"link", link.name},
+                  {"link_bytes_per_s", link.bandwidth_bytes_per_s},
+                  {"latency_us", link.latency_us},
+                  {"seconds", ideal},
+                  {"algbw", b.algbw},
+                  {"busbw", b.busbw}};
+    text += str("  ideal     ", plan::format_seconds(ideal), " on a ring over ", link.name, " (",
+                plan::format_rate(link.bandwidth_bytes_per_s), " per GPU per direction, ",
+                plan::format_fixed(link.latency_us, 1), " us per step): algbw ",
+                plan::format_rate(b.algbw), ", busbw ", plan::format_rate(b.busbw), "\n");
+    if (timed) {
+      j["share_of_ideal"] = ideal / (f.time_us * 1e-6);
+      text += str("  the measured time is ", plan::format_percent(ideal / (f.time_us * 1e-6)),
+                  " efficient against the ideal\n");
+    }
+  }
+  text += "  units: S in bytes (KiB = 2^10, KB = 10^3); rates in 10^9 bytes per second\n";
+  if (f.json) {
+    std::cout << with_build(j).dump(2) << "\n";
+  } else {
+    std::cout << text;
+  }
+}
+
+void add_busbw(CLI::App& app) {
+  auto f = std::make_shared<BusbwFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "busbw",
+      "Collectives calculator: algbw and busbw (nccl-tests' definitions) from a size, rank count "
+      "and measured time, and the ideal ring time on a cluster's links");
+  cmd->add_option("--op", f->op, std::string("Collective: ") + std::string(plan::kNcclTestOpNames))
+      ->capture_default_str();
+  cmd->add_option("--size", f->size,
+                  "S as nccl-tests defines it (the buffer for all_reduce, broadcast, reduce; the "
+                  "input per rank for reduce_scatter; the output per rank for all_gather and "
+                  "alltoall), with a unit: 1GiB, 512MB, 4096B")
+      ->required();
+  cmd->add_option("--ranks", f->ranks, "Ranks in the collective")
+      ->required()
+      ->check(whole_number(1, plan::kMaxGpus));
+  cmd->add_option("--time-us", f->time_us, "Measured time of one call, in microseconds")
+      ->check(real_number(0, 1e15, true));
+  cmd->add_option("--cluster", f->cluster,
+                  "NODESxGPUSxTYPE or a cluster .json file: the ideal time on its links "
+                  "(NVLink when the ranks fit one node)");
+  cmd->add_flag("--json", f->json, "Print the same figures as JSON");
+  cmd->callback([f, cmd] { run_busbw(*f, cmd); });
+}
+
+const CommandRegistration kRegistration("", add_busbw);
+
+}  // namespace
+}  // namespace dtrain::cli
