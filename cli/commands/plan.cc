@@ -13,6 +13,7 @@
 #include "dtrain/core/check.h"
 #include "dtrain/core/units.h"
 #include "dtrain/plan/format.h"
+#include "dtrain/plan/offload.h"
 #include "dtrain/plan/planner.h"
 #include "dtrain/plan/report.h"
 #include "validators.h"
@@ -55,6 +56,8 @@ struct PlanFlags {
   bool json = false;
   bool print_cluster = false;
   bool largest_model = false;
+  bool offload = false;
+  double largest_layer = 0;
 };
 
 // Bounds of the link and GPU overrides, far past any hardware: 1 GFLOP/s to 1 EFLOP/s and
@@ -263,6 +266,66 @@ void print_largest_model(const PlanFlags& f, CLI::App* app, const plan::Cluster&
                    plan::pad_right("bytes per parameter per GPU", 28), "largest model\n", table);
 }
 
+// --offload: DeepSpeed's offload estimators for the model on this cluster (plan/offload.h).
+void print_offload(const PlanFlags& f, CLI::App* app, const plan::Cluster& c) {
+  int64_t params = 0, largest = 0;
+  std::string what;
+  if (!given(app, "--model") && !given(app, "--layers")) {
+    DTRAIN_CHECK(given(app, "--params") && given(app, "--largest-layer"),
+                 "--offload needs a model: --model PRESET (or a shape), or --params N with "
+                 "--largest-layer M");
+    params = static_cast<int64_t>(std::llround(f.params));
+    largest = static_cast<int64_t>(std::llround(f.largest_layer));
+    what = "--params";
+  } else {
+    const plan::ModelShape m = model_from(f, app);
+    params = plan::param_count(m);
+    largest = given(app, "--largest-layer") ? static_cast<int64_t>(std::llround(f.largest_layer))
+                                            : plan::largest_module_params(m);
+    what = m.name;
+  }
+  const std::vector<plan::OffloadEstimate> rows =
+      plan::deepspeed_offload_estimates(params, largest, c.gpus_per_node, c.nodes);
+  const double gib = 1024.0 * 1024 * 1024;
+  if (f.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const plan::OffloadEstimate& r : rows) {
+      out.push_back({{"zero_stage", r.zero_stage},
+                     {"options", r.options},
+                     {"cpu_bytes_per_node", r.cpu_bytes},
+                     {"gpu_bytes_per_gpu", r.gpu_bytes}});
+    }
+    std::cout << with_build({{"params", params},
+                             {"largest_layer_params", largest},
+                             {"nodes", c.nodes},
+                             {"gpus_per_node", c.gpus_per_node},
+                             {"buffer_factor", plan::kDeepSpeedBufferFactor},
+                             {"convention", "deepspeed"},
+                             {"estimates", out}})
+                     .dump(2)
+              << "\n";
+    return;
+  }
+  std::cout << str("offload estimates for ", what, ": ", plan::format_params(params),
+                   " parameters, largest layer ", plan::format_params(largest), ", on ", c.nodes,
+                   " node(s) x ", c.gpus_per_node, " GPUs\n",
+                   "  convention: DeepSpeed's estimate_zero2/3_model_states_mem_needs (model "
+                   "states only; CPU bytes per parameter as its code has them, 18, 16 or 4 x "
+                   "GPUs, times additional_buffer_factor 1.5); GiB = 2^30 bytes (DeepSpeed "
+                   "prints them as GB)\n\n",
+                   "  ZeRO  per CPU (node)  per GPU     options\n");
+  for (const plan::OffloadEstimate& r : rows) {
+    std::cout << str("  ", plan::pad_right(std::to_string(r.zero_stage), 6),
+                     plan::pad_right(plan::format_fixed(r.cpu_bytes / gib, 2) + " GiB", 16),
+                     plan::pad_right(plan::format_fixed(r.gpu_bytes / gib, 2) + " GiB", 12),
+                     r.options, "\n");
+  }
+  if (c.gpu.memory_bytes > 0) {
+    std::cout << str("  (a GPU here has ", plan::format_fixed(c.gpu.memory_bytes / gib, 2),
+                     " GiB; activations and buffers come on top)\n");
+  }
+}
+
 // --search with layout flags: each one given fixes its axis; the others are searched.
 plan::SearchConstraints search_constraints(const PlanFlags& f, CLI::App* app) {
   DTRAIN_CHECK(!given(app, "--schedule"),
@@ -310,6 +373,10 @@ void run_plan(const PlanFlags& f, CLI::App* app) {
   }
   if (f.largest_model) {
     print_largest_model(f, app, input.cluster);
+    return;
+  }
+  if (f.offload) {
+    print_offload(f, app, input.cluster);
     return;
   }
   input.model = model_from(f, app);
@@ -448,6 +515,15 @@ void add_plan(CLI::App& parent) {
                 "Print the largest model whose states fit each GPU, per ZeRO stage (the ZeRO "
                 "paper's Table 2), for the cluster's memory, --dp, --tp x --pp and --precision")
       ->group("Output");
+  app->add_flag("--offload", f.offload,
+                "Print CPU-offload memory (ZeRO-2 optimizer offload, ZeRO-3 parameter and "
+                "optimizer offload) per node and per GPU, in DeepSpeed's estimator convention")
+      ->group("Output");
+  app->add_option("--largest-layer", f.largest_layer,
+                  "Parameters of the largest layer, for --offload (default: the shape's largest "
+                  "module)")
+      ->check(real_number(1, plan::kMaxParams))
+      ->group("Model");
   app->add_flag("--print-cluster", f.print_cluster,
                 "Print the cluster as JSON (a template for --cluster FILE.json) and exit")
       ->group("Cluster");

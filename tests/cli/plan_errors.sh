@@ -42,6 +42,9 @@ expect_error "--order fixes one layout's rank order" plan --model llama2-70b "${
 expect_error "--search: no valid layout has tp=3 on 64 GPUs" plan --model llama2-70b "${c[@]}" --search --tp 3
 expect_error "--largest-model answers for every model and ZeRO stage: --model does not apply" \
   plan --model llama2-70b "${c[@]}" --largest-model
+expect_error "--offload needs a model: --model PRESET \(or a shape\), or --params N with --largest-layer M" \
+  plan "${c[@]}" --offload --params 7e9
+expect_error "--largest-layer must be in \[1, 1000\]" plan "${c[@]}" --offload --params 1000 --largest-layer 5000
 # Measured rates: one of them, for one layout, not above the peak.
 expect_error "--step-time excludes --achieved-tflops|--achieved-tflops excludes --step-time" \
   plan --model llama2-70b "${c[@]}" --tp 8 --achieved-tflops 300 --step-time 10

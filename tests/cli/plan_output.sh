@@ -5,7 +5,7 @@ source "$(dirname "$0")/lib/expect.bash"
 for flag in --model --layers --hidden --heads --kv-heads --ffn-hidden --vocab --seq-length \
   --params --global-batch --tokens --achieved-tflops --step-time --precision --flops --cluster --nodes --gpu-memory \
   --peak-tflops --intra-bandwidth --inter-bandwidth --dp --tp --pp --vp --zero --micro-batch \
-  --microbatches --recompute --sequence-parallel --schedule --order --search --top --json --largest-model --print-cluster; do
+  --microbatches --recompute --sequence-parallel --schedule --order --search --top --json --largest-model --offload --largest-layer --print-cluster; do
   expect_output "$flag" plan --help
 done
 expect_output "list" scenario --help
@@ -55,6 +55,13 @@ expect_output '"step_source": "--step-time"' "${gpt3[@]}" --step-time 30 --json
 expect_output "1 \(P_os\) +4.188 +7.64B" plan --cluster 8x8xA100 --gpu-memory 32GB --largest-model
 expect_output "3 \(P_os\+g\+p\) +0.250 +2.05T" plan --cluster 128x8xA100 --gpu-memory 32GB --tp 16 --largest-model
 expect_output '"largest_model"' plan --cluster 8x8xA100 --largest-model --json
+# CPU offload in DeepSpeed's convention: its published t5-small output (60M parameters, 16M
+# largest layer, 1 GPU): 1.52 GB per CPU and 0.06 GB per GPU with both offloaded, 0.34 / 1.08
+# without offload and zero_init=0 (DeepSpeed's GB are GiB).
+off=(plan --cluster 1x1xA100 --params 60506624 --largest-layer 16449536 --offload)
+expect_output "3 +1.52 GiB +0.06 GiB +offload_param=cpu, offload_optimizer=cpu, zero_init=1" "${off[@]}"
+expect_output "3 +0.34 GiB +1.08 GiB +offload_param=none, offload_optimizer=none, zero_init=0" "${off[@]}"
+expect_output '"convention": "deepspeed"' "${off[@]}" --json
 # --params sets the state memory: the ZeRO paper's Figure 1, Psi = 7.5B on 64 GPUs with ZeRO-3:
 # 16 Psi / 64 = 1.875 GB (its "1.9GB"), from the llama2-7b preset's shape.
 expect_output "--params 7.50B sets the parameter counts" plan --model llama2-7b --cluster 8x8xA100 \
