@@ -578,9 +578,10 @@ TEST(PlannerVsEngine, TensorParallelActivationsAndBytesEqualThePlan) {
       EXPECT_EQ(r.calls_per_step, as_double(planned_calls));
       EXPECT_EQ(r.bytes_per_step, planned.bytes_per_rank);
       EXPECT_EQ(as_double(activations[static_cast<size_t>(rank)]), m.activations + m.workspace);
-      // Not compared: parameters per rank. The planner gives each rank ceil(1/t) of every
-      // parameter; the engine, as Megatron, replicates the LayerNorms, the biases added after g,
-      // wpe and lnf, and pads the vocabulary to a multiple of t (printed below).
+      // Parameters per rank: the engine's split, as Megatron's (the LayerNorms, the biases added
+      // after g, wpe and lnf whole; the vocabulary padded to a multiple of t), which the planner
+      // counts under ActivationCount::engine.
+      EXPECT_EQ(as_double(r.param_bytes), m.params);
       std::printf(
           "  tp %d rank %d: block f/g sent %.0f (plan %.0f); activations %lld (plan %.0f "
           "+ %.0f); params %lld (plan %.0f)\n",

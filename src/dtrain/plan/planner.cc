@@ -53,6 +53,39 @@ int64_t stage_param_count(const ModelShape& m, const Layout& l, int stage) {
   return scaled_to_override(m, params);
 }
 
+// The engine's own split of a GPT stage over TP (ActivationCount::engine and engine_mixed), as
+// Megatron cuts it: the column- and row-parallel weights, the column-parallel biases and the
+// word embedding (its vocabulary padded to a multiple of tp) are split; the LayerNorms, the
+// two biases added after g, wpe and the final LayerNorm are whole on every rank. The paper's
+// form (stage_param_count) gives every rank ceil(1/tp) of everything.
+int64_t engine_layer_param_count(const ModelShape& m, int tp) {
+  const int64_t h = m.hidden, ffn = m.ffn_or_default();
+  const int64_t split = 3 * h * h + 3 * h + h * h + ffn * h + ffn + h * ffn;
+  return split / tp + 6 * h;  // + ln1 and ln2 (2h each), attn.proj.b and mlp.proj.b (h each)
+}
+
+int64_t engine_stage_param_count(const ModelShape& m, const Layout& l, int stage) {
+  const int64_t h = m.hidden;
+  const int64_t vocab_local = (m.vocab + l.tp - 1) / l.tp;
+  int64_t params = m.layers / l.pp * engine_layer_param_count(m, l.tp);
+  if (stage == 0) params += vocab_local * h + m.seq * h;  // wte's rows, wpe whole
+  if (stage == l.pp - 1) {
+    params += head_param_count(m);            // the final LayerNorm, whole
+    if (l.pp > 1) params += vocab_local * h;  // the last stage's copy of the tied wte
+  }
+  return scaled_to_override(m, params);
+}
+
+bool engine_split(const PlanInput& in) {
+  return in.training.activation_count != ActivationCount::paper &&
+         in.model.family == ModelFamily::gpt;
+}
+
+int64_t stage_params_of(const PlanInput& in, const Layout& l, int stage) {
+  return engine_split(in) ? engine_stage_param_count(in.model, l, stage)
+                          : stage_param_count(in.model, l, stage);
+}
+
 ScheduleKind schedule_of(const Layout& l) {
   return l.vp > 1 ? ScheduleKind::interleaved : l.schedule;
 }
@@ -75,7 +108,7 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
   MemoryBreakdown mem;
   mem.stage = stage;
   mem.layers = m.layers / l.pp;
-  mem.stage_params = stage_param_count(m, l, stage);
+  mem.stage_params = stage_params_of(in, l, stage);
   const ModelStateBytes states = model_state_bytes(mem.stage_params, l.dp, l.zero_stage, sb);
   mem.params = static_cast<double>(states.params);
   mem.grads = static_cast<double>(states.grads);
@@ -111,7 +144,9 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
     mem.activations +=
         mem.inflight_microbatches * stage_boundary_activation_bytes(head, l.pp, l.vp, stage);
   }
-  const int64_t layer_params = scaled_to_override(m, shard_count(layer_param_count(m), l.tp));
+  const int64_t layer_params =
+      scaled_to_override(m, engine_split(in) ? engine_layer_param_count(m, l.tp)
+                                             : shard_count(layer_param_count(m), l.tp));
   double buffers = 0;
   if (l.zero_stage == 3) {
     buffers = static_cast<double>(zero3_gathered_bytes(layer_params, sb));
@@ -373,8 +408,8 @@ void dp_times(const PlanInput& in, const Layout& l, int64_t microbatches, const 
   if (l.dp == 1) return;
   const ModelShape& m = in.model;
   const StateBytes sb = in.training.state_bytes;
-  int64_t params = stage_param_count(m, l, 0);
-  if (l.pp > 1) params = std::max(params, stage_param_count(m, l, l.pp - 1));
+  int64_t params = stage_params_of(in, l, 0);
+  if (l.pp > 1) params = std::max(params, stage_params_of(in, l, l.pp - 1));
   const double grad_bytes = static_cast<double>(params * sb.grad);
   const int64_t pieces =
       l.zero_stage == 3
