@@ -255,13 +255,14 @@ void compare_data_parallel(int dp, int zero, int64_t grad_accum, bool whole_buck
       EXPECT_LE(r.params_peak - r.params, 6 * (u.embeddings + u.block + u.lnf));
       EXPECT_GE(r.params_peak - r.params, 4 * (u.embeddings + u.block));
     } else if (zero == 3) {
-      // The gathered weights at their peak: the planner's ZeRO-3 working set (two layers' weights
-      // and one layer's gradient) less that gradient, plus the tied embeddings, which the engine
-      // keeps gathered from the embedding through the LM head (the planner leaves them out).
+      // The gathered weights at their peak: the planner's ZeRO-3 working set for the engine (two
+      // layers' weights and one layer's gradient, and the tied embeddings' weights and gradient,
+      // which the engine keeps from the embedding through the LM head) less the gradients.
       const double planned_gathered = m.temporary - m.workspace;
       const double layer_grad = as_double(sb.grad * plan::layer_param_count(in.model));
-      const double embeddings = as_double(sb.param * plan::embedding_param_count(in.model));
-      EXPECT_EQ(as_double(r.params_peak - r.params), planned_gathered - layer_grad + embeddings);
+      const double embedding_grad = as_double(sb.grad * plan::embedding_param_count(in.model));
+      EXPECT_EQ(as_double(r.params_peak - r.params),
+                planned_gathered - layer_grad - embedding_grad);
     }
     const comm::Traffic& s = r.traffic;
     if (mixed && !bf16_grad_reduce) {

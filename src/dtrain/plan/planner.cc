@@ -150,6 +150,15 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
   double buffers = 0;
   if (l.zero_stage == 3) {
     buffers = static_cast<double>(zero3_gathered_bytes(layer_params, sb));
+    // The engine keeps the embeddings gathered from the embedding's forward through the tied
+    // LM head's, and their gradient from the head's backward through the embedding's (the
+    // paper's working set is the layers' alone).
+    if (engine_split(in) && (stage == 0 || (stage == l.pp - 1 && l.pp > 1))) {
+      const int64_t vocab_local = (m.vocab + l.tp - 1) / l.tp;
+      const int64_t embeddings =
+          scaled_to_override(m, vocab_local * m.hidden + (stage == 0 ? m.seq * m.hidden : 0));
+      buffers += static_cast<double>(zero3_gathered_bytes(embeddings, sb, 0));
+    }
   } else if (l.dp > 1) {
     buffers = std::min(in.training.bucket_bytes,
                        static_cast<double>(mem.stage_params * sb.grad));  // one bucket in flight
