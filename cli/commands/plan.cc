@@ -162,6 +162,14 @@ plan::Training training_from(const PlanFlags& f, CLI::App* app, const plan::Mode
   return t;
 }
 
+plan::Recompute recompute_flag(const std::string& value) {
+  for (plan::Recompute r :
+       {plan::Recompute::none, plan::Recompute::selective, plan::Recompute::full}) {
+    if (value == plan::name(r)) return r;
+  }
+  throw Error(str("--recompute must be none, selective or full, got '", value, "'"));
+}
+
 plan::Layout layout_from(const PlanFlags& f, CLI::App* app, const plan::PlanInput& in) {
   const plan::Cluster& c = in.cluster;
   plan::Layout l;
@@ -190,16 +198,8 @@ plan::Layout layout_from(const PlanFlags& f, CLI::App* app, const plan::PlanInpu
         in.training.global_batch, " / --dp ", l.dp, " into whole micro-batches");
     l.micro_batch = per_replica / f.microbatches;
   }
+  l.recompute = recompute_flag(f.recompute);
   bool found = false;
-  for (plan::Recompute r :
-       {plan::Recompute::none, plan::Recompute::selective, plan::Recompute::full}) {
-    if (f.recompute == plan::name(r)) {
-      l.recompute = r;
-      found = true;
-    }
-  }
-  DTRAIN_CHECK(found, "--recompute must be none, selective or full, got '", f.recompute, "'");
-  found = false;
   for (plan::ScheduleKind k :
        {plan::ScheduleKind::gpipe, plan::ScheduleKind::one_f_one_b, plan::ScheduleKind::interleaved,
         plan::ScheduleKind::zero_bubble_h1}) {
@@ -345,17 +345,7 @@ plan::SearchConstraints search_constraints(const PlanFlags& f, CLI::App* app) {
   if (given(app, "--micro-batch")) c.micro_batch = f.micro_batch;
   if (given(app, "--microbatches")) c.microbatches = f.microbatches;
   if (given(app, "--sequence-parallel")) c.sequence_parallel = true;
-  if (given(app, "--recompute")) {
-    bool found = false;
-    for (plan::Recompute r :
-         {plan::Recompute::none, plan::Recompute::selective, plan::Recompute::full}) {
-      if (f.recompute == plan::name(r)) {
-        c.recompute = r;
-        found = true;
-      }
-    }
-    DTRAIN_CHECK(found, "--recompute must be none, selective or full, got '", f.recompute, "'");
-  }
+  if (given(app, "--recompute")) c.recompute = recompute_flag(f.recompute);
   return c;
 }
 
