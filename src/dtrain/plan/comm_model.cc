@@ -68,24 +68,27 @@ HierarchicalCost hierarchical_all_reduce_cost(double bytes, int ranks_per_node, 
 }
 
 std::vector<CollectiveCall> dp_collectives(int64_t params, int zero_stage, StateBytes bytes,
-                                           int microbatches, int64_t pieces) {
+                                           int microbatches, int64_t pieces,
+                                           int64_t gather_pieces) {
   DTRAIN_CHECK(zero_stage >= 0 && zero_stage <= 3, "--zero must be 0, 1, 2 or 3, got ", zero_stage);
   DTRAIN_CHECK(microbatches >= 1 && pieces >= 1, "dp_collectives: microbatches ", microbatches,
                " and pieces ", pieces, " must be >= 1");
   const double psi = static_cast<double>(params);
   const double grad_bytes = psi * static_cast<double>(bytes.grad) / static_cast<double>(pieces);
   const double param_bytes = psi * static_cast<double>(bytes.param) / static_cast<double>(pieces);
+  const int64_t gathers = gather_pieces > 0 ? gather_pieces : pieces;
+  const double gather_bytes = psi * static_cast<double>(bytes.param) / static_cast<double>(gathers);
   const int64_t per_mb = pieces * microbatches;
   switch (zero_stage) {
     case 0:
       return {{CollectiveOp::all_reduce, grad_bytes, pieces, "gradients", false}};
     case 1:
       return {{CollectiveOp::reduce_scatter, grad_bytes, pieces, "gradients", false},
-              {CollectiveOp::all_gather, param_bytes, pieces, "updated weights", true}};
+              {CollectiveOp::all_gather, gather_bytes, gathers, "updated weights", true}};
     case 2:
       return {
           {CollectiveOp::reduce_scatter, grad_bytes, per_mb, "gradients, per micro-batch", false},
-          {CollectiveOp::all_gather, param_bytes, pieces, "updated weights", true}};
+          {CollectiveOp::all_gather, gather_bytes, gathers, "updated weights", true}};
     default:
       return {
           {CollectiveOp::all_gather, param_bytes, per_mb, "weights for the forward", true},

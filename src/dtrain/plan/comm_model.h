@@ -77,9 +77,12 @@ HierarchicalCost hierarchical_all_reduce_cost(double bytes, int ranks_per_node, 
 // The collectives data parallelism runs per step for `params` parameters at `zero_stage`, with
 // `microbatches` micro-batches of gradient accumulation, each collective split into `pieces`
 // equal calls (gradient buckets, or ZeRO-3's per-layer gathers). Gradients travel in
-// bytes.grad-byte elements, weights in bytes.param-byte elements.
+// bytes.grad-byte elements, weights in bytes.param-byte elements. `gather_pieces` (0: pieces)
+// splits ZeRO 1-2's all-gather of the updated weights (the engine gathers the whole buffer in
+// one call: 1).
 std::vector<CollectiveCall> dp_collectives(int64_t params, int zero_stage, StateBytes bytes,
-                                           int microbatches = 1, int64_t pieces = 1);
+                                           int microbatches = 1, int64_t pieces = 1,
+                                           int64_t gather_pieces = 0);
 // Their traffic on one of `dp` ranks, summed: with pieces = 1 and one micro-batch, bytes sent are
 // 2 Psi (N-1)/N elements for ZeRO 0-2 and 3 Psi (N-1)/N for ZeRO 3.
 CollectiveTraffic dp_traffic_per_step(int64_t params, int dp, int zero_stage, StateBytes bytes,

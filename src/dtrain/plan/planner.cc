@@ -76,6 +76,42 @@ int64_t engine_stage_param_count(const ModelShape& m, const Layout& l, int stage
   return scaled_to_override(m, params);
 }
 
+// The engine's gradient buckets of pipeline stage `stage` (parallel/data_parallel.h): its units
+// in backward order (the final LayerNorm on the last stage, its blocks, the embeddings), a bucket
+// closed as soon as it holds bucket_bytes; under a pipeline the end stages' embeddings (the tied
+// wte) are a bucket of their own; ZeRO-3 syncs unit by unit. The engine sizes buckets at 4 bytes
+// per element whatever the precision (parallel::make_buckets' default).
+int64_t engine_dp_pieces(const PlanInput& in, const Layout& l, int stage) {
+  const ModelShape& m = in.model;
+  const int64_t h = m.hidden, vocab_local = (m.vocab + l.tp - 1) / l.tp;
+  const bool last = stage == l.pp - 1, first = stage == 0;
+  std::vector<int64_t> units;
+  if (last) units.push_back(head_param_count(m));
+  for (int64_t i = 0; i < m.layers / l.pp; ++i) units.push_back(engine_layer_param_count(m, l.tp));
+  int64_t deferred = 0;
+  if (first) deferred = vocab_local * h + m.seq * h;
+  if (last && l.pp > 1) deferred = vocab_local * h;
+  if (l.zero_stage == 3) return static_cast<int64_t>(units.size()) + (deferred > 0 ? 1 : 0);
+  if (deferred > 0 && l.pp == 1) {
+    units.push_back(deferred);  // one stage: the embeddings are the last unit, not deferred
+    deferred = 0;
+  }
+  int64_t pieces = 0;
+  double open = 0;
+  bool any = false;
+  for (int64_t u : units) {
+    open += static_cast<double>(u * 4);
+    any = true;
+    if (open >= in.training.bucket_bytes) {
+      ++pieces;
+      open = 0;
+      any = false;
+    }
+  }
+  if (any) ++pieces;
+  return pieces + (deferred > 0 ? 1 : 0);
+}
+
 bool engine_split(const PlanInput& in) {
   return in.training.activation_count != ActivationCount::paper &&
          in.model.family == ModelFamily::gpt;
@@ -420,8 +456,11 @@ void dp_times(const PlanInput& in, const Layout& l, int64_t microbatches, const 
   int64_t params = stage_params_of(in, l, 0);
   if (l.pp > 1) params = std::max(params, stage_params_of(in, l, l.pp - 1));
   const double grad_bytes = static_cast<double>(params * sb.grad);
+  const int largest =
+      l.pp > 1 && stage_params_of(in, l, l.pp - 1) > stage_params_of(in, l, 0) ? l.pp - 1 : 0;
   const int64_t pieces =
-      l.zero_stage == 3
+      engine_split(in) ? engine_dp_pieces(in, l, largest)
+      : l.zero_stage == 3
           ? m.layers / l.pp
           : std::max<int64_t>(
                 1, static_cast<int64_t>(std::ceil(grad_bytes / in.training.bucket_bytes)));
@@ -433,7 +472,8 @@ void dp_times(const PlanInput& in, const Layout& l, int64_t microbatches, const 
   const size_t first = rows->size();
   std::vector<bool> in_forward;
   for (const CollectiveCall& call :
-       dp_collectives(params, l.zero_stage, sb, static_cast<int>(microbatches), pieces)) {
+       dp_collectives(params, l.zero_stage, sb, static_cast<int>(microbatches), pieces,
+                      engine_split(in) ? 1 : 0)) {
     const PlacedCost cost = placed_collective_cost(call, group, in.cluster);
     Phase& phase = call.overlaps_forward ? forward : backward;
     phase.time_s += cost.time_s;
