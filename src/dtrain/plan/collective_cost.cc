@@ -131,16 +131,17 @@ CollectiveTraffic collective_traffic(CollectiveOp op, Algorithm algo, double s, 
 }
 
 double bus_bandwidth_factor(CollectiveOp op, int world) {
-  const double n = world;
   switch (op) {
     case CollectiveOp::all_reduce:
-      return 2 * (n - 1) / n;
+      return bus_bandwidth_factor(NcclTestOp::all_reduce, world);
     case CollectiveOp::reduce_scatter:
+      return bus_bandwidth_factor(NcclTestOp::reduce_scatter, world);
     case CollectiveOp::all_gather:
-      return (n - 1) / n;
+      return bus_bandwidth_factor(NcclTestOp::all_gather, world);
     case CollectiveOp::broadcast:
+      return bus_bandwidth_factor(NcclTestOp::broadcast, world);
     case CollectiveOp::reduce:
-      return 1;
+      return bus_bandwidth_factor(NcclTestOp::reduce, world);
   }
   return 1;
 }
