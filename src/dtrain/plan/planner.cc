@@ -64,15 +64,19 @@ int64_t engine_layer_param_count(const ModelShape& m, int tp) {
   return split / tp + 6 * h;  // + ln1 and ln2 (2h each), attn.proj.b and mlp.proj.b (h each)
 }
 
+// The engine's embeddings unit of stage `stage` on one TP rank (0 on the stages between): wte's
+// rows of the padded vocabulary and wpe whole on the first, the tied wte's copy on the last of a
+// pipeline.
+int64_t engine_embedding_params(const ModelShape& m, const Layout& l, int stage) {
+  const int64_t wte_rows = (m.vocab + l.tp - 1) / l.tp * m.hidden;
+  if (stage == 0) return wte_rows + m.seq * m.hidden;
+  return stage == l.pp - 1 ? wte_rows : 0;
+}
+
 int64_t engine_stage_param_count(const ModelShape& m, const Layout& l, int stage) {
-  const int64_t h = m.hidden;
-  const int64_t vocab_local = (m.vocab + l.tp - 1) / l.tp;
   int64_t params = m.layers / l.pp * engine_layer_param_count(m, l.tp);
-  if (stage == 0) params += vocab_local * h + m.seq * h;  // wte's rows, wpe whole
-  if (stage == l.pp - 1) {
-    params += head_param_count(m);            // the final LayerNorm, whole
-    if (l.pp > 1) params += vocab_local * h;  // the last stage's copy of the tied wte
-  }
+  params += engine_embedding_params(m, l, stage);
+  if (stage == l.pp - 1) params += head_param_count(m);  // the final LayerNorm, whole
   return scaled_to_override(m, params);
 }
 
@@ -83,14 +87,10 @@ int64_t engine_stage_param_count(const ModelShape& m, const Layout& l, int stage
 // per element whatever the precision (parallel::make_buckets' default).
 int64_t engine_dp_pieces(const PlanInput& in, const Layout& l, int stage) {
   const ModelShape& m = in.model;
-  const int64_t h = m.hidden, vocab_local = (m.vocab + l.tp - 1) / l.tp;
-  const bool last = stage == l.pp - 1, first = stage == 0;
   std::vector<int64_t> units;
-  if (last) units.push_back(head_param_count(m));
+  if (stage == l.pp - 1) units.push_back(head_param_count(m));
   for (int64_t i = 0; i < m.layers / l.pp; ++i) units.push_back(engine_layer_param_count(m, l.tp));
-  int64_t deferred = 0;
-  if (first) deferred = vocab_local * h + m.seq * h;
-  if (last && l.pp > 1) deferred = vocab_local * h;
+  int64_t deferred = engine_embedding_params(m, l, stage);
   if (l.zero_stage == 3) return static_cast<int64_t>(units.size()) + (deferred > 0 ? 1 : 0);
   if (deferred > 0 && l.pp == 1) {
     units.push_back(deferred);  // one stage: the embeddings are the last unit, not deferred
@@ -189,10 +189,8 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
     // The engine keeps the embeddings gathered from the embedding's forward through the tied
     // LM head's, and their gradient from the head's backward through the embedding's (the
     // paper's working set is the layers' alone).
-    if (engine_split(in) && (stage == 0 || (stage == l.pp - 1 && l.pp > 1))) {
-      const int64_t vocab_local = (m.vocab + l.tp - 1) / l.tp;
-      const int64_t embeddings =
-          scaled_to_override(m, vocab_local * m.hidden + (stage == 0 ? m.seq * m.hidden : 0));
+    if (engine_split(in)) {
+      const int64_t embeddings = scaled_to_override(m, engine_embedding_params(m, l, stage));
       buffers += static_cast<double>(zero3_gathered_bytes(embeddings, sb, 0));
     }
   } else if (l.dp > 1) {
