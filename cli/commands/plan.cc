@@ -13,6 +13,7 @@
 #include "dtrain/core/check.h"
 #include "dtrain/core/units.h"
 #include "dtrain/plan/format.h"
+#include "dtrain/plan/largest_model.h"
 #include "dtrain/plan/offload.h"
 #include "dtrain/plan/planner.h"
 #include "dtrain/plan/report.h"
@@ -35,6 +36,7 @@ struct PlanFlags {
   std::string precision = "mixed";
   int64_t activation_bytes = 2;
   std::string flops = "narayanan";
+  std::string selective_flops = "eq8";
   std::string bucket = "25MiB";
   // Cluster.
   std::string cluster;
@@ -57,6 +59,7 @@ struct PlanFlags {
   bool print_cluster = false;
   bool largest_model = false;
   bool offload = false;
+  std::string offload_convention = "deepspeed";
   double largest_layer = 0;
 };
 
@@ -158,6 +161,10 @@ plan::Training training_from(const PlanFlags& f, CLI::App* app, const plan::Mode
   const auto flops = plan::parse_flops_convention(f.flops);
   DTRAIN_CHECK(flops.has_value(), "--flops must be narayanan or 6nd, got '", f.flops, "'");
   t.flops = *flops;
+  const auto selective = plan::parse_selective_flops(f.selective_flops);
+  DTRAIN_CHECK(selective.has_value(), "--selective-flops must be eq8 or rerun, got '",
+               f.selective_flops, "'");
+  t.selective_flops = *selective;
   t.bucket_bytes = static_cast<double>(parse_bytes(f.bucket, "--bucket"));
   return t;
 }
@@ -223,7 +230,7 @@ void print_largest_model(const PlanFlags& f, CLI::App* app, const plan::Cluster&
                            "--search", "--zero"}) {
     DTRAIN_CHECK(!given(app, flag),
                  "--largest-model answers for every model and ZeRO stage: ", flag,
-                 " does not apply");
+                 " does not apply (with --model or --layers it answers for that shape family)");
   }
   const auto bytes = plan::parse_precision(f.precision);
   DTRAIN_CHECK(bytes.has_value(), "--precision must be one of ", plan::precision_names(), "; got '",
@@ -266,6 +273,79 @@ void print_largest_model(const PlanFlags& f, CLI::App* app, const plan::Cluster&
                    plan::pad_right("bytes per parameter per GPU", 28), "largest model\n", table);
 }
 
+// --largest-model with a model: the widest member of its shape family (its depth, sequence,
+// vocabulary and head size) that fits with activations for the layout the flags give
+// (plan/largest_model.h), per ZeRO stage unless --zero is given.
+void print_largest_shape(const PlanFlags& f, CLI::App* app, const plan::Cluster& cluster) {
+  for (const char* flag : {"--params", "--search"}) {
+    DTRAIN_CHECK(!given(app, flag), "--largest-model with a model searches its width: ", flag,
+                 " does not apply");
+  }
+  plan::PlanInput in;
+  in.cluster = cluster;
+  in.model = model_from(f, app);
+  in.training = training_from(f, app, in.model);
+  plan::validate(in);
+  const plan::Layout base = layout_from(f, app, in);
+  std::string layout_text = plan::describe(base);
+  if (!given(app, "--zero")) {
+    layout_text.replace(layout_text.find(" zero=0"), 7, " zero=(each row)");
+  }
+  std::vector<int> stages = {0, 1, 2, 3};
+  if (given(app, "--zero")) stages = {f.zero};
+  nlohmann::json rows = nlohmann::json::array();
+  std::string table;
+  for (int zero : stages) {
+    plan::Layout l = base;
+    l.zero_stage = zero;
+    const plan::LargestShape r = plan::largest_model_shape(in, l);
+    const plan::MemoryBreakdown& mem = r.memory;
+    rows.push_back({{"zero_stage", zero},
+                    {"hidden", r.model.hidden},
+                    {"heads", r.model.hidden > 0 ? r.model.heads : 0},
+                    {"params", r.params},
+                    {"total_bytes", mem.total()},
+                    {"activations_bytes", mem.activations},
+                    {"states_bytes", mem.params + mem.grads + mem.optimizer},
+                    {"next_width_total_bytes", r.too_wide.total()}});
+    table += str("  ", plan::pad_right(std::to_string(zero), 6),
+                 plan::pad_right(r.model.hidden > 0 ? std::to_string(r.model.hidden) : "-", 9),
+                 plan::pad_right(r.model.hidden > 0 ? std::to_string(r.model.heads) : "-", 7),
+                 plan::pad_right(plan::format_params(static_cast<double>(r.params)), 10),
+                 plan::pad_right(plan::format_gb(mem.params + mem.grads + mem.optimizer), 12),
+                 plan::pad_right(plan::format_gb(mem.activations), 13),
+                 plan::pad_right(plan::format_gb(mem.total()), 11),
+                 r.too_wide.total() > 0 ? plan::format_gb(r.too_wide.total()) : "-", "\n");
+  }
+  if (f.json) {
+    std::cout << with_build({{"family", in.model.name},
+                             {"layers", in.model.layers},
+                             {"seq", in.model.seq},
+                             {"vocab", in.model.vocab},
+                             {"head_size", in.model.hidden / in.model.heads},
+                             {"layout", layout_text},
+                             {"global_batch", in.training.global_batch},
+                             {"memory_bytes", cluster.gpu.memory_bytes},
+                             {"largest_model", rows}})
+                     .dump(2)
+              << "\n";
+    return;
+  }
+  std::cout << str("widest ", in.model.name, "-shaped model that fits ",
+                   plan::format_gb(cluster.gpu.memory_bytes), " per GPU with activations (",
+                   in.model.layers, " layers, s=", in.model.seq, ", V=", in.model.vocab,
+                   ", head size ", in.model.hidden / in.model.heads,
+                   "; heads in steps of tp x "
+                   "the KV group)\n  layout ",
+                   plan::describe(base), ", global batch ", in.training.global_batch,
+                   "; memory is the busiest stage's, as `dtrain plan` reports it (GB = 10^9 "
+                   "bytes)\n\n  ",
+                   plan::pad_right("ZeRO", 6), plan::pad_right("hidden", 9),
+                   plan::pad_right("heads", 7), plan::pad_right("params", 10),
+                   plan::pad_right("states", 12), plan::pad_right("activations", 13),
+                   plan::pad_right("total", 11), "next width up\n", table);
+}
+
 // --offload: DeepSpeed's offload estimators for the model on this cluster (plan/offload.h).
 void print_offload(const PlanFlags& f, CLI::App* app, const plan::Cluster& c) {
   int64_t params = 0, largest = 0;
@@ -284,9 +364,17 @@ void print_offload(const PlanFlags& f, CLI::App* app, const plan::Cluster& c) {
                                             : plan::largest_module_params(m);
     what = m.name;
   }
+  DTRAIN_CHECK(f.offload_convention == "deepspeed" || f.offload_convention == "zero-offload",
+               "--offload-convention must be deepspeed or zero-offload, got '",
+               f.offload_convention, "'");
+  const bool deepspeed = f.offload_convention == "deepspeed";
   const std::vector<plan::OffloadEstimate> rows =
-      plan::deepspeed_offload_estimates(params, largest, c.gpus_per_node, c.nodes);
-  const double gib = 1024.0 * 1024 * 1024;
+      deepspeed ? plan::deepspeed_offload_estimates(params, largest, c.gpus_per_node, c.nodes)
+                : std::vector<plan::OffloadEstimate>{
+                      plan::zero_offload_paper_estimate(params, c.gpus_per_node, c.nodes)};
+  // DeepSpeed's estimators print GiB (as "GB"); the ZeRO-Offload paper's GB are 10^9 bytes.
+  const double gib = deepspeed ? 1024.0 * 1024 * 1024 : 1e9;
+  const char* unit = deepspeed ? " GiB" : " GB";
   if (f.json) {
     nlohmann::json out = nlohmann::json::array();
     for (const plan::OffloadEstimate& r : rows) {
@@ -299,8 +387,8 @@ void print_offload(const PlanFlags& f, CLI::App* app, const plan::Cluster& c) {
                              {"largest_layer_params", largest},
                              {"nodes", c.nodes},
                              {"gpus_per_node", c.gpus_per_node},
-                             {"buffer_factor", plan::kDeepSpeedBufferFactor},
-                             {"convention", "deepspeed"},
+                             {"buffer_factor", deepspeed ? plan::kDeepSpeedBufferFactor : 1.0},
+                             {"convention", f.offload_convention},
                              {"estimates", out}})
                      .dump(2)
               << "\n";
@@ -309,20 +397,25 @@ void print_offload(const PlanFlags& f, CLI::App* app, const plan::Cluster& c) {
   std::cout << str("offload estimates for ", what, ": ", plan::format_params(params),
                    " parameters, largest layer ", plan::format_params(largest), ", on ", c.nodes,
                    " node(s) x ", c.gpus_per_node, " GPUs\n",
-                   "  convention: DeepSpeed's estimate_zero2/3_model_states_mem_needs (model "
-                   "states only; CPU bytes per parameter as its code has them, 18, 16 or 4 x "
-                   "GPUs, times additional_buffer_factor 1.5); GiB = 2^30 bytes (DeepSpeed "
-                   "prints them as GB)\n\n",
+                   deepspeed
+                       ? "  convention: DeepSpeed's estimate_zero2/3_model_states_mem_needs (model "
+                         "states only; CPU bytes per parameter as its code has them, 18, 16 or 4 "
+                         "x GPUs, times additional_buffer_factor 1.5); GiB = 2^30 bytes "
+                         "(DeepSpeed prints them as GB)\n\n"
+                       : "  convention: ZeRO-Offload (Ren et al. 2021): of mixed-precision Adam's "
+                         "16 bytes per parameter, 2 (fp16 weights) per GPU and 14 (fp16 "
+                         "gradients, fp32 weights, two moments) on CPU split over the GPUs; model "
+                         "states only; GB = 10^9 bytes\n\n",
                    "  ZeRO  per CPU (node)  per GPU     options\n");
   for (const plan::OffloadEstimate& r : rows) {
     std::cout << str("  ", plan::pad_right(std::to_string(r.zero_stage), 6),
-                     plan::pad_right(plan::format_fixed(r.cpu_bytes / gib, 2) + " GiB", 16),
-                     plan::pad_right(plan::format_fixed(r.gpu_bytes / gib, 2) + " GiB", 12),
+                     plan::pad_right(plan::format_fixed(r.cpu_bytes / gib, 2) + unit, 16),
+                     plan::pad_right(plan::format_fixed(r.gpu_bytes / gib, 2) + unit, 12),
                      r.options, "\n");
   }
   if (c.gpu.memory_bytes > 0) {
-    std::cout << str("  (a GPU here has ", plan::format_fixed(c.gpu.memory_bytes / gib, 2),
-                     " GiB; activations and buffers come on top)\n");
+    std::cout << str("  (a GPU here has ", plan::format_fixed(c.gpu.memory_bytes / gib, 2), unit,
+                     "; activations and buffers come on top)\n");
   }
 }
 
@@ -359,6 +452,12 @@ void run_plan(const PlanFlags& f, CLI::App* app) {
   input.cluster = cluster_from(f, app);
   if (f.print_cluster) {
     std::cout << plan::to_json(input.cluster).dump(2) << "\n";
+    return;
+  }
+  DTRAIN_CHECK(f.offload || !given(app, "--offload-convention"),
+               "--offload-convention applies to --offload's table: add --offload");
+  if (f.largest_model && (given(app, "--model") || given(app, "--layers"))) {
+    print_largest_shape(f, app, input.cluster);
     return;
   }
   if (f.largest_model) {
@@ -465,6 +564,11 @@ void add_plan(CLI::App& parent) {
   app->add_option("--flops", f.flops,
                   "FLOPs convention: narayanan (Eq. 3 terms, attention included) or 6nd")
       ->group("Training");
+  app->add_option("--selective-flops", f.selective_flops,
+                  "How HFU counts selective recompute: eq8 (Korthikanti et al. 2022 Eq. 8, "
+                  "12Bs^2h per layer: Megatron-LM's published HFU) or rerun (4Bs^2h per layer, "
+                  "the s x s products' forward run again); step time charges rerun either way")
+      ->group("Training");
   app->add_option("--bucket", f.bucket, "Gradient bucket size for data parallelism (25MiB)")
       ->group("Training");
   // Cluster.
@@ -503,11 +607,17 @@ void add_plan(CLI::App& parent) {
       ->group("Cluster");
   app->add_flag("--largest-model", f.largest_model,
                 "Print the largest model whose states fit each GPU, per ZeRO stage (the ZeRO "
-                "paper's Table 2), for the cluster's memory, --dp, --tp x --pp and --precision")
+                "paper's Table 2), for the cluster's memory, --dp, --tp x --pp and --precision; "
+                "with --model (or a custom shape) the widest model of that shape family that "
+                "fits with activations, for the layout flags")
       ->group("Output");
   app->add_flag("--offload", f.offload,
                 "Print CPU-offload memory (ZeRO-2 optimizer offload, ZeRO-3 parameter and "
                 "optimizer offload) per node and per GPU, in DeepSpeed's estimator convention")
+      ->group("Output");
+  app->add_option("--offload-convention", f.offload_convention,
+                  "With --offload: deepspeed (its estimators' rows, GiB) or zero-offload (Ren et "
+                  "al. 2021's split: 2 bytes per parameter on GPU, 14 on CPU, GB)")
       ->group("Output");
   app->add_option("--largest-layer", f.largest_layer,
                   "Parameters of the largest layer, for --offload (default: the shape's largest "

@@ -40,8 +40,16 @@ expect_error "--schedule fixes one layout's schedule; --search ranks 1F1B" \
   plan --model llama2-70b "${c[@]}" --search --schedule gpipe
 expect_error "--order fixes one layout's rank order" plan --model llama2-70b "${c[@]}" --search --order dp-tp-pp
 expect_error "--search: no valid layout has tp=3 on 64 GPUs" plan --model llama2-70b "${c[@]}" --search --tp 3
-expect_error "--largest-model answers for every model and ZeRO stage: --model does not apply" \
-  plan --model llama2-70b "${c[@]}" --largest-model
+expect_error "--largest-model answers for every model and ZeRO stage: --hidden does not apply" \
+  plan "${c[@]}" --largest-model --hidden 4096
+expect_error "--largest-model with a model searches its width: --params does not apply" \
+  plan --model llama2-70b "${c[@]}" --largest-model --params 7e9
+expect_error "--offload-convention applies to --offload's table: add --offload" \
+  plan --model llama2-70b "${c[@]}" --offload-convention zero-offload
+expect_error "--offload-convention must be deepspeed or zero-offload, got 'paper'" \
+  plan --model llama2-70b "${c[@]}" --offload --offload-convention paper
+expect_error "--selective-flops must be eq8 or rerun, got 'eq7'" \
+  plan --model llama2-70b "${c[@]}" --recompute selective --selective-flops eq7
 expect_error "--offload needs a model: --model PRESET \(or a shape\), or --params N with --largest-layer M" \
   plan "${c[@]}" --offload --params 7e9
 expect_error "--largest-layer must be in \[1, 1000\]" plan "${c[@]}" --offload --params 1000 --largest-layer 5000

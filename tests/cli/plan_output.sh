@@ -5,7 +5,8 @@ source "$(dirname "$0")/lib/expect.bash"
 for flag in --model --layers --hidden --heads --kv-heads --ffn-hidden --vocab --seq-length \
   --params --global-batch --tokens --achieved-tflops --step-time --precision --flops --cluster --nodes --gpu-memory \
   --peak-tflops --intra-bandwidth --inter-bandwidth --dp --tp --pp --vp --zero --micro-batch \
-  --microbatches --recompute --sequence-parallel --schedule --order --search --top --json --largest-model --offload --largest-layer --print-cluster; do
+  --microbatches --recompute --sequence-parallel --schedule --order --search --top --json --largest-model --offload --offload-convention --largest-layer --print-cluster \
+  --selective-flops; do
   expect_output "$flag" plan --help
 done
 expect_output "list" scenario --help
@@ -55,6 +56,25 @@ expect_output '"step_source": "--step-time"' "${gpt3[@]}" --step-time 30 --json
 expect_output "1 \(P_os\) +4.188 +7.64B" plan --cluster 8x8xA100 --gpu-memory 32GB --largest-model
 expect_output "3 \(P_os\+g\+p\) +0.250 +2.05T" plan --cluster 128x8xA100 --gpu-memory 32GB --tp 16 --largest-model
 expect_output '"largest_model"' plan --cluster 8x8xA100 --largest-model --json
+# Selective recompute's HFU counts Korthikanti et al.'s Eq. 8 unless told otherwise.
+expect_output "HFU .*counted as Korthikanti et al. Eq. 8: 12Bs\^2h per layer" plan --model llama2-70b "${c[@]}" "${l[@]}"
+expect_output "HFU .*counted as rerun: 4Bs\^2h per layer" plan --model llama2-70b "${c[@]}" "${l[@]}" --selective-flops rerun
+expect_output '"selective_flops": "rerun"' plan --model llama2-70b "${c[@]}" "${l[@]}" --selective-flops rerun --json
+# Each pipeline stage's sends: GPT-3 at dp 16, tp 8 (SP), pp 8, b 1 has M = 1536 / 16 = 96
+# micro-batches of 1 x 2048 x 12288 bf16 values / 8 = 6.29 MB; interior stages send 2 per
+# micro-batch (1.21 GB), the first and the last 1 (0.604 GB).
+g3=(plan --model gpt3-175b --cluster 128x8xA100 --tp 8 --pp 8 --dp 16 --sequence-parallel)
+expect_output "PP bytes sent per stage .*: 0: 0.604 GB, 1: 1.21 GB, .*, 7: 0.604 GB" "${g3[@]}"
+expect_output '"pp_bytes_per_stage"' "${g3[@]}" --json
+# The widest GPT-3-shaped model that fits with activations, per ZeRO stage (the search is
+# checked against the planner in tests/plan/largest_model_test.cc).
+expect_output "widest gpt3-175b-shaped model that fits 80.00 GB per GPU with activations" \
+  "${g3[@]}" --recompute selective --largest-model
+expect_output '"next_width_total_bytes"' "${g3[@]}" --largest-model --zero 1 --json
+# ZeRO-Offload's own split: 2 bytes per parameter per GPU (174.62B x 2 = 349.23 GB) and 14 on CPU
+# over 128 GPUs, 8 per node: 174.62B x 14 x 8 / 128 = 152.79 GB.
+expect_output "2 +152.79 GB +349.23 GB +ZeRO-Offload" plan --model gpt3-175b --cluster 16x8xA100 \
+  --offload --offload-convention zero-offload
 # CPU offload in DeepSpeed's convention: its published t5-small output (60M parameters, 16M
 # largest layer, 1 GPU): 1.52 GB per CPU and 0.06 GB per GPU with both offloaded, 0.34 / 1.08
 # without offload and zero_init=0 (DeepSpeed's GB are GiB).

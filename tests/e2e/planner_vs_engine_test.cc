@@ -482,11 +482,15 @@ void compare_pipeline(const PpCase& k, model::Precision precision = model::Preci
       EXPECT_NEAR(as_double(x.peak_inflight), m.activations, spread);
     }
     EXPECT_EQ(as_double(x.activations_peak - x.peak_inflight), m.workspace + m.layer_scratch);
-    // The planner's PP row is an interior stage's: an activation forward and a gradient backward
-    // per micro-batch and chunk. The first stage sends no gradient for its chunk 0 and the last
-    // no activation for its last chunk: (2v - 1) / (2v) of it.
+    // Each stage sends what the plan gives it: an activation forward and a gradient backward per
+    // micro-batch and chunk, less the first stage's gradient of its chunk 0 and the last
+    // stage's activation of its last chunk, (2v - 1) / (2v) of an interior stage's. The PP row
+    // is the busiest stage's.
+    ASSERT_EQ(p.pp_bytes_per_stage.size(), static_cast<size_t>(k.stages));
+    EXPECT_EQ(as_double(x.bytes_sent), p.pp_bytes_per_stage[static_cast<size_t>(stage)]);
     const bool edge = stage == 0 || stage == k.stages - 1;
-    const double share = edge ? (2.0 * k.chunks - 1) / (2.0 * k.chunks) : 1.0;
+    const bool interior_exists = k.stages > 2;
+    const double share = edge && interior_exists ? (2.0 * k.chunks - 1) / (2.0 * k.chunks) : 1.0;
     EXPECT_EQ(as_double(x.bytes_sent), planned_sent * share);
     std::printf(
         "  %-11s P %d M %d v %d stage %d: %5lld params; in flight %6lld bytes (plan %6.0f, "

@@ -10,6 +10,7 @@
 
 #include "dtrain/core/check.h"
 #include "dtrain/parallel/pipeline_checker.h"
+#include "dtrain/plan/comm_model.h"
 
 namespace dtrain::parallel {
 namespace {
@@ -64,6 +65,13 @@ TEST(PipelineSchedule, EveryScheduleOnTheGridIsValid) {
           const int per_pair = kind == ScheduleKind::zero_bubble_h1 ? 3 : 2;
           for (const auto& actions : s.per_rank) {
             EXPECT_EQ(static_cast<int>(computes(actions).size()), per_pair * m * v);
+          }
+          // Each rank's sends are what the planner charges it (plan::pp_sends_per_microbatch).
+          for (int rank = 0; rank < p; ++rank) {
+            const auto& actions = s.per_rank[static_cast<size_t>(rank)];
+            const auto sends = std::count_if(actions.begin(), actions.end(),
+                                             [](const Action& a) { return is_send(a.kind); });
+            EXPECT_EQ(sends, plan::pp_sends_per_microbatch(p, v, rank) * m) << "rank " << rank;
           }
         }
       }

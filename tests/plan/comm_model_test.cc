@@ -3,6 +3,7 @@
 // all-reduce's phases, and the overlap rule.
 #include <gtest/gtest.h>
 
+#include "dtrain/core/check.h"
 #include "dtrain/plan/comm_model.h"
 
 namespace dtrain::plan {
@@ -97,6 +98,30 @@ TEST(CommModel, TensorParallelPerLayer) {
 TEST(CommModel, PipelineBytesPerMicroBatch) {
   EXPECT_DOUBLE_EQ(pp_bytes_per_microbatch(2, 128, 256, 4, 4, false), 2.0 * 128 * 256 * 4);
   EXPECT_DOUBLE_EQ(pp_bytes_per_microbatch(2, 128, 256, 4, 4, true), 2.0 * 128 * 256 * 4 / 4);
+}
+
+TEST(CommModel, PipelineSendsPerStage) {
+  // Virtual stages k = chunk x P + stage, 0..vP-1: each sends its activations to k + 1 unless it
+  // is the last (vP - 1, on stage P - 1), and its input gradient to k - 1 unless it is the first
+  // (0, on stage 0). Counted here by walking the virtual stages.
+  for (int pp : {1, 2, 3, 4, 8}) {
+    for (int vp : {1, 2, 3}) {
+      int64_t total = 0;
+      for (int stage = 0; stage < pp; ++stage) {
+        int64_t sends = 0;
+        for (int chunk = 0; chunk < vp; ++chunk) {
+          const int k = chunk * pp + stage;
+          if (pp > 1 && k + 1 < vp * pp) ++sends;
+          if (pp > 1 && k > 0) ++sends;
+        }
+        EXPECT_EQ(pp_sends_per_microbatch(pp, vp, stage), sends) << pp << " " << vp << " " << stage;
+        total += sends;
+      }
+      // Every boundary between consecutive virtual stages carries one send each way.
+      EXPECT_EQ(total, pp > 1 ? 2 * (int64_t{vp} * pp - 1) : 0);
+    }
+  }
+  EXPECT_THROW(pp_sends_per_microbatch(4, 1, 4), Error);
 }
 
 TEST(CommModel, HierarchicalAllReducePhases) {

@@ -1,5 +1,6 @@
 // FLOP counts against Narayanan et al. 2021 §5.1 (the 72 and 96 forms of their Eq. 3, derived
-// below) and their end-to-end training-time estimates (GPT-3 in ~34 days, the 1T model in ~84).
+// below) and their end-to-end training-time estimates (GPT-3 in ~34 days, the 1T model in ~84),
+// and selective recompute's HFU against Korthikanti et al. 2022 Eq. 8 and Megatron-LM's pairs.
 #include <gtest/gtest.h>
 
 #include "dtrain/plan/compute_model.h"
@@ -21,9 +22,55 @@ TEST(ComputeModel, NarayananFormsForGpt) {
   const TrainingFlops full = training_flops(m, B, Recompute::full, FlopsConvention::narayanan);
   EXPECT_NEAR(full.model, no_recompute, no_recompute * 1e-12);  // MFU counts no recompute
   EXPECT_NEAR(full.hardware(), eq3, eq3 * 1e-12);
-  // Selective recompute adds only attention's two s x s products: l * 4 B s^2 h.
+  // Selective recompute, as HFU counts it by default (Korthikanti et al. 2022 Eq. 8):
+  // 72 B s l h^2 (1 + s/(3h) + V/(12 l h)), the s/(6h) term doubled: + l * 12 B s^2 h.
+  const double eq8 = 72 * B * s * l * h * h * (1 + s / (3 * h) + V / (12 * l * h));
   const TrainingFlops sel = training_flops(m, B, Recompute::selective, FlopsConvention::narayanan);
-  EXPECT_NEAR(sel.recompute, l * 4 * B * s * s * h, 1);
+  EXPECT_NEAR(sel.model, no_recompute, no_recompute * 1e-12);
+  EXPECT_NEAR(sel.hardware(), eq8, eq8 * 1e-12);
+  EXPECT_NEAR(sel.recompute, l * 12 * B * s * s * h, 1e-12 * sel.recompute);
+  // As the work redone: the two s x s products' forward once more, l * 4 B s^2 h.
+  const TrainingFlops rerun =
+      training_flops(m, B, Recompute::selective, FlopsConvention::narayanan, SelectiveFlops::rerun);
+  EXPECT_NEAR(rerun.recompute, l * 4 * B * s * s * h, 1e-12 * rerun.recompute);
+}
+
+TEST(ComputeModel, SelectiveHfuReproducesMegatronPublishedPairs) {
+  // Megatron-LM's README ("MFU and HFU for select configurations up to 1T parameters", measured
+  // with selective recompute and sequence parallelism, computed as in Korthikanti et al. 2022)
+  // gives MFU / HFU: 22B 41.5% / 43.7%, 175B 51.4% / 52.8%, 530B 56.0% / 57.0%, 1T 56.3% / 57.0%.
+  // One step's time and GPUs are shared, so HFU / MFU = hardware FLOPs / model FLOPs. The shapes
+  // are Korthikanti et al.'s Table 3 (s = 2048, V = 51200). Under Eq. 8 each published MFU,
+  // taken anywhere in its rounding interval [MFU - 0.05, MFU + 0.05), gives the published HFU to
+  // its rounding (the interval scaled by the ratio must meet [HFU - 0.05, HFU + 0.05)); the rerun
+  // count (4Bs^2h) misses the 22B pair by 1.5 points, so it cannot be what they used.
+  struct Row {
+    int64_t layers, hidden, heads;
+    double mfu, hfu;
+  };
+  const Row rows[] = {{48, 6144, 64, 41.5, 43.7},
+                      {96, 12288, 96, 51.4, 52.8},
+                      {105, 20480, 128, 56.0, 57.0},
+                      {128, 25600, 160, 56.3, 57.0}};
+  auto meets = [](double mfu, double hfu, double ratio) {
+    return (mfu - 0.05) * ratio < hfu + 0.05 && (mfu + 0.05) * ratio >= hfu - 0.05;
+  };
+  for (const Row& r : rows) {
+    ModelShape m = model_preset("gpt3-175b");
+    m.layers = r.layers;
+    m.hidden = r.hidden;
+    m.heads = r.heads;
+    const TrainingFlops eq8 =
+        training_flops(m, 1, Recompute::selective, FlopsConvention::narayanan);
+    const TrainingFlops rerun = training_flops(m, 1, Recompute::selective,
+                                               FlopsConvention::narayanan, SelectiveFlops::rerun);
+    const double ratio = eq8.hardware() / eq8.model;
+    EXPECT_TRUE(meets(r.mfu, r.hfu, ratio)) << r.hidden << ": " << r.mfu * ratio;
+    if (r.hidden == 6144) {
+      EXPECT_FALSE(meets(r.mfu, r.hfu, rerun.hardware() / rerun.model))
+          << r.mfu * rerun.hardware() / rerun.model;
+    }
+  }
 }
 
 TEST(ComputeModel, SixNdConvention) {
@@ -67,6 +114,10 @@ TEST(ComputeModel, ConventionNames) {
   EXPECT_EQ(parse_flops_convention("narayanan"), FlopsConvention::narayanan);
   EXPECT_EQ(parse_flops_convention("6nd"), FlopsConvention::six_nd);
   EXPECT_FALSE(parse_flops_convention("7nd").has_value());
+  for (SelectiveFlops c : {SelectiveFlops::korthikanti_eq8, SelectiveFlops::rerun}) {
+    EXPECT_EQ(parse_selective_flops(name(c)), c);
+  }
+  EXPECT_FALSE(parse_selective_flops("eq7").has_value());
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "dtrain/core/check.h"
+#include "dtrain/plan/memory_model.h"
 #include "dtrain/plan/offload.h"
 
 namespace dtrain::plan {
@@ -52,6 +53,26 @@ TEST(Offload, DeepSpeedsZero2EstimatesAreItsTerms) {
   const auto two = deepspeed_offload_estimates(1'000'000'000, 1000, 8, 2);
   EXPECT_DOUBLE_EQ(two[2].cpu_bytes, 1e9 * 9 * 1.5);
   EXPECT_THROW(deepspeed_offload_estimates(10, 20, 1, 1), Error);
+}
+
+// ZeRO-Offload's own convention (Ren et al. 2021): of mixed-precision Adam's 16 bytes per
+// parameter the GPU keeps the fp16 weights (2) and the CPU the rest (14), split over the
+// data-parallel ranks. Its abstract's "over 13 billion parameters on a single GPU" (a 32 GB
+// V100) sits under the states-only bound 32 GB / 2 B = 16B, activations taking the rest.
+TEST(Offload, ZeroOffloadPapersSplitOfTheSixteenBytes) {
+  const int64_t psi = 13'000'000'000;
+  const OffloadEstimate one = zero_offload_paper_estimate(psi, 1, 1);
+  EXPECT_DOUBLE_EQ(one.gpu_bytes, 2.0 * static_cast<double>(psi));
+  EXPECT_DOUBLE_EQ(one.cpu_bytes + one.gpu_bytes,
+                   static_cast<double>(model_state_bytes(psi, 1, 0, kMixedPrecisionAdam).total()));
+  EXPECT_LE(one.gpu_bytes, 32e9);
+  EXPECT_GT(zero_offload_paper_estimate(16'000'000'001, 1, 1).gpu_bytes, 32e9);
+  // 4 nodes x 8 GPUs: each rank's CPU share is 14 Psi / 32, a node holds 8 of them; the GPU
+  // still holds every fp16 weight (ZeRO-2 does not partition them).
+  const OffloadEstimate many = zero_offload_paper_estimate(psi, 8, 4);
+  EXPECT_DOUBLE_EQ(many.gpu_bytes, one.gpu_bytes);
+  EXPECT_DOUBLE_EQ(many.cpu_bytes, 14.0 * static_cast<double>(psi) / 32 * 8);
+  EXPECT_THROW(zero_offload_paper_estimate(0, 1, 1), Error);
 }
 
 }  // namespace

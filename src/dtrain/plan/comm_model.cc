@@ -246,6 +246,13 @@ double pp_bytes_per_microbatch(int64_t micro_batch, int64_t seq, int64_t hidden,
   return sequence_parallel ? activation / tp : activation;
 }
 
+int64_t pp_sends_per_microbatch(int pp, int vp, int stage) {
+  DTRAIN_CHECK(pp >= 1 && vp >= 1 && stage >= 0 && stage < pp, "pp_sends_per_microbatch: stage ",
+               stage, " of pp ", pp, " with vp ", vp);
+  if (pp == 1) return 0;
+  return 2 * int64_t{vp} - (stage == 0 ? 1 : 0) - (stage == pp - 1 ? 1 : 0);
+}
+
 double exposed_time(double total_s, double last_piece_s, double window_s) {
   if (total_s <= 0) return 0;
   return std::max(last_piece_s, total_s - window_s);

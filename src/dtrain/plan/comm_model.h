@@ -160,6 +160,12 @@ std::vector<CollectiveCall> tp_vocab_collectives(int64_t micro_batch, int64_t se
 double pp_bytes_per_microbatch(int64_t micro_batch, int64_t seq, int64_t hidden,
                                int64_t bytes_per_element, int tp, bool sequence_parallel);
 
+// Sends pipeline stage `stage` (0..pp-1) makes per micro-batch with `vp` model chunks per rank:
+// each of its chunks sends its activations forward unless it holds the model's last layers, and
+// its input gradient backward unless it holds the first. Interior stages send 2v; the first and
+// the last 2v - 1 (pp = 1: none). Every schedule sends the same (GPipe, 1F1B, ZB-H1, interleaved).
+int64_t pp_sends_per_microbatch(int pp, int vp, int stage);
+
 // What overlap leaves on the critical path: communication of `total_s`, sent in pieces (buckets,
 // layers) of which the last takes `last_piece_s`, running behind `window_s` of compute that does
 // not wait for it. The last piece always shows: max(last_piece_s, total_s - window_s).

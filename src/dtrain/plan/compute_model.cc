@@ -21,6 +21,22 @@ std::optional<FlopsConvention> parse_flops_convention(std::string_view s) {
   return std::nullopt;
 }
 
+std::string_view name(SelectiveFlops c) {
+  switch (c) {
+    case SelectiveFlops::korthikanti_eq8:
+      return "eq8";
+    case SelectiveFlops::rerun:
+      return "rerun";
+  }
+  return "?";
+}
+
+std::optional<SelectiveFlops> parse_selective_flops(std::string_view s) {
+  if (s == "eq8") return SelectiveFlops::korthikanti_eq8;
+  if (s == "rerun") return SelectiveFlops::rerun;
+  return std::nullopt;
+}
+
 double layer_forward_flops(const ModelShape& m, double tokens, double seq) {
   const double matmul = 2.0 * tokens * static_cast<double>(layer_matmul_param_count(m));
   const double attention = 4.0 * tokens * seq * static_cast<double>(m.hidden);  // QK^T, scores x V
@@ -31,20 +47,25 @@ double logits_forward_flops(const ModelShape& m, double tokens) {
   return 2.0 * tokens * static_cast<double>(m.hidden) * static_cast<double>(m.vocab);
 }
 
-double recompute_flops_per_layer(const ModelShape& m, double tokens, double seq, Recompute r) {
+double recompute_flops_per_layer(const ModelShape& m, double tokens, double seq, Recompute r,
+                                 SelectiveFlops selective) {
   switch (r) {
     case Recompute::none:
       return 0;
-    case Recompute::selective:
-      return 4.0 * tokens * seq * static_cast<double>(m.hidden);
+    case Recompute::selective: {
+      // QK^T and scores x V: 4 * tokens * seq * h forward; Eq. 8 counts them forward and
+      // backward (x3) once more.
+      const double factor = selective == SelectiveFlops::korthikanti_eq8 ? 12.0 : 4.0;
+      return factor * tokens * seq * static_cast<double>(m.hidden);
+    }
     case Recompute::full:
       return layer_forward_flops(m, tokens, seq);
   }
   return 0;
 }
 
-TrainingFlops training_flops(const ModelShape& m, double sequences, Recompute r,
-                             FlopsConvention c) {
+TrainingFlops training_flops(const ModelShape& m, double sequences, Recompute r, FlopsConvention c,
+                             SelectiveFlops selective) {
   DTRAIN_CHECK(sequences >= 0, "training_flops: sequences must be >= 0, got ", sequences);
   const double seq = static_cast<double>(m.seq);
   const double tokens = sequences * seq;
@@ -53,13 +74,13 @@ TrainingFlops training_flops(const ModelShape& m, double sequences, Recompute r,
   if (c == FlopsConvention::narayanan) {
     f.model =
         3.0 * (layers * layer_forward_flops(m, tokens, seq) + logits_forward_flops(m, tokens));
-    f.recompute = layers * recompute_flops_per_layer(m, tokens, seq, r);
+    f.recompute = layers * recompute_flops_per_layer(m, tokens, seq, r, selective);
   } else {
     const double n = static_cast<double>(param_count(m));
     f.model = 6.0 * n * tokens;
     f.recompute = r == Recompute::full ? 2.0 * n * tokens
                   : r == Recompute::selective
-                      ? layers * recompute_flops_per_layer(m, tokens, seq, r)
+                      ? layers * recompute_flops_per_layer(m, tokens, seq, r, selective)
                       : 0.0;
   }
   return f;

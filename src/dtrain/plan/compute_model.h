@@ -6,11 +6,17 @@
 //   without recompute   3 l (24Bsh^2 + 4Bs^2h) + 3 * 2BshV = 72 B s l h^2 (1 + s/(6h) + V/(12 l h))
 //   full recompute      + l (24Bsh^2 + 4Bs^2h) (the forward once more, logits excluded)
 //                       = 96 B s l h^2 (1 + s/(6h) + V/(16 l h))        (their Eq. 3)
-//   selective recompute + l * 4Bs^2h (only attention's two s x s products are redone)
+//   selective recompute, as the work redone: + l * 4Bs^2h (attention's two s x s products run
+//                       forward once more): SelectiveFlops::rerun, what step time charges;
+//                       as Korthikanti et al. 2022 count it for HFU (their Eq. 8):
+//                       72 B s l h^2 (1 + s/(3h) + V/(12 l h)), i.e. + l * 12Bs^2h, the s x s
+//                       products' forward and backward counted once more. Megatron-LM's published
+//                       MFU/HFU pairs follow Eq. 8 (tests/plan/compute_model_test.cc), so it is
+//                       HFU's default: SelectiveFlops::korthikanti_eq8.
 // For other shapes the 24h^2 generalises to 2 x the layer's matrix-multiply weights (GQA, SwiGLU).
 // The 6ND convention counts 6 FLOPs per parameter per token (Kaplan et al. 2020): it ignores the
 // attention s^2 term and charges embeddings as if they were matrix multiplies; full recompute
-// adds 2ND (8ND in all), selective the same l * 4Bs^2h as above.
+// adds 2ND (8ND in all), selective the same per-layer term as above.
 //
 // MFU counts model FLOPs only (no recompute): model FLOPs / (step time x GPUs x peak).
 #pragma once
@@ -33,9 +39,18 @@ std::optional<FlopsConvention> parse_flops_convention(std::string_view s);
 double layer_forward_flops(const ModelShape& m, double tokens, double seq);
 // Forward FLOPs of the logit layer: 2 * tokens * h * V.
 double logits_forward_flops(const ModelShape& m, double tokens);
+// How selective recompute's FLOPs are counted (full and none have one count).
+enum class SelectiveFlops {
+  korthikanti_eq8,  // 12 * tokens * seq * h per layer: Korthikanti et al. 2022 Eq. 8's HFU
+  rerun,            // 4 * tokens * seq * h per layer: the forward of the s x s products, rerun
+};
+std::string_view name(SelectiveFlops c);  // "eq8", "rerun"
+std::optional<SelectiveFlops> parse_selective_flops(std::string_view s);
+
 // FLOPs recompute adds to one layer's backward: its forward (full), attention's s^2 products
-// (selective: 4 * tokens * seq * h), nothing (none).
-double recompute_flops_per_layer(const ModelShape& m, double tokens, double seq, Recompute r);
+// (selective, counted as `selective` says), nothing (none).
+double recompute_flops_per_layer(const ModelShape& m, double tokens, double seq, Recompute r,
+                                 SelectiveFlops selective = SelectiveFlops::rerun);
 
 struct TrainingFlops {
   double model = 0;      // forward + backward, no recompute: what MFU counts
@@ -43,8 +58,10 @@ struct TrainingFlops {
   double hardware() const { return model + recompute; }
 };
 
-// FLOPs of one step over `sequences` sequences of m.seq tokens, in convention `c`.
-TrainingFlops training_flops(const ModelShape& m, double sequences, Recompute r, FlopsConvention c);
+// FLOPs of one step over `sequences` sequences of m.seq tokens, in convention `c`, selective
+// recompute counted as `selective` says.
+TrainingFlops training_flops(const ModelShape& m, double sequences, Recompute r, FlopsConvention c,
+                             SelectiveFlops selective = SelectiveFlops::korthikanti_eq8);
 
 // Wall-clock days to train `tokens` at `tokens_per_s`.
 double days_to_train(double tokens, double tokens_per_s);

@@ -61,4 +61,20 @@ std::vector<OffloadEstimate> deepspeed_offload_estimates(int64_t params, int64_t
   return rows;
 }
 
+OffloadEstimate zero_offload_paper_estimate(int64_t params, int gpus_per_node, int nodes) {
+  DTRAIN_CHECK(params > 0, "--params must be positive, got ", params);
+  DTRAIN_CHECK(gpus_per_node >= 1 && nodes >= 1, "the cluster needs at least one GPU");
+  const double psi = static_cast<double>(params);
+  const double gpus = static_cast<double>(gpus_per_node) * nodes;
+  OffloadEstimate r;
+  r.zero_stage = 2;
+  r.offload_optimizer = true;
+  r.zero_init = false;
+  r.gpu_bytes = 2 * psi;                                       // fp16 weights
+  r.cpu_bytes = (2 + 4 + 4 + 4) * psi / gpus * gpus_per_node;  // fp16 grads, fp32 master, m, v
+  r.options =
+      "ZeRO-Offload: fp16 weights on GPU; fp16 gradients, fp32 weights and Adam moments on CPU";
+  return r;
+}
+
 }  // namespace dtrain::plan

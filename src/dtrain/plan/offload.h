@@ -50,4 +50,13 @@ std::vector<OffloadEstimate> deepspeed_offload_estimates(
     int64_t params, int64_t largest_layer, int gpus_per_node, int nodes,
     double buffer_factor = kDeepSpeedBufferFactor);
 
+// ZeRO-Offload's own convention (Ren et al. 2021, §4, its data-flow graph and §4.2's multi-GPU
+// schedule): mixed-precision Adam's 16 bytes per parameter split as the paper places them. Each
+// GPU keeps the fp16 weights (2 Psi) for forward and backward and sends each fp16 gradient to
+// CPU as it is produced; CPU memory holds the fp16 gradients (2), the fp32 master weights (4)
+// and Adam's two moments (4 + 4), 14 Psi in all, split over the N data-parallel ranks (the
+// ZeRO-2 partition), so a node holds 14 Psi x G / N. Activations and buffers come on top. GB =
+// 10^9 bytes here (the paper's convention). One row: zero_stage 2, offload_optimizer.
+OffloadEstimate zero_offload_paper_estimate(int64_t params, int gpus_per_node, int nodes);
+
 }  // namespace dtrain::plan

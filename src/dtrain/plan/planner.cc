@@ -375,21 +375,23 @@ StageCompute stage_compute(const PlanInput& in, const ModelShape& real_model, co
   const Training& tr = in.training;
   const double batch = static_cast<double>(tr.global_batch);
   StageCompute sc;
-  sc.total = training_flops(real_model, batch, l.recompute, tr.flops);
-  const TrainingFlops reference =
-      tr.flops == FlopsConvention::narayanan
-          ? sc.total
-          : training_flops(real_model, batch, l.recompute, FlopsConvention::narayanan);
-  const double model_scale = reference.model > 0 ? sc.total.model / reference.model : 1;
+  sc.total = training_flops(real_model, batch, l.recompute, tr.flops, tr.selective_flops);
+  // Time charges the work redone, whatever convention HFU reports.
+  const TrainingFlops timed =
+      training_flops(real_model, batch, l.recompute, tr.flops, SelectiveFlops::rerun);
+  const TrainingFlops reference = training_flops(real_model, batch, l.recompute,
+                                                 FlopsConvention::narayanan, SelectiveFlops::rerun);
+  const double model_scale = reference.model > 0 ? timed.model / reference.model : 1;
   const double recompute_scale =
-      reference.recompute > 0 ? sc.total.recompute / reference.recompute : 1;
+      reference.recompute > 0 ? timed.recompute / reference.recompute : 1;
   const double tokens = static_cast<double>(l.micro_batch * m.seq);
   const double seq = static_cast<double>(m.seq);
   const double layers = static_cast<double>(m.layers / l.pp);
   const double rate = in.cluster.gpu.peak_flops * in.cluster.gpu.compute_efficiency;
   const double forward =
       (layers * layer_forward_flops(m, tokens, seq) + logits_forward_flops(m, tokens)) / l.tp;
-  const double recompute = layers * recompute_flops_per_layer(m, tokens, seq, l.recompute) / l.tp;
+  const double recompute =
+      layers * recompute_flops_per_layer(m, tokens, seq, l.recompute, SelectiveFlops::rerun) / l.tp;
   sc.forward_s = forward * model_scale / rate;
   sc.recompute_s = recompute * recompute_scale / rate;
   return sc;
@@ -424,20 +426,27 @@ std::pair<double, double> tp_times(const PlanInput& in, const Layout& l, int64_t
 }
 
 // Seconds of one micro-batch's pipeline sends in each direction (one per chunk); appends the
-// step's row.
+// step's row, the busiest stage's sends (an interior one's, or an edge's when pp = 2), and sets
+// each stage's bytes sent per step.
 double pp_send_time(const PlanInput& in, const Layout& l, int64_t microbatches,
-                    const GroupPlacement& group, std::vector<GroupTraffic>* rows) {
+                    const GroupPlacement& group, std::vector<GroupTraffic>* rows,
+                    std::vector<double>* stage_bytes) {
   if (l.pp == 1) return 0;
   const ModelShape& m = in.model;
   const double bytes = pp_bytes_per_microbatch(
       l.micro_batch, m.seq, m.hidden, in.training.activation_bytes, l.tp, l.sequence_parallel);
   const PlacedCost send = placed_send_cost(bytes, group, in.cluster);
-  const int64_t calls = 2 * l.vp * microbatches;
-  const double n = static_cast<double>(calls);
+  int64_t busiest = 0;
+  for (int stage = 0; stage < l.pp; ++stage) {
+    const int64_t sends = pp_sends_per_microbatch(l.pp, l.vp, stage) * microbatches;
+    stage_bytes->push_back(send.bytes_sent * static_cast<double>(sends));
+    busiest = std::max(busiest, sends);
+  }
+  const double n = static_cast<double>(busiest);
   GroupTraffic row =
       traffic_row("PP", "send/recv", "activations and their gradients", group,
-                  {calls, send.bytes_sent * n, send.time_s * n, send.inter_node, false});
-  row.calls = calls;
+                  {busiest, send.bytes_sent * n, send.time_s * n, send.inter_node, false});
+  row.calls = busiest;
   rows->push_back(row);
   return send.time_s * l.vp;
 }
@@ -514,8 +523,9 @@ Plan evaluate_local(const PlanInput& in, const ModelShape& real_model, const Lay
   const StageCompute sc = stage_compute(in, real_model, l);
   const auto [tp_forward_s, tp_backward_s] = tp_times(
       in, l, microbatches, place_group(Axis::tp, sizes, l.order, c.gpus_per_node), &plan.traffic);
-  const double pp_send_s = pp_send_time(
-      in, l, microbatches, place_group(Axis::pp, sizes, l.order, c.gpus_per_node), &plan.traffic);
+  const double pp_send_s =
+      pp_send_time(in, l, microbatches, place_group(Axis::pp, sizes, l.order, c.gpus_per_node),
+                   &plan.traffic, &plan.pp_bytes_per_stage);
 
   // The pipeline runs on the slowest stage's times, TP collectives and sends included.
   StageTimes times;

@@ -57,6 +57,9 @@ struct Training {
   // step time itself. Tokens/s, MFU, HFU and days then follow from it.
   double achieved_flops_per_gpu = 0;
   double step_time_s = 0;
+  // How HFU (and the hardware FLOPs that --achieved-tflops converts) counts selective
+  // recompute; step time always charges the work redone (SelectiveFlops::rerun).
+  SelectiveFlops selective_flops = SelectiveFlops::korthikanti_eq8;
 };
 
 // Where a plan's step time comes from.
@@ -175,6 +178,9 @@ struct Plan {
   MemoryBreakdown memory;
   std::vector<GroupTraffic> traffic;
   TimeBreakdown time;
+  // Bytes each pipeline stage's rank sends per step (pp_sends_per_microbatch x M x the message;
+  // empty when pp = 1). The PP row of `traffic` is the busiest of them.
+  std::vector<double> pp_bytes_per_stage;
 };
 
 // Memory of one pipeline stage (0 = first) on one GPU; evaluate reports the stage that needs

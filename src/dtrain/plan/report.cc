@@ -67,6 +67,18 @@ std::string traffic_section(const PlanInput& in, const Plan& p) {
          pad_right(format_count(static_cast<double>(g.calls)), 10) +
          pad_right(format_seconds(g.time_s), 11) + format_seconds(g.exposed_s) + "\n";
   }
+  if (!p.pp_bytes_per_stage.empty()) {
+    s += "  PP bytes sent per stage (the row above is the busiest; the first and the last send "
+         "no gradient and no activation at their ends):";
+    for (size_t stage = 0; stage < p.pp_bytes_per_stage.size(); ++stage) {
+      if (p.pp_bytes_per_stage.size() > 8 && stage == 3) {
+        s += " ...";
+        stage = p.pp_bytes_per_stage.size() - 3;
+      }
+      s += str(stage == 0 ? " " : ", ", stage, ": ", format_gb(p.pp_bytes_per_stage[stage]));
+    }
+    s += "\n";
+  }
   return s;
 }
 
@@ -112,7 +124,13 @@ std::string time_section(const PlanInput& in, const Plan& p) {
                   : "Narayanan Eq. 3's terms: matmuls, attention's QK^T and AV, logits; x3 "
                     "for backward",
            "; no recompute); HFU ", format_percent(t.hfu),
-           " (recompute's FLOPs added: ", name(p.layout.recompute), ")\n");
+           " (recompute's FLOPs added: ", name(p.layout.recompute),
+           p.layout.recompute == Recompute::selective
+               ? (in.training.selective_flops == SelectiveFlops::korthikanti_eq8
+                      ? ", counted as Korthikanti et al. Eq. 8: 12Bs^2h per layer"
+                      : ", counted as rerun: 4Bs^2h per layer")
+               : "",
+           ")\n");
   if (t.days > 0) {
     s += str("  training    ", format_params(in.training.tokens), " tokens in ",
              format_fixed(t.days, 1), " days; compute 6ND = ", format_sci(t.total_flops_6nd),
@@ -245,6 +263,7 @@ json input_json(const PlanInput& in) {
               {"optimizer", t.state_bytes.optimizer}}},
             {"activation_bytes", t.activation_bytes},
             {"flops_convention", name(t.flops)},
+            {"selective_flops", name(t.selective_flops)},
             {"bucket_bytes", t.bucket_bytes}}}};
 }
 
@@ -285,6 +304,7 @@ json plan_json(const Plan& p) {
             {"fits", m.fits()},
             {"headroom_bytes", m.headroom()}}},
           {"communication", traffic},
+          {"pp_bytes_per_stage", p.pp_bytes_per_stage},
           {"bubble",
            {{"fraction_of_total", t.bubble.fraction_of_total},
             {"fraction_of_ideal", t.bubble.fraction_of_ideal},

@@ -282,8 +282,8 @@ RankRow measure_rank(const Engine& e) {
                                             model.stage().head),
                  c.tp) *
       M;
-  r.pp_formula = static_cast<double>(count_sends(schedule, me.pp)) *
-                 plan::pp_bytes_per_microbatch(b, T, g.channels, act, c.tp, sp);
+  r.pp_formula = static_cast<double>(plan::pp_sends_per_microbatch(c.pp, schedule.chunks, me.pp)) *
+                 M * plan::pp_bytes_per_microbatch(b, T, g.channels, act, c.tp, sp);
   plan::StageDataParallel stage;
   stage.params = r.param_count;
   stage.zero_stage = c.zero_stage;
