@@ -11,7 +11,9 @@ function(dtrain_layer name)
     file(WRITE ${sources} "// A layer with headers only.\n")
   endif()
   add_library(${name} STATIC ${sources})
-  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src ${PROJECT_BINARY_DIR}/generated)
+  target_include_directories(${name} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/src>
+                             $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/generated>
+                             $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   target_compile_options(${name} PRIVATE ${DTRAIN_WARNINGS})
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
 endfunction()

@@ -1,8 +1,15 @@
 # Build options. Feature flags are always defined as 0/1 in the generated config header.
-option(DTRAIN_TESTS "Build the GoogleTest suite" ON)
-option(DTRAIN_BENCHMARKS "Build the benchmark library used by `dtrain bench`" ON)
+# Tests and benchmarks are dtrain's own: a project that adds dtrain with add_subdirectory or
+# FetchContent builds neither unless it asks.
+option(DTRAIN_TESTS "Build the GoogleTest suite" ${PROJECT_IS_TOP_LEVEL})
+option(DTRAIN_BENCHMARKS "Build the benchmark library used by `dtrain bench`" ${PROJECT_IS_TOP_LEVEL})
+set(DTRAIN_PYTHON "AUTO" CACHE STRING
+    "Build the Python module (pybind11): ON, OFF or AUTO (if pybind11 and Python are found)")
 option(DTRAIN_WERROR "Treat warnings as errors (scripts and CI turn it on)" OFF)
-option(DTRAIN_NATIVE "Compile for this machine's CPU (-march=native)" ON)
+# Portable by default: the baseline x86-64 build runs on any machine of the distribution's
+# architecture, and the hot loops pick AVX2/AVX-512 at run time (core/cpu_dispatch.h); OpenBLAS
+# and oneDNN dispatch their own kernels. DTRAIN_NATIVE=ON compiles everything for this machine.
+option(DTRAIN_NATIVE "Compile for this machine's CPU (-march=native): faster here, may crash elsewhere" OFF)
 set(DTRAIN_WITH_MPI "AUTO" CACHE STRING "Build the OpenMPI backend: ON, OFF or AUTO (if found)")
 set(DTRAIN_WITH_DNNL "AUTO" CACHE STRING "Use oneDNN for bf16 GEMM: ON, OFF or AUTO (if found)")
 set(DTRAIN_SANITIZE "" CACHE STRING "Sanitizers: empty, 'address,undefined' or 'thread'")
@@ -13,7 +20,11 @@ if(DTRAIN_WERROR)
 endif()
 if(DTRAIN_NATIVE)
   add_compile_options(-march=native)
+  add_compile_definitions(DTRAIN_NATIVE_BUILD=1)
 endif()
+# Position-independent code: the static layers link into the Python module (a shared object)
+# as well as into the executable.
+set(CMAKE_POSITION_INDEPENDENT_CODE ON)
 if(DTRAIN_SANITIZE)
   # -fno-sanitize-recover: undefined behaviour aborts the test instead of printing and going on;
   # -g1: line numbers in reports at little build cost; -O1 (after Release's -O3, so it wins):

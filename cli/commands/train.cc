@@ -21,6 +21,7 @@
 #include "dtrain/train/progress.h"
 #include "dtrain/train/report.h"
 #include "dtrain/train/run.h"
+#include "embedded.h"
 #include "validators.h"
 
 namespace dtrain::cli {
@@ -290,7 +291,11 @@ void add_train(CLI::App& app) {
       signals.emplace(stop);
       opt.stop = &stop;
     }
-    const train::TrainSummary summary = train::run_training(opt, &progress, &reporter);
+    // In process (the Python module), the caller's observer replaces the progress printer.
+    const EmbeddedHooks* embedded = embedded_hooks();
+    train::TrainObserver* observer =
+        embedded != nullptr && embedded->observer != nullptr ? embedded->observer : &progress;
+    const train::TrainSummary summary = train::run_training(opt, observer, &reporter);
     signals.reset();
     if (!reporter) return;  // under mpirun, the process holding rank 0 prints
     if (f->json) {

@@ -34,12 +34,10 @@ inline float round_to_bf16(float f) {
   return to_float(to_bf16(f));
 }
 
-// Array conversions (loops the compiler vectorises).
-inline void to_bf16(const float* in, bf16* out, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) out[i] = to_bf16(in[i]);
-}
-inline void to_float(const bf16* in, float* out, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) out[i] = to_float(in[i]);
-}
+// Array conversions: loops the compiler vectorises, out of line so that the portable build
+// picks AVX-512 or AVX2 clones at run time (bf16.cc, cpu_dispatch.h). Bitwise the element-wise
+// conversions above.
+void to_bf16(const float* in, bf16* out, int64_t count);
+void to_float(const bf16* in, float* out, int64_t count);
 
 }  // namespace dtrain

@@ -1,6 +1,7 @@
 // adamw_update: one fused pass over the span. Bias corrections are computed in double once
 // per call; the per-element work is float, in blocks of 16 that vectorize.
 #include "dtrain/optim/adamw.h"
+#include "dtrain/core/cpu_dispatch.h"
 
 #include <algorithm>
 #include <cmath>
@@ -33,9 +34,9 @@ inline void sqrt_block(float* x) {
 
 }  // namespace
 
-void adamw_update(std::span<float> params, std::span<const float> grads, std::span<float> m,
-                  std::span<float> v, const AdamWConfig& c, float lr, int64_t step,
-                  float grad_scale) {
+DTRAIN_MULTIVERSION void adamw_update(std::span<float> params, std::span<const float> grads,
+                                      std::span<float> m, std::span<float> v, const AdamWConfig& c,
+                                      float lr, int64_t step, float grad_scale) {
   DTRAIN_CHECK(
       grads.size() == params.size() && m.size() == params.size() && v.size() == params.size(),
       "adamw_update: spans differ in length (params ", params.size(), ", grads ", grads.size(),

@@ -1,7 +1,10 @@
 // Byte tokenizer, corpus loading, split and batch sampling.
 #include "dtrain/train/data.h"
 
+#include <dlfcn.h>
+
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -25,9 +28,28 @@ std::string detokenize_bytes(std::span<const int32_t> tokens) {
 }
 
 std::string default_corpus_path() {
-  // This file is <root>/src/dtrain/train/data.cc; the corpus is <root>/data/corpus.txt.
-  const std::filesystem::path root =
-      std::filesystem::path(__FILE__).parent_path().parent_path().parent_path().parent_path();
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  // 1. DTRAIN_DATA_DIR, where the user put the data files.
+  if (const char* dir = std::getenv("DTRAIN_DATA_DIR"); dir != nullptr && *dir != '\0') {
+    return (fs::path(dir) / "corpus.txt").string();
+  }
+  // 2. An installed tree: share/dtrain/corpus.txt above the binary holding this code (the
+  // dtrain command in bin/, or the Python module a few folders under lib/), so an installed
+  // copy is relocatable.
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<const void*>(&default_corpus_path), &info) != 0 &&
+      info.dli_fname != nullptr) {
+    fs::path dir = fs::weakly_canonical(fs::path(info.dli_fname), ec).parent_path();
+    for (int up = 0; up < 5 && !dir.empty(); ++up, dir = dir.parent_path()) {
+      const fs::path candidate = dir / "share" / "dtrain" / "corpus.txt";
+      if (fs::exists(candidate, ec)) return candidate.string();
+      if (dir == dir.parent_path()) break;
+    }
+  }
+  // 3. The source tree this binary was built from: this file is <root>/src/dtrain/train/data.cc
+  // and the corpus <root>/data/corpus.txt.
+  const fs::path root = fs::path(__FILE__).parent_path().parent_path().parent_path().parent_path();
   return (root / "data" / "corpus.txt").string();
 }
 

@@ -16,7 +16,9 @@ inline constexpr int64_t kByteVocab = 256;  // token = byte value
 std::vector<int32_t> tokenize_bytes(std::string_view text);
 std::string detokenize_bytes(std::span<const int32_t> tokens);
 
-// data/corpus.txt of the source tree this binary was built from (see data/README.md).
+// The default corpus: $DTRAIN_DATA_DIR/corpus.txt when that is set, else share/dtrain/corpus.txt
+// of the installed tree holding this binary, else data/corpus.txt of the source tree it was
+// built from (see data/README.md).
 std::string default_corpus_path();
 
 // The bytes of `path` as tokens. Throws Error naming --data when the file is missing,

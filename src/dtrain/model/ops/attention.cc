@@ -3,6 +3,7 @@
 // (dscore = att * (datt - rowsum(att * datt))), dQ += dscore K / sqrt(HS), dK += dscore^T Q /
 // sqrt(HS).
 #include "dtrain/model/ops/attention.h"
+#include "dtrain/core/cpu_dispatch.h"
 
 #include <algorithm>
 #include <array>
@@ -45,6 +46,31 @@ void for_each_head(const Compute& cx, int64_t B, int64_t NH, int64_t pair_work, 
   }
 }
 
+// Causal softmax of each row i of a (T, T) score block over columns 0..i, in place; exact zeros
+// above the diagonal.
+DTRAIN_MULTIVERSION void causal_softmax(float* a, int64_t T) {
+  for (int64_t i = 0; i < T; ++i) {
+    float* row = a + i * T;
+    const float m = max_of(row, i + 1);
+    for (int64_t j = 0; j <= i; ++j) row[j] = exp_approx(row[j] - m);
+    const float inv = 1.0f / sum(row, i + 1);
+    for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+    for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
+  }
+}
+
+// Softmax backward in place: ds = a * (ds - rowsum(a * ds)); a is 0 above the diagonal, so
+// those entries become 0.
+DTRAIN_MULTIVERSION void causal_softmax_backward(float* ds, const float* a, int64_t T) {
+  for (int64_t i = 0; i < T; ++i) {
+    const float* arow = a + i * T;
+    float* row = ds + i * T;
+    const float s = dot(arow, row, i + 1);
+    for (int64_t j = 0; j <= i; ++j) row[j] = arow[j] * (row[j] - s);
+    for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
+  }
+}
+
 }  // namespace
 
 void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
@@ -60,15 +86,7 @@ void attention_forward(float* out, float* att, const float* qkv, int64_t B, int6
                   float* a = att + (b * NH + h) * T * T;  // (T, T)
                   // scores (T, T) = scale * q @ k^T
                   sgemm(Trans::no, Trans::yes, T, T, HS, scale, q, C3, k, C3, 0.0f, a, T, mx);
-                  // causal softmax of each row i over columns 0..i; exact zeros above the diagonal
-                  for (int64_t i = 0; i < T; ++i) {
-                    float* row = a + i * T;
-                    const float m = max_of(row, i + 1);
-                    for (int64_t j = 0; j <= i; ++j) row[j] = exp_approx(row[j] - m);
-                    const float inv = 1.0f / sum(row, i + 1);
-                    for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
-                    for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
-                  }
+                  causal_softmax(a, T);
                   // out (T, HS), row stride C = att @ v
                   sgemm(Trans::no, Trans::no, T, HS, T, 1.0f, a, T, v, C3, 0.0f,
                         out + b * T * C + h * HS, C, mx);
@@ -95,14 +113,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
     sgemm(Trans::yes, Trans::no, T, HS, T, 1.0f, a, T, d, C, 1.0f, dv, C3, mx);
     // datt (T, T) = dout @ v^T
     sgemm(Trans::no, Trans::yes, T, T, HS, 1.0f, d, C, v, C3, 0.0f, ds, T, mx);
-    // softmax backward in place; att is 0 above the diagonal, so those entries become 0
-    for (int64_t i = 0; i < T; ++i) {
-      const float* arow = a + i * T;
-      float* row = ds + i * T;
-      const float s = dot(arow, row, i + 1);
-      for (int64_t j = 0; j <= i; ++j) row[j] = arow[j] * (row[j] - s);
-      for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
-    }
+    causal_softmax_backward(ds, a, T);
     // dq (T, HS) += scale * dscores @ k;  dk (T, HS) += scale * dscores^T @ q
     sgemm(Trans::no, Trans::no, T, HS, T, scale, ds, T, k, C3, 1.0f, dq, C3, mx);
     sgemm(Trans::yes, Trans::no, T, HS, T, scale, ds, T, q, C3, 1.0f, dk, C3, mx);

@@ -1,6 +1,7 @@
 // GELU forward and backward without tanh: with e = exp(2u), 1 + tanh(u) = 2e / (e + 1) and
 // 1 - tanh(u)^2 = 4e / (e + 1)^2, which (unlike 1 + tanh) do not cancel for x << 0.
 #include "dtrain/model/ops/gelu.h"
+#include "dtrain/core/cpu_dispatch.h"
 
 #include <cmath>
 #include <numbers>
@@ -17,7 +18,8 @@ float gelu_scale() {
   return static_cast<float>(std::sqrt(2.0 / std::numbers::pi));
 }
 
-void gelu_forward_range(float* out, const float* inp, int64_t begin, int64_t end) {
+DTRAIN_MULTIVERSION void gelu_forward_range(float* out, const float* inp, int64_t begin,
+                                            int64_t end) {
   const float s = gelu_scale();
   for (int64_t i = begin; i < end; ++i) {
     const float x = inp[i];
@@ -27,8 +29,8 @@ void gelu_forward_range(float* out, const float* inp, int64_t begin, int64_t end
   }
 }
 
-void gelu_backward_range(float* dinp, const float* inp, const float* dout, int64_t begin,
-                         int64_t end) {
+DTRAIN_MULTIVERSION void gelu_backward_range(float* dinp, const float* inp, const float* dout,
+                                             int64_t begin, int64_t end) {
   const float s = gelu_scale();
   for (int64_t i = begin; i < end; ++i) {
     const float x = inp[i];

@@ -1,18 +1,20 @@
 // LayerNorm: two-pass mean and variance per row; the backward is the closed form
 // dinp = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * weight.
 #include "dtrain/model/ops/layernorm.h"
+#include "dtrain/core/cpu_dispatch.h"
 
 #include <cmath>
 
 #include "dtrain/model/ops/vector_math.h"
 
 namespace dtrain::model {
+namespace {
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int64_t B, int64_t T, int64_t C, const Compute& cx) {
+DTRAIN_MULTIVERSION void layernorm_forward_rows(float* out, float* mean, float* rstd,
+                                                const float* inp, const float* weight,
+                                                const float* bias, int64_t C, Range r) {
   const float inv_c = 1.0f / static_cast<float>(C);
-  const int64_t rows = B * T;
-  parallel_ranges(cx.team_for(rows * C, 32768), rows, 1, [&](Range r) {
+  {
     for (int64_t row = r.begin; row < r.end; ++row) {
       const float* x = inp + row * C;
       float* o = out + row * C;
@@ -24,12 +26,23 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
       mean[row] = m;
       rstd[row] = s;
     }
+  }
+}
+
+}  // namespace
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t B, int64_t T, int64_t C, const Compute& cx) {
+  const int64_t rows = B * T;
+  parallel_ranges(cx.team_for(rows * C, 32768), rows, 1, [&](Range r) {
+    layernorm_forward_rows(out, mean, rstd, inp, weight, bias, C, r);
   });
 }
 
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean, const float* rstd,
-                        int64_t B, int64_t T, int64_t C) {
+DTRAIN_MULTIVERSION void layernorm_backward(float* dinp, float* dweight, float* dbias,
+                                            const float* dout, const float* inp,
+                                            const float* weight, const float* mean,
+                                            const float* rstd, int64_t B, int64_t T, int64_t C) {
   const float inv_c = 1.0f / static_cast<float>(C);
   for (int64_t row = 0; row < B * T; ++row) {
     const float* d = dout + row * C;
