@@ -19,6 +19,7 @@
 #include "dtrain/plan/memory_model.h"
 #include "dtrain/train/engine.h"
 #include "dtrain/train/layout_report.h"
+#include "dtrain/train/token_file.h"
 
 namespace dtrain::train {
 
@@ -112,8 +113,8 @@ RunRecord run_record(const TrainOptions& o, const StepConfig& engine, const Trai
   s.data_name = o.data.empty() ? "(default corpus)" : o.data;
   s.data_tokens = static_cast<int64_t>(data.train.size() + data.val.size());
   // CRC of train then val, continued across the two: the same tokens give the same number.
-  s.data_crc32 = crc32(std::as_bytes(std::span<const int32_t>(data.val)),
-                       crc32(std::as_bytes(std::span<const int32_t>(data.train))));
+  // Over the tokens as stored (int32 for text, uint16 for a token file).
+  s.data_crc32 = crc32(data.val.bytes(), crc32(data.train.bytes()));
   const CheckpointConfig& c = o.checkpoint;
   if (!c.resume.empty()) {
     const CheckpointManifest found = read_manifest(c.resume);
@@ -186,8 +187,17 @@ TrainSetup resolve(const TrainOptions& o) {
   m.heads = o.heads.value_or(m.heads);
   m.channels = o.channels.value_or(m.channels);
   model::validate(m);
-  DTRAIN_CHECK(m.vocab >= kByteVocab, "--vocab ", m.vocab, " is smaller than the ", kByteVocab,
-               " symbols of the byte tokenizer");
+  // The data before the model: a token file sets the vocabulary.
+  const std::string path = o.data.empty() ? default_corpus_path() : o.data;
+  DTRAIN_CHECK(!o.data.empty() || std::filesystem::exists(path), "the default corpus '", path,
+               "' is missing (run data/make_corpus.py to write it, or pass --data FILE)");
+  TokenData data = load_token_data(path, o.vocab);
+  if (data.format == TokenFileFormat::text) {
+    DTRAIN_CHECK(m.vocab >= kByteVocab, "--vocab ", m.vocab, " is smaller than the ", kByteVocab,
+                 " symbols of the byte tokenizer");
+  } else {
+    m.vocab = data.vocab;
+  }
 
   const int64_t B = o.batch.value_or(preset.batch);
   const int64_t T = o.seq.value_or(m.context);
@@ -226,7 +236,7 @@ TrainSetup resolve(const TrainOptions& o) {
 
   TrainerConfig& t = setup.trainer;
   t.model = m;
-  t.model_name = custom ? "custom" : preset.name;
+  t.model_name = custom || m.vocab != preset.config.vocab ? "custom" : preset.name;
   t.steps = o.steps;
   t.batch = B;
   t.seq = T;
@@ -239,10 +249,7 @@ TrainSetup resolve(const TrainOptions& o) {
   t.recompute = o.recompute;
   t.max_rank_memory = l.max_rank_memory;
 
-  const std::string path = o.data.empty() ? default_corpus_path() : o.data;
-  DTRAIN_CHECK(!o.data.empty() || std::filesystem::exists(path), "the default corpus '", path,
-               "' is missing (run data/make_corpus.py to write it, or pass --data FILE)");
-  setup.data = split_train_val(load_byte_tokens(path), o.val_fraction, path);
+  setup.data = split_train_val(std::move(data.tokens), o.val_fraction, path);
   check_split_fits(setup.data, T, o.seq ? "--seq" : "--context");
   // Evaluation batches beyond the split's distinct windows would repeat the same tokens.
   const int64_t distinct_eval_batches =
