@@ -22,6 +22,7 @@
 #include "dtrain/train/data.h"
 #include "dtrain/train/engine.h"
 #include "dtrain/train/layout.h"
+#include "dtrain/train/safetensors.h"
 #include "dtrain/train/token_file.h"
 
 namespace fs = std::filesystem;
@@ -126,6 +127,19 @@ void token_file_seeds(const fs::path& dir) {
   write_seed(dir, "text", std::string(1, '\0') + "some text");
 }
 
+// safetensors_fuzz: the real writer's files, F32 and BF16, with metadata and a scalar.
+void safetensors_seeds(const fs::path& dir) {
+  const std::vector<dtrain::train::SafetensorsTensor> tensors = {
+      {"wte.weight", {4, 2}, {0.5f, -1, 2, 3, 4, 5, 6, 7}},
+      {"h.0.ln_1.bias", {2}, {1e-3f, -2}},
+      {"scalar", {}, {42}}};
+  write_seed(dir, "f32",
+             dtrain::train::safetensors_bytes(tensors, dtrain::train::SafetensorsDtype::f32,
+                                              {{"format", "pt"}}));
+  write_seed(dir, "bf16",
+             dtrain::train::safetensors_bytes(tensors, dtrain::train::SafetensorsDtype::bf16));
+}
+
 void all_checkpoint_seeds(const fs::path& out) {
   const fs::path tmp =
       fs::temp_directory_path() / ("dtrain-fuzz-seeds-" + std::to_string(::getpid()));
@@ -161,6 +175,7 @@ int main(int argc, char** argv) {
   try {
     cluster_seeds(root / "cluster_fuzz");
     token_file_seeds(root / "token_file_fuzz");
+    safetensors_seeds(root / "safetensors_fuzz");
     all_checkpoint_seeds(root);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fuzz_seeds: %s\n", e.what());
