@@ -254,6 +254,15 @@ void add_train(CLI::App& app) {
                   "Continue from a checkpoint directory, or from DIR/latest of a --save DIR; "
                   "any layout can read it")
       ->check(kNotEmpty);
+  cmd->add_option("--init-from", o.init_from,
+                  "Start from the weights of a Hugging Face GPT-2 folder (model.safetensors + "
+                  "config.json, as dtrain export writes); the model's shape is its config's; any "
+                  "layout")
+      ->check(kNotEmpty);
+  cmd->add_option("--write-eval-batch", o.eval_batch_out,
+                  "Write validation batch 0 to FILE: int32 inputs (B, T) then targets (B, T), "
+                  "little-endian (its loss is the first validation loss with --eval-batches 1)")
+      ->check(kNotEmpty);
   cmd->add_flag("--overwrite", o.checkpoint.overwrite,
                 "With --save: take over a directory holding another run's checkpoints (they are "
                 "removed when this run writes its first checkpoint)");

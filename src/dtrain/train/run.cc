@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <span>
 
@@ -18,6 +19,7 @@
 #include "dtrain/plan/hardware.h"
 #include "dtrain/plan/memory_model.h"
 #include "dtrain/train/engine.h"
+#include "dtrain/train/hf_gpt2.h"
 #include "dtrain/train/layout_report.h"
 #include "dtrain/train/token_file.h"
 
@@ -87,6 +89,7 @@ void check_paths(const TrainOptions& o) {
     (void)plan::read_cluster_file(o.layout.cluster_path);  // parsed and range-checked now
   }
   if (!o.data.empty()) check_input_file(o.data, "--data");
+  if (!o.eval_batch_out.empty()) check_output_file(o.eval_batch_out, "--write-eval-batch");
   if (!o.checkpoint.resume.empty()) {
     DTRAIN_CHECK(std::filesystem::is_directory(o.checkpoint.resume), "--resume ",
                  o.checkpoint.resume, ": no such directory");
@@ -135,6 +138,39 @@ RunRecord run_record(const TrainOptions& o, const StepConfig& engine, const Trai
     check_save_directory(c.save_dir, run.id, !c.resume.empty(), c.overwrite);
   }
   return run;
+}
+
+// --init-from DIR: the model's shape is config.json's; a shape flag given as well must agree.
+void take_init_from_shape(const TrainOptions& o, model::GptConfig& m) {
+  DTRAIN_CHECK(o.checkpoint.resume.empty(), "--init-from and --resume: a resume continues the ",
+               "checkpoint's weights; give one of them");
+  DTRAIN_CHECK(std::filesystem::is_directory(o.init_from), "--init-from ", o.init_from,
+               ": no such directory (a folder written by dtrain export)");
+  const std::string path = (std::filesystem::path(o.init_from) / kHfConfigName).string();
+  check_input_file(path, "--init-from");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(std::ifstream(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str("--init-from ", path, ": not valid JSON (", e.what(), ")"));
+  }
+  model::GptConfig c;
+  try {
+    c = parse_hf_gpt2_config(j, path);
+  } catch (const Error& e) {
+    throw Error(str("--init-from ", e.what()));
+  }
+  const auto agree = [&](const std::optional<int64_t>& flag, int64_t value, const char* name,
+                         const char* key) {
+    DTRAIN_CHECK(!flag || *flag == value, name, " ", flag.value_or(0), " differs from --init-from ",
+                 path, " (", key, " ", value, ")");
+  };
+  agree(o.vocab, c.vocab, "--vocab", "vocab_size");
+  agree(o.context, c.context, "--context", "n_positions");
+  agree(o.layers, c.layers, "--layers", "n_layer");
+  agree(o.heads, c.heads, "--heads", "n_head");
+  agree(o.channels, c.channels, "--channels", "n_embd");
+  m = c;
 }
 
 // The threads backend runs every rank as threads of this process (plus a communication
@@ -186,6 +222,7 @@ TrainSetup resolve(const TrainOptions& o) {
   m.layers = o.layers.value_or(m.layers);
   m.heads = o.heads.value_or(m.heads);
   m.channels = o.channels.value_or(m.channels);
+  if (!o.init_from.empty()) take_init_from_shape(o, m);
   model::validate(m);
   // The data before the model: a token file sets the vocabulary.
   const std::string path = o.data.empty() ? default_corpus_path() : o.data;
@@ -196,6 +233,9 @@ TrainSetup resolve(const TrainOptions& o) {
     DTRAIN_CHECK(m.vocab >= kByteVocab, "--vocab ", m.vocab, " is smaller than the ", kByteVocab,
                  " symbols of the byte tokenizer");
   } else {
+    DTRAIN_CHECK(o.init_from.empty() || m.vocab == data.vocab, "--init-from ", o.init_from,
+                 ": the model's vocabulary is ", m.vocab, ", but --data ", path,
+                 " holds tokens of ", data.vocab, (o.vocab ? " (--vocab)" : ""));
     m.vocab = data.vocab;
   }
 
@@ -236,7 +276,7 @@ TrainSetup resolve(const TrainOptions& o) {
 
   TrainerConfig& t = setup.trainer;
   t.model = m;
-  t.model_name = custom || m.vocab != preset.config.vocab ? "custom" : preset.name;
+  t.model_name = custom || m != preset.config ? "custom" : preset.name;
   t.steps = o.steps;
   t.batch = B;
   t.seq = T;
@@ -264,6 +304,8 @@ TrainSetup resolve(const TrainOptions& o) {
   resolve_checkpoint_flags(o, t);
   t.run = run_record(o, setup.step, t, setup.data);
   t.stop = o.stop;
+  t.init_from = o.init_from;
+  t.eval_batch_out = o.eval_batch_out;
   return setup;
 }
 

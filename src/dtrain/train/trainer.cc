@@ -7,6 +7,8 @@
 #include "dtrain/core/check.h"
 #include "dtrain/core/system_memory.h"
 #include "dtrain/core/timer.h"
+#include "dtrain/train/hf_gpt2.h"
+#include "dtrain/train/safetensors.h"
 
 namespace dtrain::train {
 
@@ -53,6 +55,23 @@ int64_t Trainer::resume(BatchSampler& sampler) {
   return p.step;
 }
 
+void Trainer::init_from() {
+  const SerialState state = load_hf_gpt2(config_.init_from, "--init-from");
+  DTRAIN_CHECK(state.model == config_.model, "--init-from ", config_.init_from, ": the model is ",
+               model::describe(state.model), ", but this run's is ",
+               model::describe(config_.model));
+  engine_.import_state(state);
+}
+
+void Trainer::write_eval_batch() {
+  Batch b;
+  b.resize(config_.batch, config_.seq);
+  eval_batch(data_.val, 0, b);
+  std::string bytes(reinterpret_cast<const char*>(b.inputs.data()), b.inputs.size() * 4);
+  bytes.append(reinterpret_cast<const char*>(b.targets.data()), b.targets.size() * 4);
+  write_file_atomically(config_.eval_batch_out, bytes, "--write-eval-batch");
+}
+
 std::string Trainer::save(int64_t step, const BatchSampler& sampler) {
   TrainerPosition p;
   p.step = step;
@@ -87,6 +106,8 @@ TrainSummary Trainer::run() {
                                                      !ckpt.resume.empty(), ckpt.overwrite);
   }
   BatchSampler sampler(data_.train, config_.batch, config_.seq, config_.data_seed);
+  if (config_.checkpoint.resume.empty() && !config_.init_from.empty()) init_from();
+  if (!config_.eval_batch_out.empty() && job_rank() == 0) write_eval_batch();
   const int64_t first = config_.checkpoint.resume.empty() ? 0 : resume(sampler);
   s.first_step = first;
   eval_now(first);

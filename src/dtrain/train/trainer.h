@@ -39,6 +39,8 @@ struct TrainerConfig {
   int64_t max_rank_memory = 0;            // --max-rank-memory: a rank's peak bytes; 0: no cap
   CheckpointConfig checkpoint;            // --save, --save-every, --keep-checkpoints, --resume
   std::optional<FaultSpec> fault;         // --inject-fault
+  std::string init_from;       // --init-from: a GPT-2 folder (train/hf_gpt2.h); empty: random init
+  std::string eval_batch_out;  // --write-eval-batch: validation batch 0's tokens; empty: none
   std::vector<std::string> notes;  // adjustments resolve() made to the flags, shown at the start
   RunRecord run;                // this run's identity and settings, written into every checkpoint
   StopRequest* stop = nullptr;  // a graceful stop (SIGINT/SIGTERM) to watch for; may be null
@@ -118,6 +120,10 @@ class Trainer {
   Batch batch_;
   // --resume: loads the checkpoint into the engine and the sampler; returns its step.
   int64_t resume(BatchSampler& sampler);
+  // --init-from: the folder's weights into the engine (AdamW moments 0).
+  void init_from();
+  // --write-eval-batch: validation batch 0 as int32 inputs (B, T) then targets (B, T).
+  void write_eval_batch();
   std::string save(int64_t step, const BatchSampler& sampler);
   int job_rank();
   // Rank 0 with --save: the directory's lock, held for the whole run.
