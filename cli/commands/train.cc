@@ -259,6 +259,11 @@ void add_train(CLI::App& app) {
                   "config.json, as dtrain export writes); the model's shape is its config's; any "
                   "layout")
       ->check(kNotEmpty);
+  cmd->add_option("--metrics", o.metrics_path,
+                  "Write FILE.jsonl: the run record, then a JSON line per step (loss, lr, "
+                  "grad_norm, step_ms, tokens_per_s, memory_peak_bytes) and per evaluation "
+                  "(val_loss); dtrain plot draws it")
+      ->check(kNotEmpty);
   cmd->add_option("--write-eval-batch", o.eval_batch_out,
                   "Write validation batch 0 to FILE: int32 inputs (B, T) then targets (B, T), "
                   "little-endian (its loss is the first validation loss with --eval-batches 1)")

@@ -90,6 +90,7 @@ void check_paths(const TrainOptions& o) {
   }
   if (!o.data.empty()) check_input_file(o.data, "--data");
   if (!o.eval_batch_out.empty()) check_output_file(o.eval_batch_out, "--write-eval-batch");
+  if (!o.metrics_path.empty()) check_output_file(o.metrics_path, "--metrics");
   if (!o.checkpoint.resume.empty()) {
     DTRAIN_CHECK(std::filesystem::is_directory(o.checkpoint.resume), "--resume ",
                  o.checkpoint.resume, ": no such directory");
@@ -306,6 +307,7 @@ TrainSetup resolve(const TrainOptions& o) {
   t.stop = o.stop;
   t.init_from = o.init_from;
   t.eval_batch_out = o.eval_batch_out;
+  t.metrics_path = o.metrics_path;
   return setup;
 }
 

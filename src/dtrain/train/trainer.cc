@@ -8,6 +8,7 @@
 #include "dtrain/core/system_memory.h"
 #include "dtrain/core/timer.h"
 #include "dtrain/train/hf_gpt2.h"
+#include "dtrain/train/metrics.h"
 #include "dtrain/train/safetensors.h"
 
 namespace dtrain::train {
@@ -23,6 +24,8 @@ Trainer::Trainer(const TrainerConfig& config, StepEngine& engine, const TokenSpl
   optim::validate(config.schedule);
   check_split_fits(data, config.seq);
 }
+
+Trainer::~Trainer() = default;
 
 float Trainer::evaluate() {
   batch_.resize(config_.batch, config_.seq);
@@ -99,7 +102,12 @@ TrainSummary Trainer::run() {
     const EvalRecord r{step, evaluate()};
     s.evals.push_back(r);
     if (observer_ != nullptr) observer_->on_eval(r);
+    if (metrics_) metrics_->eval(r);
   };
+  if (!config_.metrics_path.empty() && job_rank() == 0) {
+    metrics_ = std::make_unique<MetricsWriter>(config_.metrics_path, config_,
+                                               !config_.checkpoint.resume.empty());
+  }
   const CheckpointConfig& ckpt = config_.checkpoint;
   if (!ckpt.save_dir.empty() && job_rank() == 0 && !save_lock_) {
     save_lock_ = std::make_unique<SaveDirectoryLock>(ckpt.save_dir, config_.run.id,
@@ -136,6 +144,7 @@ TrainSummary Trainer::run() {
     s.backward_ms += r.stats.backward_ms;
     s.optimizer_ms += r.stats.optimizer_ms;
     if (observer_ != nullptr) observer_->on_step(r);
+    if (metrics_) metrics_->step(r, s.tokens_per_step, peak);
     const bool last = step + 1 == config_.steps;
     if (last || (config_.eval_every > 0 && (step + 1) % config_.eval_every == 0)) {
       eval_now(step + 1);

@@ -41,6 +41,7 @@ struct TrainerConfig {
   std::optional<FaultSpec> fault;         // --inject-fault
   std::string init_from;       // --init-from: a GPT-2 folder (train/hf_gpt2.h); empty: random init
   std::string eval_batch_out;  // --write-eval-batch: validation batch 0's tokens; empty: none
+  std::string metrics_path;    // --metrics: a JSON line per step and evaluation; empty: none
   std::vector<std::string> notes;  // adjustments resolve() made to the flags, shown at the start
   RunRecord run;                // this run's identity and settings, written into every checkpoint
   StopRequest* stop = nullptr;  // a graceful stop (SIGINT/SIGTERM) to watch for; may be null
@@ -103,11 +104,14 @@ class TrainObserver {
   virtual void on_finish(const TrainSummary& /*summary*/) {}
 };
 
+class MetricsWriter;  // train/metrics.h
+
 class Trainer {
  public:
   // `data` must outlive the trainer; check_split_fits(data, seq) must hold.
   Trainer(const TrainerConfig& config, StepEngine& engine, const TokenSplit& data,
           TrainObserver* observer = nullptr);
+  ~Trainer();
   TrainSummary run();
   // Mean validation loss over config.eval_batches fixed batches.
   float evaluate();
@@ -128,6 +132,7 @@ class Trainer {
   int job_rank();
   // Rank 0 with --save: the directory's lock, held for the whole run.
   std::unique_ptr<SaveDirectoryLock> save_lock_;
+  std::unique_ptr<MetricsWriter> metrics_;  // rank 0 with --metrics
 };
 
 }  // namespace dtrain::train
