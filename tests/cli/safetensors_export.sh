@@ -81,7 +81,7 @@ expect_output '"vocab": 50257' train --data "$tmp/gpt2.bin" --init-from "$tmp/g2
 expect_error "--checkpoint" export --output "$tmp/x"
 expect_error "--checkpoint $tmp/none|no such directory" export --checkpoint "$tmp/none" --output "$tmp/x"
 expect_error "--format" export --checkpoint "$tmp/tp.ck" --format onnx --output "$tmp/x"
-expect_error "--init-from $tmp/none|no such directory" train --init-from "$tmp/none" --steps 1
+expect_error "--init-from $tmp/none|not a directory" train --init-from "$tmp/none" --steps 1
 expect_error "--vocab 300 differs from --init-from|vocab_size 256" train --init-from "$tmp/tp.model" --vocab 300 --steps 1
 expect_error "--init-from and --resume" train --init-from "$tmp/tp.model" --resume "$tmp/tp.ck" --steps 9
 expect_error "--init-from $tmp/tp.model|vocabulary is 256|50257" train --init-from "$tmp/tp.model" --data "$tmp/gpt2.bin" --steps 1
@@ -91,6 +91,9 @@ expect_error "--init-from|$tmp/cut.model/model.safetensors|runs past the data" t
 cp -r "$tmp/tp.model" "$tmp/wide.model"
 sed -i 's/"n_embd": 32/"n_embd": 64/' "$tmp/wide.model/config.json"
 expect_error "--init-from|model.safetensors|tensor 'wte.weight' has shape \[256,32\]" train --init-from "$tmp/wide.model" --steps 1
+# Both refused before the first step: nothing was trained.
+check "a bad --init-from folder is refused before training starts" \
+  bash -c '! "$1" train --init-from "$2" --steps 1 2>&1 | grep -q "^training"' _ "$DTRAIN" "$tmp/cut.model"
 expect_output 'safetensors' export --help
 expect_output 'init-from' train --help
 finish

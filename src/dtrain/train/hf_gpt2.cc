@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 
 #include "dtrain/core/check.h"
 #include "dtrain/core/mapped_file.h"
@@ -135,9 +136,9 @@ void export_hf_gpt2(const SerialState& state, const std::string& dir, Safetensor
                         hf_gpt2_config(state.model).dump(2) + "\n", flag);
 }
 
-SerialState load_hf_gpt2(const std::string& dir, std::string_view flag) {
+model::GptConfig read_hf_gpt2_config(const std::string& dir, std::string_view flag) {
   DTRAIN_CHECK(fs::is_directory(dir), flag, " ", dir, ": not a directory (expected a folder with ",
-               kHfConfigName, " and ", kHfWeightsName, ")");
+               kHfConfigName, " and ", kHfWeightsName, ", as dtrain export writes)");
   const std::string config_path = (fs::path(dir) / kHfConfigName).string();
   std::ifstream in(config_path);
   DTRAIN_CHECK(in.good(), flag, " ", config_path, ": cannot be read");
@@ -147,38 +148,68 @@ SerialState load_hf_gpt2(const std::string& dir, std::string_view flag) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(str(flag, " ", config_path, ": not valid JSON (", e.what(), ")"));
   }
-  SerialState state;
   try {
-    state.model = parse_hf_gpt2_config(j, config_path);
+    return parse_hf_gpt2_config(j, config_path);
   } catch (const Error& e) {
     throw Error(str(flag, " ", e.what()));
   }
+}
+
+namespace {
+
+// The mapped weights file of `dir`, its index, and the entry of every tensor of `table` (in
+// table order), each checked for its shape.
+struct HfWeights {
+  std::string path;
+  std::shared_ptr<const MappedFile> file;
+  SafetensorsIndex index;
+  std::vector<const SafetensorsEntry*> entries;
+};
+
+HfWeights open_hf_weights(const std::string& dir, const model::ParamTable& table,
+                          std::string_view flag) {
+  HfWeights w;
+  w.path = (fs::path(dir) / kHfWeightsName).string();
+  w.file = MappedFile::open(w.path, flag);
+  try {
+    w.index = parse_safetensors(w.file->bytes(), w.path);
+  } catch (const Error& e) {
+    throw Error(str(flag, " ", e.what()));
+  }
+  for (const model::ParamTensor& t : table.tensors()) {
+    const HfName hf = hf_gpt2_name(t.name);
+    const SafetensorsEntry* e = w.index.find(hf.name);
+    if (e == nullptr) e = w.index.find("transformer." + hf.name);
+    DTRAIN_CHECK(e != nullptr, flag, " ", w.path, ": no tensor '", hf.name, "'");
+    const std::vector<int64_t> want =
+        hf.transposed ? std::vector<int64_t>{t.shape[1], t.shape[0]} : t.shape;
+    DTRAIN_CHECK(e->shape == want, flag, " ", w.path, ": tensor '", e->name, "' has shape ",
+                 nlohmann::json(e->shape).dump(), ", but ", kHfConfigName, " makes it ",
+                 nlohmann::json(want).dump());
+    w.entries.push_back(e);
+  }
+  return w;
+}
+
+}  // namespace
+
+void check_hf_gpt2(const std::string& dir, const model::GptConfig& config, std::string_view flag) {
+  (void)open_hf_weights(dir, model::gpt_param_table(config), flag);
+}
+
+SerialState load_hf_gpt2(const std::string& dir, std::string_view flag) {
+  SerialState state;
+  state.model = read_hf_gpt2_config(dir, flag);
   state.table = model::gpt_param_table(state.model);
   const auto n = static_cast<size_t>(state.table.total_count());
   state.params.assign(n, 0.0f);
   state.adam_m.assign(n, 0.0f);
   state.adam_v.assign(n, 0.0f);
-
-  const std::string weights_path = (fs::path(dir) / kHfWeightsName).string();
-  const auto file = MappedFile::open(weights_path, flag);
-  SafetensorsIndex index;
-  try {
-    index = parse_safetensors(file->bytes(), weights_path);
-  } catch (const Error& e) {
-    throw Error(str(flag, " ", e.what()));
-  }
-  for (const model::ParamTensor& t : state.table.tensors()) {
-    const HfName hf = hf_gpt2_name(t.name);
-    const SafetensorsEntry* e = index.find(hf.name);
-    if (e == nullptr) e = index.find("transformer." + hf.name);
-    DTRAIN_CHECK(e != nullptr, flag, " ", weights_path, ": no tensor '", hf.name, "'");
-    const std::vector<int64_t> want =
-        hf.transposed ? std::vector<int64_t>{t.shape[1], t.shape[0]} : t.shape;
-    DTRAIN_CHECK(e->shape == want, flag, " ", weights_path, ": tensor '", e->name, "' has shape ",
-                 nlohmann::json(e->shape).dump(), ", but ", kHfConfigName, " makes it ",
-                 nlohmann::json(want).dump());
-    std::vector<float> v = read_tensor_f32(file->bytes(), index, *e);
-    if (hf.transposed) v = transposed(v, t.shape[1], t.shape[0]);
+  const HfWeights w = open_hf_weights(dir, state.table, flag);
+  for (size_t i = 0; i < state.table.size(); ++i) {
+    const model::ParamTensor& t = state.table[i];
+    std::vector<float> v = read_tensor_f32(w.file->bytes(), w.index, *w.entries[i]);
+    if (hf_gpt2_name(t.name).transposed) v = transposed(v, t.shape[1], t.shape[0]);
     std::copy(v.begin(), v.end(), state.params.begin() + t.offset);
   }
   return state;

@@ -41,6 +41,12 @@ std::vector<SafetensorsTensor> to_hf_gpt2(const SerialState& state);
 void export_hf_gpt2(const SerialState& state, const std::string& dir, SafetensorsDtype dtype,
                     std::string_view flag);
 
+// The model shape of `dir`'s config.json; errors name `flag` and the file.
+model::GptConfig read_hf_gpt2_config(const std::string& dir, std::string_view flag);
+// Checks `dir`'s model.safetensors for `config` without reading the values: the file is valid
+// and holds every tensor with its GPT-2 shape (a run checks this before its first step).
+void check_hf_gpt2(const std::string& dir, const model::GptConfig& config, std::string_view flag);
+
 // Reads a folder export_hf_gpt2 (or Hugging Face's GPT-2, "transformer." prefixes and an
 // lm_head tied to wte allowed) wrote: the serial state with those parameters, AdamW moments 0
 // and step 0. Errors name `flag`, the file and the tensor.

@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <span>
 
@@ -145,22 +144,8 @@ RunRecord run_record(const TrainOptions& o, const StepConfig& engine, const Trai
 void take_init_from_shape(const TrainOptions& o, model::GptConfig& m) {
   DTRAIN_CHECK(o.checkpoint.resume.empty(), "--init-from and --resume: a resume continues the ",
                "checkpoint's weights; give one of them");
-  DTRAIN_CHECK(std::filesystem::is_directory(o.init_from), "--init-from ", o.init_from,
-               ": no such directory (a folder written by dtrain export)");
+  const model::GptConfig c = read_hf_gpt2_config(o.init_from, "--init-from");
   const std::string path = (std::filesystem::path(o.init_from) / kHfConfigName).string();
-  check_input_file(path, "--init-from");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(std::ifstream(path));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(str("--init-from ", path, ": not valid JSON (", e.what(), ")"));
-  }
-  model::GptConfig c;
-  try {
-    c = parse_hf_gpt2_config(j, path);
-  } catch (const Error& e) {
-    throw Error(str("--init-from ", e.what()));
-  }
   const auto agree = [&](const std::optional<int64_t>& flag, int64_t value, const char* name,
                          const char* key) {
     DTRAIN_CHECK(!flag || *flag == value, name, " ", flag.value_or(0), " differs from --init-from ",
@@ -239,6 +224,7 @@ TrainSetup resolve(const TrainOptions& o) {
                  " holds tokens of ", data.vocab, (o.vocab ? " (--vocab)" : ""));
     m.vocab = data.vocab;
   }
+  if (!o.init_from.empty()) check_hf_gpt2(o.init_from, m, "--init-from");
 
   const int64_t B = o.batch.value_or(preset.batch);
   const int64_t T = o.seq.value_or(m.context);
