@@ -74,7 +74,9 @@ TEST(Safetensors, F32RoundTripIsBitwiseAndTheHeaderIsAligned) {
     EXPECT_EQ(e->dtype, SafetensorsDtype::f32);
     const std::vector<float> back = read_tensor_f32(as_bytes(bytes), index, *e);
     ASSERT_EQ(back.size(), t.data.size());
-    EXPECT_EQ(std::memcmp(back.data(), t.data.data(), back.size() * 4), 0) << t.name;
+    if (!back.empty()) {
+      EXPECT_EQ(std::memcmp(back.data(), t.data.data(), back.size() * 4), 0) << t.name;
+    }
   }
   // Written in the given order: the data of tensor k follows that of tensor k-1.
   EXPECT_EQ(index.find("wte.weight")->begin, 0);

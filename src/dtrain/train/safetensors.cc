@@ -161,6 +161,7 @@ std::vector<float> read_tensor_f32(std::span<const std::byte> file, const Safete
                                    const SafetensorsEntry& entry) {
   const std::byte* p = file.data() + index.data_offset + entry.begin;
   std::vector<float> out(static_cast<size_t>(entry.count()));
+  if (out.empty()) return out;  // an empty tensor: no bytes to copy (and no pointer to copy to)
   if (entry.dtype == SafetensorsDtype::f32) {
     std::memcpy(out.data(), p, out.size() * 4);
   } else {
@@ -196,6 +197,7 @@ std::string safetensors_bytes(std::span<const SafetensorsTensor> tensors, Safete
   out += text;
   out.reserve(out.size() + static_cast<size_t>(at));
   for (const SafetensorsTensor& t : tensors) {
+    if (t.data.empty()) continue;
     if (dtype == SafetensorsDtype::f32) {
       out.append(reinterpret_cast<const char*>(t.data.data()), t.data.size() * 4);
     } else {
