@@ -113,11 +113,13 @@ void add_train(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "train",
       "Train the GPT model on one rank or on a DP x TP x PP mesh of ranks (--dp, --tp, --pp, "
-      "--zero), as threads or as MPI processes (--backend mpi under mpirun); byte-level text, "
-      "the default corpus ships in data/");
+      "--zero), as threads or as MPI processes (--backend mpi under mpirun); byte-level text or "
+      "a token file (llm.c's or a raw uint16 .bin), the default corpus ships in data/");
   cmd->add_option("--model", o.model, "Model preset: tiny or bench")->capture_default_str();
-  auto* vocab =
-      cmd->add_option("--vocab", f->vocab, "Vocabulary size V (>= 256 for bytes; default: preset)");
+  auto* vocab = cmd->add_option(
+      "--vocab", f->vocab,
+      "Vocabulary size V (>= 256 for bytes; default: preset). With a token file: the "
+      "tokens' vocabulary (needed for a raw .bin; llm.c's files default to 50257)");
   auto* context =
       cmd->add_option("--context", f->context, "Context length (rows of wpe; default: preset)");
   auto* layers = cmd->add_option("--layers", f->layers, "Transformer blocks L (default: preset)");
@@ -147,7 +149,9 @@ void add_train(CLI::App& app) {
       ->check(whole_number(0, std::numeric_limits<int64_t>::max()))
       ->capture_default_str();
   cmd->add_option("--data", o.data,
-                  "Text file to train on, read as bytes (default: data/corpus.txt)")
+                  "File to train on: text, read as bytes (default: data/corpus.txt); an llm.c "
+                  "token file (recognised by its header); or raw uint16 tokens in a .bin file "
+                  "with --vocab. Token files are memory-mapped (docs/data.md)")
       ->check(kNotEmpty);
   cmd->add_option("--val-fraction", o.val_fraction,
                   "Share of the file (its end) held out for validation")
@@ -250,6 +254,20 @@ void add_train(CLI::App& app) {
   cmd->add_option("--resume", o.checkpoint.resume,
                   "Continue from a checkpoint directory, or from DIR/latest of a --save DIR; "
                   "any layout can read it")
+      ->check(kNotEmpty);
+  cmd->add_option("--init-from", o.init_from,
+                  "Start from the weights of a Hugging Face GPT-2 folder (model.safetensors + "
+                  "config.json, as dtrain export writes); the model's shape is its config's; any "
+                  "layout")
+      ->check(kNotEmpty);
+  cmd->add_option("--metrics", o.metrics_path,
+                  "Write FILE.jsonl: the run record, then a JSON line per step (loss, lr, "
+                  "grad_norm, step_ms, tokens_per_s, memory_peak_bytes) and per evaluation "
+                  "(val_loss); dtrain plot draws it")
+      ->check(kNotEmpty);
+  cmd->add_option("--write-eval-batch", o.eval_batch_out,
+                  "Write validation batch 0 to FILE: int32 inputs (B, T) then targets (B, T), "
+                  "little-endian (its loss is the first validation loss with --eval-batches 1)")
       ->check(kNotEmpty);
   cmd->add_flag("--overwrite", o.checkpoint.overwrite,
                 "With --save: take over a directory holding another run's checkpoints (they are "

@@ -22,6 +22,8 @@
 #include "dtrain/train/data.h"
 #include "dtrain/train/engine.h"
 #include "dtrain/train/layout.h"
+#include "dtrain/train/safetensors.h"
+#include "dtrain/train/token_file.h"
 
 namespace fs = std::filesystem;
 
@@ -105,6 +107,39 @@ void checkpoint_seeds(const fs::path& out, const std::string& tag, const fs::pat
              raw + files[static_cast<size_t>(e.file)]);
 }
 
+// token_file_fuzz: the first byte is the mode (bit 0: a .bin name; bit 1: --vocab given, 2^(bits
+// 2.. mod 17)); an llm.c file and a raw .bin of a few tokens below 2^9 = 512.
+void token_file_seeds(const fs::path& dir) {
+  std::string tokens;
+  for (uint16_t t = 0; t < 64; ++t) {
+    const auto v = static_cast<uint16_t>((t * 37) % 512);
+    tokens.append(reinterpret_cast<const char*>(&v), 2);
+  }
+  std::vector<int32_t> header(256, 0);
+  header[0] = dtrain::train::kLlmcMagic;
+  header[1] = dtrain::train::kLlmcVersionUint16;
+  header[2] = 64;
+  const std::string head(reinterpret_cast<const char*>(header.data()), header.size() * 4);
+  const char vocab_512 = static_cast<char>(2 | (9 << 2));
+  write_seed(dir, "llmc", std::string(1, '\0') + head + tokens);
+  write_seed(dir, "llmc_vocab", std::string(1, static_cast<char>(vocab_512 | 1)) + head + tokens);
+  write_seed(dir, "raw", std::string(1, static_cast<char>(vocab_512 | 1)) + tokens);
+  write_seed(dir, "text", std::string(1, '\0') + "some text");
+}
+
+// safetensors_fuzz: the real writer's files, F32 and BF16, with metadata and a scalar.
+void safetensors_seeds(const fs::path& dir) {
+  const std::vector<dtrain::train::SafetensorsTensor> tensors = {
+      {"wte.weight", {4, 2}, {0.5f, -1, 2, 3, 4, 5, 6, 7}},
+      {"h.0.ln_1.bias", {2}, {1e-3f, -2}},
+      {"scalar", {}, {42}}};
+  write_seed(dir, "f32",
+             dtrain::train::safetensors_bytes(tensors, dtrain::train::SafetensorsDtype::f32,
+                                              {{"format", "pt"}}));
+  write_seed(dir, "bf16",
+             dtrain::train::safetensors_bytes(tensors, dtrain::train::SafetensorsDtype::bf16));
+}
+
 void all_checkpoint_seeds(const fs::path& out) {
   const fs::path tmp =
       fs::temp_directory_path() / ("dtrain-fuzz-seeds-" + std::to_string(::getpid()));
@@ -139,6 +174,8 @@ int main(int argc, char** argv) {
   const fs::path root = argv[1];
   try {
     cluster_seeds(root / "cluster_fuzz");
+    token_file_seeds(root / "token_file_fuzz");
+    safetensors_seeds(root / "safetensors_fuzz");
     all_checkpoint_seeds(root);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fuzz_seeds: %s\n", e.what());

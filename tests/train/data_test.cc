@@ -68,8 +68,8 @@ TEST(Split, HoldsOutTheEndOfTheFile) {
   const TokenSplit s = split_train_val(t, 0.1, "x");
   ASSERT_EQ(s.train.size(), 90u);
   ASSERT_EQ(s.val.size(), 10u);
-  EXPECT_EQ(s.train.back(), 89);
-  EXPECT_EQ(s.val.front(), 90);
+  EXPECT_EQ(s.train[89], 89);
+  EXPECT_EQ(s.val[0], 90);
 }
 
 TEST(Split, WindowLongerThanTheDataNamesSeqAndFile) {

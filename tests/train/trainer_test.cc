@@ -80,10 +80,12 @@ TEST(Trainer, ComputeThreadsDoNotChangeABit) {
 // model without context can do.
 double unigram_loss(const TokenSplit& split) {
   std::vector<double> count(256, 1.0);  // add-one, so no byte has probability 0
-  for (int32_t t : split.train) count[static_cast<size_t>(t)] += 1;
+  for (size_t i = 0; i < split.train.size(); ++i) count[static_cast<size_t>(split.train[i])] += 1;
   const double total = static_cast<double>(split.train.size()) + 256;
   double loss = 0;
-  for (int32_t t : split.val) loss -= std::log(count[static_cast<size_t>(t)] / total);
+  for (size_t i = 0; i < split.val.size(); ++i) {
+    loss -= std::log(count[static_cast<size_t>(split.val[i])] / total);
+  }
   return loss / static_cast<double>(split.val.size());
 }
 

@@ -66,17 +66,20 @@ std::vector<int32_t> load_byte_tokens(const std::string& path) {
   return tokenize_bytes(text);
 }
 
-TokenSplit split_train_val(std::vector<int32_t> tokens, double val_fraction, std::string source) {
+TokenSplit split_train_val(TokenSource tokens, double val_fraction, std::string source) {
   DTRAIN_CHECK(val_fraction > 0 && val_fraction < 1, "validation fraction must be in (0, 1) (got ",
                val_fraction, ")");
   const auto n = static_cast<int64_t>(tokens.size());
   const auto n_train = static_cast<int64_t>(static_cast<double>(n) * (1.0 - val_fraction));
   TokenSplit split;
-  split.val.assign(tokens.begin() + n_train, tokens.end());
-  tokens.resize(static_cast<size_t>(n_train));
-  split.train = std::move(tokens);
+  split.train = tokens.slice(0, n_train);
+  split.val = tokens.slice(n_train, n);
   split.source = std::move(source);
   return split;
+}
+
+TokenSplit split_train_val(std::vector<int32_t> tokens, double val_fraction, std::string source) {
+  return split_train_val(TokenSource::owning(std::move(tokens)), val_fraction, std::move(source));
 }
 
 void check_split_fits(const TokenSplit& split, int64_t T, std::string_view flag) {
@@ -85,7 +88,7 @@ void check_split_fits(const TokenSplit& split, int64_t T, std::string_view flag)
   DTRAIN_CHECK(n_train >= T + 1 && n_val >= T + 1, flag, " ", T, " is longer than the data: a ",
                "window needs ", T + 1, " tokens, but --data '", split.source, "' has ", n_train,
                " training and ", n_val, " validation tokens (", n_train + n_val,
-               " bytes in all); use a longer file or a smaller --seq/--context");
+               " tokens in all); use a longer file or a smaller --seq/--context");
 }
 
 void Batch::resize(int64_t B, int64_t T) {
@@ -97,20 +100,18 @@ void Batch::resize(int64_t B, int64_t T) {
 
 namespace {
 
-void copy_window(std::span<const int32_t> tokens, int64_t start, int64_t T, int32_t* inputs,
+void copy_window(const TokenSource& tokens, int64_t start, int64_t T, int32_t* inputs,
                  int32_t* targets) {
-  for (int64_t t = 0; t < T; ++t) {
-    inputs[t] = tokens[static_cast<size_t>(start + t)];
-    targets[t] = tokens[static_cast<size_t>(start + t + 1)];
-  }
+  tokens.copy(start, T, inputs);
+  tokens.copy(start + 1, T, targets);
 }
 
 }  // namespace
 
-BatchSampler::BatchSampler(std::span<const int32_t> tokens, int64_t B, int64_t T, uint64_t seed)
-    : tokens_(tokens), B_(B), T_(T), state_{seed, 0} {
+BatchSampler::BatchSampler(TokenSource tokens, int64_t B, int64_t T, uint64_t seed)
+    : tokens_(std::move(tokens)), B_(B), T_(T), state_{seed, 0} {
   DTRAIN_CHECK(B > 0 && T > 0, "BatchSampler: B and T must be positive (got ", B, ", ", T, ")");
-  DTRAIN_CHECK(static_cast<int64_t>(tokens.size()) >= T + 1, "BatchSampler: ", tokens.size(),
+  DTRAIN_CHECK(static_cast<int64_t>(tokens_.size()) >= T + 1, "BatchSampler: ", tokens_.size(),
                " tokens cannot hold a window of ", T + 1);
 }
 
@@ -126,7 +127,7 @@ void BatchSampler::next(Batch& batch) {
   ++state_.batches_drawn;
 }
 
-void eval_batch(std::span<const int32_t> tokens, int64_t index, Batch& batch) {
+void eval_batch(const TokenSource& tokens, int64_t index, Batch& batch) {
   const int64_t B = batch.batch, T = batch.seq;
   const int64_t starts = static_cast<int64_t>(tokens.size()) - T;  // valid starts: 0 .. starts-1
   DTRAIN_CHECK(B > 0 && T > 0 && starts > 0, "eval_batch: ", tokens.size(),

@@ -1,5 +1,6 @@
 // Training data: a byte-level tokenizer over any text file, the default corpus that ships in
-// data/, a train/validation split, and deterministic batches. The sampler's whole state is a
+// data/, a train/validation split, and deterministic batches read from a TokenSource (int32
+// tokens in memory, or a mapped token file: train/token_file.h). The sampler's whole state is a
 // small struct, so a checkpoint can save and restore it.
 #pragma once
 
@@ -8,6 +9,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "dtrain/train/token_source.h"
 
 namespace dtrain::train {
 
@@ -26,11 +29,13 @@ std::string default_corpus_path();
 std::vector<int32_t> load_byte_tokens(const std::string& path);
 
 struct TokenSplit {
-  std::vector<int32_t> train;  // the first 1 - val_fraction of the tokens
-  std::vector<int32_t> val;    // the rest
-  std::string source;          // file name, for messages
+  TokenSource train;   // the first 1 - val_fraction of the tokens
+  TokenSource val;     // the rest
+  std::string source;  // file name, for messages
 };
-// Splits at floor(N * (1 - val_fraction)); val_fraction in (0, 1).
+// Splits at floor(N * (1 - val_fraction)); val_fraction in (0, 1). The two halves share the
+// tokens' storage.
+TokenSplit split_train_val(TokenSource tokens, double val_fraction, std::string source);
 TokenSplit split_train_val(std::vector<int32_t> tokens, double val_fraction, std::string source);
 // Throws Error naming `flag` (--seq, or --context when T is the context) and the file when
 // either split has fewer than T + 1 tokens (a window of T inputs and its T shifted targets).
@@ -55,19 +60,25 @@ struct SamplerState {
 // gives each rank its rows, so it sees the serial run's data.
 class BatchSampler {
  public:
-  BatchSampler(std::span<const int32_t> tokens, int64_t B, int64_t T, uint64_t seed);
+  // `tokens` must outlive the sampler when it is a view (a span).
+  BatchSampler(TokenSource tokens, int64_t B, int64_t T, uint64_t seed);
+  BatchSampler(std::span<const int32_t> tokens, int64_t B, int64_t T, uint64_t seed)
+      : BatchSampler(TokenSource(tokens), B, T, seed) {}
   void next(Batch& batch);
   SamplerState state() const { return state_; }
   void set_state(const SamplerState& state) { state_ = state; }
 
  private:
-  std::span<const int32_t> tokens_;
+  TokenSource tokens_;
   int64_t B_, T_;
   SamplerState state_;
 };
 
 // Validation batch `index`: fixed windows, row b of batch k starting at ((k*B + b) * T)
 // modulo the last valid start, so every evaluation sees the same tokens.
-void eval_batch(std::span<const int32_t> tokens, int64_t index, Batch& batch);
+void eval_batch(const TokenSource& tokens, int64_t index, Batch& batch);
+inline void eval_batch(std::span<const int32_t> tokens, int64_t index, Batch& batch) {
+  eval_batch(TokenSource(tokens), index, batch);
+}
 
 }  // namespace dtrain::train

@@ -18,7 +18,9 @@
 #include "dtrain/plan/hardware.h"
 #include "dtrain/plan/memory_model.h"
 #include "dtrain/train/engine.h"
+#include "dtrain/train/hf_gpt2.h"
 #include "dtrain/train/layout_report.h"
+#include "dtrain/train/token_file.h"
 
 namespace dtrain::train {
 
@@ -86,6 +88,8 @@ void check_paths(const TrainOptions& o) {
     (void)plan::read_cluster_file(o.layout.cluster_path);  // parsed and range-checked now
   }
   if (!o.data.empty()) check_input_file(o.data, "--data");
+  if (!o.eval_batch_out.empty()) check_output_file(o.eval_batch_out, "--write-eval-batch");
+  if (!o.metrics_path.empty()) check_output_file(o.metrics_path, "--metrics");
   if (!o.checkpoint.resume.empty()) {
     DTRAIN_CHECK(std::filesystem::is_directory(o.checkpoint.resume), "--resume ",
                  o.checkpoint.resume, ": no such directory");
@@ -112,8 +116,8 @@ RunRecord run_record(const TrainOptions& o, const StepConfig& engine, const Trai
   s.data_name = o.data.empty() ? "(default corpus)" : o.data;
   s.data_tokens = static_cast<int64_t>(data.train.size() + data.val.size());
   // CRC of train then val, continued across the two: the same tokens give the same number.
-  s.data_crc32 = crc32(std::as_bytes(std::span<const int32_t>(data.val)),
-                       crc32(std::as_bytes(std::span<const int32_t>(data.train))));
+  // Over the tokens as stored (int32 for text, uint16 for a token file).
+  s.data_crc32 = crc32(data.val.bytes(), crc32(data.train.bytes()));
   const CheckpointConfig& c = o.checkpoint;
   if (!c.resume.empty()) {
     const CheckpointManifest found = read_manifest(c.resume);
@@ -134,6 +138,25 @@ RunRecord run_record(const TrainOptions& o, const StepConfig& engine, const Trai
     check_save_directory(c.save_dir, run.id, !c.resume.empty(), c.overwrite);
   }
   return run;
+}
+
+// --init-from DIR: the model's shape is config.json's; a shape flag given as well must agree.
+void take_init_from_shape(const TrainOptions& o, model::GptConfig& m) {
+  DTRAIN_CHECK(o.checkpoint.resume.empty(), "--init-from and --resume: a resume continues the ",
+               "checkpoint's weights; give one of them");
+  const model::GptConfig c = read_hf_gpt2_config(o.init_from, "--init-from");
+  const std::string path = (std::filesystem::path(o.init_from) / kHfConfigName).string();
+  const auto agree = [&](const std::optional<int64_t>& flag, int64_t value, const char* name,
+                         const char* key) {
+    DTRAIN_CHECK(!flag || *flag == value, name, " ", flag.value_or(0), " differs from --init-from ",
+                 path, " (", key, " ", value, ")");
+  };
+  agree(o.vocab, c.vocab, "--vocab", "vocab_size");
+  agree(o.context, c.context, "--context", "n_positions");
+  agree(o.layers, c.layers, "--layers", "n_layer");
+  agree(o.heads, c.heads, "--heads", "n_head");
+  agree(o.channels, c.channels, "--channels", "n_embd");
+  m = c;
 }
 
 // The threads backend runs every rank as threads of this process (plus a communication
@@ -185,9 +208,23 @@ TrainSetup resolve(const TrainOptions& o) {
   m.layers = o.layers.value_or(m.layers);
   m.heads = o.heads.value_or(m.heads);
   m.channels = o.channels.value_or(m.channels);
+  if (!o.init_from.empty()) take_init_from_shape(o, m);
   model::validate(m);
-  DTRAIN_CHECK(m.vocab >= kByteVocab, "--vocab ", m.vocab, " is smaller than the ", kByteVocab,
-               " symbols of the byte tokenizer");
+  // The data before the model: a token file sets the vocabulary.
+  const std::string path = o.data.empty() ? default_corpus_path() : o.data;
+  DTRAIN_CHECK(!o.data.empty() || std::filesystem::exists(path), "the default corpus '", path,
+               "' is missing (run data/make_corpus.py to write it, or pass --data FILE)");
+  TokenData data = load_token_data(path, o.vocab);
+  if (data.format == TokenFileFormat::text) {
+    DTRAIN_CHECK(m.vocab >= kByteVocab, "--vocab ", m.vocab, " is smaller than the ", kByteVocab,
+                 " symbols of the byte tokenizer");
+  } else {
+    DTRAIN_CHECK(o.init_from.empty() || m.vocab == data.vocab, "--init-from ", o.init_from,
+                 ": the model's vocabulary is ", m.vocab, ", but --data ", path,
+                 " holds tokens of ", data.vocab, (o.vocab ? " (--vocab)" : ""));
+    m.vocab = data.vocab;
+  }
+  if (!o.init_from.empty()) check_hf_gpt2(o.init_from, m, "--init-from");
 
   const int64_t B = o.batch.value_or(preset.batch);
   const int64_t T = o.seq.value_or(m.context);
@@ -226,7 +263,7 @@ TrainSetup resolve(const TrainOptions& o) {
 
   TrainerConfig& t = setup.trainer;
   t.model = m;
-  t.model_name = custom ? "custom" : preset.name;
+  t.model_name = custom || m != preset.config ? "custom" : preset.name;
   t.steps = o.steps;
   t.batch = B;
   t.seq = T;
@@ -239,10 +276,7 @@ TrainSetup resolve(const TrainOptions& o) {
   t.recompute = o.recompute;
   t.max_rank_memory = l.max_rank_memory;
 
-  const std::string path = o.data.empty() ? default_corpus_path() : o.data;
-  DTRAIN_CHECK(!o.data.empty() || std::filesystem::exists(path), "the default corpus '", path,
-               "' is missing (run data/make_corpus.py to write it, or pass --data FILE)");
-  setup.data = split_train_val(load_byte_tokens(path), o.val_fraction, path);
+  setup.data = split_train_val(std::move(data.tokens), o.val_fraction, path);
   check_split_fits(setup.data, T, o.seq ? "--seq" : "--context");
   // Evaluation batches beyond the split's distinct windows would repeat the same tokens.
   const int64_t distinct_eval_batches =
@@ -257,6 +291,9 @@ TrainSetup resolve(const TrainOptions& o) {
   resolve_checkpoint_flags(o, t);
   t.run = run_record(o, setup.step, t, setup.data);
   t.stop = o.stop;
+  t.init_from = o.init_from;
+  t.eval_batch_out = o.eval_batch_out;
+  t.metrics_path = o.metrics_path;
   return setup;
 }
 

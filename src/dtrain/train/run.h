@@ -40,6 +40,9 @@ struct TrainOptions {
   LayoutOptions layout;         // --dp, --tp, --pp, --zero, --sequence-parallel, --schedule, ...
   CheckpointConfig checkpoint;  // --save, --save-every, --keep-checkpoints, --resume
   std::string inject_fault;     // --inject-fault rank=R,step=S,kind=throw|exit (empty: none)
+  std::string init_from;        // --init-from: a GPT-2 folder whose weights start the run
+  std::string eval_batch_out;   // --write-eval-batch FILE
+  std::string metrics_path;     // --metrics FILE.jsonl
   StopRequest* stop = nullptr;  // set by a SIGINT/SIGTERM handler (threads backend); may be null
 };
 

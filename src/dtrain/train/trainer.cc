@@ -7,6 +7,9 @@
 #include "dtrain/core/check.h"
 #include "dtrain/core/system_memory.h"
 #include "dtrain/core/timer.h"
+#include "dtrain/train/hf_gpt2.h"
+#include "dtrain/train/metrics.h"
+#include "dtrain/train/safetensors.h"
 
 namespace dtrain::train {
 
@@ -21,6 +24,8 @@ Trainer::Trainer(const TrainerConfig& config, StepEngine& engine, const TokenSpl
   optim::validate(config.schedule);
   check_split_fits(data, config.seq);
 }
+
+Trainer::~Trainer() = default;
 
 float Trainer::evaluate() {
   batch_.resize(config_.batch, config_.seq);
@@ -53,6 +58,23 @@ int64_t Trainer::resume(BatchSampler& sampler) {
   return p.step;
 }
 
+void Trainer::init_from() {
+  const SerialState state = load_hf_gpt2(config_.init_from, "--init-from");
+  DTRAIN_CHECK(state.model == config_.model, "--init-from ", config_.init_from, ": the model is ",
+               model::describe(state.model), ", but this run's is ",
+               model::describe(config_.model));
+  engine_.import_state(state);
+}
+
+void Trainer::write_eval_batch() {
+  Batch b;
+  b.resize(config_.batch, config_.seq);
+  eval_batch(data_.val, 0, b);
+  std::string bytes(reinterpret_cast<const char*>(b.inputs.data()), b.inputs.size() * 4);
+  bytes.append(reinterpret_cast<const char*>(b.targets.data()), b.targets.size() * 4);
+  write_file_atomically(config_.eval_batch_out, bytes, "--write-eval-batch");
+}
+
 std::string Trainer::save(int64_t step, const BatchSampler& sampler) {
   TrainerPosition p;
   p.step = step;
@@ -80,13 +102,20 @@ TrainSummary Trainer::run() {
     const EvalRecord r{step, evaluate()};
     s.evals.push_back(r);
     if (observer_ != nullptr) observer_->on_eval(r);
+    if (metrics_) metrics_->eval(r);
   };
+  if (!config_.metrics_path.empty() && job_rank() == 0) {
+    metrics_ = std::make_unique<MetricsWriter>(config_.metrics_path, config_,
+                                               !config_.checkpoint.resume.empty());
+  }
   const CheckpointConfig& ckpt = config_.checkpoint;
   if (!ckpt.save_dir.empty() && job_rank() == 0 && !save_lock_) {
     save_lock_ = std::make_unique<SaveDirectoryLock>(ckpt.save_dir, config_.run.id,
                                                      !ckpt.resume.empty(), ckpt.overwrite);
   }
   BatchSampler sampler(data_.train, config_.batch, config_.seq, config_.data_seed);
+  if (config_.checkpoint.resume.empty() && !config_.init_from.empty()) init_from();
+  if (!config_.eval_batch_out.empty() && job_rank() == 0) write_eval_batch();
   const int64_t first = config_.checkpoint.resume.empty() ? 0 : resume(sampler);
   s.first_step = first;
   eval_now(first);
@@ -115,6 +144,7 @@ TrainSummary Trainer::run() {
     s.backward_ms += r.stats.backward_ms;
     s.optimizer_ms += r.stats.optimizer_ms;
     if (observer_ != nullptr) observer_->on_step(r);
+    if (metrics_) metrics_->step(r, s.tokens_per_step, peak);
     const bool last = step + 1 == config_.steps;
     if (last || (config_.eval_every > 0 && (step + 1) % config_.eval_every == 0)) {
       eval_now(step + 1);

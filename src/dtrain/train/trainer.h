@@ -39,6 +39,9 @@ struct TrainerConfig {
   int64_t max_rank_memory = 0;            // --max-rank-memory: a rank's peak bytes; 0: no cap
   CheckpointConfig checkpoint;            // --save, --save-every, --keep-checkpoints, --resume
   std::optional<FaultSpec> fault;         // --inject-fault
+  std::string init_from;       // --init-from: a GPT-2 folder (train/hf_gpt2.h); empty: random init
+  std::string eval_batch_out;  // --write-eval-batch: validation batch 0's tokens; empty: none
+  std::string metrics_path;    // --metrics: a JSON line per step and evaluation; empty: none
   std::vector<std::string> notes;  // adjustments resolve() made to the flags, shown at the start
   RunRecord run;                // this run's identity and settings, written into every checkpoint
   StopRequest* stop = nullptr;  // a graceful stop (SIGINT/SIGTERM) to watch for; may be null
@@ -101,11 +104,14 @@ class TrainObserver {
   virtual void on_finish(const TrainSummary& /*summary*/) {}
 };
 
+class MetricsWriter;  // train/metrics.h
+
 class Trainer {
  public:
   // `data` must outlive the trainer; check_split_fits(data, seq) must hold.
   Trainer(const TrainerConfig& config, StepEngine& engine, const TokenSplit& data,
           TrainObserver* observer = nullptr);
+  ~Trainer();
   TrainSummary run();
   // Mean validation loss over config.eval_batches fixed batches.
   float evaluate();
@@ -118,10 +124,15 @@ class Trainer {
   Batch batch_;
   // --resume: loads the checkpoint into the engine and the sampler; returns its step.
   int64_t resume(BatchSampler& sampler);
+  // --init-from: the folder's weights into the engine (AdamW moments 0).
+  void init_from();
+  // --write-eval-batch: validation batch 0 as int32 inputs (B, T) then targets (B, T).
+  void write_eval_batch();
   std::string save(int64_t step, const BatchSampler& sampler);
   int job_rank();
   // Rank 0 with --save: the directory's lock, held for the whole run.
   std::unique_ptr<SaveDirectoryLock> save_lock_;
+  std::unique_ptr<MetricsWriter> metrics_;  // rank 0 with --metrics
 };
 
 }  // namespace dtrain::train

@@ -1,0 +1,87 @@
+// `dtrain sample`: generates bytes from a checkpoint (saved by any layout; its shards are
+// reassembled into the serial weights) with the KV-cache decoder. Parsing and printing only.
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "command_registry.h"
+#include "dtrain/core/check.h"
+#include "dtrain/train/checkpoint.h"
+#include "dtrain/train/sample.h"
+#include "validators.h"
+
+namespace dtrain::cli {
+namespace {
+
+struct SampleFlags {
+  std::string checkpoint;
+  train::SampleOptions options;
+  int64_t seed = 1;
+  bool json = false;
+};
+
+void add_sample(CLI::App& app) {
+  auto f = std::make_shared<SampleFlags>();
+  train::SampleOptions& o = f->options;
+  CLI::App* cmd = app.add_subcommand(
+      "sample",
+      "Generate text from a checkpoint (any layout) with a KV cache: byte vocabulary, "
+      "temperature and top-k sampling, the same --seed gives the same text (docs/sampling.md)");
+  cmd->add_option("--checkpoint", f->checkpoint,
+                  "Checkpoint directory, or a --save root (its latest checkpoint)")
+      ->required();
+  cmd->add_option("--prompt", o.prompt, "Text the generation continues (bytes; default: a newline)")
+      ->check(kNotEmpty);
+  cmd->add_option("--tokens", o.tokens, "Bytes to generate")
+      ->capture_default_str()
+      ->check(whole_number(1, 1 << 24));
+  cmd->add_option("--temperature", o.temperature,
+                  "Softmax temperature; 0 picks the most likely byte (greedy)")
+      ->capture_default_str()
+      ->check(real_number(0, 100));
+  cmd->add_option("--top-k", o.top_k, "Sample among the K most likely bytes (0: all)")
+      ->capture_default_str()
+      ->check(whole_number(0, 1 << 20));
+  cmd->add_option("--seed", f->seed, "Seed of the sampling")
+      ->capture_default_str()
+      ->check(whole_number(0, std::numeric_limits<int64_t>::max()));
+  cmd->add_flag("--json", f->json, "Print the text and its figures as JSON");
+  cmd->callback([f] {
+    DTRAIN_CHECK(std::filesystem::is_directory(f->checkpoint), "--checkpoint ", f->checkpoint,
+                 ": no such directory");
+    const train::LoadedCheckpoint c = train::load_checkpoint(f->checkpoint, "--checkpoint");
+    train::SampleOptions run = f->options;
+    run.seed = static_cast<uint64_t>(f->seed);
+    const train::SampleResult r = train::sample(c.state.model, c.state.params, run);
+    const double tokens_per_s = static_cast<double>(r.tokens.size()) / r.seconds;
+    if (f->json) {
+      const nlohmann::json out = {{"checkpoint", c.dir},
+                                  {"step", c.manifest.position.step},
+                                  {"model", model::describe(c.state.model)},
+                                  {"prompt", run.prompt},
+                                  {"tokens", r.tokens},
+                                  {"text", r.text},
+                                  {"temperature", run.temperature},
+                                  {"top_k", run.top_k},
+                                  {"seed", f->seed},
+                                  {"window_restarts", r.window_restarts},
+                                  {"tokens_per_s", tokens_per_s}};
+      // Invalid UTF-8 (a byte model may emit any byte) becomes U+FFFD here; "tokens" is exact.
+      std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    } else {
+      std::cout << run.prompt << r.text << "\n";
+      std::cerr << "sample: " << r.tokens.size() << " bytes from " << c.dir << " (step "
+                << c.manifest.position.step << ", " << model::describe(c.state.model) << ") at "
+                << static_cast<int64_t>(tokens_per_s) << " tokens/s\n";
+    }
+  });
+}
+
+const CommandRegistration kRegistration("", add_sample);
+
+}  // namespace
+}  // namespace dtrain::cli
