@@ -77,6 +77,35 @@ assert [l['type'] for l in lines].count('run') == 2
 assert [l['step'] for l in lines if l['type'] == 'step'] == [1, 2, 3, 4, 5, 6, 4, 5, 6]
 " "$tmp/r.jsonl"
 
+# Several runs in one chart, against steps or tokens: a second run at another learning rate;
+# each panel holds every run's series, labelled "run: series", and --x tokens scales each run's
+# steps by its own batch x seq (tiny: 8 x 32 = 256 tokens per step; the second run 4 x 32).
+"$DTRAIN" train --model tiny --steps 8 --eval-every 4 --lr 1e-3 --batch 4 --metrics "$tmp/slow.jsonl" \
+  > /dev/null 2>&1 || { echo "FAIL: second run"; failures=$((failures + 1)); }
+"$DTRAIN" plot "$tmp/m.jsonl" "$tmp/slow.jsonl" --x tokens --output "$tmp/both.svg" > /dev/null
+check "plot of two runs against tokens: a polyline per run and series, x = step x batch x seq" \
+  "$py" - "$tmp/both.svg" "$tmp/m.jsonl" "$tmp/slow.jsonl" <<'PY'
+import json, sys
+import xml.etree.ElementTree as ET
+svg, runs = sys.argv[1], sys.argv[2:]
+ns = "{http://www.w3.org/2000/svg}"
+polylines = {p.get("data-series"): p for p in ET.parse(svg).getroot().iter(ns + "polyline")
+             if p.get("class") == "series"}
+assert sorted(polylines) == sorted(["m: loss", "m: val_loss", "slow: loss", "slow: val_loss"]), sorted(polylines)
+# The x pixel is an affine image of tokens shared by both runs: the two runs' last training
+# points (12 x 256 = 3072 and 8 x 128 = 1024 tokens) and first (256 and 128) fix it.
+def xs(name):
+    return [float(xy.split(",")[0]) for xy in polylines[name].get("points").split()]
+tokens = {"m": [256 * s for s in range(1, 13)], "slow": [128 * s for s in range(1, 9)]}
+(t0, x0), (t1, x1) = (tokens["slow"][0], xs("slow: loss")[0]), (tokens["m"][-1], xs("m: loss")[-1])
+a = (x1 - x0) / (t1 - t0)
+for run in ("m", "slow"):
+    for t, x in zip(tokens[run], xs(run + ": loss")):
+        assert abs(x0 + a * (t - t0) - x) < 0.02, (run, t, x)
+print("checked", len(polylines), "polylines")
+PY
+expect_error "--x: .*not in" plot "$tmp/m.jsonl" --output "$tmp/x.svg" --x time
+
 expect_error "--metrics|$tmp|is a directory" train --model tiny --steps 1 --metrics "$tmp"
 expect_error "$tmp/none.jsonl|no such file" plot "$tmp/none.jsonl" --output "$tmp/x.svg"
 expect_error "--output" plot "$tmp/m.jsonl"

@@ -94,4 +94,22 @@ std::vector<MetricsSeries> read_metrics_series(const std::string& path,
   return series;
 }
 
+int64_t metrics_tokens_per_step(const std::string& path) {
+  std::ifstream in(path);
+  DTRAIN_CHECK(in.good(), path, ": cannot be read");
+  std::string text;
+  for (int64_t line = 1; std::getline(in, text); ++line) {
+    if (text.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || j.value("type", "") != "run") continue;
+    DTRAIN_CHECK(j.contains("batch") && j["batch"].is_number_integer() && j.contains("seq") &&
+                     j["seq"].is_number_integer(),
+                 path, ":", line, ": a run line without integer \"batch\" and \"seq\"");
+    const int64_t tokens = j["batch"].get<int64_t>() * j["seq"].get<int64_t>();
+    DTRAIN_CHECK(tokens > 0, path, ":", line, ": batch x seq must be positive, got ", tokens);
+    return tokens;
+  }
+  throw Error(str(path, ": no run line ({\"type\": \"run\"}) to read the tokens per step from"));
+}
+
 }  // namespace dtrain::train

@@ -40,4 +40,8 @@ struct MetricsSeries {
 std::vector<MetricsSeries> read_metrics_series(const std::string& path,
                                                std::span<const std::string> names);
 
+// Tokens one step of the file's run consumes (its run line's batch x seq), for plots against
+// tokens; errors name the file when it has no run line.
+int64_t metrics_tokens_per_step(const std::string& path);
+
 }  // namespace dtrain::train
