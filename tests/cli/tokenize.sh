@@ -4,7 +4,8 @@
 # with the tokenizer's vocabulary lowers the loss below its first value in 20 steps; `sample
 # --tokenizer` prints text from that checkpoint, the same for the same --seed; missing files, a
 # vocabulary past uint16, a missing --model and a checkpoint of another vocabulary are refused
-# naming the flag or file. Usage: tokenize.sh path/to/dtrain
+# naming the flag or file; `bench tokenize` reports MB/s and an exact round trip.
+# Usage: tokenize.sh path/to/dtrain
 set -uo pipefail
 source "$(dirname "$0")/lib/expect.bash"
 py=/usr/bin/python3
@@ -96,4 +97,11 @@ expect_error "--tokenizer has $vocab pieces but the checkpoint's model has a voc
 "$DTRAIN" tokenize --train "$corpus" --vocab 400 --model "$tmp/small.model" > /dev/null
 expect_error "--tokenizer has 400 pieces but the checkpoint's model has a vocabulary of $vocab" \
   sample --checkpoint "$tmp/ck" --tokenizer "$tmp/small.model"
+
+# bench tokenize: trains, encodes about --mb MB, checks the round trip, reports MB/s.
+expect_output "encode: 1\.[0-9] MB .* MB/s" bench tokenize --vocab $vocab --mb 1
+expect_output "round trip .*: yes" bench tokenize --vocab $vocab --mb 1
+expect_output '"round_trip": true' bench tokenize --vocab $vocab --type unigram --mb 1 --json
+expect_error "--mb: must be at least 1" bench tokenize --mb 0
+expect_error "--corpus $tmp/none.txt: no such file" bench tokenize --corpus "$tmp/none.txt"
 finish
