@@ -9,6 +9,7 @@
 #include <fstream>
 #include <ostream>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "bench/bench_util.h"
@@ -72,7 +73,16 @@ TokenizeBenchReport run_tokenize_bench(const TokenizeBenchOptions& o) {
     const fs::path text = temp / "text.txt";
     write_repeated(text, corpus, o.text_mb * 1000000);
     report.read_mb_per_s = read_mb_per_s(text);
-    report.encoded = train::encode_file(tokenizer, text.string(), (temp / "tokens.bin").string());
+    report.encoded =
+        train::encode_file(tokenizer, text.string(), (temp / "tokens.bin").string(), 1);
+    if (std::thread::hardware_concurrency() > 1) {
+      report.encoded_parallel =
+          train::encode_file(tokenizer, text.string(), (temp / "tokens_parallel.bin").string());
+      DTRAIN_CHECK(read_file((temp / "tokens.bin").string()) ==
+                       read_file((temp / "tokens_parallel.bin").string()),
+                   "bench tokenize: ", report.encoded_parallel.threads,
+                   " threads encoded other tokens than one thread");
+    }
   } catch (...) {
     fs::remove_all(temp);
     throw;
@@ -98,6 +108,13 @@ void print_report(const TokenizeBenchReport& r, std::ostream& out) {
                2)
       << " bytes/token) in " << fixed(r.encoded.seconds, 2) << " s: " << fixed(encode_mb_per_s, 1)
       << " MB/s\n";
+  if (r.encoded_parallel.threads > 1) {
+    const double parallel_mb_per_s =
+        static_cast<double>(r.encoded_parallel.input_bytes) / 1e6 / r.encoded_parallel.seconds;
+    out << "  encode on " << r.encoded_parallel.threads
+        << " threads: " << fixed(parallel_mb_per_s, 1) << " MB/s ("
+        << fixed(parallel_mb_per_s / encode_mb_per_s, 2) << "x one thread), the same file\n";
+  }
   out << "  read alone: " << fixed(r.read_mb_per_s, 0) << " MB/s; encode / read "
       << fixed(encode_mb_per_s / r.read_mb_per_s, 4) << "\n";
   out << "  round trip decode(encode(corpus)) == corpus: " << (r.round_trip ? "yes" : "NO") << "\n";
@@ -113,6 +130,8 @@ nlohmann::json to_json(const TokenizeBenchReport& r) {
           {"encode_tokens", r.encoded.tokens},
           {"encode_s", r.encoded.seconds},
           {"encode_mb_per_s", static_cast<double>(r.encoded.input_bytes) / 1e6 / r.encoded.seconds},
+          {"encode_threads", r.encoded_parallel.threads},
+          {"encode_parallel_s", r.encoded_parallel.seconds},
           {"read_mb_per_s", r.read_mb_per_s},
           {"round_trip", r.round_trip}};
 }

@@ -24,7 +24,8 @@ struct TokenizeBenchReport {
   TokenizeBenchOptions options;
   std::string corpus;
   train::TokenizerTrainReport trained;
-  train::EncodeReport encoded;
+  train::EncodeReport encoded;           // one thread
+  train::EncodeReport encoded_parallel;  // one per hardware thread; not run when that is one
   double read_mb_per_s = 0;  // reading the same text file in the same chunks, nothing else
   bool round_trip = false;   // decode(encode(corpus)) == corpus
 };

@@ -20,6 +20,7 @@ namespace {
 struct TokenizeFlags {
   std::string train, model, input, output;
   int64_t vocab = 4096;
+  int threads = 0;
   std::string type = "bpe";
   bool json = false;
 };
@@ -51,7 +52,7 @@ void run_train(const TokenizeFlags& f) {
 
 void run_encode(const TokenizeFlags& f) {
   const train::Tokenizer tokenizer(f.model, "--model");
-  const train::EncodeReport r = train::encode_file(tokenizer, f.input, f.output);
+  const train::EncodeReport r = train::encode_file(tokenizer, f.input, f.output, f.threads);
   const double mb_per_s = static_cast<double>(r.input_bytes) / 1e6 / r.seconds;
   if (f.json) {
     std::cout << with_build({{"model", f.model},
@@ -60,6 +61,7 @@ void run_encode(const TokenizeFlags& f) {
                              {"output", f.output},
                              {"input_bytes", r.input_bytes},
                              {"tokens", r.tokens},
+                             {"threads", r.threads},
                              {"bytes_per_token",
                               static_cast<double>(r.input_bytes) / static_cast<double>(r.tokens)},
                              {"seconds", r.seconds},
@@ -71,7 +73,8 @@ void run_encode(const TokenizeFlags& f) {
   std::cout << "tokenize: " << f.input << " (" << r.input_bytes << " bytes) -> " << f.output << ": "
             << r.tokens << " tokens ("
             << static_cast<double>(r.input_bytes) / static_cast<double>(r.tokens)
-            << " bytes/token) in " << r.seconds << " s (" << mb_per_s << " MB/s)\n"
+            << " bytes/token) in " << r.seconds << " s (" << mb_per_s << " MB/s, " << r.threads
+            << " threads)\n"
             << "train on it with: dtrain train --data " << f.output << " --vocab "
             << tokenizer.vocab() << "\n";
 }
@@ -99,9 +102,16 @@ void add_tokenize(CLI::App& app) {
   auto* input = cmd->add_option("input", f->input, "Text file to encode")->check(kNotEmpty);
   auto* output =
       cmd->add_option("output", f->output, "llm.c token file to write")->check(kNotEmpty);
+  auto* threads = cmd->add_option("--threads", f->threads,
+                                  "Threads that encode (0: one per hardware thread); the output "
+                                  "is the same for any count")
+                      ->capture_default_str()
+                      ->check(whole_number(0, 1024));
   cmd->add_flag("--json", f->json, "Print the figures as JSON");
-  cmd->callback([f, train_opt, vocab, type, input, output] {
+  cmd->callback([f, train_opt, vocab, type, threads, input, output] {
     if (train_opt->count() > 0) {
+      DTRAIN_CHECK(threads->count() == 0,
+                   "--threads is for encoding; training runs on one thread (reproducible models)");
       DTRAIN_CHECK(input->count() == 0, "tokenize --train takes no input/output files (got ",
                    f->input, "): train first, then encode with --model ", f->model, " IN OUT");
       run_train(*f);

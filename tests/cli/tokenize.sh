@@ -53,6 +53,8 @@ PY
 )
 check "the llm.c file's header, length and tokens agree with the report ($verdict)" [ "$verdict" = ok ]
 expect_output "MB/s" tokenize --model "$tmp/tok.model" "$corpus" "$tmp/out2.bin"
+"$DTRAIN" tokenize --model "$tmp/tok.model" "$corpus" "$tmp/out3.bin" --threads 3 > /dev/null
+check "--threads 3 writes the same file as the default" cmp -s "$tmp/out2.bin" "$tmp/out3.bin"
 expect_output "dtrain train --data $tmp/out2.bin --vocab $vocab" \
   tokenize --model "$tmp/tok.model" "$corpus" "$tmp/out2.bin"
 
@@ -87,6 +89,7 @@ expect_error "--model is required" tokenize --train "$corpus" --vocab 512
 expect_error "--model is required" tokenize "$corpus" "$tmp/x.bin"
 expect_error "needs an input text file and an output token file" tokenize --model "$tmp/tok.model"
 expect_error "--vocab and --type are for training" tokenize --model "$tmp/tok.model" --vocab 512 "$corpus" "$tmp/x.bin"
+expect_error "--threads is for encoding" tokenize --train "$corpus" --model "$tmp/x.model" --threads 2
 expect_error "--type: word not in \{bpe,unigram\}" tokenize --train "$corpus" --type word --model "$tmp/x.model"
 expect_error "--tokenizer $corpus: not a SentencePiece model" \
   sample --checkpoint "$tmp/ck" --tokenizer "$corpus"

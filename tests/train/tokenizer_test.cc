@@ -110,7 +110,7 @@ TEST_F(TokenizerTest, AnEncodedFileIsAnLlmcFileOfTheWholeTextsTokens) {
   text += "the last line has no newline";
   write_file(dir_ / "in.txt", text);
   const EncodeReport r =
-      encode_file(tokenizer, (dir_ / "in.txt").string(), (dir_ / "out.bin").string());
+      encode_file(tokenizer, (dir_ / "in.txt").string(), (dir_ / "out.bin").string(), 1);
   EXPECT_EQ(r.input_bytes, static_cast<int64_t>(text.size()));
   const std::vector<int32_t> whole = tokenizer.encode(text);
   ASSERT_EQ(r.tokens, static_cast<int64_t>(whole.size()));
@@ -126,6 +126,12 @@ TEST_F(TokenizerTest, AnEncodedFileIsAnLlmcFileOfTheWholeTextsTokens) {
   std::vector<uint16_t> stored(static_cast<size_t>(r.tokens));
   std::memcpy(stored.data(), file.data() + kLlmcHeaderBytes, 2 * stored.size());
   EXPECT_TRUE(std::equal(stored.begin(), stored.end(), whole.begin()));
+
+  // Any number of threads writes the same file.
+  const EncodeReport three =
+      encode_file(tokenizer, (dir_ / "in.txt").string(), (dir_ / "out3.bin").string(), 3);
+  EXPECT_EQ(three.threads, 3);
+  EXPECT_EQ(read_file(dir_ / "out3.bin"), file);
 
   // What `train --data out.bin --vocab 512` reads: the same tokens, all below the vocabulary.
   const TokenData data = load_token_data((dir_ / "out.bin").string(), kVocab);

@@ -5,10 +5,15 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "dtrain/core/check.h"
@@ -62,7 +67,7 @@ TokenizerTrainReport train_tokenizer(const TokenizerTrainOptions& o) {
       {"input_sentence_size", "0"},  // every line, no sampling
       {"shuffle_input_sentence", "false"},
       {"num_threads", "1"},
-      {"minloglevel", "1"}};  // no progress log on stderr
+      {"minloglevel", "2"}};  // no progress log or warnings on stderr (errors come back)
   sentencepiece::SetRandomGeneratorSeed(kTrainSeed);
   const auto start = Clock::now();
   std::string model;
@@ -143,6 +148,38 @@ size_t encode_run(std::string_view text) {
   return newline == std::string_view::npos ? text.size() : newline + 1;
 }
 
+// Encodes `head` run by run (encode_run), the runs shared among `threads` threads, and appends
+// the tokens in the text's order to `out`: the same tokens for any thread count.
+void encode_runs(const Tokenizer& tokenizer, std::string_view head, int threads,
+                 std::vector<uint16_t>& out) {
+  std::vector<std::string_view> runs;
+  for (size_t pos = 0; pos < head.size();) {
+    const size_t n = encode_run(head.substr(pos));
+    runs.push_back(head.substr(pos, n));
+    pos += n;
+  }
+  std::vector<std::vector<int32_t>> ids(runs.size());
+  std::atomic<size_t> next{0};
+  std::mutex error_mutex;
+  std::exception_ptr error;
+  auto work = [&] {
+    try {
+      for (size_t i = next++; i < runs.size(); i = next++) ids[i] = tokenizer.encode(runs[i]);
+    } catch (...) {
+      const std::lock_guard<std::mutex> lock(error_mutex);
+      if (!error) error = std::current_exception();
+    }
+  };
+  {
+    std::vector<std::jthread> pool;
+    for (int t = 1; t < threads && static_cast<size_t>(t) < runs.size(); ++t)
+      pool.emplace_back(work);
+    work();
+  }
+  if (error) std::rethrow_exception(error);
+  for (const auto& v : ids) out.insert(out.end(), v.begin(), v.end());  // every id < 65536
+}
+
 void write_header(std::ostream& out, int64_t count) {
   std::vector<int32_t> header(kLlmcHeaderBytes / 4, 0);
   header[0] = kLlmcMagic;
@@ -155,7 +192,8 @@ void write_header(std::ostream& out, int64_t count) {
 }  // namespace
 
 EncodeReport encode_file(const Tokenizer& tokenizer, const std::string& input,
-                         const std::string& output) {
+                         const std::string& output, int threads) {
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   DTRAIN_CHECK(tokenizer.vocab() <= kMaxUint16Vocab, "--model has ", tokenizer.vocab(),
                " pieces, more than the ", kMaxUint16Vocab,
                " that uint16 token files hold (train it with a smaller --vocab)");
@@ -184,13 +222,7 @@ EncodeReport encode_file(const Tokenizer& tokenizer, const std::string& input,
       const size_t end = chunk_end(text, at_eof);
       if (end == 0) continue;
       narrow.clear();
-      const std::string_view head = std::string_view(text).substr(0, end);
-      for (size_t pos = 0; pos < head.size();) {
-        const size_t run = encode_run(head.substr(pos));
-        const std::vector<int32_t> ids = tokenizer.encode(head.substr(pos, run));
-        narrow.insert(narrow.end(), ids.begin(), ids.end());  // every id < vocab <= 65536
-        pos += run;
-      }
+      encode_runs(tokenizer, std::string_view(text).substr(0, end), threads, narrow);
       text.erase(0, end);
       out.write(reinterpret_cast<const char*>(narrow.data()),
                 static_cast<std::streamsize>(2 * narrow.size()));
@@ -209,6 +241,7 @@ EncodeReport encode_file(const Tokenizer& tokenizer, const std::string& input,
     throw;
   }
   report.seconds = seconds_since(start);
+  report.threads = threads;
   return report;
 }
 

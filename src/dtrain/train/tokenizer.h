@@ -59,15 +59,18 @@ struct EncodeReport {
   int64_t input_bytes = 0;
   int64_t tokens = 0;
   double seconds = 0;  // reading, encoding and writing
+  int threads = 1;     // that encoded
 };
 
 // Encodes the text file `input` into the llm.c token file `output` (header: magic, version 1,
 // the token count; then uint16 tokens). The text is read and encoded in chunks cut after a
 // newline (a line longer than 16 MiB is cut at a UTF-8 character boundary), so memory stays
 // bounded whatever the file's size; pieces never span a newline, so the tokens are those of the
-// whole text at once. Throws Error naming --model (more than 65536 pieces), the input (missing,
-// empty) or the output (unwritable; more tokens than the header's int32 count can hold).
+// whole text at once. Each block's runs of lines are encoded on `threads` threads (0: one per
+// hardware thread); the file is the same for any count. Throws Error naming --model (more than
+// 65536 pieces), the input (missing, empty) or the output (unwritable; more tokens than the
+// header's int32 count can hold).
 EncodeReport encode_file(const Tokenizer& tokenizer, const std::string& input,
-                         const std::string& output);
+                         const std::string& output, int threads = 0);
 
 }  // namespace dtrain::train
