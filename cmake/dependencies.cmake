@@ -4,6 +4,9 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)  # libopenblas-dev
 find_package(CLI11 CONFIG REQUIRED)                             # libcli11-dev
 find_package(nlohmann_json 3.10 REQUIRED)                       # nlohmann-json3-dev
+# Subword tokenizers (`dtrain tokenize`, `dtrain sample --tokenizer`); linked PRIVATE into the
+# train layer, kept out of its public headers.
+pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)  # libsentencepiece-dev
 if(DTRAIN_TESTS)
   find_package(GTest REQUIRED)                                  # libgtest-dev
 endif()

@@ -29,7 +29,7 @@ install(FILES ${PROJECT_BINARY_DIR}/dtrainConfig.cmake ${PROJECT_BINARY_DIR}/dtr
         DESTINATION ${dtrain_cmake_dir})
 
 # pkg-config: the layers are static, so their dependencies are listed for the link as well.
-set(dtrain_pc_requires "openblas nlohmann_json")
+set(dtrain_pc_requires "openblas nlohmann_json sentencepiece")
 set(dtrain_pc_libs "-ldtrain_train -ldtrain_trace -ldtrain_plan -ldtrain_parallel -ldtrain_optim")
 string(APPEND dtrain_pc_libs " -ldtrain_model -ldtrain_comm -ldtrain_core")
 if(DTRAIN_HAVE_MPI)

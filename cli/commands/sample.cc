@@ -1,8 +1,10 @@
-// `dtrain sample`: generates bytes from a checkpoint (saved by any layout; its shards are
-// reassembled into the serial weights) with the KV-cache decoder. Parsing and printing only.
+// `dtrain sample`: generates text from a checkpoint (saved by any layout; its shards are
+// reassembled into the serial weights) with the KV-cache decoder, in bytes or, with
+// --tokenizer, in a SentencePiece model's tokens. Parsing and printing only.
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -12,6 +14,7 @@
 #include "dtrain/core/check.h"
 #include "dtrain/train/checkpoint.h"
 #include "dtrain/train/sample.h"
+#include "dtrain/train/tokenizer.h"
 #include "validators.h"
 
 namespace dtrain::cli {
@@ -19,6 +22,7 @@ namespace {
 
 struct SampleFlags {
   std::string checkpoint;
+  std::string tokenizer;
   train::SampleOptions options;
   int64_t seed = 1;
   bool json = false;
@@ -29,21 +33,26 @@ void add_sample(CLI::App& app) {
   train::SampleOptions& o = f->options;
   CLI::App* cmd = app.add_subcommand(
       "sample",
-      "Generate text from a checkpoint (any layout) with a KV cache: byte vocabulary, "
-      "temperature and top-k sampling, the same --seed gives the same text (docs/sampling.md)");
+      "Generate text from a checkpoint (any layout) with a KV cache: byte vocabulary or a "
+      "SentencePiece --tokenizer, temperature and top-k sampling, the same --seed gives the same "
+      "text (docs/sampling.md)");
   cmd->add_option("--checkpoint", f->checkpoint,
                   "Checkpoint directory, or a --save root (its latest checkpoint)")
       ->required();
-  cmd->add_option("--prompt", o.prompt, "Text the generation continues (bytes; default: a newline)")
+  cmd->add_option("--tokenizer", f->tokenizer,
+                  "SentencePiece .model (dtrain tokenize) that made the checkpoint's token file: "
+                  "encodes --prompt and decodes the output (default: bytes)")
       ->check(kNotEmpty);
-  cmd->add_option("--tokens", o.tokens, "Bytes to generate")
+  cmd->add_option("--prompt", o.prompt, "Text the generation continues (default: a newline)")
+      ->check(kNotEmpty);
+  cmd->add_option("--tokens", o.tokens, "Tokens to generate (bytes without --tokenizer)")
       ->capture_default_str()
       ->check(whole_number(1, 1 << 24));
   cmd->add_option("--temperature", o.temperature,
-                  "Softmax temperature; 0 picks the most likely byte (greedy)")
+                  "Softmax temperature; 0 picks the most likely token (greedy)")
       ->capture_default_str()
       ->check(real_number(0, 100));
-  cmd->add_option("--top-k", o.top_k, "Sample among the K most likely bytes (0: all)")
+  cmd->add_option("--top-k", o.top_k, "Sample among the K most likely tokens (0: all)")
       ->capture_default_str()
       ->check(whole_number(0, 1 << 20));
   cmd->add_option("--seed", f->seed, "Seed of the sampling")
@@ -53,9 +62,12 @@ void add_sample(CLI::App& app) {
   cmd->callback([f] {
     DTRAIN_CHECK(std::filesystem::is_directory(f->checkpoint), "--checkpoint ", f->checkpoint,
                  ": no such directory");
+    std::optional<train::Tokenizer> tokenizer;
+    if (!f->tokenizer.empty()) tokenizer.emplace(f->tokenizer, "--tokenizer");
     const train::LoadedCheckpoint c = train::load_checkpoint(f->checkpoint, "--checkpoint");
     train::SampleOptions run = f->options;
     run.seed = static_cast<uint64_t>(f->seed);
+    if (tokenizer) run.tokenizer = &*tokenizer;
     const train::SampleResult r = train::sample(c.state.model, c.state.params, run);
     const double tokens_per_s = static_cast<double>(r.tokens.size()) / r.seconds;
     if (f->json) {
@@ -63,6 +75,7 @@ void add_sample(CLI::App& app) {
                                   {"step", c.manifest.position.step},
                                   {"model", model::describe(c.state.model)},
                                   {"prompt", run.prompt},
+                                  {"tokenizer", f->tokenizer.empty() ? "bytes" : f->tokenizer},
                                   {"tokens", r.tokens},
                                   {"text", r.text},
                                   {"temperature", run.temperature},
@@ -74,9 +87,10 @@ void add_sample(CLI::App& app) {
       std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else {
       std::cout << run.prompt << r.text << "\n";
-      std::cerr << "sample: " << r.tokens.size() << " bytes from " << c.dir << " (step "
-                << c.manifest.position.step << ", " << model::describe(c.state.model) << ") at "
-                << static_cast<int64_t>(tokens_per_s) << " tokens/s\n";
+      std::cerr << "sample: " << r.tokens.size() << (tokenizer ? " tokens" : " bytes") << " from "
+                << c.dir << " (step " << c.manifest.position.step << ", "
+                << model::describe(c.state.model) << ") at " << static_cast<int64_t>(tokens_per_s)
+                << " tokens/s\n";
     }
   });
 }

@@ -10,11 +10,12 @@
 #include "dtrain/core/check.h"
 #include "dtrain/model/gpt_decoder.h"
 #include "dtrain/train/data.h"
+#include "dtrain/train/tokenizer.h"
 
 namespace dtrain::train {
 
 int32_t pick_token(std::span<const float> logits, float temperature, int64_t top_k, Rng& rng) {
-  const auto n = static_cast<int64_t>(std::min<size_t>(logits.size(), kByteVocab));
+  const auto n = static_cast<int64_t>(logits.size());
   DTRAIN_CHECK(n > 0, "pick_token: no logits");
   std::vector<int32_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
@@ -46,10 +47,19 @@ SampleResult sample(const model::GptConfig& config, std::span<const float> param
                "--temperature must be a non-negative number, 0 for greedy (got ", o.temperature,
                ")");
   DTRAIN_CHECK(o.top_k >= 0, "--top-k must not be negative, 0 for all tokens (got ", o.top_k, ")");
-  const std::vector<int32_t> prompt = tokenize_bytes(o.prompt);
+  DTRAIN_CHECK(o.tokenizer == nullptr || o.tokenizer->vocab() == config.vocab, "--tokenizer has ",
+               o.tokenizer ? o.tokenizer->vocab() : 0,
+               " pieces but the checkpoint's model has a vocabulary of ", config.vocab,
+               ": sample with the tokenizer whose token file trained it");
+  const std::vector<int32_t> prompt =
+      o.tokenizer ? o.tokenizer->encode(o.prompt) : tokenize_bytes(o.prompt);
+  DTRAIN_CHECK(!prompt.empty(), "--prompt encodes to no tokens");
   DTRAIN_CHECK(static_cast<int64_t>(prompt.size()) < config.context, "--prompt of ", prompt.size(),
-               " bytes does not fit the model's context of ", config.context,
-               " tokens (one is left for the first generated token)");
+               o.tokenizer ? " tokens" : " bytes", " does not fit the model's context of ",
+               config.context, " tokens (one is left for the first generated token)");
+  // Bytes: only the logits of tokens 0..255 are candidates.
+  const auto candidates =
+      static_cast<size_t>(o.tokenizer ? config.vocab : std::min(config.vocab, kByteVocab));
   model::GptDecoder decoder(config, params);
   Rng rng(o.seed);
   SampleResult result;
@@ -58,7 +68,7 @@ SampleResult sample(const model::GptConfig& config, std::span<const float> param
   std::span<const float> logits;
   for (int32_t t : prompt) logits = decoder.step(t);
   for (int64_t i = 0; i < o.tokens; ++i) {
-    const int32_t next = pick_token(logits, o.temperature, o.top_k, rng);
+    const int32_t next = pick_token(logits.first(candidates), o.temperature, o.top_k, rng);
     result.tokens.push_back(next);
     all.push_back(next);
     if (i + 1 == o.tokens) break;
@@ -73,7 +83,7 @@ SampleResult sample(const model::GptConfig& config, std::span<const float> param
     }
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  result.text = detokenize_bytes(result.tokens);
+  result.text = o.tokenizer ? o.tokenizer->decode(result.tokens) : detokenize_bytes(result.tokens);
   return result;
 }
 
