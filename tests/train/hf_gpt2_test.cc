@@ -13,18 +13,12 @@
 #include "dtrain/core/rng.h"
 #include "dtrain/model/param_table.h"
 #include "dtrain/train/hf_gpt2.h"
+#include "error_text.h"
 
 namespace dtrain::train {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_support::error_of;
 
 SerialState random_state(const model::GptConfig& c) {
   SerialState s;

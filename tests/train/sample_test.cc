@@ -13,18 +13,12 @@
 #include "dtrain/model/gpt_decoder.h"
 #include "dtrain/model/param_table.h"
 #include "dtrain/train/sample.h"
+#include "error_text.h"
 
 namespace dtrain::train {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_support::error_of;
 
 const model::GptConfig kModel{.vocab = 256, .context = 16, .layers = 2, .heads = 2, .channels = 16};
 

@@ -15,18 +15,12 @@
 #include "dtrain/core/rng.h"
 #include "dtrain/train/data.h"
 #include "dtrain/train/token_file.h"
+#include "error_text.h"
 
 namespace dtrain::train {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_support::error_of;
 
 std::filesystem::path temp_path(const std::string& name) {
   return std::filesystem::temp_directory_path() / ("dtrain_token_file_test_" + name);

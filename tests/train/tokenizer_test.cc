@@ -19,6 +19,7 @@
 #include "dtrain/train/data.h"
 #include "dtrain/train/token_file.h"
 #include "dtrain/train/tokenizer.h"
+#include "error_text.h"
 
 namespace dtrain::train {
 namespace {
@@ -27,14 +28,7 @@ namespace fs = std::filesystem;
 
 constexpr int64_t kVocab = 512;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_support::error_of;
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "dtrain/core/check.h"
+#include "dtrain/trace/svg_text.h"
 
 namespace dtrain::trace {
 namespace {
@@ -17,35 +18,6 @@ constexpr double kLeft = 70, kRight = 20, kTop = 40, kBottom = 60;  // margins a
 constexpr double kPanel = 150, kGap = 20;                           // a panel's height, between two
 constexpr const char* kColours[] = {"#4e79a7", "#e15759", "#59a14f", "#f28e2b",
                                     "#76b7b2", "#b07aa1", "#edc948", "#9c755f"};
-
-std::string escaped(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
-std::string number(double v) {
-  std::ostringstream s;
-  s << std::setprecision(6) << v;
-  return s.str();
-}
 
 struct Range {
   double lo = INFINITY, hi = -INFINITY;
@@ -87,7 +59,8 @@ std::string line_plot_svg(std::span<const PlotPanel> panels, std::string_view ti
       << "\" viewBox=\"0 0 " << kWidth << " " << height
       << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   out << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  out << "<text x=\"" << kLeft << "\" y=\"24\" font-size=\"15\">" << escaped(title) << "</text>\n";
+  out << "<text x=\"" << kLeft << "\" y=\"24\" font-size=\"15\">" << xml_escape(title)
+      << "</text>\n";
   size_t colour_index = 0;
   double legend_x = kLeft;
   const double legend_y = height - 20;
@@ -101,12 +74,12 @@ std::string line_plot_svg(std::span<const PlotPanel> panels, std::string_view ti
     out << "<line x1=\"" << kLeft << "\" y1=\"" << top << "\" x2=\"" << kLeft << "\" y2=\""
         << bottom << "\" stroke=\"#333\"/>\n";
     out << "<text class=\"y-max\" x=\"" << kLeft - 6 << "\" y=\"" << top + 4
-        << "\" text-anchor=\"end\">" << number(r.lo + r.span()) << "</text>\n";
+        << "\" text-anchor=\"end\">" << svg_number(r.lo + r.span()) << "</text>\n";
     out << "<text class=\"y-min\" x=\"" << kLeft - 6 << "\" y=\"" << bottom
-        << "\" text-anchor=\"end\">" << number(r.lo) << "</text>\n";
+        << "\" text-anchor=\"end\">" << svg_number(r.lo) << "</text>\n";
     for (const PlotSeries& s : panels[k]) {
       const char* colour = kColours[colour_index++ % std::size(kColours)];
-      out << "<polyline class=\"series\" data-series=\"" << escaped(s.name)
+      out << "<polyline class=\"series\" data-series=\"" << xml_escape(s.name)
           << "\" fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"1.5\" points=\"";
       for (size_t i = 0; i < s.x.size(); ++i) {
         out << (i ? " " : "") << px(s.x[i]) << "," << py(s.y[i]);
@@ -115,18 +88,18 @@ std::string line_plot_svg(std::span<const PlotPanel> panels, std::string_view ti
       out << "<line x1=\"" << legend_x << "\" y1=\"" << legend_y << "\" x2=\"" << legend_x + 20
           << "\" y2=\"" << legend_y << "\" stroke=\"" << colour << "\" stroke-width=\"3\"/>\n";
       out << "<text class=\"legend\" x=\"" << legend_x + 26 << "\" y=\"" << legend_y + 4 << "\">"
-          << escaped(s.name) << "</text>\n";
+          << xml_escape(s.name) << "</text>\n";
       legend_x += 150;
     }
     out << "</g>\n";
   }
   const double axis_y = kTop + static_cast<double>(panels.size()) * (kPanel + kGap) - kGap + 16;
-  out << "<text class=\"x-min\" x=\"" << kLeft << "\" y=\"" << axis_y << "\">" << number(xr.lo)
+  out << "<text class=\"x-min\" x=\"" << kLeft << "\" y=\"" << axis_y << "\">" << svg_number(xr.lo)
       << "</text>\n";
   out << "<text class=\"x-max\" x=\"" << kLeft + w << "\" y=\"" << axis_y
-      << "\" text-anchor=\"end\">" << number(xr.lo + xr.span()) << "</text>\n";
+      << "\" text-anchor=\"end\">" << svg_number(xr.lo + xr.span()) << "</text>\n";
   out << "<text x=\"" << kLeft + w / 2 << "\" y=\"" << axis_y << "\" text-anchor=\"middle\">"
-      << escaped(x_label) << "</text>\n";
+      << xml_escape(x_label) << "</text>\n";
   out << "</svg>\n";
   return out.str();
 }

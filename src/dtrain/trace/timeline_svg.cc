@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "dtrain/core/check.h"
+#include "dtrain/trace/svg_text.h"
 #include "dtrain/trace/write_file.h"
 
 namespace dtrain::trace {
@@ -76,35 +77,6 @@ double opacity(int chunk) {
   return chunk <= 0 ? 1.0 : std::max(0.35, 1.0 - 0.3 * chunk);
 }
 
-std::string escape(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
-std::string num(double v) {
-  std::ostringstream out;
-  out << std::setprecision(6) << v;
-  return out.str();
-}
-
 // The smallest of 1, 2, 5, 10, 20, ... time units whose ticks are at least 60 px apart.
 double tick_step(double px_per_unit) {
   for (double decade = 1e-3;; decade *= 10) {
@@ -136,7 +108,7 @@ std::string render_timeline_svg(const Timeline& timeline, const SvgOptions& opti
       << "\" viewBox=\"0 0 " << width << " " << height
       << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
   svg << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  svg << "<text x=\"" << kNameWidth << "\" y=\"20\" font-size=\"14\">" << escape(timeline.title)
+  svg << "<text x=\"" << kNameWidth << "\" y=\"20\" font-size=\"14\">" << xml_escape(timeline.title)
       << "</text>\n";
 
   bool used[kKinds] = {};
@@ -145,8 +117,8 @@ std::string render_timeline_svg(const Timeline& timeline, const SvgOptions& opti
     const TimelineRow& row = timeline.rows[static_cast<size_t>(r)];
     const int y = kTop + r * row_pitch;
     svg << "<g class=\"row\">\n";
-    svg << "<text x=\"6\" y=\"" << y + options.row_height_px / 2 + 4 << "\">" << escape(row.name)
-        << "</text>\n";
+    svg << "<text x=\"6\" y=\"" << y + options.row_height_px / 2 + 4 << "\">"
+        << xml_escape(row.name) << "</text>\n";
     svg << "<rect class=\"idle\" x=\"" << kNameWidth << "\" y=\"" << y << "\" width=\""
         << options.plot_width_px << "\" height=\"" << options.row_height_px
         << "\" fill=\"#f3f3f3\"/>\n";
@@ -159,18 +131,20 @@ std::string render_timeline_svg(const Timeline& timeline, const SvgOptions& opti
       const double w = std::max(0.5, (s.end - s.start) * px_per_unit);
       const int box_y = compute ? y : y + options.row_height_px + 1;
       const int box_h = compute ? options.row_height_px : lane - 1;
-      svg << "<rect class=\"" << name(s.kind) << "\" x=\"" << num(x) << "\" y=\"" << box_y
-          << "\" width=\"" << num(w) << "\" height=\"" << box_h << "\" fill=\"" << colour(s.kind)
-          << "\" fill-opacity=\"" << num(opacity(s.chunk)) << "\" stroke=\"white\""
-          << " stroke-width=\"0.5\"><title>" << escape(row.name) << ": " << escape(s.label) << " ["
-          << num(s.start) << ", " << num(s.end) << "] " << escape(timeline.time_unit)
-          << "</title></rect>\n";
+      svg << "<rect class=\"" << name(s.kind) << "\" x=\"" << svg_number(x) << "\" y=\"" << box_y
+          << "\" width=\"" << svg_number(w) << "\" height=\"" << box_h << "\" fill=\""
+          << colour(s.kind) << "\" fill-opacity=\"" << svg_number(opacity(s.chunk))
+          << "\" stroke=\"white\""
+          << " stroke-width=\"0.5\"><title>" << xml_escape(row.name) << ": " << xml_escape(s.label)
+          << " [" << svg_number(s.start) << ", " << svg_number(s.end) << "] "
+          << xml_escape(timeline.time_unit) << "</title></rect>\n";
       // The micro-batch number, when the box is wide enough for it.
       if (compute && s.microbatch >= 0) {
         const std::string text = std::to_string(s.microbatch);
         if (w >= 7.0 * static_cast<double>(text.size()) + 4) {
-          svg << "<text x=\"" << num(x + w / 2) << "\" y=\"" << y + options.row_height_px / 2 + 4
-              << "\" text-anchor=\"middle\" fill=\"white\">" << text << "</text>\n";
+          svg << "<text x=\"" << svg_number(x + w / 2) << "\" y=\""
+              << y + options.row_height_px / 2 + 4 << "\" text-anchor=\"middle\" fill=\"white\">"
+              << text << "</text>\n";
         }
       }
     }
@@ -185,13 +159,13 @@ std::string render_timeline_svg(const Timeline& timeline, const SvgOptions& opti
   const double step = tick_step(px_per_unit);
   for (int k = 0; k * step <= end * (1 + 1e-9); ++k) {
     const double x = x_of(k * step);
-    svg << "<line x1=\"" << num(x) << "\" y1=\"" << plot_bottom << "\" x2=\"" << num(x)
-        << "\" y2=\"" << plot_bottom + 5 << "\" stroke=\"black\"/>";
-    svg << "<text x=\"" << num(x) << "\" y=\"" << plot_bottom + 17 << "\" text-anchor=\"middle\">"
-        << num(k * step) << "</text>\n";
+    svg << "<line x1=\"" << svg_number(x) << "\" y1=\"" << plot_bottom << "\" x2=\""
+        << svg_number(x) << "\" y2=\"" << plot_bottom + 5 << "\" stroke=\"black\"/>";
+    svg << "<text x=\"" << svg_number(x) << "\" y=\"" << plot_bottom + 17
+        << "\" text-anchor=\"middle\">" << svg_number(k * step) << "</text>\n";
   }
   svg << "<text x=\"" << kNameWidth + options.plot_width_px << "\" y=\"" << plot_bottom + 28
-      << "\" text-anchor=\"end\">time (" << escape(timeline.time_unit) << ")</text>\n";
+      << "\" text-anchor=\"end\">time (" << xml_escape(timeline.time_unit) << ")</text>\n";
   svg << "</g>\n";
 
   // Legend: the kinds that appear.
