@@ -4,7 +4,6 @@
 
 #include <unistd.h>
 
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <ostream>
@@ -13,6 +12,7 @@
 #include "bench/bench_util.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/rng.h"
+#include "dtrain/core/timer.h"
 #include "dtrain/train/data.h"
 #include "dtrain/train/token_file.h"
 
@@ -20,11 +20,6 @@ namespace dtrain::bench {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // An llm.c token file of `count` random tokens below GPT-2's vocabulary.
 void write_llmc_file(const fs::path& path, int64_t count) {
@@ -54,10 +49,10 @@ double batch_mb_per_s(const train::TokenSource& tokens, const DataBenchOptions& 
   sampler.next(batch);  // allocation outside the timing
   std::vector<double> rates;
   for (int r = 0; r < o.rounds; ++r) {
-    const auto start = Clock::now();
+    const Stopwatch watch;
     for (int64_t k = 0; k < o.batches; ++k) sampler.next(batch);
     const double bytes = 2.0 * 4.0 * static_cast<double>(o.batch * o.seq * o.batches);
-    rates.push_back(bytes / seconds_since(start) / 1e6);
+    rates.push_back(bytes / watch.elapsed_s() / 1e6);
   }
   return median(rates);
 }
@@ -81,9 +76,9 @@ DataBenchReport run_data_bench(const DataBenchOptions& o) {
     report.file = o.data;
   }
   try {
-    const auto start = Clock::now();
+    const Stopwatch watch;
     const train::TokenData data = train::load_token_data(report.file, o.vocab);
-    report.open_s = seconds_since(start);
+    report.open_s = watch.elapsed_s();
     report.format = train::format_name(data.format);
     report.file_bytes = static_cast<int64_t>(fs::file_size(report.file));
     report.tokens = static_cast<int64_t>(data.tokens.size());

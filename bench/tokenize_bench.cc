@@ -4,7 +4,6 @@
 
 #include <unistd.h>
 
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <ostream>
@@ -15,13 +14,13 @@
 #include "bench/bench_util.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/files.h"
+#include "dtrain/core/timer.h"
 #include "dtrain/train/data.h"
 
 namespace dtrain::bench {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -41,14 +40,14 @@ void write_repeated(const fs::path& path, const std::string& text, int64_t bytes
 
 // MB/s of reading `path` in 1 MiB blocks (the encoder's reads, without the encoding).
 double read_mb_per_s(const fs::path& path) {
-  const auto start = Clock::now();
+  const Stopwatch watch;
   std::ifstream in(path, std::ios::binary);
   std::vector<char> block(size_t{1} << 20);
   int64_t bytes = 0;
   while (in.read(block.data(), static_cast<std::streamsize>(block.size())) || in.gcount() > 0) {
     bytes += in.gcount();
   }
-  const double s = std::chrono::duration<double>(Clock::now() - start).count();
+  const double s = watch.elapsed_s();
   return static_cast<double>(bytes) / 1e6 / s;
 }
 

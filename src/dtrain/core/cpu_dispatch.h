@@ -8,7 +8,7 @@
 #pragma once
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
-    !defined(DTRAIN_NATIVE_BUILD) && !defined(__SANITIZE_ADDRESS__) &&  \
+    !defined(DTRAIN_NATIVE_BUILD) && !defined(__SANITIZE_ADDRESS__) && \
     !defined(__SANITIZE_THREAD__)
 #define DTRAIN_MULTIVERSION \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))

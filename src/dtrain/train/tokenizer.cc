@@ -1,13 +1,13 @@
 // The SentencePiece tokenizer: training with the options that make it exact and reproducible,
 // the model behind Tokenizer, and the chunked encoding of a text file into an llm.c token file.
 #include "dtrain/train/tokenizer.h"
+#include "dtrain/core/timer.h"
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -24,11 +24,6 @@ namespace dtrain::train {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // SentencePiece's random draws (unigram's sampling) come from this seed; with one thread the
 // model is the same on every run.
@@ -69,7 +64,7 @@ TokenizerTrainReport train_tokenizer(const TokenizerTrainOptions& o) {
       {"num_threads", "1"},
       {"minloglevel", "2"}};  // no progress log or warnings on stderr (errors come back)
   sentencepiece::SetRandomGeneratorSeed(kTrainSeed);
-  const auto start = Clock::now();
+  const Stopwatch watch;
   std::string model;
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, nullptr, &model);
   DTRAIN_CHECK(status.ok(), "tokenize: training on --train ", o.corpus, " with --vocab ", o.vocab,
@@ -79,7 +74,7 @@ TokenizerTrainReport train_tokenizer(const TokenizerTrainOptions& o) {
     out.write(model.data(), static_cast<std::streamsize>(model.size()));
     DTRAIN_CHECK(out.good(), "--model ", o.model, ": cannot be written");
   }
-  report.seconds = seconds_since(start);
+  report.seconds = watch.elapsed_s();
   report.vocab = Tokenizer(o.model, "--model").vocab();
   return report;
 }
@@ -202,7 +197,7 @@ EncodeReport encode_file(const Tokenizer& tokenizer, const std::string& input,
   EncodeReport report;
   report.input_bytes = static_cast<int64_t>(fs::file_size(input));
   DTRAIN_CHECK(report.input_bytes > 0, "input ", input, ": the file is empty");
-  const auto start = Clock::now();
+  const Stopwatch watch;
   std::ifstream in(input, std::ios::binary);
   DTRAIN_CHECK(in.good(), "input ", input, ": cannot be read");
   std::ofstream out(output, std::ios::binary | std::ios::trunc);
@@ -240,7 +235,7 @@ EncodeReport encode_file(const Tokenizer& tokenizer, const std::string& input,
     fs::remove(output, ec);
     throw;
   }
-  report.seconds = seconds_since(start);
+  report.seconds = watch.elapsed_s();
   report.threads = threads;
   return report;
 }
