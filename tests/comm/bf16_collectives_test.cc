@@ -27,7 +27,7 @@ float small_int(int r, int64_t i) {
 }
 
 TEST(Bf16Collectives, SmallIntegersAreExactAndTheBytesAreHalfOfFloats) {
-  for (Algorithm algo : {Algorithm::ring, Algorithm::naive, Algorithm::tree}) {
+  for (Algorithm algo : {Algorithm::ring, Algorithm::naive, Algorithm::tree, Algorithm::direct}) {
     for (int world : {2, 3, 4, 8}) {
       for (CollectiveOp op : {CollectiveOp::all_reduce, CollectiveOp::reduce_scatter,
                               CollectiveOp::all_gather, CollectiveOp::broadcast}) {
@@ -127,6 +127,46 @@ TEST(Bf16Collectives, RingAllReduceStaysWithinItsRoundingBound) {
                       name(op).data(), world, worst, (world - 1) * u);
         }
         // One reduced copy of each chunk travels, so every rank holds the same bits.
+        std::vector<bf16> rank0 = data;
+        broadcast(comm, rank0.data(), count, 0, Algorithm::naive);
+        for (int64_t i = 0; i < count; ++i) {
+          ASSERT_EQ(data[static_cast<size_t>(i)].bits, rank0[static_cast<size_t>(i)].bits);
+        }
+      });
+    }
+  }
+}
+
+// The direct algorithm adds every rank's bf16 input in float32 (in rank order) and rounds once,
+// so its error is one bf16 rounding of the exact sum plus float32's own, whatever the rank
+// count: tighter than the ring's (N-1) roundings. Sizes on both of its paths.
+TEST(Bf16Collectives, DirectAllReduceRoundsOnce) {
+  for (int world : {2, 5, 8}) {
+    for (int64_t count : {int64_t{1000}, int64_t{300000}}) {
+      std::vector<float> table(static_cast<size_t>(world * count));
+      for (int r = 0; r < world; ++r) {
+        for (int64_t i = 0; i < count; ++i) {
+          table[static_cast<size_t>(r * count + i)] =
+              round_to_bf16(std::sin(0.37f * static_cast<float>(i) + 1.3f * r) * 3.0f);
+        }
+      }
+      auto x = [&](int r, int64_t i) { return table[static_cast<size_t>(r * count + i)]; };
+      testing::run_group(world, [&](Communicator& comm) {
+        std::vector<bf16> data(static_cast<size_t>(count));
+        for (int64_t i = 0; i < count; ++i)
+          data[static_cast<size_t>(i)] = to_bf16(x(comm.rank(), i));
+        all_reduce(comm, data.data(), count, ReduceOp::sum, Algorithm::direct);
+        const double u = std::ldexp(1.0, -8), u32 = std::ldexp(1.0, -24);
+        for (int64_t i = 0; i < count; ++i) {
+          double exact = 0, magnitude = 0;
+          for (int r = 0; r < world; ++r) {
+            exact += x(r, i);
+            magnitude += std::fabs(x(r, i));
+          }
+          const double bound = u * std::fabs(exact) + (world - 1) * u32 * magnitude * (1 + u);
+          const double err = std::fabs(to_float(data[static_cast<size_t>(i)]) - exact);
+          ASSERT_LE(err, bound) << "element " << i << " world " << world;
+        }
         std::vector<bf16> rank0 = data;
         broadcast(comm, rank0.data(), count, 0, Algorithm::naive);
         for (int64_t i = 0; i < count; ++i) {

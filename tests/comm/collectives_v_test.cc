@@ -2,9 +2,12 @@
 // (harness.h): chunk layouts with unequal and empty chunks, world sizes 1..5, float and int64.
 // Inputs are small integers, so sums are exact in any order and compared bit for bit. Traffic:
 // a ring reduce-scatter sends every chunk but this rank's own, an all-gather every chunk but
-// rank (r+1)'s, exactly (the ZeRO traffic tests build on this).
+// rank (r+1)'s, exactly (the ZeRO traffic tests build on this). The direct algorithm reads its
+// own chunk from every peer (reduce-scatter) or every other chunk (all-gather) and sends
+// nothing, in two barriers per segment.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -44,13 +47,28 @@ int64_t total(const std::vector<Chunk>& chunks) {
   return chunks.back().offset + chunks.back().count;
 }
 
+// Steps of a direct call: two barriers per segment. A shared address space runs one segment;
+// a shared window's slot holds, per segment, a piece of every chunk (reduce-scatter) or of
+// the owner's chunk (all-gather).
+int64_t direct_steps(Communicator& comm, const std::vector<Chunk>& chunks, int64_t elem,
+                     bool reduce_scatter) {
+  if (comm.size() == 1 || total(chunks) == 0) return 0;
+  const SharedMemoryGroup* shm = comm.shared_memory();
+  if (shm->shares_address_space()) return 2;
+  int64_t longest = 0;
+  for (const Chunk& c : chunks) longest = std::max(longest, c.count);
+  const int64_t piece = shm->slot_bytes() / elem / (reduce_scatter ? comm.size() : 1);
+  return 2 * ((longest + piece - 1) / piece);
+}
+
 template <typename T>
 T value(int rank, int64_t i) {
   return static_cast<T>((rank + 1) * ((i % 5) + 1));
 }
 
 template <typename T>
-void check_reduce_scatter(int world, int pattern, ReduceOp op, bool in_place) {
+void check_reduce_scatter(int world, int pattern, ReduceOp op, bool in_place,
+                          Algorithm algo = Algorithm::ring) {
   const std::vector<Chunk> chunks = layout(world, pattern);
   const int64_t count = total(chunks);
   testing::run_group(world, [&](Communicator& comm) {
@@ -60,13 +78,19 @@ void check_reduce_scatter(int world, int pattern, ReduceOp op, bool in_place) {
     const Chunk mine = chunks[static_cast<size_t>(r)];
     std::vector<T> separate(static_cast<size_t>(mine.count));
     T* output = in_place ? input.data() + mine.offset : separate.data();
-    const Traffic t = reduce_scatter_v<T>(comm, input.data(), output, chunks, op);
+    const Traffic t = reduce_scatter_v<T>(comm, input.data(), output, chunks, op, algo);
     for (int64_t k = 0; k < mine.count; ++k) {
       const int64_t i = mine.offset + k;
       T sum = 0;
       for (int q = 0; q < world; ++q) sum += value<T>(q, i);
       if (op == ReduceOp::avg) sum = sum * (static_cast<T>(1) / static_cast<T>(world));
       ASSERT_EQ(output[k], sum) << "rank " << r << " element " << i;
+    }
+    if (algo == Algorithm::direct) {
+      EXPECT_EQ(t.bytes_sent, 0) << "rank " << r;
+      EXPECT_EQ(t.bytes_received, (world - 1) * mine.count * int64_t{sizeof(T)}) << "rank " << r;
+      EXPECT_EQ(t.steps, direct_steps(comm, chunks, sizeof(T), true));
+      return;
     }
     const int64_t expected_sent = world == 1 ? 0 : (count - mine.count) * int64_t{sizeof(T)};
     EXPECT_EQ(t.bytes_sent, expected_sent) << "rank " << r;
@@ -75,7 +99,7 @@ void check_reduce_scatter(int world, int pattern, ReduceOp op, bool in_place) {
 }
 
 template <typename T>
-void check_all_gather(int world, int pattern, bool in_place) {
+void check_all_gather(int world, int pattern, bool in_place, Algorithm algo = Algorithm::ring) {
   const std::vector<Chunk> chunks = layout(world, pattern);
   const int64_t count = total(chunks);
   testing::run_group(world, [&](Communicator& comm) {
@@ -88,13 +112,20 @@ void check_all_gather(int world, int pattern, bool in_place) {
       if (in_place) output[static_cast<size_t>(mine.offset + k)] = own[static_cast<size_t>(k)];
     }
     const T* input = in_place ? output.data() + mine.offset : own.data();
-    const Traffic t = all_gather_v<T>(comm, input, output.data(), chunks);
+    const Traffic t = all_gather_v<T>(comm, input, output.data(), chunks, algo);
     for (int q = 0; q < world; ++q) {
       const Chunk c = chunks[static_cast<size_t>(q)];
       for (int64_t k = 0; k < c.count; ++k) {
         ASSERT_EQ(output[static_cast<size_t>(c.offset + k)], value<T>(q, c.offset + k))
             << "rank " << r << " chunk " << q;
       }
+    }
+    if (algo == Algorithm::direct) {
+      EXPECT_EQ(t.bytes_sent, 0) << "rank " << r;
+      EXPECT_EQ(t.bytes_received, world == 1 ? 0 : (count - mine.count) * int64_t{sizeof(T)})
+          << "rank " << r;
+      EXPECT_EQ(t.steps, direct_steps(comm, chunks, sizeof(T), false));
+      return;
     }
     const int64_t skipped = chunks[static_cast<size_t>((r + 1) % world)].count;
     const int64_t expected_sent = world == 1 ? 0 : (count - skipped) * int64_t{sizeof(T)};
@@ -109,6 +140,9 @@ TEST(CollectivesV, ReduceScatterOverCallerChunks) {
       check_reduce_scatter<float>(world, pattern, ReduceOp::sum, false);
       check_reduce_scatter<float>(world, pattern, ReduceOp::avg, true);
       check_reduce_scatter<int64_t>(world, pattern, ReduceOp::sum, true);
+      check_reduce_scatter<float>(world, pattern, ReduceOp::sum, false, Algorithm::direct);
+      check_reduce_scatter<float>(world, pattern, ReduceOp::avg, true, Algorithm::direct);
+      check_reduce_scatter<int64_t>(world, pattern, ReduceOp::sum, true, Algorithm::direct);
     }
   }
 }
@@ -120,6 +154,9 @@ TEST(CollectivesV, AllGatherOverCallerChunks) {
       check_all_gather<float>(world, pattern, false);
       check_all_gather<float>(world, pattern, true);
       check_all_gather<int64_t>(world, pattern, false);
+      check_all_gather<float>(world, pattern, false, Algorithm::direct);
+      check_all_gather<float>(world, pattern, true, Algorithm::direct);
+      check_all_gather<int64_t>(world, pattern, true, Algorithm::direct);
     }
   }
 }

@@ -149,6 +149,72 @@ TEST(Failure, StalledRankTimesOutNamingThePeerAndOperation) {
   EXPECT_TRUE(contains(error, "all_reduce #0")) << error;
 }
 
+// The direct algorithm waits at flag barriers in shared memory, not on messages: a failed,
+// departed or stalled member must still end every other rank's wait with its name, on the
+// bandwidth path (two barriers) and on the latency path (one exchange).
+TEST(Failure, DirectCollectivesNameAFailedOrDepartedRank) {
+  for (int64_t count : {int64_t{16}, int64_t{1} << 16}) {
+    SCOPED_TRACE(str(count, " elements"));
+    std::vector<std::string> errors(3);
+    try {
+      run_ranks(
+          3,
+          [&](Communicator& comm) {
+            std::vector<float> data(static_cast<size_t>(count), 1.0f);
+            all_reduce(comm, data.data(), count, ReduceOp::sum, Algorithm::direct);
+            if (comm.rank() == 1) throw Error("injected fault on rank 1");
+            try {
+              all_reduce(comm, data.data(), count, ReduceOp::sum, Algorithm::direct);
+            } catch (const std::exception& e) {
+              errors[comm.rank()] = e.what();
+              throw;
+            }
+          },
+          WorldOptions{30});
+      FAIL() << "expected the injected fault";
+    } catch (const Error& e) {
+      EXPECT_TRUE(contains(e.what(), "injected fault on rank 1")) << e.what();
+    }
+    for (int r : {0, 2}) {
+      EXPECT_TRUE(contains(errors[r], "rank 1")) << errors[r];
+      EXPECT_TRUE(contains(errors[r], "all_reduce #1 (direct)")) << errors[r];
+    }
+  }
+  // A rank that leaves without taking part.
+  try {
+    run_ranks(2, [&](Communicator& comm) {
+      if (comm.rank() == 1) return;
+      std::vector<float> data(1 << 16, 1.0f);
+      reduce_scatter(comm, data.data(), data.data(), 1 << 16, ReduceOp::sum, Algorithm::direct);
+    });
+    FAIL() << "expected an error";
+  } catch (const CommError& e) {
+    EXPECT_TRUE(contains(e.what(), "rank 1 finished its work")) << e.what();
+  }
+}
+
+TEST(Failure, DirectCollectiveTimesOutNamingTheStalledRank) {
+  for (int64_t count : {int64_t{16}, int64_t{1} << 16}) {
+    std::string error;
+    try {
+      run_ranks(
+          3,
+          [&](Communicator& comm) {
+            if (comm.rank() == 2) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+            std::vector<float> data(static_cast<size_t>(count), 1.0f);
+            all_reduce(comm, data.data(), count, ReduceOp::sum, Algorithm::direct);
+          },
+          WorldOptions{0.3});
+      FAIL() << "expected a timeout";
+    } catch (const CommError& e) {
+      error = e.what();
+    }
+    EXPECT_TRUE(contains(error, "timed out")) << error;
+    EXPECT_TRUE(contains(error, "for rank 2")) << error;
+    EXPECT_TRUE(contains(error, "all_reduce #0 (direct)")) << error;
+  }
+}
+
 TEST(Failure, RunRanksRejectsZeroRanks) {
   EXPECT_THROW(run_ranks(0, [](Communicator&) {}), Error);
 }

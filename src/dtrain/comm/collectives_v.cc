@@ -25,22 +25,38 @@ int64_t check_chunks(const Communicator& comm, std::span<const Chunk> chunks, Co
   return next;
 }
 
+// Automatic, ring or direct (checked against the group: collectives.cc's resolve_algorithm).
+Algorithm resolve_v(Communicator& comm, Algorithm algo, CollectiveOp what) {
+  algo = detail::resolve_algorithm(comm, algo, 0);
+  if (algo == Algorithm::tree)
+    algo = Algorithm::ring;  // automatic on a group without shared memory
+  DTRAIN_CHECK(algo == Algorithm::ring || algo == Algorithm::direct, name(what), "_v: algorithm ",
+               name(algo), " is not offered (ring or direct)");
+  return algo;
+}
+
 }  // namespace
 
 template <typename T>
 Traffic reduce_scatter_v(Communicator& comm, const T* input, T* output,
-                         std::span<const Chunk> chunks, ReduceOp op) {
+                         std::span<const Chunk> chunks, ReduceOp op, Algorithm algo) {
   const int64_t count = check_chunks(comm, chunks, CollectiveOp::reduce_scatter);
   if constexpr (std::is_integral_v<T>) {
     DTRAIN_CHECK(op != ReduceOp::avg, "reduce_scatter_v: avg is defined for float32 only");
   }
-  OperationScope scope(comm, str("reduce_scatter_v #", comm.next_sequence(), " (ring)"));
+  algo = resolve_v(comm, algo, CollectiveOp::reduce_scatter);
+  OperationScope scope(comm,
+                       str("reduce_scatter_v #", comm.next_sequence(), " (", name(algo), ")"));
   const int n = comm.size();
   const Chunk mine = chunks[static_cast<size_t>(comm.rank())];
   if (count == 0) return scope.traffic();
   if (n == 1) {
     if (output != input) std::memmove(output, input, count * sizeof(T));
     return scope.traffic();
+  }
+  if (algo == Algorithm::direct) {
+    detail::direct_reduce_scatter_chunks(comm, scope, input, output, chunks, op);
+    return scope.traffic();  // averaged already
   }
   detail::ring_reduce_scatter_chunks(comm, scope, input, output, chunks, op,
                                      detail::kTagReduceScatterV);
@@ -52,22 +68,28 @@ Traffic reduce_scatter_v(Communicator& comm, const T* input, T* output,
 }
 
 template <typename T>
-Traffic all_gather_v(Communicator& comm, const T* input, T* output, std::span<const Chunk> chunks) {
+Traffic all_gather_v(Communicator& comm, const T* input, T* output, std::span<const Chunk> chunks,
+                     Algorithm algo) {
   const int64_t count = check_chunks(comm, chunks, CollectiveOp::all_gather);
-  OperationScope scope(comm, str("all_gather_v #", comm.next_sequence(), " (ring)"));
+  algo = resolve_v(comm, algo, CollectiveOp::all_gather);
+  OperationScope scope(comm, str("all_gather_v #", comm.next_sequence(), " (", name(algo), ")"));
   const Chunk mine = chunks[static_cast<size_t>(comm.rank())];
   if (output + mine.offset != input && mine.count > 0) {
     std::memmove(output + mine.offset, input, mine.count * sizeof(T));
   }
   if (count == 0 || comm.size() == 1) return scope.traffic();
+  if (algo == Algorithm::direct) {
+    detail::direct_all_gather_chunks(comm, scope, output + mine.offset, output, chunks);
+    return scope.traffic();
+  }
   detail::ring_all_gather_chunks_in_place(comm, scope, output, chunks, detail::kTagAllGatherV);
   return scope.traffic();
 }
 
 #define DTRAIN_INSTANTIATE_COLLECTIVES_V(T)                                                 \
   template Traffic reduce_scatter_v<T>(Communicator&, const T*, T*, std::span<const Chunk>, \
-                                       ReduceOp);                                           \
-  template Traffic all_gather_v<T>(Communicator&, const T*, T*, std::span<const Chunk>);
+                                       ReduceOp, Algorithm);                                \
+  template Traffic all_gather_v<T>(Communicator&, const T*, T*, std::span<const Chunk>, Algorithm);
 DTRAIN_INSTANTIATE_COLLECTIVES_V(float)
 DTRAIN_INSTANTIATE_COLLECTIVES_V(int64_t)
 DTRAIN_INSTANTIATE_COLLECTIVES_V(bf16)

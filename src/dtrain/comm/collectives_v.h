@@ -1,8 +1,10 @@
 // Collectives over caller-chosen chunks, as MPI's Reduce_scatter (with counts) and Allgatherv:
 // rank i's chunk is chunks[i] instead of chunk_of's balanced one. ZeRO needs them: each rank owns
 // one contiguous range of the flat buffer, so a gradient bucket or a layer's weights split into
-// the owners' pieces, which may be unequal or empty. Both run the ring of algorithms/ring.cc
-// and return the Traffic this rank measured, like collectives.h.
+// the owners' pieces, which may be unequal or empty. Both run the ring of algorithms/ring.cc or
+// the direct algorithm of algorithms/direct.cc (Algorithm::automatic: direct where the group
+// shares memory, else ring; tree and naive are not offered here) and return the Traffic this
+// rank measured, like collectives.h.
 //
 // Traffic: a ring reduce-scatter sends every chunk but this rank's own once; a ring all-gather
 // every chunk but rank (r+1) mod N's. Over a buffer tiled by equal chunks that is (N-1)/N of it.
@@ -24,17 +26,20 @@ namespace dtrain::comm {
 // may alias input + chunks[rank].offset. avg divides by the group size.
 template <typename T>
 Traffic reduce_scatter_v(Communicator& comm, const T* input, T* output,
-                         std::span<const Chunk> chunks, ReduceOp op);
+                         std::span<const Chunk> chunks, ReduceOp op,
+                         Algorithm algo = Algorithm::ring);
 
 // Reads this rank's chunk from `input` (which may alias output + chunks[rank].offset) and writes
 // every chunk to `output`.
 template <typename T>
-Traffic all_gather_v(Communicator& comm, const T* input, T* output, std::span<const Chunk> chunks);
+Traffic all_gather_v(Communicator& comm, const T* input, T* output, std::span<const Chunk> chunks,
+                     Algorithm algo = Algorithm::ring);
 
 #define DTRAIN_DECLARE_COLLECTIVES_V(T)                                                            \
   extern template Traffic reduce_scatter_v<T>(Communicator&, const T*, T*, std::span<const Chunk>, \
-                                              ReduceOp);                                           \
-  extern template Traffic all_gather_v<T>(Communicator&, const T*, T*, std::span<const Chunk>);
+                                              ReduceOp, Algorithm);                                \
+  extern template Traffic all_gather_v<T>(Communicator&, const T*, T*, std::span<const Chunk>,     \
+                                          Algorithm);
 DTRAIN_DECLARE_COLLECTIVES_V(float)
 DTRAIN_DECLARE_COLLECTIVES_V(int64_t)
 DTRAIN_DECLARE_COLLECTIVES_V(bf16)

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "dtrain/comm/collective_kind.h"
+#include "dtrain/comm/shared_memory.h"
 #include "dtrain/core/buffer.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/memory.h"
@@ -100,6 +101,10 @@ class Communicator {
                                                  std::string_view name) = 0;
   // Runs `c` with the backend's own collective; false if the backend has none (the default).
   virtual bool run_native(const NativeCollective& /*c*/) { return false; }
+  // The group's shared memory, when all its ranks can reach each other's memory (the threads
+  // backend; MPI ranks all on one node); nullptr otherwise (the default). The first call may be
+  // collective (MPI creates its window then): every member makes it, in the same order.
+  virtual SharedMemoryGroup* shared_memory() { return nullptr; }
   // Messages with the same (peer, tag) are received in the order they were sent.
   RequestPtr isend(const void* data, int64_t bytes, int peer, int tag);
   RequestPtr irecv(void* data, int64_t bytes, int peer, int tag);
@@ -120,6 +125,10 @@ class Communicator {
   // Bytes this rank sent to each world rank through this communicator (index: world rank).
   std::vector<int64_t> bytes_sent_per_peer() const;
   void add_steps(int64_t steps) { steps_.fetch_add(steps, std::memory_order_relaxed); }
+  // Traffic through shared memory (the direct algorithm): `read` bytes this rank read from
+  // group rank `peer`'s memory count as received, `written` bytes it wrote into that memory as
+  // sent (to that peer, for the per-link figures). No message is counted.
+  void add_shared_memory_traffic(int peer, int64_t read, int64_t written);
 
   // The operation this rank is in, for error messages: "all_reduce #12 (ring)". Set by the
   // collectives through OperationScope.

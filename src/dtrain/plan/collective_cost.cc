@@ -123,11 +123,55 @@ CollectiveTraffic collective_traffic(CollectiveOp op, Algorithm algo, double s, 
           return {ceil_log2(world), (n - 1) * chunk, (n - 1) * chunk};
       }
       break;
+    case Algorithm::direct:
+      return direct_traffic(op, s, world, rank, root);
     case Algorithm::automatic:
     case Algorithm::native:
       break;
   }
   throw Error("collective_traffic: unknown collective or algorithm");
+}
+
+int64_t direct_segments(CollectiveOp op, int64_t count, int world, int64_t slot_elements) {
+  if (count <= 0 || world <= 1) return 0;
+  if (slot_elements <= 0) return 1;
+  const int64_t longest_chunk = (count + world - 1) / world;
+  switch (op) {
+    case CollectiveOp::reduce_scatter: {
+      // A segment holds one piece of every rank's chunk.
+      const int64_t piece = slot_elements / world;
+      DTRAIN_CHECK(piece > 0, "direct_segments: a slot of ", slot_elements,
+                   " elements holds no piece for each of ", world, " ranks");
+      return (longest_chunk + piece - 1) / piece;
+    }
+    case CollectiveOp::all_gather:  // a segment is a piece of each chunk, in its owner's slot
+      return (longest_chunk + slot_elements - 1) / slot_elements;
+    default:
+      return (count + slot_elements - 1) / slot_elements;
+  }
+}
+
+CollectiveTraffic direct_traffic(CollectiveOp op, double s, int world, int rank, int root,
+                                 int64_t segments) {
+  if (world == 1 || s <= 0) return {};
+  const double n = world;
+  const double peers_share = (n - 1) / n * s;  // every peer's part of the slice this rank owns
+  const int64_t steps = 2 * segments;
+  switch (op) {
+    case CollectiveOp::all_reduce:
+      // The latency path: one exchange; every rank reads each peer's whole buffer.
+      if (s <= static_cast<double>(comm::kDirectExchangeMaxBytes)) return {1, 0, (n - 1) * s};
+      // Otherwise: read the slice from each peer, write the result back into it.
+      return {steps, peers_share, peers_share};
+    case CollectiveOp::reduce_scatter:  // read the slice from each peer, keep the result
+    case CollectiveOp::all_gather:      // read each peer's chunk
+      return {steps, 0, peers_share};
+    case CollectiveOp::broadcast:  // every other rank reads the root's buffer
+      return {steps, 0, rank == root ? 0 : s};
+    case CollectiveOp::reduce:  // read the slice from each peer, write it into the root's output
+      return {steps, rank == root ? 0 : s / n, peers_share};
+  }
+  throw Error("direct_traffic: unknown collective");
 }
 
 double bus_bandwidth_factor(CollectiveOp op, int world) {

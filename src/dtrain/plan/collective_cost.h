@@ -29,6 +29,22 @@ struct CollectiveTraffic {
 CollectiveTraffic collective_traffic(comm::CollectiveOp op, comm::Algorithm algo, double bytes,
                                      int world, int rank = 0, int root = 0);
 
+// The direct algorithm (comm/algorithms/direct.cc) on ranks that share memory: bytes_received
+// is what this rank reads from other ranks' memory, bytes_sent what it writes into it, and each
+// of the 2 x `segments` steps is a barrier. An all_reduce of up to comm::kDirectExchangeMaxBytes
+// takes the latency path instead: one step, (N-1) x S read, nothing written. Larger all_reduce:
+// (N-1)/N x S each way (a rank reduces
+// its 1/N slice from the N-1 peers and writes the result back into them), reduce_scatter and
+// all_gather: (N-1)/N x S read, nothing written; broadcast: S read by every rank but the root;
+// reduce: (N-1)/N x S read, S/N written into the root's output by every other rank.
+// A shared address space runs the call as one segment (collective_traffic's figure); a shared
+// window of slot_elements per rank runs direct_segments of them.
+CollectiveTraffic direct_traffic(comm::CollectiveOp op, double bytes, int world, int rank = 0,
+                                 int root = 0, int64_t segments = 1);
+// Segments of a direct call of `count` elements through slots of `slot_elements` (0: a shared
+// address space, one segment).
+int64_t direct_segments(comm::CollectiveOp op, int64_t count, int world, int64_t slot_elements);
+
 // nccl-tests' bus-bandwidth factor: busbw = algbw * factor. 2(N-1)/N for all_reduce,
 // (N-1)/N for reduce_scatter and all_gather, 1 for broadcast and reduce.
 double bus_bandwidth_factor(comm::CollectiveOp op, int world);

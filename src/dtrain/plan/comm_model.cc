@@ -19,8 +19,11 @@ CommCost collective_cost(CollectiveOp op, Algorithm algo, double bytes, int worl
   CommCost c;
   c.steps = t.steps;
   c.bytes_sent = t.bytes_sent;
-  c.time_s = link.latency_us * 1e-6 * static_cast<double>(t.steps) +
-             t.bytes_sent / link.bandwidth_bytes_per_s;
+  // The direct algorithm reads more than it writes (reduce_scatter, all_gather: only reads).
+  const double moved =
+      algo == Algorithm::direct ? std::max(t.bytes_sent, t.bytes_received) : t.bytes_sent;
+  c.time_s =
+      link.latency_us * 1e-6 * static_cast<double>(t.steps) + moved / link.bandwidth_bytes_per_s;
   return c;
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "dtrain/comm/chunks.h"
 #include "dtrain/comm/collective_kind.h"
@@ -106,5 +107,35 @@ void recursive_doubling_all_reduce(Communicator& comm, OperationScope& scope, T*
 template <typename T>
 void bruck_all_gather(Communicator& comm, OperationScope& scope, const T* input, T* output,
                       int64_t count);
+
+// Direct (shared memory: comm/shared_memory.h; the caller checked comm.shared_memory()). These
+// apply avg themselves (the 1/N scaling happens once, before the result is shared).
+template <typename T>
+void direct_all_reduce(Communicator& comm, OperationScope& scope, T* data, int64_t count,
+                       ReduceOp op);
+template <typename T>
+void direct_reduce_scatter_chunks(Communicator& comm, OperationScope& scope, const T* input,
+                                  T* output, std::span<const Chunk> chunks, ReduceOp op);
+// `input` is this rank's chunk (it may alias output + chunks[rank].offset).
+template <typename T>
+void direct_all_gather_chunks(Communicator& comm, OperationScope& scope, const T* input, T* output,
+                              std::span<const Chunk> chunks);
+template <typename T>
+void direct_broadcast(Communicator& comm, OperationScope& scope, T* data, int64_t count, int root);
+template <typename T>
+void direct_reduce(Communicator& comm, OperationScope& scope, const T* input, T* output,
+                   int64_t count, ReduceOp op, int root);
+
+// The balanced chunks of chunk_of, one per rank.
+inline std::vector<Chunk> balanced_chunks(int64_t count, int parts) {
+  std::vector<Chunk> chunks;
+  for (int q = 0; q < parts; ++q) chunks.push_back(chunk_of(count, parts, q));
+  return chunks;
+}
+
+// Resolves Algorithm::automatic for this communicator: direct where the group shares memory,
+// otherwise the planner's choice by size (comm::choose_algorithm). A request for direct on a
+// group without shared memory is an error naming the flag.
+Algorithm resolve_algorithm(Communicator& comm, Algorithm requested, long long bytes);
 
 }  // namespace dtrain::comm::detail

@@ -8,10 +8,14 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -120,6 +124,189 @@ class MpiRequest : public Request {
   MPI_Request request_ = MPI_REQUEST_NULL;
 };
 
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// The direct algorithm's shared memory for a group whose ranks are all on one node: one
+// MPI_Win_allocate_shared window in which each rank owns a region:
+//   [control: its exchange flag; on rank 0 also the barrier's count and generation]
+//   [two small slots (the latency path)] [one slot (the bandwidth path's segments)].
+// Synchronisation is by atomics in the window (lock-free, so valid across processes), never
+// by MPI calls, so a hand-off costs what the cache lines cost. Waits spin, then yield, then
+// sleep in short naps, and fail after the timeout naming the rank and the operation.
+class MpiSharedMemory : public SharedMemoryGroup {
+ public:
+  static constexpr int64_t kControlBytes = 4096;
+  static constexpr int64_t kSmallSlotBytes = 64 << 10;
+  static constexpr int64_t kSlotBytes = 1 << 20;
+  static constexpr int64_t kRegionBytes = kControlBytes + 2 * kSmallSlotBytes + kSlotBytes;
+
+  // Collective over `comm`; nullptr when its ranks are not all on one node (or MPI refuses).
+  static std::unique_ptr<MpiSharedMemory> create(MPI_Comm comm, std::vector<int> members,
+                                                 double timeout_s,
+                                                 std::function<std::string()> operation) {
+    int rank = 0, size = 0;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    MPI_Comm node = MPI_COMM_NULL;
+    if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) {
+      return nullptr;
+    }
+    int node_size = 0;
+    MPI_Comm_size(node, &node_size);
+    // Every rank learns whether all are on one node (they agree: node_size is the same count).
+    int everyone_local = node_size == size ? 1 : 0, all = 0;
+    MPI_Allreduce(&everyone_local, &all, 1, MPI_INT, MPI_MIN, comm);
+    if (all == 0) {
+      MPI_Comm_free(&node);
+      return nullptr;
+    }
+    MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
+    void* base = nullptr;
+    MPI_Win win = MPI_WIN_NULL;
+    int ok =
+        MPI_Win_allocate_shared(kRegionBytes, 1, MPI_INFO_NULL, node, &base, &win) == MPI_SUCCESS
+            ? 1
+            : 0;
+    int all_ok = 0;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, node);
+    if (all_ok == 0) {
+      if (ok) MPI_Win_free(&win);
+      MPI_Comm_free(&node);
+      return nullptr;
+    }
+    std::memset(base, 0, kControlBytes);
+    MPI_Win_lock_all(MPI_MODE_NOCHECK, win);
+    std::vector<std::byte*> regions(static_cast<size_t>(size));
+    for (int q = 0; q < size; ++q) {
+      MPI_Aint bytes = 0;
+      int disp = 0;
+      void* region = nullptr;
+      MPI_Win_shared_query(win, q, &bytes, &disp, &region);
+      regions[q] = static_cast<std::byte*>(region);
+    }
+    MPI_Barrier(node);  // every control area is zeroed before anyone uses one
+    return std::unique_ptr<MpiSharedMemory>(new MpiSharedMemory(
+        node, win, std::move(regions), rank, std::move(members), timeout_s, std::move(operation)));
+  }
+
+  ~MpiSharedMemory() override {
+    MPI_Win_unlock_all(win_);
+    MPI_Win_free(&win_);
+    MPI_Comm_free(&node_);
+  }
+
+  void barrier() override {
+    std::atomic_ref<uint32_t> arrived(*reinterpret_cast<uint32_t*>(regions_[0] + 64));
+    std::atomic_ref<uint64_t> generation(*reinterpret_cast<uint64_t*>(regions_[0] + 128));
+    const uint64_t gen = generation.load(std::memory_order_acquire);
+    entered(rank_).fetch_add(1, std::memory_order_relaxed);
+    if (arrived.fetch_add(1, std::memory_order_acq_rel) == static_cast<uint32_t>(size() - 1)) {
+      arrived.store(0, std::memory_order_relaxed);
+      generation.store(gen + 1, std::memory_order_release);
+      return;
+    }
+    wait_until([&] { return generation.load(std::memory_order_acquire) != gen; },
+               "a shared-memory barrier",
+               [&](int q) {
+                 return entered(q).load(std::memory_order_relaxed) <
+                        entered(rank_).load(std::memory_order_relaxed);
+               });
+  }
+
+  bool shares_address_space() const override { return false; }
+  void publish(const void*, void*) override {}
+  const void* input_of(int) const override { return nullptr; }
+  void* output_of(int) const override { return nullptr; }
+  int64_t slot_bytes() const override { return kSlotBytes; }
+  std::byte* slot(int rank) const override {
+    return regions_[rank] + kControlBytes + 2 * kSmallSlotBytes;
+  }
+  int64_t small_slot_bytes() const override { return kSmallSlotBytes; }
+  std::byte* small_slot(int rank, int parity) override {
+    return regions_[rank] + kControlBytes + parity * kSmallSlotBytes;
+  }
+  void post(uint64_t exchange) override { flag(rank_).store(exchange, std::memory_order_release); }
+  void wait_posted(uint64_t exchange) override {
+    wait_until(
+        [&] {
+          for (int q = 0; q < size(); ++q) {
+            if (flag(q).load(std::memory_order_acquire) < exchange) return false;
+          }
+          return true;
+        },
+        "a shared-memory exchange",
+        [&](int q) { return flag(q).load(std::memory_order_relaxed) < exchange; });
+  }
+
+ private:
+  MpiSharedMemory(MPI_Comm node, MPI_Win win, std::vector<std::byte*> regions, int rank,
+                  std::vector<int> members, double timeout_s,
+                  std::function<std::string()> operation)
+      : node_(node),
+        win_(win),
+        regions_(std::move(regions)),
+        rank_(rank),
+        global_rank_(members[static_cast<size_t>(rank)]),
+        members_(std::move(members)),
+        timeout_s_(timeout_s),
+        operation_(std::move(operation)) {
+    // Spinning only pays while every rank has a core of its own.
+    oversubscribed_ = size() > static_cast<int>(std::thread::hardware_concurrency());
+  }
+
+  int size() const { return static_cast<int>(regions_.size()); }
+  // Rank q's control area: its exchange flag, and the barriers it has arrived at.
+  std::atomic_ref<uint64_t> flag(int q) const {
+    return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(regions_[q]));
+  }
+  std::atomic_ref<uint64_t> entered(int q) const {
+    return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(regions_[q] + 8));
+  }
+
+  // `missing(q)`: whether group rank q has not arrived yet (named when the wait times out).
+  template <typename Done, typename Missing>
+  void wait_until(Done done, const char* what, Missing missing) {
+    const int spins = oversubscribed_ ? 64 : 80000;
+    for (int i = 0; i < spins; ++i) {
+      if (done()) return;
+      cpu_relax();
+    }
+    const double start_us = now_us();
+    const double deadline_us = start_us + timeout_s_ * 1e6;
+    for (int64_t i = 0; !done(); ++i) {
+      if ((i & 63) == 0 && now_us() > deadline_us) {
+        std::string absent;
+        for (int q = 0; q < size(); ++q) {
+          if (q != rank_ && missing(q)) absent += str(absent.empty() ? "" : ", ", members_[q]);
+        }
+        throw CommError(str("timed out after ", timeout_s_, " s: rank ", global_rank_,
+                            " waited at ", what, " in ", operation_(), " for rank ",
+                            absent.empty() ? "?" : absent, " (stalled or dead)"));
+      }
+      if (i < 1000) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+    }
+  }
+
+  MPI_Comm node_;
+  MPI_Win win_;
+  std::vector<std::byte*> regions_;  // by group rank
+  int rank_, global_rank_;
+  std::vector<int> members_;  // world ranks, by group rank
+  double timeout_s_;
+  std::function<std::string()> operation_;
+  bool oversubscribed_ = false;
+};
+
 // A tag for MPI_Comm_create_group from the group's name, so two groups with the same
 // members but different names are created independently.
 int name_tag(std::string_view name) {
@@ -139,7 +326,17 @@ class MpiCommunicator : public Communicator {
     init_accounting(world_size_);
   }
   ~MpiCommunicator() override {
+    shared_.reset();  // frees its window and node communicator first (collective, like this)
     if (owned_) MPI_Comm_free(&comm_);
+  }
+
+  SharedMemoryGroup* shared_memory() override {
+    if (!shared_checked_) {
+      shared_checked_ = true;
+      shared_ = MpiSharedMemory::create(comm_, members_, timeout_s_,
+                                        [this] { return current_operation(); });
+    }
+    return shared_.get();
   }
 
   int rank() const override { return rank_; }
@@ -265,6 +462,8 @@ class MpiCommunicator : public Communicator {
   std::vector<int> members_;
   double timeout_s_;
   int rank_ = 0, size_ = 0, world_size_ = 0;
+  bool shared_checked_ = false;
+  std::unique_ptr<MpiSharedMemory> shared_;
 };
 
 }  // namespace

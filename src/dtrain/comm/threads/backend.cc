@@ -10,7 +10,10 @@
 #include <condition_variable>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <list>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -20,6 +23,14 @@
 
 namespace dtrain::comm::threads {
 namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 enum class State { pending, done, failed };
 
@@ -140,6 +151,45 @@ class World {
     wake_all();
   }
 
+  bool aborted() const { return aborted_.load(); }
+  bool exited(int rank) const { return exited_[rank].load(); }
+  std::string failure_message() {
+    std::lock_guard<std::mutex> lock(failure_mu_);
+    return failure_;
+  }
+  int spin_iterations() const { return spin_iterations_; }
+
+  // The state a group's members share for the direct algorithm, one per group context (made by
+  // the first member that asks, kept while the world lives).
+  struct SharedGroupState {
+    static constexpr int64_t kSmallSlotBytes = 64 << 10;
+    struct alignas(64) Flag {
+      std::atomic<uint64_t> value{0};     // the latest exchange this rank posted
+      std::atomic<uint64_t> barriers{0};  // barriers this rank has arrived at (for errors)
+    };
+    explicit SharedGroupState(int n)
+        : inputs(static_cast<size_t>(n)), outputs(inputs.size()), flags(inputs.size()) {}
+    // Written by their owner before it arrives at a barrier, read by the others after it.
+    std::vector<const void*> inputs;
+    std::vector<void*> outputs;
+    std::vector<Flag> flags;  // the latency path's exchange numbers, by rank
+    alignas(64) std::atomic<int> arrived{0};
+    alignas(64) std::atomic<uint64_t> generation{0};
+    alignas(64) std::atomic<int> sleepers{0};
+    std::mutex mu;
+    std::condition_variable cv;
+    std::once_flag small_once;
+    std::unique_ptr<std::byte[]> small;  // 2 small slots per rank, allocated on first use
+  };
+  SharedGroupState& shared_group(uint64_t context, int members) {
+    std::lock_guard<std::mutex> lock(groups_mu_);
+    auto& slot = groups_[context];
+    if (!slot) slot = std::make_unique<SharedGroupState>(members);
+    DTRAIN_CHECK(static_cast<int>(slot->inputs.size()) == members,
+                 "two groups of different sizes share the context of one");
+    return *slot;
+  }
+
  private:
   struct Mailbox {
     std::mutex mu;
@@ -181,11 +231,6 @@ class World {
     for (int r = 0; r < size_; ++r) notify(r);
   }
 
-  std::string failure_message() {
-    std::lock_guard<std::mutex> lock(failure_mu_);
-    return failure_;
-  }
-
   [[noreturn]] void fail_pending(Envelope* e, const std::string& message) {
     abandon(e);
     throw CommError(message);
@@ -204,6 +249,154 @@ class World {
   std::atomic<bool> aborted_{false};
   std::mutex failure_mu_;
   std::string failure_;
+  std::mutex groups_mu_;
+  std::map<uint64_t, std::unique_ptr<SharedGroupState>> groups_;
+};
+
+// The direct algorithm's view of a group of threads: buffers are published as pointers, and
+// the barrier is a sense-counting one on the group's shared state: spin (a hand-off between
+// running threads takes well under a microsecond), then sleep on the state's condition
+// variable, checking for failed or departed members and the deadline as the message path does.
+class ThreadSharedMemory : public SharedMemoryGroup {
+ public:
+  ThreadSharedMemory(World& world, World::SharedGroupState& state, const std::vector<int>& members,
+                     int rank, std::function<std::string()> operation)
+      : world_(world),
+        state_(state),
+        members_(members),
+        rank_(rank),
+        operation_(std::move(operation)) {}
+
+  void barrier() override {
+    World::SharedGroupState& s = state_;
+    const int n = static_cast<int>(members_.size());
+    const uint64_t gen = s.generation.load(std::memory_order_acquire);
+    s.flags[rank_].barriers.fetch_add(1, std::memory_order_relaxed);
+    if (s.arrived.fetch_add(1, std::memory_order_acq_rel) == n - 1) {
+      s.arrived.store(0, std::memory_order_relaxed);
+      s.generation.store(gen + 1, std::memory_order_release);
+      wake_sleepers();
+      return;
+    }
+    wait_until([&] { return s.generation.load(std::memory_order_seq_cst) != gen; },
+               "a shared-memory barrier",
+               [&](int q) {
+                 return s.flags[q].barriers.load(std::memory_order_relaxed) <
+                        s.flags[rank_].barriers.load(std::memory_order_relaxed);
+               });
+  }
+
+  int64_t small_slot_bytes() const override { return World::SharedGroupState::kSmallSlotBytes; }
+  std::byte* small_slot(int rank, int parity) override {
+    World::SharedGroupState& s = state_;
+    const int64_t bytes = World::SharedGroupState::kSmallSlotBytes;
+    std::call_once(s.small_once, [&] {
+      s.small.reset(new (std::align_val_t{64}) std::byte[2 * bytes * s.flags.size()]);
+    });
+    return s.small.get() + (2 * rank + parity) * bytes;
+  }
+  void post(uint64_t exchange) override {
+    state_.flags[rank_].value.store(exchange, std::memory_order_release);
+    wake_sleepers();
+  }
+  void wait_posted(uint64_t exchange) override {
+    World::SharedGroupState& s = state_;
+    wait_until(
+        [&] {
+          for (const auto& f : s.flags) {
+            if (f.value.load(std::memory_order_seq_cst) < exchange) return false;
+          }
+          return true;
+        },
+        "a shared-memory exchange",
+        [&](int q) { return s.flags[q].value.load(std::memory_order_relaxed) < exchange; });
+  }
+
+  bool shares_address_space() const override { return true; }
+  void publish(const void* input, void* output) override {
+    state_.inputs[rank_] = input;
+    state_.outputs[rank_] = output;
+  }
+  const void* input_of(int rank) const override { return state_.inputs[rank]; }
+  void* output_of(int rank) const override { return state_.outputs[rank]; }
+  int64_t slot_bytes() const override { return 0; }
+  std::byte* slot(int /*rank*/) const override { return nullptr; }
+
+ private:
+  void wake_sleepers() {
+    World::SharedGroupState& s = state_;
+    if (s.sleepers.load(std::memory_order_relaxed) > 0) {
+      { std::lock_guard<std::mutex> lock(s.mu); }
+      s.cv.notify_all();
+    }
+  }
+
+  // Spins while the ranks are likely running (a hand-off between running threads takes well
+  // under a microsecond), then sleeps on the state's condition variable, checking for failed
+  // or departed members and the deadline as the message path does.
+  // `missing(q)`: whether member q has not arrived yet (named when the wait times out).
+  template <typename Done, typename Missing>
+  void wait_until(Done done, const char* what, Missing missing) {
+    // A pause, not a yield, between looks: sched_yield is a system call (about a microsecond
+    // on a VM), as long as the whole hand-off it waits for.
+    const int spins = world_.spin_iterations() * 4;
+    for (int i = 0; i < spins; ++i) {
+      if (done()) return;
+      cpu_relax();
+    }
+    World::SharedGroupState& s = state_;
+    const double deadline_us = now_us() + world_.timeout_s() * 1e6;
+    s.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    struct Leave {
+      std::atomic<int>& sleepers;
+      ~Leave() { sleepers.fetch_sub(1, std::memory_order_seq_cst); }
+    } leave{s.sleepers};
+    std::unique_lock<std::mutex> lock(s.mu);
+    int sleep_us = 50;
+    while (!done()) {
+      if (const std::string error = failure(what); !error.empty()) {
+        if (done()) break;  // a member that left after releasing this wait is no failure
+        throw CommError(error);
+      }
+      if (now_us() > deadline_us) {
+        std::string absent;
+        for (int q = 0; q < static_cast<int>(members_.size()); ++q) {
+          if (q != rank_ && missing(q)) absent += str(absent.empty() ? "" : ", ", members_[q]);
+        }
+        throw CommError(str("timed out after ", world_.timeout_s(), " s: rank ", members_[rank_],
+                            " waited at ", what, " in ", operation_(), " for rank ",
+                            absent.empty() ? "?" : absent, " (stuck or dead?)"));
+      }
+      // post() and the barrier's release store their number without a full fence (a locked
+      // store costs about as much as the whole hand-off), so a wake-up can be missed in the
+      // instant between a waiter's last look and its sleep: the sleep is bounded, from 50 us
+      // growing to 1 ms, so a missed one costs little.
+      s.cv.wait_for(lock, std::chrono::microseconds(sleep_us));
+      sleep_us = std::min(sleep_us * 2, 1000);
+    }
+  }
+
+  // Why waiting is hopeless, or "" while it is not.
+  std::string failure(const char* what) {
+    if (world_.aborted()) {
+      return str(world_.failure_message(), "; rank ", members_[rank_], " was at ", what, " in ",
+                 operation_());
+    }
+    for (int m : members_) {
+      if (m != members_[rank_] && world_.exited(m)) {
+        return str("rank ", m, " finished its work while rank ", members_[rank_],
+                   " waited for it at ", what, " in ", operation_(),
+                   " (it exited early, or the ranks disagree on the sequence of operations)");
+      }
+    }
+    return "";
+  }
+
+  World& world_;
+  World::SharedGroupState& state_;
+  const std::vector<int>& members_;
+  int rank_;
+  std::function<std::string()> operation_;
 };
 
 class ThreadRequest : public Request {
@@ -275,6 +468,15 @@ class ThreadCommunicator : public Communicator {
     return std::make_unique<ThreadCommunicator>(world_, std::move(members), my_index, context);
   }
 
+  SharedMemoryGroup* shared_memory() override {
+    if (!shared_) {
+      shared_ = std::make_unique<ThreadSharedMemory>(world_, world_.shared_group(context_, size()),
+                                                     members_, rank_,
+                                                     [this] { return current_operation(); });
+    }
+    return shared_.get();
+  }
+
  protected:
   RequestPtr start_send(const void* data, int64_t bytes, int peer, int tag) override {
     auto request = std::make_unique<ThreadRequest>(world_, describe("send to", peer, tag));
@@ -309,6 +511,7 @@ class ThreadCommunicator : public Communicator {
   std::vector<int> members_;  // world ranks, by group rank
   int rank_;
   uint64_t context_;
+  std::unique_ptr<ThreadSharedMemory> shared_;
 };
 
 }  // namespace
