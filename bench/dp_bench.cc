@@ -61,6 +61,7 @@ DpBenchRow run_layout(const DpBenchOptions& o, const model::GptConfig& m, int64_
   layout.dp = ranks;
   layout.zero_stage = zero;
   layout.bucket_bytes = o.bucket_bytes;
+  layout.dp_algorithm = o.dp_algo == "direct" ? comm::Algorithm::direct : comm::Algorithm::ring;
   const train::EngineConfig c =
       train::make_engine_config(step_config(m, o.batch_per_rank * ranks, T), layout);
   const train::Batch batch = random_batch(c.step.batch, T, m.vocab);
@@ -150,6 +151,8 @@ DpBenchReport run_dp_bench(const DpBenchOptions& o) {
   DTRAIN_CHECK(o.warmup >= 0, "--warmup must not be negative (got ", o.warmup, ")");
   DTRAIN_CHECK(o.rounds >= 1, "--rounds must be at least 1 (got ", o.rounds, ")");
   DTRAIN_CHECK(o.bucket_bytes > 0, "--bucket-size must be positive (got ", o.bucket_bytes, ")");
+  DTRAIN_CHECK(o.dp_algo == "ring" || o.dp_algo == "direct", "--dp-algo \"", o.dp_algo,
+               "\" is not one of ring, direct");
   for (int z : o.zero_stages) {
     DTRAIN_CHECK(z >= 1 && z <= 3, "--zero: stages must be 1, 2 or 3 (got ", z, ")");
   }
@@ -161,6 +164,7 @@ DpBenchReport run_dp_bench(const DpBenchOptions& o) {
   r.seq = preset.config.context;
   r.ranks = o.ranks;
   r.rounds = o.rounds;
+  r.dp_algo = o.dp_algo;
   const int before = model::blas_threads();
   model::set_blas_threads(1);  // one core per rank, as the peer's ranks
   for (int round = 0; round < o.rounds; ++round) {
@@ -182,8 +186,8 @@ DpBenchReport run_dp_bench(const DpBenchOptions& o) {
 void print_dp_bench(std::ostream& out, const DpBenchReport& r) {
   out << "dtrain bench dp: " << r.model_name << " model (" << model::describe(r.model) << ", "
       << r.params << " params), " << r.batch_per_rank << " sequences x " << r.seq
-      << " tokens per rank (weak scaling), threads backend, 1 compute thread per rank; best of "
-      << r.rounds << " rounds\n\n";
+      << " tokens per rank (weak scaling), threads backend, 1 compute thread per rank, DP syncs "
+      << r.dp_algo << "; best of " << r.rounds << " rounds\n\n";
   out << "  layout              ms/step   best  tokens/s   vs plain DP   comm ms  hidden   "
          "DP bytes/step  loss first -> last\n";
   const DpBenchRow& plain = r.rows[1];
@@ -246,6 +250,7 @@ nlohmann::json dp_bench_to_json(const DpBenchReport& r) {
   }
   j["rows"] = rows;
   j["dp_efficiency"] = r.dp_efficiency;
+  j["dp_algo"] = r.dp_algo;
   if (r.peer.ran) {
     j["peer"] = {{"status", r.peer.status},
                  {"single_tokens_per_s", r.peer.single_tokens_per_s},

@@ -30,7 +30,8 @@ struct DpBenchOptions {
                    // is shared: a round that lost a core to another process does not count)
   int64_t bucket_bytes = int64_t{1} << 20;
   std::vector<int> zero_stages = {1, 2, 3};
-  std::string peer;  // path of torch_gpt_step.py; empty: no peer run
+  std::string dp_algo = "ring";  // the DP syncs' algorithm: ring or direct (train --dp-algo)
+  std::string peer;              // path of torch_gpt_step.py; empty: no peer run
   std::string python = "/usr/bin/python3";
 };
 
@@ -60,6 +61,7 @@ struct DpBenchReport {
   int64_t params = 0, batch_per_rank = 0, seq = 0;
   int ranks = 0;
   int rounds = 0;
+  std::string dp_algo;           // the DP syncs' algorithm
   std::vector<DpBenchRow> rows;  // single rank, plain DP, then each ZeRO stage
   double dp_efficiency = 0;      // plain DP tokens/s / (ranks x single)
   PeerResult peer;

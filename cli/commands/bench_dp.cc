@@ -49,6 +49,10 @@ void add_bench_dp(CLI::App& bench) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(whole_number(1, 3));
+  cmd->add_option("--dp-algo", o.dp_algo,
+                  "The DP syncs' algorithm: ring, or direct (the ranks read each other's buffers "
+                  "in place; train --dp-algo)")
+      ->capture_default_str();
   CLI::Option* peer =
       cmd->add_option("--peer", o.peer,
                       "Path of torch_gpt_step.py (../shared/peers/): run its DDP mode after ours");

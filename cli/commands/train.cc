@@ -76,6 +76,7 @@ struct TrainFlags {
   int64_t seed = 1;
   // Names, turned into the layout's enums and numbers by set_layout_names.
   std::string schedule, backend = "threads", rank_order = "tp-dp-pp", dp_all_reduce = "flat";
+  std::string dp_algo = "ring";
   std::string stage_layers, max_rank_memory;
 };
 
@@ -97,6 +98,9 @@ void set_layout_names(const TrainFlags& f, train::LayoutOptions& l) {
                f.dp_all_reduce, "\" is not one of flat, hierarchical");
   l.dp_all_reduce =
       f.dp_all_reduce == "flat" ? train::DpAllReduce::flat : train::DpAllReduce::hierarchical;
+  DTRAIN_CHECK(f.dp_algo == "ring" || f.dp_algo == "direct", "--dp-algo \"", f.dp_algo,
+               "\" is not one of ring, direct");
+  l.dp_algorithm = f.dp_algo == "ring" ? comm::Algorithm::ring : comm::Algorithm::direct;
   if (!f.stage_layers.empty()) {
     l.stage_layers = parallel::parse_stage_layers(f.stage_layers, "--stage-layers");
   }
@@ -286,6 +290,11 @@ void add_train(CLI::App& app) {
                   "node, all-reduce across nodes, all-gather inside; needs --ranks-per-node and "
                   "--zero 0)")
       ->default_str("flat");
+  cmd->add_option("--dp-algo", f->dp_algo,
+                  "The flat DP syncs' algorithm (all-reduces, ZeRO's reduce-scatters and "
+                  "gathers): ring, or direct (ranks that share memory read each other's buffers "
+                  "in place: the threads backend, or MPI ranks all on one node)")
+      ->default_str("ring");
   cmd->add_flag("--json", f->json, "Print the summary as JSON instead of a table");
 
   cmd->callback([=] {

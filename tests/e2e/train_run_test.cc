@@ -93,6 +93,37 @@ TEST(TrainRun, DataParallelAtEveryZeroStageFollowsTheSingleRankRun) {
   }
 }
 
+// --dp-algo direct: the DP syncs read the peers' buffers in place (comm/algorithms/direct.cc) at
+// every ZeRO stage; the losses follow the single-rank run, every counter its formula (direct's
+// bytes: only ZeRO-0's all-reduces write into peers), and at dp 2 the sums are the ring's
+// (one addition per element, a + b either way): the same losses bit for bit.
+TEST(TrainRun, DirectDataParallelAtEveryZeroStageFollowsTheSingleRankRun) {
+  const TrainSummary serial = run_training(options(), nullptr);
+  for (int dp : {2, 4}) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      TrainOptions o = options();
+      o.layout.dp = dp;
+      o.layout.zero_stage = stage;
+      o.layout.bucket_bytes = 32 << 10;
+      const TrainSummary ring = run_training(o, nullptr);
+      o.layout.dp_algorithm = comm::Algorithm::direct;
+      const TrainSummary s = run_training(o, nullptr);
+      const double worst = worst_loss_diff(s, serial);
+      std::printf("  direct dp %d zero %d: max |loss diff| %.1e (ring: %.1e)\n", dp, stage, worst,
+                  worst_loss_diff(ring, serial));
+      EXPECT_LE(worst, 1e-4) << "dp " << dp << " zero " << stage;
+      if (dp == 2) {
+        EXPECT_EQ(worst_loss_diff(s, ring), 0.0) << "zero " << stage;
+      }
+      ASSERT_TRUE(s.layout.has_value());
+      expect_counters_match_plan(*s.layout, str("direct dp ", dp, " zero ", stage));
+      if (stage > 0) {
+        for (const auto& k : s.layout->ranks) EXPECT_EQ(k.dp, 0) << "reads only";
+      }
+    }
+  }
+}
+
 // A declared topology (--ranks-per-node 2, 8 ranks = 4 nodes): the flat ring and the
 // hierarchical all-reduce of every bucket follow the single-rank run, every rank's inter-node
 // bytes summed equal the prediction exactly, and the hierarchical form sends fewer bytes across

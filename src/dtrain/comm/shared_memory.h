@@ -18,8 +18,14 @@ class SharedMemoryGroup {
   virtual ~SharedMemoryGroup() = default;
 
   // Returns once every rank of the group has called it; memory written before it by any rank is
-  // visible to all after it. Throws CommError naming the member at fault on failure or timeout.
+  // visible to all after it. Throws CommError naming the member at fault on failure or timeout;
+  // a barrier that one rank gave up on never completes for the others (they fail too), so no
+  // rank goes on to touch the buffers of one that left.
   virtual void barrier() = 0;
+  // The barrier that ends a call, after which the ranks' buffers are their own again. A rank
+  // that fails here first waits (a bounded time) for the peers still writing into its buffers
+  // to arrive or leave, so its buffers are not freed under them.
+  virtual void closing_barrier() { barrier(); }
 
   // Shared address space: publish() this rank's buffers for the call (nullptr where it has
   // none); after the next barrier(), input_of(q) / output_of(q) are rank q's.

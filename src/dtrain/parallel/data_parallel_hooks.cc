@@ -100,15 +100,23 @@ DataParallel::DataParallel(const DataParallelConfig& config, model::GptModel& mo
     node_groups_ =
         std::make_unique<comm::NodeGroups>(comm::make_node_groups(*async, config.topology));
   }
+  if (config.algorithm == comm::Algorithm::direct && async->size() > 1) {
+    // Made here, before any sync (under MPI every member makes the window together).
+    const comm::SharedMemoryGroup* shm = async->shared_memory();
+    DTRAIN_CHECK(shm != nullptr,
+                 "--dp-algo direct: the DP group's ranks do not share memory "
+                 "(direct needs the threads backend, or MPI ranks all on one node)");
+    direct_slot_bytes_ = shm->shares_address_space() ? 0 : shm->slot_bytes();
+  }
   comm_ = std::make_unique<CommThread>(std::move(async));
   if (config.zero_stage == 3) {
     gathered_ = config.mixed_precision
                     ? std::make_unique<GatheredUnits>(layout_, units.units(),
                                                       static_cast<const bf16*>(param16_.data()),
-                                                      *comm_, tracker)
+                                                      *comm_, tracker, config.algorithm)
                     : std::make_unique<GatheredUnits>(
                           layout_, units.units(), static_cast<const float*>(param_shard_.data()),
-                          *comm_, tracker);
+                          *comm_, tracker, config.algorithm);
   }
 }
 
@@ -221,6 +229,7 @@ void DataParallel::submit_sync(int b) {
   const Bucket bucket = buckets_[static_cast<size_t>(b)];
   const bool accumulate = syncs_[static_cast<size_t>(b)]++ > 0;
   const std::string span = bucket_name(b);
+  const comm::Algorithm algo = config_.algorithm;
   if (config_.mixed_precision) {
     submit_mixed_sync(b, accumulate, span);
     return;
@@ -239,14 +248,13 @@ void DataParallel::submit_sync(int b) {
         thread_local std::vector<bf16> wire;  // the communication thread's
         wire.resize(static_cast<size_t>(bucket.count));
         to_bf16(grads, wire.data(), bucket.count);
-        comm::all_reduce<bf16>(c, wire.data(), bucket.count, comm::ReduceOp::avg,
-                               comm::Algorithm::ring);
+        comm::all_reduce<bf16>(c, wire.data(), bucket.count, comm::ReduceOp::avg, algo);
         to_float(wire.data(), grads, bucket.count);
       });
       return;
     }
     comm_->submit("all_reduce " + span, [=](comm::Communicator& c) {
-      comm::all_reduce<float>(c, grads, bucket.count, comm::ReduceOp::avg, comm::Algorithm::ring);
+      comm::all_reduce<float>(c, grads, bucket.count, comm::ReduceOp::avg, algo);
     });
     return;
   }
@@ -259,7 +267,7 @@ void DataParallel::submit_sync(int b) {
     float* shard = grads + std::min(layout.count, rank_ * layout.shard);
     comm_->submit("reduce_scatter " + span, [=](comm::Communicator& c) {
       reduce_scatter_to_shard(c, layout, bucket.offset, bucket.count, grads + bucket.offset, shard,
-                              false, *scratch, bf16_wire);
+                              false, *scratch, bf16_wire, algo);
     });
     return;
   }
@@ -268,7 +276,7 @@ void DataParallel::submit_sync(int b) {
   float* shard = grad_shard_.data();
   comm_->submit("reduce_scatter " + span, [=](comm::Communicator& c) {
     reduce_scatter_to_shard(c, layout, bucket.offset, bucket.count, owned->data(), shard,
-                            accumulate, *scratch, bf16_wire);
+                            accumulate, *scratch, bf16_wire, algo);
   });
 }
 
@@ -280,6 +288,7 @@ void DataParallel::submit_mixed_sync(int b, bool accumulate, const std::string& 
   const Bucket bucket = buckets_[static_cast<size_t>(b)];
   const ShardLayout layout = layout_;
   const bool bf16_wire = config_.bf16_grad_reduce;
+  const comm::Algorithm algo = config_.algorithm;
   MemoryTracker* tracker = &tracker_;
   bf16* grads = grad16_.data();
   if (config_.zero_stage == 0) {
@@ -288,7 +297,7 @@ void DataParallel::submit_mixed_sync(int b, bool accumulate, const std::string& 
     comm_->submit(
         (bf16_wire ? "all_reduce bf16 " : "all_reduce ") + span, [=](comm::Communicator& c) {
           if (bf16_wire) {
-            comm::all_reduce<bf16>(c, g, bucket.count, comm::ReduceOp::avg, comm::Algorithm::ring);
+            comm::all_reduce<bf16>(c, g, bucket.count, comm::ReduceOp::avg, algo);
             return;
           }
           Buffer<float> wire(bucket.count, MemoryTag::communication, tracker);
@@ -297,8 +306,7 @@ void DataParallel::submit_mixed_sync(int b, bool accumulate, const std::string& 
             comm::hierarchical_all_reduce<float>(*groups, wire.data(), bucket.count,
                                                  comm::ReduceOp::avg);
           } else {
-            comm::all_reduce<float>(c, wire.data(), bucket.count, comm::ReduceOp::avg,
-                                    comm::Algorithm::ring);
+            comm::all_reduce<float>(c, wire.data(), bucket.count, comm::ReduceOp::avg, algo);
           }
           to_bf16(wire.data(), g, bucket.count);
         });
@@ -309,7 +317,7 @@ void DataParallel::submit_mixed_sync(int b, bool accumulate, const std::string& 
     comm_->submit("reduce_scatter " + span, [=](comm::Communicator& c) {
       reduce_scatter_to_bf16_shard(c, layout, bucket.offset, bucket.count,
                                    static_cast<const bf16*>(grads + bucket.offset), shard, false,
-                                   bf16_wire, tracker);
+                                   bf16_wire, tracker, algo);
     });
     return;
   }
@@ -318,7 +326,7 @@ void DataParallel::submit_mixed_sync(int b, bool accumulate, const std::string& 
   comm_->submit("reduce_scatter " + span, [=](comm::Communicator& c) {
     reduce_scatter_to_bf16_shard(c, layout, bucket.offset, bucket.count,
                                  static_cast<const float*>(owned->data()), grads, accumulate,
-                                 bf16_wire, tracker);
+                                 bf16_wire, tracker, algo);
   });
 }
 
@@ -412,16 +420,18 @@ void DataParallel::gather_updated_params() {
     bf16* all16 = param16_.data();
     const bf16* shard16 = all16 + std::min(layout_.count, rank_ * layout_.shard);
     const ShardLayout layout = layout_;
+    const comm::Algorithm algo = config_.algorithm;
     wait_for(comm_->submit("all_gather params", [=](comm::Communicator& c) {
-      gather_from_shards<bf16>(c, layout, 0, layout.count, shard16, all16);
+      gather_from_shards<bf16>(c, layout, 0, layout.count, shard16, all16, algo);
     }));
     return;
   }
   float* all = model_.params().data();
   const float* shard = all + std::min(layout_.count, rank_ * layout_.shard);
   const ShardLayout layout = layout_;
+  const comm::Algorithm algo = config_.algorithm;
   wait_for(comm_->submit("all_gather params", [=](comm::Communicator& c) {
-    gather_from_shards(c, layout, 0, layout.count, shard, all);
+    gather_from_shards(c, layout, 0, layout.count, shard, all, algo);
   }));
 }
 

@@ -68,6 +68,9 @@ struct DataParallelConfig {
   bool bf16_grad_reduce = false;
   // bf16 parameters and gradients at rest, fp32 master weights owned by the optimizer (above).
   bool mixed_precision = false;
+  // The flat gradient syncs' and parameter gathers' algorithm: ring, or direct where the DP
+  // group shares memory (comm/algorithms/direct.cc). Not the hierarchical path's.
+  comm::Algorithm algorithm = comm::Algorithm::ring;
 };
 
 // The gradient a rank holds after the syncs: `grads` is flat element `first` onwards.
@@ -144,6 +147,9 @@ class DataParallel final : public UnitHooks {
   // and the compute thread's waits for them since the last take.
   comm::Traffic traffic() const;
   comm::LinkBytes link_bytes() const;
+  // The slot size the direct algorithm's segments take on this group: 0 where the ranks share
+  // an address space, or the syncs are not direct.
+  int64_t direct_slot_bytes() const { return direct_slot_bytes_; }
   std::vector<CommThread::Event> take_events();
   std::vector<TimeInterval> take_waits();
 
@@ -184,7 +190,8 @@ class DataParallel final : public UnitHooks {
   std::vector<int> syncs_;  // this step's syncs queued per bucket
   std::vector<UnitState> unit_state_;
   std::vector<TimeInterval> waits_;
-  std::unique_ptr<GatheredUnits> gathered_;        // stage 3 (runs on comm_)
+  std::unique_ptr<GatheredUnits> gathered_;  // stage 3 (runs on comm_)
+  int64_t direct_slot_bytes_ = 0;
   std::unique_ptr<comm::NodeGroups> node_groups_;  // hierarchical: subgroups of comm_'s group
   // Last: destroyed first, so the thread stops before the buffers its tasks write go away.
   std::unique_ptr<CommThread> comm_;

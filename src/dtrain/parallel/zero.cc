@@ -49,7 +49,8 @@ int64_t shard_position(const ShardLayout& layout, int rank, int64_t offset,
 
 comm::Traffic reduce_scatter_to_shard(comm::Communicator& comm, const ShardLayout& layout,
                                       int64_t offset, int64_t n, const float* grads, float* shard,
-                                      bool accumulate, Buffer<float>& scratch, bool bf16_wire) {
+                                      bool accumulate, Buffer<float>& scratch, bool bf16_wire,
+                                      comm::Algorithm algo) {
   const std::vector<comm::Chunk> pieces = layout.pieces(offset, n);
   const int r = comm.rank();
   const comm::Chunk mine = pieces[static_cast<size_t>(r)];
@@ -60,8 +61,8 @@ comm::Traffic reduce_scatter_to_shard(comm::Communicator& comm, const ShardLayou
     wire.resize(static_cast<size_t>(n));
     piece.resize(static_cast<size_t>(mine.count));
     to_bf16(grads, wire.data(), n);
-    const comm::Traffic t =
-        comm::reduce_scatter_v<bf16>(comm, wire.data(), piece.data(), pieces, comm::ReduceOp::avg);
+    const comm::Traffic t = comm::reduce_scatter_v<bf16>(comm, wire.data(), piece.data(), pieces,
+                                                         comm::ReduceOp::avg, algo);
     for (int64_t i = 0; i < mine.count; ++i) {
       const float g = to_float(piece[static_cast<size_t>(i)]);
       dst[i] = accumulate ? dst[i] + g : g;
@@ -69,11 +70,11 @@ comm::Traffic reduce_scatter_to_shard(comm::Communicator& comm, const ShardLayou
     return t;
   }
   if (!accumulate) {
-    return comm::reduce_scatter_v<float>(comm, grads, dst, pieces, comm::ReduceOp::avg);
+    return comm::reduce_scatter_v<float>(comm, grads, dst, pieces, comm::ReduceOp::avg, algo);
   }
   if (scratch.size() < mine.count) scratch.resize(mine.count);
   const comm::Traffic t =
-      comm::reduce_scatter_v<float>(comm, grads, scratch.data(), pieces, comm::ReduceOp::avg);
+      comm::reduce_scatter_v<float>(comm, grads, scratch.data(), pieces, comm::ReduceOp::avg, algo);
   for (int64_t i = 0; i < mine.count; ++i) dst[i] += scratch[i];
   return t;
 }
@@ -83,7 +84,8 @@ namespace {
 // The average of the range, this rank's piece in fp32, over a wire of element W.
 template <typename W, typename Src>
 comm::Traffic reduce_piece(comm::Communicator& comm, std::span<const comm::Chunk> pieces, int64_t n,
-                           const Src* grads, float* piece, MemoryTracker* tracker) {
+                           const Src* grads, float* piece, MemoryTracker* tracker,
+                           comm::Algorithm algo) {
   const comm::Chunk mine = pieces[static_cast<size_t>(comm.rank())];
   const W* wire = nullptr;
   Buffer<W> converted;  // the range in the wire's element type, when it is not already
@@ -99,11 +101,11 @@ comm::Traffic reduce_piece(comm::Communicator& comm, std::span<const comm::Chunk
     wire = converted.data();
   }
   if constexpr (std::is_same_v<W, float>) {
-    return comm::reduce_scatter_v<float>(comm, wire, piece, pieces, comm::ReduceOp::avg);
+    return comm::reduce_scatter_v<float>(comm, wire, piece, pieces, comm::ReduceOp::avg, algo);
   } else {
     Buffer<bf16> out(mine.count, MemoryTag::communication, tracker);
     const comm::Traffic t =
-        comm::reduce_scatter_v<bf16>(comm, wire, out.data(), pieces, comm::ReduceOp::avg);
+        comm::reduce_scatter_v<bf16>(comm, wire, out.data(), pieces, comm::ReduceOp::avg, algo);
     to_float(out.data(), piece, mine.count);
     return t;
   }
@@ -112,14 +114,15 @@ comm::Traffic reduce_piece(comm::Communicator& comm, std::span<const comm::Chunk
 template <typename Src>
 comm::Traffic reduce_scatter_to_bf16(comm::Communicator& comm, const ShardLayout& layout,
                                      int64_t offset, int64_t n, const Src* grads, bf16* shard,
-                                     bool accumulate, bool bf16_wire, MemoryTracker* tracker) {
+                                     bool accumulate, bool bf16_wire, MemoryTracker* tracker,
+                                     comm::Algorithm algo) {
   const std::vector<comm::Chunk> pieces = layout.pieces(offset, n);
   const int r = comm.rank();
   const comm::Chunk mine = pieces[static_cast<size_t>(r)];
   Buffer<float> piece(mine.count, MemoryTag::communication, tracker);
-  const comm::Traffic t = bf16_wire
-                              ? reduce_piece<bf16>(comm, pieces, n, grads, piece.data(), tracker)
-                              : reduce_piece<float>(comm, pieces, n, grads, piece.data(), tracker);
+  const comm::Traffic t =
+      bf16_wire ? reduce_piece<bf16>(comm, pieces, n, grads, piece.data(), tracker, algo)
+                : reduce_piece<float>(comm, pieces, n, grads, piece.data(), tracker, algo);
   bf16* dst = shard + (mine.count > 0 ? shard_position(layout, r, offset, mine) : 0);
   for (int64_t i = 0; i < mine.count; ++i) {
     dst[i] = to_bf16(accumulate ? to_float(dst[i]) + piece[i] : piece[i]);
@@ -132,49 +135,54 @@ comm::Traffic reduce_scatter_to_bf16(comm::Communicator& comm, const ShardLayout
 comm::Traffic reduce_scatter_to_bf16_shard(comm::Communicator& comm, const ShardLayout& layout,
                                            int64_t offset, int64_t n, const float* grads,
                                            bf16* shard, bool accumulate, bool bf16_wire,
-                                           MemoryTracker* tracker) {
+                                           MemoryTracker* tracker, comm::Algorithm algo) {
   return reduce_scatter_to_bf16(comm, layout, offset, n, grads, shard, accumulate, bf16_wire,
-                                tracker);
+                                tracker, algo);
 }
 
 comm::Traffic reduce_scatter_to_bf16_shard(comm::Communicator& comm, const ShardLayout& layout,
                                            int64_t offset, int64_t n, const bf16* grads,
                                            bf16* shard, bool accumulate, bool bf16_wire,
-                                           MemoryTracker* tracker) {
+                                           MemoryTracker* tracker, comm::Algorithm algo) {
   return reduce_scatter_to_bf16(comm, layout, offset, n, grads, shard, accumulate, bf16_wire,
-                                tracker);
+                                tracker, algo);
 }
 
 template <typename T>
 comm::Traffic gather_from_shards(comm::Communicator& comm, const ShardLayout& layout,
-                                 int64_t offset, int64_t n, const T* shard, T* out) {
+                                 int64_t offset, int64_t n, const T* shard, T* out,
+                                 comm::Algorithm algo) {
   const std::vector<comm::Chunk> pieces = layout.pieces(offset, n);
   const int r = comm.rank();
   const comm::Chunk mine = pieces[static_cast<size_t>(r)];
   const T* src = shard + (mine.count > 0 ? shard_position(layout, r, offset, mine) : 0);
-  return comm::all_gather_v<T>(comm, src, out, pieces);
+  return comm::all_gather_v<T>(comm, src, out, pieces, algo);
 }
 template comm::Traffic gather_from_shards<float>(comm::Communicator&, const ShardLayout&, int64_t,
-                                                 int64_t, const float*, float*);
+                                                 int64_t, const float*, float*, comm::Algorithm);
 template comm::Traffic gather_from_shards<bf16>(comm::Communicator&, const ShardLayout&, int64_t,
-                                                int64_t, const bf16*, bf16*);
+                                                int64_t, const bf16*, bf16*, comm::Algorithm);
 
 GatheredUnits::GatheredUnits(const ShardLayout& layout, std::span<const GradUnit> units,
-                             const float* shard, CommThread& comm, MemoryTracker& tracker)
+                             const float* shard, CommThread& comm, MemoryTracker& tracker,
+                             comm::Algorithm algo)
     : layout_(layout),
       units_(units.begin(), units.end()),
       shard_(shard),
       comm_(comm),
       tracker_(tracker),
+      algo_(algo),
       gathered_(units.size()) {}
 
 GatheredUnits::GatheredUnits(const ShardLayout& layout, std::span<const GradUnit> units,
-                             const bf16* shard, CommThread& comm, MemoryTracker& tracker)
+                             const bf16* shard, CommThread& comm, MemoryTracker& tracker,
+                             comm::Algorithm algo)
     : layout_(layout),
       units_(units.begin(), units.end()),
       shard16_(shard),
       comm_(comm),
       tracker_(tracker),
+      algo_(algo),
       gathered_(units.size()) {}
 
 void GatheredUnits::gather(int u) {
@@ -183,12 +191,13 @@ void GatheredUnits::gather(int u) {
   DTRAIN_CHECK(!gathered(u), "ZeRO-3: unit ", unit.name, " is already gathered");
   const ShardLayout layout = layout_;
   const int64_t offset = unit.offset, count = unit.count;
+  const comm::Algorithm algo = algo_;
   if (shard16_ != nullptr) {
     g.buffer16 = std::make_unique<Buffer<bf16>>(unit.count, MemoryTag::params, &tracker_);
     bf16* out = g.buffer16->data();
     const bf16* shard = shard16_;
     g.ticket = comm_.submit("all_gather " + unit.name, [=](comm::Communicator& c) {
-      gather_from_shards<bf16>(c, layout, offset, count, shard, out);
+      gather_from_shards<bf16>(c, layout, offset, count, shard, out, algo);
     });
     return;
   }
@@ -196,7 +205,7 @@ void GatheredUnits::gather(int u) {
   float* out = g.buffer->data();
   const float* shard = shard_;
   g.ticket = comm_.submit("all_gather " + unit.name, [=](comm::Communicator& c) {
-    gather_from_shards<float>(c, layout, offset, count, shard, out);
+    gather_from_shards<float>(c, layout, offset, count, shard, out, algo);
   });
 }
 

@@ -49,7 +49,8 @@ ShardLayout shard_layout(int64_t count, int ranks);
 comm::Traffic reduce_scatter_to_shard(comm::Communicator& comm, const ShardLayout& layout,
                                       int64_t offset, int64_t n, const float* grads, float* shard,
                                       bool accumulate, Buffer<float>& scratch,
-                                      bool bf16_wire = false);
+                                      bool bf16_wire = false,
+                                      comm::Algorithm algo = comm::Algorithm::ring);
 
 // Mixed precision: the same average of the range into a bf16 shard. `grads` is the range's
 // fp32 gradient (stages 2-3's bucket buffers) or its bf16 gradient (stages 0-1 keep the full
@@ -60,22 +61,28 @@ comm::Traffic reduce_scatter_to_shard(comm::Communicator& comm, const ShardLayou
 comm::Traffic reduce_scatter_to_bf16_shard(comm::Communicator& comm, const ShardLayout& layout,
                                            int64_t offset, int64_t n, const float* grads,
                                            bf16* shard, bool accumulate, bool bf16_wire,
-                                           MemoryTracker* tracker);
+                                           MemoryTracker* tracker,
+                                           comm::Algorithm algo = comm::Algorithm::ring);
 comm::Traffic reduce_scatter_to_bf16_shard(comm::Communicator& comm, const ShardLayout& layout,
                                            int64_t offset, int64_t n, const bf16* grads,
                                            bf16* shard, bool accumulate, bool bf16_wire,
-                                           MemoryTracker* tracker);
+                                           MemoryTracker* tracker,
+                                           comm::Algorithm algo = comm::Algorithm::ring);
 
 // Gathers the flat range [offset, offset + n) from every rank's shard into `out` (n elements).
 // `shard` may alias out's own piece (stages 1 and 2 gather the parameters in place). T is float,
-// or bf16 for mixed precision's parameters (half the bytes).
+// or bf16 for mixed precision's parameters (half the bytes). `algo` (here and in the
+// reduce-scatters above): ring or direct (comm/collectives_v.h).
 template <typename T>
 comm::Traffic gather_from_shards(comm::Communicator& comm, const ShardLayout& layout,
-                                 int64_t offset, int64_t n, const T* shard, T* out);
+                                 int64_t offset, int64_t n, const T* shard, T* out,
+                                 comm::Algorithm algo = comm::Algorithm::ring);
 extern template comm::Traffic gather_from_shards<float>(comm::Communicator&, const ShardLayout&,
-                                                        int64_t, int64_t, const float*, float*);
+                                                        int64_t, int64_t, const float*, float*,
+                                                        comm::Algorithm);
 extern template comm::Traffic gather_from_shards<bf16>(comm::Communicator&, const ShardLayout&,
-                                                       int64_t, int64_t, const bf16*, bf16*);
+                                                       int64_t, int64_t, const bf16*, bf16*,
+                                                       comm::Algorithm);
 
 // ZeRO-3's gathered units: gather(u) allocates a temporary buffer for unit u's weights (charged
 // as params) and queues their all-gather from the shards on the communication thread; the
@@ -85,10 +92,12 @@ class GatheredUnits {
  public:
   // `shard` is this rank's parameter shard; it must not change while gathers are queued.
   GatheredUnits(const ShardLayout& layout, std::span<const GradUnit> units, const float* shard,
-                CommThread& comm, MemoryTracker& tracker);
+                CommThread& comm, MemoryTracker& tracker,
+                comm::Algorithm algo = comm::Algorithm::ring);
   // Mixed precision: the shard and the gathered weights are bf16.
   GatheredUnits(const ShardLayout& layout, std::span<const GradUnit> units, const bf16* shard,
-                CommThread& comm, MemoryTracker& tracker);
+                CommThread& comm, MemoryTracker& tracker,
+                comm::Algorithm algo = comm::Algorithm::ring);
   void gather(int unit);
   bool gathered(int unit) const;  // gather()ed and not freed since
   int64_t ticket(int unit) const;
@@ -109,6 +118,7 @@ class GatheredUnits {
   const bf16* shard16_ = nullptr;
   CommThread& comm_;
   MemoryTracker& tracker_;
+  comm::Algorithm algo_;
   std::vector<Gathered> gathered_;
 };
 

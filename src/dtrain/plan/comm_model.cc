@@ -157,13 +157,30 @@ int64_t all_but(const std::vector<int64_t>& pieces, int skipped) {
 
 }  // namespace
 
-int64_t stage_dp_bytes_sent(const StageDataParallelRank& s, int64_t grad_bytes,
-                            int64_t param_bytes) {
+int64_t stage_dp_bytes_sent(const StageDataParallelRank& s, int64_t grad_bytes, int64_t param_bytes,
+                            comm::Algorithm algo, int64_t slot_bytes) {
   DTRAIN_CHECK(s.ranks >= 1 && s.rank >= 0 && s.rank < s.ranks && s.microbatches >= 1 &&
                    s.zero_stage >= 0 && s.zero_stage <= 3,
                "stage_dp_bytes_sent: rank ", s.rank, " of ", s.ranks, ", zero ", s.zero_stage,
                ", microbatches ", s.microbatches);
   if (s.ranks == 1) return 0;  // a group of one sends nothing (every collective short-circuits)
+  DTRAIN_CHECK(algo == Algorithm::ring || algo == Algorithm::direct,
+               "stage_dp_bytes_sent: the engine's DP syncs run ring or direct, not ", name(algo));
+  if (algo == Algorithm::direct) {
+    // Only ZeRO-0's all-reduces write into peers (reduce-scatters and gathers read): each
+    // bucket's slice, segment by segment through a window's slots; nothing on the latency path.
+    if (s.zero_stage != 0) return 0;
+    int64_t written = 0;
+    for (const comm::Chunk& r : s.buckets) {
+      if (r.count * grad_bytes <= comm::kDirectExchangeMaxBytes) continue;
+      const int64_t segment = slot_bytes > 0 ? slot_bytes / grad_bytes : r.count;
+      for (int64_t begin = 0; begin < r.count; begin += segment) {
+        const int64_t len = std::min(segment, r.count - begin);
+        written += (s.ranks - 1) * comm::chunk_of(len, s.ranks, s.rank).count;
+      }
+    }
+    return written * grad_bytes;
+  }
   const int next = (s.rank + 1) % s.ranks;
   int64_t elements = 0, gathered = 0;  // gradient elements sent, parameter elements sent
   for (size_t b = 0; b < s.buckets.size(); ++b) {

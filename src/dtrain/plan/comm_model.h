@@ -128,8 +128,12 @@ struct StageDataParallelRank {
 };
 // grad_bytes: the element size of the gradient syncs (all-reduce, reduce-scatters: 2 when they
 // run in bf16); param_bytes: of the parameter gathers (ZeRO-1/2's after the update, ZeRO-3's).
+// With the direct algorithm (plan::direct_traffic) only ZeRO-0's all-reduces send (write into
+// peers): (N-1) x this rank's chunk of each bucket above the latency path's size, chunked per
+// slot of `slot_bytes` through a shared window (0: a shared address space, one segment).
 int64_t stage_dp_bytes_sent(const StageDataParallelRank& stage, int64_t grad_bytes,
-                            int64_t param_bytes);
+                            int64_t param_bytes, comm::Algorithm algo = comm::Algorithm::ring,
+                            int64_t slot_bytes = 0);
 
 // Sequence parallelism's re-gathers in one layer's backward for one micro-batch: the LN1 and LN2
 // outputs are kept as the rank's b*s/t rows, and the column-parallel weight gradients need all

@@ -55,6 +55,7 @@ parallel::DataParallelConfig dp_config(const EngineConfig& c, const parallel::St
   d.bucket_bytes = c.bucket_bytes;
   d.hierarchical = c.hierarchical;
   d.bf16_grad_reduce = c.bf16_grad_reduce;
+  d.algorithm = c.dp_algorithm;
   d.mixed_precision = c.step.precision == model::Precision::bf16;
   d.topology = c.topology;
   d.deferred_unit = c.pp > 1 ? units.embeddings() : -1;

@@ -65,9 +65,10 @@ struct EngineConfig {
   int64_t bucket_bytes = int64_t{1} << 20;  // DP gradient buckets
   bool hierarchical = false;                // DP all-reduce two-level over the nodes (ZeRO 0)
   bool bf16_grad_reduce = false;            // --grad-reduce bf16: DP gradient syncs in bf16
-  comm::NodeTopology topology;              // where the ranks sit (one node by default)
-  std::optional<plan::Cluster> cluster;     // --cluster: links to price each rank's traffic on
-  bool record_collectives = false;          // keep the last step's TP collectives (for traces)
+  comm::Algorithm dp_algorithm = comm::Algorithm::ring;  // --dp-algo: the flat DP syncs
+  comm::NodeTopology topology;           // where the ranks sit (one node by default)
+  std::optional<plan::Cluster> cluster;  // --cluster: links to price each rank's traffic on
+  bool record_collectives = false;       // keep the last step's TP collectives (for traces)
 
   int world() const { return dp * tp * pp; }
   int64_t micro_batch() const { return step.batch / (int64_t{dp} * microbatches); }

@@ -98,6 +98,20 @@ EngineConfig make_engine_config(const StepConfig& step, const LayoutOptions& o) 
   c.topology = comm::NodeTopology(o.world(), o.ranks_per_node > 0 ? o.ranks_per_node : o.world());
   c.hierarchical = o.dp_all_reduce == DpAllReduce::hierarchical;
   c.bf16_grad_reduce = o.grad_reduce == model::Precision::bf16;
+  DTRAIN_CHECK(o.dp_algorithm == comm::Algorithm::ring || o.dp_algorithm == comm::Algorithm::direct,
+               "--dp-algo ", comm::name(o.dp_algorithm), " is not offered (ring or direct)");
+  DTRAIN_CHECK(o.dp_algorithm == comm::Algorithm::ring || !c.hierarchical,
+               "--dp-algo direct needs --dp-all-reduce flat (direct is for ranks on one node; the "
+               "two-level all-reduce crosses nodes)");
+  c.dp_algorithm = o.dp_algorithm;
+  if (c.dp_algorithm == comm::Algorithm::direct && o.ranks_per_node > 0) {
+    const parallel::DeviceMesh mesh(o.dp, o.tp, o.pp, o.rank_order);
+    for (const std::vector<int>& g : mesh.groups(parallel::Axis::dp)) {
+      DTRAIN_CHECK(c.topology.nodes_of(g).size() <= 1, "--dp-algo direct: the DP group {",
+                   g.front(), "..", g.back(), "} spans nodes (--ranks-per-node ", o.ranks_per_node,
+                   "); direct needs each DP group on one node");
+    }
+  }
   DTRAIN_CHECK(!c.bf16_grad_reduce || !c.hierarchical,
                "--grad-reduce bf16 needs --dp-all-reduce flat (the two-level all-reduce is fp32)");
   DTRAIN_CHECK(!c.hierarchical || o.ranks_per_node > 0,

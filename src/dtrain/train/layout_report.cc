@@ -324,8 +324,11 @@ RankRow measure_rank(const Engine& e) {
       }
     }
   }
-  r.dp_formula = static_cast<double>(
-      plan::stage_dp_bytes_sent(exact, dp_grad_wire_bytes(c), dp_param_wire_bytes(c)));
+  const int64_t slot_bytes = c.dp_algorithm == comm::Algorithm::direct && c.dp > 1
+                                 ? e.data_parallel().direct_slot_bytes()
+                                 : 0;
+  r.dp_formula = static_cast<double>(plan::stage_dp_bytes_sent(
+      exact, dp_grad_wire_bytes(c), dp_param_wire_bytes(c), c.dp_algorithm, slot_bytes));
   if (e.has_embedding_group()) {
     const model::ParamTable& table = model.param_table();
     const double wte_bytes =
@@ -408,13 +411,13 @@ RankRow measure_rank(const Engine& e) {
       return shared;
     };
     double seconds = 0;
-    auto price = [&](const std::vector<plan::CollectiveCall>& calls, Axis axis, double times) {
+    auto price = [&](const std::vector<plan::CollectiveCall>& calls, Axis axis, double times,
+                     comm::Algorithm algo = comm::Algorithm::ring) {
       const std::vector<int> group = mesh.group_of(axis, global);
       for (const plan::CollectiveCall& call : calls) {
-        seconds +=
-            times * plan::collective_cost(call, comm::Algorithm::ring,
-                                          static_cast<int>(group.size()), link_of(group, axis))
-                        .time_s;
+        seconds += times * plan::collective_cost(call, algo, static_cast<int>(group.size()),
+                                                 link_of(group, axis))
+                               .time_s;
       }
     };
     price(plan::tp_collectives_per_layer(b, T, g.channels, activation_wire_bytes(c), sp,
@@ -425,7 +428,7 @@ RankRow measure_rank(const Engine& e) {
           Axis::tp, M);
     const plan::StateBytes wire{
         .param = dp_param_wire_bytes(c), .grad = dp_grad_wire_bytes(c), .optimizer = 0};
-    if (c.dp > 1) price(plan::stage_dp_collectives(stage, wire), Axis::dp, 1);
+    if (c.dp > 1) price(plan::stage_dp_collectives(stage, wire), Axis::dp, 1, c.dp_algorithm);
     if (e.has_embedding_group()) {
       parallel::MeshCoord other = me;
       other.pp = me.pp == 0 ? c.pp - 1 : 0;

@@ -85,7 +85,10 @@ class DirectGroup {
       }
     }
   }
-  void close() { barrier(); }
+  void close() {
+    shm_.closing_barrier();
+    scope_.step();
+  }
 
   const T* in(int q) { return in_[q]; }
   T* out(int q) { return out_[q]; }

@@ -173,8 +173,8 @@ class World {
     std::vector<const void*> inputs;
     std::vector<void*> outputs;
     std::vector<Flag> flags;  // the latency path's exchange numbers, by rank
-    alignas(64) std::atomic<int> arrived{0};
-    alignas(64) std::atomic<uint64_t> generation{0};
+    // The barrier: generation in the high 32 bits, a "broken" bit, the arrivals so far below it.
+    alignas(64) std::atomic<uint64_t> barrier{0};
     alignas(64) std::atomic<int> sleepers{0};
     std::mutex mu;
     std::condition_variable cv;
@@ -267,24 +267,8 @@ class ThreadSharedMemory : public SharedMemoryGroup {
         rank_(rank),
         operation_(std::move(operation)) {}
 
-  void barrier() override {
-    World::SharedGroupState& s = state_;
-    const int n = static_cast<int>(members_.size());
-    const uint64_t gen = s.generation.load(std::memory_order_acquire);
-    s.flags[rank_].barriers.fetch_add(1, std::memory_order_relaxed);
-    if (s.arrived.fetch_add(1, std::memory_order_acq_rel) == n - 1) {
-      s.arrived.store(0, std::memory_order_relaxed);
-      s.generation.store(gen + 1, std::memory_order_release);
-      wake_sleepers();
-      return;
-    }
-    wait_until([&] { return s.generation.load(std::memory_order_seq_cst) != gen; },
-               "a shared-memory barrier",
-               [&](int q) {
-                 return s.flags[q].barriers.load(std::memory_order_relaxed) <
-                        s.flags[rank_].barriers.load(std::memory_order_relaxed);
-               });
-  }
+  void barrier() override { arrive(false); }
+  void closing_barrier() override { arrive(true); }
 
   int64_t small_slot_bytes() const override { return World::SharedGroupState::kSmallSlotBytes; }
   std::byte* small_slot(int rank, int parity) override {
@@ -295,6 +279,61 @@ class ThreadSharedMemory : public SharedMemoryGroup {
     });
     return s.small.get() + (2 * rank + parity) * bytes;
   }
+  static constexpr uint64_t kBroken = uint64_t{1} << 31;
+  static constexpr uint64_t kArrivals = kBroken - 1;
+
+  // A generation counting barrier in one word, so that giving up on it (setting the broken bit
+  // while the generation is still the one waited for) and completing it exclude each other.
+  void arrive(bool closing) {
+    World::SharedGroupState& s = state_;
+    const uint64_t n = members_.size();
+    s.flags[rank_].barriers.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t before = s.barrier.fetch_add(1, std::memory_order_acq_rel);
+    const uint64_t gen = before >> 32;
+    if ((before & kBroken) != 0) {
+      throw CommError(str("rank ", members_[rank_], ": the shared-memory barrier in ", operation_(),
+                          " was given up by a member that failed or timed out", failure_suffix()));
+    }
+    if ((before & kArrivals) + 1 == n) {
+      s.barrier.store((gen + 1) << 32, std::memory_order_release);
+      wake_sleepers();
+      return;
+    }
+    const uint64_t mine = s.flags[rank_].barriers.load(std::memory_order_relaxed);
+    wait_until([&] { return (s.barrier.load(std::memory_order_seq_cst) >> 32) != gen; },
+               "a shared-memory barrier",
+               [&](int q) { return s.flags[q].barriers.load(std::memory_order_relaxed) < mine; },
+               [&] {
+                 // Break generation `gen` unless it completed meanwhile.
+                 uint64_t w = s.barrier.load(std::memory_order_seq_cst);
+                 while ((w >> 32) == gen && (w & kArrivals) < n) {
+                   if (s.barrier.compare_exchange_weak(w, w | kBroken, std::memory_order_seq_cst)) {
+                     if (closing) await_writers(mine);
+                     return true;
+                   }
+                 }
+                 return false;
+               });
+  }
+
+  // Closing a call this rank gave up on: the peers that passed the opening barrier may still be
+  // writing into this rank's buffers until they arrive here (or leave): wait for that, at most
+  // one more timeout.
+  void await_writers(uint64_t mine) {
+    World::SharedGroupState& s = state_;
+    const double deadline_us = now_us() + world_.timeout_s() * 1e6;
+    for (int q = 0; q < static_cast<int>(members_.size()); ++q) {
+      while (q != rank_ && s.flags[q].barriers.load(std::memory_order_acquire) < mine &&
+             !world_.exited(members_[q]) && now_us() < deadline_us) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+    }
+  }
+
+  std::string failure_suffix() {
+    return world_.aborted() ? str(" (", world_.failure_message(), ")") : std::string();
+  }
+
   void post(uint64_t exchange) override {
     state_.flags[rank_].value.store(exchange, std::memory_order_release);
     wake_sleepers();
@@ -309,7 +348,9 @@ class ThreadSharedMemory : public SharedMemoryGroup {
           return true;
         },
         "a shared-memory exchange",
-        [&](int q) { return s.flags[q].value.load(std::memory_order_relaxed) < exchange; });
+        [&](int q) { return s.flags[q].value.load(std::memory_order_relaxed) < exchange; },
+        // Peers read this rank's small slot, which the world owns: leaving is always safe.
+        [] { return true; });
   }
 
   bool shares_address_space() const override { return true; }
@@ -335,8 +376,9 @@ class ThreadSharedMemory : public SharedMemoryGroup {
   // under a microsecond), then sleeps on the state's condition variable, checking for failed
   // or departed members and the deadline as the message path does.
   // `missing(q)`: whether member q has not arrived yet (named when the wait times out).
-  template <typename Done, typename Missing>
-  void wait_until(Done done, const char* what, Missing missing) {
+  // `give_up()`: called before failing; false when the wait completed after all (go on).
+  template <typename Done, typename Missing, typename GiveUp>
+  void wait_until(Done done, const char* what, Missing missing, GiveUp give_up) {
     // A pause, not a yield, between looks: sched_yield is a system call (about a microsecond
     // on a VM), as long as the whole hand-off it waits for.
     const int spins = world_.spin_iterations() * 4;
@@ -356,9 +398,13 @@ class ThreadSharedMemory : public SharedMemoryGroup {
     while (!done()) {
       if (const std::string error = failure(what); !error.empty()) {
         if (done()) break;  // a member that left after releasing this wait is no failure
+        lock.unlock();
+        if (!give_up()) return;
         throw CommError(error);
       }
       if (now_us() > deadline_us) {
+        lock.unlock();
+        if (!give_up()) return;
         std::string absent;
         for (int q = 0; q < static_cast<int>(members_.size()); ++q) {
           if (q != rank_ && missing(q)) absent += str(absent.empty() ? "" : ", ", members_[q]);
