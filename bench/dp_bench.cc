@@ -61,7 +61,7 @@ DpBenchRow run_layout(const DpBenchOptions& o, const model::GptConfig& m, int64_
   layout.dp = ranks;
   layout.zero_stage = zero;
   layout.bucket_bytes = o.bucket_bytes;
-  layout.dp_algorithm = o.dp_algo == "direct" ? comm::Algorithm::direct : comm::Algorithm::ring;
+  layout.dp_algorithm = *comm::parse_algorithm(o.dp_algo);
   const train::EngineConfig c =
       train::make_engine_config(step_config(m, o.batch_per_rank * ranks, T), layout);
   const train::Batch batch = random_batch(c.step.batch, T, m.vocab);
@@ -151,8 +151,8 @@ DpBenchReport run_dp_bench(const DpBenchOptions& o) {
   DTRAIN_CHECK(o.warmup >= 0, "--warmup must not be negative (got ", o.warmup, ")");
   DTRAIN_CHECK(o.rounds >= 1, "--rounds must be at least 1 (got ", o.rounds, ")");
   DTRAIN_CHECK(o.bucket_bytes > 0, "--bucket-size must be positive (got ", o.bucket_bytes, ")");
-  DTRAIN_CHECK(o.dp_algo == "ring" || o.dp_algo == "direct", "--dp-algo \"", o.dp_algo,
-               "\" is not one of ring, direct");
+  DTRAIN_CHECK(o.dp_algo == "auto" || o.dp_algo == "ring" || o.dp_algo == "direct", "--dp-algo \"",
+               o.dp_algo, "\" is not one of auto, ring, direct");
   for (int z : o.zero_stages) {
     DTRAIN_CHECK(z >= 1 && z <= 3, "--zero: stages must be 1, 2 or 3 (got ", z, ")");
   }

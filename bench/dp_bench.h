@@ -30,7 +30,7 @@ struct DpBenchOptions {
                    // is shared: a round that lost a core to another process does not count)
   int64_t bucket_bytes = int64_t{1} << 20;
   std::vector<int> zero_stages = {1, 2, 3};
-  std::string dp_algo = "ring";  // the DP syncs' algorithm: ring or direct (train --dp-algo)
+  std::string dp_algo = "auto";  // the DP syncs' algorithm: auto, ring, direct (train --dp-algo)
   std::string peer;              // path of torch_gpt_step.py; empty: no peer run
   std::string python = "/usr/bin/python3";
 };

@@ -50,8 +50,8 @@ void add_bench_dp(CLI::App& bench) {
       ->capture_default_str()
       ->check(whole_number(1, 3));
   cmd->add_option("--dp-algo", o.dp_algo,
-                  "The DP syncs' algorithm: ring, or direct (the ranks read each other's buffers "
-                  "in place; train --dp-algo)")
+                  "The DP syncs' algorithm: auto, ring, or direct (the ranks read each other's "
+                  "buffers in place; train --dp-algo)")
       ->capture_default_str();
   CLI::Option* peer =
       cmd->add_option("--peer", o.peer,

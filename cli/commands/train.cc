@@ -76,7 +76,7 @@ struct TrainFlags {
   int64_t seed = 1;
   // Names, turned into the layout's enums and numbers by set_layout_names.
   std::string schedule, backend = "threads", rank_order = "tp-dp-pp", dp_all_reduce = "flat";
-  std::string dp_algo = "ring";
+  std::string dp_algo = "auto";
   std::string stage_layers, max_rank_memory;
 };
 
@@ -98,9 +98,9 @@ void set_layout_names(const TrainFlags& f, train::LayoutOptions& l) {
                f.dp_all_reduce, "\" is not one of flat, hierarchical");
   l.dp_all_reduce =
       f.dp_all_reduce == "flat" ? train::DpAllReduce::flat : train::DpAllReduce::hierarchical;
-  DTRAIN_CHECK(f.dp_algo == "ring" || f.dp_algo == "direct", "--dp-algo \"", f.dp_algo,
-               "\" is not one of ring, direct");
-  l.dp_algorithm = f.dp_algo == "ring" ? comm::Algorithm::ring : comm::Algorithm::direct;
+  DTRAIN_CHECK(f.dp_algo == "auto" || f.dp_algo == "ring" || f.dp_algo == "direct", "--dp-algo \"",
+               f.dp_algo, "\" is not one of auto, ring, direct");
+  l.dp_algorithm = *comm::parse_algorithm(f.dp_algo);
   if (!f.stage_layers.empty()) {
     l.stage_layers = parallel::parse_stage_layers(f.stage_layers, "--stage-layers");
   }
@@ -292,9 +292,10 @@ void add_train(CLI::App& app) {
       ->default_str("flat");
   cmd->add_option("--dp-algo", f->dp_algo,
                   "The flat DP syncs' algorithm (all-reduces, ZeRO's reduce-scatters and "
-                  "gathers): ring, or direct (ranks that share memory read each other's buffers "
-                  "in place: the threads backend, or MPI ranks all on one node)")
-      ->default_str("ring");
+                  "gathers): ring, direct (ranks that share memory read each other's buffers in "
+                  "place: the threads backend, or MPI ranks all on one node), or auto (direct "
+                  "where the DP group shares memory and sits on one node, else ring)")
+      ->default_str("auto");
   cmd->add_flag("--json", f->json, "Print the summary as JSON instead of a table");
 
   cmd->callback([=] {

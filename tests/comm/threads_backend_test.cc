@@ -210,7 +210,7 @@ TEST(Failure, DirectCollectiveTimesOutNamingTheStalledRank) {
       error = e.what();
     }
     EXPECT_TRUE(contains(error, "timed out")) << error;
-    EXPECT_TRUE(contains(error, "for rank 2")) << error;
+    EXPECT_TRUE(contains(error, "from rank 2 ")) << error;
     EXPECT_TRUE(contains(error, "all_reduce #0 (direct)")) << error;
   }
 }

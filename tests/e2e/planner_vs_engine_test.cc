@@ -189,6 +189,7 @@ void compare_data_parallel(int dp, int zero, int64_t grad_accum, bool whole_buck
   LayoutOptions setup;
   setup.dp = dp;
   setup.zero_stage = zero;
+  setup.dp_algorithm = comm::Algorithm::ring;  // the planner prices the ring
   setup.bucket_bytes = bucket_bytes;
   setup.grad_accum = grad_accum;
   if (bf16_grad_reduce) setup.grad_reduce = model::Precision::bf16;

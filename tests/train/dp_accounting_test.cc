@@ -56,7 +56,9 @@ TEST(DataParallelAccounting, ModelStateMemoryEqualsThePlanOnEveryRank) {
   }
 }
 
-void expect_traffic_matches(const LayoutOptions& s, int steps) {
+void expect_traffic_matches(const LayoutOptions& layout, int steps) {
+  LayoutOptions s = layout;
+  s.dp_algorithm = comm::Algorithm::ring;  // plan::dp_traffic_per_step is the ring's
   const StepConfig c = small_config();
   const int64_t psi = model::gpt_param_count(c.model);
   const double want = plan::dp_traffic_per_step(psi, s.dp, s.zero_stage, plan::kFp32Adam,

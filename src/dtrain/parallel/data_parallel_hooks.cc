@@ -100,23 +100,27 @@ DataParallel::DataParallel(const DataParallelConfig& config, model::GptModel& mo
     node_groups_ =
         std::make_unique<comm::NodeGroups>(comm::make_node_groups(*async, config.topology));
   }
-  if (config.algorithm == comm::Algorithm::direct && async->size() > 1) {
-    // Made here, before any sync (under MPI every member makes the window together).
+  if (config_.algorithm != comm::Algorithm::ring && async->size() > 1) {
+    // Asked for here, before any sync (under MPI every member makes the window together).
     const comm::SharedMemoryGroup* shm = async->shared_memory();
-    DTRAIN_CHECK(shm != nullptr,
-                 "--dp-algo direct: the DP group's ranks do not share memory "
-                 "(direct needs the threads backend, or MPI ranks all on one node)");
-    direct_slot_bytes_ = shm->shares_address_space() ? 0 : shm->slot_bytes();
+    if (config_.algorithm == comm::Algorithm::automatic) {
+      config_.algorithm = shm != nullptr ? comm::Algorithm::direct : comm::Algorithm::ring;
+    }
+    DTRAIN_CHECK(shm != nullptr || config_.algorithm != comm::Algorithm::direct,
+                 "--dp-algo direct: the DP group's ranks do not share memory (direct needs the "
+                 "threads backend, or MPI ranks all on one node)");
+    if (shm != nullptr) direct_slot_bytes_ = shm->shares_address_space() ? 0 : shm->slot_bytes();
   }
+  if (config_.algorithm == comm::Algorithm::automatic) config_.algorithm = comm::Algorithm::ring;
   comm_ = std::make_unique<CommThread>(std::move(async));
   if (config.zero_stage == 3) {
     gathered_ = config.mixed_precision
                     ? std::make_unique<GatheredUnits>(layout_, units.units(),
                                                       static_cast<const bf16*>(param16_.data()),
-                                                      *comm_, tracker, config.algorithm)
+                                                      *comm_, tracker, config_.algorithm)
                     : std::make_unique<GatheredUnits>(
                           layout_, units.units(), static_cast<const float*>(param_shard_.data()),
-                          *comm_, tracker, config.algorithm);
+                          *comm_, tracker, config_.algorithm);
   }
 }
 

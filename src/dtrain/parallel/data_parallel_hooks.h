@@ -68,8 +68,9 @@ struct DataParallelConfig {
   bool bf16_grad_reduce = false;
   // bf16 parameters and gradients at rest, fp32 master weights owned by the optimizer (above).
   bool mixed_precision = false;
-  // The flat gradient syncs' and parameter gathers' algorithm: ring, or direct where the DP
-  // group shares memory (comm/algorithms/direct.cc). Not the hierarchical path's.
+  // The flat gradient syncs' and parameter gathers' algorithm: ring, direct (the DP group shares
+  // memory: comm/algorithms/direct.cc) or automatic (direct where it can, else ring). Not the
+  // hierarchical path's.
   comm::Algorithm algorithm = comm::Algorithm::ring;
 };
 
@@ -150,6 +151,8 @@ class DataParallel final : public UnitHooks {
   // The slot size the direct algorithm's segments take on this group: 0 where the ranks share
   // an address space, or the syncs are not direct.
   int64_t direct_slot_bytes() const { return direct_slot_bytes_; }
+  // The syncs' algorithm, automatic resolved: ring or direct.
+  comm::Algorithm algorithm() const { return config_.algorithm; }
   std::vector<CommThread::Event> take_events();
   std::vector<TimeInterval> take_waits();
 

@@ -65,7 +65,8 @@ struct EngineConfig {
   int64_t bucket_bytes = int64_t{1} << 20;  // DP gradient buckets
   bool hierarchical = false;                // DP all-reduce two-level over the nodes (ZeRO 0)
   bool bf16_grad_reduce = false;            // --grad-reduce bf16: DP gradient syncs in bf16
-  comm::Algorithm dp_algorithm = comm::Algorithm::ring;  // --dp-algo: the flat DP syncs
+  // --dp-algo: the flat DP syncs' algorithm (automatic: direct where the DP group shares memory)
+  comm::Algorithm dp_algorithm = comm::Algorithm::automatic;
   comm::NodeTopology topology;           // where the ranks sit (one node by default)
   std::optional<plan::Cluster> cluster;  // --cluster: links to price each rank's traffic on
   bool record_collectives = false;       // keep the last step's TP collectives (for traces)

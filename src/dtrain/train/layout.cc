@@ -98,18 +98,24 @@ EngineConfig make_engine_config(const StepConfig& step, const LayoutOptions& o) 
   c.topology = comm::NodeTopology(o.world(), o.ranks_per_node > 0 ? o.ranks_per_node : o.world());
   c.hierarchical = o.dp_all_reduce == DpAllReduce::hierarchical;
   c.bf16_grad_reduce = o.grad_reduce == model::Precision::bf16;
-  DTRAIN_CHECK(o.dp_algorithm == comm::Algorithm::ring || o.dp_algorithm == comm::Algorithm::direct,
-               "--dp-algo ", comm::name(o.dp_algorithm), " is not offered (ring or direct)");
-  DTRAIN_CHECK(o.dp_algorithm == comm::Algorithm::ring || !c.hierarchical,
+  DTRAIN_CHECK(o.dp_algorithm == comm::Algorithm::automatic ||
+                   o.dp_algorithm == comm::Algorithm::ring ||
+                   o.dp_algorithm == comm::Algorithm::direct,
+               "--dp-algo ", comm::name(o.dp_algorithm), " is not offered (auto, ring or direct)");
+  DTRAIN_CHECK(o.dp_algorithm != comm::Algorithm::direct || !c.hierarchical,
                "--dp-algo direct needs --dp-all-reduce flat (direct is for ranks on one node; the "
                "two-level all-reduce crosses nodes)");
-  c.dp_algorithm = o.dp_algorithm;
-  if (c.dp_algorithm == comm::Algorithm::direct && o.ranks_per_node > 0) {
+  // auto: direct where the DP group shares memory (the DataParallel asks the group) and sits on
+  // one node of the declared topology; the ring otherwise.
+  c.dp_algorithm = c.hierarchical ? comm::Algorithm::ring : o.dp_algorithm;
+  if (c.dp_algorithm != comm::Algorithm::ring && o.ranks_per_node > 0) {
     const parallel::DeviceMesh mesh(o.dp, o.tp, o.pp, o.rank_order);
     for (const std::vector<int>& g : mesh.groups(parallel::Axis::dp)) {
-      DTRAIN_CHECK(c.topology.nodes_of(g).size() <= 1, "--dp-algo direct: the DP group {",
+      if (c.topology.nodes_of(g).size() <= 1) continue;
+      DTRAIN_CHECK(o.dp_algorithm == comm::Algorithm::automatic, "--dp-algo direct: the DP group {",
                    g.front(), "..", g.back(), "} spans nodes (--ranks-per-node ", o.ranks_per_node,
                    "); direct needs each DP group on one node");
+      c.dp_algorithm = comm::Algorithm::ring;
     }
   }
   DTRAIN_CHECK(!c.bf16_grad_reduce || !c.hierarchical,

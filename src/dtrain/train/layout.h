@@ -38,7 +38,7 @@ struct LayoutOptions {
   comm::Backend backend = comm::Backend::threads;                // --backend
   DpAllReduce dp_all_reduce = DpAllReduce::flat;                 // --dp-all-reduce
   model::Precision grad_reduce = model::Precision::fp32;         // --grad-reduce
-  comm::Algorithm dp_algorithm = comm::Algorithm::ring;          // --dp-algo ring|direct
+  comm::Algorithm dp_algorithm = comm::Algorithm::automatic;     // --dp-algo auto|ring|direct
   int ranks_per_node = 0;       // --ranks-per-node G; 0: every rank on one node
   std::string cluster_path;     // --cluster FILE: links to price each rank's traffic on
   double timeout_s = 120;       // --timeout: seconds one send/recv waits for its peer

@@ -324,11 +324,10 @@ RankRow measure_rank(const Engine& e) {
       }
     }
   }
-  const int64_t slot_bytes = c.dp_algorithm == comm::Algorithm::direct && c.dp > 1
-                                 ? e.data_parallel().direct_slot_bytes()
-                                 : 0;
-  r.dp_formula = static_cast<double>(plan::stage_dp_bytes_sent(
-      exact, dp_grad_wire_bytes(c), dp_param_wire_bytes(c), c.dp_algorithm, slot_bytes));
+  const comm::Algorithm dp_algo = e.data_parallel().algorithm();
+  r.dp_formula = static_cast<double>(
+      plan::stage_dp_bytes_sent(exact, dp_grad_wire_bytes(c), dp_param_wire_bytes(c), dp_algo,
+                                e.data_parallel().direct_slot_bytes()));
   if (e.has_embedding_group()) {
     const model::ParamTable& table = model.param_table();
     const double wte_bytes =
@@ -428,7 +427,7 @@ RankRow measure_rank(const Engine& e) {
           Axis::tp, M);
     const plan::StateBytes wire{
         .param = dp_param_wire_bytes(c), .grad = dp_grad_wire_bytes(c), .optimizer = 0};
-    if (c.dp > 1) price(plan::stage_dp_collectives(stage, wire), Axis::dp, 1, c.dp_algorithm);
+    if (c.dp > 1) price(plan::stage_dp_collectives(stage, wire), Axis::dp, 1, dp_algo);
     if (e.has_embedding_group()) {
       parallel::MeshCoord other = me;
       other.pp = me.pp == 0 ? c.pp - 1 : 0;
@@ -654,6 +653,7 @@ LayoutReport gather_layout_report(const Engine& engine, comm::Communicator& worl
   r.backend = std::string(comm::name(options.backend));
   r.rank_order = parallel::to_string(c.rank_order);
   r.dp_all_reduce = std::string(name(options.dp_all_reduce));
+  r.dp_algorithm = std::string(comm::name(engine.data_parallel().algorithm()));
   r.microbatches = c.microbatches;
   r.chunks = c.partition.chunks();
   r.micro_batch = c.micro_batch();

@@ -96,6 +96,7 @@ struct LayoutReport {
   bool sequence_parallel = false;
   Recompute recompute = Recompute::none;
   std::string schedule, backend, rank_order, dp_all_reduce;
+  std::string dp_algorithm;  // the flat DP syncs': ring or direct (--dp-algo, auto resolved)
   int microbatches = 1, chunks = 1;
   int64_t micro_batch = 0;  // rows per micro-batch on one DP rank
   int64_t bucket_bytes = 0;

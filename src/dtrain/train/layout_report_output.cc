@@ -143,7 +143,8 @@ void print_layout_report(std::ostream& out, const LayoutReport& r) {
       << r.micro_batch << " per DP rank";
   if (r.dp > 1 || r.zero_stage > 0) {
     out << ", " << r.buckets << " DP bucket" << (r.buckets == 1 ? "" : "s") << " of "
-        << format_bytes(static_cast<double>(r.bucket_bytes)) << " (" << r.dp_all_reduce << ")";
+        << format_bytes(static_cast<double>(r.bucket_bytes)) << " ("
+        << (r.dp_all_reduce == "flat" ? r.dp_algorithm : r.dp_all_reduce) << ")";
   }
   out << "\n";
   out << "  rank  coords        node  blocks       params       grads   optimizer  activ. peak"
@@ -261,6 +262,7 @@ json layout_report_to_json(const LayoutReport& r) {
   j["backend"] = r.backend;
   j["rank_order"] = r.rank_order;
   j["dp_all_reduce"] = r.dp_all_reduce;
+  j["dp_algo"] = r.dp_algorithm;
   j["microbatches"] = r.microbatches;
   j["micro_batch"] = r.micro_batch;
   j["bucket_bytes"] = r.bucket_bytes;

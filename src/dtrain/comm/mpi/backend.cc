@@ -196,6 +196,9 @@ class MpiSharedMemory : public SharedMemoryGroup {
   }
 
   ~MpiSharedMemory() override {
+    // MPI_Win_free waits for every member: while an error unwinds (a peer stalled or died, and
+    // the job is about to be aborted) it would never return, so the window is left to the abort.
+    if (std::uncaught_exceptions() > 0) return;
     MPI_Win_unlock_all(win_);
     MPI_Win_free(&win_);
     MPI_Comm_free(&node_);
@@ -286,7 +289,7 @@ class MpiSharedMemory : public SharedMemoryGroup {
           if (q != rank_ && missing(q)) absent += str(absent.empty() ? "" : ", ", members_[q]);
         }
         throw CommError(str("timed out after ", timeout_s_, " s: rank ", global_rank_,
-                            " waited at ", what, " in ", operation_(), " for rank ",
+                            ": waited at ", what, " in ", operation_(), "; nothing came from rank ",
                             absent.empty() ? "?" : absent, " (stalled or dead)"));
       }
       if (i < 1000) {

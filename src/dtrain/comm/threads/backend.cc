@@ -410,7 +410,7 @@ class ThreadSharedMemory : public SharedMemoryGroup {
           if (q != rank_ && missing(q)) absent += str(absent.empty() ? "" : ", ", members_[q]);
         }
         throw CommError(str("timed out after ", world_.timeout_s(), " s: rank ", members_[rank_],
-                            " waited at ", what, " in ", operation_(), " for rank ",
+                            ": waited at ", what, " in ", operation_(), "; nothing came from rank ",
                             absent.empty() ? "?" : absent, " (stuck or dead?)"));
       }
       // post() and the barrier's release store their number without a full fence (a locked
@@ -430,8 +430,8 @@ class ThreadSharedMemory : public SharedMemoryGroup {
     }
     for (int m : members_) {
       if (m != members_[rank_] && world_.exited(m)) {
-        return str("rank ", m, " finished its work while rank ", members_[rank_],
-                   " waited for it at ", what, " in ", operation_(),
+        return str("rank ", m, " finished its work while rank ", members_[rank_], ": waited at ",
+                   what, " in ", operation_(),
                    " (it exited early, or the ranks disagree on the sequence of operations)");
       }
     }
