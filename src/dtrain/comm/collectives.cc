@@ -81,8 +81,6 @@ void finish_average(T* data, int64_t count, int ranks) {
 
 }  // namespace
 
-namespace detail {
-
 Algorithm resolve_algorithm(Communicator& comm, Algorithm requested, long long bytes) {
   if (requested == Algorithm::automatic) {
     if (comm.size() > 1 && comm.shared_memory() != nullptr) return Algorithm::direct;
@@ -96,13 +94,11 @@ Algorithm resolve_algorithm(Communicator& comm, Algorithm requested, long long b
   return requested;
 }
 
-}  // namespace detail
-
 template <typename T>
 Traffic broadcast(Communicator& comm, T* data, int64_t count, int root, Algorithm algo) {
   check_common(comm, count, CollectiveOp::broadcast);
   check_root(comm, root, CollectiveOp::broadcast);
-  algo = detail::resolve_algorithm(comm, algo, count * static_cast<long long>(sizeof(T)));
+  algo = resolve_algorithm(comm, algo, count * static_cast<long long>(sizeof(T)));
   OperationScope scope(comm, operation_name(comm, CollectiveOp::broadcast, algo));
   if (comm.size() == 1 || count == 0) return scope.traffic();
   switch (algo) {
@@ -133,7 +129,7 @@ Traffic reduce(Communicator& comm, const T* input, T* output, int64_t count, Red
   check_op<T>(op, CollectiveOp::reduce);
   DTRAIN_CHECK(comm.rank() != root || output != nullptr || count == 0,
                "reduce: the root needs an output buffer");
-  algo = detail::resolve_algorithm(comm, algo, count * static_cast<long long>(sizeof(T)));
+  algo = resolve_algorithm(comm, algo, count * static_cast<long long>(sizeof(T)));
   OperationScope scope(comm, operation_name(comm, CollectiveOp::reduce, algo));
   if (count == 0) return scope.traffic();
   if (comm.size() == 1) {
@@ -165,7 +161,7 @@ template <typename T>
 Traffic all_reduce(Communicator& comm, T* data, int64_t count, ReduceOp op, Algorithm algo) {
   check_common(comm, count, CollectiveOp::all_reduce);
   check_op<T>(op, CollectiveOp::all_reduce);
-  algo = detail::resolve_algorithm(comm, algo, count * static_cast<long long>(sizeof(T)));
+  algo = resolve_algorithm(comm, algo, count * static_cast<long long>(sizeof(T)));
   OperationScope scope(comm, operation_name(comm, CollectiveOp::all_reduce, algo));
   const int n = comm.size();
   if (n == 1 || count == 0) return scope.traffic();
@@ -202,7 +198,7 @@ Traffic reduce_scatter(Communicator& comm, const T* input, T* output, int64_t co
                        Algorithm algo) {
   check_common(comm, count, CollectiveOp::reduce_scatter);
   check_op<T>(op, CollectiveOp::reduce_scatter);
-  algo = detail::resolve_algorithm(comm, algo, count * static_cast<long long>(sizeof(T)));
+  algo = resolve_algorithm(comm, algo, count * static_cast<long long>(sizeof(T)));
   OperationScope scope(comm, operation_name(comm, CollectiveOp::reduce_scatter, algo));
   const int n = comm.size();
   const Chunk mine = chunk_of(count, n, comm.rank());
@@ -244,7 +240,7 @@ Traffic reduce_scatter(Communicator& comm, const T* input, T* output, int64_t co
 template <typename T>
 Traffic all_gather(Communicator& comm, const T* input, T* output, int64_t count, Algorithm algo) {
   check_common(comm, count, CollectiveOp::all_gather);
-  algo = detail::resolve_algorithm(comm, algo, count * static_cast<long long>(sizeof(T)));
+  algo = resolve_algorithm(comm, algo, count * static_cast<long long>(sizeof(T)));
   OperationScope scope(comm, operation_name(comm, CollectiveOp::all_gather, algo));
   const int n = comm.size();
   const Chunk mine = chunk_of(count, n, comm.rank());

@@ -19,6 +19,11 @@
 
 namespace dtrain::comm {
 
+// The algorithm a call of `bytes` per rank runs on `comm` when `requested`: automatic resolves
+// to direct where the group shares memory (comm/shared_memory.h), else to choose_algorithm's
+// tree or ring by size; direct on a group without shared memory is an error naming the flag.
+Algorithm resolve_algorithm(Communicator& comm, Algorithm requested, long long bytes);
+
 template <typename T>
 Traffic broadcast(Communicator& comm, T* data, int64_t count, int root,
                   Algorithm algo = Algorithm::automatic);

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "dtrain/comm/algorithms/algorithms.h"
+#include "dtrain/comm/collectives.h"
 
 namespace dtrain::comm {
 namespace {
@@ -27,7 +28,7 @@ int64_t check_chunks(const Communicator& comm, std::span<const Chunk> chunks, Co
 
 // Automatic, ring or direct (checked against the group: collectives.cc's resolve_algorithm).
 Algorithm resolve_v(Communicator& comm, Algorithm algo, CollectiveOp what) {
-  algo = detail::resolve_algorithm(comm, algo, 0);
+  algo = resolve_algorithm(comm, algo, 0);
   if (algo == Algorithm::tree)
     algo = Algorithm::ring;  // automatic on a group without shared memory
   DTRAIN_CHECK(algo == Algorithm::ring || algo == Algorithm::direct, name(what), "_v: algorithm ",

@@ -133,9 +133,4 @@ inline std::vector<Chunk> balanced_chunks(int64_t count, int parts) {
   return chunks;
 }
 
-// Resolves Algorithm::automatic for this communicator: direct where the group shares memory,
-// otherwise the planner's choice by size (comm::choose_algorithm). A request for direct on a
-// group without shared memory is an error naming the flag.
-Algorithm resolve_algorithm(Communicator& comm, Algorithm requested, long long bytes);
-
 }  // namespace dtrain::comm::detail
