@@ -1,16 +1,31 @@
 // run_collective: verify once against the closed form, count one call's traffic, then time
 // trials of back-to-back calls (the slowest rank's mean per call), as the OpenMPI peer in the
 // shared peers folder does, so the two sets of figures compare directly.
+// run_collective_sweep: rounds of (memcpy on one thread and on all, then every world x size x
+// column, then the peer there), each figure the median over rounds.
 #include "bench/collectives_bench.h"
 #include "bench/bench_util.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <barrier>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iomanip>
 #include <memory>
+#include <new>
 #include <ostream>
+#include <sstream>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <utility>
 
 #include "dtrain/comm/collectives.h"
@@ -129,18 +144,24 @@ CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
   CollectiveRunReport report;
   report.config = config;
   report.count = config.bytes / 4;
-  report.algorithm = comm::choose_algorithm(config.algorithm, config.bytes, config.ranks);
+  report.algorithm = config.algorithm;  // automatic is resolved by the ranks, on their group
   report.ranks.resize(static_cast<size_t>(config.ranks));
   bool all_verified = false;
   std::vector<double> trial_us;
   int iterations = 1;
-  CollectiveRunConfig c = config;
-  c.algorithm = report.algorithm;
-
   comm::run_on_backend(
       config.backend, config.ranks,
       [&](Communicator& group) {
         const int r = group.rank(), n = group.size();
+        // auto: what the collectives themselves would run on this group (direct where it
+        // shares memory); every rank resolves it alike.
+        CollectiveRunConfig c = config;
+        if (!c.hierarchical) c.algorithm = comm::resolve_algorithm(group, c.algorithm, c.bytes);
+        // The direct algorithm through a shared window runs in slot-sized segments.
+        const comm::SharedMemoryGroup* shm =
+            c.algorithm == Algorithm::direct && n > 1 ? group.shared_memory() : nullptr;
+        const int64_t slot_elements =
+            shm == nullptr || shm->shares_address_space() ? 0 : shm->slot_bytes() / 4;
         // Timing agreements travel on their own group so they never mix with the measured op.
         std::vector<int> all(static_cast<size_t>(n));
         for (int i = 0; i < n; ++i) all[i] = i;
@@ -174,6 +195,7 @@ CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
         // Only rank 0 fills the shared report (it has every rank's figures): under the threads
         // backend the ranks share `report`, and concurrent writes would race.
         if (r == 0) {
+          report.algorithm = c.algorithm;
           all_verified = true;
           const int rpn = c.ranks_per_node > 0 ? c.ranks_per_node : n;
           for (int q = 0; q < n; ++q) {
@@ -188,6 +210,10 @@ CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
               // Rings send and receive alike when the sizes divide evenly (the bench's do).
               const double b = static_cast<double>(rt.link_formula.total_bytes());
               rt.formula = {rt.link_formula.steps, b, b};
+            } else if (c.algorithm == Algorithm::direct) {
+              rt.formula =
+                  plan::direct_traffic(c.op, static_cast<double>(c.bytes), n, q, c.root,
+                                       plan::direct_segments(c.op, report.count, n, slot_elements));
             } else if (c.algorithm != Algorithm::native) {
               rt.formula = plan::collective_traffic(c.op, c.algorithm, static_cast<double>(c.bytes),
                                                     n, q, c.root);
@@ -336,6 +362,56 @@ double measure_memcpy_gbps(int64_t bytes) {
   return static_cast<double>(bytes) / median(seconds) / 1e9;
 }
 
+double measure_memcpy_all_threads_gbps(int threads, int64_t bytes) {
+  DTRAIN_CHECK(threads >= 1, "memcpy on all threads: need at least one thread, got ", threads);
+  constexpr int kCopies = 15;
+  std::barrier sync(threads);
+  std::atomic<bool> failed{false};
+  std::vector<double> seconds(kCopies);
+  // Each thread allocates and touches its own buffers (pages local to where it runs); thread 0,
+  // the caller, times from the barrier that starts every copy to the one that ends the last.
+  auto copier = [&](int t) {
+    Buffer<char> a, b;
+    try {
+      a = Buffer<char>(bytes, MemoryTag::communication, nullptr);
+      b = Buffer<char>(bytes, MemoryTag::communication, nullptr);
+      std::memset(a.data(), 1, static_cast<size_t>(bytes));
+      std::memcpy(b.data(), a.data(), static_cast<size_t>(bytes));  // warm up, fault pages in
+    } catch (const std::bad_alloc&) {
+      failed = true;
+    }
+    sync.arrive_and_wait();
+    if (failed) return;  // every thread sees it after the barrier: none waits alone
+    for (int i = 0; i < kCopies; ++i) {
+      sync.arrive_and_wait();
+      Stopwatch clock;
+      std::memcpy(b.data(), a.data(), static_cast<size_t>(bytes));
+      sync.arrive_and_wait();
+      if (t == 0) seconds[static_cast<size_t>(i)] = clock.elapsed_s();
+    }
+  };
+  std::vector<std::thread> others;
+  for (int t = 1; t < threads; ++t) others.emplace_back(copier, t);
+  copier(0);
+  for (std::thread& t : others) t.join();
+  DTRAIN_CHECK(!failed, "memcpy on all threads: could not allocate 2 x ", bytes,
+               " bytes for each of ", threads, " threads");
+  return static_cast<double>(bytes) * threads / median(seconds) / 1e9;
+}
+
+std::string_view peer_op_name(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::all_reduce:
+      return "allreduce";
+    case CollectiveOp::reduce_scatter:
+      return "reduce_scatter";
+    case CollectiveOp::all_gather:
+      return "allgather";
+    default:
+      return "";
+  }
+}
+
 namespace {
 
 // The columns of a sweep's table: each algorithm, then the hierarchical all-reduce if asked for.
@@ -346,6 +422,171 @@ std::vector<std::pair<Algorithm, bool>> sweep_columns(const CollectiveSweepConfi
   return columns;
 }
 
+// `s` as one word for /bin/sh.
+std::string shell_quote(const std::string& s) {
+  std::string quoted = "'";
+  for (char ch : s) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return quoted + "'";
+}
+
+// The first executable `name` on $PATH, or "" when there is none.
+std::string find_program(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path != nullptr ? path : "");
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    const std::filesystem::path candidate = std::filesystem::path(dir.empty() ? "." : dir) / name;
+    if (::access(candidate.c_str(), X_OK) == 0 && std::filesystem::is_regular_file(candidate)) {
+      return candidate.string();
+    }
+  }
+  return "";
+}
+
+struct CommandResult {
+  bool started = false;
+  int exit_code = -1;  // -1: killed by a signal
+  std::string output;  // stdout and stderr together
+};
+
+CommandResult run_command(const std::string& command) {
+  CommandResult result;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return result;
+  result.started = true;
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), static_cast<int>(buf.size()), pipe) != nullptr)
+    result.output += buf.data();
+  const int status = pclose(pipe);
+  result.exit_code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+// The OpenMPI peer (../shared/peers/mpi_allreduce.c): built once into a temporary directory,
+// removed with this object; run() starts it under mpirun for one op, np and size.
+class MpiPeer {
+ public:
+  explicit MpiPeer(const std::string& source) {
+    DTRAIN_CHECK(std::filesystem::is_regular_file(source), "--peer ", source,
+                 ": no such file (give the OpenMPI peer's source, mpi_allreduce.c)");
+    const std::string mpicc = find_program("mpicc");
+    mpirun_ = find_program("mpirun");
+    DTRAIN_CHECK(!mpicc.empty(), "--peer ", source,
+                 ": mpicc (OpenMPI's compiler wrapper) is not on PATH; install OpenMPI "
+                 "(Debian: openmpi-bin libopenmpi-dev)");
+    DTRAIN_CHECK(!mpirun_.empty(), "--peer ", source, ": mpirun is not on PATH; install OpenMPI");
+    std::string dir_template =
+        (std::filesystem::temp_directory_path() / "dtrain-mpi-peer-XXXXXX").string();
+    DTRAIN_CHECK(::mkdtemp(dir_template.data()) != nullptr, "--peer ", source,
+                 ": could not make a temporary directory to build it in (", dir_template, ")");
+    dir_ = dir_template;
+    binary_ = (std::filesystem::path(dir_) / "mpi_allreduce").string();
+    // -lm after the source: Debian links with --as-needed.
+    const std::string compile =
+        str(shell_quote(mpicc), " -O2 ", shell_quote(source), " -o ", shell_quote(binary_), " -lm");
+    const CommandResult built = run_command(compile);
+    if (!built.started || built.exit_code != 0) {
+      remove_dir();
+      DTRAIN_CHECK(false, "--peer ", source, ": compiling it failed (", compile, "):\n",
+                   built.output);
+    }
+  }
+  MpiPeer(const MpiPeer&) = delete;
+  MpiPeer& operator=(const MpiPeer&) = delete;
+  ~MpiPeer() { remove_dir(); }
+
+  // The peer's time and busbw for `op` on `np` processes and S = `bytes`, its trials as ours.
+  // Sets `library` from the peer's header line.
+  PeerSweepRow run(CollectiveOp op, int np, int64_t bytes, int trials, double trial_seconds,
+                   std::string& library) const {
+    // As root OpenMPI refuses to start without --allow-run-as-root.
+    const std::string command = str(shell_quote(mpirun_), " -np ", np, " --oversubscribe",
+                                    ::geteuid() == 0 ? " --allow-run-as-root " : " ",
+                                    shell_quote(binary_), " -o ", peer_op_name(op), " -b ", bytes,
+                                    " -e ", bytes, " -n ", trials, " -s ", fixed(trial_seconds, 6));
+    const CommandResult ran = run_command(command);
+    DTRAIN_CHECK(ran.started && ran.exit_code == 0, "--peer: ", command, " failed (exit ",
+                 ran.exit_code, "):\n", ran.output);
+    PeerSweepRow row;
+    row.world = np;
+    row.bytes = bytes;
+    std::istringstream lines(ran.output);
+    std::string line;
+    while (std::getline(lines, line)) {
+      if (line.rfind("bench=mpi ", 0) != 0) continue;
+      const size_t lib = line.find("library=\"");
+      if (lib != std::string::npos) {
+        const size_t from = lib + 9;
+        library = line.substr(from, line.find_first_of(",\"", from) - from);
+      }
+      if (field(line, "op") != peer_op_name(op) || field(line, "bytes") != std::to_string(bytes)) {
+        continue;
+      }
+      DTRAIN_CHECK(field(line, "check") == "ok", "--peer: OpenMPI's ", peer_op_name(op), " on ", np,
+                   " processes of ", bytes, " bytes gave a wrong result: ", line);
+      row.measured = true;
+      row.time_us = std::stod(field(line, "time_us"));
+      row.busbw_gbps = std::stod(field(line, "busbw_GBps"));
+    }
+    DTRAIN_CHECK(row.measured, "--peer: no result line for ", bytes, " bytes from ", command, ":\n",
+                 ran.output);
+    return row;
+  }
+
+ private:
+  void remove_dir() {
+    if (dir_.empty()) return;
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+    dir_.clear();
+  }
+
+  std::string mpirun_, dir_, binary_;
+};
+
+// The peer's block collectives skip sizes whose float count np does not divide.
+bool peer_runs(int64_t bytes, int world) {
+  return (bytes / 4) % world == 0;
+}
+
+// One round's figure of one (world, size, column).
+CollectiveRunReport measure_point(const CollectiveSweepConfig& sweep, int world, int64_t bytes,
+                                  Algorithm algo, bool hierarchical) {
+  CollectiveRunConfig c;
+  c.ranks_per_node = sweep.ranks_per_node;
+  c.hierarchical = hierarchical;
+  c.backend = sweep.backend;
+  c.ranks = world;
+  c.bytes = bytes;
+  c.op = sweep.op;
+  c.algorithm = algo;
+  c.trials = sweep.trials;
+  c.trial_seconds = sweep.trial_seconds;
+  c.warmup = 1;
+  CollectiveRunReport r = run_collective(c);
+  DTRAIN_CHECK(!r.reporter || r.verified, "bench collectives: ", comm::name(sweep.op), " ",
+               algorithm_label(c, algo), " on ", world, " ranks of ", bytes,
+               " bytes gave a wrong result");
+  return r;
+}
+
+// A row's reported figures from its rounds: the median time, and busbw from that time.
+void finish_row(CollectiveSweepRow& row, CollectiveOp op) {
+  row.time_us = median(row.round_time_us);
+  row.busbw_gbps = row.time_us > 0 ? static_cast<double>(row.bytes) / (row.time_us * 1e3) *
+                                         plan::bus_bandwidth_factor(op, row.world)
+                                   : 0;
+}
+
+std::unique_ptr<MpiPeer> make_peer(const CollectiveSweepConfig& sweep) {
+  if (sweep.peer.empty()) return nullptr;
+  DTRAIN_CHECK(sweep.backend == comm::Backend::threads,
+               "--peer needs --backend threads (the sweep starts the peer's mpirun itself)");
+  DTRAIN_CHECK(!peer_op_name(sweep.op).empty(), "--peer: the OpenMPI peer has no ",
+               comm::name(sweep.op), " (it runs all_reduce, reduce_scatter and all_gather)");
+  return std::make_unique<MpiPeer>(sweep.peer);
+}
+
 }  // namespace
 
 CollectiveSweepReport run_collective_sweep(CollectiveSweepConfig config,
@@ -353,65 +594,118 @@ CollectiveSweepReport run_collective_sweep(CollectiveSweepConfig config,
   if (config.sizes.empty()) {
     for (int64_t s = 4 << 10; s <= int64_t{256} << 20; s *= 4) config.sizes.push_back(s);
   }
+  DTRAIN_CHECK(config.rounds >= 1, "--rounds must be at least 1, got ", config.rounds);
   CollectiveSweepReport report;
   report.config = std::move(config);
   const CollectiveSweepConfig& sweep = report.config;
-  report.memcpy_gbps = measure_memcpy_gbps();
-  for (int world : sweep.worlds) {
-    for (int64_t bytes : sweep.sizes) {
-      for (const auto& [algo, hierarchical] : sweep_columns(sweep)) {
-        CollectiveRunConfig c;
-        c.ranks_per_node = sweep.ranks_per_node;
-        c.hierarchical = hierarchical;
-        c.backend = sweep.backend;
-        c.ranks = world;
-        c.bytes = bytes;
-        c.op = sweep.op;
-        c.algorithm = algo;
-        c.trials = sweep.trials;
-        c.trial_seconds = sweep.trial_seconds;
-        c.warmup = 1;
-        const CollectiveRunReport r = run_collective(c);
-        report.reporter = r.reporter;
-        if (!r.reporter) continue;
-        DTRAIN_CHECK(r.verified, "bench collectives: ", comm::name(sweep.op), " ",
-                     algorithm_label(c, algo), " on ", world, " ranks of ", bytes,
-                     " bytes gave a wrong result");
-        report.rows.push_back({world, bytes, algo, r.time_us, r.busbw_gbps, hierarchical,
-                               algo == Algorithm::native ? -1 : r.max_inter_node_bytes,
-                               algo == Algorithm::native ? -1.0 : r.mean_inter_node_bytes});
+  const std::unique_ptr<MpiPeer> peer = make_peer(sweep);
+  report.memcpy_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const auto columns = sweep_columns(sweep);
+  // Rows in order (world, size, column), made in round 1 and given one time per round.
+  for (int round = 0; round < sweep.rounds; ++round) {
+    const bool last = round + 1 == sweep.rounds;
+    report.round_memcpy_gbps.push_back(measure_memcpy_gbps(kSweepMemcpyBytes));
+    report.round_memcpy_all_threads_gbps.push_back(
+        measure_memcpy_all_threads_gbps(report.memcpy_threads, kSweepMemcpyBytes));
+    report.memcpy_gbps = median(report.round_memcpy_gbps);
+    report.memcpy_all_threads_gbps = median(report.round_memcpy_all_threads_gbps);
+    size_t row_index = 0, peer_index = 0;
+    for (int world : sweep.worlds) {
+      for (int64_t bytes : sweep.sizes) {
+        for (const auto& [algo, hierarchical] : columns) {
+          const CollectiveRunReport r = measure_point(sweep, world, bytes, algo, hierarchical);
+          report.reporter = r.reporter;
+          if (!r.reporter) continue;
+          if (round == 0) {
+            CollectiveSweepRow row;
+            row.world = world;
+            row.bytes = bytes;
+            row.algorithm = algo;
+            row.hierarchical = hierarchical;
+            row.max_inter_node_bytes = algo == Algorithm::native ? -1 : r.max_inter_node_bytes;
+            row.mean_inter_node_bytes = algo == Algorithm::native ? -1.0 : r.mean_inter_node_bytes;
+            report.rows.push_back(std::move(row));
+          }
+          CollectiveSweepRow& row = report.rows[row_index++];
+          row.round_time_us.push_back(r.time_us);
+          if (last) finish_row(row, sweep.op);
+        }
+        if (peer) {
+          if (round == 0) {
+            PeerSweepRow fresh;
+            fresh.world = world;
+            fresh.bytes = bytes;
+            report.peer_rows.push_back(std::move(fresh));
+          }
+          PeerSweepRow& p = report.peer_rows[peer_index++];
+          if (peer_runs(bytes, world)) {
+            const PeerSweepRow once = peer->run(sweep.op, world, bytes, sweep.trials,
+                                                sweep.trial_seconds, report.peer_library);
+            p.measured = true;
+            p.round_time_us.push_back(once.time_us);
+            p.round_busbw_gbps.push_back(once.busbw_gbps);
+            p.time_us = median(p.round_time_us);
+            p.busbw_gbps = median(p.round_busbw_gbps);
+          }
+        }
+        if (last && report.reporter && row_done) row_done(report, world, bytes);
       }
-      if (report.reporter && row_done) row_done(report, world, bytes);
     }
   }
   return report;
 }
 
+namespace {
+
+const PeerSweepRow* find_peer(const CollectiveSweepReport& r, int world, int64_t bytes) {
+  for (const PeerSweepRow& p : r.peer_rows) {
+    if (p.world == world && p.bytes == bytes && p.measured) return &p;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 void print_sweep_header(const CollectiveSweepReport& r, std::ostream& out) {
-  out << "bench collectives: " << comm::name(r.config.op) << " on the "
-      << comm::name(r.config.backend)
+  const CollectiveSweepConfig& c = r.config;
+  out << "bench collectives: " << comm::name(c.op) << " on the " << comm::name(c.backend)
       << " backend, busbw (GB/s, nccl-tests definition) and busbw / memcpy\n"
       << "memcpy bandwidth measured in this run: " << std::fixed << std::setprecision(2)
-      << r.memcpy_gbps << " GB/s (one thread, 64 MiB buffers, bytes copied per second)\n";
+      << r.memcpy_gbps << " GB/s (one thread), " << r.memcpy_all_threads_gbps << " GB/s (all "
+      << r.memcpy_threads << " hardware threads at once); " << format_bytes(kSweepMemcpyBytes)
+      << " buffers per thread, bytes copied per second\n";
   out.unsetf(std::ios::fixed);
-  if (r.config.ranks_per_node > 0) {
-    out << r.config.ranks_per_node << " ranks per node; \"inter B\": the most bytes one rank "
+  out << "each time: median over " << c.rounds << " interleaved round" << (c.rounds == 1 ? "" : "s")
+      << " of the median of " << c.trials << " trials (" << c.trial_seconds
+      << " s each); ratio = busbw / one thread's memcpy, ratio all = busbw / all threads' memcpy\n";
+  if (!c.peer.empty()) {
+    out << "mpi: OpenMPI (" << (r.peer_library.empty() ? "library unknown" : r.peer_library)
+        << ") through the peer " << c.peer << ", mpirun -np N, the same trials; "
+        << "/ mpi = our time / OpenMPI's time (<= 1: as fast or faster)\n";
+  }
+  if (c.ranks_per_node > 0) {
+    out << c.ranks_per_node << " ranks per node; \"inter B\": the most bytes one rank "
         << "sent across nodes in one call (native: MPI's own, not counted)\n";
   }
 }
 
 void print_sweep_world(const CollectiveSweepReport& r, int world, std::ostream& out) {
+  const bool peer = !r.config.peer.empty();
   out << "\nN = " << world << "\n" << std::left << std::setw(10) << "size";
   for (const auto& [a, hierarchical] : sweep_columns(r.config)) {
     const std::string label = hierarchical ? "hier" : std::string(comm::name(a));
     out << std::right << std::setw(12) << (label + " us") << std::setw(10) << "busbw"
-        << std::setw(8) << "ratio";
+        << std::setw(8) << "ratio" << std::setw(10) << "ratio all";
+    if (peer) out << std::setw(8) << "/ mpi";
     if (r.config.ranks_per_node > 0) out << std::setw(12) << "inter B";
   }
+  if (peer) out << std::setw(12) << "mpi us" << std::setw(10) << "busbw";
   out << "\n";
 }
 
 void print_sweep_row(const CollectiveSweepReport& r, int world, int64_t bytes, std::ostream& out) {
+  const bool peer = !r.config.peer.empty();
+  const PeerSweepRow* p = find_peer(r, world, bytes);
   out << std::left << std::setw(10) << format_bytes(static_cast<double>(bytes)) << std::fixed;
   for (const auto& [a, hierarchical] : sweep_columns(r.config)) {
     for (const CollectiveSweepRow& row : r.rows) {
@@ -421,13 +715,21 @@ void print_sweep_row(const CollectiveSweepReport& r, int world, int64_t bytes, s
       }
       out << std::right << std::setprecision(1) << std::setw(12) << row.time_us
           << std::setprecision(3) << std::setw(10) << row.busbw_gbps << std::setw(8)
-          << row.busbw_gbps / r.memcpy_gbps;
+          << row.busbw_gbps / r.memcpy_gbps << std::setw(10)
+          << row.busbw_gbps / r.memcpy_all_threads_gbps;
+      if (peer) {
+        out << std::setw(8) << (p != nullptr ? fixed(row.time_us / p->time_us, 2) : "-");
+      }
       if (r.config.ranks_per_node > 0) {
         out << std::setw(12)
             << (row.max_inter_node_bytes < 0 ? std::string("-")
                                              : std::to_string(row.max_inter_node_bytes));
       }
     }
+  }
+  if (peer) {
+    out << std::right << std::setw(12) << (p != nullptr ? fixed(p->time_us, 1) : "-")
+        << std::setw(10) << (p != nullptr ? fixed(p->busbw_gbps, 3) : "-");
   }
   out << "\n";
   out.unsetf(std::ios::fixed);
@@ -442,23 +744,62 @@ void print_report(const CollectiveSweepReport& r, std::ostream& out) {
 }
 
 nlohmann::json to_json(const CollectiveSweepReport& r) {
+  const bool peer = !r.config.peer.empty();
   nlohmann::json rows = nlohmann::json::array();
   for (const CollectiveSweepRow& row : r.rows) {
-    rows.push_back({{"np", row.world},
-                    {"bytes", row.bytes},
-                    {"algorithm", row.hierarchical ? std::string("hierarchical")
-                                                   : std::string(comm::name(row.algorithm))},
-                    {"max_inter_node_bytes", row.max_inter_node_bytes},
-                    {"mean_inter_node_bytes", row.mean_inter_node_bytes},
-                    {"time_us", row.time_us},
-                    {"busbw_GBps", row.busbw_gbps},
-                    {"busbw_over_memcpy", row.busbw_gbps / r.memcpy_gbps}});
+    nlohmann::json j = {
+        {"np", row.world},
+        {"bytes", row.bytes},
+        {"algorithm",
+         row.hierarchical ? std::string("hierarchical") : std::string(comm::name(row.algorithm))},
+        {"max_inter_node_bytes", row.max_inter_node_bytes},
+        {"mean_inter_node_bytes", row.mean_inter_node_bytes},
+        {"time_us", row.time_us},
+        {"round_time_us", row.round_time_us},
+        {"busbw_GBps", row.busbw_gbps},
+        {"busbw_over_memcpy", row.busbw_gbps / r.memcpy_gbps},
+        {"busbw_over_memcpy_all_threads", row.busbw_gbps / r.memcpy_all_threads_gbps}};
+    if (peer) {
+      // null where the peer does not run this size (S / 4 not divisible by np).
+      const PeerSweepRow* p = find_peer(r, row.world, row.bytes);
+      j["peer_time_us"] = p != nullptr ? nlohmann::json(p->time_us) : nlohmann::json();
+      j["peer_busbw_GBps"] = p != nullptr ? nlohmann::json(p->busbw_gbps) : nlohmann::json();
+      j["time_over_peer"] =
+          p != nullptr ? nlohmann::json(row.time_us / p->time_us) : nlohmann::json();
+    }
+    rows.push_back(std::move(j));
   }
-  return {{"op", comm::name(r.config.op)},
-          {"backend", comm::name(r.config.backend)},
-          {"memcpy_GBps", r.memcpy_gbps},
-          {"ranks_per_node", r.config.ranks_per_node},
-          {"rows", rows}};
+  nlohmann::json j = {{"op", comm::name(r.config.op)},
+                      {"backend", comm::name(r.config.backend)},
+                      {"rounds", r.config.rounds},
+                      {"trials", r.config.trials},
+                      {"trial_seconds", r.config.trial_seconds},
+                      {"memcpy_bytes", kSweepMemcpyBytes},
+                      {"memcpy_GBps", r.memcpy_gbps},
+                      {"memcpy_all_threads_GBps", r.memcpy_all_threads_gbps},
+                      {"memcpy_threads", r.memcpy_threads},
+                      {"round_memcpy_GBps", r.round_memcpy_gbps},
+                      {"round_memcpy_all_threads_GBps", r.round_memcpy_all_threads_gbps},
+                      {"ranks_per_node", r.config.ranks_per_node},
+                      {"rows", rows}};
+  if (peer) {
+    nlohmann::json peer_rows = nlohmann::json::array();
+    for (const PeerSweepRow& p : r.peer_rows) {
+      peer_rows.push_back(
+          {{"np", p.world},
+           {"bytes", p.bytes},
+           {"measured", p.measured},
+           {"time_us", p.measured ? nlohmann::json(p.time_us) : nlohmann::json()},
+           {"busbw_GBps", p.measured ? nlohmann::json(p.busbw_gbps) : nlohmann::json()},
+           {"round_time_us", p.round_time_us},
+           {"round_busbw_GBps", p.round_busbw_gbps}});
+    }
+    j["peer"] = {{"source", r.config.peer},
+                 {"library", r.peer_library},
+                 {"op", peer_op_name(r.config.op)},
+                 {"rows", peer_rows}};
+  }
+  return j;
 }
 
 }  // namespace dtrain::bench

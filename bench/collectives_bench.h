@@ -1,13 +1,16 @@
 // Measuring collectives on the threads backend, nccl-tests style: each rank's measured steps
 // and bytes beside the planner's formula, then time, algbw and busbw. `dtrain collectives`
 // runs one configuration; `dtrain bench collectives` sweeps sizes, world sizes and algorithms
-// and puts busbw beside this machine's memcpy bandwidth measured in the same run.
+// in interleaved rounds and puts busbw beside this machine's memcpy bandwidth (one thread, and
+// every hardware thread at once) measured in the same run, and optionally each time beside
+// OpenMPI's (the peer ../shared/peers/mpi_allreduce.c, built and run by the sweep).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -79,6 +82,17 @@ nlohmann::json to_json(const CollectiveRunReport& report);
 // `bytes`-sized buffers (median of several copies), GB/s.
 double measure_memcpy_gbps(int64_t bytes = 64 << 20);
 
+// The same with every one of `threads` threads copying its own pair of `bytes`-sized buffers at
+// once, started together behind a barrier: all threads' bytes over the time until the last one
+// is done (median of several rounds of copies), GB/s.
+double measure_memcpy_all_threads_gbps(int threads, int64_t bytes = 64 << 20);
+
+// The buffer size of both memcpy figures of a sweep.
+inline constexpr int64_t kSweepMemcpyBytes = int64_t{64} << 20;
+
+// The OpenMPI peer's name for `op` (mpi_allreduce.c's -o), or "" when it has none.
+std::string_view peer_op_name(comm::CollectiveOp op);
+
 struct CollectiveSweepConfig {
   comm::Backend backend = comm::Backend::threads;
   comm::CollectiveOp op = comm::CollectiveOp::all_reduce;
@@ -86,35 +100,63 @@ struct CollectiveSweepConfig {
   std::vector<int64_t> sizes;  // default: 4 KiB to 256 MiB in powers of 4
   std::vector<comm::Algorithm> algorithms = {comm::Algorithm::ring, comm::Algorithm::tree,
                                              comm::Algorithm::naive};
-  int trials = 3;
-  double trial_seconds = 0.1;
+  int trials = 3;              // per point and round: the median trial
+  double trial_seconds = 0.1;  // each trial lasts about this long
+  // Every measurement (each size x column, the memcpy figures, the peer) runs once per round,
+  // round 1 of everything before round 2; each reported figure is the median over rounds.
+  int rounds = 3;
   int ranks_per_node = 0;     // > 0: split bytes by link class, show inter-node bytes per rank
   bool hierarchical = false;  // add a column for comm/hierarchical.h (all_reduce only)
+  // Source of the OpenMPI peer (mpi_allreduce.c), or "" for none: built once with mpicc, run
+  // with mpirun -np <world> after our columns at each (world, size) of every round.
+  // Threads backend only; all_reduce, reduce_scatter and all_gather only.
+  std::string peer;
 };
 
 struct CollectiveSweepRow {
   int world = 0;
   int64_t bytes = 0;
   comm::Algorithm algorithm = comm::Algorithm::ring;
-  double time_us = 0;
-  double busbw_gbps = 0;
+  double time_us = 0;     // median over rounds
+  double busbw_gbps = 0;  // from time_us
   bool hierarchical = false;
   int64_t max_inter_node_bytes = 0;  // per rank, one call (native: -1, MPI's own bytes)
   double mean_inter_node_bytes = 0;
+  std::vector<double> round_time_us;  // each round's median-of-trials time; time_us: their median
+};
+
+// OpenMPI's figures at one (world, size), from the peer's `bench=mpi` lines.
+struct PeerSweepRow {
+  int world = 0;
+  int64_t bytes = 0;
+  // False where the peer does not run: its block collectives need S / 4 divisible by np.
+  bool measured = false;
+  double time_us = 0;     // median over rounds of the peer's time_us
+  double busbw_gbps = 0;  // median over rounds of the peer's busbw_GBps
+  std::vector<double> round_time_us, round_busbw_gbps;
 };
 
 struct CollectiveSweepReport {
   CollectiveSweepConfig config;
   bool reporter = true;
-  double memcpy_gbps = 0;
+  double memcpy_gbps = 0;              // one thread, median over rounds
+  double memcpy_all_threads_gbps = 0;  // memcpy_threads threads at once, median over rounds
+  int memcpy_threads = 0;              // this machine's hardware threads
+  std::vector<double> round_memcpy_gbps, round_memcpy_all_threads_gbps;
   std::vector<CollectiveSweepRow> rows;
+  std::string peer_library;  // the peer's MPI library ("Open MPI v4.1.4"); "" without --peer
+  std::vector<PeerSweepRow> peer_rows;
 };
 
-// Called on the reporting process as soon as every column of one (world, size) row is measured,
-// with the rows so far, so that a table can print that row while the sweep goes on.
+// Called on the reporting process as soon as every column of one (world, size) row is measured
+// in the last round, with the rows so far, so that a table can print that row while the sweep
+// goes on.
 using SweepRowDone =
     std::function<void(const CollectiveSweepReport& so_far, int world, int64_t bytes)>;
 
+// Throws Error naming --peer before measuring anything when the peer cannot be used (missing
+// file, mpicc or mpirun; a compile error; an op it lacks; the MPI backend), and when it reports
+// check=FAIL.
 CollectiveSweepReport run_collective_sweep(CollectiveSweepConfig config,
                                            const SweepRowDone& row_done = {});
 // The table: the header (with this run's memcpy bandwidth), then for each world its column

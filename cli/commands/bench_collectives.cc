@@ -1,5 +1,6 @@
 // `dtrain bench collectives`: busbw of each algorithm from 4 KiB to 256 MiB at N = 2 and 4,
-// beside this machine's memcpy bandwidth measured in the same run.
+// beside this machine's memcpy bandwidth (one thread, all threads) measured in the same run,
+// in interleaved rounds, and optionally beside OpenMPI's time (--peer).
 #include <algorithm>
 #include <iostream>
 #include <memory>
@@ -29,15 +30,17 @@ void add_bench_collectives(CLI::App& bench_app) {
   CLI::App* cmd = bench_app.add_subcommand(
       "collectives",
       "Sweep message sizes for N = 2 and 4: busbw per algorithm, beside this machine's memcpy "
-      "bandwidth measured in the same run, and their ratio");
+      "bandwidth (one thread, and all hardware threads at once) measured in the same run, and "
+      "their ratios; with --peer, OpenMPI's time and busbw too, and our time / OpenMPI's");
   cmd->add_option("--op", f->op, "Collective: all_reduce, reduce_scatter, all_gather, ...")
       ->capture_default_str();
   cmd->add_option("--ranks", f->config.worlds, "World sizes to sweep")
       ->capture_default_str()
       ->check(whole_number(1, kMaxRanks));
   cmd->add_option("--algos", f->algos,
-                  "Algorithms to sweep (default: ring tree naive; with --backend mpi also "
-                  "native, MPI's own; with --ranks-per-node: ring hierarchical [native]). "
+                  "Algorithms to sweep (default: ring tree naive direct; with --backend mpi "
+                  "ring tree naive native, MPI's own; with --ranks-per-node: ring hierarchical "
+                  "[native]). "
                   "hierarchical: reduce-scatter inside each node, all-reduce across nodes, "
                   "all-gather inside (all_reduce only)");
   cmd->add_option("--ranks-per-node", f->config.ranks_per_node,
@@ -52,6 +55,20 @@ void add_bench_collectives(CLI::App& bench_app) {
   cmd->add_option("--trial-seconds", f->config.trial_seconds, "Length of one trial")
       ->capture_default_str()
       ->check(real_number(0, kMaxTrialSeconds, true));
+  cmd->add_option("--rounds", f->config.rounds,
+                  "Repeat every measurement (each size x algorithm, memcpy, the peer) this many "
+                  "times, interleaved: round 1 of everything, then round 2, ...; each figure is "
+                  "the median over rounds. Table rows print during the last round")
+      ->capture_default_str()
+      ->check(whole_number(1, kMaxTrials));
+  cmd->add_option("--peer", f->config.peer,
+                  "The OpenMPI peer's source (../shared/peers/mpi_allreduce.c): built once with "
+                  "mpicc into a temporary directory, then run with mpirun -np N (as root also "
+                  "--allow-run-as-root) after our algorithms at every size of every round, with "
+                  "the same trials. Adds OpenMPI's time and busbw (\"mpi\") and our time / "
+                  "OpenMPI's per algorithm. all_reduce, reduce_scatter and all_gather only; "
+                  "--backend threads only (our ranks are threads, OpenMPI's are processes)")
+      ->check(kNotEmpty);
   cmd->add_option("--backend", f->backend,
                   "threads (ranks are threads of this process) or mpi (run under mpirun; the "
                   "first --ranks processes take part)")
@@ -69,6 +86,7 @@ void add_bench_collectives(CLI::App& bench_app) {
     f->config.algorithms.clear();
     if (f->algos.empty()) {
       f->algos = {"ring", "tree", "naive"};
+      if (*backend == comm::Backend::threads) f->algos.push_back("direct");
       if (f->config.ranks_per_node > 0) f->algos = {"ring", "hierarchical"};
       if (*backend == comm::Backend::mpi) f->algos.push_back("native");
     }
@@ -83,7 +101,7 @@ void add_bench_collectives(CLI::App& bench_app) {
       }
       const auto algo = comm::parse_algorithm(a);
       DTRAIN_CHECK(algo.has_value() && *algo != comm::Algorithm::automatic, "--algos: unknown ",
-                   "algorithm '", a, "' (use ring, tree, naive, native or hierarchical)");
+                   "algorithm '", a, "' (use ring, tree, naive, direct, native or hierarchical)");
       f->config.algorithms.push_back(*algo);
     }
     const int64_t lo = parse_bytes(f->min_size, "--min-size");

@@ -39,8 +39,10 @@ void add_collectives(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--algo", f->algo,
                   "Algorithm: ring (bandwidth-optimal), tree (latency-optimal), naive (through "
-                  "one root), auto (tree up to 64 KiB, ring above), native (MPI's own; "
-                  "--backend mpi) or hierarchical (all_reduce over nodes; --ranks-per-node)")
+                  "one root), direct (ranks that share memory read each other's buffers: the "
+                  "threads backend, MPI ranks on one node), auto (direct where the ranks share "
+                  "memory, else tree up to 64 KiB and ring above), native (MPI's own; --backend "
+                  "mpi) or hierarchical (all_reduce over nodes; --ranks-per-node)")
       ->capture_default_str();
   cmd->add_option("--ranks-per-node", f->config.ranks_per_node,
                   "Ranks k*G..k*G+G-1 share node k: bytes sent are split into intra-node and "

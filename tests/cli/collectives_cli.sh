@@ -45,13 +45,53 @@ expect_error "--ranks-per-node: must be at least 1 \(got 0\)" bench collectives 
 expect_error "--min-size must be at least 4 bytes \(got 0\)" bench collectives --min-size 0
 expect_error "--min-size 8KiB is larger than --max-size 4KiB" bench collectives --min-size 8KiB --max-size 4KiB
 expect_error "--max-size 8000000TiB on --ranks 4 needs .* of memory" bench collectives --max-size 8000000TiB
+expect_error "--rounds: must be at least 1 \(got 0\)" bench collectives --rounds 0
+expect_error "--rounds: must be a whole number \(got 1.5\)" bench collectives --rounds 1.5
 
-# The sweep's table prints each size's row as soon as it is measured: while the sweep is still
-# running (it takes minutes to 256 MiB), the first row is already out. Polled, not timed, so a
-# loaded machine only makes it slower.
+# --peer (the OpenMPI peer's source, outside this repository): only its error paths run here.
+expect_error "--peer /nonexistent/mpi_allreduce.c: no such file" bench collectives --ranks 2 \
+  --min-size 4KiB --max-size 4KiB --peer /nonexistent/mpi_allreduce.c
+expect_error "--peer: the OpenMPI peer has no broadcast" bench collectives --op broadcast \
+  --peer /nonexistent/mpi_allreduce.c
+expect_error "--peer needs --backend threads" bench collectives --backend mpi \
+  --peer /nonexistent/mpi_allreduce.c
+expect_error "--peer" bench collectives --peer ""
+
+# A tiny sweep as JSON: both memcpy figures, the rounds, and both ratios on every row.
+json_err=$(mktemp)
+json=$("$DTRAIN" bench collectives --ranks 2 --algos ring tree --min-size 4KiB --max-size 16KiB \
+  --trials 1 --trial-seconds 0.01 --rounds 2 --json 2>"$json_err")
+if python3 - "$json" <<'PY'; then
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["rounds"] == 2, d["rounds"]
+assert d["memcpy_GBps"] > 0 and d["memcpy_all_threads_GBps"] > 0, d
+assert d["memcpy_threads"] >= 1, d["memcpy_threads"]
+assert len(d["round_memcpy_GBps"]) == 2, d["round_memcpy_GBps"]
+assert [(r["bytes"], r["algorithm"]) for r in d["rows"]] == [
+    (4096, "ring"), (4096, "tree"), (16384, "ring"), (16384, "tree")], d["rows"]
+for r in d["rows"]:
+    assert len(r["round_time_us"]) == 2, r
+    assert r["time_us"] > 0 and r["busbw_GBps"] > 0, r
+    assert abs(r["busbw_over_memcpy"] - r["busbw_GBps"] / d["memcpy_GBps"]) < 1e-9, r
+    assert abs(r["busbw_over_memcpy_all_threads"] - r["busbw_GBps"] / d["memcpy_all_threads_GBps"]) < 1e-9, r
+    assert "peer_time_us" not in r, r
+PY
+  echo "ok: bench collectives --json carries both memcpy figures, the rounds and both ratios"
+else
+  echo "FAIL: bench collectives --json, got:"
+  head -20 <<<"$json"
+  head -5 "$json_err"
+  failures=$((failures + 1))
+fi
+rm -f "$json_err"
+
+# The sweep's table prints each size's row as soon as it is measured (in the last round; one
+# round here): while the sweep is still running (it takes minutes to 256 MiB), the first row is
+# already out. Polled, not timed, so a loaded machine only makes it slower.
 sweep=$(mktemp)
 "$DTRAIN" bench collectives --ranks 2 --algos ring --min-size 4KiB --max-size 256MiB \
-  --trials 3 --trial-seconds 2 >"$sweep" 2>/dev/null &
+  --trials 3 --trial-seconds 2 --rounds 1 >"$sweep" 2>/dev/null &
 sweep_pid=$!
 streamed=no
 for _ in $(seq 600); do

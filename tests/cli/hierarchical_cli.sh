@@ -17,7 +17,7 @@ expect_error "is an all_reduce" collectives --ranks 4 --ranks-per-node 2 --op al
   --algo hierarchical
 expect_error "does not divide the 6 ranks" collectives --ranks 6 --ranks-per-node 4
 
-expect_output "hier us +busbw +ratio +inter B" bench collectives --ranks 4 --ranks-per-node 2 \
+expect_output "hier us +busbw +ratio +ratio all +inter B" bench collectives --ranks 4 --ranks-per-node 2 \
   --min-size 64KiB --max-size 64KiB --trials 1 --trial-seconds 0.01
 expect_output '"max_inter_node_bytes": 32768' bench collectives --ranks 4 --ranks-per-node 2 \
   --min-size 64KiB --max-size 64KiB --trials 1 --trial-seconds 0.01 --json

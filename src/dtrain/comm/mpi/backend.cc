@@ -275,12 +275,16 @@ class MpiSharedMemory : public SharedMemoryGroup {
   // `missing(q)`: whether group rank q has not arrived yet (named when the wait times out).
   template <typename Done, typename Missing>
   void wait_until(Done done, const char* what, Missing missing) {
-    const int spins = oversubscribed_ ? 64 : 80000;
-    for (int i = 0; i < spins; ++i) {
-      if (done()) return;
-      cpu_relax();
-    }
+    // Spin while every rank has a core, bounded in time (another process may hold the core the
+    // awaited rank needs), then yield, then nap: as the threads backend's waits.
     const double start_us = now_us();
+    if (!oversubscribed_) {
+      for (int i = 0;; ++i) {
+        if (done()) return;
+        cpu_relax();
+        if ((i & 255) == 255 && now_us() - start_us > 20) break;
+      }
+    }
     const double deadline_us = start_us + timeout_s_ * 1e6;
     for (int64_t i = 0; !done(); ++i) {
       if ((i & 63) == 0 && now_us() > deadline_us) {
@@ -292,7 +296,7 @@ class MpiSharedMemory : public SharedMemoryGroup {
                             ": waited at ", what, " in ", operation_(), "; nothing came from rank ",
                             absent.empty() ? "?" : absent, " (stalled or dead)"));
       }
-      if (i < 1000) {
+      if (now_us() - start_us < 200) {
         std::this_thread::yield();
       } else {
         std::this_thread::sleep_for(std::chrono::microseconds(20));

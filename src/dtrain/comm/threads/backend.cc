@@ -375,16 +375,28 @@ class ThreadSharedMemory : public SharedMemoryGroup {
   // Spins while the ranks are likely running (a hand-off between running threads takes well
   // under a microsecond), then sleeps on the state's condition variable, checking for failed
   // or departed members and the deadline as the message path does.
+  static constexpr double kSpinUs = 20, kYieldUs = 200;
+
   // `missing(q)`: whether member q has not arrived yet (named when the wait times out).
   // `give_up()`: called before failing; false when the wait completed after all (go on).
   template <typename Done, typename Missing, typename GiveUp>
   void wait_until(Done done, const char* what, Missing missing, GiveUp give_up) {
-    // A pause, not a yield, between looks: sched_yield is a system call (about a microsecond
-    // on a VM), as long as the whole hand-off it waits for.
-    const int spins = world_.spin_iterations() * 4;
-    for (int i = 0; i < spins; ++i) {
+    // Spin with a pause, not a yield, between looks while the ranks fit the cores:
+    // sched_yield is a system call (about a microsecond on a VM), as long as the whole hand-off
+    // it waits for. The spin is bounded in time, not in looks (a pause takes 10 to 140 cycles
+    // by CPU): when another process takes a core the peer may be the one waiting for it, and
+    // spinning on would only keep it off. Then yields, then naps.
+    const double spin_start_us = now_us();
+    if (world_.spin_iterations() > 64) {
+      for (int i = 0;; ++i) {
+        if (done()) return;
+        cpu_relax();
+        if ((i & 255) == 255 && now_us() - spin_start_us > kSpinUs) break;
+      }
+    }
+    while (now_us() - spin_start_us < kYieldUs) {
       if (done()) return;
-      cpu_relax();
+      std::this_thread::yield();
     }
     World::SharedGroupState& s = state_;
     const double deadline_us = now_us() + world_.timeout_s() * 1e6;
