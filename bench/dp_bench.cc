@@ -56,12 +56,12 @@ train::StepConfig step_config(const model::GptConfig& m, int64_t B, int64_t T) {
 // the single-rank run of `dtrain train`) at ZeRO stage `zero`: the median over the timed steps
 // of the slowest rank's step.
 DpBenchRow run_layout(const DpBenchOptions& o, const model::GptConfig& m, int64_t T, int ranks,
-                      int zero) {
+                      int zero, const std::string& dp_algo) {
   train::LayoutOptions layout;
   layout.dp = ranks;
   layout.zero_stage = zero;
   layout.bucket_bytes = o.bucket_bytes;
-  layout.dp_algorithm = *comm::parse_algorithm(o.dp_algo);
+  layout.dp_algorithm = *comm::parse_algorithm(dp_algo);
   const train::EngineConfig c =
       train::make_engine_config(step_config(m, o.batch_per_rank * ranks, T), layout);
   const train::Batch batch = random_batch(c.step.batch, T, m.vocab);
@@ -69,6 +69,7 @@ DpBenchRow run_layout(const DpBenchOptions& o, const model::GptConfig& m, int64_
   std::vector<std::vector<double>> ms(static_cast<size_t>(ranks), std::vector<double>(total));
   DpBenchRow row;
   row.ranks = ranks;
+  row.dp_algo = dp_algo;
   row.zero_stage = ranks == 1 ? -1 : zero;
   comm::threads::run_ranks(ranks, [&](comm::Communicator& world) {
     train::Engine engine(c, world);
@@ -151,8 +152,11 @@ DpBenchReport run_dp_bench(const DpBenchOptions& o) {
   DTRAIN_CHECK(o.warmup >= 0, "--warmup must not be negative (got ", o.warmup, ")");
   DTRAIN_CHECK(o.rounds >= 1, "--rounds must be at least 1 (got ", o.rounds, ")");
   DTRAIN_CHECK(o.bucket_bytes > 0, "--bucket-size must be positive (got ", o.bucket_bytes, ")");
-  DTRAIN_CHECK(o.dp_algo == "auto" || o.dp_algo == "ring" || o.dp_algo == "direct", "--dp-algo \"",
-               o.dp_algo, "\" is not one of auto, ring, direct");
+  DTRAIN_CHECK(!o.dp_algos.empty(), "--dp-algo: give at least one of auto, ring, direct");
+  for (const std::string& a : o.dp_algos) {
+    DTRAIN_CHECK(a == "auto" || a == "ring" || a == "direct", "--dp-algo \"", a,
+                 "\" is not one of auto, ring, direct");
+  }
   for (int z : o.zero_stages) {
     DTRAIN_CHECK(z >= 1 && z <= 3, "--zero: stages must be 1, 2 or 3 (got ", z, ")");
   }
@@ -164,38 +168,50 @@ DpBenchReport run_dp_bench(const DpBenchOptions& o) {
   r.seq = preset.config.context;
   r.ranks = o.ranks;
   r.rounds = o.rounds;
-  r.dp_algo = o.dp_algo;
+  r.dp_algos = o.dp_algos;
   const int before = model::blas_threads();
   model::set_blas_threads(1);  // one core per rank, as the peer's ranks
   for (int round = 0; round < o.rounds; ++round) {
     std::vector<DpBenchRow> rows;
-    rows.push_back(run_layout(o, r.model, r.seq, 1, 0));
-    rows.push_back(run_layout(o, r.model, r.seq, o.ranks, 0));
-    for (int z : o.zero_stages) rows.push_back(run_layout(o, r.model, r.seq, o.ranks, z));
+    rows.push_back(run_layout(o, r.model, r.seq, 1, 0, "ring"));
+    rows.back().dp_algo.clear();
+    for (const std::string& a : o.dp_algos) {
+      rows.push_back(run_layout(o, r.model, r.seq, o.ranks, 0, a));
+      for (int z : o.zero_stages) rows.push_back(run_layout(o, r.model, r.seq, o.ranks, z, a));
+    }
     if (round == 0) r.rows = rows;
     for (size_t i = 0; i < rows.size(); ++i) {
       if (rows[i].ms_per_step < r.rows[i].ms_per_step) r.rows[i] = rows[i];
     }
   }
   model::set_blas_threads(before);
-  r.dp_efficiency = r.rows[1].tokens_per_s / (o.ranks * r.rows[0].tokens_per_s);
+  const size_t per_algo = 1 + o.zero_stages.size();
+  for (size_t k = 0; k < o.dp_algos.size(); ++k) {
+    r.dp_efficiency_by_algo.push_back(r.rows[1 + k * per_algo].tokens_per_s /
+                                      (o.ranks * r.rows[0].tokens_per_s));
+  }
+  r.dp_efficiency = r.dp_efficiency_by_algo.front();
   if (!o.peer.empty()) r.peer = run_peer(o, r.model);
   return r;
 }
 
 void print_dp_bench(std::ostream& out, const DpBenchReport& r) {
+  std::string algos;
+  for (const std::string& a : r.dp_algos) algos += (algos.empty() ? "" : ", ") + a;
   out << "dtrain bench dp: " << r.model_name << " model (" << model::describe(r.model) << ", "
       << r.params << " params), " << r.batch_per_rank << " sequences x " << r.seq
       << " tokens per rank (weak scaling), threads backend, 1 compute thread per rank, DP syncs "
-      << r.dp_algo << "; best of " << r.rounds << " rounds\n\n";
+      << algos << "; best of " << r.rounds << " rounds\n\n";
   out << "  layout              ms/step   best  tokens/s   vs plain DP   comm ms  hidden   "
          "DP bytes/step  loss first -> last\n";
   const DpBenchRow& plain = r.rows[1];
+  const bool several = r.dp_algos.size() > 1;
   for (const DpBenchRow& row : r.rows) {
-    const std::string who = row.zero_stage < 0    ? "1 rank (serial)"
-                            : row.zero_stage == 0 ? std::to_string(row.ranks) + " ranks, DP"
-                                                  : std::to_string(row.ranks) + " ranks, ZeRO-" +
-                                                        std::to_string(row.zero_stage);
+    std::string who = row.zero_stage < 0    ? "1 rank (serial)"
+                      : row.zero_stage == 0 ? std::to_string(row.ranks) + " ranks, DP"
+                                            : std::to_string(row.ranks) + " ranks, ZeRO-" +
+                                                  std::to_string(row.zero_stage);
+    if (several && row.zero_stage >= 0) who += " " + row.dp_algo;
     out << "  " << who << std::string(18 - std::min<size_t>(18, who.size()), ' ')
         << lpad(fixed(row.ms_per_step, 2), 9) << lpad(fixed(row.best_ms_per_step, 2), 7)
         << lpad(fixed(row.tokens_per_s, 0), 10)
@@ -205,9 +221,14 @@ void print_dp_bench(std::ostream& out, const DpBenchReport& r) {
         << lpad(row.zero_stage < 0 ? "" : fixed(row.bytes_sent_per_step, 0), 16) << "  "
         << fixed(row.loss_first, 4) << " -> " << fixed(row.loss_last, 4) << "\n";
   }
-  out << "\n  DP efficiency (" << r.ranks << " ranks): " << fixed(r.dp_efficiency, 3) << " = "
-      << fixed(plain.tokens_per_s, 0) << " tokens/s / (" << r.ranks << " x "
-      << fixed(r.rows[0].tokens_per_s, 0) << ")\n";
+  const size_t per_algo = (r.rows.size() - 1) / std::max<size_t>(1, r.dp_algos.size());
+  for (size_t k = 0; k < r.dp_algos.size(); ++k) {
+    out << (k == 0 ? "\n" : "") << "  DP efficiency (" << r.ranks << " ranks"
+        << (several ? ", " + r.dp_algos[k] : std::string())
+        << "): " << fixed(r.dp_efficiency_by_algo[k], 3) << " = "
+        << fixed(r.rows[1 + k * per_algo].tokens_per_s, 0) << " tokens/s / (" << r.ranks << " x "
+        << fixed(r.rows[0].tokens_per_s, 0) << ")\n";
+  }
   if (r.peer.ran) {
     if (r.peer.status == "ok") {
       out << "  PyTorch DDP (peer, gloo, same run): " << fixed(r.peer.ddp_tokens_per_s, 0)
@@ -246,11 +267,13 @@ nlohmann::json dp_bench_to_json(const DpBenchReport& r) {
                     {"overlap_share", row.overlap_share},
                     {"bytes_sent_per_step", row.bytes_sent_per_step},
                     {"loss_first", row.loss_first},
-                    {"loss_last", row.loss_last}});
+                    {"loss_last", row.loss_last},
+                    {"dp_algo", row.dp_algo}});
   }
   j["rows"] = rows;
   j["dp_efficiency"] = r.dp_efficiency;
-  j["dp_algo"] = r.dp_algo;
+  j["dp_algos"] = r.dp_algos;
+  j["dp_efficiency_by_algo"] = r.dp_efficiency_by_algo;
   if (r.peer.ran) {
     j["peer"] = {{"status", r.peer.status},
                  {"single_tokens_per_s", r.peer.single_tokens_per_s},

@@ -30,8 +30,10 @@ struct DpBenchOptions {
                    // is shared: a round that lost a core to another process does not count)
   int64_t bucket_bytes = int64_t{1} << 20;
   std::vector<int> zero_stages = {1, 2, 3};
-  std::string dp_algo = "auto";  // the DP syncs' algorithm: auto, ring, direct (train --dp-algo)
-  std::string peer;              // path of torch_gpt_step.py; empty: no peer run
+  // The DP syncs' algorithms (train --dp-algo: auto, ring, direct): with several, every round
+  // runs the DP and ZeRO rows once per algorithm, so they compare within one run.
+  std::vector<std::string> dp_algos = {"auto"};
+  std::string peer;  // path of torch_gpt_step.py; empty: no peer run
   std::string python = "/usr/bin/python3";
 };
 
@@ -44,6 +46,7 @@ struct DpBenchRow {
   double comm_ms_per_step = 0;  // communication thread busy time (rank 0, mean)
   double overlap_share = 0;     // of that, hidden behind compute
   double bytes_sent_per_step = 0;
+  std::string dp_algo;  // the DP syncs' algorithm as asked ("" for the single rank)
   float loss_first = 0, loss_last = 0;
 };
 
@@ -61,7 +64,9 @@ struct DpBenchReport {
   int64_t params = 0, batch_per_rank = 0, seq = 0;
   int ranks = 0;
   int rounds = 0;
-  std::string dp_algo;           // the DP syncs' algorithm
+  std::vector<std::string> dp_algos;  // as asked
+  // Plain DP's tokens/s / (ranks x single), per algorithm (in dp_algos' order).
+  std::vector<double> dp_efficiency_by_algo;
   std::vector<DpBenchRow> rows;  // single rank, plain DP, then each ZeRO stage
   double dp_efficiency = 0;      // plain DP tokens/s / (ranks x single)
   PeerResult peer;

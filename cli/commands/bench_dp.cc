@@ -49,9 +49,11 @@ void add_bench_dp(CLI::App& bench) {
       ->delimiter(',')
       ->capture_default_str()
       ->check(whole_number(1, 3));
-  cmd->add_option("--dp-algo", o.dp_algo,
-                  "The DP syncs' algorithm: auto, ring, or direct (the ranks read each other's "
-                  "buffers in place; train --dp-algo)")
+  cmd->add_option("--dp-algo", o.dp_algos,
+                  "The DP syncs' algorithms: auto, ring or direct (the ranks read each other's "
+                  "buffers in place; train --dp-algo); several, e.g. ring,direct, run side by "
+                  "side in every round")
+      ->delimiter(',')
       ->capture_default_str();
   CLI::Option* peer =
       cmd->add_option("--peer", o.peer,

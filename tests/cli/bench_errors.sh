@@ -29,6 +29,7 @@ expect_error "--model: unknown preset ''" bench train --model ""
 expect_error "--peer $tmp/missing.py: no such file" bench dp --peer "$tmp/missing.py"
 expect_error "--peer $tmp: is a directory" bench dp --peer "$tmp"
 expect_error "--peer is empty" bench dp --peer ""
+expect_error "--dp-algo \"tree\" is not one of auto, ring, direct" bench dp --dp-algo ring,tree --steps 1 --warmup 0 --rounds 1
 touch "$tmp/peer.py"
 expect_error "--python $tmp/none/python3: no such file" bench dp --peer "$tmp/peer.py" \
   --python "$tmp/none/python3"

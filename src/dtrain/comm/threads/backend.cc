@@ -375,7 +375,7 @@ class ThreadSharedMemory : public SharedMemoryGroup {
   // Spins while the ranks are likely running (a hand-off between running threads takes well
   // under a microsecond), then sleeps on the state's condition variable, checking for failed
   // or departed members and the deadline as the message path does.
-  static constexpr double kSpinUs = 20, kYieldUs = 200;
+  static constexpr double kSpinUs = 20, kYieldUs = 5000;
 
   // `missing(q)`: whether member q has not arrived yet (named when the wait times out).
   // `give_up()`: called before failing; false when the wait completed after all (go on).
