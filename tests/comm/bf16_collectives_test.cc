@@ -26,6 +26,20 @@ float small_int(int r, int64_t i) {
   return static_cast<float>(i % 7 + 1 + r);
 }
 
+// Every rank's inputs (bf16 values, held as floats), rank r's at [r * count, ...): one table
+// made once, so that every rank checks against the values the others sent (a vectorised sinf
+// can round differently from the scalar one).
+std::vector<float> bf16_inputs(int world, int64_t count) {
+  std::vector<float> table(static_cast<size_t>(world * count));
+  for (int r = 0; r < world; ++r) {
+    for (int64_t i = 0; i < count; ++i) {
+      table[static_cast<size_t>(r * count + i)] =
+          round_to_bf16(std::sin(0.37f * static_cast<float>(i) + 1.3f * r) * 3.0f);
+    }
+  }
+  return table;
+}
+
 TEST(Bf16Collectives, SmallIntegersAreExactAndTheBytesAreHalfOfFloats) {
   for (Algorithm algo : {Algorithm::ring, Algorithm::naive, Algorithm::tree, Algorithm::direct}) {
     for (int world : {2, 3, 4, 8}) {
@@ -89,16 +103,8 @@ TEST(Bf16Collectives, SmallIntegersAreExactAndTheBytesAreHalfOfFloats) {
 TEST(Bf16Collectives, RingAllReduceStaysWithinItsRoundingBound) {
   for (int world : {2, 4, 8}) {
     for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
-      // One table of every rank's inputs, made once, so that every rank checks against the
-      // values the others sent (a vectorised sinf can round differently from the scalar one).
       const int64_t count = 4096;
-      std::vector<float> table(static_cast<size_t>(world * count));
-      for (int r = 0; r < world; ++r) {
-        for (int64_t i = 0; i < count; ++i) {
-          table[static_cast<size_t>(r * count + i)] =
-              round_to_bf16(std::sin(0.37f * static_cast<float>(i) + 1.3f * r) * 3.0f);
-        }
-      }
+      const std::vector<float> table = bf16_inputs(world, count);
       auto x = [&](int r, int64_t i) { return table[static_cast<size_t>(r * count + i)]; };
       testing::run_group(world, [&](Communicator& comm) {
         std::vector<bf16> data(count);
@@ -143,13 +149,7 @@ TEST(Bf16Collectives, RingAllReduceStaysWithinItsRoundingBound) {
 TEST(Bf16Collectives, DirectAllReduceRoundsOnce) {
   for (int world : {2, 5, 8}) {
     for (int64_t count : {int64_t{1000}, int64_t{300000}}) {
-      std::vector<float> table(static_cast<size_t>(world * count));
-      for (int r = 0; r < world; ++r) {
-        for (int64_t i = 0; i < count; ++i) {
-          table[static_cast<size_t>(r * count + i)] =
-              round_to_bf16(std::sin(0.37f * static_cast<float>(i) + 1.3f * r) * 3.0f);
-        }
-      }
+      const std::vector<float> table = bf16_inputs(world, count);
       auto x = [&](int r, int64_t i) { return table[static_cast<size_t>(r * count + i)]; };
       testing::run_group(world, [&](Communicator& comm) {
         std::vector<bf16> data(static_cast<size_t>(count));

@@ -72,17 +72,22 @@ void expect_counters_match_plan(const LayoutReport& r, const std::string& what) 
   }
 }
 
+// dp ranks at ZeRO `stage`, 32 KiB buckets (several per step).
+TrainOptions dp_options(int dp, int stage) {
+  TrainOptions o = options();
+  o.layout.dp = dp;
+  o.layout.zero_stage = stage;
+  o.layout.bucket_bytes = 32 << 10;
+  return o;
+}
+
 TEST(TrainRun, DataParallelAtEveryZeroStageFollowsTheSingleRankRun) {
   const TrainSummary serial = run_training(options(), nullptr);
   ASSERT_TRUE(serial.layout.has_value());
   EXPECT_EQ(serial.layout->ranks.size(), 1u);
   for (int dp : {2, 4}) {
     for (int stage = 0; stage <= 3; ++stage) {
-      TrainOptions o = options();
-      o.layout.dp = dp;
-      o.layout.zero_stage = stage;
-      o.layout.bucket_bytes = 32 << 10;
-      const TrainSummary s = run_training(o, nullptr);
+      const TrainSummary s = run_training(dp_options(dp, stage), nullptr);
       const double worst = worst_loss_diff(s, serial);
       std::printf("  dp %d zero %d: max |loss diff| %.1e\n", dp, stage, worst);
       EXPECT_LE(worst, 1e-4) << "dp " << dp << " zero " << stage;
@@ -101,10 +106,8 @@ TEST(TrainRun, DirectDataParallelAtEveryZeroStageFollowsTheSingleRankRun) {
   const TrainSummary serial = run_training(options(), nullptr);
   for (int dp : {2, 4}) {
     for (int stage = 0; stage <= 3; ++stage) {
-      TrainOptions o = options();
-      o.layout.dp = dp;
-      o.layout.zero_stage = stage;
-      o.layout.bucket_bytes = 32 << 10;
+      TrainOptions o = dp_options(dp, stage);
+      o.layout.dp_algorithm = comm::Algorithm::ring;
       const TrainSummary ring = run_training(o, nullptr);
       o.layout.dp_algorithm = comm::Algorithm::direct;
       const TrainSummary s = run_training(o, nullptr);

@@ -22,6 +22,7 @@
 
 #include "dtrain/comm/chunks.h"
 #include "dtrain/core/check.h"
+#include "dtrain/core/cpu_relax.h"
 #include "dtrain/core/timer.h"
 
 namespace dtrain::comm::mpi {
@@ -123,14 +124,6 @@ class MpiRequest : public Request {
   bool finished_ = false;
   MPI_Request request_ = MPI_REQUEST_NULL;
 };
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 // The direct algorithm's shared memory for a group whose ranks are all on one node: one
 // MPI_Win_allocate_shared window in which each rank owns a region:

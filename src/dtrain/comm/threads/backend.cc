@@ -19,18 +19,11 @@
 #include <vector>
 
 #include "dtrain/core/check.h"
+#include "dtrain/core/cpu_relax.h"
 #include "dtrain/core/timer.h"
 
 namespace dtrain::comm::threads {
 namespace {
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 enum class State { pending, done, failed };
 
