@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "dtrain/core/buffer.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/cpu_relax.h"
 #include "dtrain/core/timer.h"
@@ -172,7 +173,7 @@ class World {
     std::mutex mu;
     std::condition_variable cv;
     std::once_flag small_once;
-    std::unique_ptr<std::byte[]> small;  // 2 small slots per rank, allocated on first use
+    Buffer<std::byte> small;  // 2 small slots per rank, allocated on first use
   };
   SharedGroupState& shared_group(uint64_t context, int members) {
     std::lock_guard<std::mutex> lock(groups_mu_);
@@ -268,9 +269,10 @@ class ThreadSharedMemory : public SharedMemoryGroup {
     World::SharedGroupState& s = state_;
     const int64_t bytes = World::SharedGroupState::kSmallSlotBytes;
     std::call_once(s.small_once, [&] {
-      s.small.reset(new (std::align_val_t{64}) std::byte[2 * bytes * s.flags.size()]);
+      s.small = Buffer<std::byte>(2 * bytes * static_cast<int64_t>(s.flags.size()),
+                                  MemoryTag::communication, nullptr);
     });
-    return s.small.get() + (2 * rank + parity) * bytes;
+    return s.small.data() + (2 * rank + parity) * bytes;
   }
   static constexpr uint64_t kBroken = uint64_t{1} << 31;
   static constexpr uint64_t kArrivals = kBroken - 1;
