@@ -136,7 +136,7 @@ class MpiSharedMemory : public SharedMemoryGroup {
  public:
   static constexpr int64_t kControlBytes = 4096;
   static constexpr int64_t kSmallSlotBytes = 64 << 10;
-  static constexpr int64_t kSlotBytes = 256 << 10;
+  static constexpr int64_t kSlotBytes = 1 << 20;
   static constexpr int64_t kRegionBytes = kControlBytes + 2 * kSmallSlotBytes + kSlotBytes;
 
   // Collective over `comm`; nullptr when its ranks are not all on one node (or MPI refuses).
