@@ -81,7 +81,7 @@ void add_collectives(CLI::App& app) {
     f->config.hierarchical = f->algo == "hierarchical";
     const auto algo = comm::parse_algorithm(f->config.hierarchical ? "ring" : f->algo);
     DTRAIN_CHECK(algo.has_value(), "--algo: unknown algorithm '", f->algo,
-                 "' (use ring, tree, naive, auto, native or hierarchical)");
+                 "' (use ring, tree, naive, direct, auto, native or hierarchical)");
     f->config.op = *op;
     f->config.algorithm = *algo;
     check_fits_in_memory(bench::buffer_bytes(f->config),
