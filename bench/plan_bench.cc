@@ -60,6 +60,10 @@ PlanBenchReport run_plan_bench(const PlanBenchConfig& config) {
     r.evaluated = result.evaluated;
     r.fitting = result.fitting;
     if (!result.top.empty()) r.best = result.top.front().plan;
+    if (result.top.empty()) {
+      r.no_best =
+          result.explanations.empty() ? std::string("no layout fits") : result.explanations.front();
+    }
   }
   std::vector<double> sorted = r.seconds;
   std::sort(sorted.begin(), sorted.end());
@@ -112,9 +116,13 @@ void print_report(const PlanBenchReport& r, std::ostream& out) {
       << plan::format_count(static_cast<double>(r.fixed_tp_evaluated))
       << " layouts; budget under 0.1 s: " << plan::format_percent(r.fixed_tp_median_seconds / 0.1)
       << " of it\n";
-  out << "  search's best: " << plan::describe(r.best.layout) << ": "
-      << plan::format_fixed(r.best.time.hardware_flops_per_gpu * 1e-12, 1)
-      << " TFLOP/s per GPU with recompute, MFU " << plan::format_percent(r.best.time.mfu) << "\n";
+  if (!r.no_best.empty()) {
+    out << "  search's best: none: " << r.no_best << "\n";
+  } else {
+    out << "  search's best: " << plan::describe(r.best.layout) << ": "
+        << plan::format_fixed(r.best.time.hardware_flops_per_gpu * 1e-12, 1)
+        << " TFLOP/s per GPU with recompute, MFU " << plan::format_percent(r.best.time.mfu) << "\n";
+  }
   for (const PublishedLayout& p : r.published) {
     const double tflops = p.plan.time.hardware_flops_per_gpu * 1e-12;
     out << "  " << p.label << " (full recompute, b=1): predicted " << plan::format_fixed(tflops, 1)
@@ -138,7 +146,8 @@ nlohmann::json to_json(const PlanBenchReport& r) {
           {"median_seconds", r.median_seconds},
           {"evaluated", r.evaluated},
           {"fitting", r.fitting},
-          {"best", plan::plan_json(r.best)},
+          {"best", r.no_best.empty() ? plan::plan_json(r.best) : nlohmann::json(nullptr)},
+          {"no_best", r.no_best},
           {"published", published},
           {"fixed_tp",
            {{"tp", r.fixed_tp},

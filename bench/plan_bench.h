@@ -36,7 +36,8 @@ struct PlanBenchReport {
   double median_seconds = 0;
   int64_t evaluated = 0;  // layouts per search
   int64_t fitting = 0;
-  plan::Plan best;  // the search's winner
+  plan::Plan best;      // the search's winner
+  std::string no_best;  // when no layout fits: why, in the search's words (best is then unset)
   // The same search with tp held (--search --tp N): the paper's tp=8 where the cluster has 8
   // GPUs per node and the model's heads split 8 ways, else the largest power of two that does;
   // `fixed_tp_why` says which, in words. Its median time and layouts.

@@ -9,6 +9,7 @@ set -uo pipefail
 source "$(dirname "$0")/lib/expect.bash"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+corpus=$(realpath "$(dirname "$0")/../../data/corpus.txt")
 check() {  # check DESCRIPTION CONDITION...: the condition (a command) holds
   local what=$1
   shift
@@ -54,6 +55,8 @@ check "it holds tp=1 and says the paper's tp=8 needs 8 GPUs per node" \
   grep -q "held at tp=1 (--search --tp 1, the paper's tp=8 needs 8 GPUs per node; this cluster has 1)" \
   <<<"$out"
 check "no budget line speaks of an issue" eval "! grep -q issue <<<\"\$out\""
+check "no layout fits on one A100, and the report says so" \
+  grep -q "search's best: none: no layout fits in" <<<"$out"
 expect_output "held at tp=8 \(--search --tp 8, the paper's tp=8\)" bench plan --repeats 1
 expect_output '"why": "the paper.s tp=8 needs 8 GPUs per node; this cluster has 4"' \
   bench plan --cluster 1x4xA100 --repeats 1 --json
@@ -72,12 +75,12 @@ check "bench collectives --json: progress on stderr, JSON on stdout" \
 # bench tokenize: each part prints when measured (stderr under --json); temporary files are
 # removed at the end and when the run is interrupted.
 mkdir "$tmp/t"
-TMPDIR="$tmp/t" "$DTRAIN" bench tokenize --vocab 300 --mb 1 --json > "$tmp/tok.json" 2> "$tmp/tok.err"
+TMPDIR="$tmp/t" "$DTRAIN" bench tokenize --corpus "$corpus" --vocab 512 --mb 1 --json > "$tmp/tok.json" 2> "$tmp/tok.err"
 check "bench tokenize --json: the parts on stderr as they finish" \
   eval "grep -q '  train: ' '$tmp/tok.err' && grep -q '  encode: ' '$tmp/tok.err'"
 check "bench tokenize leaves nothing in the temporary directory" [ -z "$(ls -A "$tmp/t")" ]
 for signal in INT TERM; do
-  TMPDIR="$tmp/t" "$DTRAIN" bench tokenize --vocab 300 --mb 200 > /dev/null 2> "$tmp/sig.err" &
+  TMPDIR="$tmp/t" "$DTRAIN" bench tokenize --corpus "$corpus" --vocab 512 --mb 200 > /dev/null 2> "$tmp/sig.err" &
   pid=$!
   for _ in $(seq 300); do  # until the repeated text is being written (up to 30 s)
     [ -n "$(find "$tmp/t" -name text.txt -size +1M 2>/dev/null)" ] && break
