@@ -25,6 +25,19 @@ std::string command_names(const CLI::App& parent) {
 }  // namespace
 
 void add_help_command(CLI::App& app) {
+  app.failure_message([](const CLI::App* top, const CLI::Error& e) -> std::string {
+    const CLI::App* group = top;  // the deepest command given, e.g. `bench`
+    while (!group->get_subcommands().empty()) group = group->get_subcommands().front();
+    const std::vector<std::string> rest = group->remaining();
+    if (e.get_name() != "RequiredError" || group->get_require_subcommand_min() == 0 ||
+        rest.empty() || rest.front().starts_with("-")) {
+      return CLI::FailureMessage::simple(top, e);
+    }
+    const std::string where = group == top ? "" : group->get_name() + " ";
+    return str("error: `", where, rest.front(), "` is not a dtrain command; ",
+               group == top ? "the commands" : group->get_name() + "'s",
+               " are: ", command_names(*group), " (dtrain help ", where, "describes them)\n");
+  });
   auto names = std::make_shared<std::vector<std::string>>();
   CLI::App* help = app.add_subcommand(
       "help",

@@ -6,7 +6,9 @@
 
 namespace dtrain::cli {
 
-// Adds `help` to `app`, after every other command (it describes them, it has no --config).
+// Adds `help` to `app`, after every other command (it describes them, it has no --config), and
+// makes `dtrain nosuch` (or `dtrain bench nosuch`) name the word and list the commands, where
+// CLI11 alone says only "A subcommand is required".
 void add_help_command(CLI::App& app);
 
 }  // namespace dtrain::cli

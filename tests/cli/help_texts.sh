@@ -33,6 +33,9 @@ expect_error "help: \`nosuch\` is not a dtrain command; the commands are: .*trai
 expect_error "help: \`bench nosuch\` is not a dtrain command; bench's are: .*tokenize" \
   help bench nosuch
 expect_error "help: \`train\` has no subcommands" help train steps
+# An unknown command without `help` is named too, with the list.
+expect_error "\`nosuch\` is not a dtrain command; the commands are: .*tokenize" nosuch
+expect_error "\`bench nosuch\` is not a dtrain command; bench's are: .*collectives" bench nosuch
 
 # No help text names the project's own workings: every command's and subcommand's --help.
 commands=$("$DTRAIN" --help | awk '/^Subcommands:/ {on = 1; next} on && NF {print $1}')
