@@ -462,7 +462,7 @@ CommandResult run_command(const std::string& command) {
   return result;
 }
 
-// The OpenMPI peer (../shared/peers/mpi_allreduce.c): built once into a temporary directory,
+// The OpenMPI peer (bench/peers/mpi_allreduce.c): built once into a temporary directory,
 // removed with this object; run() starts it under mpirun for one op, np and size.
 class MpiPeer {
  public:
@@ -648,7 +648,7 @@ CollectiveSweepReport run_collective_sweep(CollectiveSweepConfig config,
             p.busbw_gbps = median(p.round_busbw_gbps);
           }
         }
-        if (last && report.reporter && row_done) row_done(report, world, bytes);
+        if (report.reporter && row_done) row_done(report, round, world, bytes);
       }
     }
   }
@@ -700,6 +700,27 @@ void print_sweep_world(const CollectiveSweepReport& r, int world, std::ostream& 
     if (r.config.ranks_per_node > 0) out << std::setw(12) << "inter B";
   }
   if (peer) out << std::setw(12) << "mpi us" << std::setw(10) << "busbw";
+  out << "\n";
+}
+
+void print_sweep_progress(const CollectiveSweepReport& r, int round, int world, int64_t bytes,
+                          std::ostream& out) {
+  out << "round " << round + 1 << " of " << r.config.rounds << ": " << world << " ranks, "
+      << format_bytes(static_cast<double>(bytes)) << ":";
+  const char* separator = " ";
+  for (const CollectiveSweepRow& row : r.rows) {
+    if (row.world != world || row.bytes != bytes) continue;
+    if (static_cast<int>(row.round_time_us.size()) <= round) continue;
+    out << separator
+        << (row.hierarchical ? std::string("hierarchical") : std::string(comm::name(row.algorithm)))
+        << " " << fixed(row.round_time_us[static_cast<size_t>(round)], 1) << " us";
+    separator = ", ";
+  }
+  const PeerSweepRow* p = find_peer(r, world, bytes);
+  if (p != nullptr && static_cast<int>(p->round_time_us.size()) > round) {
+    out << separator << "OpenMPI " << fixed(p->round_time_us[static_cast<size_t>(round)], 1)
+        << " us";
+  }
   out << "\n";
 }
 

@@ -3,7 +3,7 @@
 // runs one configuration; `dtrain bench collectives` sweeps sizes, world sizes and algorithms
 // in interleaved rounds and puts busbw beside this machine's memcpy bandwidth (one thread, and
 // every hardware thread at once) measured in the same run, and optionally each time beside
-// OpenMPI's (the peer ../shared/peers/mpi_allreduce.c, built and run by the sweep).
+// OpenMPI's (the peer bench/peers/mpi_allreduce.c, built and run by the sweep).
 #pragma once
 
 #include <cstdint>
@@ -149,10 +149,11 @@ struct CollectiveSweepReport {
 };
 
 // Called on the reporting process as soon as every column of one (world, size) row is measured
-// in the last round, with the rows so far, so that a table can print that row while the sweep
-// goes on.
+// in a round (0-based; the row's figures are final in round config.rounds - 1), with the rows so
+// far, so that a table can print that row, and earlier rounds a progress line, while the sweep
+// goes on: a sweep to 256 MiB takes minutes.
 using SweepRowDone =
-    std::function<void(const CollectiveSweepReport& so_far, int world, int64_t bytes)>;
+    std::function<void(const CollectiveSweepReport& so_far, int round, int world, int64_t bytes)>;
 
 // Throws Error naming --peer before measuring anything when the peer cannot be used (missing
 // file, mpicc or mpirun; a compile error; an op it lacks; the MPI backend), and when it reports
@@ -166,6 +167,10 @@ void print_sweep_header(const CollectiveSweepReport& report, std::ostream& out);
 void print_sweep_world(const CollectiveSweepReport& report, int world, std::ostream& out);
 void print_sweep_row(const CollectiveSweepReport& report, int world, int64_t bytes,
                      std::ostream& out);
+// One line of progress: round `round`'s time of each column at (world, bytes), e.g.
+// "round 1 of 3: 4 ranks, 1.00 MiB: ring 812.3 us, tree 990.1 us".
+void print_sweep_progress(const CollectiveSweepReport& report, int round, int world, int64_t bytes,
+                          std::ostream& out);
 nlohmann::json to_json(const CollectiveSweepReport& report);
 
 }  // namespace dtrain::bench

@@ -1,6 +1,6 @@
 // The planner's speed and its figures beside a published run: `dtrain bench plan` times a full
-// search for the 1T model of Narayanan et al. 2021 on 3072 A100s (the issue asks for under one
-// second), and evaluates the layout that paper ran, beside the throughput it measured.
+// search for the 1T model of Narayanan et al. 2021 on 3072 A100s (its budget: under one second),
+// and evaluates the layout that paper ran, beside the throughput it measured.
 #pragma once
 
 #include <cstdint>
@@ -36,8 +36,13 @@ struct PlanBenchReport {
   double median_seconds = 0;
   int64_t evaluated = 0;  // layouts per search
   int64_t fitting = 0;
-  plan::Plan best;  // the search's winner
-  // The same search with tp held at 8 (--search --tp 8): its median time and layouts.
+  plan::Plan best;      // the search's winner
+  std::string no_best;  // when no layout fits: why, in the search's words (best is then unset)
+  // The same search with tp held (--search --tp N): the paper's tp=8 where the cluster has 8
+  // GPUs per node and the model's heads split 8 ways, else the largest power of two that does;
+  // `fixed_tp_why` says which, in words. Its median time and layouts.
+  int fixed_tp = 8;
+  std::string fixed_tp_why;
   double fixed_tp_median_seconds = 0;
   int64_t fixed_tp_evaluated = 0;
   std::vector<PublishedLayout> published;  // the paper's layout, 1F1B and interleaved

@@ -30,7 +30,17 @@ struct TokenizeBenchReport {
   bool round_trip = false;   // decode(encode(corpus)) == corpus
 };
 
-TokenizeBenchReport run_tokenize_bench(const TokenizeBenchOptions& options);
+// With `rows`, each part's lines of the report go there as soon as that part is measured (the
+// default run takes a minute or more), in print_report's order. The temporary files are removed
+// on return, on an error, and on SIGINT or SIGTERM (bench/scratch_dir.h).
+TokenizeBenchReport run_tokenize_bench(const TokenizeBenchOptions& options,
+                                       std::ostream* rows = nullptr);
+// The report, part by part: training and the round trip, the plain read, encoding on one thread
+// and on every hardware thread (omitted where that is one).
+void print_trained(const TokenizeBenchReport& report, std::ostream& out);
+void print_read(const TokenizeBenchReport& report, std::ostream& out);
+void print_encoded(const TokenizeBenchReport& report, std::ostream& out);
+void print_encoded_parallel(const TokenizeBenchReport& report, std::ostream& out);
 void print_report(const TokenizeBenchReport& report, std::ostream& out);
 nlohmann::json to_json(const TokenizeBenchReport& report);
 

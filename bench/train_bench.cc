@@ -256,7 +256,7 @@ void print_train_bench(std::ostream& out, const TrainBenchReport& r) {
   out << "dtrain bench train: " << r.model_name << " model (" << model::describe(r.model) << ", "
       << r.params << " params), batch " << r.batch << " x seq " << r.seq << " = " << r.batch * r.seq
       << " tokens/step\n";
-  out << "  the step of ../shared/peers/torch_gpt_step.py: one fixed random batch, AdamW lr 3e-4,"
+  out << "  the step of bench/peers/torch_gpt_step.py: one fixed random batch, AdamW lr 3e-4,"
          " betas (0.9, 0.95), weight decay 0.1; OpenBLAS kernels "
       << r.blas_corename << "\n\n";
   out << "  bf16 GEMM: " << r.bf16_gemm << "\n\n";

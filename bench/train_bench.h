@@ -1,5 +1,5 @@
 // `dtrain bench train`: the training step of the `bench` preset (the shape and the step of
-// ../shared/peers/torch_gpt_step.py: one fixed random batch, AdamW lr 3e-4, betas (0.9, 0.95),
+// bench/peers/torch_gpt_step.py: one fixed random batch, AdamW lr 3e-4, betas (0.9, 0.95),
 // weight decay 0.1, no clipping) at 1 and 2 threads. "Threads" are dtrain's compute threads
 // (a ThreadTeam, OpenBLAS single-threaded inside each); one more row shows OpenBLAS's own
 // threading for comparison. Reports ms/step and tokens/s, the share of the step spent in

@@ -12,6 +12,7 @@
 
 #include "build_info.h"
 #include "command_registry.h"
+#include "help_command.h"
 
 namespace dtrain::cli {
 namespace {
@@ -136,6 +137,7 @@ void build_app(CLI::App& app) {
   app.fallthrough(false);
   add_registered_commands("", app);
   add_config_options(app);
+  add_help_command(app);
 }
 
 }  // namespace dtrain::cli

@@ -5,8 +5,9 @@ namespace dtrain::cli {
 namespace {
 
 void add_bench(CLI::App& app) {
-  CLI::App* bench = app.add_subcommand(
-      "bench", "Benchmarks that print ratios measured in one run (ours vs this machine's limits)");
+  CLI::App* bench = app.add_subcommand("bench",
+                                       "Benchmarks that print ratios measured in one run (dtrain's "
+                                       "figures vs this machine's limits)");
   bench->require_subcommand(1);
   add_registered_commands("bench", *bench);
 }

@@ -31,7 +31,7 @@ void add_bench_collectives(CLI::App& bench_app) {
       "collectives",
       "Sweep message sizes for N = 2 and 4: busbw per algorithm, beside this machine's memcpy "
       "bandwidth (one thread, and all hardware threads at once) measured in the same run, and "
-      "their ratios; with --peer, OpenMPI's time and busbw too, and our time / OpenMPI's");
+      "their ratios; with --peer, OpenMPI's time and busbw too, and dtrain's time / OpenMPI's");
   cmd->add_option("--op", f->op, "Collective: all_reduce, reduce_scatter, all_gather, ...")
       ->capture_default_str();
   cmd->add_option("--ranks", f->config.worlds, "World sizes to sweep")
@@ -58,16 +58,18 @@ void add_bench_collectives(CLI::App& bench_app) {
   cmd->add_option("--rounds", f->config.rounds,
                   "Repeat every measurement (each size x algorithm, memcpy, the peer) this many "
                   "times, interleaved: round 1 of everything, then round 2, ...; each figure is "
-                  "the median over rounds. Table rows print during the last round")
+                  "the median over rounds. Table rows print during the last round, a progress line "
+                  "per row on stderr before it")
       ->capture_default_str()
       ->check(whole_number(1, kMaxTrials));
-  cmd->add_option("--peer", f->config.peer,
-                  "The OpenMPI peer's source (../shared/peers/mpi_allreduce.c): built once with "
-                  "mpicc into a temporary directory, then run with mpirun -np N (as root also "
-                  "--allow-run-as-root) after our algorithms at every size of every round, with "
-                  "the same trials. Adds OpenMPI's time and busbw (\"mpi\") and our time / "
-                  "OpenMPI's per algorithm. all_reduce, reduce_scatter and all_gather only; "
-                  "--backend threads only (our ranks are threads, OpenMPI's are processes)")
+  cmd->add_option(
+         "--peer", f->config.peer,
+         "The OpenMPI peer's source (bench/peers/mpi_allreduce.c): built once with "
+         "mpicc into a temporary directory, then run with mpirun -np N (as root also "
+         "--allow-run-as-root) after dtrain's algorithms at every size of every round, with "
+         "the same trials. Adds OpenMPI's time and busbw (\"mpi\") and dtrain's time / "
+         "OpenMPI's per algorithm. all_reduce, reduce_scatter and all_gather only; "
+         "--backend threads only (dtrain's ranks are threads, OpenMPI's are processes)")
       ->check(kNotEmpty);
   cmd->add_option("--backend", f->backend,
                   "threads (ranks are threads of this process) or mpi (run under mpirun; the "
@@ -126,21 +128,25 @@ void add_bench_collectives(CLI::App& bench_app) {
       f->config.sizes.push_back(s / 4 * 4);
       if (s > hi / 4) break;
     }
-    // The table prints each row as soon as its size is measured (a sweep to 256 MiB takes
-    // minutes); JSON is one document, printed at the end.
+    // The table prints each row as soon as its size is measured in the last round (a sweep to
+    // 256 MiB takes minutes); the earlier rounds, and every round under --json (one document,
+    // printed at the end), print a progress line per row on stderr, so the sweep is never silent.
     bool header_done = false;
-    bench::SweepRowDone print_row;
-    if (!f->json) {
-      print_row = [&header_done](const bench::CollectiveSweepReport& so_far, int world,
-                                 int64_t bytes) {
-        if (!header_done) bench::print_sweep_header(so_far, std::cout);
-        header_done = true;
-        if (bytes == so_far.config.sizes.front())
-          bench::print_sweep_world(so_far, world, std::cout);
-        bench::print_sweep_row(so_far, world, bytes, std::cout);
-        std::cout.flush();
-      };
-    }
+    const bool json = f->json;
+    const bench::SweepRowDone print_row = [&header_done, json](
+                                              const bench::CollectiveSweepReport& so_far, int round,
+                                              int world, int64_t bytes) {
+      if (json || round + 1 < so_far.config.rounds) {
+        bench::print_sweep_progress(so_far, round, world, bytes, std::cerr);
+        std::cerr.flush();
+        return;
+      }
+      if (!header_done) bench::print_sweep_header(so_far, std::cout);
+      header_done = true;
+      if (bytes == so_far.config.sizes.front()) bench::print_sweep_world(so_far, world, std::cout);
+      bench::print_sweep_row(so_far, world, bytes, std::cout);
+      std::cout.flush();
+    };
     const bench::CollectiveSweepReport report = bench::run_collective_sweep(f->config, print_row);
     if (report.reporter && f->json) std::cout << with_build(bench::to_json(report)).dump(2) << "\n";
   });

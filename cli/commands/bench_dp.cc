@@ -55,9 +55,8 @@ void add_bench_dp(CLI::App& bench) {
                   "side in every round")
       ->delimiter(',')
       ->capture_default_str();
-  CLI::Option* peer =
-      cmd->add_option("--peer", o.peer,
-                      "Path of torch_gpt_step.py (../shared/peers/): run its DDP mode after ours");
+  CLI::Option* peer = cmd->add_option(
+      "--peer", o.peer, "Path of bench/peers/torch_gpt_step.py: run its DDP mode after dtrain's");
   CLI::Option* python =
       cmd->add_option("--python", o.python, "Python with torch for --peer")->capture_default_str();
   cmd->add_flag("--json", f->json, "Print JSON instead of a table");

@@ -1,5 +1,5 @@
 // `dtrain bench plan`: times the planner's full search for the 1T model on 3072 GPUs and puts
-// the paper's measured throughput beside our prediction for its layout.
+// the paper's measured throughput beside the planner's prediction for its layout.
 #include <iostream>
 #include <memory>
 
@@ -20,8 +20,9 @@ void add_bench_plan(CLI::App& bench_app) {
   auto f = std::make_shared<BenchPlanFlags>();
   CLI::App* cmd = bench_app.add_subcommand(
       "plan",
-      "Time a full layout search (default: the 1T model on 3072 A100s; the issue asks for under "
-      "1 s) and compare the paper's layout with its published throughput");
+      "Time a full layout search (default: the 1T model of Narayanan et al. 2021 on 3072 A100s; "
+      "budget: under 1 s), the same search with TP held (8, or what the cluster admits), and "
+      "compare the paper's layout with its published throughput");
   cmd->add_option("--model", f->config.model, "Model preset to search for")->capture_default_str();
   cmd->add_option("--cluster", f->config.cluster, "Cluster (NODESxGPUSxTYPE or .json)")
       ->capture_default_str();

@@ -41,12 +41,11 @@ void add_bench_tokenize(CLI::App& bench_app) {
   cmd->callback([f] {
     bench::TokenizeBenchOptions run = f->options;
     run.type = f->type == "bpe" ? train::TokenizerType::bpe : train::TokenizerType::unigram;
-    const bench::TokenizeBenchReport report = bench::run_tokenize_bench(run);
-    if (f->json) {
-      std::cout << with_build(bench::to_json(report)).dump(2) << "\n";
-    } else {
-      bench::print_report(report, std::cout);
-    }
+    // The table's lines print as each part is measured; with --json they go to stderr as
+    // progress, and the JSON document to stdout at the end.
+    const bench::TokenizeBenchReport report =
+        bench::run_tokenize_bench(run, f->json ? &std::cerr : &std::cout);
+    if (f->json) std::cout << with_build(bench::to_json(report)).dump(2) << "\n";
   });
 }
 

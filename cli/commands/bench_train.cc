@@ -65,7 +65,7 @@ void add_bench_train(CLI::App& bench) {
   CLI::Option* peer = cmd->add_option(
       "--peer", o.peer,
       "Path of bench/peers/torch_gpt_step.py: run PyTorch's step at each --precision and "
-      "--threads after ours, and print dtrain / PyTorch");
+      "--threads after dtrain's, and print dtrain / PyTorch");
   cmd->add_option("--python", o.python, "Python with torch for --peer")->capture_default_str();
   cmd->add_flag("--json", f->json, "Print JSON instead of a table");
   cmd->callback([f, peer] {

@@ -17,6 +17,7 @@
 #include "dtrain/core/files.h"
 #include "dtrain/core/units.h"
 #include "dtrain/plan/hardware.h"
+#include "file_roles.h"
 #include "validators.h"
 
 namespace dtrain::cli {
@@ -178,8 +179,9 @@ void add_calibrate(CLI::App& app) {
   cmd->add_option("--timeout", f->timeout_s, "Seconds a rank waits for a peer before failing")
       ->capture_default_str();
   cmd->add_flag("--json", f->json, "Print the cluster file (JSON) instead of the table");
-  cmd->callback([f, output] {
+  cmd->callback([f, output, cmd] {
     f->output_given = output->count() > 0;
+    if (f->output_given) refuse_outputs_that_are_inputs(*cmd, {}, {{"--output", f->output}});
     run_calibrate(*f);
   });
 }

@@ -12,6 +12,7 @@
 #include "dtrain/core/files.h"
 #include "dtrain/train/checkpoint.h"
 #include "dtrain/train/hf_gpt2.h"
+#include "file_roles.h"
 
 namespace dtrain::cli {
 namespace {
@@ -40,7 +41,9 @@ void add_export(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
   cmd->add_flag("--json", f->json, "Print what was written as JSON");
-  cmd->callback([f] {
+  cmd->callback([f, cmd] {
+    refuse_outputs_that_are_inputs(*cmd, {{"--checkpoint", f->checkpoint}},
+                                   {{"--output", f->output}});
     DTRAIN_CHECK(std::filesystem::is_directory(f->checkpoint), "--checkpoint ", f->checkpoint,
                  ": no such directory");
     check_output_directory(f->output, "--output");

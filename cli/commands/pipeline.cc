@@ -25,6 +25,7 @@
 #include "dtrain/trace/chrome_trace.h"
 #include "dtrain/trace/timeline_ascii.h"
 #include "dtrain/trace/timeline_svg.h"
+#include "file_roles.h"
 #include "validators.h"
 
 namespace dtrain::cli {
@@ -341,11 +342,14 @@ void add_pipeline(CLI::App& app) {
       ->check(whole_number(20, 10000));  // wider is no longer read on a screen
   cmd->add_flag("--json", o->json, "Print the figures as JSON instead of the table");
   cmd->add_flag("--actions", o->actions, "Also print every rank's ordered action list");
-  cmd->callback([o, svg, trace, stage_layers] {
+  cmd->callback([o, svg, trace, stage_layers, cmd] {
     DTRAIN_CHECK(stage_layers->count() == 0 || !o->stage_layers.empty(),
                  "--stage-layers is empty (give one layer count per stage, e.g. 3,3,2)");
     o->svg_given = svg->count() > 0;
     o->trace_given = trace->count() > 0;
+    refuse_outputs_that_are_inputs(*cmd, {},
+                                   {{"--svg", o->svg_given ? o->svg_path : ""},
+                                    {"--trace", o->trace_given ? o->trace_path : ""}});
     run(*o);
   });
 }

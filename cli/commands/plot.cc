@@ -14,6 +14,7 @@
 #include "dtrain/trace/line_plot.h"
 #include "dtrain/trace/write_file.h"
 #include "dtrain/train/metrics.h"
+#include "file_roles.h"
 #include "validators.h"
 
 namespace dtrain::cli {
@@ -52,7 +53,10 @@ void add_plot(CLI::App& app) {
                   "loss, val_loss, lr, grad_norm, step_ms, tokens_per_s, memory_peak_bytes")
       ->delimiter(',')
       ->capture_default_str();
-  cmd->callback([f] {
+  cmd->callback([f, cmd] {
+    std::vector<NamedPath> inputs;
+    for (const std::string& file : f->metrics) inputs.push_back({"metrics file", file});
+    refuse_outputs_that_are_inputs(*cmd, inputs, {{"--output", f->output}});
     for (const std::string& file : f->metrics) check_input_file(file, "metrics file");
     check_output_file(f->output, "--output");
     // "loss+val_loss,lr": panels of names.

@@ -12,6 +12,7 @@
 #include "command_registry.h"
 #include "dtrain/core/check.h"
 #include "dtrain/train/tokenizer.h"
+#include "file_roles.h"
 #include "validators.h"
 
 namespace dtrain::cli {
@@ -108,8 +109,9 @@ void add_tokenize(CLI::App& app) {
                       ->capture_default_str()
                       ->check(whole_number(0, 1024));
   cmd->add_flag("--json", f->json, "Print the figures as JSON");
-  cmd->callback([f, train_opt, vocab, type, threads, input, output] {
+  cmd->callback([f, train_opt, vocab, type, threads, input, output, cmd] {
     if (train_opt->count() > 0) {
+      refuse_outputs_that_are_inputs(*cmd, {{"--train", f->train}}, {{"--model", f->model}});
       DTRAIN_CHECK(threads->count() == 0,
                    "--threads is for encoding; training runs on one thread (reproducible models)");
       DTRAIN_CHECK(input->count() == 0, "tokenize --train takes no input/output files (got ",
@@ -123,6 +125,8 @@ void add_tokenize(CLI::App& app) {
     DTRAIN_CHECK(input->count() > 0 && output->count() > 0, "tokenize --model ", f->model,
                  " needs an input text file and an output token file (dtrain tokenize --model "
                  "M.model IN.txt OUT.bin), or --train CORPUS to train the tokenizer");
+    refuse_outputs_that_are_inputs(*cmd, {{"--model", f->model}, {"input", f->input}},
+                                   {{"output", f->output}});
     run_encode(*f);
   });
 }

@@ -18,10 +18,12 @@
 #include "dtrain/parallel/mesh.h"
 #include "dtrain/parallel/pipeline_stages.h"
 #include "dtrain/plan/pipeline_model.h"
+#include "dtrain/train/data.h"
 #include "dtrain/train/progress.h"
 #include "dtrain/train/report.h"
 #include "dtrain/train/run.h"
 #include "embedded.h"
+#include "file_roles.h"
 #include "validators.h"
 
 namespace dtrain::cli {
@@ -300,6 +302,16 @@ void add_train(CLI::App& app) {
 
   cmd->callback([=] {
     train::TrainOptions& opt = f->options;
+    // Without --data the run reads the corpus that ships with dtrain: no output may be it either.
+    const std::string data_flag = opt.data.empty() ? "--data (the default corpus)" : "--data";
+    refuse_outputs_that_are_inputs(
+        *cmd,
+        {{data_flag, opt.data.empty() ? train::default_corpus_path() : opt.data},
+         {"--cluster", opt.layout.cluster_path}},
+        {{"--metrics", opt.metrics_path},
+         {"--trace", opt.layout.trace_path},
+         {"--timeline", opt.layout.timeline_path},
+         {"--write-eval-batch", opt.eval_batch_out}});
     take_if_given(vocab, f->vocab, opt.vocab);
     take_if_given(context, f->context, opt.context);
     take_if_given(layers, f->layers, opt.layers);

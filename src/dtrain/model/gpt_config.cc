@@ -14,7 +14,7 @@ const std::vector<GptPreset>& gpt_presets() {
       {"bench",
        {.vocab = 512, .context = 64, .layers = 4, .heads = 4, .channels = 128},
        8,
-       "the shape of the PyTorch peer (../shared/peers/torch_gpt_step.py): 867,072 parameters"},
+       "the shape of the PyTorch peer (bench/peers/torch_gpt_step.py): 867,072 parameters"},
       {"wide",
        {.vocab = 512, .context = 128, .layers = 4, .heads = 8, .channels = 512},
        4,
