@@ -69,9 +69,9 @@ void add_sample(CLI::App& app) {
     const train::LoadedCheckpoint c = train::load_checkpoint(f->checkpoint, "--checkpoint");
     // A model of token ids prints binary bytes when its tokens are read as bytes.
     if (!tokenizer && c.manifest.run &&
-        train::trained_on_token_ids(c.manifest.run->data_name, c.state.model.vocab)) {
+        train::trained_on_token_ids(c.manifest.run->settings.data_name, c.state.model.vocab)) {
       throw Error(str("--checkpoint ", c.dir, ": the model was trained on the token ids of --data ",
-                      c.manifest.run->data_name, " (vocabulary ", c.state.model.vocab,
+                      c.manifest.run->settings.data_name, " (vocabulary ", c.state.model.vocab,
                       "), which are not bytes: give --tokenizer M.model, the SentencePiece "
                       "model that wrote that file (dtrain tokenize), to print text"));
     }

@@ -127,6 +127,10 @@ expect_error "--vocab 10: the vocabulary is too small for this corpus: it needs 
 printf 'tiny corpus\n' > "$tmp/tiny.txt"
 expect_error "--vocab 60000: the corpus is too small to fill this vocabulary" \
   tokenize --train "$tmp/tiny.txt" --vocab 60000 --model "$tmp/x.model"
+if "$DTRAIN" sample --checkpoint "$tmp/ck" --tokenizer "$corpus" 2>&1 | grep -q "Internal"; then
+  echo "FAIL: sample --tokenizer CORPUS passes SentencePiece's 'Internal: ...' on"
+  failures=$((failures + 1))
+fi
 for f in latin1 zeros binary tiny; do
   if "$DTRAIN" tokenize --train "$tmp/$f.txt" --vocab 300 --model "$tmp/x.model" 2>&1 | grep -q "Internal\|character_coverage\|vocab_size"; then
     echo "FAIL: tokenize --train $f.txt passes SentencePiece's own words on"

@@ -153,8 +153,8 @@ void check_utf8_file(const std::string& path, std::string_view flag) {
     const std::optional<int64_t> needed = number_after(" vs ");
     throw Error(str(what, "the vocabulary is too small for this corpus: it needs at least ",
                     needed ? std::to_string(*needed) : std::string("more"),
-                    " pieces (one per distinct character, besides the 256 byte pieces); give a "
-                    "larger --vocab"));
+                    " pieces (the 256 byte pieces, the unknown piece and one per distinct "
+                    "character); give a larger --vocab"));
   }
   if (message.find("Vocabulary size too high") != std::string::npos ||
       message.find("<= ") != std::string::npos) {
@@ -226,9 +226,12 @@ struct Tokenizer::Impl {
 Tokenizer::Tokenizer(const std::string& path, std::string_view flag)
     : impl_(std::make_unique<Impl>()) {
   check_input_file(path, flag);
+  // SentencePiece's own text here is a source location ("Internal: ...cc(1101)
+  // [model_proto->ParseFromArray(...)]"), which tells a user nothing.
   const auto status = impl_->processor.Load(path);
-  DTRAIN_CHECK(status.ok(), flag, " ", path, ": not a SentencePiece model (", status.ToString(),
-               ")");
+  DTRAIN_CHECK(status.ok(), flag, " ", path,
+               ": not a SentencePiece model (the file does not parse as one; `dtrain tokenize "
+               "--train CORPUS --model M.model` writes them)");
 }
 
 Tokenizer::~Tokenizer() = default;
