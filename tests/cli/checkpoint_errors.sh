@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `dtrain train --save / --resume / --inject-fault` on bad input and under faults: each bad case
-# exits non-zero naming the flag or the file and the problem; a run killed by an injected fault
+# exits non-zero naming the flag or the file and the problem (a manifest whose step disagrees
+# with its shards or directory, a `latest` naming a missing directory; shards of the first format
+# still load); a run killed by an injected fault
 # fails fast naming the rank, and --resume then ends where an uninterrupted run ends.
 # Usage: checkpoint_errors.sh path/to/dtrain
 source "$(dirname "$0")/lib/expect.bash"

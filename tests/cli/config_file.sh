@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # --config FILE (TOML or INI, the long flag names as keys) and --dump-config on every command: a
 # file's flags apply, the command line wins over it, --dump-config prints the effective flags in
-# a form --config reads back to the same run, and a bad file or key is refused by name.
+# a form --config reads back to the same run, and a bad file or key is refused by name (a
+# directory, a binary file, a syntax error, a repeated key, a number past int64: with the line).
 # Usage: config_file.sh path/to/dtrain
 set -uo pipefail
 source "$(dirname "$0")/lib/expect.bash"

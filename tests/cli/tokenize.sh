@@ -4,7 +4,10 @@
 # with the tokenizer's vocabulary lowers the loss below its first value in 20 steps; `sample
 # --tokenizer` prints text from that checkpoint, the same for the same --seed; missing files, a
 # vocabulary past uint16, a missing --model and a checkpoint of another vocabulary are refused
-# naming the flag or file; `bench tokenize` reports MB/s and an exact round trip.
+# naming the flag or file, as are input that is not UTF-8 text (with the byte offset), binary or
+# not a regular file, a vocabulary the corpus cannot fill or hold (in dtrain's words, not
+# SentencePiece's), and a token-id checkpoint sampled without --tokenizer; `bench tokenize`
+# reports MB/s and an exact round trip.
 # Usage: tokenize.sh path/to/dtrain
 set -uo pipefail
 source "$(dirname "$0")/lib/expect.bash"

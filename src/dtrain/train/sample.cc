@@ -108,8 +108,8 @@ class TextStream {
 SampleResult sample(const model::GptConfig& config, std::span<const float> params,
                     const SampleOptions& o) {
   DTRAIN_CHECK(!o.prompt.empty(),
-               "--prompt is empty: the model has no start token, so generation continues at "
-               "least one character of text; leave --prompt out to start from a newline");
+               "--prompt is empty: the model has no start token, so generation needs at least "
+               "one character of text to continue; leave --prompt out to start from a newline");
   DTRAIN_CHECK(o.tokens > 0, "--tokens must be positive (got ", o.tokens, ")");
   DTRAIN_CHECK(std::isfinite(o.temperature) && o.temperature >= 0,
                "--temperature must be a non-negative number, 0 for greedy (got ", o.temperature,
