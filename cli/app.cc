@@ -12,6 +12,7 @@
 
 #include "build_info.h"
 #include "command_registry.h"
+#include "config_text.h"
 #include "help_command.h"
 
 namespace dtrain::cli {
@@ -22,6 +23,7 @@ namespace {
 // given on the command line keeps its value, validators run, and a key that is no flag of the
 // command is an error naming it.
 void apply_config_file(CLI::App& cmd, const std::string& path) {
+  const ConfigLines lines = check_config_text(path);  // what CLI11's reader would misread
   std::vector<CLI::ConfigItem> items;
   try {
     items = CLI::ConfigTOML().from_file(path);
@@ -34,18 +36,30 @@ void apply_config_file(CLI::App& cmd, const std::string& path) {
     if (item.name == "++" || item.name == "--") continue;  // section open / close marks
     std::string name = item.name;
     std::replace(name.begin(), name.end(), '_', '-');
+    std::string full = item.fullname();
+    std::replace(full.begin(), full.end(), '_', '-');
+    const auto line = lines.find(full);
+    const std::string where =
+        str("--config ", path, line == lines.end() ? std::string() : str(" line ", line->second));
     CLI::Option* op = cmd.get_option_no_throw("--" + name);
-    DTRAIN_CHECK(op != nullptr && op->get_configurable(), "--config ", path, ": '", item.fullname(),
+    DTRAIN_CHECK(op != nullptr && op->get_configurable(), where, ": '", item.fullname(),
                  "' is not a flag of `", cmd.get_name(),
                  "` (keys are its long flag names, see --help)");
     if (!op->empty()) continue;  // the command line wins
-    if (op->get_expected_min() == 0) {
-      const std::string value = item.inputs.empty() ? "true" : item.inputs.front();
-      op->add_result(op->get_flag_value(name, value));
-    } else {
-      op->add_result(item.inputs);
+    DTRAIN_CHECK(item.inputs.size() <= 1 || op->get_expected_max() > 1, where, ": ", name,
+                 " takes one value, the file gives ", item.inputs.size(), " (",
+                 CLI::detail::join(item.inputs, ", "), ")");
+    try {
+      if (op->get_expected_min() == 0) {
+        const std::string value = item.inputs.empty() ? "true" : item.inputs.front();
+        op->add_result(op->get_flag_value(name, value));
+      } else {
+        op->add_result(item.inputs);
+      }
+      op->run_callback();
+    } catch (const CLI::ParseError& e) {
+      throw Error(str(where, ": ", e.what()));  // the flag's own words, and where it was set
     }
-    op->run_callback();
   }
 }
 

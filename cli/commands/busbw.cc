@@ -31,6 +31,28 @@ const plan::Link& ring_link(const plan::Cluster& c, int ranks) {
   return ranks <= c.gpus_per_node ? c.intra_node : c.inter_node;
 }
 
+// In-network reduction (NVLink SHARP: NCCL's NVLS algorithms; InfiniBand SHARP) lets each GPU
+// send and receive the data once instead of the ring's 2(n-1)/n times, so a measured busbw may
+// exceed the link's bandwidth by up to 2(n-1)/n < 2x: that is noted on stderr. Past twice the
+// link no algorithm moves the bytes that fast, so the time is wrong (a unit or a digit): refused.
+constexpr double kMaxBusbwOverLink = 2.0;
+
+void check_measured_busbw(const BusbwFlags& f, const plan::Link& link,
+                          const plan::CollectiveBandwidth& measured) {
+  const double link_bw = link.bandwidth_bytes_per_s;
+  if (link_bw <= 0 || measured.busbw <= link_bw) return;
+  DTRAIN_CHECK(measured.busbw <= kMaxBusbwOverLink * link_bw, "--time-us ", f.time_us,
+               " gives a busbw of ", plan::format_rate(measured.busbw), ", more than ",
+               plan::format_fixed(kMaxBusbwOverLink, 0), "x the ", plan::format_rate(link_bw),
+               " of ", link.name, " on --cluster ", f.cluster,
+               ": no algorithm moves the data that fast; check --time-us (microseconds per "
+               "call) and --size");
+  std::cerr << "busbw: warning: the measured busbw " << plan::format_rate(measured.busbw)
+            << " exceeds " << link.name << "'s " << plan::format_rate(link_bw)
+            << ": only in-network reduction (NVLS, SHARP) does that; check --time-us if the "
+               "run used a ring or tree\n";
+}
+
 void run_busbw(const BusbwFlags& f, CLI::App* cmd) {
   const auto op = plan::parse_nccl_test_op(f.op);
   DTRAIN_CHECK(op.has_value(), "--op must be one of ", plan::kNcclTestOpNames, "; got '", f.op,
@@ -57,6 +79,9 @@ void run_busbw(const BusbwFlags& f, CLI::App* cmd) {
   }
   if (linked) {
     const plan::Cluster c = plan::parse_cluster(f.cluster);
+    DTRAIN_CHECK(f.ranks <= c.world(), "--ranks ", f.ranks, " is more than the ", c.world(),
+                 " GPUs of --cluster ", f.cluster, " (", c.nodes, " x ", c.gpus_per_node,
+                 "); give at most ", c.world(), " ranks, or a larger cluster");
     const plan::Link& link = ring_link(c, f.ranks);
     const double ideal = plan::ideal_ring_seconds(*op, bytes, f.ranks, link.bandwidth_bytes_per_s,
                                                   link.latency_us * 1e-6);
@@ -74,6 +99,8 @@ void run_busbw(const BusbwFlags& f, CLI::App* cmd) {
                 plan::format_fixed(link.latency_us, 1), " us per step): algbw ",
                 plan::format_rate(b.algbw), ", busbw ", plan::format_rate(b.busbw), "\n");
     if (timed) {
+      check_measured_busbw(f, link,
+                           plan::measured_bandwidth(*op, bytes, f.ranks, f.time_us * 1e-6));
       j["share_of_ideal"] = ideal / (f.time_us * 1e-6);
       text += str("  the measured time is ", plan::format_percent(ideal / (f.time_us * 1e-6)),
                   " efficient against the ideal\n");

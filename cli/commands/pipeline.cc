@@ -130,8 +130,10 @@ parallel::StagePartition partition(const PipelineOptions& o, int chunks) {
 }
 
 nlohmann::json to_json(const PipelineOptions& o, ScheduleKind kind,
-                       const parallel::StagePartition& part, const parallel::ScheduleReport& rep,
-                       const plan::BubbleEstimate& est, bool rendezvous_ok) {
+                       const parallel::StagePartition& part,
+                       const parallel::PipelineSchedule& schedule,
+                       const parallel::ScheduleReport& rep, const plan::BubbleEstimate& est,
+                       bool rendezvous_ok) {
   const int p = o.stages, m = o.microbatches, v = part.chunks();
   nlohmann::json j;
   j["schedule"] = plan::name(kind);
@@ -172,6 +174,17 @@ nlohmann::json to_json(const PipelineOptions& o, ScheduleKind kind,
          {"peak_inflight", rr.peak_inflight},
          {"plan_peak_inflight", plan::peak_inflight_microbatches(kind, p, m, v, r)},
          {"peak_weight_stash", rr.peak_weight_stash}});
+    if (o.actions) {  // the table's "actions per rank" lines, one label per action
+      nlohmann::json labels = nlohmann::json::array();
+      for (const parallel::Action& a : schedule.per_rank[static_cast<size_t>(r)]) {
+        labels.push_back(parallel::short_label(a, v));
+      }
+      j["ranks"].back()["action_list"] = std::move(labels);
+    }
+  }
+  if (o.actions) {
+    j["action_legend"] =
+        ">a send activation, <a receive activation, >g / <g gradients; the rest are computes";
   }
   return j;
 }
@@ -282,7 +295,8 @@ void run(const PipelineOptions& o) {
   if (!o.svg_path.empty()) trace::write_timeline_svg(timeline, o.svg_path);
   if (!o.trace_path.empty()) trace::write_chrome_trace(timeline, o.trace_path);
   if (o.json) {
-    std::cout << with_build(to_json(o, kind, part, rep, est, rendezvous_ok)).dump(2) << "\n";
+    std::cout << with_build(to_json(o, kind, part, schedule, rep, est, rendezvous_ok)).dump(2)
+              << "\n";
   } else {
     print_text(o, kind, part, schedule, rep, est, rendezvous_ok);
     if (!o.svg_path.empty()) std::cout << "wrote " << o.svg_path << "\n";

@@ -456,6 +456,10 @@ void run_plan(const PlanFlags& f, CLI::App* app) {
   }
   DTRAIN_CHECK(f.offload || !given(app, "--offload-convention"),
                "--offload-convention applies to --offload's table: add --offload");
+  DTRAIN_CHECK(f.offload || !given(app, "--largest-layer"),
+               "--largest-layer sizes --offload's table (DeepSpeed's estimators take the largest "
+               "layer's parameters); the plan itself does not use it: add --offload, or drop "
+               "--largest-layer");
   if (f.largest_model && (given(app, "--model") || given(app, "--layers"))) {
     print_largest_shape(f, app, input.cluster);
     return;
@@ -484,6 +488,16 @@ void run_plan(const PlanFlags& f, CLI::App* app) {
     return;
   }
   const plan::Plan p = plan::evaluate(input, layout_from(f, app, input));
+  // A measured rate belongs to a run of this layout; one that cannot fit was never measured, and
+  // its MFU and days would describe nothing.
+  const bool measured = given(app, "--step-time") || given(app, "--achieved-tflops");
+  DTRAIN_CHECK(!measured || p.memory.fits(),
+               given(app, "--step-time") ? "--step-time" : "--achieved-tflops",
+               " describes a measured run of this layout, but the layout does not fit: a GPU "
+               "needs ",
+               plan::format_gb(p.memory.total()), " of its ", plan::format_gb(p.memory.capacity),
+               "; check the layout flags (--tp, --pp, --zero, --micro-batch, --recompute) "
+               "against the run that was measured");
   if (f.json) {
     nlohmann::json j = plan::input_json(input);
     j["plan"] = plan::plan_json(p);

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -43,8 +44,9 @@ void add_sample(CLI::App& app) {
                   "SentencePiece .model (dtrain tokenize) that made the checkpoint's token file: "
                   "encodes --prompt and decodes the output (default: bytes)")
       ->check(kNotEmpty);
-  cmd->add_option("--prompt", o.prompt, "Text the generation continues (default: a newline)")
-      ->check(kNotEmpty);
+  cmd->add_option("--prompt", o.prompt,
+                  "Text the generation continues, at least one character: the model has no "
+                  "start token (default: a newline)");
   cmd->add_option("--tokens", o.tokens, "Tokens to generate (bytes without --tokenizer)")
       ->capture_default_str()
       ->check(whole_number(1, 1 << 24));
@@ -65,9 +67,21 @@ void add_sample(CLI::App& app) {
     std::optional<train::Tokenizer> tokenizer;
     if (!f->tokenizer.empty()) tokenizer.emplace(f->tokenizer, "--tokenizer");
     const train::LoadedCheckpoint c = train::load_checkpoint(f->checkpoint, "--checkpoint");
+    // A model of token ids prints binary bytes when its tokens are read as bytes.
+    if (!tokenizer && c.manifest.run &&
+        train::trained_on_token_ids(c.manifest.run->settings.data_name, c.state.model.vocab)) {
+      throw Error(str("--checkpoint ", c.dir, ": the model was trained on the token ids of --data ",
+                      c.manifest.run->settings.data_name, " (vocabulary ", c.state.model.vocab,
+                      "), which are not bytes: give --tokenizer M.model, the SentencePiece "
+                      "model that wrote that file (dtrain tokenize), to print text"));
+    }
     train::SampleOptions run = f->options;
     run.seed = static_cast<uint64_t>(f->seed);
     if (tokenizer) run.tokenizer = &*tokenizer;
+    // The text streams as it is generated: the prompt first, then each token's text.
+    if (!f->json) {
+      run.on_text = [](std::string_view text) { std::cout << text << std::flush; };
+    }
     const train::SampleResult r = train::sample(c.state.model, c.state.params, run);
     const double tokens_per_s = static_cast<double>(r.tokens.size()) / r.seconds;
     if (f->json) {
@@ -86,7 +100,7 @@ void add_sample(CLI::App& app) {
       // Invalid UTF-8 (a byte model may emit any byte) becomes U+FFFD here; "tokens" is exact.
       std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else {
-      std::cout << run.prompt << r.text << "\n";
+      std::cout << "\n";
       std::cerr << "sample: " << r.tokens.size() << (tokenizer ? " tokens" : " bytes") << " from "
                 << c.dir << " (step " << c.manifest.position.step << ", "
                 << model::describe(c.state.model) << ") at " << static_cast<int64_t>(tokens_per_s)

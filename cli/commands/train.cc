@@ -121,7 +121,8 @@ void add_train(CLI::App& app) {
       "Train the GPT model on one rank or on a DP x TP x PP mesh of ranks (--dp, --tp, --pp, "
       "--zero), as threads or as MPI processes (--backend mpi under mpirun); byte-level text or "
       "a token file (llm.c's or a raw uint16 .bin), the default corpus ships in data/");
-  cmd->add_option("--model", o.model, "Model preset: tiny or bench")->capture_default_str();
+  auto* model_flag =
+      cmd->add_option("--model", o.model, "Model preset: tiny or bench")->capture_default_str();
   auto* vocab = cmd->add_option(
       "--vocab", f->vocab,
       "Vocabulary size V (>= 256 for bytes; default: preset). With a token file: the "
@@ -312,6 +313,7 @@ void add_train(CLI::App& app) {
          {"--trace", opt.layout.trace_path},
          {"--timeline", opt.layout.timeline_path},
          {"--write-eval-batch", opt.eval_batch_out}});
+    opt.model_given = model_flag->count() > 0;
     take_if_given(vocab, f->vocab, opt.vocab);
     take_if_given(context, f->context, opt.context);
     take_if_given(layers, f->layers, opt.layers);

@@ -16,4 +16,19 @@ expect_error "--op must be one of all_reduce, reduce_scatter, all_gather, broadc
 expect_error "give --time-us .* or --cluster" busbw --size 1GiB --ranks 8
 expect_error "--size: 'lots' is not a size" busbw --size lots --ranks 8 --time-us 10
 expect_error "--ranks: must be at least 1" busbw --size 1GiB --ranks 0 --time-us 10
+# Ranks the cluster does not have, and a measured time no link could achieve, are refused; a
+# busbw between the link's bandwidth and twice it (in-network reduction) is a warning.
+expect_error "--ranks 128 is more than the 8 GPUs of --cluster 1x8xH100" busbw --size 1GiB --ranks 128 --cluster 1x8xH100
+expect_error "--ranks 1000000 is more than the 8 GPUs" busbw --size 1GiB --ranks 1000000 --cluster 1x8xH100 --time-us 100
+expect_error "--time-us 1 gives a busbw of .*, more than 2x the 450 GB/s of NVLink" \
+  busbw --size 1GiB --ranks 8 --cluster 1x8xH100 --time-us 1
+# 2^30 B x 7/4 in 3 ms = 626 GB/s: above NVLink's 450, below twice it.
+err=$("$DTRAIN" busbw --size 1GiB --ranks 8 --cluster 1x8xH100 --time-us 3000 2>&1 >/dev/null)
+rc=$?
+if [ $rc -eq 0 ] && grep -q "warning: the measured busbw 626 GB/s exceeds NVLink's 450 GB/s" <<<"$err"; then
+  echo "ok: busbw 626 GB/s over NVLink's 450 -> exit 0 with a warning: $err"
+else
+  echo "FAIL: busbw above the link: exit $rc, stderr '$err'"
+  failures=$((failures + 1))
+fi
 finish

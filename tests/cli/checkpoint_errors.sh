@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `dtrain train --save / --resume / --inject-fault` on bad input and under faults: each bad case
-# exits non-zero naming the flag or the file and the problem; a run killed by an injected fault
+# exits non-zero naming the flag or the file and the problem (a manifest whose step disagrees
+# with its shards or directory, a `latest` naming a missing directory; shards of the first format
+# still load); a run killed by an injected fault
 # fails fast naming the rank, and --resume then ends where an uninterrupted run ends.
 # Usage: checkpoint_errors.sh path/to/dtrain
 source "$(dirname "$0")/lib/expect.bash"
@@ -53,6 +55,47 @@ expect_error 'manifest.json: .*ends past the 64 bytes of rank-00000.bin' "${quic
   --resume "$d"
 expect_error 'the checkpoint is at step 2, nothing is left to do for --steps 2' "${quick[@]}" \
   --steps 2 --resume "$good" --allow-resume-changes
+
+# The manifest's step is checked against the shards' headers and the directory's name.
+d=$(broken edited)
+sed -i 's/"step": 2,/"step": 1,/' "$d/manifest.json"
+grep -q '"step": 1,' "$d/manifest.json" || { echo "FAIL: could not edit the manifest's step"; failures=$((failures + 1)); }
+expect_error "manifest.json: the manifest says step 1 but shard .*rank-00000.bin was saved at step 2" \
+  "${quick[@]}" --steps 4 --resume "$d"
+mkdir -p "$tmp/renamed"
+cp -r "$good" "$tmp/renamed/step-00000003"
+expect_error "the manifest says step 2 but its directory is step-00000003" "${quick[@]}" --steps 4 \
+  --resume "$tmp/renamed/step-00000003"
+# A `latest` that names a directory no longer there says so, naming both.
+mkdir -p "$tmp/dangling"
+echo step-00000009 > "$tmp/dangling/latest"
+expect_error "--resume $tmp/dangling/latest names step-00000009, but $tmp/dangling/step-00000009 is missing" \
+  "${quick[@]}" --steps 4 --resume "$tmp/dangling"
+# Shard files of the first format (magic dtrshrd1, no step) still load: the same run resumes.
+d=$(broken oldformat)
+/usr/bin/python3 - "$d" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+m = json.load(open(os.path.join(d, "manifest.json")))
+for f in m["files"]:
+    path = os.path.join(d, f["name"])
+    data = open(path, "rb").read()
+    assert data[:8] == b"dtrshrd2", data[:8]
+    open(path, "wb").write(b"dtrshrd1" + data[16:])
+    f["bytes"] -= 8
+for t in m["tensors"]:
+    for p in t["pieces"]:
+        p["offset"] -= 8
+json.dump(m, open(os.path.join(d, "manifest.json"), "w"))
+PY
+new_loss=$("$DTRAIN" "${quick[@]}" --steps 4 --dp 2 --zero 1 --resume "$good" --json 2>/dev/null | grep -o '"final_train": [-0-9.e]*' | head -1)
+old_loss=$("$DTRAIN" "${quick[@]}" --steps 4 --dp 2 --zero 1 --resume "$d" --json 2>/dev/null | grep -o '"final_train": [-0-9.e]*' | head -1)
+if [[ -n "$new_loss" && "$new_loss" == "$old_loss" ]]; then
+  echo "ok: a first-format checkpoint resumes as the new one ($old_loss)"
+else
+  echo "FAIL: first-format checkpoint resumed to '$old_loss', the new format to '$new_loss'"
+  failures=$((failures + 1))
+fi
 
 # Faults: the other rank names the one that stopped and the operation with its number.
 expect_error 'rank 1 finished its work while rank 0: .* #[0-9]+' "${quick[@]}" --steps 4 --dp 2 \

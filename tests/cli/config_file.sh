@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # --config FILE (TOML or INI, the long flag names as keys) and --dump-config on every command: a
 # file's flags apply, the command line wins over it, --dump-config prints the effective flags in
-# a form --config reads back to the same run, and a bad file or key is refused by name.
+# a form --config reads back to the same run, and a bad file or key is refused by name (a
+# directory, a binary file, a syntax error, a repeated key, a number past int64: with the line).
 # Usage: config_file.sh path/to/dtrain
 set -uo pipefail
 source "$(dirname "$0")/lib/expect.bash"
@@ -55,4 +56,20 @@ printf 'stepz = 3\n' > "$tmp/typo.toml"
 expect_error "stepz" train --config "$tmp/typo.toml"
 printf 'steps = 0\n' > "$tmp/zero.toml"
 expect_error "--steps" train --config "$tmp/zero.toml"
+# What CLI11's reader would misread is refused naming the file and the line: a directory, a
+# syntax error, a key set twice, a binary file, a whole number past int64.
+mkdir "$tmp/dir.toml"
+expect_error "--config $tmp/dir.toml: is a directory" train --config "$tmp/dir.toml"
+printf 'model = "tiny"\nsteps = 5 6\n' > "$tmp/syntax.toml"
+expect_error "--config $tmp/syntax.toml line 2: 'steps = 5 6' is not .key = value." train --config "$tmp/syntax.toml"
+printf 'steps == 5\n' > "$tmp/syntax2.toml"
+expect_error "--config $tmp/syntax2.toml line 1: " train --config "$tmp/syntax2.toml"
+printf 'steps = 5\nlr = 0.01\nsteps = 6\n' > "$tmp/twice.toml"
+expect_error "--config $tmp/twice.toml line 3: steps is set again \(first on line 1\)" train --config "$tmp/twice.toml"
+head -c 3000 /bin/sh > "$tmp/binary.toml"
+expect_error "--config $tmp/binary.toml: a binary file, not TOML text" train --config "$tmp/binary.toml"
+printf 'steps = 99999999999999999999999\n' > "$tmp/huge.toml"
+expect_error "--config $tmp/huge.toml line 1: steps = 99999999999999999999999 is out of range" train --config "$tmp/huge.toml"
+printf 'eval-every = 0\nsteps = [3, 4]\n' > "$tmp/list.toml"
+expect_error "--config $tmp/list.toml line 2: steps takes one value" train --config "$tmp/list.toml"
 finish

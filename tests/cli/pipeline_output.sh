@@ -69,6 +69,36 @@ frac=$(sed -n 's/.*"bubble_fraction_of_total": \([0-9.e-]*\).*/\1/p' <<<"$json" 
 awk -v f="$frac" 'BEGIN { exit !(f > 7 / 15 - 1e-12 && f < 7 / 15 + 1e-12) }' ||
   fail "--json bubble_fraction_of_total is '$frac', expected 7/15"
 
+# --json --actions: every rank's ordered action list, the same labels as the table's.
+json=$("$dtrain" pipeline --stages 2 --microbatches 2 --json --actions) ||
+  fail "--json --actions exited non-zero"
+listed=$(/usr/bin/python3 -c '
+import json, sys
+j = json.loads(sys.stdin.read())
+bad = ["rank %d lists %d of %d actions" % (r["rank"], len(r.get("action_list", [])), r["actions"])
+       for r in j["ranks"] if len(r.get("action_list", [])) != r["actions"] or r["actions"] == 0]
+print("; ".join(bad) or "ok")' <<<"$json")
+[[ $listed == ok ]] || fail "--json --actions: $listed"
+text_rank0=$("$dtrain" pipeline --stages 2 --microbatches 2 --actions | sed -n 's/^rank 0: //p')
+json_rank0=$(/usr/bin/python3 -c '
+import json, sys; print(" ".join(json.loads(sys.stdin.read())["ranks"][0]["action_list"]))' <<<"$json")
+[[ -n $text_rank0 && $text_rank0 == "$json_rank0" ]] ||
+  fail "--json --actions rank 0 '$json_rank0' differs from the table's '$text_rank0'"
+echo "ok: --json --actions lists rank 0's actions: $json_rank0"
+
+# Interleaved with M not a multiple of P: the measured peak in-flight equals the plan column on
+# every rank (P = 4, M = 6, v = 2 and P = 3, M = 7, v = 3).
+for pmv in "4 6 2" "3 7 3" "4 10 2"; do
+  read -r p m v <<<"$pmv"
+  out=$("$dtrain" pipeline --stages $p --microbatches $m --schedule interleaved --chunks $v --json)
+  diff=$(/usr/bin/python3 -c '
+import json, sys
+j = json.loads(sys.stdin.read())
+print(" ".join("%d:%s!=%s" % (r["rank"], r["peak_inflight"], r["plan_peak_inflight"])
+               for r in j["ranks"] if abs(r["peak_inflight"] - r["plan_peak_inflight"]) > 1e-9))' <<<"$out")
+  [[ -z $diff ]] || fail "interleaved P=$p M=$m v=$v: measured != plan peak in-flight on $diff"
+done
+
 # --svg and --trace: one forward box per (rank, micro-batch), a trace event list.
 p=4 m=3
 "$dtrain" pipeline --stages $p --microbatches $m --svg "$tmp/t.svg" --trace "$tmp/t.json" \

@@ -126,6 +126,21 @@ expect_error "--search would evaluate [0-9]+ layouts .* about [0-9]+ s; at most 
   plan --cluster 1000x1000xH100 --layers 10000 --hidden 100000 --heads 1000 --vocab 1000 \
   --seq-length 128 --global-batch 1000000000 --search
 
+# A measured rate that cannot be: a step faster than the GPUs' peak, a layout that does not fit,
+# and --largest-layer (an --offload input) given without --offload.
+gpt3=(--model gpt3-175b --cluster 128x8xA100 --tp 8 --pp 16 --recompute full)
+expect_error "--step-time 1.0 us is shorter than this layout's step can be: .* TFLOP/s per GPU, above the GPU's peak of 312.0 TFLOP/s" \
+  plan "${gpt3[@]}" --step-time 1e-6
+expect_error "--step-time describes a measured run of this layout, but the layout does not fit: a GPU needs" \
+  plan --model llama2-70b "${c[@]}" --step-time 1000
+# The issue's case: a non-fitting layout at 10 s would run at 294% of the peak.
+expect_error "--step-time 10.00 s is shorter than this layout's step can be: .* 2913.0 TFLOP/s per GPU, above the GPU's peak of 989.0" \
+  plan --model llama2-70b "${c[@]}" --step-time 10
+expect_error "--achieved-tflops describes a measured run of this layout, but the layout does not fit" \
+  plan --model llama2-70b "${c[@]}" --achieved-tflops 300
+expect_error "--largest-layer sizes --offload's table .*: add --offload, or drop --largest-layer" \
+  plan --model llama2-70b "${c[@]}" --largest-layer 1000000
+
 # Not fitting is a report, not an error: exit 0 and say by how much.
 expect_output "DOES NOT FIT, over by" plan --model llama2-70b "${c[@]}"
 finish

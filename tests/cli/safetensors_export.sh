@@ -91,6 +91,26 @@ expect_error "--init-from|$tmp/cut.model/model.safetensors|runs past the data" t
 cp -r "$tmp/tp.model" "$tmp/wide.model"
 sed -i 's/"n_embd": 32/"n_embd": 64/' "$tmp/wide.model/config.json"
 expect_error "--init-from|model.safetensors|tensor 'wte.weight' has shape \[256,32\]" train --init-from "$tmp/wide.model" --steps 1
+# A NaN in the weights is refused naming the tensor; an explicit --model must be the export's
+# shape (tp.model is the tiny preset's), and an absent one takes it.
+cp -r "$tmp/tp.model" "$tmp/nan.model"
+"$py" - "$tmp/nan.model/model.safetensors" <<'PY'
+import json, struct, sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+entry = json.loads(data[8:8 + n])["h.0.attn.c_attn.weight"]
+assert entry["dtype"] == "F32", entry
+at = 8 + n + entry["data_offsets"][0] + 4 * 7
+data[at:at + 4] = struct.pack("<f", float("nan"))
+open(path, "wb").write(data)
+PY
+expect_error "--init-from .*nan.model/model.safetensors: tensor h.0.attn.c_attn.weight holds nan at element 7" \
+  train --init-from "$tmp/nan.model" --steps 1 --eval-every 0
+expect_error "--model bench \(T=64 L=4 NH=4 C=128\) differs from the shape of --init-from .*\(T=32 L=2 NH=4 C=32\)" \
+  train --init-from "$tmp/tp.model" --model bench --steps 1
+expect_output '"train_losses"' train --init-from "$tmp/tp.model" --model tiny --steps 1 --eval-every 0 --eval-batches 1 --json
+expect_output '"train_losses"' train --init-from "$tmp/tp.model" --steps 1 --eval-every 0 --eval-batches 1 --json
 # Both refused before the first step: nothing was trained.
 check "a bad --init-from folder is refused before training starts" \
   bash -c '! "$1" train --init-from "$2" --steps 1 2>&1 | grep -q "^training"' _ "$DTRAIN" "$tmp/cut.model"

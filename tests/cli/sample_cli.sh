@@ -43,4 +43,25 @@ expect_error "--temperature" sample --checkpoint "$tmp/z3" --temperature -1
 expect_error "--top-k" sample --checkpoint "$tmp/z3" --top-k -1
 expect_error "--tokens" sample --checkpoint "$tmp/z3" --tokens 0
 expect_error "--prompt of 40 bytes|context of 32" sample --checkpoint "$tmp/z3" --prompt "$(printf 'a%.0s' {1..40})"
+# An empty --prompt is refused in words that say why (the model has no start token).
+expect_error '--prompt is empty: the model has no start token' sample --checkpoint "$tmp/z3" --prompt ""
+# The text streams: the first bytes are on stdout while generation still runs.
+"$DTRAIN" sample --checkpoint "$tmp/z3" --prompt "The " --tokens 16000000 > "$tmp/stream.txt" 2>/dev/null &
+pid=$!
+streamed=no
+for _ in $(seq 1 100); do
+  if [ "$(wc -c < "$tmp/stream.txt")" -gt 20 ]; then
+    kill -0 $pid 2>/dev/null && streamed=yes
+    break
+  fi
+  sleep 0.1
+done
+kill $pid 2>/dev/null
+wait $pid 2>/dev/null
+if [ $streamed = yes ]; then
+  echo "ok: sample prints as it generates ($(head -c 30 "$tmp/stream.txt" | tr -c '[:print:]' '.')...)"
+else
+  echo "FAIL: sample printed nothing while it ran"
+  failures=$((failures + 1))
+fi
 finish

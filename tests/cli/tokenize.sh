@@ -4,7 +4,10 @@
 # with the tokenizer's vocabulary lowers the loss below its first value in 20 steps; `sample
 # --tokenizer` prints text from that checkpoint, the same for the same --seed; missing files, a
 # vocabulary past uint16, a missing --model and a checkpoint of another vocabulary are refused
-# naming the flag or file; `bench tokenize` reports MB/s and an exact round trip.
+# naming the flag or file, as are input that is not UTF-8 text (with the byte offset), binary or
+# not a regular file, a vocabulary the corpus cannot fill or hold (in dtrain's words, not
+# SentencePiece's), and a token-id checkpoint sampled without --tokenizer; `bench tokenize`
+# reports MB/s and an exact round trip.
 # Usage: tokenize.sh path/to/dtrain
 set -uo pipefail
 source "$(dirname "$0")/lib/expect.bash"
@@ -100,6 +103,43 @@ expect_error "--tokenizer has $vocab pieces but the checkpoint's model has a voc
 "$DTRAIN" tokenize --train "$corpus" --vocab 400 --model "$tmp/small.model" > /dev/null
 expect_error "--tokenizer has 400 pieces but the checkpoint's model has a vocabulary of $vocab" \
   sample --checkpoint "$tmp/ck" --tokenizer "$tmp/small.model"
+
+# A checkpoint of token ids sampled without --tokenizer would print binary bytes: refused.
+expect_error "--checkpoint .*: the model was trained on the token ids of --data $tmp/out.bin .*give --tokenizer" \
+  sample --checkpoint "$tmp/ck" --tokens 5
+
+# Input that is not UTF-8 text, or not a file: refused with the byte offset and what to do,
+# in dtrain's words (SentencePiece's own would name its flags or print nothing).
+{ head -c 2000 "$corpus"; printf 'caf\xe9 au lait\n'; } > "$tmp/latin1.txt"
+latin_at=$(( $(head -c 2000 "$corpus" | wc -c) + 3 ))
+expect_error "--train $tmp/latin1.txt: not UTF-8 text at byte offset $latin_at \(byte 0xE9\).*iconv" \
+  tokenize --train "$tmp/latin1.txt" --vocab $vocab --model "$tmp/x.model"
+expect_error "input $tmp/latin1.txt: not UTF-8 text at byte offset $latin_at \(byte 0xE9\)" \
+  tokenize --model "$tmp/tok.model" "$tmp/latin1.txt" "$tmp/x.bin"
+check "a refused encode leaves no output file" [ ! -e "$tmp/x.bin" ]
+head -c 4096 /dev/zero > "$tmp/zeros.txt"
+expect_error "--train $tmp/zeros.txt: a NUL byte at byte offset 0: a binary file, not text" \
+  tokenize --train "$tmp/zeros.txt" --vocab $vocab --model "$tmp/x.model"
+head -c 4096 /bin/sh > "$tmp/binary.txt"
+expect_error "--train $tmp/binary.txt: (a NUL byte|not UTF-8 text) at byte offset" \
+  tokenize --train "$tmp/binary.txt" --vocab $vocab --model "$tmp/x.model"
+expect_error "--train /dev/zero: not a regular file" tokenize --train /dev/zero --vocab $vocab --model "$tmp/x.model"
+expect_error "input /dev/zero: not a regular file" tokenize --model "$tmp/tok.model" /dev/zero "$tmp/x.bin"
+expect_error "--vocab 10: the vocabulary is too small for this corpus: it needs at least [0-9]+ pieces" \
+  tokenize --train "$corpus" --vocab 10 --model "$tmp/x.model"
+printf 'tiny corpus\n' > "$tmp/tiny.txt"
+expect_error "--vocab 60000: the corpus is too small to fill this vocabulary" \
+  tokenize --train "$tmp/tiny.txt" --vocab 60000 --model "$tmp/x.model"
+if "$DTRAIN" sample --checkpoint "$tmp/ck" --tokenizer "$corpus" 2>&1 | grep -q "Internal"; then
+  echo "FAIL: sample --tokenizer CORPUS passes SentencePiece's 'Internal: ...' on"
+  failures=$((failures + 1))
+fi
+for f in latin1 zeros binary tiny; do
+  if "$DTRAIN" tokenize --train "$tmp/$f.txt" --vocab 300 --model "$tmp/x.model" 2>&1 | grep -q "Internal\|character_coverage\|vocab_size"; then
+    echo "FAIL: tokenize --train $f.txt passes SentencePiece's own words on"
+    failures=$((failures + 1))
+  fi
+done
 
 # bench tokenize: trains, encodes about --mb MB, checks the round trip, reports MB/s.
 expect_output "encode: 1\.[0-9] MB .* MB/s" bench tokenize --vocab $vocab --mb 1

@@ -3,10 +3,12 @@
 // for bit; bad files (truncated, flipped, missing, not JSON, lying) fail with the file named.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "checkpoint_harness.h"
 #include "dtrain/core/check.h"
@@ -340,6 +342,43 @@ TEST_F(CheckpointErrors, TruncatedInputsAreErrorsNotCrashes) {
   for (size_t n : {size_t{0}, size_t{4}, static_cast<size_t>(e.byte_offset + 3)}) {
     EXPECT_THROW(read_shard(bytes.first(n), e, "f"), Error) << n;
   }
+}
+
+// A shard file records its step after the magic (format 2); files of format 1 (no step) are
+// read as before, and a piece may not start inside either header.
+TEST(CheckpointShard, StepInTheHeaderAndTheFirstFormat) {
+  const float values[2] = {1.5f, -2.0f};
+  const auto piece = std::as_bytes(std::span<const float>(values));
+  const auto shard = [&](std::string_view magic, std::optional<int64_t> step) {
+    std::vector<std::byte> bytes(magic.size());
+    std::memcpy(bytes.data(), magic.data(), magic.size());
+    if (step) {
+      bytes.resize(bytes.size() + sizeof(int64_t));
+      std::memcpy(bytes.data() + magic.size(), &*step, sizeof(int64_t));
+    }
+    bytes.insert(bytes.end(), piece.begin(), piece.end());
+    return bytes;
+  };
+  ShardEntry e;
+  e.tensor = "wte";
+  e.count = 2;
+  e.crc32 = crc32(piece);
+
+  const std::vector<std::byte> v1 = shard(kShardMagicNoStep, std::nullopt);
+  EXPECT_EQ(shard_step(v1, "v1"), std::nullopt);
+  e.byte_offset = 8;
+  EXPECT_EQ(read_shard(v1, e, "v1"), std::vector<float>({1.5f, -2.0f}));
+
+  const std::vector<std::byte> v2 = shard(kShardMagic, 20);
+  EXPECT_EQ(shard_step(v2, "v2"), std::optional<int64_t>(20));
+  EXPECT_THROW(read_shard(v2, e, "v2"), Error);  // offset 8 lies in the step field
+  e.byte_offset = kShardHeaderBytes;
+  EXPECT_EQ(read_shard(v2, e, "v2"), std::vector<float>({1.5f, -2.0f}));
+
+  std::vector<std::byte> bad = v2;
+  bad[7] = std::byte{'9'};
+  EXPECT_THROW(shard_step(bad, "bad"), Error);
+  EXPECT_THROW(shard_step(std::span<const std::byte>(v2).first(12), "short"), Error);
 }
 
 TEST_F(CheckpointErrors, ResumeOfANonCheckpointNamesTheFlag) {

@@ -149,13 +149,35 @@ TEST_F(TokenizerTest, RefusesBadFlagsAndFilesNamingThem) {
               train_tokenizer({.corpus = (dir_ / "none.txt").string(), .model = out, .vocab = 512});
             }).find("--train " + (dir_ / "none.txt").string() + ": no such file"),
             std::string::npos);
-  // More pieces than the corpus can make: SentencePiece's reason, after our flag.
+  // More pieces than the corpus can make, and fewer than its characters need: the bound in
+  // dtrain's words (SentencePiece's own name its options), after our flags.
+  const std::string too_many = error_of([&] {
+    write_file(dir_ / "tiny.txt", "abc abc\n");
+    train_tokenizer({.corpus = (dir_ / "tiny.txt").string(), .model = out, .vocab = 5000});
+  });
   EXPECT_NE(
-      error_of([&] {
-        write_file(dir_ / "tiny.txt", "abc abc\n");
-        train_tokenizer({.corpus = (dir_ / "tiny.txt").string(), .model = out, .vocab = 5000});
-      }).find("with --vocab 5000 failed: "),
-      std::string::npos);
+      too_many.find("--vocab 5000: the corpus is too small to fill this vocabulary (at most "),
+      std::string::npos)
+      << too_many;
+  const std::string too_few =
+      error_of([&] { train_tokenizer({.corpus = corpus_, .model = out, .vocab = 10}); });
+  EXPECT_NE(too_few.find("--vocab 10: the vocabulary is too small for this corpus: it needs at "
+                         "least "),
+            std::string::npos)
+      << too_few;
+  for (const std::string& e : {too_many, too_few}) {
+    EXPECT_EQ(e.find("Internal"), std::string::npos) << e;
+    EXPECT_EQ(e.find("vocab_size"), std::string::npos) << e;
+    EXPECT_EQ(e.find("character_coverage"), std::string::npos) << e;
+  }
+  // Not UTF-8 text: the byte offset and what to do.
+  const std::string latin1 = error_of([&] {
+    write_file(dir_ / "latin1.txt", "abc\ncaf\xe9\n");
+    train_tokenizer({.corpus = (dir_ / "latin1.txt").string(), .model = out, .vocab = 512});
+  });
+  EXPECT_NE(latin1.find("not UTF-8 text at byte offset 7 (byte 0xE9)"), std::string::npos)
+      << latin1;
+  EXPECT_NE(latin1.find("iconv"), std::string::npos) << latin1;
   write_file(dir_ / "not_a_model", "plain text");
   EXPECT_NE(
       error_of([&] {

@@ -169,13 +169,13 @@ namespace {
 
 // The interleaved order of (mb, chunk) work, the same on every rank: micro-batches in groups,
 // each group through chunk 0, then chunk 1, ... for forwards, and through the chunks in reverse
-// for backwards; returns the first group's size. Groups hold P micro-batches when P divides M.
-// Otherwise the floor(M / P) groups share M as evenly as possible, larger ones first, so that no
-// group is smaller than P (a smaller group puts a forward's next chunk fewer than P places later
-// in the order, which is what lets a forward wait on a backward that waits on it); with M < P
-// there is one group of M.
-int interleaved_order(int stages, int microbatches, int chunks, std::vector<Action>& forwards,
-                      std::vector<Action>& backwards) {
+// for backwards. Groups hold P micro-batches when P divides M. Otherwise the floor(M / P) groups
+// share M as evenly as possible, larger ones first, so that no group is smaller than P (a
+// smaller group puts a forward's next chunk fewer than P places later in the order, which is
+// what lets a forward wait on a backward that waits on it); with M < P there is one group of M
+// (plan::interleaved_group_size is the first group's size).
+void interleaved_order(int stages, int microbatches, int chunks, std::vector<Action>& forwards,
+                       std::vector<Action>& backwards) {
   const int groups = std::max(1, microbatches / stages);
   const int base = microbatches / groups, larger = microbatches % groups;
   int first = 0;
@@ -189,7 +189,6 @@ int interleaved_order(int stages, int microbatches, int chunks, std::vector<Acti
     }
     first += size;
   }
-  return base + (larger > 0 ? 1 : 0);
 }
 
 }  // namespace
@@ -198,13 +197,13 @@ PipelineSchedule make_interleaved_1f1b(int stages, int microbatches, int chunks)
   PipelineSchedule s =
       empty_schedule(plan::ScheduleKind::interleaved, stages, microbatches, chunks);
   std::vector<Action> forwards, backwards;
-  const int group = interleaved_order(stages, microbatches, chunks, forwards, backwards);
+  interleaved_order(stages, microbatches, chunks, forwards, backwards);
   const int total = microbatches * chunks;
-  const int group_for_warmup = microbatches < stages ? stages : group;
   std::vector<Steps> steps(static_cast<size_t>(stages));
   for (int r = 0; r < stages; ++r) {
     Steps& rank = steps[static_cast<size_t>(r)];
-    const int warmup = std::min((stages - r - 1) * 2 + (chunks - 1) * group_for_warmup, total);
+    // The warm-up is plan/'s formula, so the planner's in-flight count is this schedule's.
+    const int warmup = plan::interleaved_warmup_forwards(stages, microbatches, chunks, r);
     int f = 0, b = 0;
     while (f < warmup) rank.push_back({forwards[static_cast<size_t>(f++)]});
     while (f < total) {

@@ -1,5 +1,5 @@
-// pipeline_bubble, peak_inflight_microbatches and peak_weight_stash_microbatches: the closed
-// forms of pipeline_model.h.
+// pipeline_bubble, the interleaved warm-up, peak_inflight_microbatches and
+// peak_weight_stash_microbatches: the closed forms of pipeline_model.h.
 #include "dtrain/plan/pipeline_model.h"
 
 #include <algorithm>
@@ -60,6 +60,20 @@ BubbleEstimate pipeline_bubble(ScheduleKind kind, int stages, int microbatches, 
   return e;
 }
 
+int interleaved_group_size(int stages, int microbatches) {
+  DTRAIN_CHECK(stages >= 1 && microbatches >= 1,
+               "interleaved groups need P >= 1 and M >= 1, got P ", stages, ", M ", microbatches);
+  const int groups = std::max(1, microbatches / stages);
+  return (microbatches + groups - 1) / groups;
+}
+
+int interleaved_warmup_forwards(int stages, int microbatches, int chunks, int stage) {
+  DTRAIN_CHECK(stage >= 0 && stage < stages, "stage ", stage, " outside 0..", stages - 1);
+  DTRAIN_CHECK(chunks >= 1, "model chunks per rank must be >= 1, got ", chunks);
+  const int group = microbatches < stages ? stages : interleaved_group_size(stages, microbatches);
+  return std::min((stages - stage - 1) * 2 + (chunks - 1) * group, chunks * microbatches);
+}
+
 double peak_inflight_microbatches(ScheduleKind kind, int stages, int microbatches, int chunks,
                                   int stage) {
   DTRAIN_CHECK(stage >= 0 && stage < stages, "stage ", stage, " outside 0..", stages - 1);
@@ -70,7 +84,7 @@ double peak_inflight_microbatches(ScheduleKind kind, int stages, int microbatche
     case ScheduleKind::zero_bubble_h1:
       return std::min(stages - stage, microbatches);
     case ScheduleKind::interleaved: {
-      const int warmup = (stages - stage - 1) * 2 + (chunks - 1) * stages;
+      const int warmup = interleaved_warmup_forwards(stages, microbatches, chunks, stage);
       return static_cast<double>(std::min(warmup + 1, chunks * microbatches)) / chunks;
     }
   }

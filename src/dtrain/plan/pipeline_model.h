@@ -39,10 +39,24 @@ struct BubbleEstimate {
 BubbleEstimate pipeline_bubble(ScheduleKind kind, int stages, int microbatches, int chunks = 1,
                                StageTimes times = {});
 
+// The interleaved schedule's micro-batch groups: each group runs through chunk 0, then chunk 1,
+// ... With P | M every group holds P micro-batches (Megatron's microbatch_group_size_per_vp_stage
+// default); otherwise the floor(M / P) groups share M as evenly as possible, larger ones first,
+// so none is smaller than P; with M < P there is one group of M. Returns the first (largest)
+// group's size G, the spacing of a forward's chunks in the order: ceil(M / floor(M / P)).
+int interleaved_group_size(int stages, int microbatches);
+
+// Forwards rank `stage` runs before its first backward in the interleaved schedule (Megatron's
+// num_warmup_microbatches): min((P - stage - 1) * 2 + (v - 1) * G, v * M), where G is
+// interleaved_group_size when M >= P and P when M < P (a chunk's forwards still wait P steps
+// for the pipeline to fill). The schedule builder (parallel/pipeline_schedule) uses it as is.
+int interleaved_warmup_forwards(int stages, int microbatches, int chunks, int stage);
+
 // Peak number of micro-batches whose activations `stage` (0 = first) holds at once, in units of
 // one micro-batch's activations of the whole stage (a chunk of an interleaved stage counts 1/v):
 //   GPipe M;  1F1B and ZB-H1 min(P - stage, M);
-//   interleaved min((P - stage - 1) * 2 + (v - 1) * P + 1, v * M) / v   (Megatron's warm-up + 1).
+//   interleaved min(warm-up + 1, v * M) / v, warm-up = interleaved_warmup_forwards: for P | M
+//   min((P - stage - 1) * 2 + (v - 1) * P + 1, v * M) / v, Megatron's warm-up + 1.
 double peak_inflight_microbatches(ScheduleKind kind, int stages, int microbatches, int chunks,
                                   int stage);
 

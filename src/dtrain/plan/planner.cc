@@ -9,6 +9,7 @@
 
 #include "dtrain/core/check.h"
 #include "dtrain/plan/comm_model.h"
+#include "dtrain/plan/format.h"
 #include "dtrain/plan/head_activation_memory.h"
 
 namespace dtrain::plan {
@@ -552,6 +553,15 @@ Plan evaluate_local(const PlanInput& in, const ModelShape& real_model, const Lay
   if (in.training.step_time_s > 0) {
     t.step_s = in.training.step_time_s;
     t.step_source = StepTimeSource::measured_step;
+    // A measured step shorter than the layout's FLOPs at the GPUs' peak cannot have happened,
+    // as --achieved-tflops above the peak cannot (validate refuses that one).
+    const double per_gpu = t.hardware_flops / (t.step_s * gpus);
+    DTRAIN_CHECK(per_gpu <= c.gpu.peak_flops, "--step-time ", format_seconds(t.step_s),
+                 " is shorter than this layout's step can be: its ", format_sci(t.hardware_flops),
+                 " FLOPs per step (recomputation included) on ", c.world(), " GPUs would run at ",
+                 format_fixed(per_gpu * 1e-12, 1), " TFLOP/s per GPU, above the GPU's peak of ",
+                 format_fixed(c.gpu.peak_flops * 1e-12, 1),
+                 " TFLOP/s; give the measured seconds per optimizer step");
   } else if (in.training.achieved_flops_per_gpu > 0) {
     t.step_s = t.hardware_flops / (gpus * in.training.achieved_flops_per_gpu);
     t.step_source = StepTimeSource::achieved_flops;

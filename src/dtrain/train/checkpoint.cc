@@ -300,10 +300,12 @@ std::string save_checkpoint(StepEngine& engine, const model::GptConfig& model,
   }
   barrier(comm, "directory ready");
 
-  // This rank's shard file: the magic, then every piece's float32 values.
+  // This rank's shard file: the magic and the step, then every piece's float32 values.
   const RankState state = engine.export_state();
-  std::vector<std::byte> bytes(kShardMagic.size());
+  std::vector<std::byte> bytes(static_cast<size_t>(kShardHeaderBytes));
   std::memcpy(bytes.data(), kShardMagic.data(), kShardMagic.size());
+  const int64_t step = position.step;  // little-endian, as the floats (x86 and ARM both)
+  std::memcpy(bytes.data() + kShardMagic.size(), &step, sizeof step);
   std::vector<ShardEntry> entries;
   for (const StatePiece& p : state.pieces) {
     ShardEntry e;
@@ -505,15 +507,26 @@ Manifest parse_manifest(std::string_view text, std::string_view source) {
   return m;
 }
 
+std::optional<int64_t> shard_step(std::span<const std::byte> bytes, std::string_view file) {
+  const auto starts_with = [&](std::string_view magic) {
+    return bytes.size() >= magic.size() &&
+           std::memcmp(bytes.data(), magic.data(), magic.size()) == 0;
+  };
+  if (starts_with(kShardMagicNoStep)) return std::nullopt;
+  DTRAIN_CHECK(starts_with(kShardMagic) && bytes.size() >= static_cast<size_t>(kShardHeaderBytes),
+               file, ": not a dtrain shard file (bad magic)");
+  int64_t step = 0;
+  std::memcpy(&step, bytes.data() + kShardMagic.size(), sizeof step);
+  return step;
+}
+
 std::vector<float> read_shard(std::span<const std::byte> bytes, const ShardEntry& entry,
                               std::string_view file) {
-  DTRAIN_CHECK(bytes.size() >= kShardMagic.size() &&
-                   std::memcmp(bytes.data(), kShardMagic.data(), kShardMagic.size()) == 0,
-               file, ": not a dtrain shard file (bad magic)");
+  const int64_t header =
+      shard_step(bytes, file) ? kShardHeaderBytes : static_cast<int64_t>(kShardMagicNoStep.size());
   const auto size = static_cast<int64_t>(bytes.size());
-  DTRAIN_CHECK(entry.byte_offset >= static_cast<int64_t>(kShardMagic.size()) && entry.count >= 0 &&
-                   entry.count <= kMaxSize && entry.byte_offset <= size &&
-                   entry.count * 4 <= size - entry.byte_offset,
+  DTRAIN_CHECK(entry.byte_offset >= header && entry.count >= 0 && entry.count <= kMaxSize &&
+                   entry.byte_offset <= size && entry.count * 4 <= size - entry.byte_offset,
                file, ": ", entry.tensor, " (", name(entry.kind), ") at byte ", entry.byte_offset,
                ", ", entry.count, " float32 values, lies outside the file's ", size,
                " bytes (truncated?)");
@@ -611,6 +624,10 @@ CheckpointManifest read_manifest(const std::string& path, std::string_view flag)
     while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
     DTRAIN_CHECK(!name.empty() && name.find('/') == std::string::npos, flag, " ",
                  (dir / kLatestName).string(), ": does not name a checkpoint directory");
+    DTRAIN_CHECK(fs::is_directory(dir / name), flag, " ", (dir / kLatestName).string(), " names ",
+                 name, ", but ", (dir / name).string(),
+                 " is missing (deleted or moved?); give a checkpoint directory of ", path,
+                 " that exists, or restore ", name);
     dir /= name;
   }
   const fs::path manifest_path = dir / kManifestName;
@@ -621,6 +638,32 @@ CheckpointManifest read_manifest(const std::string& path, std::string_view flag)
           parse_manifest(std::string_view(reinterpret_cast<const char*>(text.data()), text.size()),
                          manifest_path.string())};
 }
+
+namespace {
+
+// The manifest's step against what else records it: the directory's name (step-00000020) and
+// each shard file's header (format 2). An edited manifest would resume at one step with the
+// weights of another.
+void check_step_agrees(int64_t step, const fs::path& dir, const std::vector<ShardFile>& files,
+                       const std::vector<std::vector<std::byte>>& contents, std::string_view flag) {
+  const std::string manifest = (dir / kManifestName).string();
+  const std::string dir_name = dir.filename().string();
+  const bool step_named = dir_name.size() == step_dir_name(0).size() &&
+                          dir_name.starts_with("step-") &&
+                          dir_name.find_first_not_of("0123456789", 5) == std::string::npos;
+  DTRAIN_CHECK(!step_named || dir_name == step_dir_name(step), flag, " ", manifest,
+               ": the manifest says step ", step, " but its directory is ", dir_name,
+               " (edited, or copied from another checkpoint?); the checkpoint is inconsistent");
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string file = (dir / files[i].name).string();
+    const std::optional<int64_t> saved = shard_step(contents[i], file);
+    DTRAIN_CHECK(!saved || *saved == step, flag, " ", manifest, ": the manifest says step ", step,
+                 " but shard ", file, " was saved at step ", *saved,
+                 " (edited, or copied from another checkpoint?); the checkpoint is inconsistent");
+  }
+}
+
+}  // namespace
 
 LoadedCheckpoint load_checkpoint(const std::string& path, std::string_view flag) {
   CheckpointManifest found = read_manifest(path, flag);
@@ -636,6 +679,7 @@ LoadedCheckpoint load_checkpoint(const std::string& path, std::string_view flag)
                  ": shard file missing (the manifest lists it)");
     contents.push_back(read_file(file, flag));
   }
+  check_step_agrees(out.manifest.position.step, dir, out.manifest.files, contents, flag);
   std::vector<std::span<const std::byte>> views(contents.begin(), contents.end());
   // Name the files by their full path in errors.
   Manifest named = out.manifest;

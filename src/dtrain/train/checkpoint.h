@@ -31,8 +31,12 @@ namespace dtrain::train {
 inline constexpr int kCheckpointVersion = 2;
 inline constexpr std::string_view kManifestName = "manifest.json";
 inline constexpr std::string_view kLatestName = "latest";  // a root's pointer file
-// Every shard file starts with these 8 bytes; the pieces follow as little-endian float32.
-inline constexpr std::string_view kShardMagic = "dtrshrd1";
+// Every shard file starts with these 8 bytes, then the step it was saved at (little-endian
+// int64), so that a manifest can be checked against its shards; the pieces follow as
+// little-endian float32. Shard files of the first format ("dtrshrd1", no step) are still read.
+inline constexpr std::string_view kShardMagic = "dtrshrd2";
+inline constexpr std::string_view kShardMagicNoStep = "dtrshrd1";
+inline constexpr int64_t kShardHeaderBytes = 16;  // magic + step
 
 // One piece of one shard file: `count` float32 values at `byte_offset`, the elements `ranges`
 // of the serial tensor's flat index space, in order.
@@ -109,6 +113,9 @@ Manifest parse_manifest(std::string_view json_text, std::string_view source);
 std::string manifest_to_json(const Manifest& manifest);
 // The piece `entry` of a shard file's bytes, after checking the file's magic, that the piece
 // lies inside `bytes` and its checksum. Errors name `file`.
+// The step a shard file was saved at; nullopt for the first format, which has none. Throws
+// Error naming `file` when the magic is neither format's.
+std::optional<int64_t> shard_step(std::span<const std::byte> bytes, std::string_view file);
 std::vector<float> read_shard(std::span<const std::byte> bytes, const ShardEntry& entry,
                               std::string_view file);
 // The serial state from the manifest and every shard file's bytes (files[i] is

@@ -2,6 +2,8 @@
 // of model.safetensors + config.json.
 #include "dtrain/train/hf_gpt2.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -209,6 +211,11 @@ SerialState load_hf_gpt2(const std::string& dir, std::string_view flag) {
   for (size_t i = 0; i < state.table.size(); ++i) {
     const model::ParamTensor& t = state.table[i];
     std::vector<float> v = read_tensor_f32(w.file->bytes(), w.index, *w.entries[i]);
+    // A NaN or an infinity would make every loss NaN from the first step: refuse it here.
+    const auto bad = std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
+    DTRAIN_CHECK(bad == v.end(), flag, " ", w.path, ": tensor ", w.entries[i]->name, " holds ",
+                 *bad, " at element ", bad - v.begin(), " of ", v.size(),
+                 "; the weights must be finite numbers (re-export them from a healthy checkpoint)");
     if (hf_gpt2_name(t.name).transposed) v = transposed(v, t.shape[1], t.shape[0]);
     std::copy(v.begin(), v.end(), state.params.begin() + t.offset);
   }

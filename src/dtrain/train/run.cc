@@ -140,7 +140,8 @@ RunRecord run_record(const TrainOptions& o, const StepConfig& engine, const Trai
   return run;
 }
 
-// --init-from DIR: the model's shape is config.json's; a shape flag given as well must agree.
+// --init-from DIR: the model's shape is config.json's; a shape flag given as well must agree,
+// and so must an explicit --model preset (with its overrides: `m` on entry).
 void take_init_from_shape(const TrainOptions& o, model::GptConfig& m) {
   DTRAIN_CHECK(o.checkpoint.resume.empty(), "--init-from and --resume: a resume continues the ",
                "checkpoint's weights; give one of them");
@@ -156,6 +157,15 @@ void take_init_from_shape(const TrainOptions& o, model::GptConfig& m) {
   agree(o.layers, c.layers, "--layers", "n_layer");
   agree(o.heads, c.heads, "--heads", "n_head");
   agree(o.channels, c.channels, "--channels", "n_embd");
+  // The vocabulary is left out: a token file sets it, and it was compared above when given.
+  const auto shape = [](const model::GptConfig& g) {
+    return str("T=", g.context, " L=", g.layers, " NH=", g.heads, " C=", g.channels);
+  };
+  model::GptConfig preset = m;
+  preset.vocab = c.vocab;
+  DTRAIN_CHECK(!o.model_given || preset == c, "--model ", o.model, " (", shape(preset),
+               ") differs from the shape of --init-from ", path, " (", shape(c),
+               "): drop --model to take the export's shape, or give the preset it was trained as");
   m = c;
 }
 

@@ -17,6 +17,7 @@ namespace dtrain::train {
 
 struct TrainOptions {
   std::string model = "tiny";  // preset
+  bool model_given = false;    // --model was given, not defaulted (--init-from checks it)
   // Overrides of the preset's shape.
   std::optional<int64_t> vocab, context, layers, heads, channels;
   int64_t steps = 200;

@@ -5,11 +5,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
+#include <string_view>
 
 #include "dtrain/core/check.h"
 #include "dtrain/model/gpt_decoder.h"
 #include "dtrain/train/data.h"
+#include "dtrain/train/token_file.h"
 #include "dtrain/train/tokenizer.h"
 
 namespace dtrain::train {
@@ -39,9 +43,73 @@ int32_t pick_token(std::span<const float> logits, float temperature, int64_t top
   return order[k - 1];  // u within rounding of sum
 }
 
+bool trained_on_token_ids(const std::string& run_data, int64_t vocab) {
+  const std::filesystem::path path(run_data);
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec)) {
+    std::ifstream in(path, std::ios::binary);
+    int32_t magic = 0;
+    in.read(reinterpret_cast<char*>(&magic), sizeof magic);
+    if (in.gcount() == sizeof magic && magic == kLlmcMagic) return true;
+  }
+  return vocab > kByteVocab && path.extension() == ".bin";
+}
+
+namespace {
+
+// Hands the text of generated tokens to options.on_text as they come. Bytes pass at once; a
+// tokenizer's tokens are decoded in runs, and a run whose text ends in an incomplete UTF-8
+// character (byte-fallback pieces of one character come one by one) waits for the next token.
+class TextStream {
+ public:
+  explicit TextStream(const SampleOptions& o) : o_(o) {}
+
+  void add(int32_t token) {
+    if (!o_.on_text) return;
+    pending_.push_back(token);
+    const std::string text =
+        o_.tokenizer ? o_.tokenizer->decode(pending_) : detokenize_bytes(pending_);
+    if (ends_inside_character(text) && pending_.size() < kMaxPending) return;
+    o_.on_text(text);
+    pending_.clear();
+  }
+
+  void finish() {
+    if (!o_.on_text || pending_.empty()) return;
+    o_.on_text(o_.tokenizer ? o_.tokenizer->decode(pending_) : detokenize_bytes(pending_));
+    pending_.clear();
+  }
+
+ private:
+  // A UTF-8 character has at most 4 bytes, so at most 4 byte pieces.
+  static constexpr size_t kMaxPending = 4;
+
+  // True when the last bytes of `text` start a UTF-8 character they do not finish, or are the
+  // U+FFFD that a decoder writes for such a byte.
+  static bool ends_inside_character(std::string_view text) {
+    if (text.ends_with("\xEF\xBF\xBD")) return true;
+    size_t k = text.size(), continuation = 0;
+    while (k > 0 && continuation < 4 && (static_cast<unsigned char>(text[k - 1]) & 0xC0) == 0x80) {
+      --k;
+      ++continuation;
+    }
+    if (k == 0) return false;
+    const auto lead = static_cast<unsigned char>(text[k - 1]);
+    const size_t length = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    return length > 1 && continuation + 1 < length;
+  }
+
+  const SampleOptions& o_;
+  std::vector<int32_t> pending_;
+};
+
+}  // namespace
+
 SampleResult sample(const model::GptConfig& config, std::span<const float> params,
                     const SampleOptions& o) {
-  DTRAIN_CHECK(!o.prompt.empty(), "--prompt must hold at least one byte");
+  DTRAIN_CHECK(!o.prompt.empty(),
+               "--prompt is empty: the model has no start token, so generation needs at least "
+               "one character of text to continue; leave --prompt out to start from a newline");
   DTRAIN_CHECK(o.tokens > 0, "--tokens must be positive (got ", o.tokens, ")");
   DTRAIN_CHECK(std::isfinite(o.temperature) && o.temperature >= 0,
                "--temperature must be a non-negative number, 0 for greedy (got ", o.temperature,
@@ -67,9 +135,12 @@ SampleResult sample(const model::GptConfig& config, std::span<const float> param
   const auto start = std::chrono::steady_clock::now();
   std::span<const float> logits;
   for (int32_t t : prompt) logits = decoder.step(t);
+  if (o.on_text) o.on_text(o.prompt);  // the checks passed: the text starts with the prompt
+  TextStream stream(o);
   for (int64_t i = 0; i < o.tokens; ++i) {
     const int32_t next = pick_token(logits.first(candidates), o.temperature, o.top_k, rng);
     result.tokens.push_back(next);
+    stream.add(next);
     all.push_back(next);
     if (i + 1 == o.tokens) break;
     if (decoder.position() == config.context) {
@@ -82,6 +153,7 @@ SampleResult sample(const model::GptConfig& config, std::span<const float> param
       logits = decoder.step(next);
     }
   }
+  stream.finish();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.text = o.tokenizer ? o.tokenizer->decode(result.tokens) : detokenize_bytes(result.tokens);
   return result;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -25,6 +26,10 @@ struct SampleOptions {
   // Encodes the prompt and decodes the tokens when set (its vocabulary must be the model's);
   // else tokens are bytes. Not owned.
   const Tokenizer* tokenizer = nullptr;
+  // Called with the prompt, then with the text of the tokens as they are generated (those
+  // pieces concatenate to SampleResult::text), so a caller can print while the model runs. A token
+  // that ends inside a multi-byte character is held until the character is complete. Optional.
+  std::function<void(std::string_view)> on_text;
 };
 
 struct SampleResult {
@@ -38,8 +43,15 @@ struct SampleResult {
 // softmax(logits / temperature) over the top_k largest (all when 0), with one rng.uniform().
 int32_t pick_token(std::span<const float> logits, float temperature, int64_t top_k, Rng& rng);
 
-// Generates options.tokens tokens after options.prompt; with bytes only the first min(V, 256)
-// logits are candidates, with a tokenizer all V. When the context is full the cache is rebuilt
+// Whether `run_data`, the --data file a checkpoint's run trained on (its run record's name;
+// "(default corpus)" for the default), held token ids rather than text: an llm.c token file by
+// its magic, or a .bin file with a vocabulary past the bytes when the file is no longer there.
+// A model trained on token ids makes no text without the tokenizer that made its file.
+bool trained_on_token_ids(const std::string& run_data, int64_t vocab);
+
+// Generates options.tokens tokens after options.prompt (at least one byte: the model has no
+// start token); with bytes only the first min(V, 256) logits are candidates, with a tokenizer
+// all V. When the context is full the cache is rebuilt
 // from the last context / 2 tokens (a sliding window). Throws Error naming --prompt, --tokens,
 // --temperature or --top-k for values out of range, and --tokenizer when its vocabulary is not
 // the model's.

@@ -33,7 +33,10 @@ struct TokenizerTrainReport {
 // Trains with one thread and a fixed seed, so the same corpus and options write the same model.
 // The normalization is the identity and no whitespace is added or removed, so decode(encode(s))
 // == s for any UTF-8 text without U+2581 (SentencePiece's space mark). Throws Error naming
-// --train, --vocab or --model with the reason (SentencePiece's own text for what it refuses).
+// --train, --vocab or --model with the reason: a corpus that is not a regular file or not UTF-8
+// text (the byte offset of the first bad byte; a NUL is binary), and what SentencePiece refuses
+// restated in dtrain's flags (a vocabulary too small for the characters, or more than the
+// corpus makes).
 TokenizerTrainReport train_tokenizer(const TokenizerTrainOptions& options);
 
 // A loaded SentencePiece model. Movable, not copyable.
@@ -68,7 +71,8 @@ struct EncodeReport {
 // bounded whatever the file's size; pieces never span a newline, so the tokens are those of the
 // whole text at once. Each block's runs of lines are encoded on `threads` threads (0: one per
 // hardware thread); the file is the same for any count. Throws Error naming --model (more than
-// 65536 pieces), the input (missing, empty) or the output (unwritable; more tokens than the
+// 65536 pieces), the input (missing, empty, not a regular file, not UTF-8 text: with the byte
+// offset; the output is then removed) or the output (unwritable; more tokens than the
 // header's int32 count can hold).
 EncodeReport encode_file(const Tokenizer& tokenizer, const std::string& input,
                          const std::string& output, int threads = 0);
