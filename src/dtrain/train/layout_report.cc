@@ -632,6 +632,34 @@ double planned_rank_peak_bytes(const EngineConfig& c, int stage) {
   return peak;
 }
 
+std::vector<GroupCrossing> node_crossings(const EngineConfig& c) {
+  std::vector<GroupCrossing> out;
+  if (c.topology.single_node()) return out;
+  const parallel::DeviceMesh mesh(c.dp, c.tp, c.pp, c.rank_order);
+  for (Axis axis : {Axis::tp, Axis::dp, Axis::pp}) {
+    if (mesh.size(axis) == 1) continue;
+    for (const std::vector<int>& g : mesh.groups(axis)) {
+      const std::vector<int> nodes = c.topology.nodes_of(g);
+      if (nodes.size() > 1) out.push_back({std::string(parallel::name(axis)), g, nodes});
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> layout_warnings(const EngineConfig& c) {
+  std::vector<std::string> out;
+  for (const GroupCrossing& x : node_crossings(c)) {
+    if (x.axis != "tp") continue;
+    out.push_back(
+        str("TP group {", joined(x.ranks), "} spans nodes {", joined(x.nodes),
+            "}: its 4 all-reduces per block and micro-batch (the activations, on the critical "
+            "path of every layer) cross the inter-node link; keep TP inside a node (--rank-order "
+            "tp-dp-pp with --tp dividing --ranks-per-node)"));
+    break;
+  }
+  return out;
+}
+
 LayoutReport gather_layout_report(const Engine& engine, comm::Communicator& world,
                                   const LayoutOptions& options) {
   const RankRow mine = measure_rank(engine);
@@ -673,23 +701,9 @@ LayoutReport gather_layout_report(const Engine& engine, comm::Communicator& worl
   r.dp_overlap_share = comm_ms > 0 ? hidden_ms / comm_ms : 0;
   if (c.pp > 1) r.bubble = bubble_of(c, engine.mesh(), pieces);
   if (c.cluster) r.cluster = options.cluster_path;
-  if (options.ranks_per_node > 0 && !c.topology.single_node()) {
-    for (Axis axis : {Axis::tp, Axis::dp, Axis::pp}) {
-      if (engine.mesh().size(axis) == 1) continue;
-      for (const std::vector<int>& g : engine.mesh().groups(axis)) {
-        const std::vector<int> nodes = c.topology.nodes_of(g);
-        if (nodes.size() > 1) r.crossings.push_back({std::string(parallel::name(axis)), g, nodes});
-      }
-    }
-    for (const GroupCrossing& x : r.crossings) {
-      if (x.axis != "tp") continue;
-      r.warnings.push_back(
-          str("TP group {", joined(x.ranks), "} spans nodes {", joined(x.nodes),
-              "}: its 4 all-reduces per block and micro-batch (the activations, on the critical "
-              "path of every layer) cross the inter-node link; keep TP inside a node (--rank-order "
-              "tp-dp-pp with --tp dividing --ranks-per-node)"));
-      break;
-    }
+  if (options.ranks_per_node > 0) {
+    r.crossings = node_crossings(c);
+    r.warnings = layout_warnings(c);
   }
   if (!options.trace_path.empty() || !options.timeline_path.empty()) {
     const trace::Timeline timeline = timeline_of(r, c, pieces);

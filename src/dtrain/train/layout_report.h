@@ -120,6 +120,12 @@ struct LayoutReport {
 // gathered working set. What --max-rank-memory and the memory check before a run compare.
 double planned_rank_peak_bytes(const EngineConfig& config, int stage);
 
+// The mesh groups of `config` whose ranks sit on more than one node of its topology (none on
+// one node), and the warnings the layout deserves before it runs (a TP group across nodes):
+// resolve() prints them at the start, the report carries them in its JSON.
+std::vector<GroupCrossing> node_crossings(const EngineConfig& config);
+std::vector<std::string> layout_warnings(const EngineConfig& config);
+
 // Every rank's row and last step gathered to rank 0 of `world` (a collective: every rank calls
 // it); rank 0 gets the whole report and writes --trace / --timeline, the others an empty one.
 LayoutReport gather_layout_report(const Engine& engine, comm::Communicator& world,

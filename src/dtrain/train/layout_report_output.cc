@@ -243,7 +243,7 @@ void print_layout_report(std::ostream& out, const LayoutReport& r) {
         << " ms (the slowest rank; every collective and send priced by plan::collective_cost on "
            "the link its group uses, nothing overlapped)\n";
   }
-  for (const std::string& w : r.warnings) out << "  warning: " << w << "\n";
+  // r.warnings went to stderr before the first step (train::resolve); the JSON keeps them.
   if (!r.trace_path.empty()) out << "  trace of the last step: " << r.trace_path << "\n";
   if (!r.timeline_path.empty()) out << "  timeline of the last step: " << r.timeline_path << "\n";
 }
