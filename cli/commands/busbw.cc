@@ -51,8 +51,10 @@ void run_busbw(const BusbwFlags& f, CLI::App* cmd) {
                " with --cluster: the ideal time is a ring's, and NVLS reduces inside the switch; "
                "price a measured time (--time-us) alone");
   const double factor = plan::bus_bandwidth_factor(*op, f.ranks, *algo);
-  nlohmann::json j = {{"op", plan::name(*op)},   {"bytes", bytes},
-                      {"ranks", f.ranks},        {"bus_factor", factor},
+  nlohmann::json j = {{"op", plan::name(*op)},
+                      {"bytes", bytes},
+                      {"ranks", f.ranks},
+                      {"bus_factor", factor},
                       {"nccl_algo", plan::name(*algo)}};
   std::string text = str(
       "dtrain busbw: ", plan::name(*op), " of S = ", format_bytes(bytes), " on ", f.ranks,

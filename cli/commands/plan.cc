@@ -365,18 +365,17 @@ void print_offload(const PlanFlags& f, CLI::App* app, const plan::Cluster& c) {
     what = m.name;
   }
   const bool zero2_code = f.offload_convention == "deepspeed-zero2-code";
-  DTRAIN_CHECK(f.offload_convention == "deepspeed" || f.offload_convention == "zero-offload" ||
-                   zero2_code,
-               "--offload-convention must be deepspeed, deepspeed-zero2-code or zero-offload, "
-               "got '",
-               f.offload_convention, "'");
+  DTRAIN_CHECK(
+      f.offload_convention == "deepspeed" || f.offload_convention == "zero-offload" || zero2_code,
+      "--offload-convention must be deepspeed, deepspeed-zero2-code or zero-offload, "
+      "got '",
+      f.offload_convention, "'");
   const bool deepspeed = f.offload_convention != "zero-offload";
   const std::vector<plan::OffloadEstimate> rows =
-      zero2_code ? plan::deepspeed_zero2_code_estimates(params, c.gpus_per_node, c.nodes)
-      : deepspeed
-          ? plan::deepspeed_offload_estimates(params, largest, c.gpus_per_node, c.nodes)
-          : std::vector<plan::OffloadEstimate>{
-                plan::zero_offload_paper_estimate(params, c.gpus_per_node, c.nodes)};
+      zero2_code  ? plan::deepspeed_zero2_code_estimates(params, c.gpus_per_node, c.nodes)
+      : deepspeed ? plan::deepspeed_offload_estimates(params, largest, c.gpus_per_node, c.nodes)
+                  : std::vector<plan::OffloadEstimate>{
+                        plan::zero_offload_paper_estimate(params, c.gpus_per_node, c.nodes)};
   // DeepSpeed's estimators print GiB (as "GB"); the ZeRO-Offload paper's GB are 10^9 bytes.
   const double gib = deepspeed ? 1024.0 * 1024 * 1024 : 1e9;
   const char* unit = deepspeed ? " GiB" : " GB";
@@ -399,27 +398,26 @@ void print_offload(const PlanFlags& f, CLI::App* app, const plan::Cluster& c) {
               << "\n";
     return;
   }
-  std::cout << str("offload estimates for ", what, ": ", plan::format_params(params),
-                   " parameters, largest layer ", plan::format_params(largest), ", on ", c.nodes,
-                   " node(s) x ", c.gpus_per_node, " GPUs\n",
-                   zero2_code
-                       ? "  convention: DeepSpeed's ZeRO-2 estimator as its current code computes "
-                         "it (deepspeed/runtime/zero/stage_1_and_2.py, "
-                         "estimate_zero2_model_states_mem_needs: `gpu_mem = 2 * total_params + "
-                         "int(18 * total_params / total_gpus)` without offload), beside the form "
-                         "its docs give (memory.rst: `4 * params + 16 * params / (total number of "
-                         "gpus)`); CPU x additional_buffer_factor 1.5; GiB = 2^30 bytes (DeepSpeed "
-                         "prints them as GB)\n\n"
-                   : deepspeed
-                       ? "  convention: DeepSpeed's estimate_zero2/3_model_states_mem_needs (model "
-                         "states only; CPU bytes per parameter as its code has them, 18, 16 or 4 "
-                         "x GPUs, times additional_buffer_factor 1.5); GiB = 2^30 bytes "
-                         "(DeepSpeed prints them as GB)\n\n"
-                       : "  convention: ZeRO-Offload (Ren et al. 2021): of mixed-precision Adam's "
-                         "16 bytes per parameter, 2 (fp16 weights) per GPU and 14 (fp16 "
-                         "gradients, fp32 weights, two moments) on CPU split over the GPUs; model "
-                         "states only; GB = 10^9 bytes\n\n",
-                   "  ZeRO  per CPU (node)  per GPU     options\n");
+  std::cout << str(
+      "offload estimates for ", what, ": ", plan::format_params(params),
+      " parameters, largest layer ", plan::format_params(largest), ", on ", c.nodes, " node(s) x ",
+      c.gpus_per_node, " GPUs\n",
+      zero2_code  ? "  convention: DeepSpeed's ZeRO-2 estimator as its current code computes "
+                    "it (deepspeed/runtime/zero/stage_1_and_2.py, "
+                    "estimate_zero2_model_states_mem_needs: `gpu_mem = 2 * total_params + "
+                    "int(18 * total_params / total_gpus)` without offload), beside the form "
+                    "its docs give (memory.rst: `4 * params + 16 * params / (total number of "
+                    "gpus)`); CPU x additional_buffer_factor 1.5; GiB = 2^30 bytes (DeepSpeed "
+                    "prints them as GB)\n\n"
+      : deepspeed ? "  convention: DeepSpeed's estimate_zero2/3_model_states_mem_needs (model "
+                    "states only; CPU bytes per parameter as its code has them, 18, 16 or 4 "
+                    "x GPUs, times additional_buffer_factor 1.5); GiB = 2^30 bytes "
+                    "(DeepSpeed prints them as GB)\n\n"
+                  : "  convention: ZeRO-Offload (Ren et al. 2021): of mixed-precision Adam's "
+                    "16 bytes per parameter, 2 (fp16 weights) per GPU and 14 (fp16 "
+                    "gradients, fp32 weights, two moments) on CPU split over the GPUs; model "
+                    "states only; GB = 10^9 bytes\n\n",
+      "  ZeRO  per CPU (node)  per GPU     options\n");
   for (const plan::OffloadEstimate& r : rows) {
     std::cout << str("  ", plan::pad_right(std::to_string(r.zero_stage), 6),
                      plan::pad_right(plan::format_fixed(r.cpu_bytes / gib, 2) + unit, 16),

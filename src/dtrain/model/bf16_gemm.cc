@@ -196,7 +196,8 @@ Bf16Support bf16_support() {
   for (std::string line; std::getline(cpuinfo, line);) {
     if (line.rfind("model name", 0) != 0) continue;
     const size_t colon = line.find(':');
-    if (colon != std::string::npos && colon + 2 <= line.size()) s.cpu_model = line.substr(colon + 2);
+    if (colon != std::string::npos && colon + 2 <= line.size())
+      s.cpu_model = line.substr(colon + 2);
     break;
   }
   return s;
@@ -210,8 +211,9 @@ std::string bf16_slow_reason(const Bf16Support& s) {
       "use --precision fp32 here";
   const bool cpu_has = s.cpu_avx512_bf16 || s.cpu_amx_bf16;
   if (!cpu_has) {
-    return str(s.cpu_model, " has no bf16 dot-product instructions (no AVX512_BF16, no AMX-BF16): ",
-               emulated, ", or bf16 on a CPU that has them (Intel Cooper Lake or Sapphire Rapids "
+    return str(s.cpu_model,
+               " has no bf16 dot-product instructions (no AVX512_BF16, no AMX-BF16): ", emulated,
+               ", or bf16 on a CPU that has them (Intel Cooper Lake or Sapphire Rapids "
                "and later, AMD Zen 4 and later)");
   }
   if (!s.onednn_built) {
@@ -220,8 +222,8 @@ std::string bf16_slow_reason(const Bf16Support& s) {
                ", or rebuild with libdnnl-dev installed");
   }
   return str(s.cpu_model, " has ", s.cpu_avx512_bf16 ? "AVX512_BF16" : "AMX-BF16",
-             " but oneDNN reports only ", s.onednn_isa,
-             " (is ONEDNN_MAX_CPU_ISA set?): ", emulated, ", or unset ONEDNN_MAX_CPU_ISA");
+             " but oneDNN reports only ", s.onednn_isa, " (is ONEDNN_MAX_CPU_ISA set?): ", emulated,
+             ", or unset ONEDNN_MAX_CPU_ISA");
 }
 
 void bgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,

@@ -18,15 +18,22 @@ std::string format_fixed(double v, int decimals) {
 namespace {
 
 // The text of a value that is not a finite number, so no branch below has to scale it.
-std::string non_finite(double v) { return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"; }
+std::string non_finite(double v) {
+  return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+}
 
 // `value` in `units[0]`, moved up a unit (x1000) while it would print 1000 or more: the
 // rounding is done before the comparison, so 999.96 GB prints "1.00 TB", not "1000.0 GB".
 // Empty past the last unit: the caller chooses the fallback.
 std::string scaled(double value, const char* const* units, size_t unit_count) {
   for (size_t u = 0; u < unit_count; ++u, value *= 1e-3) {
-    const double a = std::fabs(value);
-    const std::string digits = format_fixed(value, a >= 100 ? 1 : a >= 1 || a == 0 ? 2 : 3);
+    // Decimals by the magnitude after rounding (0.99996 TB prints "1.00 TB", not "1.000 TB").
+    std::string digits = format_fixed(value, 2);  // zero, and 1 <= |value| < 100
+    if (value != 0 && std::fabs(std::stod(format_fixed(value, 3))) < 1) {
+      digits = format_fixed(value, 3);
+    } else if (std::fabs(std::stod(digits)) >= 100) {
+      digits = format_fixed(value, 1);
+    }
     if (std::fabs(std::stod(digits)) < 1000) return digits + " " + units[u];
   }
   return "";

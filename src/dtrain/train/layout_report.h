@@ -53,6 +53,10 @@ struct RankRow {
   // ZeRO-3: the peak of the gathered weights and bucket gradients above the shards, beside
   // plan::zero3_gathered_bytes (a block with one prefetched, and the embeddings).
   int64_t gathered_peak_bytes = 0, gathered_formula_bytes = 0;
+  // Of gathered_peak_bytes - gathered_formula_bytes: a unit's gradient the communication thread
+  // still held (reduce-scattering it) when the next unit's backward began; 0 and "" when none.
+  int64_t in_flight_grad_bytes = 0;
+  std::string in_flight_grad_unit;
   // Bytes sent per training step (mean over the steps), measured by each group's communicator,
   // and the plan/ formulas for the same: TP's blocks (f and g), vocabulary reductions, SP's
   // re-gathers and LayerNorm sums, full recompute's reruns; PP; DP; the tied embedding; the loss

@@ -281,7 +281,8 @@ TrainSetup resolve(const TrainOptions& o) {
   if (o.precision == model::Precision::bf16 &&
       model::bf16_gemm_backend() == model::Bf16GemmBackend::emulated) {
     const std::string why = model::bf16_slow_reason(model::bf16_support());
-    if (!why.empty()) t.warnings.push_back("--precision bf16 will be slower than fp32 here: " + why);
+    if (!why.empty())
+      t.warnings.push_back("--precision bf16 will be slower than fp32 here: " + why);
   }
 
   setup.data = split_train_val(std::move(data.tokens), o.val_fraction, path);
