@@ -224,6 +224,15 @@ TrainBenchReport run_train_bench(const TrainBenchOptions& o) {
   r.sgemm_size = o.sgemm_size;
   r.blas_corename = model::blas_corename();
   r.bf16_gemm = model::bf16_gemm_description();
+  {
+    const model::Bf16Support cpu = model::bf16_support();
+    r.cpu = cpu.cpu_model +
+            (cpu.cpu_avx512_bf16 || cpu.cpu_amx_bf16
+                 ? str(" (bf16 instructions:", cpu.cpu_avx512_bf16 ? " AVX512_BF16" : "",
+                       cpu.cpu_amx_bf16 ? " AMX-BF16" : "", ")")
+                 : std::string(" (no bf16 instructions: bf16 is emulated, slower "
+                               "than fp32)"));
+  }
 
   train::StepConfig config;
   config.model = preset.config;
@@ -259,6 +268,7 @@ void print_train_bench(std::ostream& out, const TrainBenchReport& r) {
   out << "  the step of bench/peers/torch_gpt_step.py: one fixed random batch, AdamW lr 3e-4,"
          " betas (0.9, 0.95), weight decay 0.1; OpenBLAS kernels "
       << r.blas_corename << "\n\n";
+  out << "  CPU: " << r.cpu << "\n";
   out << "  bf16 GEMM: " << r.bf16_gemm << "\n\n";
   out << "  threads        recompute  precision   ms/step  tokens/s   fwd ms   bwd ms   opt ms  "
          "activations"
@@ -338,6 +348,7 @@ nlohmann::json train_bench_to_json(const TrainBenchReport& r) {
   j["tokens_per_step"] = r.batch * r.seq;
   j["blas_corename"] = r.blas_corename;
   j["bf16_gemm"] = r.bf16_gemm;
+  j["cpu"] = r.cpu;
   j["sgemm_size"] = r.sgemm_size;
   nlohmann::json rows = nlohmann::json::array();
   for (const TrainBenchRow& row : r.rows) {

@@ -74,6 +74,7 @@ struct TrainBenchReport {
   int64_t sgemm_size = 0;
   std::string blas_corename;
   std::string bf16_gemm;  // bf16_gemm_description()
+  std::string cpu;        // the CPU's model name and its bf16 instructions: the figures' machine
   std::vector<TrainBenchRow> rows;
   std::vector<TrainPeerRow> peer;  // with --peer: each precision at each --threads count
   std::string peer_error;          // what went wrong when the peer gave no line

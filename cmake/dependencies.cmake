@@ -11,14 +11,19 @@ if(DTRAIN_TESTS)
   find_package(GTest REQUIRED)                                  # libgtest-dev
 endif()
 
+# dtrain calls MPI's C API from C++ code, so it asks for MPI's CXX component: the component of the
+# language that includes mpi.h. The C component would need C enabled in every project that
+# links dtrain (FindMPI compiles a C test program for it), which a C++ consumer has no reason
+# to do. MPI_CXX_SKIP_MPICXX keeps the deprecated MPI-2 C++ bindings out.
 set(DTRAIN_HAVE_MPI 0)
 if(NOT DTRAIN_WITH_MPI STREQUAL "OFF")
+  set(MPI_CXX_SKIP_MPICXX ON CACHE BOOL "Leave out the MPI-2 C++ bindings (dtrain uses the C API)")
   if(DTRAIN_WITH_MPI STREQUAL "ON")
-    find_package(MPI REQUIRED COMPONENTS C)                     # libopenmpi-dev
+    find_package(MPI REQUIRED COMPONENTS CXX)                   # libopenmpi-dev
   else()
-    find_package(MPI QUIET COMPONENTS C)
+    find_package(MPI QUIET COMPONENTS CXX)
   endif()
-  if(MPI_C_FOUND)
+  if(MPI_CXX_FOUND)
     set(DTRAIN_HAVE_MPI 1)
   endif()
 endif()

@@ -20,7 +20,7 @@ namespace dtrain::cli {
 namespace {
 
 struct BusbwFlags {
-  std::string op = "all_reduce", size, cluster;
+  std::string op = "all_reduce", size, cluster, nccl_algo = "ring";
   int ranks = 0;
   double time_us = 0;
   bool json = false;
@@ -64,15 +64,31 @@ void run_busbw(const BusbwFlags& f, CLI::App* cmd) {
   DTRAIN_CHECK(timed || linked,
                "give --time-us (a measured time: algbw and busbw) or --cluster (the ideal time "
                "on its links), or both");
-  const double factor = plan::bus_bandwidth_factor(*op, f.ranks);
-  nlohmann::json j = {
-      {"op", plan::name(*op)}, {"bytes", bytes}, {"ranks", f.ranks}, {"bus_factor", factor}};
-  std::string text = str("dtrain busbw: ", plan::name(*op), " of S = ", format_bytes(bytes), " on ",
-                         f.ranks, " ranks; busbw = algbw x ", plan::format_fixed(factor, 4),
-                         " (nccl-tests' PERFORMANCE.md)\n");
+  const auto algo = plan::parse_nccl_algo(f.nccl_algo);
+  DTRAIN_CHECK(algo.has_value(), "--nccl-algo must be one of ", plan::kNcclAlgoNames, "; got '",
+               f.nccl_algo, "'");
+  const bool in_network = *op == plan::NcclTestOp::all_reduce &&
+                          (*algo == plan::NcclAlgo::nvls || *algo == plan::NcclAlgo::nvls_tree);
+  DTRAIN_CHECK(!in_network || !linked, "--nccl-algo ", plan::name(*algo),
+               " with --cluster: the ideal time is a ring's, and NVLS reduces inside the switch; "
+               "price a measured time (--time-us) alone");
+  const double factor = plan::bus_bandwidth_factor(*op, f.ranks, *algo);
+  nlohmann::json j = {{"op", plan::name(*op)},
+                      {"bytes", bytes},
+                      {"ranks", f.ranks},
+                      {"bus_factor", factor},
+                      {"nccl_algo", plan::name(*algo)}};
+  std::string text = str(
+      "dtrain busbw: ", plan::name(*op), " of S = ", format_bytes(bytes), " on ", f.ranks,
+      " ranks; busbw = algbw x ", plan::format_fixed(factor, 4),
+      in_network ? str(" = (n-1)/(n+1), the in-network-reduction factor nccl-tests' pull request "
+                       "#239 applies when NCCL_ALGO is NVLS or NVLSTREE (nccl-tests' master keeps "
+                       "2(n-1)/n = ",
+                       plan::format_fixed(plan::bus_bandwidth_factor(*op, f.ranks), 4), ")\n")
+                 : std::string(" (nccl-tests' PERFORMANCE.md)\n"));
   if (timed) {
     const plan::CollectiveBandwidth b =
-        plan::measured_bandwidth(*op, bytes, f.ranks, f.time_us * 1e-6);
+        plan::measured_bandwidth(*op, bytes, f.ranks, f.time_us * 1e-6, *algo);
     j["measured"] = {{"seconds", f.time_us * 1e-6}, {"algbw", b.algbw}, {"busbw", b.busbw}};
     text += str("  measured  ", plan::format_seconds(f.time_us * 1e-6), ": algbw ",
                 plan::format_rate(b.algbw), ", busbw ", plan::format_rate(b.busbw), "\n");
@@ -135,6 +151,13 @@ void add_busbw(CLI::App& app) {
   cmd->add_option("--cluster", f->cluster,
                   "NODESxGPUSxTYPE or a cluster .json file: the ideal time on its links "
                   "(NVLink when the ranks fit one node)");
+  cmd->add_option("--nccl-algo", f->nccl_algo,
+                  std::string("The algorithm NCCL ran (NCCL_ALGO's names: ") +
+                      std::string(plan::kNcclAlgoNames) +
+                      "). nvls and nvlstree (in-network reduction) make the all_reduce factor "
+                      "(n-1)/(n+1), as nccl-tests' pull request #239 does (not in its master, "
+                      "which keeps 2(n-1)/n); the other algorithms change no factor")
+      ->capture_default_str();
   cmd->add_flag("--json", f->json, "Print the same figures as JSON");
   cmd->callback([f, cmd] { run_busbw(*f, cmd); });
 }

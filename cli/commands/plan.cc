@@ -364,14 +364,18 @@ void print_offload(const PlanFlags& f, CLI::App* app, const plan::Cluster& c) {
                                             : plan::largest_module_params(m);
     what = m.name;
   }
-  DTRAIN_CHECK(f.offload_convention == "deepspeed" || f.offload_convention == "zero-offload",
-               "--offload-convention must be deepspeed or zero-offload, got '",
-               f.offload_convention, "'");
-  const bool deepspeed = f.offload_convention == "deepspeed";
+  const bool zero2_code = f.offload_convention == "deepspeed-zero2-code";
+  DTRAIN_CHECK(
+      f.offload_convention == "deepspeed" || f.offload_convention == "zero-offload" || zero2_code,
+      "--offload-convention must be deepspeed, deepspeed-zero2-code or zero-offload, "
+      "got '",
+      f.offload_convention, "'");
+  const bool deepspeed = f.offload_convention != "zero-offload";
   const std::vector<plan::OffloadEstimate> rows =
-      deepspeed ? plan::deepspeed_offload_estimates(params, largest, c.gpus_per_node, c.nodes)
-                : std::vector<plan::OffloadEstimate>{
-                      plan::zero_offload_paper_estimate(params, c.gpus_per_node, c.nodes)};
+      zero2_code  ? plan::deepspeed_zero2_code_estimates(params, c.gpus_per_node, c.nodes)
+      : deepspeed ? plan::deepspeed_offload_estimates(params, largest, c.gpus_per_node, c.nodes)
+                  : std::vector<plan::OffloadEstimate>{
+                        plan::zero_offload_paper_estimate(params, c.gpus_per_node, c.nodes)};
   // DeepSpeed's estimators print GiB (as "GB"); the ZeRO-Offload paper's GB are 10^9 bytes.
   const double gib = deepspeed ? 1024.0 * 1024 * 1024 : 1e9;
   const char* unit = deepspeed ? " GiB" : " GB";
@@ -394,19 +398,26 @@ void print_offload(const PlanFlags& f, CLI::App* app, const plan::Cluster& c) {
               << "\n";
     return;
   }
-  std::cout << str("offload estimates for ", what, ": ", plan::format_params(params),
-                   " parameters, largest layer ", plan::format_params(largest), ", on ", c.nodes,
-                   " node(s) x ", c.gpus_per_node, " GPUs\n",
-                   deepspeed
-                       ? "  convention: DeepSpeed's estimate_zero2/3_model_states_mem_needs (model "
-                         "states only; CPU bytes per parameter as its code has them, 18, 16 or 4 "
-                         "x GPUs, times additional_buffer_factor 1.5); GiB = 2^30 bytes "
-                         "(DeepSpeed prints them as GB)\n\n"
-                       : "  convention: ZeRO-Offload (Ren et al. 2021): of mixed-precision Adam's "
-                         "16 bytes per parameter, 2 (fp16 weights) per GPU and 14 (fp16 "
-                         "gradients, fp32 weights, two moments) on CPU split over the GPUs; model "
-                         "states only; GB = 10^9 bytes\n\n",
-                   "  ZeRO  per CPU (node)  per GPU     options\n");
+  std::cout << str(
+      "offload estimates for ", what, ": ", plan::format_params(params),
+      " parameters, largest layer ", plan::format_params(largest), ", on ", c.nodes, " node(s) x ",
+      c.gpus_per_node, " GPUs\n",
+      zero2_code  ? "  convention: DeepSpeed's ZeRO-2 estimator as its current code computes "
+                    "it (deepspeed/runtime/zero/stage_1_and_2.py, "
+                    "estimate_zero2_model_states_mem_needs: `gpu_mem = 2 * total_params + "
+                    "int(18 * total_params / total_gpus)` without offload), beside the form "
+                    "its docs give (memory.rst: `4 * params + 16 * params / (total number of "
+                    "gpus)`); CPU x additional_buffer_factor 1.5; GiB = 2^30 bytes (DeepSpeed "
+                    "prints them as GB)\n\n"
+      : deepspeed ? "  convention: DeepSpeed's estimate_zero2/3_model_states_mem_needs (model "
+                    "states only; CPU bytes per parameter as its code has them, 18, 16 or 4 "
+                    "x GPUs, times additional_buffer_factor 1.5); GiB = 2^30 bytes "
+                    "(DeepSpeed prints them as GB)\n\n"
+                  : "  convention: ZeRO-Offload (Ren et al. 2021): of mixed-precision Adam's "
+                    "16 bytes per parameter, 2 (fp16 weights) per GPU and 14 (fp16 "
+                    "gradients, fp32 weights, two moments) on CPU split over the GPUs; model "
+                    "states only; GB = 10^9 bytes\n\n",
+      "  ZeRO  per CPU (node)  per GPU     options\n");
   for (const plan::OffloadEstimate& r : rows) {
     std::cout << str("  ", plan::pad_right(std::to_string(r.zero_stage), 6),
                      plan::pad_right(plan::format_fixed(r.cpu_bytes / gib, 2) + unit, 16),
@@ -630,8 +641,11 @@ void add_plan(CLI::App& parent) {
                 "optimizer offload) per node and per GPU, in DeepSpeed's estimator convention")
       ->group("Output");
   app->add_option("--offload-convention", f.offload_convention,
-                  "With --offload: deepspeed (its estimators' rows, GiB) or zero-offload (Ren et "
-                  "al. 2021's split: 2 bytes per parameter on GPU, 14 on CPU, GB)")
+                  "With --offload: deepspeed (its estimators' rows, GiB; ZeRO-2 without offload "
+                  "as its docs write it), deepspeed-zero2-code (ZeRO-2's rows as DeepSpeed's "
+                  "current code computes them, 2 Psi + int(18 Psi / GPUs) without offload, beside "
+                  "the docs' 4 Psi + 16 Psi / GPUs) or zero-offload (Ren et al. 2021's split: 2 "
+                  "bytes per parameter on GPU, 14 on CPU, GB)")
       ->group("Output");
   app->add_option("--largest-layer", f.largest_layer,
                   "Parameters of the largest layer, for --offload (default: the shape's largest "

@@ -46,7 +46,7 @@ expect_error "--largest-model with a model searches its width: --params does not
   plan --model llama2-70b "${c[@]}" --largest-model --params 7e9
 expect_error "--offload-convention applies to --offload's table: add --offload" \
   plan --model llama2-70b "${c[@]}" --offload-convention zero-offload
-expect_error "--offload-convention must be deepspeed or zero-offload, got 'paper'" \
+expect_error "--offload-convention must be deepspeed, deepspeed-zero2-code or zero-offload, got 'paper'" \
   plan --model llama2-70b "${c[@]}" --offload --offload-convention paper
 expect_error "--selective-flops must be eq8 or rerun, got 'eq7'" \
   plan --model llama2-70b "${c[@]}" --recompute selective --selective-flops eq7

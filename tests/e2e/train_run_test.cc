@@ -255,5 +255,58 @@ TEST(TrainRun, PipelineReportsTheBubbleAndEveryLayoutWritesATraceAndTimeline) {
   std::filesystem::remove_all(dir);
 }
 
+// The summary's measured-beside-planned memory lines, on a grid of layouts: every rank's
+// activation peak equals the plan/ figure exactly (TP included: the MLP gradients in the
+// workspace are the rank's 4C/tp columns), and every ZeRO-3 rank's working set equals the plan
+// plus the one difference the report names, a unit's gradient still held by the communication
+// thread (0, or exactly that unit's fp32 gradient bytes).
+TEST(TrainRun, MeasuredMemoryEqualsThePlanPlusTheNamedDifference) {
+  struct Grid {
+    int dp, tp, pp, zero;
+    bool sp = false;
+    Recompute recompute = Recompute::none;
+    model::Precision precision = model::Precision::fp32;
+  };
+  const std::vector<Grid> grid = {
+      {1, 4, 1, 0},
+      {1, 2, 1, 0, true},
+      {2, 2, 1, 0},
+      {1, 2, 2, 0},
+      {1, 4, 1, 0, false, Recompute::full},
+      {2, 1, 1, 3},
+      {2, 2, 1, 3, true, Recompute::full},
+      {2, 1, 2, 3},
+      {2, 1, 1, 3, false, Recompute::none, model::Precision::bf16},
+  };
+  for (const Grid& g : grid) {
+    TrainOptions o = options();
+    o.layers = 2;
+    o.steps = 2;
+    o.eval_every = 0;
+    o.eval_batches = 1;
+    o.layout.dp = g.dp;
+    o.layout.tp = g.tp;
+    o.layout.pp = g.pp;
+    o.layout.microbatches = g.pp;
+    o.layout.zero_stage = g.zero;
+    o.layout.sequence_parallel = g.sp;
+    o.recompute = g.recompute;
+    o.precision = g.precision;
+    const std::string what =
+        str("dp ", g.dp, " tp ", g.tp, " pp ", g.pp, " zero ", g.zero, g.sp ? " sp" : "",
+            " recompute ", name(g.recompute), " ", model::precision_name(g.precision));
+    const TrainSummary s = run_training(o, nullptr);
+    ASSERT_TRUE(s.layout.has_value()) << what;
+    for (const RankRow& k : s.layout->ranks) {
+      EXPECT_EQ(static_cast<double>(k.activations_peak_bytes), k.planned_activations_peak_bytes)
+          << what << " rank " << k.rank;
+      if (g.zero != 3) continue;
+      EXPECT_EQ(k.gathered_peak_bytes, k.gathered_formula_bytes + k.in_flight_grad_bytes)
+          << what << " rank " << k.rank;
+      EXPECT_EQ(k.in_flight_grad_bytes > 0, !k.in_flight_grad_unit.empty()) << what;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dtrain::train

@@ -1,5 +1,6 @@
 # The installed tree, as a user gets it: `cmake --install` into a temporary prefix, then
-# examples/consumer configured and built against it with find_package(dtrain) and run, the
+# examples/consumer (a C++-only project) configured and built against it with find_package(dtrain)
+# and run, the
 # pkg-config file compiling the same program, the installed dtrain finding its corpus under
 # share/, and the Python tests against the installed module.
 # Usage: installed_tree.sh BUILD_DIR SOURCE_DIR [PYTHON]
@@ -21,6 +22,13 @@ test -f "$libdir/cmake/dtrain/dtrainConfig.cmake"
 cmake -S "$source/examples/consumer" -B "$prefix/consumer-build" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$prefix/consumer-build" >/dev/null
+# The consumer is declared `project(dtrain_consumer LANGUAGES CXX)`: dtrain's package config
+# (MPI included) must not need C, and the project must not have enabled it behind our back.
+if grep -q '^CMAKE_C_COMPILER:' "$prefix/consumer-build/CMakeCache.txt"; then
+  echo "examples/consumer enabled C: find_package(dtrain) is not tested for a C++-only project" >&2
+  exit 1
+fi
+grep -q 'project(dtrain_consumer LANGUAGES CXX)' "$source/examples/consumer/CMakeLists.txt"
 "$prefix/consumer-build/consumer" | tee "$prefix/consumer.out"
 grep -q "all_reduce over 4 thread ranks correct" "$prefix/consumer.out"
 

@@ -158,5 +158,51 @@ TEST(Bf16Gemm, DescribesItsBackend) {
   }
 }
 
+// Why bf16 is slower than fp32, for each way the bf16 kernels can be missing; nothing when
+// oneDNN's bf16 kernels run. A pure function of what was detected, so every case is tested here
+// whatever CPU runs the test.
+TEST(Bf16Gemm, SaysWhyBf16IsSlowerOnEveryCpu) {
+  Bf16Support none{.cpu_avx512_bf16 = false,
+                   .cpu_amx_bf16 = false,
+                   .onednn_built = true,
+                   .onednn_bf16 = false,
+                   .onednn_isa = "avx2",
+                   .cpu_model = "Intel Xeon E5-2690 v4"};
+  const std::string no_instructions = bf16_slow_reason(none);
+  EXPECT_NE(no_instructions.find("Intel Xeon E5-2690 v4 has no bf16 dot-product instructions"),
+            std::string::npos)
+      << no_instructions;
+  EXPECT_NE(no_instructions.find("emulated"), std::string::npos);
+  EXPECT_NE(no_instructions.find("conversions"), std::string::npos);
+
+  Bf16Support lowered = none;
+  lowered.cpu_avx512_bf16 = true;
+  lowered.onednn_isa = "avx512_core";
+  const std::string by_env = bf16_slow_reason(lowered);
+  EXPECT_NE(by_env.find("has AVX512_BF16 but oneDNN reports only avx512_core"), std::string::npos)
+      << by_env;
+  EXPECT_NE(by_env.find("ONEDNN_MAX_CPU_ISA"), std::string::npos);
+
+  Bf16Support amx_without_onednn = none;
+  amx_without_onednn.cpu_amx_bf16 = true;
+  amx_without_onednn.onednn_built = false;
+  EXPECT_NE(bf16_slow_reason(amx_without_onednn)
+                .find("has AMX-BF16 but this dtrain was built "
+                      "without oneDNN"),
+            std::string::npos);
+
+  Bf16Support fast = lowered;
+  fast.onednn_bf16 = true;
+  EXPECT_EQ(bf16_slow_reason(fast), "");
+  // This machine: where oneDNN reports a bf16 ISA, cpuid shows the instructions too.
+  const Bf16Support here = bf16_support();
+  EXPECT_FALSE(here.cpu_model.empty());
+  EXPECT_EQ(here.onednn_bf16, onednn_bf16_available());
+  if (onednn_bf16_available()) {
+    EXPECT_TRUE(here.cpu_avx512_bf16 || here.cpu_amx_bf16);
+    EXPECT_EQ(bf16_slow_reason(here), "");
+  }
+}
+
 }  // namespace
 }  // namespace dtrain::model

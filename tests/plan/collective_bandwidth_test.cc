@@ -47,5 +47,35 @@ TEST(CollectiveBandwidth, IdealRingRunsAtTheLinkBandwidth) {
   EXPECT_THROW(measured_bandwidth(NcclTestOp::all_reduce, 1e9, 8, 0), Error);
 }
 
+// nccl-tests' pull request #239 (in-network reduction): under NCCL_ALGO=NVLS or NVLSTREE the
+// all-reduce's bus factor is (n-1)/(n+1) instead of 2(n-1)/n. By hand: 8 ranks give 7/9 =
+// 0.7778 (against 14/8 = 1.75); 2 ranks 1/3; 1 rank 0. The same 1 GiB in 6 ms: algbw 178.957
+// GB/s, busbw 178.957 x 7/9 = 139.189 GB/s. Only all_reduce changes, and only under NVLS.
+TEST(CollectiveBandwidth, NvlsAllReduceFactorOfNcclTestsPullRequest239) {
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(NcclTestOp::all_reduce, 8, NcclAlgo::nvls), 7.0 / 9);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(NcclTestOp::all_reduce, 8, NcclAlgo::nvls_tree), 7.0 / 9);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(NcclTestOp::all_reduce, 2, NcclAlgo::nvls), 1.0 / 3);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(NcclTestOp::all_reduce, 1, NcclAlgo::nvls), 0.0);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(NcclTestOp::all_reduce, 8, NcclAlgo::ring), 1.75);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(NcclTestOp::all_reduce, 8, NcclAlgo::tree), 1.75);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(NcclTestOp::all_gather, 8, NcclAlgo::nvls), 7.0 / 8);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(NcclTestOp::reduce_scatter, 8, NcclAlgo::nvls_tree),
+                   7.0 / 8);
+  const CollectiveBandwidth b =
+      measured_bandwidth(NcclTestOp::all_reduce, 1 << 30, 8, 0.006, NcclAlgo::nvls);
+  EXPECT_NEAR(b.algbw, 178.956970e9, 1e3);
+  EXPECT_NEAR(b.busbw, 139.188754e9, 1e3);
+  // NCCL_ALGO's spellings, any case, with or without separators.
+  EXPECT_EQ(parse_nccl_algo("NVLS"), NcclAlgo::nvls);
+  EXPECT_EQ(parse_nccl_algo("NVLSTree"), NcclAlgo::nvls_tree);
+  EXPECT_EQ(parse_nccl_algo("nvls_tree"), NcclAlgo::nvls_tree);
+  EXPECT_EQ(parse_nccl_algo("CollNetDirect"), NcclAlgo::collnet_direct);
+  EXPECT_FALSE(parse_nccl_algo("nvlink").has_value());
+  for (NcclAlgo a : {NcclAlgo::ring, NcclAlgo::tree, NcclAlgo::collnet_direct,
+                     NcclAlgo::collnet_chain, NcclAlgo::nvls, NcclAlgo::nvls_tree, NcclAlgo::pat}) {
+    EXPECT_EQ(parse_nccl_algo(name(a)), a);
+  }
+}
+
 }  // namespace
 }  // namespace dtrain::plan

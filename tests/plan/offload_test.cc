@@ -75,5 +75,41 @@ TEST(Offload, ZeroOffloadPapersSplitOfTheSixteenBytes) {
   EXPECT_THROW(zero_offload_paper_estimate(0, 1, 1), Error);
 }
 
+// DeepSpeed's ZeRO-2 estimator as its current code computes the no-offload row (2 Psi +
+// int(18 Psi / GPUs)) beside its docs' form (4 Psi + 16 Psi / GPUs), derived by hand.
+// The docs' own example, t5-3b's 2851M parameters on 1 node x 8 GPUs, prints 15.93 GB (GiB)
+// per GPU without offload: 4 x 2851e6 + 16 x 2851e6 / 8 = 11,404,000,000 + 5,702,000,000 =
+// 17,106,000,000 B = 15.93 GiB. The code gives 2 x 2851e6 + int(18 x 2851e6 / 8) =
+// 5,702,000,000 + 6,414,750,000 = 12,116,750,000 B = 11.28 GiB. Both print 127.45 GB per
+// CPU (2851e6 x 4 x 8 x 1.5 B) and the offload row's 5.31 GB per GPU (2 x 2851e6 B).
+TEST(Offload, DeepSpeedsZero2CodeBesideItsDocs) {
+  const std::vector<OffloadEstimate> rows = deepspeed_zero2_code_estimates(2'851'000'000, 8, 1);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_TRUE(rows[0].offload_optimizer);
+  EXPECT_DOUBLE_EQ(rows[0].gpu_bytes, 5'702'000'000);
+  EXPECT_DOUBLE_EQ(gib(rows[0].gpu_bytes), 5.31);
+  EXPECT_DOUBLE_EQ(rows[0].cpu_bytes, 2851e6 * 32 * 1.5);  // max(4 x 8 GPUs, 16) = 32, x 1.5
+  EXPECT_FALSE(rows[1].offload_optimizer);
+  EXPECT_EQ(rows[1].options, "offload_optimizer=none, code: 2 Psi + int(18 Psi / GPUs)");
+  EXPECT_DOUBLE_EQ(rows[1].gpu_bytes, 12'116'750'000);
+  EXPECT_DOUBLE_EQ(gib(rows[1].gpu_bytes), 11.28);
+  EXPECT_EQ(rows[2].options, "offload_optimizer=none, docs: 4 Psi + 16 Psi / GPUs");
+  EXPECT_DOUBLE_EQ(rows[2].gpu_bytes, 17'106'000'000);
+  EXPECT_DOUBLE_EQ(gib(rows[2].gpu_bytes), 15.93);
+  for (const OffloadEstimate& r : rows) EXPECT_DOUBLE_EQ(gib(r.cpu_bytes), 127.45);
+  // The docs' form is the default convention's ZeRO-2 row.
+  EXPECT_DOUBLE_EQ(rows[2].gpu_bytes,
+                   deepspeed_offload_estimates(2'851'000'000, 1000, 8, 1)[1].gpu_bytes);
+  // int() truncates: Psi = 1001 on 8 GPUs, 18 x 1001 / 8 = 2252.25 -> 2252; 2002 + 2252 = 4254
+  // (the docs: 4004 + 2002 = 6006). On 2 nodes x 8 the CPU row stays per node (4 x 8 x Psi).
+  const std::vector<OffloadEstimate> small = deepspeed_zero2_code_estimates(1001, 8, 1);
+  EXPECT_DOUBLE_EQ(small[1].gpu_bytes, 4254);
+  EXPECT_DOUBLE_EQ(small[2].gpu_bytes, 6006);
+  const std::vector<OffloadEstimate> two = deepspeed_zero2_code_estimates(1'000'000, 8, 2);
+  EXPECT_DOUBLE_EQ(two[1].gpu_bytes, 2'000'000 + 1'125'000);  // int(18e6 / 16)
+  EXPECT_DOUBLE_EQ(two[1].cpu_bytes, 1e6 * 32 * 1.5);
+  EXPECT_THROW(deepspeed_zero2_code_estimates(0, 8, 1), Error);
+}
+
 }  // namespace
 }  // namespace dtrain::plan

@@ -6,12 +6,17 @@
 #include <cblas.h>
 
 #include <atomic>
+#include <fstream>
 #include <map>
 #include <tuple>
 #include <vector>
 
 #include "dtrain/config.h"
 #include "dtrain/core/check.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #if DTRAIN_HAVE_DNNL
 #include <omp.h>
@@ -165,6 +170,60 @@ std::string bf16_gemm_description() {
 #else
   return emulated + "; built without oneDNN";
 #endif
+}
+
+Bf16Support bf16_support() {
+  Bf16Support s;
+#if defined(__x86_64__) || defined(__i386__)
+  // Intel SDM, CPUID leaf 7: sub-leaf 1 EAX bit 5 is AVX512_BF16 (VDPBF16PS), sub-leaf 0 EDX
+  // bit 22 is AMX-BF16 (TDPBF16PS). Whether the OS enabled the registers is oneDNN's check.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0) {
+    s.cpu_amx_bf16 = (edx >> 22) & 1U;
+    const unsigned max_subleaf = eax;
+    if (max_subleaf >= 1 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0) {
+      s.cpu_avx512_bf16 = (eax >> 5) & 1U;
+    }
+  }
+#endif
+#if DTRAIN_HAVE_DNNL
+  s.onednn_built = true;
+  s.onednn_bf16 = onednn_bf16_available();
+  s.onednn_isa = isa_name(dnnl::get_effective_cpu_isa());
+#endif
+  s.cpu_model = "this CPU";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon != std::string::npos && colon + 2 <= line.size())
+      s.cpu_model = line.substr(colon + 2);
+    break;
+  }
+  return s;
+}
+
+std::string bf16_slow_reason(const Bf16Support& s) {
+  if (s.onednn_built && s.onednn_bf16) return "";
+  const std::string emulated =
+      "every matrix product is emulated (its bf16 operands widened to fp32 for sgemm) and the "
+      "conversions to and from bf16 come on top, so a bf16 step is slower than an fp32 one; "
+      "use --precision fp32 here";
+  const bool cpu_has = s.cpu_avx512_bf16 || s.cpu_amx_bf16;
+  if (!cpu_has) {
+    return str(s.cpu_model,
+               " has no bf16 dot-product instructions (no AVX512_BF16, no AMX-BF16): ", emulated,
+               ", or bf16 on a CPU that has them (Intel Cooper Lake or Sapphire Rapids "
+               "and later, AMD Zen 4 and later)");
+  }
+  if (!s.onednn_built) {
+    return str(s.cpu_model, " has ", s.cpu_avx512_bf16 ? "AVX512_BF16" : "AMX-BF16",
+               " but this dtrain was built without oneDNN: ", emulated,
+               ", or rebuild with libdnnl-dev installed");
+  }
+  return str(s.cpu_model, " has ", s.cpu_avx512_bf16 ? "AVX512_BF16" : "AMX-BF16",
+             " but oneDNN reports only ", s.onednn_isa, " (is ONEDNN_MAX_CPU_ISA set?): ", emulated,
+             ", or unset ONEDNN_MAX_CPU_ISA");
 }
 
 void bgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,

@@ -2,7 +2,9 @@
 // The shapes of the algorithms are described in comm/collectives.cc and docs/algorithms.md.
 #include "dtrain/plan/collective_cost.h"
 
+#include <cctype>
 #include <cmath>
+#include <string>
 
 #include "dtrain/core/check.h"
 
@@ -233,12 +235,53 @@ double bus_bandwidth_factor(NcclTestOp op, int world) {
   return 1;
 }
 
-CollectiveBandwidth measured_bandwidth(NcclTestOp op, double bytes, int world, double seconds) {
+std::optional<NcclAlgo> parse_nccl_algo(std::string_view text) {
+  std::string key;
+  for (char c : text) {
+    if (c != '_' && c != '-') key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  for (NcclAlgo a : {NcclAlgo::ring, NcclAlgo::tree, NcclAlgo::collnet_direct,
+                     NcclAlgo::collnet_chain, NcclAlgo::nvls, NcclAlgo::nvls_tree, NcclAlgo::pat}) {
+    if (name(a) == key) return a;
+  }
+  return std::nullopt;
+}
+
+std::string_view name(NcclAlgo algo) {
+  switch (algo) {
+    case NcclAlgo::ring:
+      return "ring";
+    case NcclAlgo::tree:
+      return "tree";
+    case NcclAlgo::collnet_direct:
+      return "collnetdirect";
+    case NcclAlgo::collnet_chain:
+      return "collnetchain";
+    case NcclAlgo::nvls:
+      return "nvls";
+    case NcclAlgo::nvls_tree:
+      return "nvlstree";
+    case NcclAlgo::pat:
+      return "pat";
+  }
+  return "?";
+}
+
+double bus_bandwidth_factor(NcclTestOp op, int world, NcclAlgo algo) {
+  const bool in_network = algo == NcclAlgo::nvls || algo == NcclAlgo::nvls_tree;
+  if (op != NcclTestOp::all_reduce || !in_network) return bus_bandwidth_factor(op, world);
+  DTRAIN_CHECK(world >= 1, "--ranks must be >= 1, got ", world);
+  const double n = world;
+  return (n - 1) / (n + 1);
+}
+
+CollectiveBandwidth measured_bandwidth(NcclTestOp op, double bytes, int world, double seconds,
+                                       NcclAlgo algo) {
   DTRAIN_CHECK(std::isfinite(bytes) && bytes > 0, "--size must be positive, got ", bytes);
   DTRAIN_CHECK(std::isfinite(seconds) && seconds > 0, "--time must be positive, got ", seconds);
   CollectiveBandwidth b;
   b.algbw = bytes / seconds;
-  b.busbw = b.algbw * bus_bandwidth_factor(op, world);
+  b.busbw = b.algbw * bus_bandwidth_factor(op, world, algo);
   return b;
 }
 

@@ -61,12 +61,32 @@ inline constexpr std::string_view kNcclTestOpNames =
 // broadcast and reduce, so busbw reads against the link's bandwidth whatever the rank count.
 double bus_bandwidth_factor(NcclTestOp op, int world);
 
+// NCCL's algorithms, as NCCL_ALGO names them (case-insensitive, as NCCL reads it).
+enum class NcclAlgo { ring, tree, collnet_direct, collnet_chain, nvls, nvls_tree, pat };
+std::optional<NcclAlgo> parse_nccl_algo(std::string_view name);  // "NVLSTree", "nvls_tree", ...
+std::string_view name(NcclAlgo algo);
+inline constexpr std::string_view kNcclAlgoNames =
+    "ring, tree, collnetdirect, collnetchain, nvls, nvlstree, pat";
+
+// The bus factor of `op` when NCCL ran `algo`. nccl-tests' master uses 2(n-1)/n for every
+// all-reduce whatever the algorithm (src/all_reduce.cu, AllReduceGetBw). Its pull request #239
+// ("fix: nvls all reduce correction factor", commit 4ec7c79, July 2024; not merged) makes the
+// all-reduce factor (n-1)/(n+1) when NCCL_ALGO is exactly "NVLS" or "NVLSTREE":
+//     if (nccl_algo != nullptr && (strcmp(nccl_algo, "NVLS") == 0 ||
+//                                  strcmp(nccl_algo, "NVLSTREE") == 0)) {
+//       factor = ((double)(nranks - 1)) / ((double)(nranks + 1));
+// and adds "AllReduce (In-Network Reduction): (n-1)/(n+1)" to doc/PERFORMANCE.md. That factor
+// is what this returns for all_reduce under nvls and nvls_tree; every other op and algorithm
+// keeps bus_bandwidth_factor(op, world).
+double bus_bandwidth_factor(NcclTestOp op, int world, NcclAlgo algo);
+
 struct CollectiveBandwidth {
   double algbw = 0;  // bytes/s: S / t
   double busbw = 0;  // bytes/s: algbw x factor
 };
 // From a measured time: `bytes` is S as nccl-tests defines it (collective_traffic above).
-CollectiveBandwidth measured_bandwidth(NcclTestOp op, double bytes, int world, double seconds);
+CollectiveBandwidth measured_bandwidth(NcclTestOp op, double bytes, int world, double seconds,
+                                       NcclAlgo algo = NcclAlgo::ring);
 
 // The ideal time of `op` on a ring whose every link carries `link_bytes_per_s` per direction
 // with `latency_s` per step: busbw equals the link's bandwidth, so t = S x factor / bandwidth,

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
+#include <string>
 
 namespace dtrain::plan {
 
@@ -13,16 +15,46 @@ std::string format_fixed(double v, int decimals) {
   return out;
 }
 
+namespace {
+
+// The text of a value that is not a finite number, so no branch below has to scale it.
+std::string non_finite(double v) {
+  return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+}
+
+// `value` in `units[0]`, moved up a unit (x1000) while it would print 1000 or more: the
+// rounding is done before the comparison, so 999.96 GB prints "1.00 TB", not "1000.0 GB".
+// Empty past the last unit: the caller chooses the fallback.
+std::string scaled(double value, const char* const* units, size_t unit_count) {
+  for (size_t u = 0; u < unit_count; ++u, value *= 1e-3) {
+    // Decimals by the magnitude after rounding (0.99996 TB prints "1.00 TB", not "1.000 TB").
+    std::string digits = format_fixed(value, 2);  // zero, and 1 <= |value| < 100
+    if (value != 0 && std::fabs(std::stod(format_fixed(value, 3))) < 1) {
+      digits = format_fixed(value, 3);
+    } else if (std::fabs(std::stod(digits)) >= 100) {
+      digits = format_fixed(value, 1);
+    }
+    if (std::fabs(std::stod(digits)) < 1000) return digits + " " + units[u];
+  }
+  return "";
+}
+
+}  // namespace
+
 std::string format_gb(double bytes) {
-  const double gb = bytes * 1e-9;
-  const double a = std::fabs(gb);
-  if (a >= 1000) return format_fixed(gb * 1e-3, 2) + " TB";
-  return format_fixed(gb, a >= 100 ? 1 : a >= 1 || a == 0 ? 2 : 3) + " GB";
+  if (!std::isfinite(bytes)) return non_finite(bytes) + " GB";
+  // SI prefixes up to yotta (10^24); a figure past 1000 YB is no size anyone plans, and
+  // scientific notation in bytes keeps it short and unambiguous ("1.00e+30 B").
+  static const char* const kUnits[] = {"GB", "TB", "PB", "EB", "ZB", "YB"};
+  const std::string s = scaled(bytes * 1e-9, kUnits, std::size(kUnits));
+  return s.empty() ? format_sci(bytes) + " B" : s;
 }
 
 std::string format_seconds(double seconds) {
   const double a = std::fabs(seconds);
+  if (!std::isfinite(seconds)) return non_finite(seconds) + " s";
   if (a == 0) return "0 s";
+  if (a >= 1e6) return format_sci(seconds) + " s";  // past 11 days: digits, not a date
   if (a >= 1) return format_fixed(seconds, 2) + " s";
   if (a >= 1e-3) return format_fixed(seconds * 1e3, 1) + " ms";
   return format_fixed(seconds * 1e6, 1) + " us";
@@ -33,6 +65,8 @@ std::string format_percent(double fraction) {
 }
 
 std::string format_count(double n) {
+  if (!std::isfinite(n)) return non_finite(n);
+  if (std::fabs(n) >= 1e18) return format_sci(n);  // past int64: no 31-digit rows
   const std::string digits = format_fixed(std::fabs(n), 0);
   std::string out;
   for (size_t i = 0; i < digits.size(); ++i) {
@@ -43,6 +77,8 @@ std::string format_count(double n) {
 }
 
 std::string format_params(double params) {
+  if (!std::isfinite(params)) return non_finite(params);
+  if (params >= 1e15) return format_sci(params);  // no "1000000.00T"
   if (params >= 1e12) return format_fixed(params * 1e-12, 2) + "T";
   if (params >= 1e9) return format_fixed(params * 1e-9, 2) + "B";
   if (params >= 1e6) return format_fixed(params * 1e-6, 1) + "M";
@@ -50,7 +86,11 @@ std::string format_params(double params) {
 }
 
 std::string format_rate(double bytes_per_s) {
-  return format_fixed(bytes_per_s * 1e-9, bytes_per_s >= 1e10 ? 0 : 1) + " GB/s";
+  if (!std::isfinite(bytes_per_s)) return non_finite(bytes_per_s) + " GB/s";
+  // A link rate stays in GB/s, the unit of every datasheet it is compared with; one that is
+  // no hardware's (a mistyped measurement) prints in scientific notation, not as 16 digits.
+  if (std::fabs(bytes_per_s) >= 1e15) return format_sci(bytes_per_s * 1e-9) + " GB/s";
+  return format_fixed(bytes_per_s * 1e-9, std::fabs(bytes_per_s) >= 1e10 ? 0 : 1) + " GB/s";
 }
 
 std::string pad_right(std::string s, size_t width) {

@@ -2,6 +2,7 @@
 #include "dtrain/plan/offload.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "dtrain/core/check.h"
 
@@ -59,6 +60,34 @@ std::vector<OffloadEstimate> deepspeed_offload_estimates(int64_t params, int64_t
         layer_bytes + 18 * psi / gpus);
   }
   return rows;
+}
+
+std::vector<OffloadEstimate> deepspeed_zero2_code_estimates(int64_t params, int gpus_per_node,
+                                                            int nodes, double buffer_factor) {
+  DTRAIN_CHECK(params > 0, "--params must be positive, got ", params);
+  DTRAIN_CHECK(gpus_per_node >= 1 && nodes >= 1, "the cluster needs at least one GPU");
+  const double psi = static_cast<double>(params);
+  const int64_t total_gpus = static_cast<int64_t>(gpus_per_node) * nodes;
+  const double gpus = static_cast<double>(total_gpus);
+  const double cpu_no_offload = psi * 4 * gpus_per_node * buffer_factor;
+  auto row = [](bool offload, double cpu, double gpu, const char* options) {
+    OffloadEstimate e;
+    e.zero_stage = 2;
+    e.offload_optimizer = offload;
+    e.cpu_bytes = cpu;
+    e.gpu_bytes = gpu;
+    e.options = options;
+    return e;
+  };
+  // int(18 * total_params / total_gpus): Python's true division, then truncation toward zero;
+  // params up to 2^53 / 18 are exact in a double, far beyond any model.
+  const double code_gpu = 2 * psi + std::trunc(18 * psi / gpus);
+  return {row(true, psi * std::max(4 * gpus, 16.0) * buffer_factor, 2 * psi,
+              "offload_optimizer=cpu (code and docs agree: 2 Psi)"),
+          row(false, cpu_no_offload, code_gpu,
+              "offload_optimizer=none, code: 2 Psi + int(18 Psi / GPUs)"),
+          row(false, cpu_no_offload, 4 * psi + 16 * psi / gpus,
+              "offload_optimizer=none, docs: 4 Psi + 16 Psi / GPUs")};
 }
 
 OffloadEstimate zero_offload_paper_estimate(int64_t params, int gpus_per_node, int nodes) {

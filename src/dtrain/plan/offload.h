@@ -6,6 +6,8 @@
 //   ZeRO-2, optimizer on CPU:     GPU 2 Psi (fp16 weights);
 //                                 CPU max(4 x GPUs, 16) Psi x buffer
 //   ZeRO-2, nothing offloaded:    GPU 4 Psi + 16 Psi / GPUs;  CPU 4 x GPUs per node Psi x buffer
+//                                 (the form DeepSpeed's docs give and its code had until it
+//                                 changed: deepspeed_zero2_code_estimates has the current one)
 //   ZeRO-3, params and optimizer: GPU 4 largest_layer;
 //                                 CPU 18 Psi / nodes x buffer (zero_init), else
 //                                 max(4 x GPUs per node, 18 / nodes) Psi x buffer
@@ -49,6 +51,21 @@ inline constexpr double kDeepSpeedBufferFactor = 1.5;  // additional_buffer_fact
 std::vector<OffloadEstimate> deepspeed_offload_estimates(
     int64_t params, int64_t largest_layer, int gpus_per_node, int nodes,
     double buffer_factor = kDeepSpeedBufferFactor);
+
+// DeepSpeed's ZeRO-2 estimator as its current code computes it (deepspeedai/DeepSpeed
+// deepspeed/runtime/zero/stage_1_and_2.py, estimate_zero2_model_states_mem_needs, at commit
+// 02aa38c3a551), beside the form its docs give (docs/code-docs/source/memory.rst, "Memory
+// Requirements"). The no-offload row, as the code has it:
+//     # GPU's total_params multipliers: 2 = params_16bit,
+//     # 18 = 2_grads_16bit + 4_grads_32bit + 4_params_32bit + 8_optimizer_states_32bit(...)
+//     gpu_mem = 2 * total_params + int(18 * total_params / total_gpus)
+//     cpu_mem = total_params * 4 * num_gpus_per_node * additional_buffer_factor
+// and as the docs write it: `"offload_optimizer": {"device": "none"}`: 4 * params + 16 * params
+// / (total number of gpus). The offload row is the same in both (GPU 2 Psi; CPU max(4 x GPUs,
+// 16) Psi x buffer). Three rows: offload, no offload (code, int() truncation included), no
+// offload (docs). Bytes; DeepSpeed prints them in GiB as "GB".
+std::vector<OffloadEstimate> deepspeed_zero2_code_estimates(
+    int64_t params, int gpus_per_node, int nodes, double buffer_factor = kDeepSpeedBufferFactor);
 
 // ZeRO-Offload's own convention (Ren et al. 2021, §4, its data-flow graph and §4.2's multi-GPU
 // schedule): mixed-precision Adam's 16 bytes per parameter split as the paper places them. Each

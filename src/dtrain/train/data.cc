@@ -12,6 +12,7 @@
 
 #include "dtrain/core/check.h"
 #include "dtrain/core/rng.h"
+#include "dtrain/core/version.h"
 
 namespace dtrain::train {
 
@@ -47,10 +48,8 @@ std::string default_corpus_path() {
       if (dir == dir.parent_path()) break;
     }
   }
-  // 3. The source tree this binary was built from: this file is <root>/src/dtrain/train/data.cc
-  // and the corpus <root>/data/corpus.txt.
-  const fs::path root = fs::path(__FILE__).parent_path().parent_path().parent_path().parent_path();
-  return (root / "data" / "corpus.txt").string();
+  // 3. The source tree this binary was configured from: <root>/data/corpus.txt.
+  return (fs::path(std::string(source_dir())) / "data" / "corpus.txt").string();
 }
 
 std::vector<int32_t> load_byte_tokens(const std::string& path) {

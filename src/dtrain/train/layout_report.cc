@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <tuple>
 
 #include "dtrain/comm/collectives.h"
 #include "dtrain/core/bf16.h"
@@ -122,6 +123,8 @@ double planned_activations_peak(const EngineConfig& c, double inflight, double m
                                      .micro_batch = c.micro_batch(),
                                      .hidden = c.step.model.channels,
                                      .vocab = vocab,
+                                     // The MLP gradients are this rank's columns: 4C / tp.
+                                     .ffn_hidden = 4 * c.step.model.channels / c.tp,
                                      .bytes_per_element = 4,
                                      .threads = c.step.threads,
                                      .tp = c.tp};
@@ -150,28 +153,61 @@ int64_t activation_wire_bytes(const EngineConfig& c) {
                                                     : int64_t{sizeof(float)};
 }
 
-// The working set above the shards by plan::zero3_gathered_bytes: the stage's largest block and
-// the embeddings (held through a forward that runs the tied head). ZeRO-3 in fp32 gathers the
-// block with one prefetched, and one block's gradient bucket; mixed precision computes on fp32
-// working copies: the running block's weights and gradient in fp32 (at every stage), at ZeRO-3
-// the next block gathered in bf16 beside them.
+// The working set above the shards by plan::zero3_gathered_bytes, summed as the rank's memory
+// tracker sums it (the peak of the params tag plus the peak of the grads tag): the embeddings
+// (held through a forward that runs the tied head, and their gradient through the whole
+// backward) and, of the stage's other units in the order they run (the final LayerNorm, the
+// blocks), the two neighbours held at once (the running unit and the one prefetched; a stage
+// of one unit has nothing to prefetch) beside the largest unit's gradient. ZeRO-3 in fp32
+// gathers fp32 weights; mixed precision computes on fp32 working copies (the running unit's
+// weights and gradient, at every stage) with, at ZeRO-3, the next unit gathered in bf16 beside.
+// Not counted: a unit's gradient still being reduce-scattered by the communication thread when
+// the next unit's backward begins (overlap; the report names it, in_flight_grad_bytes).
 int64_t planned_working_set(const parallel::StageUnits& units, const EngineConfig& c) {
-  int64_t block = 0;
-  for (const parallel::GradUnit& u : units.units()) {
-    if (u.name.starts_with("h.")) block = std::max(block, u.count);
+  std::vector<int64_t> counts;  // the non-embedding units, in the order backward runs them
+  int64_t largest = 0;
+  for (int i = 0; i < units.size(); ++i) {
+    if (i == units.embeddings()) continue;
+    counts.push_back(units[i].count);
+    largest = std::max(largest, units[i].count);
   }
   const int64_t emb = units.embeddings() >= 0 ? units[units.embeddings()].count : 0;
   const bool mixed = c.step.precision == model::Precision::bf16;
-  if (!mixed) {
-    if (c.zero_stage < 3) return 0;
-    return plan::zero3_gathered_bytes(block, plan::kFp32Adam, 1) +
-           plan::zero3_gathered_bytes(emb, plan::kFp32Adam, 0);
+  if (!mixed && c.zero_stage < 3) return 0;
+  const plan::StateBytes running{.param = 4, .grad = 0, .optimizer = 0};  // fp32 either way
+  const plan::StateBytes prefetched{.param = mixed ? 2 : 4, .grad = 0, .optimizer = 0};
+  const plan::StateBytes gradient{.param = 0, .grad = 4, .optimizer = 0};
+  // The params tag's peak: one unit running, its neighbour prefetched (ZeRO-3 only).
+  int64_t params = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    params = std::max(params, plan::zero3_gathered_bytes(counts[i], running, 0));
+    if (c.zero_stage < 3) continue;
+    for (size_t j : {i + 1, i == 0 ? counts.size() : i - 1}) {
+      if (j >= counts.size()) continue;
+      params = std::max(params, plan::zero3_gathered_bytes(counts[i], running, 0) +
+                                    plan::zero3_gathered_bytes(counts[j], prefetched, 0));
+    }
   }
-  const plan::StateBytes working{.param = 4, .grad = 4, .optimizer = 0};
-  const plan::StateBytes prefetched{.param = 2, .grad = 0, .optimizer = 0};
-  return plan::zero3_gathered_bytes(block, working, 0) +
-         plan::zero3_gathered_bytes(emb, working, 0) +
-         (c.zero_stage == 3 ? plan::zero3_gathered_bytes(block, prefetched, 0) : 0);
+  const plan::StateBytes embeddings{.param = 4, .grad = 4, .optimizer = 0};
+  return plan::zero3_gathered_bytes(emb, embeddings, 0) + params +
+         plan::zero3_gathered_bytes(largest, gradient, 0);
+}
+
+// The part of a ZeRO-3 rank's measured working set above the plan that is one unit's gradient
+// held by the communication thread, still reduce-scattering it when the next unit's backward
+// bound a fresh buffer: 0 when none is, else that unit's bytes and name. Whether the overlap
+// happens depends on timing, so the plan does not count it; the report names it instead.
+// `grads_above_plan` is the grads tag's own excess, so a difference in the weights held is never
+// mistaken for a gradient of the same size.
+std::pair<int64_t, std::string> in_flight_gradient(const parallel::StageUnits& units,
+                                                   int64_t above_plan, int64_t grads_above_plan) {
+  if (above_plan <= 0 || grads_above_plan != above_plan) return {0, ""};
+  for (int i = 0; i < units.size(); ++i) {
+    if (i != units.embeddings() && 4 * units[i].count == above_plan) {
+      return {above_plan, units[i].name};
+    }
+  }
+  return {0, ""};
 }
 
 // This rank's measured figures per step and the plan/ formulas beside them.
@@ -216,6 +252,15 @@ RankRow measure_rank(const Engine& e) {
     r.gathered_peak_bytes = mem.peak_bytes(MemoryTag::params) - formula.params +
                             mem.peak_bytes(MemoryTag::grads) - formula.grads;
     r.gathered_formula_bytes = planned_working_set(units, c);
+    // The plan's gradient part: the embeddings' and the largest unit's, fp32 in both precisions.
+    int64_t emb = 0, largest = 0;
+    for (int i = 0; i < units.size(); ++i) {
+      (i == units.embeddings() ? emb : largest) =
+          std::max(i == units.embeddings() ? emb : largest, units[i].count);
+    }
+    const int64_t grads_above = mem.peak_bytes(MemoryTag::grads) - formula.grads;
+    std::tie(r.in_flight_grad_bytes, r.in_flight_grad_unit) = in_flight_gradient(
+        units, r.gathered_peak_bytes - r.gathered_formula_bytes, grads_above - 4 * (emb + largest));
   }
 
   // Traffic per step, measured.
@@ -632,6 +677,34 @@ double planned_rank_peak_bytes(const EngineConfig& c, int stage) {
   return peak;
 }
 
+std::vector<GroupCrossing> node_crossings(const EngineConfig& c) {
+  std::vector<GroupCrossing> out;
+  if (c.topology.single_node()) return out;
+  const parallel::DeviceMesh mesh(c.dp, c.tp, c.pp, c.rank_order);
+  for (Axis axis : {Axis::tp, Axis::dp, Axis::pp}) {
+    if (mesh.size(axis) == 1) continue;
+    for (const std::vector<int>& g : mesh.groups(axis)) {
+      const std::vector<int> nodes = c.topology.nodes_of(g);
+      if (nodes.size() > 1) out.push_back({std::string(parallel::name(axis)), g, nodes});
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> layout_warnings(const EngineConfig& c) {
+  std::vector<std::string> out;
+  for (const GroupCrossing& x : node_crossings(c)) {
+    if (x.axis != "tp") continue;
+    out.push_back(
+        str("TP group {", joined(x.ranks), "} spans nodes {", joined(x.nodes),
+            "}: its 4 all-reduces per block and micro-batch (the activations, on the critical "
+            "path of every layer) cross the inter-node link; keep TP inside a node (--rank-order "
+            "tp-dp-pp with --tp dividing --ranks-per-node)"));
+    break;
+  }
+  return out;
+}
+
 LayoutReport gather_layout_report(const Engine& engine, comm::Communicator& world,
                                   const LayoutOptions& options) {
   const RankRow mine = measure_rank(engine);
@@ -673,23 +746,9 @@ LayoutReport gather_layout_report(const Engine& engine, comm::Communicator& worl
   r.dp_overlap_share = comm_ms > 0 ? hidden_ms / comm_ms : 0;
   if (c.pp > 1) r.bubble = bubble_of(c, engine.mesh(), pieces);
   if (c.cluster) r.cluster = options.cluster_path;
-  if (options.ranks_per_node > 0 && !c.topology.single_node()) {
-    for (Axis axis : {Axis::tp, Axis::dp, Axis::pp}) {
-      if (engine.mesh().size(axis) == 1) continue;
-      for (const std::vector<int>& g : engine.mesh().groups(axis)) {
-        const std::vector<int> nodes = c.topology.nodes_of(g);
-        if (nodes.size() > 1) r.crossings.push_back({std::string(parallel::name(axis)), g, nodes});
-      }
-    }
-    for (const GroupCrossing& x : r.crossings) {
-      if (x.axis != "tp") continue;
-      r.warnings.push_back(
-          str("TP group {", joined(x.ranks), "} spans nodes {", joined(x.nodes),
-              "}: its 4 all-reduces per block and micro-batch (the activations, on the critical "
-              "path of every layer) cross the inter-node link; keep TP inside a node (--rank-order "
-              "tp-dp-pp with --tp dividing --ranks-per-node)"));
-      break;
-    }
+  if (options.ranks_per_node > 0) {
+    r.crossings = node_crossings(c);
+    r.warnings = layout_warnings(c);
   }
   if (!options.trace_path.empty() || !options.timeline_path.empty()) {
     const trace::Timeline timeline = timeline_of(r, c, pieces);

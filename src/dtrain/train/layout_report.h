@@ -53,6 +53,10 @@ struct RankRow {
   // ZeRO-3: the peak of the gathered weights and bucket gradients above the shards, beside
   // plan::zero3_gathered_bytes (a block with one prefetched, and the embeddings).
   int64_t gathered_peak_bytes = 0, gathered_formula_bytes = 0;
+  // Of gathered_peak_bytes - gathered_formula_bytes: a unit's gradient the communication thread
+  // still held (reduce-scattering it) when the next unit's backward began; 0 and "" when none.
+  int64_t in_flight_grad_bytes = 0;
+  std::string in_flight_grad_unit;
   // Bytes sent per training step (mean over the steps), measured by each group's communicator,
   // and the plan/ formulas for the same: TP's blocks (f and g), vocabulary reductions, SP's
   // re-gathers and LayerNorm sums, full recompute's reruns; PP; DP; the tied embedding; the loss
@@ -119,6 +123,12 @@ struct LayoutReport {
 // (the checker's peak in-flight micro-batches, the workspace, recompute's scratch) and ZeRO-3's
 // gathered working set. What --max-rank-memory and the memory check before a run compare.
 double planned_rank_peak_bytes(const EngineConfig& config, int stage);
+
+// The mesh groups of `config` whose ranks sit on more than one node of its topology (none on
+// one node), and the warnings the layout deserves before it runs (a TP group across nodes):
+// resolve() prints them at the start, the report carries them in its JSON.
+std::vector<GroupCrossing> node_crossings(const EngineConfig& config);
+std::vector<std::string> layout_warnings(const EngineConfig& config);
 
 // Every rank's row and last step gathered to rank 0 of `world` (a collective: every rank calls
 // it); rank 0 gets the whole report and writes --trace / --timeline, the others an empty one.

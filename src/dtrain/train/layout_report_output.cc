@@ -43,7 +43,10 @@ json row_to_json(const RankRow& k) {
             {"inflight_microbatches", k.measured_inflight},
             {"checker_inflight_microbatches", k.checker_inflight}}},
           {"zero3_gathered",
-           {{"peak_bytes", k.gathered_peak_bytes}, {"plan_bytes", k.gathered_formula_bytes}}},
+           {{"peak_bytes", k.gathered_peak_bytes},
+            {"plan_bytes", k.gathered_formula_bytes},
+            {"in_flight_grad_bytes", k.in_flight_grad_bytes},
+            {"in_flight_grad_unit", k.in_flight_grad_unit}}},
           {"bytes_per_step",
            {{"tp_block", k.tp_block},
             {"tp_vocab", k.tp_vocab},
@@ -99,6 +102,8 @@ RankRow row_from_json(const json& j) {
   k.checker_inflight = a.at("checker_inflight_microbatches");
   k.gathered_peak_bytes = j.at("zero3_gathered").at("peak_bytes");
   k.gathered_formula_bytes = j.at("zero3_gathered").at("plan_bytes");
+  k.in_flight_grad_bytes = j.at("zero3_gathered").at("in_flight_grad_bytes");
+  k.in_flight_grad_unit = j.at("zero3_gathered").at("in_flight_grad_unit");
   const json& m = j.at("bytes_per_step");
   k.tp_block = m.at("tp_block");
   k.tp_vocab = m.at("tp_vocab");
@@ -174,13 +179,35 @@ void print_layout_report(std::ostream& out, const LayoutReport& r) {
       << (activations_match ? "equal the plan/ formulas" : "differ from the plan/ formulas")
       << "; in flight: the most micro-batches held at once in the last step)\n";
   if (r.zero_stage == 3) {
-    out << "  ZeRO-3 working set above the shards (peak):";
+    // Each rank's peak beside its stage's plan; a difference is named: one unit's gradient
+    // still held by the communication thread (its reduce-scatter overlapping the next unit's
+    // backward), which the plan leaves out because it depends on timing.
+    out << "  ZeRO-3 working set above the shards (peak, beside plan::zero3_gathered_bytes of the "
+           "rank's stage):\n";
     for (const RankRow& k : r.ranks) {
-      out << " " << k.rank << ": " << format_bytes(static_cast<double>(k.gathered_peak_bytes));
+      out << "    rank " << k.rank << ": "
+          << format_bytes(static_cast<double>(k.gathered_peak_bytes));
+      const int64_t other =
+          k.gathered_peak_bytes - k.gathered_formula_bytes - k.in_flight_grad_bytes;
+      if (k.in_flight_grad_bytes == 0 && other == 0) {
+        out << " = plan\n";
+        continue;
+      }
+      out << " (plan " << format_bytes(static_cast<double>(k.gathered_formula_bytes));
+      if (k.in_flight_grad_bytes > 0) {
+        out << "; +" << format_bytes(static_cast<double>(k.in_flight_grad_bytes)) << ": "
+            << k.in_flight_grad_unit
+            << "'s gradient, still being reduce-scattered by the communication thread when the "
+               "next unit's backward began (overlap), not in the plan";
+      }
+      if (other != 0) {
+        out << "; " << (other > 0 ? "+" : "-")
+            << format_bytes(static_cast<double>(other > 0 ? other : -other)) << " unexplained";
+      }
+      out << ")\n";
     }
-    out << " (plan::zero3_gathered_bytes: "
-        << format_bytes(static_cast<double>(r.ranks.front().gathered_formula_bytes)) << ")\n";
   }
+
   out << "\n  rank   TP bytes/step     PP bytes/step   DP bytes/step   emb bytes  DP hidden\n";
   for (const RankRow& k : r.ranks) {
     const double tp = k.tp_block + k.tp_vocab + k.tp_regather + k.tp_recompute + k.tp_norms;
@@ -243,7 +270,7 @@ void print_layout_report(std::ostream& out, const LayoutReport& r) {
         << " ms (the slowest rank; every collective and send priced by plan::collective_cost on "
            "the link its group uses, nothing overlapped)\n";
   }
-  for (const std::string& w : r.warnings) out << "  warning: " << w << "\n";
+  // r.warnings went to stderr before the first step (train::resolve); the JSON keeps them.
   if (!r.trace_path.empty()) out << "  trace of the last step: " << r.trace_path << "\n";
   if (!r.timeline_path.empty()) out << "  timeline of the last step: " << r.timeline_path << "\n";
 }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 namespace dtrain::train {
@@ -42,6 +43,7 @@ void ProgressPrinter::on_start(const TrainerConfig& config, const StepEngine& en
                static_cast<long long>(config.steps), static_cast<long long>(config.batch),
                static_cast<long long>(config.seq));
   for (const std::string& note : config.notes) std::fprintf(out_, "note: %s\n", note.c_str());
+  for (const std::string& w : config.warnings) std::fprintf(out_, "warning: %s\n", w.c_str());
   std::fflush(out_);
   wall_.restart();
 }
@@ -52,7 +54,14 @@ void ProgressPrinter::draw(const StepRecord& r, bool final_draw) {
       static_cast<double>(tokens_per_step_ * steps_run_) / std::max(step_seconds_, 1e-9);
   const double eta = wall_.elapsed_s() / static_cast<double>(std::max<int64_t>(steps_run_, 1)) *
                      static_cast<double>(steps_ - r.step);
-  std::string val = last_val_ >= 0 ? " val " + std::to_string(last_val_).substr(0, 6) : "";
+  // Rounded to 4 decimals like every other loss on screen (the eval line, the summary):
+  // 2.51098 reads "2.5110" everywhere, never a truncated "2.5109".
+  std::string val;
+  if (last_val_ >= 0) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), " val %.4f", static_cast<double>(last_val_));
+    val = buf;
+  }
   if (interactive_) {
     constexpr int kWidth = 24;
     const auto filled = static_cast<int>(kWidth * r.step / steps_);

@@ -97,6 +97,7 @@ nlohmann::json summary_to_json(const TrainSummary& s) {
   j["last_step"] = s.last_step;
   j["stopped_by"] = s.stop_signal != 0 ? nlohmann::json(signal_name(s.stop_signal)) : nullptr;
   j["notes"] = c.notes;
+  j["warnings"] = c.warnings;  // printed on stderr at the start; here for tools
   j["checkpoint"] = {{"first_step", s.first_step},
                      {"resumed_from", c.checkpoint.resume},
                      {"last_saved", s.last_checkpoint}};

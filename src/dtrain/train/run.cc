@@ -14,6 +14,7 @@
 #include "dtrain/core/rng.h"
 #include "dtrain/core/system_memory.h"
 #include "dtrain/core/version.h"
+#include "dtrain/model/bf16_gemm.h"
 #include "dtrain/model/gemm.h"
 #include "dtrain/plan/hardware.h"
 #include "dtrain/plan/memory_model.h"
@@ -113,6 +114,7 @@ RunRecord run_record(const TrainOptions& o, const StepConfig& engine, const Trai
   s.weight_decay = engine.adamw.weight_decay;
   s.grad_clip = engine.grad_clip;
   s.init_seed = engine.init_seed;
+  s.precision = std::string(model::precision_name(engine.precision));
   s.data_name = o.data.empty() ? "(default corpus)" : o.data;
   s.data_tokens = static_cast<int64_t>(data.train.size() + data.val.size());
   // CRC of train then val, continued across the two: the same tokens give the same number.
@@ -285,6 +287,13 @@ TrainSetup resolve(const TrainOptions& o) {
   t.threads = o.threads;
   t.recompute = o.recompute;
   t.max_rank_memory = l.max_rank_memory;
+  if (l.ranks_per_node > 0) t.warnings = layout_warnings(setup.engine);
+  if (o.precision == model::Precision::bf16 &&
+      model::bf16_gemm_backend() == model::Bf16GemmBackend::emulated) {
+    const std::string why = model::bf16_slow_reason(model::bf16_support());
+    if (!why.empty())
+      t.warnings.push_back("--precision bf16 will be slower than fp32 here: " + why);
+  }
 
   setup.data = split_train_val(std::move(data.tokens), o.val_fraction, path);
   check_split_fits(setup.data, T, o.seq ? "--seq" : "--context");

@@ -43,6 +43,9 @@ struct TrainerConfig {
   std::string eval_batch_out;  // --write-eval-batch: validation batch 0's tokens; empty: none
   std::string metrics_path;    // --metrics: a JSON line per step and evaluation; empty: none
   std::vector<std::string> notes;  // adjustments resolve() made to the flags, shown at the start
+  // What the user should know before the first step (a TP group across nodes, bf16 that will be
+  // slower than fp32 here), printed once on stderr at the start.
+  std::vector<std::string> warnings;
   RunRecord run;                // this run's identity and settings, written into every checkpoint
   StopRequest* stop = nullptr;  // a graceful stop (SIGINT/SIGTERM) to watch for; may be null
 };
