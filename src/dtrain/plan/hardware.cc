@@ -40,10 +40,10 @@ constexpr double kAssumedComputeEfficiency = 0.6;
 //                      also the products' small-shape falloff
 //   kMemoryEfficiency  memory-bound kernels' share of the HBM datasheet bandwidth
 //   kLinkEfficiency    collectives' share of a link's nominal bandwidth (NCCL busbw / datasheet)
-constexpr double kGemmEfficiency = 0.80;
-constexpr double kKernelOverheadUs = 10;
-constexpr double kMemoryEfficiency = 0.80;
-constexpr double kLinkEfficiency = 0.75;
+constexpr double kGemmEfficiency = 0.87;
+constexpr double kKernelOverheadUs = 42;
+constexpr double kMemoryEfficiency = 0.50;
+constexpr double kLinkEfficiency = 1.00;
 
 // A preset's rates: its datasheet memory bandwidth and fp32 peak, the four parameters above.
 Rates preset_rates(double memory_bytes_per_s, double fp32_peak_flops) {
