@@ -135,7 +135,10 @@ plan::Cluster cluster_from(const PlanFlags& f, CLI::App* app) {
                  " is not a GPU's memory (at least 128MiB; e.g. 80GB, 40GiB)");
   }
   if (given(app, "--peak-tflops")) c.gpu.peak_flops = f.peak_tflops * 1e12;
-  if (given(app, "--compute-efficiency")) c.gpu.compute_efficiency = f.efficiency;
+  if (given(app, "--compute-efficiency")) {  // one efficiency for every product: no rates
+    c.gpu.compute_efficiency = f.efficiency;
+    c.gpu.rates = {};
+  }
   if (given(app, "--intra-bandwidth")) c.intra_node.bandwidth_bytes_per_s = f.intra_bandwidth * 1e9;
   if (given(app, "--intra-latency-us")) c.intra_node.latency_us = f.intra_latency_us;
   if (given(app, "--inter-bandwidth")) c.inter_node.bandwidth_bytes_per_s = f.inter_bandwidth * 1e9;
@@ -613,7 +616,8 @@ void add_plan(CLI::App& parent) {
       ->check(real_number(kMinTflops, kMaxTflops))
       ->group("Cluster");
   app->add_option("--compute-efficiency", f.efficiency,
-                  "Override: share of peak the matrix multiplies sustain, in (0, 1]")
+                  "Override: one share of peak for every matrix product, in (0, 1] (drops the "
+                  "clock's rates: no memory-bound or per-kernel costs)")
       ->check(real_number(0, 1, true))
       ->group("Cluster");
   app->add_option("--intra-bandwidth", f.intra_bandwidth,

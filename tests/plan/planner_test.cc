@@ -283,9 +283,11 @@ TEST(Planner, BubbleIsThePipelineModels) {
 }
 
 TEST(Planner, SingleGpuStepIsItsFlops) {
-  // One GPU, no communication: step = hardware FLOPs / (peak x efficiency), and MFU = efficiency
-  // x model / hardware FLOPs.
+  // One GPU, no communication, a cluster without rates (the one-efficiency clock): step =
+  // hardware FLOPs / (peak x efficiency), and MFU = efficiency x model / hardware FLOPs. With
+  // rates, time_model_test.cc's SingleGpuStepIsItsOperations.
   PlanInput in = input("megatron-1.7b", "1x1xA100", 4);
+  in.cluster.gpu.rates = {};
   for (Recompute rc : {Recompute::none, Recompute::full}) {
     Layout l;
     l.recompute = rc;

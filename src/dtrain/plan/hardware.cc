@@ -30,6 +30,34 @@ constexpr double kNetworkStepLatencyUs = 9.6;
 // for that run beside it. A calibrated cluster file replaces this figure.
 constexpr double kAssumedComputeEfficiency = 0.6;
 
+// The clock's four efficiency parameters (rates.h), shared by every GPU preset. Fitted once, by
+// `dtrain bench clock --fit`, on the full-recompute column of Korthikanti et al. 2022 Table 5
+// (22B, 175B, 530B, 1T on A100s: 1.42, 18.13, 49.05, 94.42 s per iteration, the layouts of
+// their Table 3) and frozen here; never refitted on anything else. The H100 preset reuses them
+// untested. What each stands for:
+//   kGemmEfficiency    large matrix products' share of the tensor-core peak (cuBLAS on big tiles)
+//   kKernelOverheadUs  fixed cost per kernel call: launch, tail wave, stream synchronisation;
+//                      also the products' small-shape falloff
+//   kMemoryEfficiency  memory-bound kernels' share of the HBM datasheet bandwidth
+//   kLinkEfficiency    collectives' share of a link's nominal bandwidth (NCCL busbw / datasheet)
+constexpr double kGemmEfficiency = 0.87;
+constexpr double kKernelOverheadUs = 42;
+constexpr double kMemoryEfficiency = 0.50;
+constexpr double kLinkEfficiency = 1.00;
+
+// A preset's rates: its datasheet memory bandwidth and fp32 peak, the four parameters above.
+Rates preset_rates(double memory_bytes_per_s, double fp32_peak_flops) {
+  Rates r;
+  r.present = true;
+  r.memory_bytes_per_s = memory_bytes_per_s;
+  r.fp32_peak_flops = fp32_peak_flops;
+  r.gemm_efficiency = kGemmEfficiency;
+  r.kernel_overhead_us = kKernelOverheadUs;
+  r.memory_efficiency = kMemoryEfficiency;
+  r.link_efficiency = kLinkEfficiency;
+  return r;
+}
+
 std::vector<NodePreset> make_node_presets() {
   std::vector<NodePreset> p;
   {
@@ -39,7 +67,9 @@ std::vector<NodePreset> make_node_presets() {
     // NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB): 80 GB HBM2e; BF16 tensor core
     // 312 TFLOP/s dense (624 with sparsity). We budget 80e9 bytes per GPU; the device has
     // 80 GiB, the difference is left for the CUDA context and allocator fragmentation.
-    n.gpu = {"A100-SXM4-80GB", 80e9, 312e12, kAssumedComputeEfficiency};
+    n.gpu = {"A100-SXM4-80GB", 80e9, 312e12, kAssumedComputeEfficiency, {}};
+    // Same datasheet: HBM2e at 2,039 GB/s; FP32 (non-tensor) 19.5 TFLOP/s.
+    n.gpu.rates = preset_rates(2039e9, 19.5e12);
     // Same datasheet: third-generation NVLink, 600 GB/s per GPU counting both directions
     // (12 links x 50 GB/s), so 300 GB/s per direction.
     n.intra_node = {"NVLink", 300e9, kNvlinkStepLatencyUs};
@@ -54,7 +84,9 @@ std::vector<NodePreset> make_node_presets() {
     n.aliases = {"h100", "h100-80gb", "dgx-h100"};
     // NVIDIA H100 Tensor Core GPU datasheet (SXM5): 80 GB HBM3; BF16 tensor core 989 TFLOP/s
     // dense (the datasheet's 1,979 is with sparsity).
-    n.gpu = {"H100-SXM5-80GB", 80e9, 989e12, kAssumedComputeEfficiency};
+    n.gpu = {"H100-SXM5-80GB", 80e9, 989e12, kAssumedComputeEfficiency, {}};
+    // Same datasheet: HBM3 at 3.35 TB/s; FP32 (non-tensor) 67 TFLOP/s.
+    n.gpu.rates = preset_rates(3350e9, 67e12);
     // Same datasheet: fourth-generation NVLink, 900 GB/s per GPU counting both directions.
     n.intra_node = {"NVLink", 450e9, kNvlinkStepLatencyUs};
     // NVIDIA DGX H100 datasheet: 8 single-port ConnectX-7 NDR InfiniBand 400 Gb/s for the
@@ -244,6 +276,7 @@ Cluster cluster_from_json(const json& j, std::string_view source) {
   DTRAIN_CHECK(c.gpu.compute_efficiency <= 1, "cluster file '", source,
                "': field 'gpu.compute_efficiency' must be in (0, 1], got ",
                c.gpu.compute_efficiency);
+  if (auto it = gpu.find("rates"); it != gpu.end()) c.gpu.rates = rates_from_json(*it, source);
   read_link(j, "intra_node", source, has_base, &c.intra_node);
   read_link(j, "inter_node", source, has_base, &c.inter_node);
   if (c.name.empty()) c.name = std::string(source);
@@ -271,16 +304,18 @@ Cluster cluster_from_json(const json& j, std::string_view source) {
 }
 
 json to_json(const Cluster& c) {
-  return {{"name", c.name},
-          {"nodes", c.nodes},
-          {"gpus_per_node", c.gpus_per_node},
-          {"gpu",
-           {{"name", c.gpu.name},
-            {"memory_bytes", c.gpu.memory_bytes},
-            {"peak_flops", c.gpu.peak_flops},
-            {"compute_efficiency", c.gpu.compute_efficiency}}},
-          {"intra_node", link_json(c.intra_node)},
-          {"inter_node", link_json(c.inter_node)}};
+  json j = {{"name", c.name},
+            {"nodes", c.nodes},
+            {"gpus_per_node", c.gpus_per_node},
+            {"gpu",
+             {{"name", c.gpu.name},
+              {"memory_bytes", c.gpu.memory_bytes},
+              {"peak_flops", c.gpu.peak_flops},
+              {"compute_efficiency", c.gpu.compute_efficiency}}},
+            {"intra_node", link_json(c.intra_node)},
+            {"inter_node", link_json(c.inter_node)}};
+  if (c.gpu.rates.present) j["gpu"]["rates"] = to_json(c.gpu.rates);
+  return j;
 }
 
 void validate(const Cluster& c) {

@@ -14,6 +14,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "dtrain/plan/rates.h"
+
 namespace dtrain::plan {
 
 // GPUs in a cluster: a million is far past any built; it keeps nodes x GPUs per node, and each
@@ -45,6 +47,9 @@ struct GpuSpec {
   // Share of peak the model's matrix multiplies sustain; compute time = FLOPs /
   // (peak_flops * compute_efficiency). An assumption until a calibrated cluster file sets it.
   double compute_efficiency = 1;
+  // The clock's rates (rates.h). Presets carry them; a cluster file may ("gpu.rates"). Without
+  // them the clock prices products at compute_efficiency of peak and nothing else.
+  Rates rates;
 };
 
 struct Cluster {
@@ -74,9 +79,9 @@ Cluster parse_cluster(std::string_view spec);
 Cluster read_cluster_file(const std::string& path);
 
 // JSON form: {"name", "nodes", "gpus_per_node", "gpu": {"name", "memory_bytes", "peak_flops",
-// "compute_efficiency"}, "intra_node": {"name", "bandwidth_bytes_per_s", "latency_us"},
-// "inter_node": {...}}. An optional "preset": "H100" fills every field the file leaves out.
-// `source` names the file in errors.
+// "compute_efficiency", "rates": {rates.h}}, "intra_node": {"name", "bandwidth_bytes_per_s",
+// "latency_us"}, "inter_node": {...}}. An optional "preset": "H100" fills every field the file
+// leaves out. `source` names the file in errors.
 Cluster cluster_from_json(const nlohmann::json& j, std::string_view source);
 nlohmann::json to_json(const Cluster& c);
 

@@ -11,6 +11,7 @@
 #include "dtrain/plan/comm_model.h"
 #include "dtrain/plan/format.h"
 #include "dtrain/plan/head_activation_memory.h"
+#include "dtrain/plan/time_model.h"
 
 namespace dtrain::plan {
 namespace {
@@ -362,12 +363,16 @@ GroupTraffic traffic_row(std::string_view group, std::string_view op, std::strin
   return g;
 }
 
-// Seconds of compute per micro-batch on the slowest stage (the last: it adds the logit layer),
-// and the step's FLOPs in the chosen convention. The per-stage split follows Narayanan's terms;
-// the 6ND convention rescales them by its totals.
+// Seconds of compute per micro-batch on the slowest stage (time_model.h, operation by
+// operation: the last stage adds the head, the first the embedding), the optimizer step of the
+// rank holding the most parameters, and the step's FLOPs in the chosen convention. The 6ND
+// convention rescales the times by its totals, as it rescales the FLOPs.
 struct StageCompute {
   double forward_s = 0;
+  double backward_s = 0;  // B + W, recompute included
   double recompute_s = 0;
+  PassTimes stage;  // F, B (recompute in), W per micro-batch
+  double optimizer_s = 0;
   TrainingFlops total;  // whole step, whole cluster, the real model
 };
 
@@ -385,16 +390,39 @@ StageCompute stage_compute(const PlanInput& in, const ModelShape& real_model, co
   const double model_scale = reference.model > 0 ? timed.model / reference.model : 1;
   const double recompute_scale =
       reference.recompute > 0 ? timed.recompute / reference.recompute : 1;
-  const double tokens = static_cast<double>(l.micro_batch * m.seq);
-  const double seq = static_cast<double>(m.seq);
+  ClockShape shape;
+  shape.model = m;
+  shape.micro_batch = l.micro_batch;
+  shape.tp = l.tp;
+  shape.sequence_parallel = l.sequence_parallel;
+  shape.recompute = l.recompute;
+  shape.activation_bytes = tr.activation_bytes;
+  shape.dropout = tr.activation_count == ActivationCount::paper && m.family == ModelFamily::gpt;
+  const GpuSpec& gpu = in.cluster.gpu;
   const double layers = static_cast<double>(m.layers / l.pp);
-  const double rate = in.cluster.gpu.peak_flops * in.cluster.gpu.compute_efficiency;
-  const double forward =
-      (layers * layer_forward_flops(m, tokens, seq) + logits_forward_flops(m, tokens)) / l.tp;
-  const double recompute =
-      layers * recompute_flops_per_layer(m, tokens, seq, l.recompute, SelectiveFlops::rerun) / l.tp;
-  sc.forward_s = forward * model_scale / rate;
-  sc.recompute_s = recompute * recompute_scale / rate;
+  const PassTimes layer = total(layer_ops(shape, gpu)).scaled(layers);
+  PassTimes last = layer, first = layer;
+  last += total(head_ops(shape, gpu));
+  first += total(embedding_ops(shape, gpu));
+  if (l.pp == 1) last += total(embedding_ops(shape, gpu));
+  auto sum = [](const PassTimes& p) {
+    return p.forward_s + p.backward_input_s + p.backward_weight_s;
+  };
+  PassTimes stage = sum(last) >= sum(first) ? last : first;
+  stage.backward_input_s = (stage.backward_input_s - stage.recompute_s) * model_scale +
+                           stage.recompute_s * recompute_scale;
+  stage.forward_s *= model_scale;
+  stage.backward_weight_s *= model_scale;
+  stage.recompute_s *= recompute_scale;
+  sc.stage = stage;
+  sc.forward_s = stage.forward_s;
+  sc.recompute_s = stage.recompute_s;
+  sc.backward_s = stage.backward_input_s + stage.backward_weight_s;
+  // The optimizer of the rank with the most parameters: its ZeRO shard (stage >= 1).
+  double params = static_cast<double>(stage_params_of(in, l, 0));
+  if (l.pp > 1) params = std::max(params, static_cast<double>(stage_params_of(in, l, l.pp - 1)));
+  if (l.zero_stage >= 1) params /= l.dp;
+  sc.optimizer_s = optimizer_seconds(params, tr.state_bytes, gpu, std::max(1.0, layers));
   return sc;
 }
 
@@ -473,7 +501,7 @@ void dp_times(const PlanInput& in, const Layout& l, int64_t microbatches, const 
           : std::max<int64_t>(
                 1, static_cast<int64_t>(std::ceil(grad_bytes / in.training.bucket_bytes)));
   const double mb = static_cast<double>(microbatches);
-  const double backward_one = 2 * sc.forward_s + sc.recompute_s;
+  const double backward_one = sc.backward_s;
   Phase forward, backward;
   forward.window_s = l.zero_stage == 3 ? mb * sc.forward_s : sc.forward_s;
   backward.window_s = l.zero_stage >= 2 ? mb * backward_one : backward_one;
@@ -504,7 +532,10 @@ void dp_times(const PlanInput& in, const Layout& l, int64_t microbatches, const 
 }
 
 // evaluate on the per-rank shape `in.model`; `real_model` gives the model FLOPs.
-Plan evaluate_local(const PlanInput& in, const ModelShape& real_model, const Layout& l) {
+Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const Layout& l) {
+  // Collectives are priced at the share of the links' bandwidth they reach (rates.h).
+  PlanInput in = given;
+  in.cluster = effective_links(given.cluster);
   const Cluster& c = in.cluster;
   Plan plan;
   plan.layout = l;
@@ -530,13 +561,13 @@ Plan evaluate_local(const PlanInput& in, const ModelShape& real_model, const Lay
 
   // The pipeline runs on the slowest stage's times, TP collectives and sends included.
   StageTimes times;
-  times.forward = sc.forward_s + tp_forward_s + pp_send_s;
-  times.backward_input = sc.forward_s + sc.recompute_s + tp_backward_s + pp_send_s;
-  times.backward_weight = sc.forward_s;
+  times.forward = sc.stage.forward_s + tp_forward_s + pp_send_s;
+  times.backward_input = sc.stage.backward_input_s + tp_backward_s + pp_send_s;
+  times.backward_weight = sc.stage.backward_weight_s;
   TimeBreakdown& t = plan.time;
   t.stage_times = times;
   t.bubble = pipeline_bubble(schedule_of(l), l.pp, static_cast<int>(microbatches), l.vp, times);
-  t.compute_s = mb * (3 * sc.forward_s + sc.recompute_s);
+  t.compute_s = mb * (sc.forward_s + sc.backward_s);
   t.recompute_s = mb * sc.recompute_s;
   t.tp_s = mb * (tp_forward_s + tp_backward_s);
   t.pp_s = mb * 2 * pp_send_s;
@@ -544,8 +575,9 @@ Plan evaluate_local(const PlanInput& in, const ModelShape& real_model, const Lay
   dp_times(in, l, microbatches, sc, place_group(Axis::dp, sizes, l.order, c.gpus_per_node),
            &plan.traffic, &t);
 
-  t.step_no_overlap_s = t.bubble.total_time + t.dp_s;
-  t.step_s = t.bubble.total_time + t.dp_exposed_s;
+  t.optimizer_s = sc.optimizer_s;
+  t.step_no_overlap_s = t.bubble.total_time + t.dp_s + t.optimizer_s;
+  t.step_s = t.bubble.total_time + t.dp_exposed_s + t.optimizer_s;
   t.predicted_step_s = t.step_s;
   const double gpus = static_cast<double>(c.world());
   t.model_flops = sc.total.model;

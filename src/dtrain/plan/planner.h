@@ -170,6 +170,8 @@ struct TimeBreakdown {
   double total_flops_6nd = 0;
   double total_model_flops = 0;
   double total_hardware_flops = 0;
+  // Appended: the optimizer step (time_model.h optimizer_seconds), in step_s.
+  double optimizer_s = 0;
 };
 
 struct Plan {

@@ -1,0 +1,155 @@
+// The clock's operations: shapes and bytes of each kernel of a transformer layer, its head and
+// its embedding, priced with rates.h's two laws.
+#include "dtrain/plan/time_model.h"
+
+#include "dtrain/core/check.h"
+
+namespace dtrain::plan {
+
+PassTimes& PassTimes::operator+=(const PassTimes& o) {
+  forward_s += o.forward_s;
+  backward_input_s += o.backward_input_s;
+  backward_weight_s += o.backward_weight_s;
+  recompute_s += o.recompute_s;
+  return *this;
+}
+
+PassTimes PassTimes::scaled(double factor) const {
+  return {forward_s * factor, backward_input_s * factor, backward_weight_s * factor,
+          recompute_s * factor};
+}
+
+double matmul_peak_flops(const GpuSpec& gpu, int64_t activation_bytes) {
+  if (activation_bytes >= 4 && gpu.rates.present) return gpu.rates.fp32_peak_flops;
+  return gpu.peak_flops;
+}
+
+namespace {
+
+// A cluster without rates runs the legacy clock through the same operations: products at
+// compute_efficiency of peak, memory-bound kernels and kernel calls free.
+Rates clock_rates(const GpuSpec& gpu) {
+  if (gpu.rates.present) return gpu.rates;
+  Rates r;
+  r.gemm_efficiency = gpu.compute_efficiency;
+  return r;
+}
+
+struct OpBuilder {
+  Rates rates;
+  double peak;
+  std::vector<OpTime> ops;
+
+  // A weight's product: forward (M, N, K); backward its input and weight gradients.
+  void weight_matmul(std::string_view op, double m, double n, double k, bool rerun) {
+    const double t = matmul_seconds(rates, peak, m, n, k);
+    ops.push_back({op, t, t, t, rerun ? t : 0});
+  }
+  // Products of two activations (one per head, batched): both gradients are B.
+  void activation_matmul(std::string_view op, double m, double n, double k, double batch,
+                         bool rerun) {
+    const double t = matmul_seconds(rates, peak, m, n, k, batch);
+    ops.push_back({op, t, 2 * t, 0, rerun ? t : 0});
+  }
+  // A memory-bound kernel moving `forward_bytes`, its backward `backward_bytes`.
+  void memory(std::string_view op, double forward_bytes, double backward_bytes, bool rerun) {
+    const double f = memory_bound_seconds(rates, forward_bytes);
+    ops.push_back({op, f, memory_bound_seconds(rates, backward_bytes), 0, rerun ? f : 0});
+  }
+};
+
+}  // namespace
+
+std::vector<OpTime> layer_ops(const ClockShape& s, const GpuSpec& gpu) {
+  const ModelShape& m = s.model;
+  DTRAIN_CHECK(s.tp >= 1 && m.heads % s.tp == 0, "layer_ops: --tp ", s.tp,
+               " must divide the heads ", m.heads);
+  const double b = static_cast<double>(s.micro_batch), seq = static_cast<double>(m.seq);
+  const double h = static_cast<double>(m.hidden), t = s.tp;
+  const double f = static_cast<double>(m.ffn_or_default());
+  const double hs = h / static_cast<double>(m.heads);
+  const double kv_width = static_cast<double>(m.kv_heads_or_heads()) * hs;
+  const double heads_local = static_cast<double>(m.heads) / t;
+  const double tokens = b * seq;
+  const double tokens_sp = s.sequence_parallel ? tokens / t : tokens;  // LayerNorm, residual
+  const double e = static_cast<double>(s.activation_bytes);
+  const double mask = s.dropout ? 1 : 0;              // a dropout mask: one byte per element
+  const double scores = b * heads_local * seq * seq;  // elements of the s x s matrices
+  const bool full = s.recompute == Recompute::full;
+  const bool selective = s.recompute == Recompute::selective || full;
+  const bool gated = m.family == ModelFamily::llama;
+  OpBuilder o{clock_rates(gpu), matmul_peak_flops(gpu, s.activation_bytes), {}};
+  o.memory("layernorm 1", 2 * tokens_sp * h * e, 3 * tokens_sp * h * e, full);
+  o.weight_matmul("qkv", tokens, (h + 2 * kv_width) / t, h, full);
+  o.activation_matmul("scores q k^t", seq, seq, hs, b * heads_local, selective);
+  o.memory("softmax", 2 * scores * e, 3 * scores * e, selective);
+  if (s.dropout)
+    o.memory("attention dropout", scores * (2 * e + 1), scores * (2 * e + 1), selective);
+  o.activation_matmul("scores x v", seq, hs, seq, b * heads_local, selective);
+  o.weight_matmul("projection", tokens, h, h / t, full);
+  o.memory("bias-dropout-residual 1", tokens_sp * h * (3 * e + mask),
+           tokens_sp * h * (2 * e + mask), full);
+  o.memory("layernorm 2", 2 * tokens_sp * h * e, 3 * tokens_sp * h * e, full);
+  o.weight_matmul(gated ? "mlp gate+up" : "mlp up", tokens, (gated ? 2 : 1) * f / t, h, full);
+  o.memory(gated ? "swiglu" : "bias-gelu", (gated ? 3 : 2) * tokens * f / t * e,
+           (gated ? 5 : 3) * tokens * f / t * e, full);
+  o.weight_matmul("mlp down", tokens, h, f / t, full);
+  o.memory("bias-dropout-residual 2", tokens_sp * h * (3 * e + mask),
+           tokens_sp * h * (2 * e + mask), full);
+  return o.ops;
+}
+
+std::vector<OpTime> head_ops(const ClockShape& s, const GpuSpec& gpu) {
+  const ModelShape& m = s.model;
+  const double tokens = static_cast<double>(s.micro_batch * m.seq);
+  const double tokens_sp = s.sequence_parallel ? tokens / s.tp : tokens;
+  const double h = static_cast<double>(m.hidden), e = static_cast<double>(s.activation_bytes);
+  const double vocab_local = static_cast<double>(m.vocab) / s.tp;
+  OpBuilder o{clock_rates(gpu), matmul_peak_flops(gpu, s.activation_bytes), {}};
+  o.memory("final layernorm", 2 * tokens_sp * h * e, 3 * tokens_sp * h * e, false);
+  o.weight_matmul("logits", tokens, vocab_local, h, false);
+  // Cross-entropy in fp32 over the vocabulary shard: the logits read, the fp32 softmax written
+  // (kept for backward), then read back and the gradient written at the activation precision.
+  o.memory("cross-entropy", tokens * vocab_local * (e + 4), tokens * vocab_local * (4 + e), false);
+  return o.ops;
+}
+
+std::vector<OpTime> embedding_ops(const ClockShape& s, const GpuSpec& gpu) {
+  const ModelShape& m = s.model;
+  const double tokens = static_cast<double>(s.micro_batch * m.seq);
+  const double h = static_cast<double>(m.hidden), e = static_cast<double>(s.activation_bytes);
+  OpBuilder o{clock_rates(gpu), matmul_peak_flops(gpu, s.activation_bytes), {}};
+  // Token and position rows gathered and added (read two rows, write one); backward scatters
+  // the gradient rows into the table's gradient (read one, read and write the row).
+  o.memory("embedding", 3 * tokens * h * e, 3 * tokens * h * e, false);
+  return o.ops;
+}
+
+PassTimes total(const std::vector<OpTime>& ops) {
+  PassTimes p;
+  for (const OpTime& op : ops) {
+    p.forward_s += op.forward_s;
+    p.backward_input_s += op.backward_input_s + op.recompute_s;
+    p.backward_weight_s += op.backward_weight_s;
+    p.recompute_s += op.recompute_s;
+  }
+  return p;
+}
+
+double optimizer_seconds(double params, StateBytes bytes, const GpuSpec& gpu, double tensors) {
+  // Read: gradient, optimizer state; written: optimizer state and the weights; the gradients
+  // once more for the global norm (clipping).
+  const double moved =
+      params * static_cast<double>(2 * bytes.grad + 2 * bytes.optimizer + bytes.param);
+  return memory_bound_seconds(gpu.rates, moved, tensors);
+}
+
+Cluster effective_links(const Cluster& c) {
+  Cluster out = c;
+  const double share = c.gpu.rates.present ? c.gpu.rates.link_efficiency : 1.0;
+  out.intra_node.bandwidth_bytes_per_s *= share;
+  out.inter_node.bandwidth_bytes_per_s *= share;
+  return out;
+}
+
+}  // namespace dtrain::plan
