@@ -4,8 +4,11 @@
 
 #include <cmath>
 #include <filesystem>
+#include <memory>
+#include <numeric>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "dtrain/comm/launch.h"
 #include "dtrain/comm/topology.h"
@@ -306,13 +309,24 @@ TrainSummary run_training(const TrainOptions& options, TrainObserver* observer, 
       setup.layout.backend, setup.engine.world(),
       [&](comm::Communicator& world) {
         Engine engine(setup.engine, world);
-        Trainer loop(setup.trainer, engine, setup.data, world.rank() == 0 ? observer : nullptr);
+        // MPI ranks each hold their own StopRequest: they agree on a stop over a group of their
+        // own, so the all-reduce it takes per step stays out of the measured traffic.
+        std::unique_ptr<comm::Communicator> stop_group;
+        if (setup.layout.backend == comm::Backend::mpi && setup.trainer.stop != nullptr) {
+          std::vector<int> everyone(static_cast<size_t>(world.size()));
+          std::iota(everyone.begin(), everyone.end(), 0);
+          stop_group = world.subgroup(everyone, "stop");
+        }
+        Trainer loop(setup.trainer, engine, setup.data, world.rank() == 0 ? observer : nullptr,
+                     stop_group.get());
         TrainSummary s = loop.run();
         LayoutReport report = gather_layout_report(engine, world, setup.layout);
         if (world.rank() == 0) {
           s.planned_activation_bytes = report.ranks.front().planned_activations_peak_bytes;
           s.layout = std::move(report);
           summary = std::move(s);
+        } else if (setup.layout.backend == comm::Backend::mpi) {
+          summary.stop_signal = s.stop_signal;  // this process's only rank: its exit status
         }
       },
       comm::LaunchOptions{setup.layout.timeout_s}, &reporter);
