@@ -84,7 +84,8 @@ std::optional<AvailableMemory> rlimit_room(int resource, const std::string& used
   return AvailableMemory{
       std::max<int64_t>(0, cap - used),
       str("room under ", name, " ", format_gib(static_cast<double>(cap)),
-          ", of which this process has ", format_gib(static_cast<double>(used)), " mapped")};
+          ", of which this process has ", format_gib(static_cast<double>(used)), " mapped"),
+      resource == RLIMIT_AS};
 }
 
 }  // namespace

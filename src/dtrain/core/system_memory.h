@@ -12,6 +12,9 @@ namespace dtrain {
 struct AvailableMemory {
   int64_t bytes = 0;
   std::string source;  // "MemAvailable in /proc/meminfo", "the cgroup's memory.max", ...
+  // The binding limit counts address space (ulimit -v), where every thread's stack and every
+  // reserved buffer counts in full, touched or not.
+  bool address_space = false;
 };
 
 // The smallest of the kernel's MemAvailable, the room left under this process's cgroup

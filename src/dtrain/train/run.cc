@@ -2,6 +2,8 @@
 // rank on the chosen backend.
 #include "dtrain/train/run.h"
 
+#include <sys/resource.h>
+
 #include <cmath>
 #include <filesystem>
 #include <memory>
@@ -187,15 +189,32 @@ void check_memory(const EngineConfig& c, const LayoutOptions& o) {
                " by the plan/ formulas (model states, activations in flight, ZeRO-3's gathered "
                "units); shard it with --zero, --pp or --tp, or use a smaller --batch or model");
   const bool mpi = o.backend == comm::Backend::mpi;
-  const double needed = mpi ? largest : all;
+  double needed = mpi ? largest : all;
   const std::optional<AvailableMemory> room = available_memory();
   if (!room) return;
+  // Under ulimit -v a rank's threads count in full before they touch a byte: the rank thread's
+  // and its DP communication thread's stacks (RLIMIT_STACK each), and OpenBLAS's work buffer
+  // (BUFFER_SIZE, 32 MiB on x86-64), which it maps per calling thread and, when the mapping
+  // fails, waits for forever instead of failing. So they are counted here.
+  std::string extra;
+  if (room->address_space) {
+    rlimit stack{};
+    const double stack_bytes =
+        ::getrlimit(RLIMIT_STACK, &stack) == 0 && stack.rlim_cur != RLIM_INFINITY
+            ? static_cast<double>(stack.rlim_cur)
+            : 8.0 * 1024 * 1024;
+    constexpr double kOpenBlasBufferBytes = 32.0 * 1024 * 1024;
+    const double per_rank = 2 * stack_bytes + kOpenBlasBufferBytes;
+    needed += per_rank * (mpi ? 1 : c.world());
+    extra = str(", plus ", format_gib(per_rank),
+                " of thread stacks and OpenBLAS buffer per rank under the address-space limit");
+  }
   DTRAIN_CHECK(needed <= static_cast<double>(room->bytes), "the run needs at least ",
                format_gib(needed), mpi ? " per process" : " in this process", " (",
-               mpi ? "the largest rank" : str(c.world(), " rank(s)"),
-               " by the plan/ formulas) but ", format_gib(static_cast<double>(room->bytes)),
-               " is available (", room->source,
-               "); use a smaller --batch or model, or shard it with --zero");
+               mpi ? "the largest rank" : str(c.world(), " rank(s)"), " by the plan/ formulas",
+               extra, ") but ", format_gib(static_cast<double>(room->bytes)), " is available (",
+               room->source, "); use a smaller --batch or model, or shard it with --zero",
+               room->address_space ? ", or raise ulimit -v" : "");
 }
 
 }  // namespace
