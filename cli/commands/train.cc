@@ -1,5 +1,6 @@
 // `dtrain train`: parses the flags into train::TrainOptions and calls train::run_training;
 // the progress goes to stderr, the summary (table, or JSON with --json) to stdout.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -47,8 +48,20 @@ void say(const char (&text)[N]) {
   if (g_prints) write_stderr(text, N - 1);
 }
 
-extern "C" void on_stop_signal(int signal_number) {
+// mpirun's own stop (SIGTERM from the parent, after the user's SIGTERM/SIGINT reached mpirun)
+// comes while mpirun sleeps before its SIGKILL and reads none of the ranks' output: a rank
+// writing progress into a full pipe would block there until killed, checkpoint unwritten. From
+// then on stdout and stderr do not block (what does not fit is lost, as mpirun shows nothing).
+void stop_blocking_on_output() {
+  for (const int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+    const int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  }
+}
+
+extern "C" void on_stop_signal(int signal_number, siginfo_t* info, void* /*context*/) {
   if (g_stop == nullptr) _exit(128 + signal_number);
+  if (!g_repeat_quits && info != nullptr && info->si_pid == getppid()) stop_blocking_on_output();
   if (!g_stop->started()) {
     switch (signal_number) {
       case SIGINT:
@@ -82,9 +95,9 @@ class StopSignals {
     g_repeat_quits = !mpi;
     g_prints = comm::launcher_world().rank == 0;
     struct sigaction action {};
-    action.sa_handler = on_stop_signal;
+    action.sa_sigaction = on_stop_signal;
     sigemptyset(&action.sa_mask);
-    action.sa_flags = SA_RESTART;
+    action.sa_flags = SA_RESTART | SA_SIGINFO;
     sigaction(SIGINT, &action, &old_int_);
     sigaction(SIGTERM, &action, &old_term_);
     sigaction(SIGUSR1, &action, &old_usr1_);
