@@ -1,13 +1,16 @@
 // dtrain's entry point: builds the command tree from the registered commands and maps every
 // failure to a message on stderr and a non-zero exit. No engine logic lives in cli/.
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <new>
 
 #include <CLI/CLI.hpp>
 
 #include "app.h"
 #include "dtrain/core/check.h"
+#include "dtrain/core/system_memory.h"
 
 int main(int argc, char** argv) {
   CLI::App app;
@@ -16,10 +19,17 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const std::bad_alloc&) {
+    // From any rank thread too (the threads backend rethrows the first rank's error here).
+    std::cout.flush();
+    std::cerr << "error: " << dtrain::out_of_memory_message() << std::endl;
+    // Out of memory, exit() can hang: OpenBLAS's exit handler joins its worker threads, and a
+    // worker whose buffer could not be mapped (ulimit -v) waits for it forever.
+    std::_Exit(1);
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
+    std::cout.flush();
+    std::cerr << "error: " << e.what() << std::endl;
+    std::_Exit(1);  // as above: a refused run under a tight ulimit -v must still end
   }
   return 0;
 }

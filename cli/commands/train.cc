@@ -1,5 +1,6 @@
 // `dtrain train`: parses the flags into train::TrainOptions and calls train::run_training;
 // the progress goes to stderr, the summary (table, or JSON with --json) to stdout.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -29,33 +30,84 @@
 namespace dtrain::cli {
 namespace {
 
-// Ctrl-C / SIGTERM: the first asks the run to stop after the step in progress (with a final
-// checkpoint under --save and the summary); a second exits at once. Under --backend mpi the
-// default handlers stay: mpirun delivers the signal to every process and ends the job.
+// Ctrl-C / SIGTERM / SIGUSR1 (a scheduler's warning): before the first step, the process ends
+// at once (nothing is trained yet, nothing to save: the start-up may be blocked on a FIFO or
+// busy for a while); after it, the first signal asks the run to stop after the step in progress
+// (with a final checkpoint under --save and the summary). Under the threads backend a second
+// signal exits at once; under mpirun the ranks agree on the step through one all-reduce per
+// step, and a repeated signal changes nothing (mpirun itself sends SIGTERM after the user's
+// signal, then SIGKILL: see docs/checkpoints.md for the timing).
 train::StopRequest* g_stop = nullptr;
+bool g_repeat_quits = true;  // the threads backend: a second Ctrl-C quits now
+bool g_prints = true;        // one process speaks: not launched, or rank 0 of mpirun's
 
-extern "C" void on_stop_signal(int signal_number) {
-  if (g_stop == nullptr || !g_stop->request(signal_number)) _exit(128 + signal_number);
-  constexpr char kMessage[] =
-      "\nstopping after this step (saving a checkpoint with --save); again to quit now\n";
-  [[maybe_unused]] const ssize_t n = write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+void write_stderr(const char* text, size_t bytes) {
+  [[maybe_unused]] const ssize_t n = write(STDERR_FILENO, text, bytes);
+}
+
+template <size_t N>
+void say(const char (&text)[N]) {
+  if (g_prints) write_stderr(text, N - 1);
+}
+
+// mpirun's own stop (SIGTERM from the parent, after the user's SIGTERM/SIGINT reached mpirun)
+// comes while mpirun sleeps before its SIGKILL and reads none of the ranks' output: a rank
+// writing progress into a full pipe would block there until killed, checkpoint unwritten. From
+// then on stdout and stderr do not block (what does not fit is lost, as mpirun shows nothing).
+void stop_blocking_on_output() {
+  for (const int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+    const int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  }
+}
+
+extern "C" void on_stop_signal(int signal_number, siginfo_t* info, void* /*context*/) {
+  if (g_stop == nullptr) _exit(128 + signal_number);
+  if (!g_repeat_quits && info != nullptr && info->si_pid == getppid()) stop_blocking_on_output();
+  if (!g_stop->started()) {
+    switch (signal_number) {
+      case SIGINT:
+        say("\nstopped by SIGINT during start-up, before the first step: nothing to save\n");
+        break;
+      case SIGTERM:
+        say("\nstopped by SIGTERM during start-up, before the first step: nothing to save\n");
+        break;
+      default:
+        say("\nstopped by SIGUSR1 during start-up, before the first step: nothing to save\n");
+        break;
+    }
+    _exit(128 + signal_number);
+  }
+  if (!g_stop->request(signal_number)) {
+    if (g_repeat_quits) _exit(128 + signal_number);
+    return;
+  }
+  if (g_repeat_quits) {
+    say("\nstopping after this step (saving a checkpoint with --save); again to quit now\n");
+  } else {
+    say("\nstopping after this step on every rank (saving a checkpoint with --save)\n");
+  }
 }
 
 // Installs the handlers for the lifetime of one run and restores the previous ones after.
 class StopSignals {
  public:
-  explicit StopSignals(train::StopRequest& stop) {
+  StopSignals(train::StopRequest& stop, bool mpi) {
     g_stop = &stop;
+    g_repeat_quits = !mpi;
+    g_prints = comm::launcher_world().rank == 0;
     struct sigaction action {};
-    action.sa_handler = on_stop_signal;
+    action.sa_sigaction = on_stop_signal;
     sigemptyset(&action.sa_mask);
-    action.sa_flags = SA_RESTART;
+    action.sa_flags = SA_RESTART | SA_SIGINFO;
     sigaction(SIGINT, &action, &old_int_);
     sigaction(SIGTERM, &action, &old_term_);
+    sigaction(SIGUSR1, &action, &old_usr1_);
   }
   ~StopSignals() {
     sigaction(SIGINT, &old_int_, nullptr);
     sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGUSR1, &old_usr1_, nullptr);
     g_stop = nullptr;
   }
   StopSignals(const StopSignals&) = delete;
@@ -64,6 +116,7 @@ class StopSignals {
  private:
   struct sigaction old_int_ {};
   struct sigaction old_term_ {};
+  struct sigaction old_usr1_ {};
 };
 
 struct TrainFlags {
@@ -329,17 +382,19 @@ void add_train(CLI::App& app) {
     bool reporter = true;
     train::StopRequest stop;
     std::optional<StopSignals> signals;
-    if (opt.layout.backend == comm::Backend::threads) {
-      signals.emplace(stop);
-      opt.stop = &stop;
-    }
+    signals.emplace(stop, opt.layout.backend == comm::Backend::mpi);
+    opt.stop = &stop;
     // In process (the Python module), the caller's observer replaces the progress printer.
     const EmbeddedHooks* embedded = embedded_hooks();
     train::TrainObserver* observer =
         embedded != nullptr && embedded->observer != nullptr ? embedded->observer : &progress;
     const train::TrainSummary summary = train::run_training(opt, observer, &reporter);
     signals.reset();
-    if (!reporter) return;  // under mpirun, the process holding rank 0 prints
+    // Under mpirun, the process holding rank 0 prints; every rank exits as the stop says.
+    if (!reporter) {
+      if (summary.stop_signal != 0) throw CLI::RuntimeError(128 + summary.stop_signal);
+      return;
+    }
     if (f->json) {
       std::cout << with_build(train::summary_to_json(summary)).dump(2) << "\n";
     } else {

@@ -125,6 +125,9 @@ TEST_F(SaveDirectory, BelongsToOneRun) {
   EXPECT_NO_THROW(check_save_directory(dir_, "aa", false, false));
   {
     SaveDirectoryLock lock(dir_, "aa", false, false);
+    // run.json alone claims nothing: a run killed before its first checkpoint leaves no owner.
+    EXPECT_FALSE(save_directory_owner(dir_).has_value());
+    fs::create_directories(fs::path(dir_) / "step-00000001");  // aa's first checkpoint
     EXPECT_EQ(save_directory_owner(dir_), "aa");
     // A second holder, even in this process (flock locks an open file description).
     const std::string busy = error_of([&] { SaveDirectoryLock second(dir_, "aa", true, false); });

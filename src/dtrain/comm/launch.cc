@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 #include <numeric>
 #include <thread>
 #include <utility>
@@ -15,6 +16,7 @@
 
 #include "dtrain/comm/threads/backend.h"
 #include "dtrain/config.h"
+#include "dtrain/core/system_memory.h"
 #if DTRAIN_HAVE_MPI
 #include <mpi.h>
 
@@ -149,6 +151,11 @@ void run_on_backend(Backend backend, int ranks, const std::function<void(Communi
       }
     } catch (const RankExited&) {
       std::_Exit(1);  // die without a word, as a crashed process would; mpirun ends the job
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "error: rank %d failed: %s\n", world.rank(),
+                   out_of_memory_message().c_str());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 1);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "error: rank %d failed: %s\n", world.rank(), e.what());
       std::fflush(stderr);

@@ -1,9 +1,16 @@
-// available_memory(): /proc/meminfo and the cgroup files, read as text.
+// available_memory(): /proc/meminfo, the cgroup files and /proc/self/status read as text, and
+// the process's resource limits.
 #include "dtrain/core/system_memory.h"
 
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+
+#include "dtrain/core/check.h"
 
 namespace dtrain {
 namespace {
@@ -54,15 +61,63 @@ std::optional<int64_t> cgroup_room() {
   return std::nullopt;
 }
 
+// A field of /proc/self/status in bytes ("VmSize:  123456 kB").
+std::optional<int64_t> self_status_bytes(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string key, unit;
+  int64_t value = 0;
+  while (in >> key) {
+    if (key == field + ":" && in >> value) return value * 1024;
+    std::getline(in, unit);
+  }
+  return std::nullopt;
+}
+
+// Room under a per-process resource limit: the soft limit less what the process holds of that
+// resource now (`used_field` of /proc/self/status); nullopt when the limit is unlimited.
+std::optional<AvailableMemory> rlimit_room(int resource, const std::string& used_field,
+                                           const char* name) {
+  rlimit limit{};
+  if (::getrlimit(resource, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return std::nullopt;
+  const auto cap = static_cast<int64_t>(std::min<rlim_t>(limit.rlim_cur, INT64_MAX));
+  const int64_t used = self_status_bytes(used_field).value_or(0);
+  return AvailableMemory{
+      std::max<int64_t>(0, cap - used),
+      str("room under ", name, " ", format_gib(static_cast<double>(cap)),
+          ", of which this process has ", format_gib(static_cast<double>(used)), " mapped"),
+      resource == RLIMIT_AS};
+}
+
 }  // namespace
 
 std::optional<AvailableMemory> available_memory() {
   std::optional<AvailableMemory> best;
+  const auto take = [&](std::optional<AvailableMemory> candidate) {
+    if (candidate && (!best || candidate->bytes < best->bytes)) best = std::move(candidate);
+  };
   if (const auto a = mem_available()) best = AvailableMemory{*a, "MemAvailable in /proc/meminfo"};
-  if (const auto c = cgroup_room(); c && (!best || *c < best->bytes)) {
-    best = AvailableMemory{*c, "room under this process's cgroup memory limit"};
+  if (const auto c = cgroup_room()) {
+    take(AvailableMemory{*c, "room under this process's cgroup memory limit"});
   }
+  // ulimit -v caps the address space (every mapping: thread stacks and reservations count),
+  // ulimit -d the data segment and private anonymous mappings (Linux >= 4.7): malloc fails at
+  // either long before the machine runs out.
+  take(rlimit_room(RLIMIT_AS, "VmSize", "the address-space limit (ulimit -v, RLIMIT_AS)"));
+  take(rlimit_room(RLIMIT_DATA, "VmData", "the data limit (ulimit -d, RLIMIT_DATA)"));
   return best;
+}
+
+std::string out_of_memory_message() {
+  std::string text =
+      "out of memory: an allocation failed (std::bad_alloc); the job is larger than this "
+      "process may take";
+  if (const std::optional<AvailableMemory> room = available_memory()) {
+    text +=
+        str(" (now ", format_gib(static_cast<double>(room->bytes)), " left: ", room->source, ")");
+  }
+  return text +
+         "; use a smaller --batch or model, shard it with --zero, --pp or --tp, or raise the "
+         "limit";
 }
 
 std::string format_gib(double bytes) {

@@ -12,12 +12,20 @@ namespace dtrain {
 struct AvailableMemory {
   int64_t bytes = 0;
   std::string source;  // "MemAvailable in /proc/meminfo", "the cgroup's memory.max", ...
+  // The binding limit counts address space (ulimit -v), where every thread's stack and every
+  // reserved buffer counts in full, touched or not.
+  bool address_space = false;
 };
 
-// The smaller of the kernel's MemAvailable and the room left under this process's cgroup
-// (v2 memory.max - memory.current, or v1 limit_in_bytes - usage_in_bytes); nullopt when neither
-// can be read (then no check is possible).
+// The smallest of the kernel's MemAvailable, the room left under this process's cgroup
+// (v2 memory.max - memory.current, or v1 limit_in_bytes - usage_in_bytes), and the room under
+// its resource limits (RLIMIT_AS - VmSize, RLIMIT_DATA - VmData); nullopt when none can be read
+// (then no check is possible).
 std::optional<AvailableMemory> available_memory();
+
+// What a std::bad_alloc means to the user: the job outgrew this process's memory, with the
+// room and the limit that binds now, and what to change.
+std::string out_of_memory_message();
 
 // "37.2 GiB", "512.0 MiB": the binary units people compare with `free -h`.
 std::string format_gib(double bytes);

@@ -12,6 +12,7 @@ void ParamTable::add(std::string name, std::vector<int64_t> shape) {
   const int64_t count =
       std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>());
   DTRAIN_CHECK(count > 0, "parameter '", name, "' has no elements");
+  index_by_name_.emplace(name, static_cast<int>(tensors_.size()));  // the first of a name wins
   tensors_.push_back({std::move(name), std::move(shape), total_count_, count});
   total_count_ += count;
 }
@@ -27,9 +28,8 @@ void ParamTable::set_backward_order(std::vector<int> order) {
 }
 
 int ParamTable::index_of(std::string_view name) const {
-  for (size_t i = 0; i < tensors_.size(); ++i) {
-    if (tensors_[i].name == name) return static_cast<int>(i);
-  }
+  const auto found = index_by_name_.find(std::string(name));
+  if (found != index_by_name_.end()) return found->second;
   throw Error(str("no parameter tensor named '", name, "'"));
 }
 

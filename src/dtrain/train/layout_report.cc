@@ -752,13 +752,27 @@ LayoutReport gather_layout_report(const Engine& engine, comm::Communicator& worl
   }
   if (!options.trace_path.empty() || !options.timeline_path.empty()) {
     const trace::Timeline timeline = timeline_of(r, c, pieces);
+    // A trace that cannot be written (a full disk) is a warning: the run's checkpoints are
+    // written already and its summary still follows.
+    const auto write_or_warn = [](const char* flag, const std::string& path, auto&& write) {
+      try {
+        write();
+        return path;
+      } catch (const Error& e) {
+        std::fprintf(stderr, "warning: %s %s: not written (%s); the run goes on without it\n", flag,
+                     path.c_str(), e.what());
+        return std::string();
+      }
+    };
     if (!options.trace_path.empty()) {
-      trace::write_chrome_trace(timeline, options.trace_path);
-      r.trace_path = options.trace_path;
+      r.trace_path = write_or_warn("--trace", options.trace_path, [&] {
+        trace::write_chrome_trace(timeline, options.trace_path);
+      });
     }
     if (!options.timeline_path.empty()) {
-      trace::write_timeline_svg(timeline, options.timeline_path);
-      r.timeline_path = options.timeline_path;
+      r.timeline_path = write_or_warn("--timeline", options.timeline_path, [&] {
+        trace::write_timeline_svg(timeline, options.timeline_path);
+      });
     }
   }
   return r;

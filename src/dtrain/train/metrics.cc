@@ -2,6 +2,7 @@
 #include "dtrain/train/metrics.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <set>
 
@@ -47,11 +48,19 @@ void MetricsWriter::eval(const EvalRecord& r) {
   write(nlohmann::json{{"type", "eval"}, {"step", r.step}, {"val_loss", r.val_loss}}.dump());
 }
 
+// A failed write (a full disk) costs the metrics, not the run: it is said once on stderr and
+// the lines after it are dropped, so the training and its checkpoints go on.
 void MetricsWriter::write(const std::string& line) {
+  if (failed_) return;
+  errno = 0;
   out_ << line << '\n';
   out_.flush();
-  DTRAIN_CHECK(out_.good(), "--metrics ", path_, ": cannot be written (", std::strerror(errno),
-               ")");
+  if (out_.good()) return;
+  failed_ = true;
+  std::fprintf(stderr,
+               "warning: --metrics %s: cannot be written (%s); training continues without "
+               "metrics from here on\n",
+               path_.c_str(), errno != 0 ? std::strerror(errno) : "write failed");
 }
 
 std::vector<MetricsSeries> read_metrics_series(const std::string& path,

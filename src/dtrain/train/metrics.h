@@ -3,7 +3,8 @@
 // model, the batch shape); then {"type": "step"} after every step (step, loss, lr, grad_norm,
 // step_ms, tokens_per_s, memory_peak_bytes) and {"type": "eval"} after every evaluation (step,
 // val_loss). read_metrics_series reads any numeric field back as a series over the steps, for
-// `dtrain plot`.
+// `dtrain plot`. A write that fails (a full disk) is warned about once on stderr and the run
+// goes on without metrics: they must never cost a run its checkpoints.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,7 @@ class MetricsWriter {
   void write(const std::string& line);
   std::string path_;
   std::ofstream out_;
+  bool failed_ = false;  // a write failed: warned once, nothing more is written
 };
 
 // A numeric field of the step or eval lines, as (step, value) points in file order.

@@ -14,6 +14,7 @@ namespace dtrain::train {
 std::string signal_name(int signal_number) {
   if (signal_number == SIGINT) return "SIGINT";
   if (signal_number == SIGTERM) return "SIGTERM";
+  if (signal_number == SIGUSR1) return "SIGUSR1";
   return "signal " + std::to_string(signal_number);
 }
 

@@ -2,10 +2,15 @@
 // rank on the chosen backend.
 #include "dtrain/train/run.h"
 
+#include <sys/resource.h>
+
 #include <cmath>
 #include <filesystem>
+#include <memory>
+#include <numeric>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "dtrain/comm/launch.h"
 #include "dtrain/comm/topology.h"
@@ -196,15 +201,32 @@ void check_memory(const EngineConfig& c, const LayoutOptions& o) {
                " by the plan/ formulas (model states, activations in flight, ZeRO-3's gathered "
                "units); shard it with --zero, --pp or --tp, or use a smaller --batch or model");
   const bool mpi = o.backend == comm::Backend::mpi;
-  const double needed = mpi ? largest : all;
+  double needed = mpi ? largest : all;
   const std::optional<AvailableMemory> room = available_memory();
   if (!room) return;
+  // Under ulimit -v a rank's threads count in full before they touch a byte: the rank thread's
+  // and its DP communication thread's stacks (RLIMIT_STACK each), and OpenBLAS's work buffer
+  // (BUFFER_SIZE, 32 MiB on x86-64), which it maps per calling thread and, when the mapping
+  // fails, waits for forever instead of failing. So they are counted here.
+  std::string extra;
+  if (room->address_space) {
+    rlimit stack{};
+    const double stack_bytes =
+        ::getrlimit(RLIMIT_STACK, &stack) == 0 && stack.rlim_cur != RLIM_INFINITY
+            ? static_cast<double>(stack.rlim_cur)
+            : 8.0 * 1024 * 1024;
+    constexpr double kOpenBlasBufferBytes = 32.0 * 1024 * 1024;
+    const double per_rank = 2 * stack_bytes + kOpenBlasBufferBytes;
+    needed += per_rank * (mpi ? 1 : c.world());
+    extra = str(", plus ", format_gib(per_rank),
+                " of thread stacks and OpenBLAS buffer per rank under the address-space limit");
+  }
   DTRAIN_CHECK(needed <= static_cast<double>(room->bytes), "the run needs at least ",
                format_gib(needed), mpi ? " per process" : " in this process", " (",
-               mpi ? "the largest rank" : str(c.world(), " rank(s)"),
-               " by the plan/ formulas) but ", format_gib(static_cast<double>(room->bytes)),
-               " is available (", room->source,
-               "); use a smaller --batch or model, or shard it with --zero");
+               mpi ? "the largest rank" : str(c.world(), " rank(s)"), " by the plan/ formulas",
+               extra, ") but ", format_gib(static_cast<double>(room->bytes)), " is available (",
+               room->source, "); use a smaller --batch or model, or shard it with --zero",
+               room->address_space ? ", or raise ulimit -v" : "");
 }
 
 }  // namespace
@@ -325,13 +347,24 @@ TrainSummary run_training(const TrainOptions& options, TrainObserver* observer, 
       setup.layout.backend, setup.engine.world(),
       [&](comm::Communicator& world) {
         Engine engine(setup.engine, world);
-        Trainer loop(setup.trainer, engine, setup.data, world.rank() == 0 ? observer : nullptr);
+        // MPI ranks each hold their own StopRequest: they agree on a stop over a group of their
+        // own, so the all-reduce it takes per step stays out of the measured traffic.
+        std::unique_ptr<comm::Communicator> stop_group;
+        if (setup.layout.backend == comm::Backend::mpi && setup.trainer.stop != nullptr) {
+          std::vector<int> everyone(static_cast<size_t>(world.size()));
+          std::iota(everyone.begin(), everyone.end(), 0);
+          stop_group = world.subgroup(everyone, "stop");
+        }
+        Trainer loop(setup.trainer, engine, setup.data, world.rank() == 0 ? observer : nullptr,
+                     stop_group.get());
         TrainSummary s = loop.run();
         LayoutReport report = gather_layout_report(engine, world, setup.layout);
         if (world.rank() == 0) {
           s.planned_activation_bytes = report.ranks.front().planned_activations_peak_bytes;
           s.layout = std::move(report);
           summary = std::move(s);
+        } else if (setup.layout.backend == comm::Backend::mpi) {
+          summary.stop_signal = s.stop_signal;  // this process's only rank: its exit status
         }
       },
       comm::LaunchOptions{setup.layout.timeout_s}, &reporter);

@@ -44,7 +44,7 @@ struct TrainOptions {
   std::string init_from;        // --init-from: a GPT-2 folder whose weights start the run
   std::string eval_batch_out;   // --write-eval-batch FILE
   std::string metrics_path;     // --metrics FILE.jsonl
-  StopRequest* stop = nullptr;  // set by a SIGINT/SIGTERM handler (threads backend); may be null
+  StopRequest* stop = nullptr;  // set by a SIGINT/SIGTERM/SIGUSR1 handler; may be null
 };
 
 struct TrainSetup {

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -77,13 +78,15 @@ std::optional<std::string> save_directory_owner(const std::string& dir) {
   const fs::path root(dir);
   std::error_code ec;
   if (!fs::is_directory(root, ec)) return std::nullopt;
+  // A run.json without a checkpoint is a run that ended (or was killed) before its first save:
+  // there is nothing of it to protect, so the directory belongs to nobody.
+  if (!has_checkpoints(root)) return std::nullopt;
   if (fs::exists(root / kRunFileName)) {
     const std::optional<json> j = read_json(root / kRunFileName);
     if (j && j->contains("id") && (*j)["id"].is_string()) return (*j)["id"].get<std::string>();
     return std::string("(unreadable run.json)");
   }
-  if (has_checkpoints(root)) return std::string();
-  return std::nullopt;
+  return std::string();
 }
 
 void check_save_directory(const std::string& dir, const std::string& run_id, bool resuming,
@@ -119,6 +122,20 @@ SaveDirectoryLock::SaveDirectoryLock(const std::string& dir, const std::string& 
                  "); wait for it to finish or choose another --save directory");
     throw Error(
         str("--save ", dir, ": cannot lock ", path.string(), " (", std::strerror(err), ")"));
+  }
+  // A holder's text left in the file means its process ended without releasing the lock (killed,
+  // kill -9 included): the kernel dropped the flock, so the lock is ours; say whose it was.
+  {
+    char previous[256] = {};
+    const ssize_t n = ::pread(fd_, previous, sizeof previous - 1, 0);
+    std::string who = n > 0 ? std::string(previous, static_cast<size_t>(n)) : "";
+    while (!who.empty() && who.back() == '\n') who.pop_back();
+    if (!who.empty()) {
+      std::fprintf(stderr,
+                   "note: --save %s: the lock left by %s is stale (that process has ended); "
+                   "taking it\n",
+                   dir.c_str(), who.c_str());
+    }
   }
   try {
     // Checked again under the lock: a run that finished between resolve() and now may have

@@ -1,7 +1,8 @@
 // A --save directory belongs to one run: its run.json names the run, and a lock file held with
 // flock(2) while the run writes keeps a second writer out (the kernel drops the lock when the
-// holder dies, even by kill -9, so a stale lock never blocks anyone). A fresh run refuses a
-// directory holding another run's checkpoints unless told --overwrite.
+// holder dies, even by kill -9, so a stale lock never blocks anyone: its holder's text left in
+// the file is reported as stale and the lock taken). A fresh run refuses a directory holding
+// another run's checkpoints unless told --overwrite; a directory without one belongs to nobody.
 #pragma once
 
 #include <optional>
@@ -15,7 +16,7 @@ inline constexpr std::string_view kLockFileName = ".lock";
 
 // Who the directory's checkpoints belong to: run.json's id, or "" when the directory has
 // checkpoints but no run.json (written before run records existed); nullopt when it holds no
-// run at all (missing, empty, or other files only).
+// checkpoint (missing, empty, other files only, or the run.json of a run that never saved).
 std::optional<std::string> save_directory_owner(const std::string& dir);
 
 // Throws Error naming --save unless a run with id `run_id` may write into `dir`: the directory

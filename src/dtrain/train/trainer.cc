@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "dtrain/comm/collectives.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/system_memory.h"
 #include "dtrain/core/timer.h"
@@ -14,8 +15,8 @@
 namespace dtrain::train {
 
 Trainer::Trainer(const TrainerConfig& config, StepEngine& engine, const TokenSplit& data,
-                 TrainObserver* observer)
-    : config_(config), engine_(engine), data_(data), observer_(observer) {
+                 TrainObserver* observer, comm::Communicator* stop_group)
+    : config_(config), engine_(engine), data_(data), observer_(observer), stop_group_(stop_group) {
   DTRAIN_CHECK(config.steps > 0, "--steps must be positive (got ", config.steps, ")");
   DTRAIN_CHECK(config.eval_every >= 0, "--eval-every must not be negative (got ", config.eval_every,
                ")");
@@ -35,6 +36,18 @@ float Trainer::evaluate() {
     total += engine_.eval_loss(batch_);
   }
   return static_cast<float>(total / static_cast<double>(config_.eval_batches));
+}
+
+int Trainer::agree_on_stop(int64_t steps_done) {
+  if (config_.stop == nullptr) return 0;
+  if (stop_group_ == nullptr) {
+    return config_.stop->should_stop(steps_done) ? config_.stop->signal_number() : 0;
+  }
+  // Every rank runs this at every step boundary, so the ranks that got no signal (mpirun may
+  // deliver it to some only) learn of it at the same step as the ones that did.
+  int64_t signal = config_.stop->signal_number();
+  comm::all_reduce(*stop_group_, &signal, 1, comm::ReduceOp::max);
+  return static_cast<int>(signal);
 }
 
 int Trainer::job_rank() {
@@ -121,6 +134,7 @@ TrainSummary Trainer::run() {
   eval_now(first);
 
   std::vector<double> step_ms;
+  if (config_.stop != nullptr) config_.stop->mark_started();
   for (int64_t step = first; step < config_.steps; ++step) {
     inject_fault_if_due(config_.fault, job_rank(), step + 1);
     sampler.next(batch_);
@@ -149,14 +163,15 @@ TrainSummary Trainer::run() {
     if (last || (config_.eval_every > 0 && (step + 1) % config_.eval_every == 0)) {
       eval_now(step + 1);
     }
-    const bool stopping = config_.stop != nullptr && !last && config_.stop->should_stop(step + 1);
+    const int stop_signal = last ? 0 : agree_on_stop(step + 1);
+    const bool stopping = stop_signal != 0;
     if (!ckpt.save_dir.empty() &&
         (last || stopping || (ckpt.save_every > 0 && (step + 1) % ckpt.save_every == 0))) {
       s.last_checkpoint = save(step + 1, sampler);
     }
     s.last_step = step + 1;
     if (stopping) {
-      s.stop_signal = config_.stop->signal_number();
+      s.stop_signal = stop_signal;
       break;
     }
   }

@@ -47,7 +47,7 @@ struct TrainerConfig {
   // slower than fp32 here), printed once on stderr at the start.
   std::vector<std::string> warnings;
   RunRecord run;                // this run's identity and settings, written into every checkpoint
-  StopRequest* stop = nullptr;  // a graceful stop (SIGINT/SIGTERM) to watch for; may be null
+  StopRequest* stop = nullptr;  // a graceful stop (SIGINT/SIGTERM/SIGUSR1) to watch; may be null
 };
 
 struct StepRecord {
@@ -77,8 +77,8 @@ struct TrainSummary {
   int64_t tokens_per_step = 0;
   int64_t first_step = 0;       // updates done before this run (a resumed checkpoint's step)
   std::string last_checkpoint;  // the directory saved last, if any
-  int stop_signal = 0;          // SIGINT/SIGTERM that ended the run early (0: it ran to the end)
-  int64_t last_step = 0;        // updates done when the run ended
+  int stop_signal = 0;    // SIGINT/SIGTERM/SIGUSR1 that ended the run early (0: ran to the end)
+  int64_t last_step = 0;  // updates done when the run ended
   std::vector<float> train_losses;  // one per step of this run (steps first_step+1 ..)
   std::vector<EvalRecord> evals;    // the first before any update, the last after the last
   double ln_vocab = 0;              // the loss of a uniform guess
@@ -112,8 +112,10 @@ class MetricsWriter;  // train/metrics.h
 class Trainer {
  public:
   // `data` must outlive the trainer; check_split_fits(data, seq) must hold.
+  // `stop_group`: ranks in separate processes (MPI) agree on a stop through it, one all-reduce
+  // of a single number per step; null when the ranks share config.stop (threads) or none.
   Trainer(const TrainerConfig& config, StepEngine& engine, const TokenSplit& data,
-          TrainObserver* observer = nullptr);
+          TrainObserver* observer = nullptr, comm::Communicator* stop_group = nullptr);
   ~Trainer();
   TrainSummary run();
   // Mean validation loss over config.eval_batches fixed batches.
@@ -124,7 +126,11 @@ class Trainer {
   StepEngine& engine_;
   const TokenSplit& data_;
   TrainObserver* observer_;
+  comm::Communicator* stop_group_;
   Batch batch_;
+  // At a step boundary: the signal every rank stops on (0: go on). Collective over stop_group_
+  // when there is one.
+  int agree_on_stop(int64_t steps_done);
   // --resume: loads the checkpoint into the engine and the sampler; returns its step.
   int64_t resume(BatchSampler& sampler);
   // --init-from: the folder's weights into the engine (AdamW moments 0).

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -609,7 +610,21 @@ void run_ranks(int ranks, const std::function<void(Communicator&)>& fn, WorldOpt
   } else {
     std::vector<std::thread> threads;
     threads.reserve(ranks);
-    for (int r = 0; r < ranks; ++r) threads.emplace_back(body, r);
+    // A rank thread that cannot start (its stack does not fit under ulimit -v, or the thread
+    // limit) fails the run: the ranks already started are aborted and joined, not left waiting
+    // for a peer that never comes.
+    try {
+      for (int r = 0; r < ranks; ++r) threads.emplace_back(body, r);
+    } catch (const std::system_error& e) {
+      const int started = static_cast<int>(threads.size());
+      world.abort(started, str("its thread could not start (", e.what(), ")"));
+      for (int r = started; r < ranks; ++r) world.mark_exited(r);
+      for (auto& t : threads) t.join();
+      throw Error(str("cannot start rank ", started, " of ", ranks, " as a thread (", e.what(),
+                      "): each rank thread needs its own stack; the process's memory or thread "
+                      "limit is too small for ",
+                      ranks, " ranks (ulimit -v, ulimit -u)"));
+    }
     for (auto& t : threads) t.join();
   }
   if (first_error) std::rethrow_exception(first_error);

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The up-front memory check reads the limits that apply to this process, not only MemAvailable:
+# under ulimit -v (RLIMIT_AS) or ulimit -d (RLIMIT_DATA) a run too large for the limit is refused
+# at once with a sizing message naming the limit (it used to hang in OpenBLAS or die in a bare
+# std::bad_alloc), and a run that fits still trains.
+# Usage: memory_limits.sh path/to/dtrain
+source "$(dirname "$0")/lib/expect.bash"
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+quick=(train --model tiny --steps 2 --eval-every 0 --eval-batches 1)
+
+# limited LIMIT-FLAG KB PATTERN ARGS...: under the limit, the run exits non-zero within 20 s
+# (a hang is killed) and stderr matches PATTERN.
+limited() {
+  local flag=$1 kb=$2 pattern=$3
+  shift 3
+  local err rc start took
+  start=$(date +%s)
+  err=$( (ulimit "$flag" "$kb" && exec timeout -s KILL 20 "$DTRAIN" "$@") 2>&1 >/dev/null)
+  rc=$?
+  took=$(($(date +%s) - start))
+  if [[ $rc -ne 0 && $rc -ne 137 ]] && grep -qE -- "$pattern" <<<"$err"; then
+    echo "ok: (ulimit $flag $kb; dtrain $*) -> exit $rc after ${took} s: $(head -c 220 <<<"$err")"
+  else
+    fail "(ulimit $flag $kb; dtrain $*): exit $rc after ${took} s: $(head -c 300 <<<"$err")"
+  fi
+}
+
+# 150 MB of address space cannot hold 4 rank threads (stacks and OpenBLAS buffers alone).
+limited -v 150000 "needs at least .* is available \(room under the address-space limit \(ulimit -v" \
+  "${quick[@]}" --dp 4
+# A model of 8 GiB of states under a 1 GiB data limit.
+limited -d 1000000 "needs at least .* is available \(room under the data limit \(ulimit -d" \
+  "${quick[@]}" --layers 2000 --channels 256 --heads 4
+
+# A limit the run fits under changes nothing: 2 GB of address space for one rank.
+out=$( (ulimit -v 2000000 && exec timeout -s KILL 60 "$DTRAIN" "${quick[@]}") 2>&1)
+rc=$?
+if [[ $rc -eq 0 ]]; then echo "ok: (ulimit -v 2000000; dtrain ${quick[*]}) -> exit 0"; else
+  fail "a run that fits under ulimit -v 2000000 failed (exit $rc): $(tail -2 <<<"$out")"
+fi
+finish
