@@ -119,8 +119,8 @@ class Engine final : public StepEngine {
   ~Engine() override;
 
   std::string describe() const override;
-  StepStats train_step(const Batch& batch, float lr) override;
-  float eval_loss(const Batch& batch) override;
+  StepStats train_step(const data::Batch& batch, float lr) override;
+  float eval_loss(const data::Batch& batch) override;
   const MemoryTracker& memory() const override { return tracker_; }
   int64_t param_count() const override { return model::gpt_param_count(config_.step.model); }
 
@@ -128,9 +128,9 @@ class Engine final : public StepEngine {
   // the TP-replicated ones; the first stage for the tied wte) at ZeRO 0-2 and by each shard's
   // owner at ZeRO 3; the AdamW moments by DP rank 0 at stage 0 and by each shard's owner at
   // stages 1-3.
-  StateLayout state_layout() const override;
-  RankState export_state() override;
-  void import_state(const SerialState& state) override;
+  checkpoint::StateLayout state_layout() const override;
+  checkpoint::RankState export_state() override;
+  void import_state(const checkpoint::SerialState& state) override;
   comm::Communicator* job_communicator() override { return &world_; }
 
   // --- what the report reads
