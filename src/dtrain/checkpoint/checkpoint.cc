@@ -281,7 +281,7 @@ uint32_t crc32(std::span<const std::byte> bytes, uint32_t previous) {
   return c ^ 0xFFFFFFFFu;
 }
 
-std::string save_checkpoint(train::StepEngine& engine, const model::GptConfig& model,
+std::string save_checkpoint(Checkpointable& engine, const model::GptConfig& model,
                             const TrainerPosition& position, const std::string& root, int keep,
                             const RunRecord& run, bool overwrite) {
   comm::Communicator* comm = engine.job_communicator();

@@ -18,12 +18,12 @@
 #include <string_view>
 #include <vector>
 
+#include "dtrain/checkpoint/checkpointable.h"
 #include "dtrain/checkpoint/run_record.h"
 #include "dtrain/checkpoint/train_state.h"
 #include "dtrain/data/data.h"
 #include "dtrain/model/gpt_config.h"
 #include "dtrain/model/tp_shard.h"
-#include "dtrain/train/step_engine.h"
 
 namespace dtrain::checkpoint {
 
@@ -102,7 +102,7 @@ uint32_t crc32(std::span<const std::byte> bytes, uint32_t previous = 0);
 // the newest `keep` (0: none) of this run's (`run`'s id) are removed; another run's are left
 // alone unless `overwrite`. Meets the other ranks at job_communicator()->barrier().
 // Returns the directory written.
-std::string save_checkpoint(train::StepEngine& engine, const model::GptConfig& model,
+std::string save_checkpoint(Checkpointable& engine, const model::GptConfig& model,
                             const TrainerPosition& position, const std::string& root, int keep,
                             const RunRecord& run = {}, bool overwrite = false);
 
