@@ -1,3 +1,6 @@
+// Room checkpoint/ (dtrain::checkpoint): the sharded format, the save directory and its lock,
+// resharding, the state a checkpoint carries; includes data, comm, model and core.
+//
 // Sharded checkpoints: a directory with a JSON manifest and one binary shard file per rank,
 // written atomically by every rank of any layout and read back into any other
 // (docs/checkpoints.md).

@@ -1,3 +1,6 @@
+// Room data/ (dtrain::data): token sources, token files, the tokenizer, batches; includes core
+// only (src/dtrain/layers.txt).
+//
 // Training data: a byte-level tokenizer over any text file, the default corpus that ships in
 // data/, a train/validation split, and deterministic batches read from a TokenSource (int32
 // tokens in memory, or a mapped token file: data/token_file.h). The sampler's whole state is a

@@ -1,3 +1,6 @@
+// Room formats/ (dtrain::formats): model formats for other tools, safetensors and the Hugging
+// Face GPT-2 mapping (export, --init-from); includes checkpoint and what lies below it.
+//
 // The model in Hugging Face's GPT-2 names and layouts, as a folder of model.safetensors and
 // config.json: `dtrain export` writes it from a checkpoint of any layout (the serial state the
 // checkpoint reader assembles), `dtrain train --init-from` reads it into any layout. Our Linear

@@ -1,3 +1,6 @@
+// Room infer/ (dtrain::infer): sampling with the KV cache, beside train/; includes data, model
+// and core.
+//
 // Text generation from a trained model: the serial KV-cache decoder (model/gpt_decoder.h) on the
 // weights of a checkpoint of any layout, the byte vocabulary (tokens 0..255 are bytes) or a
 // SentencePiece tokenizer (data/tokenizer.h), and temperature / top-k sampling from Rng(seed):

@@ -1,3 +1,6 @@
+// Room train/ (dtrain::train): the step engine, the run loop, the layout and its report,
+// progress, metrics and faults; includes every room but infer and cli.
+//
 // Engine: the one StepEngine, for every layout. Each rank holds one TP shard of one pipeline
 // stage of one DP replica on a parallel::DeviceMesh; serial, DP, TP and PP runs are meshes
 // whose other axes have size 1, and a size-1 axis skips its work (as Megatron's
