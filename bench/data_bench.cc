@@ -13,8 +13,8 @@
 #include "dtrain/core/check.h"
 #include "dtrain/core/rng.h"
 #include "dtrain/core/timer.h"
-#include "dtrain/train/data.h"
-#include "dtrain/train/token_file.h"
+#include "dtrain/data/data.h"
+#include "dtrain/data/token_file.h"
 
 namespace dtrain::bench {
 namespace {
@@ -24,8 +24,8 @@ namespace fs = std::filesystem;
 // An llm.c token file of `count` random tokens below GPT-2's vocabulary.
 void write_llmc_file(const fs::path& path, int64_t count) {
   std::vector<int32_t> header(256, 0);
-  header[0] = train::kLlmcMagic;
-  header[1] = train::kLlmcVersionUint16;
+  header[0] = data::kLlmcMagic;
+  header[1] = data::kLlmcVersionUint16;
   header[2] = static_cast<int32_t>(count);
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(header.data()), 1024);
@@ -34,7 +34,7 @@ void write_llmc_file(const fs::path& path, int64_t count) {
   for (int64_t done = 0; done < count;) {
     const auto n = static_cast<size_t>(std::min<int64_t>(count - done, 1 << 16));
     for (size_t i = 0; i < n; ++i) {
-      chunk[i] = static_cast<uint16_t>(rng.uniform_int(train::kGpt2Vocab));
+      chunk[i] = static_cast<uint16_t>(rng.uniform_int(data::kGpt2Vocab));
     }
     out.write(reinterpret_cast<const char*>(chunk.data()), static_cast<std::streamsize>(2 * n));
     done += static_cast<int64_t>(n);
@@ -43,9 +43,9 @@ void write_llmc_file(const fs::path& path, int64_t count) {
 }
 
 // The median over rounds of batch bytes per second, MB/s.
-double batch_mb_per_s(const train::TokenSource& tokens, const DataBenchOptions& o) {
-  train::BatchSampler sampler(tokens, o.batch, o.seq, 7);
-  train::Batch batch;
+double batch_mb_per_s(const data::TokenSource& tokens, const DataBenchOptions& o) {
+  data::BatchSampler sampler(tokens, o.batch, o.seq, 7);
+  data::Batch batch;
   sampler.next(batch);  // allocation outside the timing
   std::vector<double> rates;
   for (int r = 0; r < o.rounds; ++r) {
@@ -77,9 +77,9 @@ DataBenchReport run_data_bench(const DataBenchOptions& o) {
   }
   try {
     const Stopwatch watch;
-    const train::TokenData data = train::load_token_data(report.file, o.vocab);
+    const data::TokenData data = data::load_token_data(report.file, o.vocab);
     report.open_s = watch.elapsed_s();
-    report.format = train::format_name(data.format);
+    report.format = data::format_name(data.format);
     report.file_bytes = static_cast<int64_t>(fs::file_size(report.file));
     report.tokens = static_cast<int64_t>(data.tokens.size());
     DTRAIN_CHECK(report.tokens > o.seq, "--data ", report.file, " has ", report.tokens,
@@ -89,7 +89,7 @@ DataBenchReport run_data_bench(const DataBenchOptions& o) {
     if (report.tokens * 4 <= (int64_t{1} << 30)) {
       std::vector<int32_t> wide(data.tokens.size());
       data.tokens.copy(0, report.tokens, wide.data());
-      report.memory_mb_per_s = batch_mb_per_s(train::TokenSource(wide), o);
+      report.memory_mb_per_s = batch_mb_per_s(data::TokenSource(wide), o);
     }
   } catch (...) {
     if (!temp.empty()) fs::remove_all(temp);

@@ -26,9 +26,9 @@ namespace {
 constexpr float kPeerLr = 3e-4f;
 
 // B rows of uniform random tokens with next-token targets (the peer's kind of data).
-train::Batch random_batch(int64_t B, int64_t T, int64_t V) {
+data::Batch random_batch(int64_t B, int64_t T, int64_t V) {
   Rng rng(1234);
-  train::Batch batch;
+  data::Batch batch;
   batch.resize(B, T);
   for (int64_t b = 0; b < B; ++b) {
     std::vector<int32_t> row(static_cast<size_t>(T + 1));
@@ -64,7 +64,7 @@ DpBenchRow run_layout(const DpBenchOptions& o, const model::GptConfig& m, int64_
   layout.dp_algorithm = *comm::parse_algorithm(dp_algo);
   const train::EngineConfig c =
       train::make_engine_config(step_config(m, o.batch_per_rank * ranks, T), layout);
-  const train::Batch batch = random_batch(c.step.batch, T, m.vocab);
+  const data::Batch batch = random_batch(c.step.batch, T, m.vocab);
   const auto total = static_cast<size_t>(o.warmup + o.steps);
   std::vector<std::vector<double>> ms(static_cast<size_t>(ranks), std::vector<double>(total));
   DpBenchRow row;

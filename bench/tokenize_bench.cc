@@ -15,7 +15,7 @@
 #include "dtrain/core/check.h"
 #include "dtrain/core/files.h"
 #include "dtrain/core/timer.h"
-#include "dtrain/train/data.h"
+#include "dtrain/data/data.h"
 
 namespace dtrain::bench {
 namespace {
@@ -57,7 +57,7 @@ TokenizeBenchReport run_tokenize_bench(const TokenizeBenchOptions& o, std::ostre
   DTRAIN_CHECK(o.text_mb > 0, "--mb must be positive (got ", o.text_mb, ")");
   TokenizeBenchReport report;
   report.options = o;
-  report.corpus = o.corpus.empty() ? train::default_corpus_path() : o.corpus;
+  report.corpus = o.corpus.empty() ? data::default_corpus_path() : o.corpus;
   check_input_file(report.corpus, "--corpus");
   const auto row = [&](void (*print)(const TokenizeBenchReport&, std::ostream&)) {
     if (rows == nullptr) return;
@@ -68,9 +68,9 @@ TokenizeBenchReport run_tokenize_bench(const TokenizeBenchOptions& o, std::ostre
   const ScratchDir temp("dtrain-bench-tokenize",
                         {"tok.model", "text.txt", "tokens.bin", "tokens_parallel.bin"});
   const std::string model = temp.file("tok.model");
-  report.trained = train::train_tokenizer(
+  report.trained = data::train_tokenizer(
       {.corpus = report.corpus, .model = model, .vocab = o.vocab, .type = o.type});
-  const train::Tokenizer tokenizer(model, "--model");
+  const data::Tokenizer tokenizer(model, "--model");
   const std::string corpus = read_file(report.corpus);
   report.round_trip = tokenizer.decode(tokenizer.encode(corpus)) == corpus;
   row(print_trained);
@@ -78,10 +78,10 @@ TokenizeBenchReport run_tokenize_bench(const TokenizeBenchOptions& o, std::ostre
   write_repeated(text, corpus, o.text_mb * 1000000);
   report.read_mb_per_s = read_mb_per_s(text);
   row(print_read);
-  report.encoded = train::encode_file(tokenizer, text, temp.file("tokens.bin"), 1);
+  report.encoded = data::encode_file(tokenizer, text, temp.file("tokens.bin"), 1);
   row(print_encoded);
   if (std::thread::hardware_concurrency() > 1) {
-    report.encoded_parallel = train::encode_file(tokenizer, text, temp.file("tokens_parallel.bin"));
+    report.encoded_parallel = data::encode_file(tokenizer, text, temp.file("tokens_parallel.bin"));
     DTRAIN_CHECK(read_file(temp.file("tokens.bin")) == read_file(temp.file("tokens_parallel.bin")),
                  "bench tokenize: ", report.encoded_parallel.threads,
                  " threads encoded other tokens than one thread");
@@ -91,7 +91,7 @@ TokenizeBenchReport run_tokenize_bench(const TokenizeBenchOptions& o, std::ostre
 }
 
 void print_trained(const TokenizeBenchReport& r, std::ostream& out) {
-  const char* type = r.options.type == train::TokenizerType::bpe ? "bpe" : "unigram";
+  const char* type = r.options.type == data::TokenizerType::bpe ? "bpe" : "unigram";
   const double train_mb_per_s =
       static_cast<double>(r.trained.corpus_bytes) / 1e6 / r.trained.seconds;
   out << "bench tokenize: " << type << ", " << r.trained.vocab << " pieces, trained on " << r.corpus
@@ -138,7 +138,7 @@ void print_report(const TokenizeBenchReport& r, std::ostream& out) {
 
 nlohmann::json to_json(const TokenizeBenchReport& r) {
   return {{"corpus", r.corpus},
-          {"type", r.options.type == train::TokenizerType::bpe ? "bpe" : "unigram"},
+          {"type", r.options.type == data::TokenizerType::bpe ? "bpe" : "unigram"},
           {"vocab", r.trained.vocab},
           {"train_bytes", r.trained.corpus_bytes},
           {"train_s", r.trained.seconds},

@@ -9,23 +9,23 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dtrain/train/tokenizer.h"
+#include "dtrain/data/tokenizer.h"
 
 namespace dtrain::bench {
 
 struct TokenizeBenchOptions {
-  std::string corpus;    // empty: the default corpus (train/data.h)
+  std::string corpus;    // empty: the default corpus (data/data.h)
   int64_t vocab = 1024;  // data/corpus.txt makes at most 1960 BPE pieces
-  train::TokenizerType type = train::TokenizerType::bpe;
+  data::TokenizerType type = data::TokenizerType::bpe;
   int64_t text_mb = 100;  // size of the encoded text, MB (1e6 bytes), the corpus repeated
 };
 
 struct TokenizeBenchReport {
   TokenizeBenchOptions options;
   std::string corpus;
-  train::TokenizerTrainReport trained;
-  train::EncodeReport encoded;           // one thread
-  train::EncodeReport encoded_parallel;  // one per hardware thread; not run when that is one
+  data::TokenizerTrainReport trained;
+  data::EncodeReport encoded;           // one thread
+  data::EncodeReport encoded_parallel;  // one per hardware thread; not run when that is one
   double read_mb_per_s = 0;  // reading the same text file in the same chunks, nothing else
   bool round_trip = false;   // decode(encode(corpus)) == corpus
 };

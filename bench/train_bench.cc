@@ -26,11 +26,11 @@ namespace dtrain::bench {
 namespace {
 
 // The peer's data: one batch of uniform random tokens, targets shifted by one.
-train::Batch fixed_random_batch(int64_t B, int64_t T, int64_t V) {
+data::Batch fixed_random_batch(int64_t B, int64_t T, int64_t V) {
   Rng rng(1234);
   std::vector<int32_t> seq(static_cast<size_t>(B * (T + 1)));
   for (int32_t& t : seq) t = static_cast<int32_t>(rng.uniform_int(static_cast<uint64_t>(V)));
-  train::Batch batch;
+  data::Batch batch;
   batch.resize(B, T);
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {
@@ -43,7 +43,7 @@ train::Batch fixed_random_batch(int64_t B, int64_t T, int64_t V) {
 
 // The timed steps on `engine`: a clean pass for ms/step and the phases, then a pass with every
 // sgemm call timed for the GEMM share.
-void measure_engine(const TrainBenchOptions& o, train::Engine& engine, const train::Batch& batch,
+void measure_engine(const TrainBenchOptions& o, train::Engine& engine, const data::Batch& batch,
                     TrainBenchRow& row) {
   const float lr = 3e-4f;
   for (int64_t i = 0; i < o.warmup; ++i) {
@@ -88,7 +88,7 @@ void measure_engine(const TrainBenchOptions& o, train::Engine& engine, const tra
 }
 
 TrainBenchRow bench_threads(const TrainBenchOptions& o, train::StepConfig config,
-                            const train::Batch& batch, int threads, bool openblas,
+                            const data::Batch& batch, int threads, bool openblas,
                             Recompute recompute, model::Precision precision) {
   model::set_blas_threads(openblas ? threads : 1);
   config.threads = openblas ? 1 : threads;
@@ -241,7 +241,7 @@ TrainBenchReport run_train_bench(const TrainBenchOptions& o) {
   config.adamw = {0.9f, 0.95f, 1e-8f, 0.1f};
   config.grad_clip = 0;  // the peer does not clip
   config.init_seed = 0;
-  const train::Batch batch = fixed_random_batch(r.batch, r.seq, preset.config.vocab);
+  const data::Batch batch = fixed_random_batch(r.batch, r.seq, preset.config.vocab);
   const int before = model::blas_threads();
   for (Recompute mode : o.recompute) {
     for (int t : o.threads) {

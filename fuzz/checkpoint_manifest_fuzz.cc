@@ -6,20 +6,20 @@
 #include <string>
 #include <string_view>
 
+#include "dtrain/checkpoint/checkpoint.h"
 #include "dtrain/core/check.h"
-#include "dtrain/train/checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  dtrain::train::Manifest manifest;
+  dtrain::checkpoint::Manifest manifest;
   try {
-    manifest = dtrain::train::parse_manifest(text, "fuzz/manifest.json");
+    manifest = dtrain::checkpoint::parse_manifest(text, "fuzz/manifest.json");
   } catch (const dtrain::Error&) {
     return 0;  // rejected with a message: the expected outcome for most inputs
   }
-  const std::string once = dtrain::train::manifest_to_json(manifest);
+  const std::string once = dtrain::checkpoint::manifest_to_json(manifest);
   const std::string twice =
-      dtrain::train::manifest_to_json(dtrain::train::parse_manifest(once, "round trip"));
+      dtrain::checkpoint::manifest_to_json(dtrain::checkpoint::parse_manifest(once, "round trip"));
   if (once != twice) __builtin_trap();
   return 0;
 }

@@ -9,29 +9,29 @@
 #include <string_view>
 
 #include "checkpoint_bundle.h"
+#include "dtrain/checkpoint/checkpoint.h"
 #include "dtrain/core/check.h"
-#include "dtrain/train/checkpoint.h"
 
 namespace {
 
 void read_one_piece(std::span<const uint8_t> input) {
   if (input.size() < 20) return;
-  dtrain::train::ShardEntry entry;
+  dtrain::checkpoint::ShardEntry entry;
   entry.tensor = "wte";
   std::memcpy(&entry.byte_offset, input.data(), 8);
   std::memcpy(&entry.count, input.data() + 8, 8);
   std::memcpy(&entry.crc32, input.data() + 16, 4);
   const std::span<const std::byte> bytes = std::as_bytes(input.subspan(20));
-  const std::vector<float> values = dtrain::train::read_shard(bytes, entry, "fuzz.bin");
+  const std::vector<float> values = dtrain::checkpoint::read_shard(bytes, entry, "fuzz.bin");
   if (static_cast<int64_t>(values.size()) != entry.count) __builtin_trap();
 }
 
 void read_bundle(std::string_view input) {
   const dtrain::fuzz::Bundle bundle = dtrain::fuzz::split_bundle(input);
-  const dtrain::train::Manifest manifest =
-      dtrain::train::parse_manifest(bundle.manifest, "fuzz/manifest.json");
-  const dtrain::train::SerialState state =
-      dtrain::train::assemble_state(manifest, bundle.files, "fuzz/manifest.json");
+  const dtrain::checkpoint::Manifest manifest =
+      dtrain::checkpoint::parse_manifest(bundle.manifest, "fuzz/manifest.json");
+  const dtrain::checkpoint::SerialState state =
+      dtrain::checkpoint::assemble_state(manifest, bundle.files, "fuzz/manifest.json");
   const auto total = static_cast<size_t>(state.table.total_count());
   if (state.params.size() != total || state.adam_m.size() != total ||
       state.adam_v.size() != total) {

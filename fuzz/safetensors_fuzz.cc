@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "dtrain/core/check.h"
-#include "dtrain/train/safetensors.h"
+#include "dtrain/formats/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace dtrain::train;

@@ -11,7 +11,7 @@
 #include <span>
 
 #include "dtrain/core/check.h"
-#include "dtrain/train/token_file.h"
+#include "dtrain/data/token_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

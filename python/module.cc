@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/checkpoint/checkpoint.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/version.h"
-#include "dtrain/train/checkpoint.h"
 #include "embedded.h"
 
 namespace py = pybind11;
@@ -87,13 +87,14 @@ py::tuple run(const std::vector<std::string>& args, py::object on_step, py::obje
 // {name: ndarray}: each array views the checkpoint's one parameter buffer, which the arrays keep
 // alive between them.
 py::dict load_checkpoint(const std::string& path) {
-  auto loaded = std::make_unique<dtrain::train::LoadedCheckpoint>();
+  auto loaded = std::make_unique<dtrain::checkpoint::LoadedCheckpoint>();
   {
     py::gil_scoped_release release;
-    *loaded = dtrain::train::load_checkpoint(path, "load_checkpoint");
+    *loaded = dtrain::checkpoint::load_checkpoint(path, "load_checkpoint");
   }
-  dtrain::train::LoadedCheckpoint* raw = loaded.release();
-  py::capsule owner(raw, [](void* p) { delete static_cast<dtrain::train::LoadedCheckpoint*>(p); });
+  dtrain::checkpoint::LoadedCheckpoint* raw = loaded.release();
+  py::capsule owner(raw,
+                    [](void* p) { delete static_cast<dtrain::checkpoint::LoadedCheckpoint*>(p); });
   py::dict out;
   for (const dtrain::model::ParamTensor& t : raw->state.table.tensors()) {
     std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());

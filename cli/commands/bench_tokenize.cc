@@ -31,8 +31,8 @@ void add_bench_tokenize(CLI::App& bench_app) {
       ->capture_default_str()
       ->check(whole_number(1, 65536));
   cmd->add_option("--type", f->type, "Tokenizer model: bpe or unigram")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, train::TokenizerType>{
-          {"bpe", train::TokenizerType::bpe}, {"unigram", train::TokenizerType::unigram}}))
+      ->transform(CLI::CheckedTransformer(std::map<std::string, data::TokenizerType>{
+          {"bpe", data::TokenizerType::bpe}, {"unigram", data::TokenizerType::unigram}}))
       ->default_str("bpe");
   cmd->add_option("--mb", o.text_mb, "MB of text to encode (the corpus repeated)")
       ->capture_default_str()
@@ -40,7 +40,7 @@ void add_bench_tokenize(CLI::App& bench_app) {
   cmd->add_flag("--json", f->json, "Print the same figures as JSON");
   cmd->callback([f] {
     bench::TokenizeBenchOptions run = f->options;
-    run.type = f->type == "bpe" ? train::TokenizerType::bpe : train::TokenizerType::unigram;
+    run.type = f->type == "bpe" ? data::TokenizerType::bpe : data::TokenizerType::unigram;
     // The table's lines print as each part is measured; with --json they go to stderr as
     // progress, and the JSON document to stdout at the end.
     const bench::TokenizeBenchReport report =

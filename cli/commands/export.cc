@@ -8,10 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "command_registry.h"
+#include "dtrain/checkpoint/checkpoint.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/files.h"
-#include "dtrain/train/checkpoint.h"
-#include "dtrain/train/hf_gpt2.h"
+#include "dtrain/formats/hf_gpt2.h"
 #include "file_roles.h"
 
 namespace dtrain::cli {
@@ -47,15 +47,17 @@ void add_export(CLI::App& app) {
     DTRAIN_CHECK(std::filesystem::is_directory(f->checkpoint), "--checkpoint ", f->checkpoint,
                  ": no such directory");
     check_output_directory(f->output, "--output");
-    const train::LoadedCheckpoint c = train::load_checkpoint(f->checkpoint, "--checkpoint");
+    const checkpoint::LoadedCheckpoint c =
+        checkpoint::load_checkpoint(f->checkpoint, "--checkpoint");
     const auto dtype =
-        f->dtype == "bf16" ? train::SafetensorsDtype::bf16 : train::SafetensorsDtype::f32;
-    train::export_hf_gpt2(c.state, f->output, dtype, "--output");
-    const std::string weights = (std::filesystem::path(f->output) / train::kHfWeightsName).string();
+        f->dtype == "bf16" ? formats::SafetensorsDtype::bf16 : formats::SafetensorsDtype::f32;
+    formats::export_hf_gpt2(c.state, f->output, dtype, "--output");
+    const std::string weights =
+        (std::filesystem::path(f->output) / formats::kHfWeightsName).string();
     if (f->json) {
       const nlohmann::json out = {{"checkpoint", c.dir},
                                   {"step", c.manifest.position.step},
-                                  {"layout", train::describe(c.manifest.layout)},
+                                  {"layout", describe(c.manifest.layout)},
                                   {"model", model::describe(c.state.model)},
                                   {"weights", weights},
                                   {"bytes", std::filesystem::file_size(weights)},
@@ -63,10 +65,10 @@ void add_export(CLI::App& app) {
       std::cout << out.dump(2) << "\n";
     } else {
       std::cout << "exported " << c.dir << " (step " << c.manifest.position.step << ", "
-                << train::describe(c.manifest.layout) << ", " << model::describe(c.state.model)
-                << ") to " << f->output << ": " << train::kHfWeightsName << " ("
+                << describe(c.manifest.layout) << ", " << model::describe(c.state.model) << ") to "
+                << f->output << ": " << formats::kHfWeightsName << " ("
                 << std::filesystem::file_size(weights) << " bytes, " << f->dtype << "), "
-                << train::kHfConfigName << "\n";
+                << formats::kHfConfigName << "\n";
     }
   });
 }

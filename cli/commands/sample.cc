@@ -12,10 +12,10 @@
 #include <nlohmann/json.hpp>
 
 #include "command_registry.h"
+#include "dtrain/checkpoint/checkpoint.h"
 #include "dtrain/core/check.h"
-#include "dtrain/train/checkpoint.h"
-#include "dtrain/train/sample.h"
-#include "dtrain/train/tokenizer.h"
+#include "dtrain/data/tokenizer.h"
+#include "dtrain/infer/sample.h"
 #include "validators.h"
 
 namespace dtrain::cli {
@@ -24,14 +24,14 @@ namespace {
 struct SampleFlags {
   std::string checkpoint;
   std::string tokenizer;
-  train::SampleOptions options;
+  infer::SampleOptions options;
   int64_t seed = 1;
   bool json = false;
 };
 
 void add_sample(CLI::App& app) {
   auto f = std::make_shared<SampleFlags>();
-  train::SampleOptions& o = f->options;
+  infer::SampleOptions& o = f->options;
   CLI::App* cmd = app.add_subcommand(
       "sample",
       "Generate text from a checkpoint (any layout) with a KV cache: byte vocabulary or a "
@@ -64,25 +64,26 @@ void add_sample(CLI::App& app) {
   cmd->callback([f] {
     DTRAIN_CHECK(std::filesystem::is_directory(f->checkpoint), "--checkpoint ", f->checkpoint,
                  ": no such directory");
-    std::optional<train::Tokenizer> tokenizer;
+    std::optional<data::Tokenizer> tokenizer;
     if (!f->tokenizer.empty()) tokenizer.emplace(f->tokenizer, "--tokenizer");
-    const train::LoadedCheckpoint c = train::load_checkpoint(f->checkpoint, "--checkpoint");
+    const checkpoint::LoadedCheckpoint c =
+        checkpoint::load_checkpoint(f->checkpoint, "--checkpoint");
     // A model of token ids prints binary bytes when its tokens are read as bytes.
     if (!tokenizer && c.manifest.run &&
-        train::trained_on_token_ids(c.manifest.run->settings.data_name, c.state.model.vocab)) {
+        infer::trained_on_token_ids(c.manifest.run->settings.data_name, c.state.model.vocab)) {
       throw Error(str("--checkpoint ", c.dir, ": the model was trained on the token ids of --data ",
                       c.manifest.run->settings.data_name, " (vocabulary ", c.state.model.vocab,
                       "), which are not bytes: give --tokenizer M.model, the SentencePiece "
                       "model that wrote that file (dtrain tokenize), to print text"));
     }
-    train::SampleOptions run = f->options;
+    infer::SampleOptions run = f->options;
     run.seed = static_cast<uint64_t>(f->seed);
     if (tokenizer) run.tokenizer = &*tokenizer;
     // The text streams as it is generated: the prompt first, then each token's text.
     if (!f->json) {
       run.on_text = [](std::string_view text) { std::cout << text << std::flush; };
     }
-    const train::SampleResult r = train::sample(c.state.model, c.state.params, run);
+    const infer::SampleResult r = infer::sample(c.state.model, c.state.params, run);
     const double tokens_per_s = static_cast<double>(r.tokens.size()) / r.seconds;
     if (f->json) {
       const nlohmann::json out = {{"checkpoint", c.dir},

@@ -11,7 +11,7 @@
 #include "build_info.h"
 #include "command_registry.h"
 #include "dtrain/core/check.h"
-#include "dtrain/train/tokenizer.h"
+#include "dtrain/data/tokenizer.h"
 #include "file_roles.h"
 #include "validators.h"
 
@@ -27,11 +27,11 @@ struct TokenizeFlags {
 };
 
 void run_train(const TokenizeFlags& f) {
-  const train::TokenizerTrainReport r = train::train_tokenizer(
+  const data::TokenizerTrainReport r = data::train_tokenizer(
       {.corpus = f.train,
        .model = f.model,
        .vocab = f.vocab,
-       .type = f.type == "bpe" ? train::TokenizerType::bpe : train::TokenizerType::unigram});
+       .type = f.type == "bpe" ? data::TokenizerType::bpe : data::TokenizerType::unigram});
   const double mb_per_s = static_cast<double>(r.corpus_bytes) / 1e6 / r.seconds;
   const std::string& type = f.type;
   if (f.json) {
@@ -52,8 +52,8 @@ void run_train(const TokenizeFlags& f) {
 }
 
 void run_encode(const TokenizeFlags& f) {
-  const train::Tokenizer tokenizer(f.model, "--model");
-  const train::EncodeReport r = train::encode_file(tokenizer, f.input, f.output, f.threads);
+  const data::Tokenizer tokenizer(f.model, "--model");
+  const data::EncodeReport r = data::encode_file(tokenizer, f.input, f.output, f.threads);
   const double mb_per_s = static_cast<double>(r.input_bytes) / 1e6 / r.seconds;
   if (f.json) {
     std::cout << with_build({{"model", f.model},

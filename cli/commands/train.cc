@@ -16,10 +16,10 @@
 #include "dtrain/comm/launch.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/units.h"
+#include "dtrain/data/data.h"
 #include "dtrain/parallel/mesh.h"
 #include "dtrain/parallel/pipeline_stages.h"
 #include "dtrain/plan/pipeline_model.h"
-#include "dtrain/train/data.h"
 #include "dtrain/train/progress.h"
 #include "dtrain/train/report.h"
 #include "dtrain/train/run.h"
@@ -360,7 +360,7 @@ void add_train(CLI::App& app) {
     const std::string data_flag = opt.data.empty() ? "--data (the default corpus)" : "--data";
     refuse_outputs_that_are_inputs(
         *cmd,
-        {{data_flag, opt.data.empty() ? train::default_corpus_path() : opt.data},
+        {{data_flag, opt.data.empty() ? data::default_corpus_path() : opt.data},
          {"--cluster", opt.layout.cluster_path}},
         {{"--metrics", opt.metrics_path},
          {"--trace", opt.layout.trace_path},

@@ -16,14 +16,14 @@
 #include <nlohmann/json.hpp>
 
 #include "../checkpoint_bundle.h"
+#include "dtrain/checkpoint/checkpoint.h"
 #include "dtrain/comm/threads/backend.h"
+#include "dtrain/data/data.h"
+#include "dtrain/data/token_file.h"
+#include "dtrain/formats/safetensors.h"
 #include "dtrain/plan/hardware.h"
-#include "dtrain/train/checkpoint.h"
-#include "dtrain/train/data.h"
 #include "dtrain/train/engine.h"
 #include "dtrain/train/layout.h"
-#include "dtrain/train/safetensors.h"
-#include "dtrain/train/token_file.h"
 
 namespace fs = std::filesystem;
 
@@ -75,29 +75,29 @@ const std::vector<int32_t>& tokens() {
 // One step, then save_checkpoint: the real writer, so the seeds hold real moments and ranges.
 std::string train_and_save(dtrain::train::StepEngine& engine, const fs::path& root) {
   const dtrain::train::StepConfig c = tiny_config();
-  dtrain::train::BatchSampler sampler(tokens(), c.batch, c.seq, 7);
-  dtrain::train::Batch batch;
+  dtrain::data::BatchSampler sampler(tokens(), c.batch, c.seq, 7);
+  dtrain::data::Batch batch;
   sampler.next(batch);
   engine.train_step(batch, 1e-2f);
-  dtrain::train::TrainerPosition position;
+  dtrain::checkpoint::TrainerPosition position;
   position.step = 1;
   position.batch = c.batch;
   position.seq = c.seq;
   position.data_seed = 7;
   position.sampler = sampler.state();
-  return dtrain::train::save_checkpoint(engine, c.model, position, root.string(), 0);
+  return dtrain::checkpoint::save_checkpoint(engine, c.model, position, root.string(), 0);
 }
 
 // Seeds for both checkpoint targets from one written checkpoint directory.
 void checkpoint_seeds(const fs::path& out, const std::string& tag, const fs::path& dir) {
-  const std::string manifest = read_all(dir / dtrain::train::kManifestName);
+  const std::string manifest = read_all(dir / dtrain::checkpoint::kManifestName);
   write_seed(out / "checkpoint_manifest_fuzz", tag, manifest);
-  const dtrain::train::Manifest m = dtrain::train::parse_manifest(manifest, tag);
+  const dtrain::checkpoint::Manifest m = dtrain::checkpoint::parse_manifest(manifest, tag);
   std::vector<std::string> files;
-  for (const dtrain::train::ShardFile& f : m.files) files.push_back(read_all(dir / f.name));
+  for (const dtrain::checkpoint::ShardFile& f : m.files) files.push_back(read_all(dir / f.name));
   write_seed(out / "checkpoint_shard_fuzz", tag, dtrain::fuzz::join_bundle(manifest, files));
   // The raw read_shard form ('r', offset, count, crc32, file bytes) for the first piece.
-  const dtrain::train::ShardEntry& e = m.entries.front();
+  const dtrain::checkpoint::ShardEntry& e = m.entries.front();
   std::string raw(21, '\0');
   raw[0] = 'r';
   std::memcpy(raw.data() + 1, &e.byte_offset, 8);
@@ -116,8 +116,8 @@ void token_file_seeds(const fs::path& dir) {
     tokens.append(reinterpret_cast<const char*>(&v), 2);
   }
   std::vector<int32_t> header(256, 0);
-  header[0] = dtrain::train::kLlmcMagic;
-  header[1] = dtrain::train::kLlmcVersionUint16;
+  header[0] = dtrain::data::kLlmcMagic;
+  header[1] = dtrain::data::kLlmcVersionUint16;
   header[2] = 64;
   const std::string head(reinterpret_cast<const char*>(header.data()), header.size() * 4);
   const char vocab_512 = static_cast<char>(2 | (9 << 2));
@@ -129,15 +129,15 @@ void token_file_seeds(const fs::path& dir) {
 
 // safetensors_fuzz: the real writer's files, F32 and BF16, with metadata and a scalar.
 void safetensors_seeds(const fs::path& dir) {
-  const std::vector<dtrain::train::SafetensorsTensor> tensors = {
+  const std::vector<dtrain::formats::SafetensorsTensor> tensors = {
       {"wte.weight", {4, 2}, {0.5f, -1, 2, 3, 4, 5, 6, 7}},
       {"h.0.ln_1.bias", {2}, {1e-3f, -2}},
       {"scalar", {}, {42}}};
   write_seed(dir, "f32",
-             dtrain::train::safetensors_bytes(tensors, dtrain::train::SafetensorsDtype::f32,
-                                              {{"format", "pt"}}));
+             dtrain::formats::safetensors_bytes(tensors, dtrain::formats::SafetensorsDtype::f32,
+                                                {{"format", "pt"}}));
   write_seed(dir, "bf16",
-             dtrain::train::safetensors_bytes(tensors, dtrain::train::SafetensorsDtype::bf16));
+             dtrain::formats::safetensors_bytes(tensors, dtrain::formats::SafetensorsDtype::bf16));
 }
 
 void all_checkpoint_seeds(const fs::path& out) {

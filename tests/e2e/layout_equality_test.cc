@@ -62,12 +62,12 @@ StepConfig base_config(Recompute recompute) {
 // The serial state a run ends with: losses, then the three per-element arrays.
 struct Outcome {
   std::vector<float> losses;  // every step, then the evaluation loss
-  std::vector<float> state[kStateKindCount];
-  std::vector<int> writes[kStateKindCount];  // how many ranks wrote each element
+  std::vector<float> state[checkpoint::kStateKindCount];
+  std::vector<int> writes[checkpoint::kStateKindCount];  // how many ranks wrote each element
 };
 
-void add_pieces(const model::ParamTable& serial, const RankState& s, Outcome& out) {
-  for (const StatePiece& p : s.pieces) {
+void add_pieces(const model::ParamTable& serial, const checkpoint::RankState& s, Outcome& out) {
+  for (const checkpoint::StatePiece& p : s.pieces) {
     const model::ParamTensor& t = serial[static_cast<size_t>(serial.index_of(p.tensor))];
     std::vector<float>& dst = out.state[static_cast<int>(p.kind)];
     std::vector<int>& writes = out.writes[static_cast<int>(p.kind)];
@@ -85,17 +85,17 @@ void add_pieces(const model::ParamTable& serial, const RankState& s, Outcome& ou
 Outcome empty_outcome(const model::GptConfig& g) {
   Outcome o;
   const auto n = static_cast<size_t>(model::gpt_param_count(g));
-  for (int k = 0; k < kStateKindCount; ++k) {
+  for (int k = 0; k < checkpoint::kStateKindCount; ++k) {
     o.state[k].assign(n, 0.0f);
     o.writes[k].assign(n, 0);
   }
   return o;
 }
 
-Outcome run_serial(const StepConfig& c, const std::vector<Batch>& data) {
+Outcome run_serial(const StepConfig& c, const std::vector<data::Batch>& data) {
   SerialEngine engine(c);
   Outcome o = empty_outcome(c.model);
-  for (const Batch& b : data) o.losses.push_back(engine.train_step(b, kLr).loss);
+  for (const data::Batch& b : data) o.losses.push_back(engine.train_step(b, kLr).loss);
   o.losses.push_back(engine.eval_loss(data[0]));
   add_pieces(model::gpt_param_table(c.model), engine.export_state(), o);
   return o;
@@ -143,7 +143,7 @@ void expect_counters_equal_the_plan(const LayoutReport& r, const Layout& l) {
   }
 }
 
-Outcome run_layout(const StepConfig& c, const Layout& l, const std::vector<Batch>& data) {
+Outcome run_layout(const StepConfig& c, const Layout& l, const std::vector<data::Batch>& data) {
   LayoutOptions o;
   o.dp = l.dp;
   o.tp = l.tp;
@@ -155,13 +155,13 @@ Outcome run_layout(const StepConfig& c, const Layout& l, const std::vector<Batch
   if (l.pp > 1) o.schedule = l.schedule;
   const EngineConfig config = make_engine_config(c, o);
   const int world = l.dp * l.tp * l.pp;
-  std::vector<RankState> states(static_cast<size_t>(world));
+  std::vector<checkpoint::RankState> states(static_cast<size_t>(world));
   std::vector<std::vector<float>> losses(static_cast<size_t>(world));
   LayoutReport report;
   comm::threads::run_ranks(world, [&](comm::Communicator& comm) {
     Engine engine(config, comm);
     std::vector<float>& mine = losses[static_cast<size_t>(comm.rank())];
-    for (const Batch& b : data) mine.push_back(engine.train_step(b, kLr).loss);
+    for (const data::Batch& b : data) mine.push_back(engine.train_step(b, kLr).loss);
     LayoutReport r = gather_layout_report(engine, comm, o);  // the training steps' counters
     mine.push_back(engine.eval_loss(data[0]));
     states[static_cast<size_t>(comm.rank())] = engine.export_state();
@@ -178,7 +178,7 @@ Outcome run_layout(const StepConfig& c, const Layout& l, const std::vector<Batch
         << l.name() << ": rank " << r << "'s losses differ from rank 0's";
   }
   const model::ParamTable serial = model::gpt_param_table(c.model);
-  for (const RankState& s : states) add_pieces(serial, s, out);
+  for (const checkpoint::RankState& s : states) add_pieces(serial, s, out);
   return out;
 }
 
@@ -209,7 +209,7 @@ std::vector<Layout> grid() {
 }
 
 struct Worst {
-  double loss = 0, state[kStateKindCount] = {0, 0, 0};
+  double loss = 0, state[checkpoint::kStateKindCount] = {0, 0, 0};
 };
 
 // Max |a - b| per kind (moments relative to their tensor's largest |value|), and whether every
@@ -221,13 +221,13 @@ Worst compare(const StepConfig& c, const Layout& l, const Outcome& want, const O
     w.loss = std::max(w.loss, static_cast<double>(std::fabs(got.losses[s] - want.losses[s])));
   }
   const model::ParamTable serial = model::gpt_param_table(c.model);
-  for (int k = 0; k < kStateKindCount; ++k) {
+  for (int k = 0; k < checkpoint::kStateKindCount; ++k) {
     for (const model::ParamTensor& t : serial.tensors()) {
       double scale = 0, diff = 0;
       for (int64_t i = t.offset; i < t.offset + t.count; ++i) {
         const auto e = static_cast<size_t>(i);
         EXPECT_EQ(got.writes[k][e], 1)
-            << l.name() << ": " << name(static_cast<StateKind>(k)) << " of " << t.name
+            << l.name() << ": " << name(static_cast<checkpoint::StateKind>(k)) << " of " << t.name
             << " element " << i - t.offset << " written by " << got.writes[k][e] << " ranks";
         if (got.writes[k][e] != 1) return w;
         scale = std::max(scale, static_cast<double>(std::fabs(want.state[k][e])));
@@ -246,7 +246,7 @@ TEST(LayoutEquality, EveryLayoutZeroStageSpScheduleAndRecomputeMatchesTheSerialR
   int runs = 0;
   for (Recompute recompute : {Recompute::none, Recompute::full}) {
     const StepConfig c = base_config(recompute);
-    const std::vector<Batch> data = e2e::random_batches(c, kSteps);
+    const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
     const Outcome serial = run_serial(c, data);
     for (const Layout& l : layouts) {
       SCOPED_TRACE(l.name() + " recompute " + std::string(name(recompute)));
@@ -258,7 +258,7 @@ TEST(LayoutEquality, EveryLayoutZeroStageSpScheduleAndRecomputeMatchesTheSerialR
       EXPECT_LE(w.state[1], kMomentTol[1]);
       EXPECT_LE(w.state[2], kMomentTol[2]);
       overall.loss = std::max(overall.loss, w.loss);
-      for (int k = 0; k < kStateKindCount; ++k) {
+      for (int k = 0; k < checkpoint::kStateKindCount; ++k) {
         overall.state[k] = std::max(overall.state[k], w.state[k]);
       }
       if (recompute == Recompute::full) {
@@ -268,11 +268,12 @@ TEST(LayoutEquality, EveryLayoutZeroStageSpScheduleAndRecomputeMatchesTheSerialR
             std::memcmp(none.losses.data(), got.losses.data(), got.losses.size() * sizeof(float)),
             0)
             << "full recompute's losses differ from none's";
-        for (int k = 0; k < kStateKindCount; ++k) {
+        for (int k = 0; k < checkpoint::kStateKindCount; ++k) {
           EXPECT_EQ(std::memcmp(none.state[k].data(), got.state[k].data(),
                                 got.state[k].size() * sizeof(float)),
                     0)
-              << "full recompute's " << name(static_cast<StateKind>(k)) << " differ from none's";
+              << "full recompute's " << name(static_cast<checkpoint::StateKind>(k))
+              << " differ from none's";
         }
       }
     }
@@ -299,7 +300,7 @@ double rms_param_diff(const Outcome& want, const Outcome& got) {
 // gradients, so this is the gradients' norm-wise relative difference, free of Adam's sign flips.
 double relative_moment_diff(const Outcome& want, const Outcome& got) {
   double diff = 0, ref = 0;
-  const int m = static_cast<int>(StateKind::adam_m);
+  const int m = static_cast<int>(checkpoint::StateKind::adam_m);
   for (size_t e = 0; e < want.state[m].size(); ++e) {
     const double d = static_cast<double>(got.state[m][e]) - static_cast<double>(want.state[m][e]);
     diff += d * d;
@@ -336,7 +337,7 @@ double relative_moment_diff(const Outcome& want, const Outcome& got) {
 TEST(LayoutEquality, Bf16LayoutsMatchTheBf16SerialRun) {
   StepConfig c = base_config(Recompute::none);
   c.precision = model::Precision::bf16;
-  const std::vector<Batch> data = e2e::random_batches(c, kSteps);
+  const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
   const Outcome serial = run_serial(c, data);
   StepConfig fp32 = c;
   fp32.precision = model::Precision::fp32;
@@ -373,7 +374,7 @@ TEST(LayoutEquality, Bf16LayoutsMatchTheBf16SerialRun) {
     rms = std::max(rms, rms_param_diff(serial, got));
     moment = std::max(moment, g);
     overall.loss = std::max(overall.loss, w.loss);
-    for (int k = 0; k < kStateKindCount; ++k)
+    for (int k = 0; k < checkpoint::kStateKindCount; ++k)
       overall.state[k] = std::max(overall.state[k], w.state[k]);
   }
   std::printf(
@@ -396,7 +397,7 @@ TEST(LayoutEquality, Bf16LayoutsMatchTheBf16SerialRun) {
 // accumulation).
 TEST(LayoutEquality, Bf16GradientReduceMatchesTheSerialRun) {
   const StepConfig c = base_config(Recompute::none);
-  const std::vector<Batch> data = e2e::random_batches(c, kSteps);
+  const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
   const Outcome serial = run_serial(c, data);
   StepConfig bf16_products = c;
   bf16_products.precision = model::Precision::bf16;

@@ -79,10 +79,10 @@ StepConfig engine_config(const model::GptConfig& g, int64_t batch) {
   return c;
 }
 
-std::vector<Batch> batches(const StepConfig& c) {
+std::vector<data::Batch> batches(const StepConfig& c) {
   Rng rng(17);
-  std::vector<Batch> out(kSteps);
-  for (Batch& b : out) {
+  std::vector<data::Batch> out(kSteps);
+  for (data::Batch& b : out) {
     b.resize(c.batch, c.seq);
     for (int32_t& t : b.inputs) t = static_cast<int32_t>(rng.uniform_int(c.model.vocab));
     for (int32_t& t : b.targets) t = static_cast<int32_t>(rng.uniform_int(c.model.vocab));
@@ -133,7 +133,7 @@ TEST(PlannerVsEngine, SerialMemoryEqualsThePlan) {
   const plan::MemoryBreakdown& m = p.memory;
   comm::threads::run_ranks(1, [&](comm::Communicator& world) {
     Engine engine(make_engine_config(c, {}), world);
-    for (const Batch& b : batches(c)) engine.train_step(b, kLr);
+    for (const data::Batch& b : batches(c)) engine.train_step(b, kLr);
     const MemoryTracker& t = engine.memory();
     const int64_t params = engine.param_count();
 
@@ -210,7 +210,7 @@ void compare_data_parallel(int dp, int zero, int64_t grad_accum, bool whole_buck
   ASSERT_EQ(p.microbatches, grad_accum);
   const GroupSum planned = planned_traffic(p, {"DP", "ZeRO"});
 
-  const std::vector<Batch> data = batches(c);
+  const std::vector<data::Batch> data = batches(c);
   std::vector<DpMeasured> measured(static_cast<size_t>(dp));
   int64_t units = 0;
   struct {
@@ -218,7 +218,7 @@ void compare_data_parallel(int dp, int zero, int64_t grad_accum, bool whole_buck
   } unit_counts;
   comm::threads::run_ranks(dp, [&](comm::Communicator& world) {
     Engine engine(config, world);
-    for (const Batch& b : data) engine.train_step(b, kLr);
+    for (const data::Batch& b : data) engine.train_step(b, kLr);
     DpMeasured& r = measured[static_cast<size_t>(world.rank())];
     const MemoryTracker& t = engine.memory();
     r.params = t.current_bytes(MemoryTag::params);
@@ -323,7 +323,7 @@ TEST(PlannerVsEngine, MixedPrecisionStateIsTheZeroPapersLedger) {
   const model::GptConfig g{.vocab = 257, .context = 16, .layers = 4, .heads = 2, .channels = 34};
   StepConfig c = engine_config(g, 8);
   c.precision = model::Precision::bf16;
-  const std::vector<Batch> data = batches(c);
+  const std::vector<data::Batch> data = batches(c);
   for (const auto& [dp, tp, pp] : {std::array{4, 1, 1}, std::array{2, 2, 2}}) {
     for (int zero = 0; zero <= 3; ++zero) {
       SCOPED_TRACE(::testing::Message()
@@ -341,7 +341,7 @@ TEST(PlannerVsEngine, MixedPrecisionStateIsTheZeroPapersLedger) {
       std::vector<Row> rows(static_cast<size_t>(dp * tp * pp));
       comm::threads::run_ranks(dp * tp * pp, [&](comm::Communicator& world) {
         Engine engine(config, world);
-        for (const Batch& b : data) engine.train_step(b, kLr);
+        for (const data::Batch& b : data) engine.train_step(b, kLr);
         const MemoryTracker& t = engine.memory();
         rows[static_cast<size_t>(world.rank())] = {
             engine.model().param_count(), t.current_bytes(MemoryTag::params),
@@ -422,11 +422,11 @@ void compare_pipeline(const PpCase& k, model::Precision precision = model::Preci
   ASSERT_EQ(p.microbatches, k.microbatches);
   const double planned_sent = planned_traffic(p, {"PP"}).bytes_per_rank;
 
-  const std::vector<Batch> data = batches(config.step);
+  const std::vector<data::Batch> data = batches(config.step);
   std::vector<PpMeasured> measured(static_cast<size_t>(k.stages));
   comm::threads::run_ranks(k.stages, [&](comm::Communicator& world) {
     Engine engine(config, world);
-    for (const Batch& b : data) engine.train_step(b, kLr);
+    for (const data::Batch& b : data) engine.train_step(b, kLr);
     PpMeasured& x = measured[static_cast<size_t>(world.rank())];
     const MemoryTracker& t = engine.memory();
     const parallel::PipelineExecutor& ex = engine.executor();
@@ -540,7 +540,7 @@ TEST(PlannerVsEngine, MixedPrecisionPipelineEqualsThePlan) {
 TEST(PlannerVsEngine, TensorParallelActivationsAndBytesEqualThePlan) {
   const model::GptPreset& tiny = model::gpt_preset("tiny");
   const StepConfig c = engine_config(tiny.config, tiny.batch);
-  const std::vector<Batch> data = batches(c);
+  const std::vector<data::Batch> data = batches(c);
   for (int tp : {2, 4}) {
     SCOPED_TRACE(::testing::Message() << "tp " << tp);
     const plan::PlanInput in = plan_input(c.model, c.batch, c.seq, tp);
@@ -564,7 +564,7 @@ TEST(PlannerVsEngine, TensorParallelActivationsAndBytesEqualThePlan) {
     const EngineConfig config = make_engine_config(c, options);
     comm::threads::run_ranks(tp, [&](comm::Communicator& world) {
       Engine engine(config, world);
-      for (const Batch& b : data) engine.train_step(b, kLr);
+      for (const data::Batch& b : data) engine.train_step(b, kLr);
       const parallel::TensorParallelCounters& counters = engine.tensor_parallel().counters();
       const auto steps = static_cast<double>(engine.steps());
       reports[static_cast<size_t>(world.rank())] = {

@@ -15,6 +15,7 @@
 
 #include "dtrain/core/bf16.h"
 
+#include "dtrain/checkpoint/train_state.h"
 #include "dtrain/core/timer.h"
 #include "dtrain/model/gpt.h"
 #include "dtrain/model/thread_team.h"
@@ -23,7 +24,6 @@
 #include "dtrain/train/step_config.h"
 #include "dtrain/train/step_engine.h"
 #include "dtrain/train/step_update.h"
-#include "dtrain/train/train_state.h"
 
 namespace dtrain::train {
 
@@ -44,7 +44,7 @@ class SerialEngine final : public StepEngine {
   }
 
   std::string describe() const override { return "serial"; }
-  StepStats train_step(const Batch& batch, float lr) override {
+  StepStats train_step(const data::Batch& batch, float lr) override {
     StepStats stats;
     Stopwatch watch;
     model_.zero_grads();
@@ -69,23 +69,25 @@ class SerialEngine final : public StepEngine {
     stats.optimizer_ms = watch.elapsed_us() * 1e-3;
     return stats;
   }
-  float eval_loss(const Batch& batch) override {
+  float eval_loss(const data::Batch& batch) override {
     return model_.forward(batch.inputs, batch.targets, batch.batch, batch.seq);
   }
   const MemoryTracker& memory() const override { return tracker_; }
   int64_t param_count() const override { return model_.param_count(); }
-  RankState export_state() override {
-    RankState s;
+  checkpoint::RankState export_state() override {
+    checkpoint::RankState s;
     const model::ParamTable& table = model_.param_table();
-    append_whole_tensors(table, StateKind::param,
-                         mixed() ? std::span<float>(master_) : model_.params(), s.pieces);
-    append_whole_tensors(table, StateKind::adam_m, adamw_.m(), s.pieces);
-    append_whole_tensors(table, StateKind::adam_v, adamw_.v(), s.pieces);
+    checkpoint::append_whole_tensors(table, checkpoint::StateKind::param,
+                                     mixed() ? std::span<float>(master_) : model_.params(),
+                                     s.pieces);
+    checkpoint::append_whole_tensors(table, checkpoint::StateKind::adam_m, adamw_.m(), s.pieces);
+    checkpoint::append_whole_tensors(table, checkpoint::StateKind::adam_v, adamw_.v(), s.pieces);
     s.adam_step = adamw_.step_count();
     return s;
   }
-  void import_state(const SerialState& state) override {
-    copy_whole_state(state, model_.param_table(), model_.params(), adamw_.m(), adamw_.v());
+  void import_state(const checkpoint::SerialState& state) override {
+    checkpoint::copy_whole_state(state, model_.param_table(), model_.params(), adamw_.m(),
+                                 adamw_.v());
     adamw_.set_step_count(state.adam_step);
     if (mixed()) {
       master_.assign(model_.params().begin(), model_.params().end());

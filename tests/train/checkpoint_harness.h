@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/checkpoint/checkpoint.h"
 #include "dtrain/comm/threads/backend.h"
 #include "dtrain/core/rng.h"
-#include "dtrain/train/checkpoint.h"
 #include "dtrain/train/engine.h"
 #include "dtrain/train/layout.h"
 #include "dtrain/train/trainer.h"
@@ -63,8 +63,8 @@ inline StepConfig ckpt_config(model::Precision precision = model::Precision::fp3
   return c;
 }
 
-inline const TokenSplit& ckpt_data() {
-  static const TokenSplit split = [] {
+inline const data::TokenSplit& ckpt_data() {
+  static const data::TokenSplit split = [] {
     Rng rng(5);
     std::vector<int32_t> t(6000);
     int32_t x = 0;
@@ -72,7 +72,7 @@ inline const TokenSplit& ckpt_data() {
       x = rng.uniform() < 0.8 ? (x * 7 + 3) % 256 : static_cast<int32_t>(rng.uniform_int(256));
       v = x;
     }
-    return split_train_val(std::move(t), 0.1, "synthetic");
+    return data::split_train_val(std::move(t), 0.1, "synthetic");
   }();
   return split;
 }
@@ -135,9 +135,11 @@ inline int64_t first_difference(const std::vector<float>& a, const std::vector<f
   return -1;
 }
 
-inline void expect_same_state(const SerialState& a, const SerialState& b, const std::string& what) {
+inline void expect_same_state(const checkpoint::SerialState& a, const checkpoint::SerialState& b,
+                              const std::string& what) {
   EXPECT_EQ(a.adam_step, b.adam_step) << what;
-  for (StateKind k : {StateKind::param, StateKind::adam_m, StateKind::adam_v}) {
+  for (checkpoint::StateKind k : {checkpoint::StateKind::param, checkpoint::StateKind::adam_m,
+                                  checkpoint::StateKind::adam_v}) {
     EXPECT_TRUE(same_bits(a.of(k), b.of(k)))
         << what << ": " << name(k) << " differs first at element "
         << first_difference(a.of(k), b.of(k));

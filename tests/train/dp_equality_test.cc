@@ -98,8 +98,8 @@ TEST(DataParallel, TheFirstBucketsAllReduceStartsBeforeBackwardFinishes) {
   const EngineConfig config = make_engine_config(c, dp_layout(2, 0, 1));
   comm::threads::run_ranks(2, [&](comm::Communicator& world) {
     Engine engine(config, world);
-    BatchSampler sampler(testing::synthetic_tokens(), c.batch, c.seq, 99);
-    Batch batch;
+    data::BatchSampler sampler(testing::synthetic_tokens(), c.batch, c.seq, 99);
+    data::Batch batch;
     for (int k = 0; k < kRuns; ++k) {
       sampler.next(batch);
       engine.train_step(batch, testing::kLr);
@@ -129,8 +129,8 @@ TEST(DataParallel, ARankThatFailsEndsTheRunFastWithItsError) {
   // failure must reach rank 0 through the backend (not its 30 s timeout) and come out of the run.
   const StepConfig c = small_config();
   const EngineConfig config = make_engine_config(c, dp_layout(2));
-  Batch batch;
-  BatchSampler(testing::synthetic_tokens(), c.batch, c.seq, 99).next(batch);
+  data::Batch batch;
+  data::BatchSampler(testing::synthetic_tokens(), c.batch, c.seq, 99).next(batch);
   batch.inputs[static_cast<size_t>(c.batch / 2 * c.seq)] = 999;  // first row of rank 1
   Stopwatch watch;
   try {

@@ -57,8 +57,8 @@ struct RunResult {
 
 inline RunResult run_serial(const StepConfig& c, int steps) {
   SerialEngine engine(c);
-  BatchSampler sampler(synthetic_tokens(), c.batch, c.seq, 99);
-  Batch batch;
+  data::BatchSampler sampler(synthetic_tokens(), c.batch, c.seq, 99);
+  data::Batch batch;
   RunResult r;
   for (int k = 0; k < steps; ++k) {
     sampler.next(batch);
@@ -88,8 +88,8 @@ inline RunResult run_dp(const StepConfig& c, const LayoutOptions& layout, int st
   const EngineConfig config = make_engine_config(c, layout);
   comm::threads::run_ranks(layout.dp, [&](comm::Communicator& world) {
     Engine engine(config, world);
-    BatchSampler sampler(synthetic_tokens(), c.batch, c.seq, 99);
-    Batch batch;
+    data::BatchSampler sampler(synthetic_tokens(), c.batch, c.seq, 99);
+    data::Batch batch;
     std::vector<float> losses;
     for (int k = 0; k < steps; ++k) {
       sampler.next(batch);

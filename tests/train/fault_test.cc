@@ -63,7 +63,8 @@ TEST(Fault, OtherRanksNameTheFailedRankAndResumeFinishesTheRun) {
     TrainerConfig straight = ckpt_trainer(N, N);
     straight.checkpoint.save_dir = (tmp / l.name / "straight").string();
     on_layout(l, [&](StepEngine& e, int) { Trainer(straight, e, ckpt_data()).run(); });
-    const SerialState expected = load_checkpoint(straight.checkpoint.save_dir).state;
+    const checkpoint::SerialState expected =
+        checkpoint::load_checkpoint(straight.checkpoint.save_dir).state;
 
     for (FaultKind kind : {FaultKind::throw_error, FaultKind::exit_rank}) {
       const std::string what = l.name + (kind == FaultKind::exit_rank ? " exit" : " throw");
@@ -106,7 +107,7 @@ TEST(Fault, OtherRanksNameTheFailedRankAndResumeFinishesTheRun) {
       resume.checkpoint.save_dir = t.checkpoint.save_dir;
       resume.checkpoint.resume = t.checkpoint.save_dir;
       on_layout(l, [&](StepEngine& e, int) { Trainer(resume, e, ckpt_data()).run(); });
-      expect_same_state(expected, load_checkpoint(t.checkpoint.save_dir).state, what);
+      expect_same_state(expected, checkpoint::load_checkpoint(t.checkpoint.save_dir).state, what);
     }
   }
   fs::remove_all(tmp);

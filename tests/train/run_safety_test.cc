@@ -13,10 +13,10 @@
 #include <thread>
 #include <vector>
 
+#include "dtrain/checkpoint/run_record.h"
+#include "dtrain/checkpoint/save_directory.h"
 #include "dtrain/core/check.h"
 #include "dtrain/train/progress.h"
-#include "dtrain/train/run_record.h"
-#include "dtrain/train/save_directory.h"
 #include "dtrain/train/stop_request.h"
 #include "error_text.h"
 #include "reference/serial_engine.h"
@@ -68,8 +68,8 @@ TEST(StopRequest, RanksInLockStepStopTogether) {
   EXPECT_LE(stopped[0], 19);
 }
 
-RunSettings settings() {
-  RunSettings s;
+checkpoint::RunSettings settings() {
+  checkpoint::RunSettings s;
   s.lr = 3e-3;
   s.min_lr = 3e-4;
   s.warmup = 20;
@@ -87,27 +87,29 @@ RunSettings settings() {
 }
 
 TEST(RunRecord, DifferencesNameEachFlagAndSurviveJson) {
-  RunRecord r{"00ff", "0.4.0", settings()};
-  const RunRecord back = run_record_from_json(run_record_to_json(r), "m.json");
+  checkpoint::RunRecord r{"00ff", "0.4.0", settings()};
+  const checkpoint::RunRecord back =
+      checkpoint::run_record_from_json(checkpoint::run_record_to_json(r), "m.json");
   EXPECT_EQ(back.id, r.id);
   EXPECT_EQ(back.settings, r.settings);
-  RunSettings other = settings();
-  EXPECT_TRUE(setting_differences(r.settings, other).empty());
+  checkpoint::RunSettings other = settings();
+  EXPECT_TRUE(checkpoint::setting_differences(r.settings, other).empty());
   other.data_name = "moved/a.txt";  // the same tokens under another name
   other.init_seed = 9;              // recorded, not compared
   other.precision = "bf16";         // resumes across precisions
-  EXPECT_TRUE(setting_differences(r.settings, other).empty());
+  EXPECT_TRUE(checkpoint::setting_differences(r.settings, other).empty());
   other.lr = 1e-3;
   other.warmup = 10;
   other.data_crc32 = 0x4321;
-  const std::vector<std::string> d = setting_differences(r.settings, other);
+  const std::vector<std::string> d = checkpoint::setting_differences(r.settings, other);
   ASSERT_EQ(d.size(), 3u);
   EXPECT_EQ(d[0], "--lr 0.003 -> 0.001");
   EXPECT_EQ(d[1], "--warmup 20 -> 10");
   EXPECT_NE(d[2].find("--data a.txt"), std::string::npos);
-  EXPECT_NE(
-      error_of([] { run_record_from_json(nlohmann::json::object(), "m.json"); }).find("m.json"),
-      std::string::npos);
+  EXPECT_NE(error_of([] {
+              checkpoint::run_record_from_json(nlohmann::json::object(), "m.json");
+            }).find("m.json"),
+            std::string::npos);
 }
 
 class SaveDirectory : public ::testing::Test {
@@ -121,37 +123,40 @@ class SaveDirectory : public ::testing::Test {
 };
 
 TEST_F(SaveDirectory, BelongsToOneRun) {
-  EXPECT_FALSE(save_directory_owner(dir_).has_value());
-  EXPECT_NO_THROW(check_save_directory(dir_, "aa", false, false));
+  EXPECT_FALSE(checkpoint::save_directory_owner(dir_).has_value());
+  EXPECT_NO_THROW(checkpoint::check_save_directory(dir_, "aa", false, false));
   {
-    SaveDirectoryLock lock(dir_, "aa", false, false);
+    checkpoint::SaveDirectoryLock lock(dir_, "aa", false, false);
     // run.json alone claims nothing: a run killed before its first checkpoint leaves no owner.
-    EXPECT_FALSE(save_directory_owner(dir_).has_value());
+    EXPECT_FALSE(checkpoint::save_directory_owner(dir_).has_value());
     fs::create_directories(fs::path(dir_) / "step-00000001");  // aa's first checkpoint
-    EXPECT_EQ(save_directory_owner(dir_), "aa");
+    EXPECT_EQ(checkpoint::save_directory_owner(dir_), "aa");
     // A second holder, even in this process (flock locks an open file description).
-    const std::string busy = error_of([&] { SaveDirectoryLock second(dir_, "aa", true, false); });
+    const std::string busy =
+        error_of([&] { checkpoint::SaveDirectoryLock second(dir_, "aa", true, false); });
     EXPECT_NE(busy.find("is in use by another dtrain run (pid " + std::to_string(::getpid())),
               std::string::npos)
         << busy;
   }
-  const std::string other = error_of([&] { check_save_directory(dir_, "bb", false, false); });
+  const std::string other =
+      error_of([&] { checkpoint::check_save_directory(dir_, "bb", false, false); });
   EXPECT_NE(other.find("another run (run aa)"), std::string::npos) << other;
   EXPECT_NE(other.find("--resume " + dir_), std::string::npos) << other;
-  EXPECT_NO_THROW(check_save_directory(dir_, "aa", true, false));
-  EXPECT_NO_THROW(check_save_directory(dir_, "bb", false, true)) << "--overwrite hands it over";
-  { SaveDirectoryLock taken(dir_, "bb", false, true); }
-  EXPECT_EQ(save_directory_owner(dir_), "bb");
+  EXPECT_NO_THROW(checkpoint::check_save_directory(dir_, "aa", true, false));
+  EXPECT_NO_THROW(checkpoint::check_save_directory(dir_, "bb", false, true))
+      << "--overwrite hands it over";
+  { checkpoint::SaveDirectoryLock taken(dir_, "bb", false, true); }
+  EXPECT_EQ(checkpoint::save_directory_owner(dir_), "bb");
 }
 
 TEST_F(SaveDirectory, CheckpointsWithoutARunRecordBelongToAnUnknownRun) {
   fs::create_directories(fs::path(dir_) / "step-00000002");
-  EXPECT_EQ(save_directory_owner(dir_), "");
+  EXPECT_EQ(checkpoint::save_directory_owner(dir_), "");
   EXPECT_NE(error_of([&] {
-              check_save_directory(dir_, "aa", false, false);
+              checkpoint::check_save_directory(dir_, "aa", false, false);
             }).find("earlier run (no run.json)"),
             std::string::npos);
-  EXPECT_EQ(checkpoint_run_id((fs::path(dir_) / "step-00000002").string()), "");
+  EXPECT_EQ(checkpoint::checkpoint_run_id((fs::path(dir_) / "step-00000002").string()), "");
 }
 
 // After a resume at step 100, a step of 10 ms shows the tokens of one step per 10 ms, not of

@@ -78,7 +78,7 @@ TEST(Trainer, ComputeThreadsDoNotChangeABit) {
 
 // Cross-entropy of the validation bytes under the training bytes' frequencies: the best a
 // model without context can do.
-double unigram_loss(const TokenSplit& split) {
+double unigram_loss(const data::TokenSplit& split) {
   std::vector<double> count(256, 1.0);  // add-one, so no byte has probability 0
   for (size_t i = 0; i < split.train.size(); ++i) count[static_cast<size_t>(split.train[i])] += 1;
   const double total = static_cast<double>(split.train.size()) + 256;

@@ -143,7 +143,7 @@ float Engine::mean_loss(float last_stage_loss) {
   return static_cast<float>(sum / config_.dp);
 }
 
-StepStats Engine::train_step(const Batch& batch, float lr) {
+StepStats Engine::train_step(const data::Batch& batch, float lr) {
   DTRAIN_CHECK(batch.batch == config_.step.batch && batch.seq == config_.step.seq,
                "engine: batch (", batch.batch, ", ", batch.seq, ") differs from the configured (",
                config_.step.batch, ", ", config_.step.seq, ")");
@@ -301,7 +301,7 @@ void Engine::measure_step(const parallel::PipelineStepRecord& record) {
   dp_hidden_us_ += parallel::hidden_us(comm, compute) - parallel::hidden_us(comm, idle);
 }
 
-float Engine::eval_loss(const Batch& batch) {
+float Engine::eval_loss(const data::Batch& batch) {
   return mean_loss(executor_->evaluate(my_rows(batch.inputs), my_rows(batch.targets)));
 }
 
@@ -328,7 +328,7 @@ std::vector<float> Engine::gather_params() {
   return out;
 }
 
-StateLayout Engine::state_layout() const {
+checkpoint::StateLayout Engine::state_layout() const {
   return {config_.dp, config_.tp, config_.pp, config_.zero_stage};
 }
 
@@ -350,8 +350,8 @@ std::vector<model::FlatRange> sub_ranges(const std::vector<model::FlatRange>& ra
 
 }  // namespace
 
-RankState Engine::export_state() {
-  RankState s;
+checkpoint::RankState Engine::export_state() {
+  checkpoint::RankState s;
   const model::GptConfig& g = config_.step.model;
   const model::ParamTable serial = model::gpt_param_table(g);
   const bool tied_copy = config_.pp > 1 && parallel::holds_tied_copy(model_.stage());
@@ -377,22 +377,23 @@ RankState Engine::export_state() {
     const int64_t lo = std::max<int64_t>(0, h_begin - local.offset);
     const int64_t hi = std::min<int64_t>(real, h_end - local.offset);
     const int64_t at = local.offset + lo - h_begin;  // index into the held buffers
-    std::vector<std::pair<StateKind, std::span<const float>>> held_kinds;
-    if (config_.zero_stage == 3 && !mixed) held_kinds.emplace_back(StateKind::param, params);
+    std::vector<std::pair<checkpoint::StateKind, std::span<const float>>> held_kinds;
+    if (config_.zero_stage == 3 && !mixed)
+      held_kinds.emplace_back(checkpoint::StateKind::param, params);
     if (config_.zero_stage > 0 || coord_.dp == 0) {
-      if (mixed) held_kinds.emplace_back(StateKind::param, params);
-      held_kinds.emplace_back(StateKind::adam_m, adamw_.m());
-      held_kinds.emplace_back(StateKind::adam_v, adamw_.v());
+      if (mixed) held_kinds.emplace_back(checkpoint::StateKind::param, params);
+      held_kinds.emplace_back(checkpoint::StateKind::adam_m, adamw_.m());
+      held_kinds.emplace_back(checkpoint::StateKind::adam_v, adamw_.v());
     }
     if (!sharded_params && coord_.dp == 0) {
-      StatePiece p{local.name, StateKind::param, ranges, {}};
+      checkpoint::StatePiece p{local.name, checkpoint::StateKind::param, ranges, {}};
       p.data.assign(params.begin() + local.offset, params.begin() + local.offset + real);
       s.pieces.push_back(std::move(p));
     }
     if (lo >= hi) continue;
     const std::vector<model::FlatRange> part = sub_ranges(ranges, lo, hi);
     for (const auto& [kind, values] : held_kinds) {
-      StatePiece p{local.name, kind, part, {}};
+      checkpoint::StatePiece p{local.name, kind, part, {}};
       p.data.assign(values.begin() + at, values.begin() + at + (hi - lo));
       s.pieces.push_back(std::move(p));
     }
@@ -401,7 +402,7 @@ RankState Engine::export_state() {
   return s;
 }
 
-void Engine::import_state(const SerialState& state) {
+void Engine::import_state(const checkpoint::SerialState& state) {
   const model::GptConfig& g = config_.step.model;
   const comm::Chunk held = dp_->owned();
   const int64_t h_begin = held.offset, h_end = held.offset + held.count;
@@ -410,21 +411,22 @@ void Engine::import_state(const SerialState& state) {
   for (const model::ParamTensor& local : model_.param_table().tensors()) {
     const int index = state.table.index_of(local.name);
     const model::ParamTensor& whole = state.table[static_cast<size_t>(index)];
-    for (StateKind kind : {StateKind::param, StateKind::adam_m, StateKind::adam_v}) {
+    for (checkpoint::StateKind kind : {checkpoint::StateKind::param, checkpoint::StateKind::adam_m,
+                                       checkpoint::StateKind::adam_v}) {
       const std::vector<float> slice =
           model::tp_slice(whole, state.tensor(whole, kind), g, config_.tp, coord_.tp);
       DTRAIN_CHECK(static_cast<int64_t>(slice.size()) == local.count, "checkpoint: tensor ",
                    local.name, " slices to ", slice.size(), " elements, the rank holds ",
                    local.count);
-      if (kind == StateKind::param && !sharded_params) {
+      if (kind == checkpoint::StateKind::param && !sharded_params) {
         std::copy(slice.begin(), slice.end(), model_.params().begin() + local.offset);
         continue;
       }
-      if (kind == StateKind::param && mixed && config_.zero_stage < 3) {
+      if (kind == checkpoint::StateKind::param && mixed && config_.zero_stage < 3) {
         // Every rank's bf16 weights are whole at stages 0-2: rounded from the checkpoint's.
         to_bf16(slice.data(), dp_->params16().data() + local.offset, local.count);
       }
-      if (kind == StateKind::param && mixed && config_.zero_stage == 3) {
+      if (kind == checkpoint::StateKind::param && mixed && config_.zero_stage == 3) {
         const int64_t lo = std::max(local.offset, h_begin);
         const int64_t hi = std::min(local.offset + local.count, h_end);
         for (int64_t e = lo; e < hi; ++e) {
@@ -432,9 +434,10 @@ void Engine::import_state(const SerialState& state) {
               to_bf16(slice[static_cast<size_t>(e - local.offset)]);
         }
       }
-      std::span<float> dst = kind == StateKind::param ? (mixed ? dp_->master() : dp_->param_shard())
-                             : kind == StateKind::adam_m ? adamw_.m()
-                                                         : adamw_.v();
+      std::span<float> dst = kind == checkpoint::StateKind::param
+                                 ? (mixed ? dp_->master() : dp_->param_shard())
+                             : kind == checkpoint::StateKind::adam_m ? adamw_.m()
+                                                                     : adamw_.v();
       const int64_t lo = std::max(local.offset, h_begin);
       const int64_t hi = std::min(local.offset + local.count, h_end);
       for (int64_t e = lo; e < hi; ++e) {

@@ -1,3 +1,6 @@
+// Room train/ (dtrain::train): the step engine, the run loop, the layout and its report,
+// progress, metrics and faults; includes every room but infer and cli.
+//
 // Engine: the one StepEngine, for every layout. Each rank holds one TP shard of one pipeline
 // stage of one DP replica on a parallel::DeviceMesh; serial, DP, TP and PP runs are meshes
 // whose other axes have size 1, and a size-1 axis skips its work (as Megatron's
@@ -119,8 +122,8 @@ class Engine final : public StepEngine {
   ~Engine() override;
 
   std::string describe() const override;
-  StepStats train_step(const Batch& batch, float lr) override;
-  float eval_loss(const Batch& batch) override;
+  StepStats train_step(const data::Batch& batch, float lr) override;
+  float eval_loss(const data::Batch& batch) override;
   const MemoryTracker& memory() const override { return tracker_; }
   int64_t param_count() const override { return model::gpt_param_count(config_.step.model); }
 
@@ -128,9 +131,9 @@ class Engine final : public StepEngine {
   // the TP-replicated ones; the first stage for the tied wte) at ZeRO 0-2 and by each shard's
   // owner at ZeRO 3; the AdamW moments by DP rank 0 at stage 0 and by each shard's owner at
   // stages 1-3.
-  StateLayout state_layout() const override;
-  RankState export_state() override;
-  void import_state(const SerialState& state) override;
+  checkpoint::StateLayout state_layout() const override;
+  checkpoint::RankState export_state() override;
+  void import_state(const checkpoint::SerialState& state) override;
   comm::Communicator* job_communicator() override { return &world_; }
 
   // --- what the report reads

@@ -124,6 +124,10 @@ struct LayoutReport {
 // gathered working set. What --max-rank-memory and the memory check before a run compare.
 double planned_rank_peak_bytes(const EngineConfig& config, int stage);
 
+// This rank's measured figures per step and the plan/ formulas beside them (layout_measure.cc).
+// Reads the engine's counters only; gather_layout_report collects every rank's row.
+RankRow measure_rank(const Engine& engine);
+
 // The mesh groups of `config` whose ranks sit on more than one node of its topology (none on
 // one node), and the warnings the layout deserves before it runs (a TP group across nodes):
 // resolve() prints them at the start, the report carries them in its JSON.

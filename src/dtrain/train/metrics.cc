@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dtrain/checkpoint/run_record.h"
 #include "dtrain/core/check.h"
-#include "dtrain/train/run_record.h"
 
 namespace dtrain::train {
 
@@ -17,7 +17,7 @@ MetricsWriter::MetricsWriter(const std::string& path, const TrainerConfig& confi
     : path_(path), out_(path, append ? std::ios::app : std::ios::trunc) {
   DTRAIN_CHECK(out_.good(), "--metrics ", path, ": cannot be written (", std::strerror(errno), ")");
   const nlohmann::json line = {{"type", "run"},
-                               {"run", run_record_to_json(config.run)},
+                               {"run", checkpoint::run_record_to_json(config.run)},
                                {"model",
                                 {{"name", config.model_name},
                                  {"vocab", config.model.vocab},

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "dtrain/core/units.h"
-#include "dtrain/train/data.h"
+#include "dtrain/data/data.h"
 #include "dtrain/train/text_table.h"
 
 namespace dtrain::train {
@@ -24,7 +24,7 @@ void print_summary(std::ostream& out, const TrainSummary& s) {
       << grouped(static_cast<double>(s.param_count)) << " parameters) on " << s.engine << "\n";
   out << "  data " << s.data_source << ": " << grouped(static_cast<double>(s.train_tokens))
       << " training + " << grouped(static_cast<double>(s.val_tokens)) << " validation tokens"
-      << (c.model.vocab == kByteVocab ? " (bytes)" : "") << "\n";
+      << (c.model.vocab == data::kByteVocab ? " (bytes)" : "") << "\n";
   out << "  " << c.steps << " steps of batch " << c.batch << " x seq " << c.seq << " = "
       << s.tokens_per_step << " tokens; lr " << c.schedule.lr << " (warmup "
       << c.schedule.warmup_steps << ", cosine to " << c.schedule.min_lr << ")\n";

@@ -19,14 +19,14 @@
 #include "dtrain/core/rng.h"
 #include "dtrain/core/system_memory.h"
 #include "dtrain/core/version.h"
+#include "dtrain/data/token_file.h"
+#include "dtrain/formats/hf_gpt2.h"
 #include "dtrain/model/bf16_gemm.h"
 #include "dtrain/model/gemm.h"
 #include "dtrain/plan/hardware.h"
 #include "dtrain/plan/memory_model.h"
 #include "dtrain/train/engine.h"
-#include "dtrain/train/hf_gpt2.h"
 #include "dtrain/train/layout_report.h"
-#include "dtrain/train/token_file.h"
 
 namespace dtrain::train {
 
@@ -34,7 +34,7 @@ namespace {
 
 // --save, --save-every, --keep-checkpoints, --resume and --inject-fault into `t`.
 void resolve_checkpoint_flags(const TrainOptions& o, TrainerConfig& t) {
-  const CheckpointConfig& c = o.checkpoint;
+  const checkpoint::CheckpointConfig& c = o.checkpoint;
   DTRAIN_CHECK(c.save_every >= 0, "--save-every must not be negative (got ", c.save_every, ")");
   DTRAIN_CHECK(c.save_every == 0 || !c.save_dir.empty(), "--save-every ", c.save_every,
                " needs --save DIR (where to write the checkpoints)");
@@ -104,11 +104,11 @@ void check_paths(const TrainOptions& o) {
 
 // This run's identity (a resumed run keeps the checkpoint's) and the settings a --resume is
 // checked against; then whether --save may be written by it.
-RunRecord run_record(const TrainOptions& o, const StepConfig& engine, const TrainerConfig& t,
-                     const TokenSplit& data) {
-  RunRecord run;
+checkpoint::RunRecord run_record(const TrainOptions& o, const StepConfig& engine,
+                                 const TrainerConfig& t, const data::TokenSplit& data) {
+  checkpoint::RunRecord run;
   run.version = str(version(), " (", git_commit(), ")");
-  RunSettings& s = run.settings;
+  checkpoint::RunSettings& s = run.settings;
   s.lr = t.schedule.lr;
   s.min_lr = t.schedule.min_lr;
   s.warmup = t.schedule.warmup_steps;
@@ -124,14 +124,15 @@ RunRecord run_record(const TrainOptions& o, const StepConfig& engine, const Trai
   s.data_tokens = static_cast<int64_t>(data.train.size() + data.val.size());
   // CRC of train then val, continued across the two: the same tokens give the same number.
   // Over the tokens as stored (int32 for text, uint16 for a token file).
-  s.data_crc32 = crc32(data.val.bytes(), crc32(data.train.bytes()));
-  const CheckpointConfig& c = o.checkpoint;
+  s.data_crc32 = checkpoint::crc32(data.val.bytes(), checkpoint::crc32(data.train.bytes()));
+  const checkpoint::CheckpointConfig& c = o.checkpoint;
   if (!c.resume.empty()) {
-    const CheckpointManifest found = read_manifest(c.resume);
+    const checkpoint::CheckpointManifest found = checkpoint::read_manifest(c.resume);
     if (found.manifest.run && !found.manifest.run->id.empty()) run.id = found.manifest.run->id;
     if (found.manifest.run && !c.allow_resume_changes) {
       std::string list;
-      for (const std::string& d : setting_differences(found.manifest.run->settings, s)) {
+      for (const std::string& d :
+           checkpoint::setting_differences(found.manifest.run->settings, s)) {
         list += (list.empty() ? "" : "; ") + d;
       }
       DTRAIN_CHECK(list.empty(), "--resume ", found.dir,
@@ -140,9 +141,9 @@ RunRecord run_record(const TrainOptions& o, const StepConfig& engine, const Trai
                    "with the new ones");
     }
   }
-  if (run.id.empty()) run.id = new_run_id();
+  if (run.id.empty()) run.id = checkpoint::new_run_id();
   if (!c.save_dir.empty()) {
-    check_save_directory(c.save_dir, run.id, !c.resume.empty(), c.overwrite);
+    checkpoint::check_save_directory(c.save_dir, run.id, !c.resume.empty(), c.overwrite);
   }
   return run;
 }
@@ -152,8 +153,8 @@ RunRecord run_record(const TrainOptions& o, const StepConfig& engine, const Trai
 void take_init_from_shape(const TrainOptions& o, model::GptConfig& m) {
   DTRAIN_CHECK(o.checkpoint.resume.empty(), "--init-from and --resume: a resume continues the ",
                "checkpoint's weights; give one of them");
-  const model::GptConfig c = read_hf_gpt2_config(o.init_from, "--init-from");
-  const std::string path = (std::filesystem::path(o.init_from) / kHfConfigName).string();
+  const model::GptConfig c = formats::read_hf_gpt2_config(o.init_from, "--init-from");
+  const std::string path = (std::filesystem::path(o.init_from) / formats::kHfConfigName).string();
   const auto agree = [&](const std::optional<int64_t>& flag, int64_t value, const char* name,
                          const char* key) {
     DTRAIN_CHECK(!flag || *flag == value, name, " ", flag.value_or(0), " differs from --init-from ",
@@ -245,20 +246,20 @@ TrainSetup resolve(const TrainOptions& o) {
   if (!o.init_from.empty()) take_init_from_shape(o, m);
   model::validate(m);
   // The data before the model: a token file sets the vocabulary.
-  const std::string path = o.data.empty() ? default_corpus_path() : o.data;
+  const std::string path = o.data.empty() ? data::default_corpus_path() : o.data;
   DTRAIN_CHECK(!o.data.empty() || std::filesystem::exists(path), "the default corpus '", path,
                "' is missing (run data/make_corpus.py to write it, or pass --data FILE)");
-  TokenData data = load_token_data(path, o.vocab);
-  if (data.format == TokenFileFormat::text) {
-    DTRAIN_CHECK(m.vocab >= kByteVocab, "--vocab ", m.vocab, " is smaller than the ", kByteVocab,
-                 " symbols of the byte tokenizer");
+  data::TokenData data = data::load_token_data(path, o.vocab);
+  if (data.format == data::TokenFileFormat::text) {
+    DTRAIN_CHECK(m.vocab >= data::kByteVocab, "--vocab ", m.vocab, " is smaller than the ",
+                 data::kByteVocab, " symbols of the byte tokenizer");
   } else {
     DTRAIN_CHECK(o.init_from.empty() || m.vocab == data.vocab, "--init-from ", o.init_from,
                  ": the model's vocabulary is ", m.vocab, ", but --data ", path,
                  " holds tokens of ", data.vocab, (o.vocab ? " (--vocab)" : ""));
     m.vocab = data.vocab;
   }
-  if (!o.init_from.empty()) check_hf_gpt2(o.init_from, m, "--init-from");
+  if (!o.init_from.empty()) formats::check_hf_gpt2(o.init_from, m, "--init-from");
 
   const int64_t B = o.batch.value_or(preset.batch);
   const int64_t T = o.seq.value_or(m.context);
@@ -317,8 +318,8 @@ TrainSetup resolve(const TrainOptions& o) {
       t.warnings.push_back("--precision bf16 will be slower than fp32 here: " + why);
   }
 
-  setup.data = split_train_val(std::move(data.tokens), o.val_fraction, path);
-  check_split_fits(setup.data, T, o.seq ? "--seq" : "--context");
+  setup.data = data::split_train_val(std::move(data.tokens), o.val_fraction, path);
+  data::check_split_fits(setup.data, T, o.seq ? "--seq" : "--context");
   // Evaluation batches beyond the split's distinct windows would repeat the same tokens.
   const int64_t distinct_eval_batches =
       std::max<int64_t>(1, (static_cast<int64_t>(setup.data.val.size()) - 1) / (B * T));

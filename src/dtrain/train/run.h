@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "dtrain/train/checkpoint.h"
+#include "dtrain/checkpoint/checkpoint.h"
 #include "dtrain/train/layout.h"
 #include "dtrain/train/step_config.h"
 #include "dtrain/train/stop_request.h"
@@ -38,8 +38,8 @@ struct TrainOptions {
   int blas_threads = 1;                   // OpenBLAS's own threads (keep 1 when threads > 1)
   Recompute recompute = Recompute::none;  // --recompute
   model::Precision precision = model::Precision::fp32;  // --precision
-  LayoutOptions layout;         // --dp, --tp, --pp, --zero, --sequence-parallel, --schedule, ...
-  CheckpointConfig checkpoint;  // --save, --save-every, --keep-checkpoints, --resume
+  LayoutOptions layout;  // --dp, --tp, --pp, --zero, --sequence-parallel, --schedule, ...
+  checkpoint::CheckpointConfig checkpoint;  // --save, --save-every, --keep-checkpoints, --resume
   std::string inject_fault;     // --inject-fault rank=R,step=S,kind=throw|exit (empty: none)
   std::string init_from;        // --init-from: a GPT-2 folder whose weights start the run
   std::string eval_batch_out;   // --write-eval-batch FILE
@@ -50,7 +50,7 @@ struct TrainOptions {
 struct TrainSetup {
   StepConfig step;
   TrainerConfig trainer;
-  TokenSplit data;
+  data::TokenSplit data;
   int blas_threads = 1;
   LayoutOptions layout;
   EngineConfig engine;  // the layout, checked

@@ -6,11 +6,9 @@
 #include <cstdint>
 #include <string>
 
-#include "dtrain/comm/communicator.h"
-#include "dtrain/core/check.h"
+#include "dtrain/checkpoint/checkpointable.h"
 #include "dtrain/core/memory.h"
-#include "dtrain/train/data.h"
-#include "dtrain/train/train_state.h"
+#include "dtrain/data/data.h"
 
 namespace dtrain::train {
 
@@ -20,37 +18,18 @@ struct StepStats {
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;
 };
 
-class StepEngine {
+// Its checkpoint half (state_layout, export_state, import_state, job_communicator, describe) is
+// checkpoint::Checkpointable, what save_checkpoint writes from.
+class StepEngine : public checkpoint::Checkpointable {
  public:
-  virtual ~StepEngine() = default;
-  // "serial", or the layout, e.g. "DP(2)-TP(2)-PP(1)".
-  virtual std::string describe() const = 0;
   // One optimizer step on the global batch (B, T): forward, backward, gradient clipping,
   // AdamW at learning rate `lr`.
-  virtual StepStats train_step(const Batch& batch, float lr) = 0;
+  virtual StepStats train_step(const data::Batch& batch, float lr) = 0;
   // Mean loss of `batch` with the current parameters; nothing is updated.
-  virtual float eval_loss(const Batch& batch) = 0;
+  virtual float eval_loss(const data::Batch& batch) = 0;
   // The memory accounting of the reporting rank (rank 0).
   virtual const MemoryTracker& memory() const = 0;
   virtual int64_t param_count() const = 0;
-
-  // --- Checkpoints (train/checkpoint.h). None of these communicates. An engine that cannot
-  // save its state keeps the defaults, which throw.
-  // The layout, recorded in the manifest.
-  virtual StateLayout state_layout() const { return {}; }
-  // This rank's pieces of the serial state. Over all ranks of the job the pieces cover every
-  // element of every tensor's params, adam_m and adam_v exactly once (a replica is exported
-  // by one rank of its group only; ZeRO shards by their owners).
-  virtual RankState export_state() {
-    throw Error(str(describe(), ": this engine cannot export its state for a checkpoint"));
-  }
-  // Replaces this rank's parameters, AdamW moments and step count by its share of `state`.
-  virtual void import_state(const SerialState& /*state*/) {
-    throw Error(str(describe(), ": this engine cannot import a checkpoint's state"));
-  }
-  // The communicator spanning every rank of the job, or null for a single rank: shard files
-  // are numbered by its rank() and the writers meet at its barrier().
-  virtual comm::Communicator* job_communicator() { return nullptr; }
 };
 
 }  // namespace dtrain::train

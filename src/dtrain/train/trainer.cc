@@ -8,13 +8,13 @@
 #include "dtrain/core/check.h"
 #include "dtrain/core/system_memory.h"
 #include "dtrain/core/timer.h"
-#include "dtrain/train/hf_gpt2.h"
+#include "dtrain/formats/hf_gpt2.h"
+#include "dtrain/formats/safetensors.h"
 #include "dtrain/train/metrics.h"
-#include "dtrain/train/safetensors.h"
 
 namespace dtrain::train {
 
-Trainer::Trainer(const TrainerConfig& config, StepEngine& engine, const TokenSplit& data,
+Trainer::Trainer(const TrainerConfig& config, StepEngine& engine, const data::TokenSplit& data,
                  TrainObserver* observer, comm::Communicator* stop_group)
     : config_(config), engine_(engine), data_(data), observer_(observer), stop_group_(stop_group) {
   DTRAIN_CHECK(config.steps > 0, "--steps must be positive (got ", config.steps, ")");
@@ -23,7 +23,7 @@ Trainer::Trainer(const TrainerConfig& config, StepEngine& engine, const TokenSpl
   DTRAIN_CHECK(config.eval_batches > 0, "--eval-batches must be positive (got ",
                config.eval_batches, ")");
   optim::validate(config.schedule);
-  check_split_fits(data, config.seq);
+  data::check_split_fits(data, config.seq);
 }
 
 Trainer::~Trainer() = default;
@@ -32,7 +32,7 @@ float Trainer::evaluate() {
   batch_.resize(config_.batch, config_.seq);
   double total = 0;
   for (int64_t k = 0; k < config_.eval_batches; ++k) {
-    eval_batch(data_.val, k, batch_);
+    data::eval_batch(data_.val, k, batch_);
     total += engine_.eval_loss(batch_);
   }
   return static_cast<float>(total / static_cast<double>(config_.eval_batches));
@@ -58,10 +58,10 @@ int Trainer::job_rank() {
 // Every rank reads the whole checkpoint and takes its share (the SPMD engines run one Trainer
 // per rank); the step, the sampler's position and RNG, and the AdamW step come back with it,
 // so the loss sequence continues bit for bit.
-int64_t Trainer::resume(BatchSampler& sampler) {
-  const LoadedCheckpoint c = load_checkpoint(config_.checkpoint.resume);
-  check_compatible(c, config_.model, config_.batch, config_.seq);
-  const TrainerPosition& p = c.manifest.position;
+int64_t Trainer::resume(data::BatchSampler& sampler) {
+  const checkpoint::LoadedCheckpoint c = checkpoint::load_checkpoint(config_.checkpoint.resume);
+  checkpoint::check_compatible(c, config_.model, config_.batch, config_.seq);
+  const checkpoint::TrainerPosition& p = c.manifest.position;
   DTRAIN_CHECK(p.data_seed == config_.data_seed, "--resume ", c.dir,
                ": written by a run with another --seed (its batch order differs)");
   DTRAIN_CHECK(p.step < config_.steps, "--resume ", c.dir, ": the checkpoint is at step ", p.step,
@@ -72,7 +72,7 @@ int64_t Trainer::resume(BatchSampler& sampler) {
 }
 
 void Trainer::init_from() {
-  const SerialState state = load_hf_gpt2(config_.init_from, "--init-from");
+  const checkpoint::SerialState state = formats::load_hf_gpt2(config_.init_from, "--init-from");
   DTRAIN_CHECK(state.model == config_.model, "--init-from ", config_.init_from, ": the model is ",
                model::describe(state.model), ", but this run's is ",
                model::describe(config_.model));
@@ -80,23 +80,24 @@ void Trainer::init_from() {
 }
 
 void Trainer::write_eval_batch() {
-  Batch b;
+  data::Batch b;
   b.resize(config_.batch, config_.seq);
-  eval_batch(data_.val, 0, b);
+  data::eval_batch(data_.val, 0, b);
   std::string bytes(reinterpret_cast<const char*>(b.inputs.data()), b.inputs.size() * 4);
   bytes.append(reinterpret_cast<const char*>(b.targets.data()), b.targets.size() * 4);
-  write_file_atomically(config_.eval_batch_out, bytes, "--write-eval-batch");
+  formats::write_file_atomically(config_.eval_batch_out, bytes, "--write-eval-batch");
 }
 
-std::string Trainer::save(int64_t step, const BatchSampler& sampler) {
-  TrainerPosition p;
+std::string Trainer::save(int64_t step, const data::BatchSampler& sampler) {
+  checkpoint::TrainerPosition p;
   p.step = step;
   p.batch = config_.batch;
   p.seq = config_.seq;
   p.data_seed = config_.data_seed;
   p.sampler = sampler.state();
-  return save_checkpoint(engine_, config_.model, p, config_.checkpoint.save_dir,
-                         config_.checkpoint.keep, config_.run, config_.checkpoint.overwrite);
+  return checkpoint::save_checkpoint(engine_, config_.model, p, config_.checkpoint.save_dir,
+                                     config_.checkpoint.keep, config_.run,
+                                     config_.checkpoint.overwrite);
 }
 
 TrainSummary Trainer::run() {
@@ -121,12 +122,12 @@ TrainSummary Trainer::run() {
     metrics_ = std::make_unique<MetricsWriter>(config_.metrics_path, config_,
                                                !config_.checkpoint.resume.empty());
   }
-  const CheckpointConfig& ckpt = config_.checkpoint;
+  const checkpoint::CheckpointConfig& ckpt = config_.checkpoint;
   if (!ckpt.save_dir.empty() && job_rank() == 0 && !save_lock_) {
-    save_lock_ = std::make_unique<SaveDirectoryLock>(ckpt.save_dir, config_.run.id,
-                                                     !ckpt.resume.empty(), ckpt.overwrite);
+    save_lock_ = std::make_unique<checkpoint::SaveDirectoryLock>(
+        ckpt.save_dir, config_.run.id, !ckpt.resume.empty(), ckpt.overwrite);
   }
-  BatchSampler sampler(data_.train, config_.batch, config_.seq, config_.data_seed);
+  data::BatchSampler sampler(data_.train, config_.batch, config_.seq, config_.data_seed);
   if (config_.checkpoint.resume.empty() && !config_.init_from.empty()) init_from();
   if (!config_.eval_batch_out.empty() && job_rank() == 0) write_eval_batch();
   const int64_t first = config_.checkpoint.resume.empty() ? 0 : resume(sampler);

@@ -9,16 +9,16 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/checkpoint/checkpoint.h"
+#include "dtrain/checkpoint/run_record.h"
+#include "dtrain/checkpoint/save_directory.h"
 #include "dtrain/core/memory.h"
 #include "dtrain/core/recompute.h"
+#include "dtrain/data/data.h"
 #include "dtrain/model/gpt_config.h"
 #include "dtrain/optim/lr_schedule.h"
-#include "dtrain/train/checkpoint.h"
-#include "dtrain/train/data.h"
 #include "dtrain/train/fault.h"
 #include "dtrain/train/layout_report.h"
-#include "dtrain/train/run_record.h"
-#include "dtrain/train/save_directory.h"
 #include "dtrain/train/step_engine.h"
 #include "dtrain/train/stop_request.h"
 
@@ -35,18 +35,18 @@ struct TrainerConfig {
   int64_t eval_batches = 0;  // validation batches per evaluation
   uint64_t data_seed = 0;    // training batch order
   int threads = 1;           // compute threads per rank (the workspace has one score buffer each)
-  Recompute recompute = Recompute::none;  // --recompute (the step's StepConfig's)
-  int64_t max_rank_memory = 0;            // --max-rank-memory: a rank's peak bytes; 0: no cap
-  CheckpointConfig checkpoint;            // --save, --save-every, --keep-checkpoints, --resume
-  std::optional<FaultSpec> fault;         // --inject-fault
-  std::string init_from;       // --init-from: a GPT-2 folder (train/hf_gpt2.h); empty: random init
-  std::string eval_batch_out;  // --write-eval-batch: validation batch 0's tokens; empty: none
-  std::string metrics_path;    // --metrics: a JSON line per step and evaluation; empty: none
+  Recompute recompute = Recompute::none;    // --recompute (the step's StepConfig's)
+  int64_t max_rank_memory = 0;              // --max-rank-memory: a rank's peak bytes; 0: no cap
+  checkpoint::CheckpointConfig checkpoint;  // --save, --save-every, --keep-checkpoints, --resume
+  std::optional<FaultSpec> fault;           // --inject-fault
+  std::string init_from;  // --init-from: a GPT-2 folder (formats/hf_gpt2.h); empty: random init
+  std::string eval_batch_out;      // --write-eval-batch: validation batch 0's tokens; empty: none
+  std::string metrics_path;        // --metrics: a JSON line per step and evaluation; empty: none
   std::vector<std::string> notes;  // adjustments resolve() made to the flags, shown at the start
   // What the user should know before the first step (a TP group across nodes, bf16 that will be
   // slower than fp32 here), printed once on stderr at the start.
   std::vector<std::string> warnings;
-  RunRecord run;                // this run's identity and settings, written into every checkpoint
+  checkpoint::RunRecord run;    // this run's identity and settings, written into every checkpoint
   StopRequest* stop = nullptr;  // a graceful stop (SIGINT/SIGTERM/SIGUSR1) to watch; may be null
 };
 
@@ -114,7 +114,7 @@ class Trainer {
   // `data` must outlive the trainer; check_split_fits(data, seq) must hold.
   // `stop_group`: ranks in separate processes (MPI) agree on a stop through it, one all-reduce
   // of a single number per step; null when the ranks share config.stop (threads) or none.
-  Trainer(const TrainerConfig& config, StepEngine& engine, const TokenSplit& data,
+  Trainer(const TrainerConfig& config, StepEngine& engine, const data::TokenSplit& data,
           TrainObserver* observer = nullptr, comm::Communicator* stop_group = nullptr);
   ~Trainer();
   TrainSummary run();
@@ -124,23 +124,23 @@ class Trainer {
  private:
   TrainerConfig config_;
   StepEngine& engine_;
-  const TokenSplit& data_;
+  const data::TokenSplit& data_;
   TrainObserver* observer_;
   comm::Communicator* stop_group_;
-  Batch batch_;
+  data::Batch batch_;
   // At a step boundary: the signal every rank stops on (0: go on). Collective over stop_group_
   // when there is one.
   int agree_on_stop(int64_t steps_done);
   // --resume: loads the checkpoint into the engine and the sampler; returns its step.
-  int64_t resume(BatchSampler& sampler);
+  int64_t resume(data::BatchSampler& sampler);
   // --init-from: the folder's weights into the engine (AdamW moments 0).
   void init_from();
   // --write-eval-batch: validation batch 0 as int32 inputs (B, T) then targets (B, T).
   void write_eval_batch();
-  std::string save(int64_t step, const BatchSampler& sampler);
+  std::string save(int64_t step, const data::BatchSampler& sampler);
   int job_rank();
   // Rank 0 with --save: the directory's lock, held for the whole run.
-  std::unique_ptr<SaveDirectoryLock> save_lock_;
+  std::unique_ptr<checkpoint::SaveDirectoryLock> save_lock_;
   std::unique_ptr<MetricsWriter> metrics_;  // rank 0 with --metrics
 };
 

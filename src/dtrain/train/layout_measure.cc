@@ -1,0 +1,508 @@
+// The layout report's measuring half: this rank's figures per step (memory, bytes on each axis,
+// time) beside the plan/ formulas for the same layout, as one RankRow. Gathering the rows and
+// presenting them live apart (layout_report.cc, layout_report_output.cc).
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "dtrain/comm/collectives.h"
+#include "dtrain/core/bf16.h"
+#include "dtrain/core/check.h"
+#include "dtrain/model/tp_shard.h"
+#include "dtrain/parallel/pipeline_checker.h"
+#include "dtrain/plan/activation_memory.h"
+#include "dtrain/plan/collective_cost.h"
+#include "dtrain/plan/comm_model.h"
+#include "dtrain/plan/head_activation_memory.h"
+#include "dtrain/plan/link_traffic.h"
+#include "dtrain/plan/memory_model.h"
+#include "dtrain/train/layout_report.h"
+
+namespace dtrain::train {
+namespace {
+
+using parallel::Axis;
+
+double bytes_sent(const std::vector<plan::CollectiveCall>& calls, int world) {
+  return plan::traffic_of(calls, world).bytes_sent;
+}
+
+int64_t count_sends(const parallel::PipelineSchedule& s, int rank) {
+  int64_t sends = 0;
+  for (const parallel::Action& a : s.per_rank[static_cast<size_t>(rank)]) {
+    sends += parallel::is_send(a.kind) ? 1 : 0;
+  }
+  return sends;
+}
+
+bool split_backward(const parallel::PipelineSchedule& s) {
+  for (const std::vector<parallel::Action>& list : s.per_rank) {
+    for (const parallel::Action& a : list) {
+      if (a.kind == parallel::ActionKind::backward_input) return true;
+    }
+  }
+  return false;
+}
+
+plan::ActivationShape layer_shape(const EngineConfig& c) {
+  plan::ActivationShape s;
+  s.seq = c.step.seq;
+  s.micro_batch = c.micro_batch();
+  s.hidden = c.step.model.channels;
+  s.heads = c.step.model.heads;
+  s.tp = c.tp;
+  s.sequence_parallel = c.sequence_parallel && c.tp > 1;
+  s.recompute = c.step.recompute;
+  // The engine's variant: fp32, no dropout, the LayerNorm statistics kept; under mixed
+  // precision the tensors only matrix products read bf16 (activations.h: PackedLayer).
+  s.bytes_per_element = 4;
+  s.dropout = false;
+  s.count_layernorm_stats = true;
+  if (c.step.precision == model::Precision::bf16) {
+    s.bytes_per_element = 2;
+    s.elementwise_bytes_per_element = 4;
+  }
+  return s;
+}
+
+// The engine's fp32 tensors of one block: the weight-gradient stash of a split backward, and
+// the one-block scratch the workspace holds (the dropped tensors' of the recompute mode, or
+// under mixed precision every tensor but the input: the packed ones' fp32 working copies).
+plan::ActivationShape fp32_layer_shape(const EngineConfig& c) {
+  plan::ActivationShape s = layer_shape(c);
+  s.bytes_per_element = 4;
+  s.elementwise_bytes_per_element = 0;
+  return s;
+}
+double planned_block_scratch(const EngineConfig& c) {
+  plan::ActivationShape s = fp32_layer_shape(c);
+  if (c.step.precision == model::Precision::bf16) s.recompute = Recompute::full;
+  return plan::recompute_scratch_bytes(s);
+}
+
+// One micro-batch of every chunk of `rank`'s stage, by the plan/ formulas: its blocks, the
+// head's tensors on the last virtual stage or the output it sends on, the token ids on the
+// first, and a split backward's weight-gradient stash.
+double planned_microbatch_bytes(const EngineConfig& c, int pp_rank, bool split) {
+  const parallel::StagePartition& p = c.partition;
+  const plan::ActivationShape shape = layer_shape(c);
+  const int64_t b = c.micro_batch(), T = c.step.seq, C = c.step.model.channels;
+  const int64_t vocab =
+      c.tp > 1 ? model::tp_vocab_local(c.step.model.vocab, c.tp) : c.step.model.vocab;
+  double sum = 0;
+  for (int chunk = 0; chunk < p.chunks(); ++chunk) {
+    const int vs = p.virtual_stage(pp_rank, chunk);
+    const double blocks = p.layer_count(pp_rank, chunk);
+    sum += blocks * plan::activation_bytes_per_layer(shape);
+    if (split) sum += blocks * plan::weight_grad_stash_bytes_per_layer(fp32_layer_shape(c));
+    if (vs == p.virtual_stages() - 1) {
+      sum += plan::head_activation_bytes({.seq = T, .micro_batch = b, .hidden = C, .vocab = vocab});
+    } else {
+      sum += plan::pp_bytes_per_microbatch(b, T, C, 4, c.tp, shape.sequence_parallel);
+      if (vs == 0) sum += 4.0 * static_cast<double>(b * T);
+    }
+  }
+  return sum;
+}
+
+// In-flight micro-batches x one micro-batch's activations, + the workspace the rank's
+// backward shares and recompute's one-layer scratch.
+double planned_activations_peak(const EngineConfig& c, double inflight, double microbatch) {
+  const int64_t vocab =
+      c.tp > 1 ? model::tp_vocab_local(c.step.model.vocab, c.tp) : c.step.model.vocab;
+  const plan::HeadActivationShape ws{.seq = c.step.seq,
+                                     .micro_batch = c.micro_batch(),
+                                     .hidden = c.step.model.channels,
+                                     .vocab = vocab,
+                                     // The MLP gradients are this rank's columns: 4C / tp.
+                                     .ffn_hidden = 4 * c.step.model.channels / c.tp,
+                                     .bytes_per_element = 4,
+                                     .threads = c.step.threads,
+                                     .tp = c.tp};
+  return inflight * microbatch + plan::workspace_activation_bytes(ws) + planned_block_scratch(c);
+}
+
+// What a rank keeps per parameter: mixed precision's 2 + 2 + 12 under --precision bf16 (the
+// DataParallel hooks keep bf16 weights and gradients, the fp32 master beside the moments), fp32
+// Adam's 4 + 4 + 8 otherwise.
+plan::StateBytes engine_state_bytes(const EngineConfig& c) {
+  return c.step.precision == model::Precision::bf16 ? plan::kMixedPrecisionAdam : plan::kFp32Adam;
+}
+
+// The element sizes on the DP wire: the gradient syncs' (--grad-reduce), the parameter gathers'
+// (the weights at rest).
+int64_t dp_grad_wire_bytes(const EngineConfig& c) {
+  return c.bf16_grad_reduce ? int64_t{sizeof(bf16)} : int64_t{sizeof(float)};
+}
+int64_t dp_param_wire_bytes(const EngineConfig& c) {
+  return engine_state_bytes(c).param;
+}
+// The element size of the activations and their gradients on the TP block collectives and the
+// pipeline's sends: bf16 under mixed precision (the vocabulary reductions stay fp32).
+int64_t activation_wire_bytes(const EngineConfig& c) {
+  return c.step.precision == model::Precision::bf16 ? int64_t{sizeof(bf16)}
+                                                    : int64_t{sizeof(float)};
+}
+
+// The working set above the shards by plan::zero3_gathered_bytes, summed as the rank's memory
+// tracker sums it (the peak of the params tag plus the peak of the grads tag): the embeddings
+// (held through a forward that runs the tied head, and their gradient through the whole
+// backward) and, of the stage's other units in the order they run (the final LayerNorm, the
+// blocks), the two neighbours held at once (the running unit and the one prefetched; a stage
+// of one unit has nothing to prefetch) beside the largest unit's gradient. ZeRO-3 in fp32
+// gathers fp32 weights; mixed precision computes on fp32 working copies (the running unit's
+// weights and gradient, at every stage) with, at ZeRO-3, the next unit gathered in bf16 beside.
+// Not counted: a unit's gradient still being reduce-scattered by the communication thread when
+// the next unit's backward begins (overlap; the report names it, in_flight_grad_bytes).
+int64_t planned_working_set(const parallel::StageUnits& units, const EngineConfig& c) {
+  std::vector<int64_t> counts;  // the non-embedding units, in the order backward runs them
+  int64_t largest = 0;
+  for (int i = 0; i < units.size(); ++i) {
+    if (i == units.embeddings()) continue;
+    counts.push_back(units[i].count);
+    largest = std::max(largest, units[i].count);
+  }
+  const int64_t emb = units.embeddings() >= 0 ? units[units.embeddings()].count : 0;
+  const bool mixed = c.step.precision == model::Precision::bf16;
+  if (!mixed && c.zero_stage < 3) return 0;
+  const plan::StateBytes running{.param = 4, .grad = 0, .optimizer = 0};  // fp32 either way
+  const plan::StateBytes prefetched{.param = mixed ? 2 : 4, .grad = 0, .optimizer = 0};
+  const plan::StateBytes gradient{.param = 0, .grad = 4, .optimizer = 0};
+  // The params tag's peak: one unit running, its neighbour prefetched (ZeRO-3 only).
+  int64_t params = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    params = std::max(params, plan::zero3_gathered_bytes(counts[i], running, 0));
+    if (c.zero_stage < 3) continue;
+    for (size_t j : {i + 1, i == 0 ? counts.size() : i - 1}) {
+      if (j >= counts.size()) continue;
+      params = std::max(params, plan::zero3_gathered_bytes(counts[i], running, 0) +
+                                    plan::zero3_gathered_bytes(counts[j], prefetched, 0));
+    }
+  }
+  const plan::StateBytes embeddings{.param = 4, .grad = 4, .optimizer = 0};
+  return plan::zero3_gathered_bytes(emb, embeddings, 0) + params +
+         plan::zero3_gathered_bytes(largest, gradient, 0);
+}
+
+// The part of a ZeRO-3 rank's measured working set above the plan that is one unit's gradient
+// held by the communication thread, still reduce-scattering it when the next unit's backward
+// bound a fresh buffer: 0 when none is, else that unit's bytes and name. Whether the overlap
+// happens depends on timing, so the plan does not count it; the report names it instead.
+// `grads_above_plan` is the grads tag's own excess, so a difference in the weights held is never
+// mistaken for a gradient of the same size.
+std::pair<int64_t, std::string> in_flight_gradient(const parallel::StageUnits& units,
+                                                   int64_t above_plan, int64_t grads_above_plan) {
+  if (above_plan <= 0 || grads_above_plan != above_plan) return {0, ""};
+  for (int i = 0; i < units.size(); ++i) {
+    if (i != units.embeddings() && 4 * units[i].count == above_plan) {
+      return {above_plan, units[i].name};
+    }
+  }
+  return {0, ""};
+}
+
+}  // namespace
+
+// This rank's measured figures per step and the plan/ formulas beside them.
+RankRow measure_rank(const Engine& e) {
+  const EngineConfig& c = e.config();
+  const parallel::MeshCoord me = e.coord();
+  const model::GptModel& model = e.model();
+  const parallel::PipelineExecutor& ex = e.executor();
+  const MemoryTracker& mem = e.memory();
+  RankRow r;
+  r.rank = e.global_rank();
+  r.coords = str("dp", me.dp, " tp", me.tp, " pp", me.pp);
+  r.node = c.topology.node_of(r.rank);
+  r.layers = parallel::layer_ranges(c.partition, me.pp);
+  r.param_count = model.param_count();
+  const plan::ModelStateBytes formula =
+      plan::model_state_bytes(r.param_count, c.dp, c.zero_stage, engine_state_bytes(c));
+  for (const auto& [tag, bytes] :
+       {std::pair{MemoryTag::params, formula.params}, std::pair{MemoryTag::grads, formula.grads},
+        std::pair{MemoryTag::optimizer, formula.optimizer}}) {
+    r.state.push_back({tag, mem.current_bytes(tag), mem.peak_bytes(tag), bytes});
+  }
+
+  // Activations.
+  const parallel::PipelineSchedule& schedule = ex.schedule();
+  const bool split = split_backward(schedule);
+  r.activations_peak_bytes = mem.peak_bytes(MemoryTag::activations);
+  r.microbatch_activation_bytes = ex.microbatch_activation_bytes();
+  r.planned_microbatch_activation_bytes = planned_microbatch_bytes(c, me.pp, split);
+  r.peak_inflight_bytes = e.last_step().peak_inflight_bytes;
+  r.measured_inflight = static_cast<double>(r.peak_inflight_bytes) /
+                        static_cast<double>(std::max<int64_t>(1, r.microbatch_activation_bytes));
+  const parallel::ScheduleReport sim = parallel::simulate_schedule(schedule);
+  const parallel::RankReport& rr = sim.ranks[static_cast<size_t>(me.pp)];
+  r.checker_inflight = split ? rr.peak_weight_stash : rr.peak_inflight;
+  r.planned_activations_peak_bytes =
+      planned_activations_peak(c, r.checker_inflight, r.planned_microbatch_activation_bytes);
+
+  // ZeRO-3's working set: the gathered units above the shards.
+  const parallel::StageUnits& units = ex.units();
+  if (c.zero_stage == 3) {
+    r.gathered_peak_bytes = mem.peak_bytes(MemoryTag::params) - formula.params +
+                            mem.peak_bytes(MemoryTag::grads) - formula.grads;
+    r.gathered_formula_bytes = planned_working_set(units, c);
+    // The plan's gradient part: the embeddings' and the largest unit's, fp32 in both precisions.
+    int64_t emb = 0, largest = 0;
+    for (int i = 0; i < units.size(); ++i) {
+      (i == units.embeddings() ? emb : largest) =
+          std::max(i == units.embeddings() ? emb : largest, units[i].count);
+    }
+    const int64_t grads_above = mem.peak_bytes(MemoryTag::grads) - formula.grads;
+    std::tie(r.in_flight_grad_bytes, r.in_flight_grad_unit) = in_flight_gradient(
+        units, r.gathered_peak_bytes - r.gathered_formula_bytes, grads_above - 4 * (emb + largest));
+  }
+
+  // Traffic per step, measured.
+  const double n = e.steps() > 0 ? static_cast<double>(e.steps()) : 1.0;
+  const EngineTraffic& t = e.traffic();
+  r.tp_block = t.tp_block / n;
+  r.tp_vocab = t.tp_vocab / n;
+  r.tp_regather = t.tp_regather / n;
+  r.tp_norms = t.tp_norms / n;
+  r.tp_recompute = t.tp_recompute / n;
+  r.pp = t.pp / n;
+  r.dp = t.dp / n;
+  r.embedding = t.embedding / n;
+  r.other = t.other / n;
+  r.intra_node_bytes = static_cast<double>(t.links.intra_node) / n;
+  r.inter_node_bytes = static_cast<double>(t.links.inter_node) / n;
+  r.model_intra_node_bytes = static_cast<double>(t.model_links.intra_node) / n;
+  r.model_inter_node_bytes = static_cast<double>(t.model_links.inter_node) / n;
+  r.dp_comm_ms = e.dp_comm_us() * 1e-3 / n;
+  r.dp_hidden_ms = e.dp_hidden_us() * 1e-3 / n;
+  r.dp_overlap_share = e.dp_comm_us() > 0 ? e.dp_hidden_us() / e.dp_comm_us() : 0.0;
+  for (const parallel::MeasuredAction& m : e.last_step().actions) {
+    if (parallel::is_compute(m.action.kind)) r.busy_ms += (m.end_us - m.start_us) * 1e-3;
+  }
+
+  // The formulas for the same.
+  const model::GptConfig& g = c.step.model;
+  const int64_t b = c.micro_batch(), T = c.step.seq;
+  const auto M = static_cast<double>(c.microbatches);
+  const bool sp = c.sequence_parallel && c.tp > 1;
+  const auto blocks = static_cast<double>(model.stage().layer_count());
+  const int64_t act = activation_wire_bytes(c);
+  const double per_layer =
+      plan::tp_traffic_per_layer(b, T, g.channels, act, c.tp, sp, Recompute::none).bytes_sent;
+  r.tp_block_formula = per_layer * blocks * M;
+  if (c.step.recompute == Recompute::full) {
+    // Each rerun of a block's forward repeats its forward f and g: once before a fused
+    // backward, and again before W under a split one.
+    const double full =
+        plan::tp_traffic_per_layer(b, T, g.channels, act, c.tp, sp, Recompute::full).bytes_sent;
+    r.tp_recompute_formula = (full - per_layer) * blocks * M * (split ? 2 : 1);
+  }
+  if (sp) {
+    r.tp_regather_formula =
+        bytes_sent(plan::sp_regather_collectives(b, T, g.channels, act), c.tp) * blocks * M;
+  }
+  if (sp) {
+    // The LayerNorm gradients' sum over TP after the DP sync: each LN tensor's elements this
+    // rank holds (all of them at ZeRO 0, its shard's at 1-3), one exact ring all-reduce each.
+    const comm::Chunk held = e.data_parallel().owned();
+    for (const model::ParamTensor& x : model.param_table().tensors()) {
+      const bool layernorm = x.name.find("ln1.") != std::string::npos ||
+                             x.name.find("ln2.") != std::string::npos || x.name.starts_with("lnf.");
+      const int64_t lo = std::max(held.offset, x.offset);
+      const int64_t hi = std::min(held.offset + held.count, x.offset + x.count);
+      if (!layernorm || lo >= hi) continue;
+      r.tp_norms_formula += static_cast<double>(
+          plan::flat_ring_all_reduce_link_traffic(hi - lo, sizeof(float), c.tp, 1, me.tp)
+              .total_bytes());
+    }
+  }
+  r.tp_vocab_formula =
+      bytes_sent(plan::tp_vocab_collectives(b, T, g.channels, 4, model.stage().embedding,
+                                            model.stage().head),
+                 c.tp) *
+      M;
+  r.pp_formula = static_cast<double>(plan::pp_sends_per_microbatch(c.pp, schedule.chunks, me.pp)) *
+                 M * plan::pp_bytes_per_microbatch(b, T, g.channels, act, c.tp, sp);
+  plan::StageDataParallel stage;
+  stage.params = r.param_count;
+  stage.zero_stage = c.zero_stage;
+  stage.microbatches = c.microbatches;
+  const int emb = units.embeddings();
+  if (c.pp > 1 && emb >= 0) stage.deferred = units[emb].count;
+  // ZeRO-3: the embedding's backward reads no weights; the head's does (the tied wte).
+  if (emb >= 0 && model.stage().embedding && !model.stage().head) {
+    stage.backward_gathered = r.param_count - units[emb].count;
+  }
+  if (split && c.step.recompute == Recompute::full) {
+    for (const parallel::GradUnit& u : units.units()) {
+      if (u.name.starts_with("h.")) stage.rerun_gathered += u.count;
+    }
+  }
+  // Exactly, rank by rank: the engine's buckets (the deferred tied wte last) and ZeRO-3's
+  // gathers over the shard pieces (the same units as `stage` above).
+  plan::StageDataParallelRank exact;
+  exact.params = r.param_count;
+  exact.ranks = c.dp;
+  exact.rank = me.dp;
+  exact.zero_stage = c.zero_stage;
+  exact.microbatches = c.microbatches;
+  for (const parallel::Bucket& bk : e.data_parallel().buckets()) {
+    exact.buckets.push_back({bk.offset, bk.count});
+  }
+  if (stage.deferred > 0 && !exact.buckets.empty()) {
+    exact.deferred_bucket = static_cast<int>(exact.buckets.size()) - 1;
+  }
+  if (c.zero_stage == 3) {
+    for (int u = 0; u < units.size(); ++u) {
+      const comm::Chunk range{units[u].offset, units[u].count};
+      exact.forward_gathers.push_back(range);
+      const bool embedding_only = u == emb && model.stage().embedding && !model.stage().head;
+      if (!embedding_only) exact.backward_gathers.push_back(range);
+      if (split && c.step.recompute == Recompute::full && units[u].name.starts_with("h.")) {
+        exact.rerun_gathers.push_back(range);
+      }
+    }
+  }
+  const comm::Algorithm dp_algo = e.data_parallel().algorithm();
+  r.dp_formula = static_cast<double>(
+      plan::stage_dp_bytes_sent(exact, dp_grad_wire_bytes(c), dp_param_wire_bytes(c), dp_algo,
+                                e.data_parallel().direct_slot_bytes()));
+  if (e.has_embedding_group()) {
+    const model::ParamTable& table = model.param_table();
+    const double wte_bytes =
+        static_cast<double>(table[static_cast<size_t>(table.index_of("wte"))].count) *
+        sizeof(float);
+    r.embedding_formula = plan::collective_traffic(comm::CollectiveOp::all_reduce,
+                                                   parallel::kTiedEmbeddingAlgorithm, wte_bytes, 2)
+                              .bytes_sent;
+  }
+
+  // Where the formula bytes go: a ring sends everything to the rank's successor in its group,
+  // a pipeline its activations to the next stage and its gradients to the previous one.
+  const parallel::DeviceMesh& mesh = e.mesh();
+  const int global = r.rank;
+  auto to = [&](int peer, double bytes) {
+    if (bytes <= 0 || peer == global) return;
+    (c.topology.link(global, peer) == comm::LinkClass::intra_node ? r.predicted_intra_node_bytes
+                                                                  : r.predicted_inter_node_bytes) +=
+        bytes;
+  };
+  auto successor = [&](Axis axis) {
+    const std::vector<int> group = mesh.group_of(axis, global);
+    return group[static_cast<size_t>((me[axis] + 1) % static_cast<int>(group.size()))];
+  };
+  to(successor(Axis::tp), r.tp_block_formula + r.tp_vocab_formula + r.tp_regather_formula +
+                              r.tp_recompute_formula + r.tp_norms_formula);
+  const std::vector<int> dp_group = mesh.group_of(Axis::dp, global);
+  const int dp_nodes = static_cast<int>(c.topology.nodes_of(dp_group).size());
+  // The two-level all-reduce of each bucket exactly as plan/link_traffic.h counts it (the DP
+  // group's members fill its nodes in dp order, the same number on each); a ring sends all of
+  // its bytes to the rank's successor.
+  if (c.hierarchical && static_cast<int>(dp_group.size()) % dp_nodes == 0) {
+    const int per_node = static_cast<int>(dp_group.size()) / dp_nodes;
+    for (const parallel::Bucket& bk : e.data_parallel().buckets()) {
+      const plan::LinkTraffic lt = plan::hierarchical_all_reduce_link_traffic(
+          bk.count, sizeof(float), per_node, dp_nodes, me.dp);
+      r.predicted_intra_node_bytes += static_cast<double>(lt.intra_node_bytes);
+      r.predicted_inter_node_bytes += static_cast<double>(lt.inter_node_bytes);
+    }
+  } else {
+    to(successor(Axis::dp), r.dp_formula);
+  }
+  if (e.has_embedding_group()) {
+    parallel::MeshCoord other = me;
+    other.pp = me.pp == 0 ? c.pp - 1 : 0;
+    to(mesh.rank_of(other), r.embedding_formula);
+  }
+  const double message = plan::pp_bytes_per_microbatch(b, T, g.channels, 4, c.tp, sp);
+  for (const parallel::Action& a : schedule.per_rank[static_cast<size_t>(me.pp)]) {
+    if (!parallel::is_send(a.kind)) continue;
+    parallel::MeshCoord peer = me;
+    peer.pp = a.kind == parallel::ActionKind::send_activation ? (me.pp + 1) % c.pp
+                                                              : (me.pp + c.pp - 1) % c.pp;
+    to(mesh.rank_of(peer), message);
+  }
+
+  if (c.cluster) {
+    // The link a group's collectives run on: the inter-node one when the group spans nodes, its
+    // uplink shared by the flows that leave the node together (every group of the axis runs its
+    // collective at once; a member whose ring successor sits on another node is one flow).
+    const int my_node = c.topology.node_of(global);
+    auto flows_out = [&](Axis axis) {
+      int flows = 0;
+      for (const std::vector<int>& group : mesh.groups(axis)) {
+        for (size_t i = 0; i < group.size(); ++i) {
+          const int next = group[(i + 1) % group.size()];
+          flows += c.topology.node_of(group[i]) == my_node && c.topology.node_of(next) != my_node
+                       ? 1
+                       : 0;
+        }
+      }
+      return flows;
+    };
+    plan::Link shared;
+    auto link_of = [&](const std::vector<int>& group, Axis axis) -> const plan::Link& {
+      if (c.topology.nodes_of(group).size() <= 1) return c.cluster->intra_node;
+      shared = c.cluster->inter_node;
+      shared.bandwidth_bytes_per_s = plan::shared_uplink_bandwidth(
+          shared.bandwidth_bytes_per_s, c.topology.ranks_per_node(), flows_out(axis));
+      return shared;
+    };
+    double seconds = 0;
+    auto price = [&](const std::vector<plan::CollectiveCall>& calls, Axis axis, double times,
+                     comm::Algorithm algo = comm::Algorithm::ring) {
+      const std::vector<int> group = mesh.group_of(axis, global);
+      for (const plan::CollectiveCall& call : calls) {
+        seconds += times * plan::collective_cost(call, algo, static_cast<int>(group.size()),
+                                                 link_of(group, axis))
+                               .time_s;
+      }
+    };
+    price(plan::tp_collectives_per_layer(b, T, g.channels, activation_wire_bytes(c), sp,
+                                         c.step.recompute),
+          Axis::tp, M * blocks);
+    price(plan::tp_vocab_collectives(b, T, g.channels, 4, model.stage().embedding,
+                                     model.stage().head),
+          Axis::tp, M);
+    const plan::StateBytes wire{
+        .param = dp_param_wire_bytes(c), .grad = dp_grad_wire_bytes(c), .optimizer = 0};
+    if (c.dp > 1) price(plan::stage_dp_collectives(stage, wire), Axis::dp, 1, dp_algo);
+    if (e.has_embedding_group()) {
+      parallel::MeshCoord other = me;
+      other.pp = me.pp == 0 ? c.pp - 1 : 0;
+      std::vector<int> pair = {global, mesh.rank_of(other)};
+      std::sort(pair.begin(), pair.end());
+      seconds +=
+          plan::collective_cost(comm::CollectiveOp::all_reduce, parallel::kTiedEmbeddingAlgorithm,
+                                r.embedding_formula, 2, link_of(pair, Axis::pp))
+              .time_s;
+    }
+    if (c.pp > 1) {
+      const plan::Link& link = link_of(mesh.group_of(Axis::pp, global), Axis::pp);
+      seconds += static_cast<double>(count_sends(schedule, me.pp)) *
+                 (link.latency_us * 1e-6 + message / link.bandwidth_bytes_per_s);
+    }
+    r.predicted_comm_ms = seconds * 1e3;
+  }
+  return r;
+}
+
+double planned_rank_peak_bytes(const EngineConfig& c, int stage) {
+  const model::GptStage gs = parallel::stage_of(c.partition, stage);
+  const model::ParamTable table =
+      model::tp_local_table(model::gpt_stage_param_table(c.step.model, gs), c.step.model, c.tp);
+  const int64_t params = table.total_count();
+  const plan::ModelStateBytes states =
+      plan::model_state_bytes(params, c.dp, c.zero_stage, engine_state_bytes(c));
+  const parallel::PipelineSchedule schedule =
+      parallel::make_schedule(c.schedule, c.pp, c.microbatches, c.partition.chunks());
+  const bool split = split_backward(schedule);
+  const parallel::RankReport rr =
+      parallel::simulate_schedule(schedule).ranks[static_cast<size_t>(stage)];
+  double peak = static_cast<double>(states.total()) +
+                planned_activations_peak(c, split ? rr.peak_weight_stash : rr.peak_inflight,
+                                         planned_microbatch_bytes(c, stage, split));
+  peak += static_cast<double>(planned_working_set(parallel::StageUnits(table, gs), c));
+  return peak;
+}
+
+}  // namespace dtrain::train
