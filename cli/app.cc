@@ -14,6 +14,7 @@
 #include "command_registry.h"
 #include "config_text.h"
 #include "help_command.h"
+#include "validators.h"
 
 namespace dtrain::cli {
 namespace {
@@ -152,6 +153,7 @@ void build_app(CLI::App& app) {
   add_registered_commands("", app);
   add_config_options(app);
   add_help_command(app);
+  refuse_out_of_range_integers(app);
 }
 
 }  // namespace dtrain::cli

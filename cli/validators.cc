@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <utility>
@@ -59,6 +60,38 @@ CLI::Validator whole_number(int64_t min, int64_t max) {
         return "";
       },
       str("in [", min, ", ", max, "]"));
+}
+
+CLI::Validator integer_in_type_range(bool is_unsigned) {
+  return CLI::Validator(
+      [is_unsigned](std::string& text) -> std::string {
+        const char* first = text.data() + (!text.empty() && text[0] == '+' ? 1 : 0);
+        const char* last = text.data() + text.size();
+        std::errc ec{};
+        if (is_unsigned) {
+          uint64_t value = 0;
+          ec = std::from_chars(first, last, value).ec;
+        } else {
+          int64_t value = 0;
+          ec = std::from_chars(first, last, value).ec;
+        }
+        if (ec != std::errc::result_out_of_range) return "";
+        return is_unsigned ? str("is out of range: a whole number must lie within 0 to ",
+                                 std::numeric_limits<uint64_t>::max(), " (got ", text, ")")
+                           : str("is out of range: a whole number must lie within +-",
+                                 std::numeric_limits<int64_t>::max(), " (got ", text, ")");
+      },
+      "");
+}
+
+void refuse_out_of_range_integers(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    const std::string type = opt->get_type_name();
+    if (type == "INT" || type == "UINT") opt->check(integer_in_type_range(type == "UINT"));
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    refuse_out_of_range_integers(*sub);
+  }
 }
 
 CLI::Validator recompute_names() {

@@ -29,6 +29,12 @@ inline constexpr int64_t kMaxBatch = 1000000;
 // refused with the bound in plain digits, not saturated or wrapped by the conversion.
 CLI::Validator whole_number(int64_t min, int64_t max);
 
+// Every integer option of every command gets this: a number past the type's range is refused
+// (CLI11's conversion would saturate 99999999999999999999 to 2^63-1 and run "forever"); other
+// text is left to the option's own conversion and checks.
+CLI::Validator integer_in_type_range(bool is_unsigned);
+void refuse_out_of_range_integers(CLI::App& app);
+
 // A finite real number in [min, max]; with `above_min`, in (min, max] (a length of time that
 // must not be zero).
 CLI::Validator real_number(double min, double max, bool above_min = false);

@@ -38,6 +38,11 @@ expect_error "--data|$tmp/missing.txt|no such file" train --data "$tmp/missing.t
 expect_error "--data|$tmp/empty.txt|empty" train --data "$tmp/empty.txt" --steps 1
 expect_error "--data|is a directory" train --data "$tmp" --steps 1
 expect_error "--model|huge|tiny" train --model huge --steps 1
+# A number past the integer type is refused, not saturated to 2^63-1 (a run of 9.2e18 steps), on
+# every command's integer flags.
+expect_error "--steps|out of range|99999999999999999999999" train --steps 99999999999999999999999
+expect_error "--layers|out of range" train --layers 99999999999999999999999 --steps 1
+expect_error "--save-every|out of range" train --save-every 99999999999999999999999 --steps 1
 expect_error "--context 32|$tmp/short.txt|is longer than the data" train --data "$tmp/short.txt" --steps 1
 expect_error "--seq 20|$tmp/short.txt|is longer than the data" train --data "$tmp/short.txt" --seq 20 --steps 1
 expect_error "--seq 512|--context 256" train --context 256 --seq 512 --steps 1
