@@ -335,8 +335,9 @@ void add_train(CLI::App& app) {
   cmd->add_flag("--allow-resume-changes", o.checkpoint.allow_resume_changes,
                 "With --resume: continue although the learning rate, schedule, AdamW settings, "
                 "clipping or data differ from the checkpoint's run");
-  cmd->add_option("--inject-fault", o.inject_fault,
-                  "Make one rank fail before a step (tests): rank=R,step=S,kind=throw|exit");
+  cmd->add_option(
+      "--inject-fault", o.inject_fault,
+      "Make one rank fail before a step (tests): rank=R,step=S,kind=throw|exit|bad_alloc");
   cmd->add_option("--cluster", l.cluster_path,
                   "A cluster description (JSON, e.g. from `dtrain calibrate`): the report prices "
                   "each rank's communication on its links (with --ranks-per-node)")

@@ -20,7 +20,7 @@ mkdir -p "$tmp/empty"
 expect_error 'no manifest.json \(not a checkpoint\)' "${quick[@]}" --steps 2 --resume "$tmp/empty"
 expect_error '--inject-fault "rank=1": needs rank=R,step=S,kind=throw\|exit' "${quick[@]}" \
   --steps 2 --inject-fault rank=1
-expect_error 'kind "segv" is not throw or exit' "${quick[@]}" --steps 2 \
+expect_error 'kind "segv" is not throw, exit or bad_alloc' "${quick[@]}" --steps 2 \
   --inject-fault rank=0,step=1,kind=segv
 expect_error '--inject-fault: rank 5 does not exist \(the run has 2 ranks\)' "${quick[@]}" \
   --steps 2 --dp 2 --inject-fault rank=5,step=1,kind=exit

@@ -2,7 +2,9 @@
 # The up-front memory check reads the limits that apply to this process, not only MemAvailable:
 # under ulimit -v (RLIMIT_AS) or ulimit -d (RLIMIT_DATA) a run too large for the limit is refused
 # at once with a sizing message naming the limit (it used to hang in OpenBLAS or die in a bare
-# std::bad_alloc), and a run that fits still trains.
+# std::bad_alloc), and a run that fits still trains. A std::bad_alloc in one rank thread
+# (--inject-fault kind=bad_alloc) ends the run promptly with the "out of memory" sizing message;
+# tests/cli/mpi_out_of_memory.sh does the same under mpirun.
 # Usage: memory_limits.sh path/to/dtrain
 source "$(dirname "$0")/lib/expect.bash"
 fail() {
@@ -40,5 +42,21 @@ out=$( (ulimit -v 2000000 && exec timeout -s KILL 60 "$DTRAIN" "${quick[@]}") 2>
 rc=$?
 if [[ $rc -eq 0 ]]; then echo "ok: (ulimit -v 2000000; dtrain ${quick[*]}) -> exit 0"; else
   fail "a run that fits under ulimit -v 2000000 failed (exit $rc): $(tail -2 <<<"$out")"
+fi
+
+# A rank thread that runs out of memory mid-run (rank 1 of --dp 2 throws std::bad_alloc before
+# step 3): the other rank is released, and the process exits 1 within seconds with the sizing
+# message instead of a bare std::bad_alloc or a hang.
+start=$(date +%s)
+err=$(timeout -s KILL 30 "$DTRAIN" train --model tiny --steps 5 --eval-every 0 --dp 2 \
+  --inject-fault rank=1,step=3,kind=bad_alloc 2>&1 >/dev/null)
+rc=$?
+took=$(($(date +%s) - start))
+if [[ $rc -eq 1 && $took -lt 20 ]] &&
+  grep -q "^error: out of memory: an allocation failed (std::bad_alloc).*use a smaller --batch" \
+    <<<"$err"; then
+  echo "ok: --dp 2 --inject-fault rank=1,step=3,kind=bad_alloc -> exit 1 after ${took} s: $(grep -m1 "out of memory" <<<"$err" | head -c 160)"
+else
+  fail "--dp 2, std::bad_alloc in rank 1: exit $rc after ${took} s: $(head -c 300 <<<"$err")"
 fi
 finish

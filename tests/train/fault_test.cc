@@ -22,6 +22,13 @@ TEST(Fault, ParsesAndRejectsSpecs) {
   EXPECT_EQ(f.step, 5);
   EXPECT_EQ(f.kind, FaultKind::exit_rank);
   EXPECT_EQ(parse_fault("kind=throw,step=1,rank=0").kind, FaultKind::throw_error);
+  const FaultSpec oom = parse_fault("rank=1,step=3,kind=bad_alloc");
+  EXPECT_EQ(oom.kind, FaultKind::bad_alloc);
+  EXPECT_EQ(describe(oom), "rank=1,step=3,kind=bad_alloc");
+  // It fires as the allocation failure it stands for, at its rank and step only.
+  EXPECT_THROW(inject_fault_if_due(oom, 1, 3), std::bad_alloc);
+  EXPECT_NO_THROW(inject_fault_if_due(oom, 0, 3));
+  EXPECT_NO_THROW(inject_fault_if_due(oom, 1, 2));
   for (const char* bad : {"", "rank=1", "rank=1,step=0,kind=exit", "rank=x,step=1,kind=exit",
                           "rank=1,step=1,kind=segv", "rank=1,step=1,kind=exit,when=now", "r"}) {
     try {

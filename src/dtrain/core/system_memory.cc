@@ -37,30 +37,6 @@ std::optional<int64_t> mem_available() {
   return std::nullopt;
 }
 
-// Room under this process's cgroup limit, when the process sits under one.
-std::optional<int64_t> cgroup_room() {
-  std::ifstream in("/proc/self/cgroup");
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t colon = line.rfind(':');
-    if (colon == std::string::npos) continue;
-    const std::string path = line.substr(colon + 1);
-    if (line.starts_with("0::")) {  // cgroup v2
-      const std::string dir = "/sys/fs/cgroup" + path;
-      const auto limit = read_number(dir + "/memory.max");
-      const auto used = read_number(dir + "/memory.current");
-      if (limit && used) return *limit - *used;
-    } else if (line.find(":memory:") != std::string::npos) {  // cgroup v1
-      const std::string dir = "/sys/fs/cgroup/memory" + path;
-      const auto limit = read_number(dir + "/memory.limit_in_bytes");
-      const auto used = read_number(dir + "/memory.usage_in_bytes");
-      // v1 reports "no limit" as a page-rounded 2^63.
-      if (limit && used && *limit < (int64_t{1} << 62)) return *limit - *used;
-    }
-  }
-  return std::nullopt;
-}
-
 // A field of /proc/self/status in bytes ("VmSize:  123456 kB").
 std::optional<int64_t> self_status_bytes(const std::string& field) {
   std::ifstream in("/proc/self/status");
@@ -90,14 +66,49 @@ std::optional<AvailableMemory> rlimit_room(int resource, const std::string& used
 
 }  // namespace
 
+std::optional<AvailableMemory> cgroup_memory_room(std::string_view proc_self_cgroup,
+                                                  const std::string& root) {
+  std::optional<AvailableMemory> best;
+  std::istringstream in{std::string(proc_self_cgroup)};
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t colon = line.rfind(':');
+    if (colon == std::string::npos) continue;
+    const std::string path = line.substr(colon + 1);
+    std::string limit_file, used_file;
+    if (line.starts_with("0::")) {  // cgroup v2
+      limit_file = root + path + "/memory.max";
+      used_file = root + path + "/memory.current";
+    } else if (line.find(":memory:") != std::string::npos) {  // cgroup v1
+      limit_file = root + "/memory" + path + "/memory.limit_in_bytes";
+      used_file = root + "/memory" + path + "/memory.usage_in_bytes";
+    } else {
+      continue;
+    }
+    const auto limit = read_number(limit_file);
+    const auto used = read_number(used_file);
+    // v1 reports "no limit" as a page-rounded 2^63 (v2 as "max", which reads as none).
+    if (!limit || !used || *limit >= (int64_t{1} << 62)) continue;
+    AvailableMemory room{std::max<int64_t>(0, *limit - *used),
+                         str("room under the cgroup memory limit ", limit_file, " ",
+                             format_gib(static_cast<double>(*limit)), ", of which ",
+                             format_gib(static_cast<double>(*used)), " is used")};
+    if (!best || room.bytes < best->bytes) best = std::move(room);
+  }
+  return best;
+}
+
 std::optional<AvailableMemory> available_memory() {
   std::optional<AvailableMemory> best;
   const auto take = [&](std::optional<AvailableMemory> candidate) {
     if (candidate && (!best || candidate->bytes < best->bytes)) best = std::move(candidate);
   };
   if (const auto a = mem_available()) best = AvailableMemory{*a, "MemAvailable in /proc/meminfo"};
-  if (const auto c = cgroup_room()) {
-    take(AvailableMemory{*c, "room under this process's cgroup memory limit"});
+  {
+    std::ifstream in("/proc/self/cgroup");
+    std::stringstream text;
+    text << in.rdbuf();
+    take(cgroup_memory_room(text.str(), "/sys/fs/cgroup"));
   }
   // ulimit -v caps the address space (every mapping: thread stacks and reservations count),
   // ulimit -d the data segment and private anonymous mappings (Linux >= 4.7): malloc fails at

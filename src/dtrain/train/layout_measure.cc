@@ -8,6 +8,8 @@
 #include "dtrain/comm/collectives.h"
 #include "dtrain/core/bf16.h"
 #include "dtrain/core/check.h"
+#include "dtrain/model/gpt_stage.h"
+#include "dtrain/model/param_table.h"
 #include "dtrain/model/tp_shard.h"
 #include "dtrain/parallel/pipeline_checker.h"
 #include "dtrain/plan/activation_memory.h"
@@ -154,15 +156,10 @@ int64_t activation_wire_bytes(const EngineConfig& c) {
 // weights and gradient, at every stage) with, at ZeRO-3, the next unit gathered in bf16 beside.
 // Not counted: a unit's gradient still being reduce-scattered by the communication thread when
 // the next unit's backward begins (overlap; the report names it, in_flight_grad_bytes).
-int64_t planned_working_set(const parallel::StageUnits& units, const EngineConfig& c) {
-  std::vector<int64_t> counts;  // the non-embedding units, in the order backward runs them
-  int64_t largest = 0;
-  for (int i = 0; i < units.size(); ++i) {
-    if (i == units.embeddings()) continue;
-    counts.push_back(units[i].count);
-    largest = std::max(largest, units[i].count);
-  }
-  const int64_t emb = units.embeddings() >= 0 ? units[units.embeddings()].count : 0;
+int64_t planned_working_set(const StageParamCounts& stage, const EngineConfig& c) {
+  const std::vector<int64_t>& counts = stage.units;  // in the order backward runs them
+  const int64_t largest = counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
+  const int64_t emb = stage.embeddings;
   const bool mixed = c.step.precision == model::Precision::bf16;
   if (!mixed && c.zero_stage < 3) return 0;
   const plan::StateBytes running{.param = 4, .grad = 0, .optimizer = 0};  // fp32 either way
@@ -244,7 +241,7 @@ RankRow measure_rank(const Engine& e) {
   if (c.zero_stage == 3) {
     r.gathered_peak_bytes = mem.peak_bytes(MemoryTag::params) - formula.params +
                             mem.peak_bytes(MemoryTag::grads) - formula.grads;
-    r.gathered_formula_bytes = planned_working_set(units, c);
+    r.gathered_formula_bytes = planned_working_set(stage_param_counts(units, r.param_count), c);
     // The plan's gradient part: the embeddings' and the largest unit's, fp32 in both precisions.
     int64_t emb = 0, largest = 0;
     for (int i = 0; i < units.size(); ++i) {
@@ -486,13 +483,52 @@ RankRow measure_rank(const Engine& e) {
   return r;
 }
 
-double planned_rank_peak_bytes(const EngineConfig& c, int stage) {
+StageParamCounts stage_param_counts(const parallel::StageUnits& units, int64_t total) {
+  StageParamCounts counts;
+  counts.params = total;
+  for (int i = 0; i < units.size(); ++i) {
+    if (i == units.embeddings()) {
+      counts.embeddings = units[i].count;
+    } else {
+      counts.units.push_back(units[i].count);
+    }
+  }
+  return counts;
+}
+
+StageParamCounts stage_param_counts(const EngineConfig& c, int stage) {
+  model::GptConfig one_block = c.step.model;
+  one_block.layers = 1;
+  const model::ParamTable t =
+      model::tp_local_table(model::gpt_param_table(one_block), one_block, c.tp);
+  const auto count = [&](int index) { return t[static_cast<size_t>(index)].count; };
+  int64_t block = 0;
+  for (int k = 0; k < model::kLayerParamCount; ++k) {
+    block += count(model::gpt_layer_param(0, static_cast<model::LayerParam>(k)));
+  }
+  const int64_t final_norm = count(model::gpt_lnf_w_index(1)) + count(model::gpt_lnf_b_index(1));
+
+  // The units as parallel::StageUnits lists them: the final LayerNorm with the head, the
+  // blocks, then the embeddings (wte and wpe, or the tied wte alone on a head-only stage).
   const model::GptStage gs = parallel::stage_of(c.partition, stage);
-  const model::ParamTable table =
-      model::tp_local_table(model::gpt_stage_param_table(c.step.model, gs), c.step.model, c.tp);
-  const int64_t params = table.total_count();
+  StageParamCounts counts;
+  if (gs.head) counts.units.push_back(final_norm);
+  counts.units.insert(counts.units.end(), static_cast<size_t>(gs.layer_count()), block);
+  if (gs.embedding || gs.head) {
+    counts.embeddings = count(model::kWteIndex) + (gs.embedding ? count(model::kWpeIndex) : 0);
+  }
+  counts.params = counts.embeddings;
+  for (const int64_t n : counts.units) counts.params += n;
+  return counts;
+}
+
+double planned_rank_peak_bytes(const EngineConfig& c, int stage) {
+  return planned_rank_peak_bytes(c, stage, stage_param_counts(c, stage));
+}
+
+double planned_rank_peak_bytes(const EngineConfig& c, int stage, const StageParamCounts& counts) {
   const plan::ModelStateBytes states =
-      plan::model_state_bytes(params, c.dp, c.zero_stage, engine_state_bytes(c));
+      plan::model_state_bytes(counts.params, c.dp, c.zero_stage, engine_state_bytes(c));
   const parallel::PipelineSchedule schedule =
       parallel::make_schedule(c.schedule, c.pp, c.microbatches, c.partition.chunks());
   const bool split = split_backward(schedule);
@@ -501,7 +537,7 @@ double planned_rank_peak_bytes(const EngineConfig& c, int stage) {
   double peak = static_cast<double>(states.total()) +
                 planned_activations_peak(c, split ? rr.peak_weight_stash : rr.peak_inflight,
                                          planned_microbatch_bytes(c, stage, split));
-  peak += static_cast<double>(planned_working_set(parallel::StageUnits(table, gs), c));
+  peak += static_cast<double>(planned_working_set(counts, c));
   return peak;
 }
 

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dtrain/core/memory.h"
+#include "dtrain/parallel/data_parallel.h"
 #include "dtrain/train/engine.h"
 #include "dtrain/train/layout.h"
 
@@ -118,11 +119,31 @@ struct LayoutReport {
   std::string trace_path, timeline_path;  // written, when asked for
 };
 
+// A stage's parameters on one TP rank as the planned peak reads them: all of them, the
+// embeddings unit's (0 when the stage holds no wte) and every other unit's (parallel::StageUnits:
+// the final LayerNorm, the blocks) in the order backward runs them.
+struct StageParamCounts {
+  int64_t params = 0;
+  int64_t embeddings = 0;
+  std::vector<int64_t> units;
+  bool operator==(const StageParamCounts&) const = default;
+};
+// Read off the stage's table (the engine's model holds it; `total` its total_count()).
+StageParamCounts stage_param_counts(const parallel::StageUnits& units, int64_t total);
+// Without a table: every block of a GPT has the same tensors, so a one-block model's TP-local
+// table (model::tp_local_table, the shapes' one description) gives each unit's count, and the
+// stage's layout says how many of each it holds. Constant work in the layers, where a table of
+// a 100,000-block model holds 1.2 million named tensors.
+StageParamCounts stage_param_counts(const EngineConfig& config, int stage);
+
 // The plan/ formulas' peak bytes of one rank at pipeline stage `stage` of `config`: its model
 // states (plan::model_state_bytes of the stage's TP shard over the DP group), its activations
 // (the checker's peak in-flight micro-batches, the workspace, recompute's scratch) and ZeRO-3's
 // gathered working set. What --max-rank-memory and the memory check before a run compare.
+// The counts default to the table-free ones (stage_param_counts(config, stage)).
 double planned_rank_peak_bytes(const EngineConfig& config, int stage);
+double planned_rank_peak_bytes(const EngineConfig& config, int stage,
+                               const StageParamCounts& counts);
 
 // This rank's measured figures per step and the plan/ formulas beside them (layout_measure.cc).
 // Reads the engine's counters only; gather_layout_report collects every rank's row.

@@ -40,8 +40,8 @@ struct TrainOptions {
   model::Precision precision = model::Precision::fp32;  // --precision
   LayoutOptions layout;  // --dp, --tp, --pp, --zero, --sequence-parallel, --schedule, ...
   checkpoint::CheckpointConfig checkpoint;  // --save, --save-every, --keep-checkpoints, --resume
-  std::string inject_fault;     // --inject-fault rank=R,step=S,kind=throw|exit (empty: none)
-  std::string init_from;        // --init-from: a GPT-2 folder whose weights start the run
+  std::string inject_fault;  // --inject-fault rank=R,step=S,kind=throw|exit|bad_alloc (empty: none)
+  std::string init_from;     // --init-from: a GPT-2 folder whose weights start the run
   std::string eval_batch_out;   // --write-eval-batch FILE
   std::string metrics_path;     // --metrics FILE.jsonl
   StopRequest* stop = nullptr;  // set by a SIGINT/SIGTERM/SIGUSR1 handler; may be null
