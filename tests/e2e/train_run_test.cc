@@ -276,7 +276,14 @@ TEST(TrainRun, MeasuredMemoryEqualsThePlanPlusTheNamedDifference) {
       {2, 1, 1, 3},
       {2, 2, 1, 3, true, Recompute::full},
       {2, 1, 2, 3},
+      // Mixed precision at every ZeRO stage, with and without a pipeline: with pp 2 each stage
+      // has one block, whose bf16 gathered copy and fp32 working copy are held together.
+      {2, 1, 1, 1, false, Recompute::none, model::Precision::bf16},
+      {2, 1, 1, 2, false, Recompute::none, model::Precision::bf16},
       {2, 1, 1, 3, false, Recompute::none, model::Precision::bf16},
+      {2, 1, 2, 1, false, Recompute::none, model::Precision::bf16},
+      {2, 1, 2, 2, false, Recompute::none, model::Precision::bf16},
+      {2, 1, 2, 3, false, Recompute::none, model::Precision::bf16},
   };
   for (const Grid& g : grid) {
     TrainOptions o = options();

@@ -144,43 +144,39 @@ int64_t activation_wire_bytes(const EngineConfig& c) {
                                                     : int64_t{sizeof(float)};
 }
 
-// The working set above the shards by plan::zero3_gathered_bytes, summed as the rank's memory
-// tracker sums it (the peak of the params tag plus the peak of the grads tag): the embeddings
-// (held through a forward that runs the tied head, and their gradient through the whole
-// backward) and, of the stage's other units in the order they run (the final LayerNorm, the
-// blocks), the two neighbours held at once (the running unit and the one prefetched; a stage
-// of one unit has nothing to prefetch) beside the largest unit's gradient. ZeRO-3 in fp32
-// gathers fp32 weights; mixed precision computes on fp32 working copies (the running unit's
-// weights and gradient, at every stage) with, at ZeRO-3, the next unit gathered in bf16 beside.
+// The working set above the shards, summed as the rank's memory tracker sums it (the peak of
+// the params tag plus the peak of the grads tag): the unit weights the stage's chunks hold at
+// once, by plan::unit_weights_peak_bytes (ZeRO-3 gathers fp32 weights, or bf16 under mixed
+// precision; mixed precision computes on fp32 working copies at every stage), beside
+// plan::zero3_gathered_bytes' gradients: the embeddings' (held through the whole backward) and
+// the largest other unit's, fp32 in both precisions.
 // Not counted: a unit's gradient still being reduce-scattered by the communication thread when
 // the next unit's backward begins (overlap; the report names it, in_flight_grad_bytes).
-int64_t planned_working_set(const parallel::StageUnits& units, const EngineConfig& c) {
-  std::vector<int64_t> counts;  // the non-embedding units, in the order backward runs them
-  int64_t largest = 0;
-  for (int i = 0; i < units.size(); ++i) {
-    if (i == units.embeddings()) continue;
-    counts.push_back(units[i].count);
-    largest = std::max(largest, units[i].count);
-  }
-  const int64_t emb = units.embeddings() >= 0 ? units[units.embeddings()].count : 0;
+int64_t planned_working_set(const parallel::StageUnits& units, const EngineConfig& c, int pp_rank) {
   const bool mixed = c.step.precision == model::Precision::bf16;
   if (!mixed && c.zero_stage < 3) return 0;
-  const plan::StateBytes running{.param = 4, .grad = 0, .optimizer = 0};  // fp32 either way
-  const plan::StateBytes prefetched{.param = mixed ? 2 : 4, .grad = 0, .optimizer = 0};
-  const plan::StateBytes gradient{.param = 0, .grad = 4, .optimizer = 0};
-  // The params tag's peak: one unit running, its neighbour prefetched (ZeRO-3 only).
-  int64_t params = 0;
-  for (size_t i = 0; i < counts.size(); ++i) {
-    params = std::max(params, plan::zero3_gathered_bytes(counts[i], running, 0));
-    if (c.zero_stage < 3) continue;
-    for (size_t j : {i + 1, i == 0 ? counts.size() : i - 1}) {
-      if (j >= counts.size()) continue;
-      params = std::max(params, plan::zero3_gathered_bytes(counts[i], running, 0) +
-                                    plan::zero3_gathered_bytes(counts[j], prefetched, 0));
-    }
+  int64_t largest = 0;
+  for (int i = 0; i < units.size(); ++i) {
+    if (i != units.embeddings()) largest = std::max(largest, units[i].count);
   }
-  const plan::StateBytes embeddings{.param = 4, .grad = 4, .optimizer = 0};
-  return plan::zero3_gathered_bytes(emb, embeddings, 0) + params +
+  const int64_t emb = units.embeddings() >= 0 ? units[units.embeddings()].count : 0;
+  const plan::UnitWeightBytes weights{.gathered = c.zero_stage < 3 ? 0 : (mixed ? 2 : 4),
+                                      .working = mixed ? 4 : 0};
+  const parallel::StagePartition& p = c.partition;
+  int64_t params = 0;
+  for (int chunk = 0; chunk < p.chunks(); ++chunk) {
+    const int vs = p.virtual_stage(pp_rank, chunk);
+    plan::ChunkUnitCounts counts{
+        .embedding = vs == 0, .head = vs == p.virtual_stages() - 1, .embeddings = emb};
+    const int first = p.first_layer(pp_rank, chunk);
+    for (int l = first; l < first + p.layer_count(pp_rank, chunk); ++l) {
+      counts.blocks.push_back(units[units.block(l)].count);
+    }
+    if (counts.head) counts.final_norm = units[units.final_norm()].count;
+    params = std::max(params, plan::unit_weights_peak_bytes(counts, weights));
+  }
+  const plan::StateBytes gradient{.param = 0, .grad = 4, .optimizer = 0};
+  return params + plan::zero3_gathered_bytes(emb, gradient, 0) +
          plan::zero3_gathered_bytes(largest, gradient, 0);
 }
 
@@ -244,7 +240,7 @@ RankRow measure_rank(const Engine& e) {
   if (c.zero_stage == 3) {
     r.gathered_peak_bytes = mem.peak_bytes(MemoryTag::params) - formula.params +
                             mem.peak_bytes(MemoryTag::grads) - formula.grads;
-    r.gathered_formula_bytes = planned_working_set(units, c);
+    r.gathered_formula_bytes = planned_working_set(units, c, me.pp);
     // The plan's gradient part: the embeddings' and the largest unit's, fp32 in both precisions.
     int64_t emb = 0, largest = 0;
     for (int i = 0; i < units.size(); ++i) {
@@ -501,7 +497,7 @@ double planned_rank_peak_bytes(const EngineConfig& c, int stage) {
   double peak = static_cast<double>(states.total()) +
                 planned_activations_peak(c, split ? rr.peak_weight_stash : rr.peak_inflight,
                                          planned_microbatch_bytes(c, stage, split));
-  peak += static_cast<double>(planned_working_set(parallel::StageUnits(table, gs), c));
+  peak += static_cast<double>(planned_working_set(parallel::StageUnits(table, gs), c, stage));
   return peak;
 }
 
