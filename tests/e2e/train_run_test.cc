@@ -307,6 +307,10 @@ TEST(TrainRun, MeasuredMemoryEqualsThePlanPlusTheNamedDifference) {
     for (const RankRow& k : s.layout->ranks) {
       EXPECT_EQ(static_cast<double>(k.activations_peak_bytes), k.planned_activations_peak_bytes)
           << what << " rank " << k.rank;
+      for (const StateRow& state : k.state) {
+        EXPECT_EQ(state.current_bytes, state.formula_bytes)
+            << what << " rank " << k.rank << " " << memory_tag_name(state.tag);
+      }
       if (g.zero != 3) continue;
       EXPECT_EQ(k.gathered_peak_bytes, k.gathered_formula_bytes + k.in_flight_grad_bytes)
           << what << " rank " << k.rank;
