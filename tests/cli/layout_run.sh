@@ -14,6 +14,20 @@ expect_output 'layout: DP\(1\) x TP\(1\) x PP\(1\) = 1 rank on the threads backe
 expect_output 'DP\(4\)-TP\(1\)-PP\(1\)-rank\(0\) ZeRO-3' "${run[@]}" --dp 4 --zero 3
 expect_output 'layout: DP\(2\) x TP\(2\) x PP\(2\) = 8 ranks .* ZeRO-3, sequence parallel, recompute full, 1f1b' \
   "${run[@]}" --dp 2 --tp 2 --pp 2 --microbatches 2 --zero 3 --sequence-parallel --recompute full
+# Mixed precision at ZeRO-3 with one block per pipeline stage: each rank's gathered working set
+# equals the plan, or differs by a gradient the line names; nothing is left unexplained.
+zero3_bf16=(train --model tiny --layers 2 --steps 3 --eval-every 0 --eval-batches 1 --dp 2 --pp 2 --microbatches 2 --zero 3 --precision bf16)
+out=$("$DTRAIN" "${zero3_bf16[@]}" 2>/dev/null)
+rc=$?
+working_set=$(grep -E '^    rank [0-9]+: ' <<<"$out")
+if [ $rc -ne 0 ] || [ "$(grep -cE '(= plan|not in the plan\))$' <<<"$working_set")" -ne 4 ] ||
+  grep -q unexplained <<<"$out"; then
+  echo "FAIL: dtrain ${zero3_bf16[*]} (exit $rc): a ZeRO-3 working set differs from the plan unnamed:"
+  echo "$working_set"
+  failures=$((failures + 1))
+else
+  echo "ok: dtrain ${zero3_bf16[*]}: every rank's ZeRO-3 working set = plan or a named gradient"
+fi
 expect_output 'DP\(1\)-TP\(1\)-PP\(2\)-rank\(0\) 1f1b, 4 micro-batches of 2' "${run[@]}" \
   --pp 2 --microbatches 4
 expect_output 'pipeline bubble: .*% of the last step' "${run[@]}" --pp 2 --microbatches 2 --schedule zb-h1

@@ -276,7 +276,14 @@ TEST(TrainRun, MeasuredMemoryEqualsThePlanPlusTheNamedDifference) {
       {2, 1, 1, 3},
       {2, 2, 1, 3, true, Recompute::full},
       {2, 1, 2, 3},
+      // Mixed precision at every ZeRO stage, with and without a pipeline: with pp 2 each stage
+      // has one block, whose bf16 gathered copy and fp32 working copy are held together.
+      {2, 1, 1, 1, false, Recompute::none, model::Precision::bf16},
+      {2, 1, 1, 2, false, Recompute::none, model::Precision::bf16},
       {2, 1, 1, 3, false, Recompute::none, model::Precision::bf16},
+      {2, 1, 2, 1, false, Recompute::none, model::Precision::bf16},
+      {2, 1, 2, 2, false, Recompute::none, model::Precision::bf16},
+      {2, 1, 2, 3, false, Recompute::none, model::Precision::bf16},
   };
   for (const Grid& g : grid) {
     TrainOptions o = options();
@@ -300,6 +307,10 @@ TEST(TrainRun, MeasuredMemoryEqualsThePlanPlusTheNamedDifference) {
     for (const RankRow& k : s.layout->ranks) {
       EXPECT_EQ(static_cast<double>(k.activations_peak_bytes), k.planned_activations_peak_bytes)
           << what << " rank " << k.rank;
+      for (const StateRow& state : k.state) {
+        EXPECT_EQ(state.current_bytes, state.formula_bytes)
+            << what << " rank " << k.rank << " " << memory_tag_name(state.tag);
+      }
       if (g.zero != 3) continue;
       EXPECT_EQ(k.gathered_peak_bytes, k.gathered_formula_bytes + k.in_flight_grad_bytes)
           << what << " rank " << k.rank;

@@ -87,6 +87,31 @@ TEST(MemoryModel, Zero3GatheredBytes) {
   EXPECT_EQ(zero3_gathered_bytes(1000, kFp32Adam, 0), 1000 * 4 + 1000 * 4);
 }
 
+TEST(MemoryModel, UnitWeightsPeakBytes) {
+  // The first stage of pp 2 with one block: embeddings E = 100, block b = 300.
+  const ChunkUnitCounts first{.embedding = true, .embeddings = 100, .blocks = {300}};
+  // fp32 ZeRO-3 computes on the gathered copies: E and the block at once.
+  EXPECT_EQ(unit_weights_peak_bytes(first, {.gathered = 4, .working = 0}), 4 * 100 + 4 * 300);
+  // Mixed precision at ZeRO-3: the block's bf16 copy and its fp32 working copy beside E's.
+  EXPECT_EQ(unit_weights_peak_bytes(first, {.gathered = 2, .working = 4}), 4 * 100 + 6 * 300);
+  // Below ZeRO-3 the working copies are made from the weights at rest.
+  EXPECT_EQ(unit_weights_peak_bytes(first, {.gathered = 0, .working = 4}), 4 * 100 + 4 * 300);
+  EXPECT_EQ(unit_weights_peak_bytes(first, {}), 0);
+  // Embeddings larger than two blocks: their own conversion, the first block gathered ahead.
+  const ChunkUnitCounts wide{.embedding = true, .embeddings = 1000, .blocks = {300}};
+  EXPECT_EQ(unit_weights_peak_bytes(wide, {.gathered = 2, .working = 4}), 6 * 1000 + 2 * 300);
+  // One stage, two blocks and the head (final LayerNorm 10): fp32 holds E with a block and the
+  // next one gathered ahead; mixed precision a converting block beside E.
+  const ChunkUnitCounts all{
+      .embedding = true, .head = true, .embeddings = 100, .blocks = {300, 300}, .final_norm = 10};
+  EXPECT_EQ(unit_weights_peak_bytes(all, {.gathered = 4, .working = 0}), 4 * (100 + 300 + 300));
+  EXPECT_EQ(unit_weights_peak_bytes(all, {.gathered = 2, .working = 4}), 4 * 100 + 6 * 300);
+  // A middle stage holds no embeddings: two neighbouring blocks (fp32) or one converting.
+  const ChunkUnitCounts middle{.blocks = {300, 200}};
+  EXPECT_EQ(unit_weights_peak_bytes(middle, {.gathered = 4, .working = 0}), 4 * 500);
+  EXPECT_EQ(unit_weights_peak_bytes(middle, {.gathered = 2, .working = 4}), 6 * 300);
+}
+
 TEST(MemoryModel, BadStageOrRanksNameTheFlag) {
   try {
     model_state_bytes(100, 4, 4, kMixedPrecisionAdam);

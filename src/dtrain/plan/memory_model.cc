@@ -1,6 +1,7 @@
 // model_state_bytes and zero3_gathered_bytes: the per-stage sums written out in memory_model.h.
 #include "dtrain/plan/memory_model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "dtrain/core/check.h"
@@ -65,6 +66,70 @@ int64_t zero3_gathered_bytes(int64_t layer_params, StateBytes bytes, int prefetc
   DTRAIN_CHECK(prefetch_layers >= 0, "zero3_gathered_bytes: prefetch_layers must be >= 0, got ",
                prefetch_layers);
   return (1 + prefetch_layers) * layer_params * bytes.param + layer_params * bytes.grad;
+}
+
+int64_t unit_weights_peak_bytes(const ChunkUnitCounts& chunk, UnitWeightBytes bytes) {
+  DTRAIN_CHECK(bytes.gathered >= 0 && bytes.working >= 0,
+               "unit_weights_peak_bytes: bytes per parameter must be >= 0");
+  const int64_t g = bytes.gathered, w = bytes.working;
+  // Held while computing: the working copy when there is one, else the gathered weights.
+  const int64_t running = w > 0 ? w : g;
+  int64_t held = 0, peak = 0;
+  auto add = [&](int64_t b) {
+    held += b;
+    peak = std::max(peak, held);
+  };
+  auto prefetch = [&](int64_t n) { add(g * n); };
+  // A prefetched unit's gathered copy is already held; the working copy is made beside it and
+  // the gathered one freed once converted.
+  auto acquire = [&](int64_t n, bool prefetched) {
+    if (!prefetched) add(g * n);
+    add(w * n);
+    if (w > 0) held -= g * n;
+  };
+  auto release = [&](int64_t n) { held -= running * n; };
+  const std::vector<int64_t>& blocks = chunk.blocks;
+  const size_t n = blocks.size();
+  const bool embeddings = chunk.embedding || chunk.head;
+
+  // Forward.
+  if (embeddings) prefetch(chunk.embeddings);
+  if (n > 0) prefetch(blocks[0]);
+  if (embeddings) acquire(chunk.embeddings, true);
+  for (size_t i = 0; i < n; ++i) {
+    acquire(blocks[i], true);
+    if (i + 1 < n) {
+      prefetch(blocks[i + 1]);
+    } else if (chunk.head) {
+      prefetch(chunk.final_norm);
+    }
+    release(blocks[i]);
+  }
+  if (chunk.head) {
+    acquire(chunk.final_norm, n > 0);
+    release(chunk.final_norm);
+  }
+  if (embeddings) release(chunk.embeddings);
+  DTRAIN_CHECK(held == 0, "unit_weights_peak_bytes: the forward left ", held, " bytes held");
+
+  // Backward (and a split backward's W, which reruns the same walk under full recompute).
+  if (chunk.head) {
+    prefetch(chunk.final_norm);
+    prefetch(chunk.embeddings);
+  }
+  if (n > 0) prefetch(blocks[n - 1]);
+  if (chunk.head) {
+    acquire(chunk.final_norm, true);
+    acquire(chunk.embeddings, true);
+    release(chunk.embeddings);
+    release(chunk.final_norm);
+  }
+  for (size_t i = n; i-- > 0;) {
+    acquire(blocks[i], true);
+    if (i > 0) prefetch(blocks[i - 1]);
+    release(blocks[i]);
+  }
+  return peak;
 }
 
 }  // namespace dtrain::plan

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 namespace dtrain::plan {
 
@@ -65,5 +66,34 @@ int64_t largest_model_params(double memory_bytes, int dp, int mp, int zero_stage
 // computed plus `prefetch_layers` layers gathered ahead, and the full gradient (g bytes each)
 // of one layer waiting for its reduce-scatter. `layer_params` is one layer's parameters.
 int64_t zero3_gathered_bytes(int64_t layer_params, StateBytes bytes, int prefetch_layers = 1);
+
+// The units one pipeline chunk computes with, in forward order (parameter counts).
+struct ChunkUnitCounts {
+  bool embedding = false;       // runs the embedding (first virtual stage)
+  bool head = false;            // runs the final LayerNorm and the tied LM head (last one)
+  int64_t embeddings = 0;       // the embedding unit: wte and wpe, or the head stage's tied wte
+  std::vector<int64_t> blocks;  // the chunk's blocks, first to last
+  int64_t final_norm = 0;       // the final LayerNorm, when `head`
+};
+
+// Bytes per parameter of a unit's weights while a rank computes with them: `gathered`, the full
+// copy ZeRO-3 all-gathers (0 below stage 3: the weights are at rest); `working`, mixed
+// precision's fp32 copy made from the bf16 weights (0 in fp32, which computes on the gathered
+// copy itself).
+struct UnitWeightBytes {
+  int64_t gathered = 0;
+  int64_t working = 0;
+};
+
+// The most bytes of unit weights a chunk's forward or backward holds at once above the weights
+// at rest, in the order a stage acquires them: the forward holds the embedding unit throughout
+// (when it runs the embedding or the head), gathers the next unit ahead of the running one, and
+// the backward takes the head's units, then the blocks last to first, the next one gathered
+// ahead; the embedding's own backward reads no weights. Under mixed precision a unit's gathered
+// bf16 copy and the fp32 working copy made from it are held together until the conversion ends
+// (gathered + working bytes per parameter; with pp 2 and one block per stage that moment, the
+// block converted while the embeddings are held, is the peak). One rank's figure is the largest
+// over its chunks.
+int64_t unit_weights_peak_bytes(const ChunkUnitCounts& chunk, UnitWeightBytes bytes);
 
 }  // namespace dtrain::plan

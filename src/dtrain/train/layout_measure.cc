@@ -146,38 +146,35 @@ int64_t activation_wire_bytes(const EngineConfig& c) {
                                                     : int64_t{sizeof(float)};
 }
 
-// The working set above the shards by plan::zero3_gathered_bytes, summed as the rank's memory
-// tracker sums it (the peak of the params tag plus the peak of the grads tag): the embeddings
-// (held through a forward that runs the tied head, and their gradient through the whole
-// backward) and, of the stage's other units in the order they run (the final LayerNorm, the
-// blocks), the two neighbours held at once (the running unit and the one prefetched; a stage
-// of one unit has nothing to prefetch) beside the largest unit's gradient. ZeRO-3 in fp32
-// gathers fp32 weights; mixed precision computes on fp32 working copies (the running unit's
-// weights and gradient, at every stage) with, at ZeRO-3, the next unit gathered in bf16 beside.
+// The working set above the shards, summed as the rank's memory tracker sums it (the peak of
+// the params tag plus the peak of the grads tag): the unit weights the stage's chunks hold at
+// once, by plan::unit_weights_peak_bytes (ZeRO-3 gathers fp32 weights, or bf16 under mixed
+// precision; mixed precision computes on fp32 working copies at every stage), beside
+// plan::zero3_gathered_bytes' gradients: the embeddings' (held through the whole backward) and
+// the largest other unit's, fp32 in both precisions.
 // Not counted: a unit's gradient still being reduce-scattered by the communication thread when
 // the next unit's backward begins (overlap; the report names it, in_flight_grad_bytes).
-int64_t planned_working_set(const StageParamCounts& stage, const EngineConfig& c) {
-  const std::vector<int64_t>& counts = stage.units;  // in the order backward runs them
-  const int64_t largest = counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
+int64_t planned_working_set(const StageParamCounts& stage, const EngineConfig& c, int pp_rank) {
+  const std::vector<int64_t>& units = stage.units;  // in the order backward runs them
+  const int64_t largest = units.empty() ? 0 : *std::max_element(units.begin(), units.end());
   const int64_t emb = stage.embeddings;
   const bool mixed = c.step.precision == model::Precision::bf16;
   if (!mixed && c.zero_stage < 3) return 0;
-  const plan::StateBytes running{.param = 4, .grad = 0, .optimizer = 0};  // fp32 either way
-  const plan::StateBytes prefetched{.param = mixed ? 2 : 4, .grad = 0, .optimizer = 0};
-  const plan::StateBytes gradient{.param = 0, .grad = 4, .optimizer = 0};
-  // The params tag's peak: one unit running, its neighbour prefetched (ZeRO-3 only).
+  const plan::UnitWeightBytes weights{.gathered = c.zero_stage < 3 ? 0 : (mixed ? 2 : 4),
+                                      .working = mixed ? 4 : 0};
+  const parallel::StagePartition& p = c.partition;
   int64_t params = 0;
-  for (size_t i = 0; i < counts.size(); ++i) {
-    params = std::max(params, plan::zero3_gathered_bytes(counts[i], running, 0));
-    if (c.zero_stage < 3) continue;
-    for (size_t j : {i + 1, i == 0 ? counts.size() : i - 1}) {
-      if (j >= counts.size()) continue;
-      params = std::max(params, plan::zero3_gathered_bytes(counts[i], running, 0) +
-                                    plan::zero3_gathered_bytes(counts[j], prefetched, 0));
-    }
+  for (int chunk = 0; chunk < p.chunks(); ++chunk) {
+    const int vs = p.virtual_stage(pp_rank, chunk);
+    plan::ChunkUnitCounts counts{
+        .embedding = vs == 0, .head = vs == p.virtual_stages() - 1, .embeddings = emb};
+    // Every block of a GPT has the same tensors: the chunk holds layer_count copies of one.
+    counts.blocks.assign(static_cast<size_t>(p.layer_count(pp_rank, chunk)), stage.block);
+    if (counts.head) counts.final_norm = stage.final_norm;
+    params = std::max(params, plan::unit_weights_peak_bytes(counts, weights));
   }
-  const plan::StateBytes embeddings{.param = 4, .grad = 4, .optimizer = 0};
-  return plan::zero3_gathered_bytes(emb, embeddings, 0) + params +
+  const plan::StateBytes gradient{.param = 0, .grad = 4, .optimizer = 0};
+  return params + plan::zero3_gathered_bytes(emb, gradient, 0) +
          plan::zero3_gathered_bytes(largest, gradient, 0);
 }
 
@@ -241,7 +238,8 @@ RankRow measure_rank(const Engine& e) {
   if (c.zero_stage == 3) {
     r.gathered_peak_bytes = mem.peak_bytes(MemoryTag::params) - formula.params +
                             mem.peak_bytes(MemoryTag::grads) - formula.grads;
-    r.gathered_formula_bytes = planned_working_set(stage_param_counts(units, r.param_count), c);
+    r.gathered_formula_bytes =
+        planned_working_set(stage_param_counts(units, r.param_count), c, me.pp);
     // The plan's gradient part: the embeddings' and the largest unit's, fp32 in both precisions.
     int64_t emb = 0, largest = 0;
     for (int i = 0; i < units.size(); ++i) {
@@ -491,6 +489,11 @@ StageParamCounts stage_param_counts(const parallel::StageUnits& units, int64_t t
       counts.embeddings = units[i].count;
     } else {
       counts.units.push_back(units[i].count);
+      if (i == units.final_norm()) {
+        counts.final_norm = units[i].count;
+      } else {
+        counts.block = units[i].count;  // every block has the same tensors
+      }
     }
   }
   return counts;
@@ -513,6 +516,8 @@ StageParamCounts stage_param_counts(const EngineConfig& c, int stage) {
   const model::GptStage gs = parallel::stage_of(c.partition, stage);
   StageParamCounts counts;
   if (gs.head) counts.units.push_back(final_norm);
+  if (gs.head) counts.final_norm = final_norm;
+  if (gs.layer_count() > 0) counts.block = block;
   counts.units.insert(counts.units.end(), static_cast<size_t>(gs.layer_count()), block);
   if (gs.embedding || gs.head) {
     counts.embeddings = count(model::kWteIndex) + (gs.embedding ? count(model::kWpeIndex) : 0);
@@ -537,7 +542,7 @@ double planned_rank_peak_bytes(const EngineConfig& c, int stage, const StagePara
   double peak = static_cast<double>(states.total()) +
                 planned_activations_peak(c, split ? rr.peak_weight_stash : rr.peak_inflight,
                                          planned_microbatch_bytes(c, stage, split));
-  peak += static_cast<double>(planned_working_set(counts, c));
+  peak += static_cast<double>(planned_working_set(counts, c, stage));
   return peak;
 }
 

@@ -52,7 +52,8 @@ struct RankRow {
   // one-layer scratch (plan::workspace_activation_bytes, plan::recompute_scratch_bytes).
   double planned_activations_peak_bytes = 0;
   // ZeRO-3: the peak of the gathered weights and bucket gradients above the shards, beside
-  // plan::zero3_gathered_bytes (a block with one prefetched, and the embeddings).
+  // plan::unit_weights_peak_bytes (the units' weights held at once, in the executor's order)
+  // plus plan::zero3_gathered_bytes' gradients (the embeddings' and the largest unit's).
   int64_t gathered_peak_bytes = 0, gathered_formula_bytes = 0;
   // Of gathered_peak_bytes - gathered_formula_bytes: a unit's gradient the communication thread
   // still held (reduce-scattering it) when the next unit's backward began; 0 and "" when none.
@@ -126,6 +127,8 @@ struct StageParamCounts {
   int64_t params = 0;
   int64_t embeddings = 0;
   std::vector<int64_t> units;
+  int64_t block = 0;       // one block's parameters (0 when the stage holds none)
+  int64_t final_norm = 0;  // the final LayerNorm's, on the head's stage
   bool operator==(const StageParamCounts&) const = default;
 };
 // Read off the stage's table (the engine's model holds it; `total` its total_count()).

@@ -182,8 +182,8 @@ void print_layout_report(std::ostream& out, const LayoutReport& r) {
     // Each rank's peak beside its stage's plan; a difference is named: one unit's gradient
     // still held by the communication thread (its reduce-scatter overlapping the next unit's
     // backward), which the plan leaves out because it depends on timing.
-    out << "  ZeRO-3 working set above the shards (peak, beside plan::zero3_gathered_bytes of the "
-           "rank's stage):\n";
+    out << "  ZeRO-3 working set above the shards (peak, beside the rank's stage by "
+           "plan::unit_weights_peak_bytes and plan::zero3_gathered_bytes' gradients):\n";
     for (const RankRow& k : r.ranks) {
       out << "    rank " << k.rank << ": "
           << format_bytes(static_cast<double>(k.gathered_peak_bytes));
