@@ -7,10 +7,6 @@
 # tests/cli/mpi_out_of_memory.sh does the same under mpirun.
 # Usage: memory_limits.sh path/to/dtrain
 source "$(dirname "$0")/lib/expect.bash"
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
 quick=(train --model tiny --steps 2 --eval-every 0 --eval-batches 1)
 
 # limited LIMIT-FLAG KB PATTERN ARGS...: under the limit, the run exits non-zero within 20 s

@@ -21,10 +21,6 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
 train=(train --model tiny --eval-every 0 --eval-batches 1 --dp 2 --backend mpi --lr 0.001
   --min-lr 0.001 --warmup 0)
 

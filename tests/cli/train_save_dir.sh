@@ -12,10 +12,6 @@ cleanup() {
 }
 trap cleanup EXIT
 quick=(train --model tiny --eval-every 0 --eval-batches 1)
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
 
 # Run A (8 steps) writes steps 2, 4, 6 and 8.
 A=("${quick[@]}" --steps 8)

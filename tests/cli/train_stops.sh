@@ -14,10 +14,6 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
 quick=(train --model tiny --steps 3 --eval-every 0 --eval-batches 1)
 
 # A full disk: /dev/full accepts the open and fails every write.

@@ -4,6 +4,12 @@ set -u
 DTRAIN=${1:?usage: $0 path/to/dtrain}
 failures=0
 
+# fail MESSAGE...: counts a failed expectation of the script's own (finish reports them).
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+
 # expect_error PATTERN ARGS...: the command exits non-zero and stderr matches PATTERN.
 expect_error() {
   local pattern=$1
