@@ -27,6 +27,9 @@ size_t g_path_count = 0;
 std::atomic<bool> g_armed{false};
 
 extern "C" void remove_scratch_and_stop(int signal_number) {
+  // The interrupted code may read errno after the handler returns (a sanitizer delivers the
+  // re-raised signal only then): unlink, rmdir and write must not change what it sees.
+  const int saved_errno = errno;
   if (g_armed.exchange(false)) {
     for (size_t i = 0; i + 1 < g_path_count; ++i) ::unlink(g_paths[i].data());
     ::rmdir(g_paths[g_path_count - 1].data());
@@ -40,6 +43,7 @@ extern "C" void remove_scratch_and_stop(int signal_number) {
   sigemptyset(&fallback.sa_mask);
   ::sigaction(signal_number, &fallback, nullptr);
   ::raise(signal_number);
+  errno = saved_errno;
 }
 
 void copy_path(const std::filesystem::path& path, std::array<char, kMaxPath>& into) {

@@ -71,27 +71,33 @@ else
 fi
 
 # SIGTERM while --data blocks on a FIFO with no writer: the start-up ends within 2 s.
-mkfifo "$tmp/fifo"
-"$DTRAIN" "${quick[@]}" --data "$tmp/fifo" >/dev/null 2>"$tmp/fifo.err" &
-pid=$!
-sleep 0.5
-kill -TERM "$pid"
-for _ in $(seq 20); do
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 0.1
-done
-if kill -0 "$pid" 2>/dev/null; then
-  fail "SIGTERM during a blocked --data FIFO did not end the process within 2 s"
+# ThreadSanitizer runs a signal's handler only when the thread leaves an intercepted call, and
+# it does not count open() among the blocking ones: under TSan the handler waits for a writer.
+if ldd "$DTRAIN" 2>/dev/null | grep -q libtsan; then
+  echo "skipped: SIGTERM on a blocked FIFO (ThreadSanitizer defers signal handlers past open())"
 else
-  wait "$pid"
-  rc=$?
-  if [[ $rc -eq 143 ]] && grep -q "stopped by SIGTERM during start-up" "$tmp/fifo.err"; then
-    echo "ok: SIGTERM while --data waits on a FIFO -> exit 143: $(grep -m1 stopped "$tmp/fifo.err")"
+  mkfifo "$tmp/fifo"
+  "$DTRAIN" "${quick[@]}" --data "$tmp/fifo" >/dev/null 2>"$tmp/fifo.err" &
+  pid=$!
+  sleep 0.5
+  kill -TERM "$pid"
+  for _ in $(seq 20); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    fail "SIGTERM during a blocked --data FIFO did not end the process within 2 s"
   else
-    fail "SIGTERM on a blocked FIFO gave exit $rc: $(cat "$tmp/fifo.err")"
+    wait "$pid"
+    rc=$?
+    if [[ $rc -eq 143 ]] && grep -q "stopped by SIGTERM during start-up" "$tmp/fifo.err"; then
+      echo "ok: SIGTERM while --data waits on a FIFO -> exit 143: $(grep -m1 stopped "$tmp/fifo.err")"
+    else
+      fail "SIGTERM on a blocked FIFO gave exit $rc: $(cat "$tmp/fifo.err")"
+    fi
   fi
+  pid=
 fi
-pid=
 
 # The start-up memory check is arithmetic (it was quadratic, 33 s at 8,000 layers, then built
 # parameter tables of 1.2 million tensors, 4.8 s at 100,000): 8,000 and 100,000 layers are each
