@@ -18,7 +18,9 @@ out=$("$CLUSTER" run --bin "$DTRAIN" -- collectives --backend mpi --ranks 4 --ra
   --algo hierarchical --trials 1 --trial-seconds 0.05 --timeout 30 --json 2>&1)
 if python3 - "$out" <<'PY'; then ok "hierarchical link bytes == formula on every rank"; else fail "hierarchical: $out"; fi
 import json, sys
-r = json.loads(sys.argv[1][sys.argv[1].index("{"):])
+# The report is the first JSON object; progress lines on stderr (merged here, and forwarded by
+# mpirun in no fixed order) may come before or after it.
+r, _ = json.JSONDecoder().raw_decode(sys.argv[1][sys.argv[1].index("{"):])
 assert r["verified"], "not verified"
 for p in r["per_rank"]:
     assert p["intra_node_bytes_sent"] == p["formula_intra_node_bytes"], p
@@ -27,10 +29,12 @@ for p in r["per_rank"]:
 PY
 
 out=$("$CLUSTER" run --bin "$DTRAIN" -- bench collectives --backend mpi --ranks 4 --ranks-per-node 2 \
-  --min-size 4MiB --max-size 4MiB --trials 1 --trial-seconds 0.2 --json 2>&1)
+  --min-size 4MiB --max-size 4MiB --trials 1 --trial-seconds 0.2 --json 2>"$tmp/bench.err")
 if python3 - "$out" <<'PY'; then ok "bench: hierarchical sends 1/3 of the ring's inter-node bytes"; else fail "bench: $out"; fi
 import json, sys
-r = json.loads(sys.argv[1][sys.argv[1].index("{"):])
+# The report is the first JSON object; progress lines on stderr (merged here, and forwarded by
+# mpirun in no fixed order) may come before or after it.
+r, _ = json.JSONDecoder().raw_decode(sys.argv[1][sys.argv[1].index("{"):])
 rows = {row["algorithm"]: row for row in r["rows"]}
 ring, hier = rows["ring"], rows["hierarchical"]
 print("   ring %.0f us, hierarchical %.0f us, native %.0f us" % (ring["time_us"], hier["time_us"], rows["native"]["time_us"]))
