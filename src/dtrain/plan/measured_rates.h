@@ -1,0 +1,116 @@
+// Rates measured on the machine the ranks compute on (`dtrain calibrate --compute`), for the
+// clock to price dtrain's own engine: matrix products by shape (per precision and thread count),
+// the engine's memory-bound kernels as bytes/s plus a fixed cost per call, each collective
+// algorithm as latency + bytes/bandwidth per link class, and how much compute slows while a
+// communication thread runs beside it. A cluster file carries them in "gpu.measured" (schema
+// kMeasuredRatesVersion, docs/clock.md); GPU presets have none (their clock is rates.h's).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "dtrain/plan/rates.h"
+
+namespace dtrain::plan {
+
+inline constexpr int kMeasuredRatesVersion = 1;
+
+// The engine's memory-bound kernels (src/dtrain/model/ops, optim/adamw), each priced on the
+// element count its call is given:
+//   layernorm_forward/backward     rows x C (one call per LayerNorm)
+//   gelu_forward/backward          BT x 4C/tp
+//   residual_forward/backward      BT x C (the bias add and the residual sum)
+//   softmax_forward/backward       B x NH/tp x T x (T + 1) / 2 (the causal half of the scores,
+//                                  one call per (batch row, head) pair: calls = B x NH/tp)
+//   crossentropy_forward/backward  BT x V/tp
+//   encoder_forward/backward       BT x C
+//   adamw                          parameters updated (the rank's shard)
+//   grad_norm                      gradient elements (the clipping norm's sum of squares)
+//   bf16_convert                   elements converted fp32 <-> bf16
+// A kernel's bytes are its elements x kernel_bytes_per_element(op) (what it reads and writes in
+// fp32), so a rate in bytes/s converts to seconds per element the same way in calibrate and in
+// the clock.
+enum class KernelOp {
+  layernorm_forward,
+  layernorm_backward,
+  gelu_forward,
+  gelu_backward,
+  residual_forward,
+  residual_backward,
+  softmax_forward,
+  softmax_backward,
+  crossentropy_forward,
+  crossentropy_backward,
+  encoder_forward,
+  encoder_backward,
+  adamw,
+  grad_norm,
+  bf16_convert,
+};
+inline constexpr int kKernelOpCount = 15;
+std::string_view name(KernelOp op);
+double kernel_bytes_per_element(KernelOp op);
+
+// One measured matrix product: C(m x n) += A(m x k) B(k x n), one call, `threads` BLAS/compute
+// threads, median seconds.
+struct GemmSample {
+  Precision precision = Precision::fp32;
+  int threads = 1;
+  double m = 0, n = 0, k = 0;
+  double seconds = 0;
+};
+
+// A memory-bound kernel: seconds = calls x call_s + bytes / bytes_per_s.
+struct KernelRate {
+  KernelOp op = KernelOp::layernorm_forward;
+  Precision precision = Precision::fp32;
+  double bytes_per_s = 0;
+  double call_s = 0;
+};
+
+// A collective algorithm on a link class at a group size: seconds = latency_s + bytes /
+// bytes_per_s, `bytes` being what one rank sends (the counters' bytes_sent).
+struct CollectiveRate {
+  std::string collective;  // "all_reduce", "reduce_scatter", "all_gather", "send_recv"
+  std::string algorithm;   // "direct", "ring", "tree", "hierarchical"
+  std::string link;        // "intra_node", "inter_node"
+  int ranks = 2;
+  double latency_s = 0;
+  double bytes_per_s = 0;
+};
+
+struct MeasuredRates {
+  bool present = false;
+  std::string cpu;  // the processor's model name, as the OS reports it
+  int cores = 0;    // cores the ranks share
+  std::vector<GemmSample> gemm;
+  std::vector<KernelRate> kernels;
+  std::vector<CollectiveRate> collectives;
+  // Compute seconds are multiplied by this while a communication thread runs beside (measured:
+  // the same products with and without a concurrent collective, >= 1).
+  double comm_interference = 1;
+};
+
+// Seconds of one (m, n, k) product at `precision` on `threads` threads, from the samples
+// (interpolated in log space over the measured grid; a shape outside it scales by FLOPs from the
+// nearest edge). Throws Error when no sample has that precision.
+double gemm_seconds(const MeasuredRates& r, Precision precision, int threads, double m, double n,
+                    double k);
+// Seconds of `calls` calls of `op` over `elements` elements in all.
+double kernel_seconds(const MeasuredRates& r, KernelOp op, Precision precision, double elements,
+                      double calls = 1);
+// Seconds of one collective sending `bytes` per rank; the nearest measured group size of that
+// (collective, algorithm, link). Throws Error when none was measured.
+double collective_seconds(const MeasuredRates& r, std::string_view collective,
+                          std::string_view algorithm, std::string_view link, int ranks,
+                          double bytes);
+
+// "measured" object of a cluster file. Every field required; throws Error naming the file and
+// the field when one is missing or implausible.
+MeasuredRates measured_rates_from_json(const nlohmann::json& j, std::string_view source);
+nlohmann::json to_json(const MeasuredRates& r);
+
+}  // namespace dtrain::plan
