@@ -148,7 +148,8 @@ def tp_communication():
 
 
 def tp_allreduce_bytes(tokens, hidden, tp, bytes_per_element=2):
-    """Bytes one rank sends in one ring all-reduce of a (tokens, hidden) activation over tp ranks."""
+    """Bytes one rank sends in one ring all-reduce of a (tokens, hidden) activation over tp
+    ranks."""
     raise NotImplementedError("tp_allreduce_bytes: exercise 3.5")
 
 

@@ -184,7 +184,7 @@ def sgd_update(params, grads, lr):
 
 
 def column_parallel_forward(x, weight, bias, tp):
-    """Column-parallel linear: rank r holds columns r of W (and of b), np.array_split(W, tp, axis=1),
+    """Column-parallel linear: rank r holds columns r of W and of b (np.array_split(W, tp, axis=1))
     and computes its slice of the output, x @ W_r + b_r. Every rank needs the whole x; nothing is
     communicated forward. Concatenating the ranks' outputs along the last axis is x @ W + b."""
     w_shards = np.array_split(weight, tp, axis=1)
@@ -477,6 +477,10 @@ def scenario_3d_placement(layers=96, hidden=12288, seq=2048, micro_batch=1, micr
         * microbatches
     # 2 * 2048 * 12288 * 2 B = 101 MB per micro-batch, x 128.
     pp_bytes = 2 * tokens * hidden * bytes_per_element * microbatches
+    # One axis gets NVLink, the other InfiniBand: give NVLink to the one whose bytes would cost
+    # more on the slow link (TP: ~40x the bytes, and on every layer's critical path).
+    tp_saves = tp_bytes / inter_bandwidth - tp_bytes / intra_bandwidth
+    pp_saves = pp_bytes / inter_bandwidth - pp_bytes / intra_bandwidth
     return {
         "tp_bytes_per_rank": tp_bytes,
         "pp_bytes_per_rank": pp_bytes,
@@ -484,7 +488,7 @@ def scenario_3d_placement(layers=96, hidden=12288, seq=2048, micro_batch=1, micr
         "tp_seconds_in_node": tp_bytes / intra_bandwidth,
         "tp_seconds_across_nodes": tp_bytes / inter_bandwidth,
         "pp_seconds_across_nodes": pp_bytes / inter_bandwidth,
-        "tp_in_node": True,  # the axis that moves ~40x more bytes takes the fast link
+        "tp_in_node": tp_saves > pp_saves,
     }
 
 

@@ -158,7 +158,7 @@ def test_naive_all_reduce_through_a_root(n, root):
                                       err_msg=f"rank {r} must hold the sum")
         if r == root:
             expect(stats["steps"][r], 2 * (n - 1),
-                   f"the root receives from and sends to each of the N-1 others: 2(N-1) steps")
+                   "the root receives from and sends to each of the N-1 others: 2(N-1) steps")
             expect(stats["bytes_sent"][r], (n - 1) * size * 4,
                    f"the root sends the whole S = {size * 4} B to each of N-1 = {n - 1} ranks")
         else:
@@ -550,9 +550,10 @@ def test_zero_communication_per_stage(stage):
     psi, n = 1_000_000, 8
     share = psi * (n - 1) / n  # elements a rank sends in one reduce-scatter or all-gather
     collectives = {0: 2, 1: 2, 2: 2, 3: 3}[stage]  # all-reduce = RS + AG; ZeRO-3: AG twice + RS
+    why = ("1.5x the all-reduce: weights gathered forward and backward" if stage == 3
+           else "as much as one all-reduce")
     expect(lab.zero_comm_bytes_per_gpu(psi, n, stage), collectives * share * 2,
-           f"ZeRO-{stage} sends {collectives} (N-1)/N Psi bf16 elements per GPU per step "
-           f"({'1.5x the all-reduce: weights gathered forward and backward' if stage == 3 else 'as much as one all-reduce'})")
+           f"ZeRO-{stage} sends {collectives} (N-1)/N Psi bf16 elements per GPU per step ({why})")
 
 
 @engine
