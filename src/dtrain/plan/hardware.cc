@@ -277,6 +277,9 @@ Cluster cluster_from_json(const json& j, std::string_view source) {
                "': field 'gpu.compute_efficiency' must be in (0, 1], got ",
                c.gpu.compute_efficiency);
   if (auto it = gpu.find("rates"); it != gpu.end()) c.gpu.rates = rates_from_json(*it, source);
+  if (auto it = gpu.find("measured"); it != gpu.end()) {
+    c.gpu.measured = measured_rates_from_json(*it, source);
+  }
   read_link(j, "intra_node", source, has_base, &c.intra_node);
   read_link(j, "inter_node", source, has_base, &c.inter_node);
   if (c.name.empty()) c.name = std::string(source);
@@ -288,8 +291,13 @@ Cluster cluster_from_json(const json& j, std::string_view source) {
   };
   plausible("gpu.memory_bytes", c.gpu.memory_bytes, kMinGpuMemoryBytes, kMaxGpuMemoryBytes, "bytes",
             "in bytes: 80 GB is 8e10");
-  plausible("gpu.peak_flops", c.gpu.peak_flops, kMinPeakFlops, kMaxPeakFlops, "FLOP/s",
-            "in FLOP/s: 312 TFLOP/s is 3.12e14");
+  if (c.gpu.measured.present) {
+    plausible("gpu.peak_flops", c.gpu.peak_flops, kMinCpuPeakFlops, kMaxPeakFlops, "FLOP/s",
+              "a calibrated CPU's fastest product, in FLOP/s: 100 GFLOP/s is 1e11");
+  } else {
+    plausible("gpu.peak_flops", c.gpu.peak_flops, kMinPeakFlops, kMaxPeakFlops, "FLOP/s",
+              "in FLOP/s: 312 TFLOP/s is 3.12e14");
+  }
   for (const auto& [name, link] :
        {std::pair{"intra_node", &c.intra_node}, std::pair{"inter_node", &c.inter_node}}) {
     plausible(name == std::string_view("intra_node") ? "intra_node.bandwidth_bytes_per_s"
@@ -315,6 +323,7 @@ json to_json(const Cluster& c) {
             {"intra_node", link_json(c.intra_node)},
             {"inter_node", link_json(c.inter_node)}};
   if (c.gpu.rates.present) j["gpu"]["rates"] = to_json(c.gpu.rates);
+  if (c.gpu.measured.present) j["gpu"]["measured"] = to_json(c.gpu.measured);
   return j;
 }
 

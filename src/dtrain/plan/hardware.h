@@ -14,6 +14,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "dtrain/plan/measured_rates.h"
 #include "dtrain/plan/rates.h"
 
 namespace dtrain::plan {
@@ -33,6 +34,11 @@ inline constexpr double kMaxPeakFlops = 1e17;
 inline constexpr double kMinLinkBytesPerS = 1e7;
 inline constexpr double kMaxLinkBytesPerS = 1e14;
 inline constexpr double kMaxLinkLatencyUs = 1e6;
+// A calibrated CPU (a file whose gpu carries "measured") sustains 1e9 to 1e13 FLOP/s, below any
+// accelerator: its peak_flops (the fastest measured fp32 product) is held to [kMinCpuPeakFlops,
+// kMaxPeakFlops] instead, and the products it measured are themselves checked for units
+// (measured_rates.cc).
+inline constexpr double kMinCpuPeakFlops = 1e9;
 
 struct Link {
   std::string name;                  // "NVLink", "InfiniBand"
@@ -50,6 +56,9 @@ struct GpuSpec {
   // The clock's rates (rates.h). Presets carry them; a cluster file may ("gpu.rates"). Without
   // them the clock prices products at compute_efficiency of peak and nothing else.
   Rates rates;
+  // Rates measured on the CPU the ranks compute on (`dtrain calibrate --compute`, "gpu.measured"
+  // in a cluster file); absent (present false) on presets and uncalibrated files.
+  MeasuredRates measured;
 };
 
 struct Cluster {
@@ -79,9 +88,9 @@ Cluster parse_cluster(std::string_view spec);
 Cluster read_cluster_file(const std::string& path);
 
 // JSON form: {"name", "nodes", "gpus_per_node", "gpu": {"name", "memory_bytes", "peak_flops",
-// "compute_efficiency", "rates": {rates.h}}, "intra_node": {"name", "bandwidth_bytes_per_s",
-// "latency_us"}, "inter_node": {...}}. An optional "preset": "H100" fills every field the file
-// leaves out. `source` names the file in errors.
+// "compute_efficiency", "rates": {rates.h}, "measured": {measured_rates.h}}, "intra_node": {"name",
+// "bandwidth_bytes_per_s", "latency_us"}, "inter_node": {...}}. An optional "preset": "H100" fills
+// every field the file leaves out. `source` names the file in errors.
 Cluster cluster_from_json(const nlohmann::json& j, std::string_view source);
 nlohmann::json to_json(const Cluster& c);
 
