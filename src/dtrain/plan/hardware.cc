@@ -277,6 +277,9 @@ Cluster cluster_from_json(const json& j, std::string_view source) {
                "': field 'gpu.compute_efficiency' must be in (0, 1], got ",
                c.gpu.compute_efficiency);
   if (auto it = gpu.find("rates"); it != gpu.end()) c.gpu.rates = rates_from_json(*it, source);
+  if (auto it = gpu.find("measured"); it != gpu.end()) {
+    c.gpu.measured = measured_rates_from_json(*it, source);
+  }
   read_link(j, "intra_node", source, has_base, &c.intra_node);
   read_link(j, "inter_node", source, has_base, &c.inter_node);
   if (c.name.empty()) c.name = std::string(source);
@@ -315,6 +318,7 @@ json to_json(const Cluster& c) {
             {"intra_node", link_json(c.intra_node)},
             {"inter_node", link_json(c.inter_node)}};
   if (c.gpu.rates.present) j["gpu"]["rates"] = to_json(c.gpu.rates);
+  if (c.gpu.measured.present) j["gpu"]["measured"] = to_json(c.gpu.measured);
   return j;
 }
 

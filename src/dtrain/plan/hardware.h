@@ -14,6 +14,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "dtrain/plan/measured_rates.h"
 #include "dtrain/plan/rates.h"
 
 namespace dtrain::plan {
@@ -50,6 +51,9 @@ struct GpuSpec {
   // The clock's rates (rates.h). Presets carry them; a cluster file may ("gpu.rates"). Without
   // them the clock prices products at compute_efficiency of peak and nothing else.
   Rates rates;
+  // Rates measured on the ranks' own machine (`dtrain calibrate --compute`, "gpu.measured"):
+  // with them `plan` and the train report price dtrain's engine (engine_clock.h).
+  MeasuredRates measured;
 };
 
 struct Cluster {
