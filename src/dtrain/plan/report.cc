@@ -101,8 +101,11 @@ std::string time_section(const PlanInput& in, const Plan& p) {
     s += "  " + pad_right(what, 26) + pad_right(format_seconds(secs), 12) + note + "\n";
   };
   row("compute", t.compute_s,
-      str("at ", format_fixed(c.gpu.peak_flops * c.gpu.compute_efficiency * 1e-12, 0),
-          " TFLOP/s per GPU; recompute ", format_seconds(t.recompute_s)));
+      t.clock == "gpu rates"
+          ? str("at ", format_fixed(c.gpu.peak_flops * c.gpu.compute_efficiency * 1e-12, 0),
+                " TFLOP/s per GPU; recompute ", format_seconds(t.recompute_s))
+          : str("the engine's kernels at the measured rates, optimizer ",
+                format_seconds(t.optimizer_s), "; recompute ", format_seconds(t.recompute_s)));
   row("TP communication", t.tp_s, "on the critical path");
   row("pipeline sends", t.pp_s, "on the critical path");
   row("pipeline bubble", t.bubble_s, "");
