@@ -12,6 +12,7 @@
 #include "command_registry.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/units.h"
+#include "dtrain/plan/engine_clock.h"
 #include "dtrain/plan/format.h"
 #include "dtrain/plan/largest_model.h"
 #include "dtrain/plan/offload.h"
@@ -488,6 +489,16 @@ void run_plan(const PlanFlags& f, CLI::App* app) {
   }
   input.model = model_from(f, app);
   input.training = training_from(f, app, input.model);
+  if (plan::has_measured_rates(input.cluster)) {
+    // Measured CPU rates price dtrain's own engine (plan/engine_clock.h): its fp32 Adam, fp32
+    // activations and tensor split unless --precision / --activation-bytes say otherwise.
+    if (!given(app, "--precision")) input.training.state_bytes = plan::kFp32Adam;
+    if (!given(app, "--activation-bytes")) input.training.activation_bytes = 4;
+    input.training.activation_count = input.training.activation_bytes >= 4
+                                          ? plan::ActivationCount::engine
+                                          : plan::ActivationCount::engine_mixed;
+    input.model.count_final_norm = true;
+  }
   plan::validate(input);
   if (f.search) {
     plan::SearchOptions options;

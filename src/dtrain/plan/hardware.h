@@ -57,7 +57,8 @@ struct GpuSpec {
   // them the clock prices products at compute_efficiency of peak and nothing else.
   Rates rates;
   // Rates measured on the CPU the ranks compute on (`dtrain calibrate --compute`, "gpu.measured"
-  // in a cluster file); absent (present false) on presets and uncalibrated files.
+  // in a cluster file); absent (present false) on presets and uncalibrated files. With them `plan`
+  // and the train report price dtrain's engine (engine_clock.h).
   MeasuredRates measured;
 };
 

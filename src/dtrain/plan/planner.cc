@@ -9,6 +9,7 @@
 
 #include "dtrain/core/check.h"
 #include "dtrain/plan/comm_model.h"
+#include "dtrain/plan/engine_clock.h"
 #include "dtrain/plan/format.h"
 #include "dtrain/plan/head_activation_memory.h"
 #include "dtrain/plan/time_model.h"
@@ -531,6 +532,56 @@ void dp_times(const PlanInput& in, const Layout& l, int64_t microbatches, const 
   t->dp_exposed_s = forward.exposed() + backward.exposed();
 }
 
+// On a cluster file with measured CPU rates: dtrain's own engine priced by engine_clock.h, on
+// the layout's busiest stage and its DP pieces as the engine cuts them (engine_dp_pieces). Each
+// rank gets cores / ranks compute threads (at least 1). Replaces the GPU clock's step figures.
+void engine_clock_times(const PlanInput& in, const Layout& l, int64_t microbatches,
+                        TimeBreakdown* t) {
+  const Cluster& c = in.cluster;
+  EngineClockInput e;
+  e.model = in.model;
+  e.dp = l.dp;
+  e.tp = l.tp;
+  e.pp = l.pp;
+  e.chunks = l.vp;
+  e.zero_stage = l.zero_stage;
+  e.sequence_parallel = l.sequence_parallel;
+  e.recompute = l.recompute;
+  e.schedule = l.schedule;
+  e.micro_batch = l.micro_batch;
+  e.microbatches = static_cast<int>(microbatches);
+  e.precision = in.training.activation_bytes >= 4 ? Precision::fp32 : Precision::bf16;
+  e.threads = std::max(1, c.gpu.measured.cores / std::max(1, c.world()));
+  const int largest =
+      l.pp > 1 && stage_params_of(in, l, l.pp - 1) > stage_params_of(in, l, 0) ? l.pp - 1 : 0;
+  e.stage_params = stage_params_of(in, l, largest);
+  e.dp_pieces = engine_dp_pieces(in, l, largest);
+  const AxisSizes sizes{l.dp, l.tp, l.pp};
+  e.inter_node_dp = place_group(Axis::dp, sizes, l.order, c.gpus_per_node).nodes > 1;
+  // The engine's automatic choice: direct where the DP group shares memory (one node).
+  e.dp_algorithm = e.inter_node_dp ? comm::Algorithm::ring : comm::Algorithm::direct;
+  const EngineClock clock = engine_clock(e, c);
+  const double mb = static_cast<double>(microbatches);
+  StageTimes times;
+  times.forward = clock.stage.forward_s + clock.tp_forward_s + clock.send_s;
+  times.backward_input = clock.stage.backward_input_s + clock.tp_backward_s + clock.send_s;
+  times.backward_weight = clock.stage.backward_weight_s;
+  t->stage_times = times;
+  t->bubble = pipeline_bubble(schedule_of(l), l.pp, static_cast<int>(microbatches), l.vp, times);
+  t->compute_s = clock.phases.forward_s + clock.phases.backward_s;
+  t->recompute_s = mb * clock.stage.recompute_s;
+  t->tp_s = clock.phases.tp_comm_s;
+  t->pp_s = mb * 2 * clock.send_s;
+  t->bubble_s = t->bubble.bubble_time;
+  t->dp_s = clock.dp_comm_s;
+  t->dp_exposed_s = clock.phases.exposed_dp_s;
+  t->optimizer_s = clock.phases.optimizer_s;
+  t->step_s = clock.phases.step_s;
+  t->step_no_overlap_s = t->step_s - t->dp_exposed_s + t->dp_s;
+  t->clock = "engine (measured rates)";
+  t->stretch = clock.stretch;
+}
+
 // evaluate on the per-rank shape `in.model`; `real_model` gives the model FLOPs.
 Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const Layout& l) {
   // Collectives are priced at the share of the links' bandwidth they reach (rates.h).
@@ -578,6 +629,7 @@ Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const 
   t.optimizer_s = sc.optimizer_s;
   t.step_no_overlap_s = t.bubble.total_time + t.dp_s + t.optimizer_s;
   t.step_s = t.bubble.total_time + t.dp_exposed_s + t.optimizer_s;
+  if (has_measured_rates(c)) engine_clock_times(in, l, microbatches, &t);
   t.predicted_step_s = t.step_s;
   const double gpus = static_cast<double>(c.world());
   t.model_flops = sc.total.model;

@@ -172,6 +172,10 @@ struct TimeBreakdown {
   double total_hardware_flops = 0;
   // Appended: the optimizer step (time_model.h optimizer_seconds), in step_s.
   double optimizer_s = 0;
+  // Appended: which clock priced the step: "gpu rates" (time_model.h) or, on a cluster file
+  // with "gpu.measured", "engine (measured rates)" (engine_clock.h: dtrain's own engine).
+  std::string_view clock = "gpu rates";
+  double stretch = 1;  // engine clock: compute slowed by ranks x threads over the cores
 };
 
 struct Plan {

@@ -92,13 +92,20 @@ std::string time_section(const PlanInput& in, const Plan& p) {
            format_percent(t.bubble.fraction_of_total), " of the step, ",
            format_percent(t.bubble.fraction_of_ideal), " of the ideal time (Megatron's (P-1)/M",
            l.vp > 1 ? "/v" : "", ")\n");
-  s += "Time per step\n";
+  s += str("Time per step (clock: ", t.clock,
+           t.clock == "gpu rates" ? ""
+                                  : str(", compute x", format_fixed(t.stretch, 2),
+                                        " for ranks x threads over the cores"),
+           ")\n");
   auto row = [&](const std::string& what, double secs, const std::string& note) {
     s += "  " + pad_right(what, 26) + pad_right(format_seconds(secs), 12) + note + "\n";
   };
   row("compute", t.compute_s,
-      str("at ", format_fixed(c.gpu.peak_flops * c.gpu.compute_efficiency * 1e-12, 0),
-          " TFLOP/s per GPU; recompute ", format_seconds(t.recompute_s)));
+      t.clock == "gpu rates"
+          ? str("at ", format_fixed(c.gpu.peak_flops * c.gpu.compute_efficiency * 1e-12, 0),
+                " TFLOP/s per GPU; recompute ", format_seconds(t.recompute_s))
+          : str("the engine's kernels at the measured rates, optimizer ",
+                format_seconds(t.optimizer_s), "; recompute ", format_seconds(t.recompute_s)));
   row("TP communication", t.tp_s, "on the critical path");
   row("pipeline sends", t.pp_s, "on the critical path");
   row("pipeline bubble", t.bubble_s, "");
@@ -332,7 +339,9 @@ json plan_json(const Plan& p) {
             {"total_flops_6nd", t.total_flops_6nd},
             {"total_pf_days_6nd", t.total_flops_6nd / kFlopsPerPfDay},
             {"total_model_flops", t.total_model_flops},
-            {"total_hardware_flops", t.total_hardware_flops}}}};
+            {"total_hardware_flops", t.total_hardware_flops},
+            {"optimizer_s", t.optimizer_s},
+            {"clock", t.clock}}}};
 }
 
 json search_json(const PlanInput& in, const SearchResult& r) {

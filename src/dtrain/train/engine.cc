@@ -168,8 +168,9 @@ StepStats Engine::train_step(const data::Batch& batch, float lr) {
     return t;
   };
   const EngineTraffic start = snapshot();
+  // Every step's TP collectives are timed: the clock's TP phase (and, kept, the trace's spans).
   std::vector<parallel::TpSpan> tp_spans;
-  if (config_.record_collectives) hooks_->record_spans(&tp_spans);
+  hooks_->record_spans(&tp_spans);
   (void)dp_->take_events();  // drop what evaluations between steps recorded
   (void)dp_->take_waits();
 
@@ -191,6 +192,7 @@ StepStats Engine::train_step(const data::Batch& batch, float lr) {
   finalize_and_update(stats, lr);
   hooks_->record_spans(nullptr);
   for (const parallel::TpSpan& s : tp_spans) {
+    if (!config_.record_collectives) break;
     last_.collectives.push_back({s.what, trace::SpanKind::collective, s.start_us, s.end_us});
   }
 
@@ -205,7 +207,7 @@ StepStats Engine::train_step(const data::Batch& batch, float lr) {
   traffic_.other += end.other - start.other;
   traffic_.links += end.links - start.links;
   traffic_.model_links += end.model_links - start.model_links;
-  measure_step(record);
+  measure_step(record, tp_spans);
   ++steps_;
   return stats;
 }
@@ -271,8 +273,9 @@ void Engine::finalize_and_update(StepStats& stats, float lr) {
 // The DP communication thread's tasks of the step: their spans for the trace, and the part of
 // them that compute hid (inside the executor's compute actions, less the compute thread's
 // waits for them there).
-void Engine::measure_step(const parallel::PipelineStepRecord& record) {
-  std::vector<parallel::TimeInterval> compute, comm;
+void Engine::measure_step(const parallel::PipelineStepRecord& record,
+                          const std::vector<parallel::TpSpan>& tp_spans) {
+  std::vector<parallel::TimeInterval> compute, comm, forward, backward;
   StepTiming timing;
   bool any = false;
   for (const parallel::MeasuredAction& m : record.actions) {
@@ -281,6 +284,8 @@ void Engine::measure_step(const parallel::PipelineStepRecord& record) {
     any = true;
     if (!parallel::is_compute(m.action.kind)) continue;
     compute.push_back({m.start_us, m.end_us});
+    (m.action.kind == parallel::ActionKind::forward ? forward : backward)
+        .push_back({m.start_us, m.end_us});
     timing.busy_us += m.end_us - m.start_us;
   }
   timings_.push_back(timing);
@@ -299,6 +304,34 @@ void Engine::measure_step(const parallel::PipelineStepRecord& record) {
     }
   }
   dp_hidden_us_ += parallel::hidden_us(comm, compute) - parallel::hidden_us(comm, idle);
+
+  // The clock's phases of this step.
+  std::vector<parallel::TimeInterval> tp;
+  for (const parallel::TpSpan& s : tp_spans) tp.push_back({s.start_us, s.end_us});
+  auto length = [](const std::vector<parallel::TimeInterval>& v) {
+    double us = 0;
+    for (const parallel::TimeInterval& i : v) us += i.length_us();
+    return us;
+  };
+  StepPhases p;
+  const double tp_forward = parallel::hidden_us(tp, forward);
+  const double tp_backward = parallel::hidden_us(tp, backward);
+  const double wait_forward = parallel::hidden_us(idle, forward);
+  const double wait_backward = parallel::hidden_us(idle, backward);
+  p.forward_us = length(forward) - tp_forward - wait_forward;
+  p.backward_us = length(backward) - tp_backward - wait_backward;
+  p.tp_comm_us = tp_forward + tp_backward;
+  p.pipeline_wait_us = any ? timing.last_end_us - timing.first_start_us - timing.busy_us : 0;
+  p.exposed_dp_us = wait_forward + wait_backward;
+  for (const MeasuredSpan& f : last_.finalize) {
+    const double us = f.end_us - f.start_us;
+    if (f.what == "gradient norm and loss" || f.what == "AdamW") {
+      p.optimizer_us += us;
+    } else {
+      p.exposed_dp_us += us;  // the buckets' wait, the tied wte, the parameters' gather
+    }
+  }
+  phases_.push_back(p);
 }
 
 float Engine::eval_loss(const data::Batch& batch) {

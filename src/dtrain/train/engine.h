@@ -114,6 +114,18 @@ struct StepTiming {
   double first_start_us = 0, last_end_us = 0, busy_us = 0;
 };
 
+// One step on this rank split into the clock's phases (plan/engine_clock.h), in microseconds:
+// forward and backward are the schedule's compute actions less the TP collectives and the
+// DP/ZeRO waits inside them; tp_comm those TP collectives; pipeline_wait the schedule's extent
+// less its compute actions (bubble, sends and receives waited for); exposed_dp the waits for
+// the DP communication thread (inside compute: ZeRO-3's gathers; after the schedule: the last
+// buckets, the tied embedding's sum and sync, ZeRO 1-2's gather of the updated weights);
+// optimizer the gradient norm (with the loss exchange) and AdamW.
+struct StepPhases {
+  double forward_us = 0, backward_us = 0, tp_comm_us = 0, pipeline_wait_us = 0;
+  double exposed_dp_us = 0, optimizer_us = 0;
+};
+
 class Engine final : public StepEngine {
  public:
   // Every rank of `world` (dp * tp * pp ranks) constructs one; it forms the TP, PP, DP and
@@ -155,6 +167,7 @@ class Engine final : public StepEngine {
   double dp_hidden_us() const { return dp_hidden_us_; }
   const StepTrace& last_step() const { return last_; }
   const std::vector<StepTiming>& timings() const { return timings_; }
+  const std::vector<StepPhases>& phases() const { return phases_; }  // one per step
   // This rank's parameters after the step: the stage's TP shards (ZeRO-3: gathered, a
   // collective over the DP group every rank must call).
   std::vector<float> gather_params();
@@ -164,7 +177,8 @@ class Engine final : public StepEngine {
   parallel::GradOwnership grad_ownership() const;
   float mean_loss(float last_stage_loss);  // a collective over the world
   void finalize_and_update(StepStats& stats, float lr);
-  void measure_step(const parallel::PipelineStepRecord& record);
+  void measure_step(const parallel::PipelineStepRecord& record,
+                    const std::vector<parallel::TpSpan>& tp_spans);
 
   EngineConfig config_;
   comm::Communicator& world_;
@@ -184,6 +198,7 @@ class Engine final : public StepEngine {
   double dp_comm_us_ = 0, dp_hidden_us_ = 0;
   StepTrace last_;
   std::vector<StepTiming> timings_;
+  std::vector<StepPhases> phases_;
 };
 
 }  // namespace dtrain::train

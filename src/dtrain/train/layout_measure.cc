@@ -210,6 +210,7 @@ RankRow measure_rank(const Engine& e) {
   r.node = c.topology.node_of(r.rank);
   r.layers = parallel::layer_ranges(c.partition, me.pp);
   r.param_count = model.param_count();
+  r.phases = median_phases(e.phases());
   const plan::ModelStateBytes formula =
       plan::model_state_bytes(r.param_count, c.dp, c.zero_stage, engine_state_bytes(c));
   for (const auto& [tag, bytes] :

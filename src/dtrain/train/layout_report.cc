@@ -266,6 +266,10 @@ LayoutReport gather_layout_report(const Engine& engine, comm::Communicator& worl
   r.dp_overlap_share = comm_ms > 0 ? hidden_ms / comm_ms : 0;
   if (c.pp > 1) r.bubble = bubble_of(c, engine.mesh(), pieces);
   if (c.cluster) r.cluster = options.cluster_path;
+  std::vector<plan::EnginePhases> rank_phases(pieces.size());
+  for (const RankPiece& p : pieces) rank_phases[static_cast<size_t>(p.row.rank)] = p.row.phases;
+  r.clock = clock_report(c, options.cluster_path, r.buckets, engine.data_parallel().algorithm(),
+                         rank_phases);
   if (options.ranks_per_node > 0) {
     r.crossings = node_crossings(c);
     r.warnings = layout_warnings(c);

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 
 #include "dtrain/core/memory.h"
 #include "dtrain/parallel/data_parallel.h"
+#include "dtrain/train/clock_report.h"
 #include "dtrain/train/engine.h"
 #include "dtrain/train/layout.h"
 
@@ -79,6 +81,8 @@ struct RankRow {
   // DP communication-thread time per step, the part hidden inside compute, and their ratio.
   double dp_comm_ms = 0, dp_hidden_ms = 0, dp_overlap_share = 0;
   double busy_ms = 0;  // compute in the last step
+  // The clock's phases measured on this rank: medians over the steps after the first (step_s 0).
+  plan::EnginePhases phases;
 };
 
 struct GroupCrossing {
@@ -118,6 +122,8 @@ struct LayoutReport {
   // Every rank's model traffic across nodes per step, summed: measured and predicted.
   double inter_node_bytes = 0, predicted_inter_node_bytes = 0;
   std::string trace_path, timeline_path;  // written, when asked for
+  // --cluster with measured rates: each phase predicted beside measured (clock_report.h).
+  std::optional<ClockReport> clock;
 };
 
 // A stage's parameters on one TP rank as the planned peak reads them: all of them, the

@@ -77,7 +77,8 @@ json row_to_json(const RankRow& k) {
            {{"comm_ms_per_step", k.dp_comm_ms},
             {"hidden_ms_per_step", k.dp_hidden_ms},
             {"share", k.dp_overlap_share}}},
-          {"busy_ms_last_step", k.busy_ms}};
+          {"busy_ms_last_step", k.busy_ms},
+          {"clock_phases", phases_to_json(k.phases)}};
 }
 
 RankRow row_from_json(const json& j) {
@@ -133,6 +134,7 @@ RankRow row_from_json(const json& j) {
   k.dp_comm_ms = j.at("dp_overlap").at("comm_ms_per_step");
   k.dp_hidden_ms = j.at("dp_overlap").at("hidden_ms_per_step");
   k.dp_overlap_share = j.at("dp_overlap").at("share");
+  k.phases = phases_from_json(j.at("clock_phases"));
   k.busy_ms = j.at("busy_ms_last_step");
   return k;
 }

@@ -18,6 +18,18 @@ std::string signal_name(int signal_number) {
   return "signal " + std::to_string(signal_number);
 }
 
+namespace {
+
+// The layout report's clock with the measured step: the median step time printed above.
+std::optional<ClockReport> measured_clock(const TrainSummary& s) {
+  if (!s.layout || !s.layout->clock) return std::nullopt;
+  ClockReport clock = *s.layout->clock;
+  clock.measured.step_s = s.median_ms_per_step * 1e-3;
+  return clock;
+}
+
+}  // namespace
+
 void print_summary(std::ostream& out, const TrainSummary& s) {
   const TrainerConfig& c = s.config;
   out << "dtrain train: " << c.model_name << " model (" << model::describe(c.model) << ", "
@@ -65,6 +77,11 @@ void print_summary(std::ostream& out, const TrainSummary& s) {
          "boundary, + workspace): "
       << format_bytes(s.planned_activation_bytes) << "; recompute " << name(c.recompute) << "\n";
   if (s.layout) print_layout_report(out, *s.layout);
+  if (const std::optional<ClockReport> clock = measured_clock(s)) {
+    print_clock_report(out, *clock);
+  } else {
+    out << "Clock: " << kClockHint << "\n";
+  }
 }
 
 nlohmann::json summary_to_json(const TrainSummary& s) {
@@ -121,6 +138,8 @@ nlohmann::json summary_to_json(const TrainSummary& s) {
   mem["planned_activation_bytes"] = s.planned_activation_bytes;
   j["memory"] = mem;
   if (s.layout) j["layout"] = layout_report_to_json(*s.layout);
+  const std::optional<ClockReport> clock = measured_clock(s);
+  j["clock"] = clock ? clock_to_json(*clock) : nlohmann::json(nullptr);
   return j;
 }
 

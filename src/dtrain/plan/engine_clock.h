@@ -1,0 +1,114 @@
+// The clock of dtrain's own engine on CPU ranks: seconds of one training step, phase by phase,
+// from the rates `dtrain calibrate --compute` measured on the ranks' machine (measured_rates.h).
+// It mirrors the kernels the engine runs (model/gpt.cc, model/ops, parallel/, optim/adamw.cc)
+// call by call; the collectives' bytes and the schedule's bubble come from comm_model.h and
+// pipeline_model.h, as the GPU clock's do (time_model.h, planner.cc). docs/clock.md, "The
+// engine's clock", lists the operations, what is assumed and where it misses.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dtrain/comm/collective_kind.h"
+#include "dtrain/core/recompute.h"
+#include "dtrain/plan/hardware.h"
+#include "dtrain/plan/measured_rates.h"
+#include "dtrain/plan/model_presets.h"
+#include "dtrain/plan/pipeline_model.h"
+#include "dtrain/plan/time_model.h"
+
+namespace dtrain::plan {
+
+// One layout of the engine, as far as its time goes.
+struct EngineClockInput {
+  ModelShape model;  // hidden C, heads NH, layers L, vocab V, seq T (GPT, no dropout)
+  int dp = 1, tp = 1, pp = 1;
+  int chunks = 1;  // model chunks per pipeline rank (interleaved)
+  int zero_stage = 0;
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::none;
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  int64_t micro_batch = 1;  // B rows per micro-batch
+  int microbatches = 1;     // M per DP rank
+  Precision precision = Precision::fp32;
+  int threads = 1;  // compute threads per rank (--threads)
+  // The parameters of the busiest stage on one TP rank (before ZeRO sharding), and the DP
+  // collectives' pieces (gradient buckets; ZeRO-3's units) of that stage.
+  int64_t stage_params = 0;
+  int64_t dp_pieces = 1;
+  bool inter_node_dp = false;  // the DP group spans nodes (its collectives on inter_node)
+  // The DP all-reduce's algorithm (ZeRO 0; the engine picks direct where the group shares
+  // memory); reduce-scatters and gathers run the ring.
+  comm::Algorithm dp_algorithm = comm::Algorithm::ring;
+};
+
+// Seconds of one step on the critical rank, by phase. forward and backward are compute only
+// (the DP communication thread's slowdown of backward included), tp_comm the TP collectives on
+// the critical path, pipeline_wait the schedule's bubble and the sends waited for, exposed_dp
+// what of the DP/ZeRO syncs does not fit behind compute, optimizer the gradient norm and AdamW.
+// step is their sum.
+struct EnginePhases {
+  double forward_s = 0, backward_s = 0, tp_comm_s = 0, pipeline_wait_s = 0, exposed_dp_s = 0;
+  double optimizer_s = 0, step_s = 0;
+};
+
+struct EngineClock {
+  EnginePhases phases;
+  PassTimes stage;  // per micro-batch on the busiest stage, compute only (stretched)
+  double tp_forward_s = 0, tp_backward_s = 0;  // TP collectives per micro-batch
+  double send_s = 0;                           // one pipeline send of one micro-batch
+  double dp_comm_s = 0;                        // every DP/ZeRO collective of the step
+  double stretch = 1;  // oversubscription: compute seconds multiplied by this
+};
+
+// Compute of one transformer block (forward, B with any recompute, W) for one micro-batch on
+// one TP rank, collectives excluded.
+PassTimes engine_layer_seconds(const EngineClockInput& in, const MeasuredRates& r);
+// The head (final LayerNorm, logits, cross-entropy, vocabulary-parallel with TP) and the
+// embedding (token + position rows; vocabulary-parallel with TP), one micro-batch.
+PassTimes engine_head_seconds(const EngineClockInput& in, const MeasuredRates& r);
+PassTimes engine_embedding_seconds(const EngineClockInput& in, const MeasuredRates& r);
+// The step's optimizer on this rank: the global norm's sum of squares over `grad_elements`
+// owned gradients, AdamW over `params` owned parameters (plus, under bf16, the new weights
+// rounded to bf16).
+double engine_optimizer_seconds(double params, double grad_elements, Precision precision,
+                                const MeasuredRates& r);
+
+// One collective of `bytes` (S as collective_cost.h defines it) on `ranks` ranks with `algo`:
+// the measured rate of that collective, algorithm and link when calibrate measured one
+// (latency + bytes sent per rank / bandwidth), else the link formula (comm_model.h).
+double engine_collective_seconds(const Cluster& c, comm::CollectiveOp op, comm::Algorithm algo,
+                                 double bytes, int ranks, bool inter_node);
+double engine_send_seconds(const Cluster& c, double bytes, bool inter_node);
+
+// TP collectives of one micro-batch through the stage's blocks (f and g, SP's gathers and
+// scatters and re-gathers, full recompute's reruns), the vocabulary's reductions on the end
+// stages: {forward seconds, backward seconds}.
+struct TpSeconds {
+  double forward_s = 0, backward_s = 0;
+};
+TpSeconds engine_tp_seconds(const EngineClockInput& in, const Cluster& c, bool embedding,
+                            bool head);
+
+// Oversubscription: `ranks` x `threads` compute threads on `cores` cores. The rates were measured
+// on an otherwise idle machine; when the threads exceed the cores every rank's compute runs at
+// cores / (ranks x threads) of that speed (the step cannot be shorter than all ranks' core-time
+// over the cores). 1 when they fit, or when cores is unknown (0).
+double oversubscription(int ranks, int threads, int cores);
+
+// What the DP communication thread leaves on the critical path: `comm_s` of collectives whose
+// last piece takes `last_piece_s`, overlapped with `window_s` of compute that runs
+// `interference` times slower while the thread communicates. exposed: what does not fit
+// (exposed_time); slowdown: the overlapped compute's extra seconds.
+struct DpOverlap {
+  double exposed_s = 0, slowdown_s = 0;
+};
+DpOverlap dp_overlap(double comm_s, double last_piece_s, double window_s, double interference);
+
+// The whole step. Needs c.gpu.measured (throws Error naming the cluster file's field when absent).
+EngineClock engine_clock(const EngineClockInput& in, const Cluster& c);
+
+// "gpu.measured" of a cluster: whether it is there, and the clock's name for reports.
+bool has_measured_rates(const Cluster& c);
+
+}  // namespace dtrain::plan

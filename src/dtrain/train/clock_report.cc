@@ -1,0 +1,149 @@
+// ClockReport: the engine clock's inputs read off the run's layout, the measured phases'
+// medians, and the predicted-beside-measured table and JSON.
+#include "dtrain/train/clock_report.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "dtrain/train/layout_report.h"
+
+namespace dtrain::train {
+
+plan::EngineClockInput engine_clock_input(const EngineConfig& c, int64_t buckets,
+                                          comm::Algorithm dp_algorithm) {
+  plan::EngineClockInput in;
+  const model::GptConfig& g = c.step.model;
+  in.model.name = "run";
+  in.model.layers = g.layers;
+  in.model.hidden = g.channels;
+  in.model.heads = g.heads;
+  in.model.vocab = g.vocab;
+  in.model.seq = c.step.seq;
+  in.dp = c.dp;
+  in.tp = c.tp;
+  in.pp = c.pp;
+  in.chunks = c.partition.chunks();
+  in.zero_stage = c.zero_stage;
+  in.sequence_parallel = c.sequence_parallel && c.tp > 1;
+  in.recompute = c.step.recompute;
+  in.schedule = c.schedule;
+  in.micro_batch = c.micro_batch();
+  in.microbatches = c.microbatches;
+  in.precision =
+      c.step.precision == model::Precision::bf16 ? plan::Precision::bf16 : plan::Precision::fp32;
+  in.threads = c.step.threads;
+  for (int stage = 0; stage < c.pp; ++stage) {
+    in.stage_params = std::max(in.stage_params, stage_param_counts(c, stage).params);
+  }
+  in.dp_pieces = std::max<int64_t>(1, buckets);
+  in.dp_algorithm = dp_algorithm;
+  for (const GroupCrossing& g2 : node_crossings(c)) in.inter_node_dp |= g2.axis == "dp";
+  return in;
+}
+
+plan::EnginePhases median_phases(const std::vector<StepPhases>& steps) {
+  plan::EnginePhases p;
+  if (steps.empty()) return p;
+  const size_t first = steps.size() > 1 ? 1 : 0;
+  auto median = [&](double StepPhases::*field) {
+    std::vector<double> v;
+    for (size_t i = first; i < steps.size(); ++i) v.push_back(steps[i].*field);
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2] * 1e-6;
+  };
+  p.forward_s = median(&StepPhases::forward_us);
+  p.backward_s = median(&StepPhases::backward_us);
+  p.tp_comm_s = median(&StepPhases::tp_comm_us);
+  p.pipeline_wait_s = median(&StepPhases::pipeline_wait_us);
+  p.exposed_dp_s = median(&StepPhases::exposed_dp_us);
+  p.optimizer_s = median(&StepPhases::optimizer_us);
+  return p;
+}
+
+std::optional<ClockReport> clock_report(const EngineConfig& config, const std::string& rates_path,
+                                        int64_t buckets, comm::Algorithm dp_algorithm,
+                                        const std::vector<plan::EnginePhases>& rank_phases) {
+  if (!config.cluster || !plan::has_measured_rates(*config.cluster)) return std::nullopt;
+  ClockReport r;
+  r.rates = rates_path;
+  const plan::EngineClock clock =
+      plan::engine_clock(engine_clock_input(config, buckets, dp_algorithm), *config.cluster);
+  r.predicted = clock.phases;
+  r.stretch = clock.stretch;
+  double longest = -1;
+  for (size_t i = 0; i < rank_phases.size(); ++i) {
+    const plan::EnginePhases& p = rank_phases[i];
+    const double compute = p.forward_s + p.backward_s + p.tp_comm_s;
+    if (compute > longest) {
+      longest = compute;
+      r.measured = p;
+      r.rank = static_cast<int>(i);
+    }
+  }
+  return r;
+}
+
+nlohmann::json phases_to_json(const plan::EnginePhases& p) {
+  return {{"forward_s", p.forward_s},
+          {"backward_s", p.backward_s},
+          {"tp_comm_s", p.tp_comm_s},
+          {"pipeline_wait_s", p.pipeline_wait_s},
+          {"exposed_dp_s", p.exposed_dp_s},
+          {"optimizer_s", p.optimizer_s},
+          {"step_s", p.step_s}};
+}
+
+plan::EnginePhases phases_from_json(const nlohmann::json& j) {
+  plan::EnginePhases p;
+  p.forward_s = j.at("forward_s");
+  p.backward_s = j.at("backward_s");
+  p.tp_comm_s = j.at("tp_comm_s");
+  p.pipeline_wait_s = j.at("pipeline_wait_s");
+  p.exposed_dp_s = j.at("exposed_dp_s");
+  p.optimizer_s = j.at("optimizer_s");
+  p.step_s = j.at("step_s");
+  return p;
+}
+
+nlohmann::json clock_to_json(const ClockReport& c) {
+  return {{"rates", c.rates},
+          {"predicted", phases_to_json(c.predicted)},
+          {"measured", phases_to_json(c.measured)},
+          {"measured_rank", c.rank},
+          {"oversubscription", c.stretch}};
+}
+
+void print_clock_report(std::ostream& out, const ClockReport& c) {
+  out << "Clock: predicted from " << c.rates << " (the engine's clock, docs/clock.md) beside "
+      << "measured on rank " << c.rank << " (median of the steps after the first)";
+  if (c.stretch > 1) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "; compute x%.2f for ranks x threads over the cores", c.stretch);
+    out << buf;
+  }
+  out << "\n";
+  out << "  phase                predicted ms   measured ms    error\n";
+  auto row = [&](const char* what, double predicted, double measured) {
+    char buf[160];
+    if (measured > 0) {
+      std::snprintf(buf, sizeof buf, "  %-20s %12.3f %13.3f %+8.1f%%\n", what, predicted * 1e3,
+                    measured * 1e3, (predicted / measured - 1) * 100);
+    } else {
+      std::snprintf(buf, sizeof buf, "  %-20s %12.3f %13.3f %9s\n", what, predicted * 1e3,
+                    measured * 1e3, "-");
+    }
+    out << buf;
+  };
+  const plan::EnginePhases& p = c.predicted;
+  const plan::EnginePhases& m = c.measured;
+  row("forward", p.forward_s, m.forward_s);
+  row("backward", p.backward_s, m.backward_s);
+  row("TP collectives", p.tp_comm_s, m.tp_comm_s);
+  row("pipeline waits", p.pipeline_wait_s, m.pipeline_wait_s);
+  row("exposed DP", p.exposed_dp_s, m.exposed_dp_s);
+  row("optimizer", p.optimizer_s, m.optimizer_s);
+  row("step", p.step_s, m.step_s);
+  out << "\n";
+}
+
+}  // namespace dtrain::train

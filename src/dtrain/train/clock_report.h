@@ -1,0 +1,53 @@
+// The clock beside the run: each phase of a step (forward, backward, TP collectives, pipeline
+// waits and bubble, exposed DP, optimizer, step) as plan/engine_clock.h predicts it from the
+// --cluster file's measured rates, and as this run measured it (medians over the steps after
+// the first, on the rank whose compute is the longest). The prediction never reads the run's
+// own times: only the layout and the rates.
+#pragma once
+
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dtrain/plan/engine_clock.h"
+#include "dtrain/train/engine.h"
+
+namespace dtrain::train {
+
+struct ClockReport {
+  std::string rates;  // the --cluster file that priced it
+  plan::EnginePhases predicted;
+  plan::EnginePhases measured;  // step_s: the run's median step time
+  int rank = 0;                 // the rank measured
+  double stretch = 1;           // the prediction's oversubscription factor
+};
+
+// The layout as the engine's clock sees it; `buckets` the DP syncs per step of a rank (stage
+// 3: its units), `dp_algorithm` the flat DP syncs' algorithm.
+plan::EngineClockInput engine_clock_input(const EngineConfig& config, int64_t buckets,
+                                          comm::Algorithm dp_algorithm);
+
+// Median of each phase over a rank's steps, the first (warm-up) left out when there are more.
+plan::EnginePhases median_phases(const std::vector<StepPhases>& steps);
+
+// With a --cluster file carrying measured rates: the predicted phases and those measured on the
+// rank with the longest compute (`rank_phases`, one per rank, global rank order). nullopt
+// without measured rates.
+std::optional<ClockReport> clock_report(const EngineConfig& config, const std::string& rates_path,
+                                        int64_t buckets, comm::Algorithm dp_algorithm,
+                                        const std::vector<plan::EnginePhases>& rank_phases);
+
+nlohmann::json phases_to_json(const plan::EnginePhases& p);
+plan::EnginePhases phases_from_json(const nlohmann::json& j);
+// {"rates": FILE, "predicted": {...}, "measured": {...}}; measured step_s = `median_step_s`.
+nlohmann::json clock_to_json(const ClockReport& clock);
+void print_clock_report(std::ostream& out, const ClockReport& clock);
+// What to run when the cluster has no measured rates.
+inline constexpr const char* kClockHint =
+    "no measured rates: run `dtrain calibrate --compute -o cpu.json`, then train with "
+    "--cluster cpu.json to see each phase's predicted time beside its measurement";
+
+}  // namespace dtrain::train

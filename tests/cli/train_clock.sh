@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# `dtrain train --cluster FILE` with measured rates (`dtrain calibrate --compute`) sets each
+# phase's predicted time beside its measurement, in the table and in --json's "clock" object
+# (keys the benchmark reads); without measured rates the report says how to get them and the
+# JSON has "clock": null. Usage: train_clock.sh path/to/dtrain
+source "$(dirname "$0")/lib/expect.bash"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+run=(train --model tiny --layers 2 --steps 3 --eval-every 0 --eval-batches 1)
+
+expect_output 'Clock: no measured rates: run `dtrain calibrate --compute -o cpu.json`' "${run[@]}"
+out=$("$DTRAIN" "${run[@]}" --json 2>/dev/null)
+if python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["clock"] is None else 1)' <<<"$out"; then
+  echo 'ok: --json without measured rates: "clock": null'
+else
+  fail '--json without measured rates: "clock" is not null'
+fi
+
+if ! "$DTRAIN" calibrate --compute -o "$tmp/cpu.json" >"$tmp/calibrate.log" 2>&1; then
+  fail "dtrain calibrate --compute -o cpu.json: $(tail -3 "$tmp/calibrate.log")"
+  finish
+fi
+for layout in "--dp 2" "--tp 2" "--pp 2 --microbatches 2"; do
+  # shellcheck disable=SC2086
+  expect_output 'Clock: predicted from .*cpu.json.* beside measured on rank' \
+    "${run[@]}" $layout --cluster "$tmp/cpu.json"
+  # shellcheck disable=SC2086
+  out=$("$DTRAIN" "${run[@]}" $layout --cluster "$tmp/cpu.json" --json 2>/dev/null)
+  if python3 - "$out" <<'PY'; then
+import json, sys
+c = json.loads(sys.argv[1])["clock"]
+keys = {"forward_s", "backward_s", "tp_comm_s", "pipeline_wait_s", "exposed_dp_s", "optimizer_s",
+        "step_s"}
+assert c["rates"].endswith("cpu.json"), c["rates"]
+for side in ("predicted", "measured"):
+    assert set(c[side]) == keys, (side, sorted(c[side]))
+    assert all(v >= 0 for v in c[side].values()), c[side]
+    assert c[side]["step_s"] > 0 and c[side]["forward_s"] > 0 and c[side]["backward_s"] > 0
+p = c["predicted"]
+assert abs(sum(v for k, v in p.items() if k != "step_s") - p["step_s"]) <= 1e-9 * p["step_s"]
+PY
+    echo "ok: --json $layout: clock.predicted and clock.measured carry every phase"
+  else
+    fail "--json $layout: clock object incomplete: $(python3 -c 'import json,sys; print(json.load(sys.stdin).get("clock"))' <<<"$out")"
+  fi
+done
+# The TP phase is priced and measured only where there are TP collectives.
+out=$("$DTRAIN" "${run[@]}" --tp 2 --cluster "$tmp/cpu.json" --json 2>/dev/null)
+if python3 -c 'import json,sys; c=json.load(sys.stdin)["clock"]; sys.exit(0 if c["predicted"]["tp_comm_s"] > 0 and c["measured"]["tp_comm_s"] > 0 else 1)' <<<"$out"; then
+  echo "ok: --tp 2: TP collectives predicted and measured"
+else
+  fail "--tp 2: TP collectives missing from the clock"
+fi
+finish
