@@ -143,7 +143,10 @@ std::pair<double, double> run_layout_once(const LayoutsBenchOptions& o, const st
   if (s.mpi) {
     // As root OpenMPI refuses to start without --allow-run-as-root; 4 ranks on fewer cores
     // need --oversubscribe (sharing the cores is part of what the clock models).
-    command = shell_quote(mpirun) + " -np " + std::to_string(s.ranks()) + " --oversubscribe" +
+    // Idle ranks yield their core (as scripts/cluster runs them): busy-polling ranks on shared
+    // cores would starve the rank that is computing.
+    command = shell_quote(mpirun) + " -np " + std::to_string(s.ranks()) +
+              " --oversubscribe --mca mpi_yield_when_idle 1" +
               (::geteuid() == 0 ? " --allow-run-as-root " : " ") + command;
   }
   const CommandResult ran = run_command(command + " 2>" + shell_quote(errors), false);
@@ -214,11 +217,12 @@ std::vector<LayoutModel> layout_models() {
                     bench.config.vocab,
                     bench.config.context,
                     bench.batch};
-  // Twice the blocks and 1.5x the width: about 4x the bench step (tens of ms per step here).
+  // Twice the blocks and heads, 1.25x the width: about 3x the bench step (tens of ms per step on
+  // two cores).
   LayoutModel large = small;
   large.name = "large";
   large.layers = 2 * small.layers;
-  large.channels = 3 * small.channels / 2;
+  large.channels = 5 * small.channels / 4;
   large.heads = 2 * small.heads;
   return {small, large};
 }
@@ -288,12 +292,8 @@ LayoutsBenchReport run_layouts_bench(const LayoutsBenchOptions& options) {
   r.models = layout_models();
   for (const LayoutSpec& s : grid) r.results.push_back(LayoutResult{s, {}, {}, "", 0, 0, 0, 0});
 
-  std::vector<std::string> names;
-  for (size_t i = 0; i < grid.size(); ++i) {
-    names.push_back(str("metrics-", i, ".jsonl"));
-    names.push_back(str("stderr-", i, ".txt"));
-  }
-  ScratchDir scratch("dtrain-bench-layouts", names);
+  // One run at a time: each reuses the same two files.
+  ScratchDir scratch("dtrain-bench-layouts", {"metrics.jsonl", "stderr.txt"});
   const size_t runs = grid.size() * static_cast<size_t>(o.repeats);
   size_t done = 0;
   // Round-robin: repeat k of every layout before repeat k+1 of any, so that a burst of load from
@@ -301,11 +301,13 @@ LayoutsBenchReport run_layouts_bench(const LayoutsBenchOptions& options) {
   for (int k = 0; k < o.repeats; ++k) {
     for (size_t i = 0; i < grid.size(); ++i) {
       LayoutResult& res = r.results[i];
-      const std::string metrics = scratch.file(str("metrics-", i, ".jsonl"));
-      std::filesystem::remove(metrics);
+      const std::string metrics = scratch.file("metrics.jsonl");
+      // An empty file, not none: every MPI rank checks that --metrics can be written, and
+      // where it does not exist each probes by creating it, which races between the ranks.
+      std::ofstream(metrics, std::ios::trunc).close();
       const auto [predicted, measured] =
           run_layout_once(o, mpirun, r.models[static_cast<size_t>(res.spec.model)], res.spec,
-                          metrics, scratch.file(str("stderr-", i, ".txt")), res.predicted_source);
+                          metrics, scratch.file("stderr.txt"), res.predicted_source);
       res.predicted_ms.push_back(predicted);
       res.measured_ms.push_back(measured);
       ++done;
