@@ -390,12 +390,12 @@ void print_layouts_bench(std::ostream& out, const LayoutsBenchReport& r) {
         << m.heads << " heads, vocab " << m.vocab << ", batch " << m.batch << " x seq " << m.seq
         << "\n";
   }
-  out << "\n   #  model  ranks  layout                                predicted ms  measured ms"
+  out << "\n   #  model  ranks  layout                                    predicted ms  measured ms"
          "  error %  spread %  predicted by\n";
   for (size_t i = 0; i < r.results.size(); ++i) {
     const LayoutResult& res = r.results[i];
     std::string label = describe(res.spec);
-    label.resize(std::max<size_t>(label.size(), 36), ' ');
+    label.resize(std::max<size_t>(label.size(), 40), ' ');
     out << lpad(std::to_string(i + 1), 4) << "  " << r.models[res.spec.model].name
         << std::string(7 - std::min<size_t>(6, r.models[res.spec.model].name.size()), ' ')
         << lpad(std::to_string(res.spec.ranks()), 5) << "  " << label
