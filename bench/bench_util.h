@@ -1,11 +1,17 @@
 // Small helpers every benchmark report shares: the median of repeated timings, fixed-width
-// number formatting for the tables, and running a peer (a command whose logfmt lines we read).
+// number formatting for the tables, and running a peer or a dtrain subprocess (a command whose
+// logfmt lines or JSON we read).
 #pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -54,6 +60,48 @@ inline std::optional<std::string> command_output(const std::string& command) {
     output += buf.data();
   }
   return output;
+}
+
+// `s` as one word for /bin/sh.
+inline std::string shell_quote(const std::string& s) {
+  std::string quoted = "'";
+  for (char ch : s) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return quoted + "'";
+}
+
+// The first executable `name` on $PATH, or "" when there is none.
+inline std::string find_program(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path != nullptr ? path : "");
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    const std::filesystem::path candidate = std::filesystem::path(dir.empty() ? "." : dir) / name;
+    if (::access(candidate.c_str(), X_OK) == 0 && std::filesystem::is_regular_file(candidate)) {
+      return candidate.string();
+    }
+  }
+  return "";
+}
+
+struct CommandResult {
+  bool started = false;
+  int exit_code = -1;  // -1: killed by a signal
+  std::string output;  // stdout, and stderr too unless the command redirects it
+};
+
+// Runs `command` under /bin/sh; stderr joins stdout unless `merge_stderr` is false (the command
+// then redirects it itself, e.g. to a file, so that stdout stays parseable JSON).
+inline CommandResult run_command(const std::string& command, bool merge_stderr = true) {
+  CommandResult result;
+  FILE* pipe = popen((merge_stderr ? command + " 2>&1" : command).c_str(), "r");
+  if (pipe == nullptr) return result;
+  result.started = true;
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), static_cast<int>(buf.size()), pipe) != nullptr)
+    result.output += buf.data();
+  const int status = pclose(pipe);
+  result.exit_code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
 }
 
 }  // namespace dtrain::bench

@@ -422,46 +422,6 @@ std::vector<std::pair<Algorithm, bool>> sweep_columns(const CollectiveSweepConfi
   return columns;
 }
 
-// `s` as one word for /bin/sh.
-std::string shell_quote(const std::string& s) {
-  std::string quoted = "'";
-  for (char ch : s) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return quoted + "'";
-}
-
-// The first executable `name` on $PATH, or "" when there is none.
-std::string find_program(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::istringstream dirs(path != nullptr ? path : "");
-  std::string dir;
-  while (std::getline(dirs, dir, ':')) {
-    const std::filesystem::path candidate = std::filesystem::path(dir.empty() ? "." : dir) / name;
-    if (::access(candidate.c_str(), X_OK) == 0 && std::filesystem::is_regular_file(candidate)) {
-      return candidate.string();
-    }
-  }
-  return "";
-}
-
-struct CommandResult {
-  bool started = false;
-  int exit_code = -1;  // -1: killed by a signal
-  std::string output;  // stdout and stderr together
-};
-
-CommandResult run_command(const std::string& command) {
-  CommandResult result;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return result;
-  result.started = true;
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), static_cast<int>(buf.size()), pipe) != nullptr)
-    result.output += buf.data();
-  const int status = pclose(pipe);
-  result.exit_code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
-
 // The OpenMPI peer (bench/peers/mpi_allreduce.c): built once into a temporary directory,
 // removed with this object; run() starts it under mpirun for one op, np and size.
 class MpiPeer {

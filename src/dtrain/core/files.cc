@@ -39,10 +39,14 @@ void check_output_file(const std::string& path, std::string_view flag) {
   const fs::path parent = fs::path(path).parent_path();
   DTRAIN_CHECK(parent.empty() || fs::is_directory(parent, ec), flag, " ", path, ": no directory ",
                parent.string());
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  // Probe with a file of a unique name beside it, not the file itself: the ranks of an MPI job
+  // all check the same path at once, and an exclusive create of that one name fails for all
+  // but the first.
+  std::string probe = ((parent.empty() ? fs::path(".") : parent) / ".dtrain-probe-XXXXXX").string();
+  const int fd = ::mkstemp(probe.data());
   DTRAIN_CHECK(fd >= 0, flag, " ", path, ": cannot be created (", std::strerror(errno), ")");
   ::close(fd);
-  ::unlink(path.c_str());
+  ::unlink(probe.c_str());
 }
 
 void check_output_directory(const std::string& path, std::string_view flag) {

@@ -1,0 +1,496 @@
+// run_layouts_bench: every layout of the grid as a `dtrain train` subprocess (mpirun for the MPI
+// ones), round-robin over the layouts for each repeat; then the errors, the repeat spreads and
+// the per-group rankings from those figures alone (summarize_layouts).
+#include "bench/layouts_bench.h"
+#include "bench/bench_util.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "bench/clock_bench.h"
+#include "bench/scratch_dir.h"
+#include "dtrain/core/check.h"
+#include "dtrain/model/bf16_gemm.h"
+#include "dtrain/model/gpt_config.h"
+
+namespace dtrain::bench {
+namespace {
+
+// The train flags of `spec` on `model`, without the backend and output flags.
+std::vector<std::string> layout_args(const LayoutModel& model, const LayoutSpec& spec) {
+  std::vector<std::string> a = {"--model",        "bench",
+                                "--layers",       std::to_string(model.layers),
+                                "--channels",     std::to_string(model.channels),
+                                "--heads",        std::to_string(model.heads),
+                                "--batch",        std::to_string(model.batch),
+                                "--seq",          std::to_string(model.seq),
+                                "--dp",           std::to_string(spec.dp),
+                                "--tp",           std::to_string(spec.tp),
+                                "--pp",           std::to_string(spec.pp),
+                                "--zero",         std::to_string(spec.zero),
+                                "--recompute",    spec.recompute,
+                                "--microbatches", std::to_string(spec.microbatches),
+                                "--schedule",     spec.schedule,
+                                "--precision",    spec.precision};
+  if (spec.sequence_parallel) a.emplace_back("--sequence-parallel");
+  return a;
+}
+
+std::string join_quoted(const std::vector<std::string>& words) {
+  std::string s;
+  for (const std::string& w : words) {
+    s += ' ';
+    s += shell_quote(w);
+  }
+  return s;
+}
+
+// The median of a run's step times after the first (its warm-up: first touches of every
+// buffer, thread start-up), from the --metrics file; all of them when the run had one step.
+double measured_step_ms(const std::string& metrics_path) {
+  std::ifstream in(metrics_path);
+  DTRAIN_CHECK(in.good(), "bench layouts: the run wrote no metrics file ", metrics_path);
+  std::vector<double> steps;
+  std::string line;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.value("type", "") == "step") steps.push_back(j.at("step_ms"));
+  }
+  DTRAIN_CHECK(!steps.empty(), "bench layouts: no step in ", metrics_path);
+  if (steps.size() > 1) steps.erase(steps.begin());
+  return median(steps);
+}
+
+// The clock's step for the run, ms: train's "clock.predicted.step_s", priced from the cluster
+// file's rates before the first step. Empty when the report has no clock.
+std::optional<double> clock_predicted_ms(const nlohmann::json& report) {
+  if (!report.contains("clock") || !report["clock"].is_object()) return std::nullopt;
+  const nlohmann::json& clock = report["clock"];
+  if (!clock.contains("predicted") || !clock["predicted"].is_object()) return std::nullopt;
+  return clock["predicted"].at("step_s").get<double>() * 1e3;
+}
+
+// TEMPORARY stand-in while train's report has no clock: `dtrain plan --cluster FILE --json`'s
+// step for the same shape and layout on one node of `ranks` GPUs (the planner's prediction, never
+// this run's measurement). Removed once the clock reports in train's JSON.
+double plan_predicted_ms(const LayoutsBenchOptions& o, const LayoutModel& m, const LayoutSpec& s) {
+  std::vector<std::string> a = {"plan",
+                                "--cluster",
+                                o.cluster,
+                                "--nodes",
+                                "1",
+                                "--gpus-per-node",
+                                std::to_string(s.ranks()),
+                                "--family",
+                                "gpt",
+                                "--layers",
+                                std::to_string(m.layers),
+                                "--hidden",
+                                std::to_string(m.channels),
+                                "--heads",
+                                std::to_string(m.heads),
+                                "--vocab",
+                                std::to_string(m.vocab),
+                                "--seq-length",
+                                std::to_string(m.seq),
+                                "--global-batch",
+                                std::to_string(m.batch),
+                                "--dp",
+                                std::to_string(s.dp),
+                                "--tp",
+                                std::to_string(s.tp),
+                                "--pp",
+                                std::to_string(s.pp),
+                                "--zero",
+                                std::to_string(s.zero),
+                                "--microbatches",
+                                std::to_string(s.microbatches),
+                                "--recompute",
+                                s.recompute,
+                                "--schedule",
+                                s.schedule,
+                                "--precision",
+                                s.precision == "bf16" ? "mixed" : "fp32",
+                                "--activation-bytes",
+                                s.precision == "bf16" ? "2" : "4",
+                                "--json"};
+  if (s.schedule == "interleaved") a.insert(a.end(), {"--vp", "2"});
+  if (s.sequence_parallel) a.emplace_back("--sequence-parallel");
+  const std::string command = shell_quote(o.dtrain) + join_quoted(a);
+  const CommandResult ran = run_command(command + " 2>/dev/null", false);
+  DTRAIN_CHECK(ran.started && ran.exit_code == 0, "bench layouts: ", command, " failed (exit ",
+               ran.exit_code, ")");
+  const nlohmann::json j = nlohmann::json::parse(ran.output);
+  return j.at("plan").at("time").at("step_s").get<double>() * 1e3;
+}
+
+// One repeat of one layout: predicted and measured ms.
+std::pair<double, double> run_layout_once(const LayoutsBenchOptions& o, const std::string& mpirun,
+                                          const LayoutModel& m, const LayoutSpec& s,
+                                          const std::string& metrics, const std::string& errors,
+                                          std::string& source) {
+  std::vector<std::string> a = {"train"};
+  const std::vector<std::string> layout = layout_args(m, s);
+  a.insert(a.end(), layout.begin(), layout.end());
+  a.insert(a.end(), {"--steps", std::to_string(o.steps), "--eval-every", "0", "--eval-batches", "1",
+                     "--cluster", o.cluster, "--metrics", metrics, "--json", "--backend",
+                     s.mpi ? "mpi" : "threads"});
+  std::string command = shell_quote(o.dtrain) + join_quoted(a);
+  if (s.mpi) {
+    // As root OpenMPI refuses to start without --allow-run-as-root; 4 ranks on fewer cores
+    // need --oversubscribe (sharing the cores is part of what the clock models).
+    // Idle ranks yield their core (as scripts/cluster runs them): busy-polling ranks on shared
+    // cores would starve the rank that is computing.
+    command = shell_quote(mpirun) + " -np " + std::to_string(s.ranks()) +
+              " --oversubscribe --mca mpi_yield_when_idle 1" +
+              (::geteuid() == 0 ? " --allow-run-as-root " : " ") + command;
+  }
+  const CommandResult ran = run_command(command + " 2>" + shell_quote(errors), false);
+  if (!ran.started || ran.exit_code != 0) {
+    std::ifstream err(errors);
+    std::stringstream text;
+    text << err.rdbuf();
+    DTRAIN_CHECK(false, "bench layouts: ", describe(s), " failed (exit ", ran.exit_code,
+                 "): ", command, "\n", text.str());
+  }
+  const nlohmann::json report = nlohmann::json::parse(ran.output, nullptr, false);
+  DTRAIN_CHECK(report.is_object(), "bench layouts: ", describe(s),
+               " printed no JSON report: ", command);
+  const double measured = measured_step_ms(metrics);
+  if (const std::optional<double> clock = clock_predicted_ms(report)) {
+    source = "clock";
+    return {*clock, measured};
+  }
+  source = "plan (stand-in)";
+  return {plan_predicted_ms(o, m, s), measured};
+}
+
+LayoutSpec layout(int model, bool mpi, int dp, int tp, int pp, int zero = 0) {
+  LayoutSpec s;
+  s.model = model;
+  s.mpi = mpi;
+  s.dp = dp;
+  s.tp = tp;
+  s.pp = pp;
+  s.zero = zero;
+  return s;
+}
+
+LayoutSpec with(LayoutSpec s, const std::string& recompute, int microbatches,
+                const std::string& schedule, const std::string& precision, bool sp = false) {
+  s.recompute = recompute;
+  s.microbatches = microbatches;
+  s.schedule = schedule;
+  s.precision = precision;
+  s.sequence_parallel = sp;
+  return s;
+}
+
+}  // namespace
+
+std::string describe(const LayoutSpec& s) {
+  std::string d;
+  auto word = [&](const std::string& w) { d += (d.empty() ? "" : " ") + w; };
+  if (s.dp > 1) word("dp" + std::to_string(s.dp));
+  if (s.tp > 1) word("tp" + std::to_string(s.tp));
+  if (s.pp > 1) word("pp" + std::to_string(s.pp));
+  if (s.zero > 0) word("z" + std::to_string(s.zero));
+  if (s.sequence_parallel) word("sp");
+  if (s.recompute != "none") word(s.recompute == "selective" ? "sel" : s.recompute);
+  if (s.pp > 1 || s.microbatches > 1) word("m" + std::to_string(s.microbatches));
+  if (s.pp > 1) word(s.schedule);
+  word(s.precision);
+  word(s.mpi ? "mpi" : "threads");
+  return d;
+}
+
+std::vector<LayoutModel> layout_models() {
+  const model::GptPreset& bench = model::gpt_preset("bench");
+  LayoutModel small{"bench",
+                    bench.config.layers,
+                    bench.config.channels,
+                    bench.config.heads,
+                    bench.config.vocab,
+                    bench.config.context,
+                    bench.batch};
+  // Twice the blocks and heads, 1.25x the width: about 3x the bench step (tens of ms per step on
+  // two cores).
+  LayoutModel large = small;
+  large.name = "large";
+  large.layers = 2 * small.layers;
+  large.channels = 5 * small.channels / 4;
+  large.heads = 2 * small.heads;
+  return {small, large};
+}
+
+std::vector<LayoutSpec> layout_grid(bool quick, bool mpi) {
+  if (quick) {
+    return {layout(0, false, 2, 1, 1), layout(0, false, 1, 2, 1),
+            with(layout(0, false, 1, 1, 2), "none", 2, "1f1b", "fp32")};
+  }
+  std::vector<LayoutSpec> grid;
+  for (int m = 0; m < 2; ++m) {
+    // 2 ranks: one axis at a time, each with its variants.
+    grid.push_back(layout(m, false, 2, 1, 1));
+    grid.push_back(with(layout(m, false, 2, 1, 1, 1), "none", 1, "1f1b", "bf16"));
+    grid.push_back(with(layout(m, false, 2, 1, 1, 2), "selective", 2, "1f1b", "fp32"));
+    grid.push_back(layout(m, false, 2, 1, 1, 3));
+    grid.push_back(layout(m, false, 1, 2, 1));
+    grid.push_back(with(layout(m, false, 1, 2, 1), "full", 1, "1f1b", "fp32", true));
+    grid.push_back(with(layout(m, false, 1, 1, 2), "none", 4, "gpipe", "fp32"));
+    grid.push_back(with(layout(m, false, 1, 1, 2), "none", 4, "1f1b", "bf16"));
+    grid.push_back(with(layout(m, false, 1, 1, 2), "none", 4, "interleaved", "fp32"));
+    grid.push_back(with(layout(m, false, 1, 1, 2), "none", 4, "zb-h1", "fp32"));
+    if (mpi) {
+      grid.push_back(layout(m, true, 2, 1, 1));
+      grid.push_back(with(layout(m, true, 1, 2, 1), "none", 1, "1f1b", "fp32", true));
+      grid.push_back(with(layout(m, true, 1, 1, 2), "none", 2, "1f1b", "fp32"));
+    }
+    // 4 ranks on the machine's cores: oversubscribed, which the clock has to price.
+    grid.push_back(layout(m, false, 4, 1, 1));
+    grid.push_back(layout(m, false, 2, 2, 1));
+    grid.push_back(with(layout(m, false, 2, 1, 2), "none", 2, "1f1b", "fp32"));
+    grid.push_back(with(layout(m, false, 1, 2, 2), "selective", 4, "interleaved", "fp32"));
+    grid.push_back(with(layout(m, false, 2, 2, 1, 1), "none", 1, "1f1b", "bf16", true));
+    grid.push_back(layout(m, false, 4, 1, 1, 3));
+    grid.push_back(layout(m, false, 1, 4, 1));
+    grid.push_back(with(layout(m, false, 1, 1, 4), "full", 4, "1f1b", "fp32"));
+    if (mpi) {
+      grid.push_back(layout(m, true, 2, 2, 1));
+      grid.push_back(layout(m, true, 4, 1, 1, 2));
+      grid.push_back(with(layout(m, true, 1, 2, 2), "none", 2, "zb-h1", "fp32"));
+    }
+  }
+  return grid;
+}
+
+LayoutsBenchReport run_layouts_bench(const LayoutsBenchOptions& options) {
+  LayoutsBenchOptions o = options;
+  DTRAIN_CHECK(o.repeats >= 1, "--repeats must be at least 1 (got ", o.repeats, ")");
+  DTRAIN_CHECK(o.steps >= 1, "--steps must be at least 1 (got ", o.steps, ")");
+  if (o.quick) o.steps = 1;
+  if (o.dtrain.empty()) o.dtrain = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::vector<LayoutSpec> grid = layout_grid(o.quick, o.mpi);
+  std::string mpirun;
+  const bool any_mpi =
+      std::any_of(grid.begin(), grid.end(), [](const LayoutSpec& s) { return s.mpi; });
+  if (any_mpi) {
+    mpirun = find_program("mpirun");
+    DTRAIN_CHECK(!mpirun.empty(),
+                 "bench layouts: mpirun is not on PATH (install OpenMPI, or pass --no-mpi)");
+  }
+
+  LayoutsBenchReport r;
+  r.cluster = o.cluster;
+  r.cpu = model::bf16_support().cpu_model;
+  r.repeats = o.repeats;
+  r.steps = o.steps;
+  r.models = layout_models();
+  for (const LayoutSpec& s : grid) r.results.push_back(LayoutResult{s, {}, {}, "", 0, 0, 0, 0});
+
+  // One run at a time: each reuses the same two files.
+  ScratchDir scratch("dtrain-bench-layouts", {"metrics.jsonl", "stderr.txt"});
+  const size_t runs = grid.size() * static_cast<size_t>(o.repeats);
+  size_t done = 0;
+  // Round-robin: repeat k of every layout before repeat k+1 of any, so that a burst of load from
+  // elsewhere lands on one repeat of many layouts rather than on every repeat of one.
+  for (int k = 0; k < o.repeats; ++k) {
+    for (size_t i = 0; i < grid.size(); ++i) {
+      LayoutResult& res = r.results[i];
+      const std::string metrics = scratch.file("metrics.jsonl");
+      // An empty file, not none: every MPI rank checks that --metrics can be written, and
+      // where it does not exist each probes by creating it, which races between the ranks.
+      std::ofstream(metrics, std::ios::trunc).close();
+      const auto [predicted, measured] =
+          run_layout_once(o, mpirun, r.models[static_cast<size_t>(res.spec.model)], res.spec,
+                          metrics, scratch.file("stderr.txt"), res.predicted_source);
+      res.predicted_ms.push_back(predicted);
+      res.measured_ms.push_back(measured);
+      ++done;
+      std::cerr << "[" << done << "/" << runs << "] " << r.models[res.spec.model].name << " "
+                << describe(res.spec) << ": predicted " << fixed(predicted, 2) << " ms, measured "
+                << fixed(measured, 2) << " ms\n";
+    }
+  }
+  summarize_layouts(r);
+  return r;
+}
+
+void summarize_layouts(LayoutsBenchReport& r) {
+  std::vector<double> errors;
+  std::vector<double> spreads;
+  for (LayoutResult& res : r.results) {
+    DTRAIN_CHECK(!res.measured_ms.empty() && res.measured_ms.size() == res.predicted_ms.size(),
+                 "bench layouts: ", describe(res.spec), " has no repeats");
+    res.predicted = median(res.predicted_ms);
+    res.measured = median(res.measured_ms);
+    DTRAIN_CHECK(res.measured > 0, "bench layouts: ", describe(res.spec),
+                 " measured a step of 0 ms");
+    res.error_pct = 100 * (res.predicted - res.measured) / res.measured;
+    const auto [lo, hi] = std::minmax_element(res.measured_ms.begin(), res.measured_ms.end());
+    res.spread_pct = 100 * (*hi - *lo) / res.measured;
+    errors.push_back(res.error_pct);
+    spreads.push_back(res.spread_pct);
+  }
+  const ErrorSummary e = summarize_errors(errors);
+  r.mean_abs_error_pct = e.mean_abs;
+  r.p90_abs_error_pct = e.p90_abs;
+  r.worst_abs_error_pct = e.max_abs;
+  r.worst = -1;
+  for (size_t i = 0; i < r.results.size(); ++i) {
+    if (r.worst < 0 ||
+        std::fabs(r.results[i].error_pct) > std::fabs(r.results[r.worst].error_pct)) {
+      r.worst = static_cast<int>(i);
+    }
+  }
+  r.median_spread_pct = median(spreads);
+  r.max_spread_pct = spreads.empty() ? 0 : *std::max_element(spreads.begin(), spreads.end());
+
+  r.groups.clear();
+  for (size_t i = 0; i < r.results.size(); ++i) {
+    const LayoutSpec& s = r.results[i].spec;
+    const std::string& model = r.models.at(static_cast<size_t>(s.model)).name;
+    auto g = std::find_if(r.groups.begin(), r.groups.end(), [&](const LayoutGroup& x) {
+      return x.model == model && x.ranks == s.ranks();
+    });
+    if (g == r.groups.end()) {
+      r.groups.push_back(LayoutGroup{model, s.ranks(), {}, 0, -1, -1, 0});
+      g = r.groups.end() - 1;
+    }
+    g->members.push_back(static_cast<int>(i));
+  }
+  for (LayoutGroup& g : r.groups) {
+    std::vector<double> predicted, measured;
+    for (int i : g.members) {
+      predicted.push_back(r.results[i].predicted);
+      measured.push_back(r.results[i].measured);
+    }
+    g.rank_correlation = spearman(predicted, measured);
+    const auto pick = std::min_element(predicted.begin(), predicted.end()) - predicted.begin();
+    const auto best = std::min_element(measured.begin(), measured.end()) - measured.begin();
+    g.top_pick = g.members[static_cast<size_t>(pick)];
+    g.measured_best = g.members[static_cast<size_t>(best)];
+    g.top_pick_slower_pct =
+        100 * (r.results[g.top_pick].measured / r.results[g.measured_best].measured - 1);
+  }
+}
+
+void print_layouts_bench(std::ostream& out, const LayoutsBenchReport& r) {
+  out << "dtrain bench layouts: the clock's predicted step beside the measured one, "
+      << r.results.size() << " layouts, median of " << r.repeats << " interleaved repeat"
+      << (r.repeats == 1 ? "" : "s") << " of " << r.steps << " step" << (r.steps == 1 ? "" : "s")
+      << (r.steps > 1 ? " (the first skipped)" : "") << "\n";
+  out << "  CPU: " << r.cpu << "; rates: " << r.cluster << "\n";
+  for (const LayoutModel& m : r.models) {
+    out << "  model " << m.name << ": " << m.layers << " layers, " << m.channels << " channels, "
+        << m.heads << " heads, vocab " << m.vocab << ", batch " << m.batch << " x seq " << m.seq
+        << "\n";
+  }
+  out << "\n   #  model  ranks  layout                                    predicted ms  measured ms"
+         "  error %  spread %  predicted by\n";
+  for (size_t i = 0; i < r.results.size(); ++i) {
+    const LayoutResult& res = r.results[i];
+    std::string label = describe(res.spec);
+    label.resize(std::max<size_t>(label.size(), 40), ' ');
+    out << lpad(std::to_string(i + 1), 4) << "  " << r.models[res.spec.model].name
+        << std::string(7 - std::min<size_t>(6, r.models[res.spec.model].name.size()), ' ')
+        << lpad(std::to_string(res.spec.ranks()), 5) << "  " << label
+        << lpad(fixed(res.predicted, 2), 14) << lpad(fixed(res.measured, 2), 13)
+        << lpad(fixed(res.error_pct, 1), 9) << lpad(fixed(res.spread_pct, 1), 10) << "  "
+        << res.predicted_source << "\n";
+  }
+  out << "\n  |error|: mean " << fixed(r.mean_abs_error_pct, 1) << " %, 90th percentile "
+      << fixed(r.p90_abs_error_pct, 1) << " %, worst " << fixed(r.worst_abs_error_pct, 1) << " %";
+  if (r.worst >= 0) {
+    out << " (#" << r.worst + 1 << " " << r.models[r.results[r.worst].spec.model].name << " "
+        << describe(r.results[r.worst].spec) << ")";
+  }
+  out << "\n  repeat spread (max - min over median): median " << fixed(r.median_spread_pct, 1)
+      << " %, largest " << fixed(r.max_spread_pct, 1) << " %\n";
+  out << "\n  group (model, ranks)  layouts  Spearman  top pick (least predicted)"
+         "              measured best                          top pick slower\n";
+  for (const LayoutGroup& g : r.groups) {
+    std::string pick = str("#", g.top_pick + 1, " ", describe(r.results[g.top_pick].spec));
+    std::string best =
+        str("#", g.measured_best + 1, " ", describe(r.results[g.measured_best].spec));
+    pick.resize(std::max<size_t>(pick.size(), 39), ' ');
+    best.resize(std::max<size_t>(best.size(), 39), ' ');
+    std::string name = g.model + ", " + std::to_string(g.ranks);
+    name.resize(std::max<size_t>(name.size(), 20), ' ');
+    out << "  " << name << lpad(std::to_string(g.members.size()), 9)
+        << lpad(fixed(g.rank_correlation, 2), 10) << "  " << pick << best
+        << lpad(fixed(g.top_pick_slower_pct, 1) + " %", 10) << "\n";
+  }
+  out << "\n  error: 100 (predicted - measured) / measured; predicted: the clock's step for the "
+         "layout from the rates in the cluster file, before the run; measured: the run's median "
+         "step.\n  Spearman: rank correlation of predicted and measured within the group; top "
+         "pick slower: how much slower the least-predicted layout measures than the fastest "
+         "measured.\n";
+}
+
+nlohmann::json layouts_bench_to_json(const LayoutsBenchReport& r) {
+  nlohmann::json j;
+  j["bench"] = "layouts";
+  j["cluster"] = r.cluster;
+  j["cpu"] = r.cpu;
+  j["repeats"] = r.repeats;
+  j["steps"] = r.steps;
+  nlohmann::json models = nlohmann::json::array();
+  for (const LayoutModel& m : r.models) {
+    models.push_back({{"name", m.name},
+                      {"layers", m.layers},
+                      {"channels", m.channels},
+                      {"heads", m.heads},
+                      {"vocab", m.vocab},
+                      {"seq", m.seq},
+                      {"batch", m.batch}});
+  }
+  j["models"] = models;
+  nlohmann::json layouts = nlohmann::json::array();
+  for (const LayoutResult& res : r.results) {
+    const LayoutSpec& s = res.spec;
+    layouts.push_back({{"model", r.models[s.model].name},
+                       {"ranks", s.ranks()},
+                       {"layout", describe(s)},
+                       {"backend", s.mpi ? "mpi" : "threads"},
+                       {"dp", s.dp},
+                       {"tp", s.tp},
+                       {"pp", s.pp},
+                       {"zero", s.zero},
+                       {"sequence_parallel", s.sequence_parallel},
+                       {"recompute", s.recompute},
+                       {"microbatches", s.microbatches},
+                       {"schedule", s.schedule},
+                       {"precision", s.precision},
+                       {"predicted_ms", res.predicted},
+                       {"measured_ms", res.measured},
+                       {"error_pct", res.error_pct},
+                       {"spread_pct", res.spread_pct},
+                       {"predicted_by", res.predicted_source},
+                       {"repeats_predicted_ms", res.predicted_ms},
+                       {"repeats_measured_ms", res.measured_ms}});
+  }
+  j["layouts"] = layouts;
+  j["summary"] = {
+      {"mean_abs_error_pct", r.mean_abs_error_pct},   {"p90_abs_error_pct", r.p90_abs_error_pct},
+      {"worst_abs_error_pct", r.worst_abs_error_pct}, {"worst_layout", r.worst},
+      {"median_spread_pct", r.median_spread_pct},     {"max_spread_pct", r.max_spread_pct}};
+  nlohmann::json groups = nlohmann::json::array();
+  for (const LayoutGroup& g : r.groups) {
+    groups.push_back({{"model", g.model},
+                      {"ranks", g.ranks},
+                      {"layouts", g.members},
+                      {"rank_correlation", g.rank_correlation},
+                      {"top_pick", g.top_pick},
+                      {"measured_best", g.measured_best},
+                      {"top_pick_slower_pct", g.top_pick_slower_pct}});
+  }
+  j["groups"] = groups;
+  return j;
+}
+
+}  // namespace dtrain::bench

@@ -1,0 +1,90 @@
+// `dtrain bench layouts`: the engine clock checked on layouts it never saw. Each layout (dp x tp
+// x pp x ZeRO x SP x recompute x micro-batches x schedule x precision, two model sizes, the threads
+// backend and MPI) runs as a `dtrain train --cluster FILE --json` subprocess; its predicted step
+// comes from the clock (the run's "clock.predicted", priced from the cluster file's measured rates
+// before any step), its measured step is the median of the run's steps after the first. Repeats
+// go round-robin over the layouts, and each layout's figure is the median over its repeats.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dtrain::bench {
+
+// A model size the layouts run: the `bench` preset, or it with more layers and channels.
+struct LayoutModel {
+  std::string name;  // "bench", "large"
+  int64_t layers = 0, channels = 0, heads = 0, vocab = 0, seq = 0, batch = 0;
+};
+
+struct LayoutSpec {
+  int model = 0;     // index into LayoutsBenchReport::models
+  bool mpi = false;  // mpirun -np ranks, else the threads backend
+  int dp = 1, tp = 1, pp = 1, zero = 0;
+  bool sequence_parallel = false;
+  std::string recompute = "none";  // none, selective, full
+  int microbatches = 1;
+  std::string schedule = "1f1b";  // gpipe, 1f1b, interleaved, zb-h1
+  std::string precision = "fp32";
+  int ranks() const { return dp * tp * pp; }
+};
+
+// "dp2 tp2 z1 sp sel m4 1f1b bf16": the non-default settings of a layout, one word each.
+std::string describe(const LayoutSpec& spec);
+
+struct LayoutsBenchOptions {
+  std::string cluster;  // a calibrated cluster file (measured rates)
+  bool quick = false;   // 3 layouts, 1 step each: the structure, for the tests
+  int repeats = 3;      // interleaved repeats per layout
+  int steps = 4;        // per repeat; the first is warm-up (skipped) when there are two or more
+  bool mpi = true;      // include the MPI layouts (needs mpirun)
+  std::string dtrain;   // the dtrain binary the runs start (default: this process's)
+};
+
+struct LayoutResult {
+  LayoutSpec spec;
+  std::vector<double> predicted_ms, measured_ms;  // per repeat, in the order they ran
+  std::string predicted_source;        // "clock" (train's clock.predicted) or the stand-in's name
+  double predicted = 0, measured = 0;  // medians over the repeats, ms
+  double error_pct = 0;                // 100 (predicted - measured) / measured
+  double spread_pct = 0;               // 100 (max - min) / median of the measured repeats
+};
+
+// One (model, ranks) group: does the clock rank its layouts as they measure?
+struct LayoutGroup {
+  std::string model;
+  int ranks = 0;
+  std::vector<int> members;        // indices into results
+  double rank_correlation = 0;     // Spearman's, predicted vs measured
+  int top_pick = -1;               // the member with the least predicted time
+  int measured_best = -1;          // the member with the least measured time
+  double top_pick_slower_pct = 0;  // 100 (measured[top_pick] / measured[best] - 1)
+};
+
+struct LayoutsBenchReport {
+  std::string cluster, cpu;
+  int repeats = 0, steps = 0;
+  std::vector<LayoutModel> models;
+  std::vector<LayoutResult> results;
+  std::vector<LayoutGroup> groups;
+  double mean_abs_error_pct = 0, p90_abs_error_pct = 0, worst_abs_error_pct = 0;
+  int worst = -1;  // index of the layout with the worst |error|
+  double median_spread_pct = 0, max_spread_pct = 0;
+};
+
+// The default grid (>= 30 layouts, each (model, ranks) group >= 5) or the quick one.
+std::vector<LayoutModel> layout_models();
+std::vector<LayoutSpec> layout_grid(bool quick, bool mpi);
+
+LayoutsBenchReport run_layouts_bench(const LayoutsBenchOptions& options);
+// Errors, spreads, groups and the overall figures from each result's repeats (no timing: the
+// tests call it on figures they choose).
+void summarize_layouts(LayoutsBenchReport& report);
+void print_layouts_bench(std::ostream& out, const LayoutsBenchReport& report);
+nlohmann::json layouts_bench_to_json(const LayoutsBenchReport& report);
+
+}  // namespace dtrain::bench

@@ -1,0 +1,67 @@
+# `dtrain bench layouts --quick`: the report's structure, and every error, spread and group figure
+# recomputed here from the per-repeat predicted and measured numbers it prints (not from timing);
+# no --cluster, or one that is not a cluster file, is refused with how to make one.
+source "$(dirname "$0")/lib/expect.bash"
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+expect_error "needs --cluster FILE.*dtrain calibrate" bench layouts --quick
+expect_error "--cluster $dir/none.json: no such file" bench layouts --quick --cluster "$dir/none.json"
+echo '{"name": "x"}' >"$dir/bad.json"
+expect_error "--cluster $dir/bad.json: not a cluster file" bench layouts --quick --cluster "$dir/bad.json"
+
+# A calibrated cluster file of this machine (2 emulated nodes of 2 threads: a dry run).
+"$DTRAIN" calibrate --ranks 4 --ranks-per-node 2 --seconds 0.05 --trials 1 --iterations 20 \
+  -o "$dir/cluster.json" >/dev/null 2>&1 || fail "calibrate could not write a cluster file"
+
+expect_output "predicted ms +measured ms +error % +spread %" bench layouts --quick --cluster "$dir/cluster.json"
+
+"$DTRAIN" bench layouts --quick --repeats 3 --cluster "$dir/cluster.json" --json >"$dir/r.json" 2>"$dir/err.txt" ||
+  fail "bench layouts --quick --json failed: $(tail -3 "$dir/err.txt")"
+grep -q '^\[9/9\] ' "$dir/err.txt" || fail "expected 9 runs (3 layouts x 3 repeats) in the progress lines"
+# Round-robin: the second run is the second layout's first repeat, not the first layout's second.
+sed -n 2p "$dir/err.txt" | grep -q 'tp2' || fail "repeats are not interleaved: $(sed -n 2p "$dir/err.txt")"
+
+python3 - "$dir/r.json" <<'PY' || fail "the JSON's figures do not follow from its repeats"
+import json, math, statistics, sys
+r = json.load(open(sys.argv[1]))
+assert r["bench"] == "layouts" and r["repeats"] == 3 and r["steps"] == 1, r
+L = r["layouts"]
+assert len(L) == 3, len(L)
+def close(a, b): return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+errs = []
+for l in L:
+    for k in ("model", "ranks", "layout", "backend", "predicted_by"):
+        assert k in l, k
+    p, m = l["repeats_predicted_ms"], l["repeats_measured_ms"]
+    assert len(p) == 3 and len(m) == 3
+    assert close(l["predicted_ms"], statistics.median(p)), l
+    assert close(l["measured_ms"], statistics.median(m)), l
+    assert l["measured_ms"] > 0 and l["predicted_ms"] > 0
+    e = 100 * (l["predicted_ms"] - l["measured_ms"]) / l["measured_ms"]
+    assert close(l["error_pct"], e), (l["error_pct"], e)
+    assert close(l["spread_pct"], 100 * (max(m) - min(m)) / statistics.median(m)), l
+    errs.append(abs(e))
+s = r["summary"]
+assert close(s["mean_abs_error_pct"], sum(errs) / len(errs)), s
+assert close(s["worst_abs_error_pct"], max(errs)), s
+assert close(abs(L[s["worst_layout"]]["error_pct"]), max(errs)), s
+g = r["groups"]
+assert len(g) == 1 and g[0]["model"] == "bench" and g[0]["ranks"] == 2 and g[0]["layouts"] == [0, 1, 2], g
+g = g[0]
+pred = [L[i]["predicted_ms"] for i in g["layouts"]]
+meas = [L[i]["measured_ms"] for i in g["layouts"]]
+assert g["top_pick"] == pred.index(min(pred)), g
+assert g["measured_best"] == meas.index(min(meas)), g
+assert close(g["top_pick_slower_pct"], 100 * (meas[g["top_pick"]] / min(meas) - 1)), g
+def ranks(v):
+    o = sorted(range(len(v)), key=lambda i: v[i]); rk = [0] * len(v)
+    for pos, i in enumerate(o): rk[i] = pos + 1
+    return rk
+rp, rm = ranks(pred), ranks(meas)
+n = len(rp)
+rho = 1 - 6 * sum((a - b) ** 2 for a, b in zip(rp, rm)) / (n * (n * n - 1))
+assert close(g["rank_correlation"], rho), (g["rank_correlation"], rho)
+PY
+
+finish
