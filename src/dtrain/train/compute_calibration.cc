@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <exception>
 #include <fstream>
@@ -379,18 +380,24 @@ LinearFit fit_latency_bandwidth(const std::vector<double>& bytes,
                                 const std::vector<double>& seconds) {
   DTRAIN_CHECK(bytes.size() >= 2 && bytes.size() == seconds.size(),
                "fit_latency_bandwidth: needs 2 or more points, got ", bytes.size());
-  const double n = double(bytes.size());
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  // Weighted least squares, weight 1 / seconds^2: the relative errors are minimised, so a
+  // 4 KiB point (where the fixed cost shows) counts as much as a 16 MiB one (which would
+  // otherwise swamp it by its absolute size).
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (size_t i = 0; i < bytes.size(); ++i) {
-    sx += bytes[i];
-    sy += seconds[i];
-    sxx += bytes[i] * bytes[i];
-    sxy += bytes[i] * seconds[i];
+    DTRAIN_CHECK(seconds[i] > 0, "fit_latency_bandwidth: a time is not positive: ", seconds[i]);
+    const double w = 1 / (seconds[i] * seconds[i]);
+    sw += w;
+    sx += w * bytes[i];
+    sy += w * seconds[i];
+    sxx += w * bytes[i] * bytes[i];
+    sxy += w * bytes[i] * seconds[i];
   }
-  const double denominator = n * sxx - sx * sx;
-  DTRAIN_CHECK(denominator > 0, "fit_latency_bandwidth: the points need distinct byte counts");
-  double slope = (n * sxy - sx * sy) / denominator;
-  double intercept = (sy - slope * sx) / n;
+  const double denominator = sw * sxx - sx * sx;
+  DTRAIN_CHECK(denominator > 0 && std::isfinite(denominator),
+               "fit_latency_bandwidth: the points need distinct byte counts");
+  double slope = (sw * sxy - sx * sy) / denominator;
+  double intercept = (sy - slope * sx) / sw;
   if (intercept < 0) {  // through the origin: seconds = bytes x slope
     intercept = 0;
     slope = sxy / sxx;

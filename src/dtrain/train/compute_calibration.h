@@ -19,8 +19,6 @@ struct ComputeCalibrationOptions {
   int threads = 1;
   // A small grid and fewer sizes (seconds, for tests); the default takes about 20 s on 2 cores.
   bool quick = false;
-  // Thread ranks per emulated node for the hierarchical all-reduce (0: not measured).
-  int ranks_per_node = 0;
   // Each collective times out after this long waiting for a peer.
   double timeout_s = 60;
   // Called with a line as each part starts (null: quiet).
@@ -38,8 +36,9 @@ GemmGrid gemm_grid(bool quick);
 plan::MeasuredRates measure_compute_rates(const ComputeCalibrationOptions& options);
 
 // Least squares of seconds = intercept + bytes / bytes_per_s over (bytes, seconds) points (2 or
-// more, distinct bytes). A negative intercept (noise at small sizes) is refitted through the
-// origin; a slope that is not positive (a flat curve) takes the largest point's average rate.
+// more, distinct bytes), on relative errors (weights 1 / seconds^2). A negative intercept (noise at
+// small sizes) is refitted through the origin; a slope that is not positive (a flat curve) takes
+// the largest point's average rate.
 struct LinearFit {
   double intercept_s = 0;
   double bytes_per_s = 0;
