@@ -1,6 +1,8 @@
 // `dtrain calibrate`: measure the intra-node and inter-node links of the ranks it runs on (under
 // mpirun, or threads for a dry run) and write a cluster file that `dtrain plan --cluster` reads.
-// The measured links replace the preset's; the GPU fields come from --gpu (CPU ranks have none).
+// The measured links replace the preset's; the GPU fields come from --gpu, or with --compute from
+// the CPU measured here (train/compute_calibration.h), whose rates go into "gpu.measured".
+#include <algorithm>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -15,8 +17,12 @@
 #include "dtrain/comm/launch.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/files.h"
+#include "dtrain/core/system_memory.h"
+#include "dtrain/core/timer.h"
 #include "dtrain/core/units.h"
+#include "dtrain/model/thread_team.h"
 #include "dtrain/plan/hardware.h"
+#include "dtrain/train/compute_calibration.h"
 #include "file_roles.h"
 #include "validators.h"
 
@@ -29,6 +35,8 @@ struct CalibrateFlags {
   int ranks = 4;
   double timeout_s = 60;
   bool json = false;
+  bool compute = false, quick = false;
+  int threads = 1;
   bool output_given = false;  // "-o ''" is a mistake, not "no file"
 };
 
@@ -38,6 +46,79 @@ nlohmann::json link_detail(const comm::LinkMeasurement& m) {
           {"pairs_at_once", m.pairs},
           {"bandwidth_bytes_per_s", m.bandwidth_bytes_per_s},
           {"single_pair_bandwidth_bytes_per_s", m.single_pair_bandwidth_bytes_per_s}};
+}
+
+// A calibrated CPU in place of the preset's GPU: its name, the fastest fp32 product it measured
+// on `threads` threads as peak_flops (compute_efficiency 1: the clock's own rates are in
+// `measured`), and the memory this process may take shared by the node's ranks.
+void use_measured_cpu(plan::Cluster& c, plan::MeasuredRates measured, int threads,
+                      int ranks_per_node) {
+  double peak = 0;
+  for (const plan::GemmSample& s : measured.gemm) {
+    if (s.precision == plan::Precision::fp32 && s.threads == threads) {
+      peak = std::max(peak, 2 * s.m * s.n * s.k / s.seconds);
+    }
+  }
+  c.gpu.name = measured.cpu;
+  c.gpu.peak_flops = peak;
+  c.gpu.compute_efficiency = 1;
+  c.gpu.rates = {};  // a GPU's efficiency rates do not describe this CPU
+  if (const auto memory = available_memory()) {
+    c.gpu.memory_bytes = static_cast<double>(memory->bytes) / ranks_per_node;
+  }
+  c.gpu.measured = std::move(measured);
+}
+
+// The compute section of the table: products' GFLOP/s at the grid's corners, each kernel's
+// rate, each collective's fit, and the interference.
+void print_measured(const plan::GpuSpec& gpu, int threads, double seconds) {
+  const plan::MeasuredRates& m = gpu.measured;
+  std::cout << "\ncompute: " << m.cpu << ", " << m.cores << " cores (measured in " << std::fixed
+            << std::setprecision(1) << seconds << " s); peak_flops = fastest fp32 product on "
+            << threads << " thread" << (threads == 1 ? "" : "s") << " = " << std::setprecision(1)
+            << gpu.peak_flops * 1e-9 << " GFLOP/s\n\n"
+            << std::left << std::setw(28) << "product (m x n x k)" << std::right << std::setw(10)
+            << "precision" << std::setw(9) << "threads" << std::setw(12) << "GFLOP/s"
+            << "\n";
+  for (const plan::GemmSample& s : m.gemm) {
+    // The grid's diagonal (m = n = k, or the largest m) keeps the table short; the file has all.
+    const bool diagonal = s.m == s.n && s.n == s.k;
+    const bool largest = s.m >= 4096 && s.n == s.k && s.n >= 1024;
+    if (!diagonal && !largest) continue;
+    std::cout << std::left << std::setw(28)
+              << str(int64_t(s.m), " x ", int64_t(s.n), " x ", int64_t(s.k)) << std::right
+              << std::setw(10) << plan::name(s.precision) << std::setw(9) << s.threads
+              << std::setw(12) << std::setprecision(2) << 2 * s.m * s.n * s.k / s.seconds * 1e-9
+              << "\n";
+  }
+  std::cout << "\n"
+            << std::left << std::setw(24) << "kernel" << std::right << std::setw(10) << "GB/s"
+            << std::setw(12) << "us per call" << std::setw(10) << "B/elem"
+            << "\n";
+  for (const plan::KernelRate& k : m.kernels) {
+    std::cout << std::left << std::setw(24) << plan::name(k.op) << std::right << std::setw(10)
+              << std::setprecision(2) << k.bytes_per_s * 1e-9 << std::setw(12) << k.call_s * 1e6
+              << std::setw(10) << std::setprecision(0) << plan::kernel_bytes_per_element(k.op)
+              << "\n";
+  }
+  std::cout << "\n"
+            << std::left << std::setw(16) << "collective" << std::setw(14) << "algorithm"
+            << std::right << std::setw(7) << "ranks" << std::setw(12) << "latency us"
+            << std::setw(10) << "GB/s"
+            << "\n";
+  for (const plan::CollectiveRate& c : m.collectives) {
+    std::cout << std::left << std::setw(16) << c.collective << std::setw(14) << c.algorithm
+              << std::right << std::setw(7) << c.ranks << std::setw(12) << std::setprecision(1)
+              << c.latency_s * 1e6 << std::setw(10) << std::setprecision(2) << c.bytes_per_s * 1e-9
+              << "\n";
+  }
+  std::cout << "\ncompute beside a communication thread: x" << std::setprecision(3)
+            << m.comm_interference
+            << " (256^3 fp32 products while 2 thread ranks ring-all-reduce 4 MiB)\n"
+            << "products: median of 3+ calls per shape; kernels: call_s + bytes / (GB/s) fitted by "
+               "least squares over its sizes (4 KiB to 16 MiB; --quick: to 256 KiB); collectives: "
+               "latency + bytes moved per rank / "
+               "(GB/s) on thread ranks (the intra_node link class)\n";
 }
 
 void run_calibrate(CalibrateFlags& f) {
@@ -92,6 +173,20 @@ void run_calibrate(CalibrateFlags& f) {
                   result.intra_node.latency_us};
   c.inter_node = {"measured inter-node", result.inter_node.bandwidth_bytes_per_s,
                   result.inter_node.latency_us};
+  double compute_s = 0;
+  if (f.compute) {
+    const Stopwatch watch;
+    train::ComputeCalibrationOptions options;
+    options.threads = f.threads;
+    options.quick = f.quick;
+    options.timeout_s = f.timeout_s;
+    if (!f.json)
+      options.progress = [](std::string_view what) {
+        std::cerr << "calibrate --compute: " << what << "\n";
+      };
+    use_measured_cpu(c, train::measure_compute_rates(options), f.threads, result.ranks_per_node);
+    compute_s = watch.elapsed_us() * 1e-6;
+  }
   plan::validate(c);
   nlohmann::json file = plan::to_json(c);
   // Extra fields the reader ignores: how the figures were taken.
@@ -101,7 +196,8 @@ void run_calibrate(CalibrateFlags& f) {
                          {"hosts", result.hosts},
                          {"latency_bytes", f.options.latency_bytes},
                          {"bandwidth_bytes", f.options.bandwidth_bytes},
-                         {"gpu_from_preset", f.gpu},
+                         {"gpu_from_preset", f.compute ? "" : f.gpu},
+                         {"compute_seconds", compute_s},
                          {"intra_node", link_detail(result.intra_node)},
                          {"inter_node", link_detail(result.inter_node)}};
   if (!f.output.empty()) {
@@ -132,6 +228,7 @@ void run_calibrate(CalibrateFlags& f) {
             << "-byte messages between two ranks; bandwidth: "
             << format_bytes(static_cast<double>(f.options.bandwidth_bytes))
             << " sent and received per exchange by every paired rank at once (GB = 1e9 B)\n";
+  if (f.compute) print_measured(c.gpu, f.threads, compute_s);
   if (!f.output.empty()) {
     std::cout << "wrote " << f.output << " (dtrain plan --cluster " << f.output << ")\n";
   }
@@ -174,12 +271,26 @@ void add_calibrate(CLI::App& app) {
   cmd->add_flag("--one-way", f->options.one_way,
                 "Measure bandwidth with one-way streams (a ring's pattern) instead of two-way "
                 "exchanges");
+  cmd->add_flag("--compute", f->compute,
+                "Also measure this machine's compute (matrix products by shape in fp32 and bf16, "
+                "the engine's memory-bound kernels, collectives on thread ranks, compute slowed by "
+                "a communication thread; about 20 s) and write it as the file's CPU "
+                "(\"gpu.measured\", docs/clock.md) in place of --gpu's");
+  cmd->add_flag("--quick", f->quick,
+                "With --compute: a small product grid and two sizes per kernel (a second or two; "
+                "for tests)");
+  cmd->add_option("--threads", f->threads,
+                  "With --compute: products are measured on 1 thread and on this many (a run's "
+                  "--threads per rank)")
+      ->capture_default_str()
+      ->check(whole_number(1, model::kMaxTeamSize));
   cmd->add_option("--name", f->name, "Cluster name in the file");
   CLI::Option* output = cmd->add_option("--output,-o", f->output, "Write the cluster file here");
   cmd->add_option("--timeout", f->timeout_s, "Seconds a rank waits for a peer before failing")
       ->capture_default_str();
   cmd->add_flag("--json", f->json, "Print the cluster file (JSON) instead of the table");
   cmd->callback([f, output, cmd] {
+    DTRAIN_CHECK(f->compute || !f->quick, "--quick applies to --compute only");
     f->output_given = output->count() > 0;
     if (f->output_given) refuse_outputs_that_are_inputs(*cmd, {}, {{"--output", f->output}});
     run_calibrate(*f);

@@ -294,8 +294,11 @@ double gemm_seconds(const MeasuredRates& r, Precision precision, int threads, do
     seconds[{s.m, s.n, s.k}] = s.seconds;
   }
   const AxisBracket bm = bracket(ms, m), bn = bracket(ns, n), bk = bracket(ks, k);
-  // log(seconds) multilinear in (log m, log n, log k) over the 8 corners around the shape.
-  double log_s = 0;
+  // log(seconds) multilinear in (log m, log n, log k) over the 8 corners around the shape. On a
+  // grid point one corner weighs 1: its time is returned as measured (exp(log(s)) can differ
+  // from s in the last bit).
+  double log_s = 0, only_corner_s = 0;
+  int corners_used = 0;
   for (int corner = 0; corner < 8; ++corner) {
     const bool hi_m = corner & 1, hi_n = corner & 2, hi_k = corner & 4;
     const double w = (hi_m ? bm.weight_hi : 1 - bm.weight_hi) *
@@ -306,9 +309,12 @@ double gemm_seconds(const MeasuredRates& r, Precision precision, int threads, do
     DTRAIN_CHECK(it != seconds.end(), "measured rates: the ", name(precision), " products on ", t,
                  " threads are not a full grid");
     log_s += w * std::log(it->second);
+    only_corner_s = it->second;
+    ++corners_used;
   }
+  const double edge_s = corners_used == 1 ? only_corner_s : std::exp(log_s);
   // Outside the grid: the edge shape's time, scaled by the FLOPs the shape has beyond it.
-  return std::exp(log_s) * (m / bm.clamped) * (n / bn.clamped) * (k / bk.clamped);
+  return edge_s * (m / bm.clamped) * (n / bn.clamped) * (k / bk.clamped);
 }
 
 double kernel_seconds(const MeasuredRates& r, KernelOp op, Precision precision, double elements,

@@ -72,7 +72,10 @@ struct KernelRate {
 };
 
 // A collective algorithm on a link class at a group size: seconds = latency_s + bytes /
-// bytes_per_s, `bytes` being what one rank sends (the counters' bytes_sent).
+// bytes_per_s, `bytes` being the larger of what one rank sends and receives (the counters'
+// bytes_sent and bytes_received, plan::collective_traffic's figures). They are equal for ring,
+// tree and hierarchical; direct's ranks read their peers' memory, so its bytes_sent alone can
+// be 0 (reduce_scatter, all_gather) and its bytes_received carries the call.
 struct CollectiveRate {
   std::string collective;  // "all_reduce", "reduce_scatter", "all_gather", "send_recv"
   std::string algorithm;   // "direct", "ring", "tree", "hierarchical"
@@ -102,8 +105,8 @@ double gemm_seconds(const MeasuredRates& r, Precision precision, int threads, do
 // Seconds of `calls` calls of `op` over `elements` elements in all.
 double kernel_seconds(const MeasuredRates& r, KernelOp op, Precision precision, double elements,
                       double calls = 1);
-// Seconds of one collective sending `bytes` per rank; the nearest measured group size of that
-// (collective, algorithm, link). Throws Error when none was measured.
+// Seconds of one collective moving `bytes` per rank (CollectiveRate's bytes); the nearest measured
+// group size of that (collective, algorithm, link). Throws Error when none was measured.
 double collective_seconds(const MeasuredRates& r, std::string_view collective,
                           std::string_view algorithm, std::string_view link, int ranks,
                           double bytes);

@@ -46,6 +46,8 @@ void for_each_head(const Compute& cx, int64_t B, int64_t NH, int64_t pair_work, 
   }
 }
 
+}  // namespace
+
 // Causal softmax of each row i of a (T, T) score block over columns 0..i, in place; exact zeros
 // above the diagonal.
 DTRAIN_MULTIVERSION void causal_softmax(float* a, int64_t T) {
@@ -70,8 +72,6 @@ DTRAIN_MULTIVERSION void causal_softmax_backward(float* ds, const float* a, int6
     for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
   }
 }
-
-}  // namespace
 
 void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
                        int64_t NH, const Compute& cx) {

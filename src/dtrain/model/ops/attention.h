@@ -23,4 +23,10 @@ void attention_backward(float* dqkv,        // (B, T, 3*C)
                         const float* att,   // (B, NH, T, T)
                         int64_t B, int64_t T, int64_t C, int64_t NH, const Compute& cx = {});
 
+// The causal softmax of one (T, T) score block in place (row i over columns 0..i, exact zeros
+// above the diagonal), and its backward in place: ds = a * (ds - rowsum(a * ds)). The two
+// run inside attention_forward/backward; declared here so that calibrate can time them alone.
+void causal_softmax(float* a, int64_t T);
+void causal_softmax_backward(float* ds, const float* a, int64_t T);
+
 }  // namespace dtrain::model

@@ -1,0 +1,440 @@
+// The compute calibration: each rate timed through the engine's own entry points (sgemm with a
+// ThreadTeam as a run uses it, the model/ops kernels, optim's AdamW and norm, bf16 conversion,
+// comm's collectives on thread ranks), the median of several calls per point, then fitted.
+#include "dtrain/train/compute_calibration.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <exception>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dtrain/comm/collectives.h"
+#include "dtrain/comm/hierarchical.h"
+#include "dtrain/comm/launch.h"
+#include "dtrain/comm/topology.h"
+#include "dtrain/core/bf16.h"
+#include "dtrain/core/check.h"
+#include "dtrain/core/timer.h"
+#include "dtrain/model/gemm.h"
+#include "dtrain/model/ops/attention.h"
+#include "dtrain/model/ops/crossentropy.h"
+#include "dtrain/model/ops/encoder.h"
+#include "dtrain/model/ops/gelu.h"
+#include "dtrain/model/ops/layernorm.h"
+#include "dtrain/model/ops/residual.h"
+#include "dtrain/model/thread_team.h"
+#include "dtrain/optim/adamw.h"
+#include "dtrain/optim/grad_clip.h"
+
+namespace dtrain::train {
+namespace {
+
+using plan::KernelOp;
+using plan::Precision;
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Median seconds of `fn`: one warm-up call (first-touch page faults, cold caches and code),
+// then at least `min_calls` calls and more until `min_total_s` has passed (small shapes are
+// noisy; a few hundred microseconds of calls steady their median), at most 200.
+template <typename Fn>
+double median_seconds(Fn&& fn, int min_calls = 3, double min_total_s = 2e-3) {
+  fn();
+  std::vector<double> times;
+  const Stopwatch total;
+  while (times.size() < static_cast<size_t>(min_calls) ||
+         (total.elapsed_us() * 1e-6 < min_total_s && times.size() < 200)) {
+    const Stopwatch one;
+    fn();
+    times.push_back(one.elapsed_us() * 1e-6);
+  }
+  return median_of(times);
+}
+
+// Values that keep every kernel on its ordinary path (no NaN, no overflow in exp).
+void fill(std::vector<float>& v, float scale = 0.5f) {
+  for (size_t i = 0; i < v.size(); ++i) v[i] = scale * static_cast<float>((i * 7919) % 1000) / 1000;
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
+    }
+  }
+  return "unknown CPU";
+}
+
+void measure_gemm(const GemmGrid& grid, Precision precision, int threads,
+                  std::vector<plan::GemmSample>& out) {
+  std::unique_ptr<model::ThreadTeam> team;
+  if (threads > 1) team = std::make_unique<model::ThreadTeam>(threads);
+  model::Compute cx;
+  cx.team = team.get();
+  cx.precision = precision == Precision::bf16 ? model::Precision::bf16 : model::Precision::fp32;
+  const double max_m = *std::max_element(grid.m.begin(), grid.m.end());
+  const double max_n = *std::max_element(grid.n.begin(), grid.n.end());
+  const double max_k = *std::max_element(grid.k.begin(), grid.k.end());
+  std::vector<float> a(static_cast<size_t>(max_m * max_k)), b(static_cast<size_t>(max_k * max_n)),
+      c(static_cast<size_t>(max_m * max_n));
+  fill(a);
+  fill(b);
+  for (double m : grid.m) {
+    for (double n : grid.n) {
+      for (double k : grid.k) {
+        const auto M = static_cast<int64_t>(m), N = static_cast<int64_t>(n),
+                   K = static_cast<int64_t>(k);
+        // The forward's product: out (M, N) = inp (M, K) W^T, W stored (N, K), as matmul.cc.
+        const double s = median_seconds([&] {
+          model::sgemm(model::Trans::no, model::Trans::yes, M, N, K, 1.0f, a.data(), K, b.data(), K,
+                       0.0f, c.data(), N, cx);
+        });
+        out.push_back({precision, threads, m, n, k, s});
+      }
+    }
+  }
+}
+
+// One memory-bound kernel at one size: the number of elements its law counts and the call.
+struct KernelRun {
+  double elements = 0;
+  std::function<void()> call;
+};
+
+// The kernel `op` set up over about `elements` elements (rounded to its shape), single-threaded.
+KernelRun kernel_run(KernelOp op, int64_t elements) {
+  constexpr int64_t C = 256;   // channels of LayerNorm, residual, encoder rows
+  constexpr int64_t V = 1024;  // vocabulary of cross-entropy and the encoder's table
+  auto buf = [](int64_t n) {
+    auto v = std::make_shared<std::vector<float>>(static_cast<size_t>(n));
+    fill(*v);
+    return v;
+  };
+  const int64_t rows = std::max<int64_t>(1, elements / C);
+  switch (op) {
+    case KernelOp::layernorm_forward:
+    case KernelOp::layernorm_backward: {
+      auto x = buf(rows * C), y = buf(rows * C), dy = buf(rows * C), w = buf(C), bias = buf(C),
+           dw = buf(C), db = buf(C), mean = buf(rows), rstd = buf(rows);
+      model::layernorm_forward(y->data(), mean->data(), rstd->data(), x->data(), w->data(),
+                               bias->data(), 1, rows, C);
+      if (op == KernelOp::layernorm_forward) {
+        return {double(rows * C), [=] {
+                  model::layernorm_forward(y->data(), mean->data(), rstd->data(), x->data(),
+                                           w->data(), bias->data(), 1, rows, C);
+                }};
+      }
+      return {double(rows * C), [=] {
+                model::layernorm_backward(y->data(), dw->data(), db->data(), dy->data(), x->data(),
+                                          w->data(), mean->data(), rstd->data(), 1, rows, C);
+              }};
+    }
+    case KernelOp::gelu_forward: {
+      auto x = buf(elements), y = buf(elements);
+      return {double(elements), [=] { model::gelu_forward(y->data(), x->data(), elements); }};
+    }
+    case KernelOp::gelu_backward: {
+      auto x = buf(elements), dy = buf(elements), dx = buf(elements);
+      return {double(elements),
+              [=] { model::gelu_backward(dx->data(), x->data(), dy->data(), elements); }};
+    }
+    case KernelOp::residual_forward: {
+      auto x = buf(rows * C), d = buf(rows * C), y = buf(rows * C), bias = buf(C);
+      return {double(rows * C), [=] {
+                model::residual_forward(y->data(), x->data(), d->data(), bias->data(), rows, C);
+              }};
+    }
+    case KernelOp::residual_backward: {
+      auto dx = buf(rows * C), dd = buf(rows * C), dy = buf(rows * C), db = buf(C);
+      return {double(rows * C), [=] {
+                model::residual_backward(dx->data(), dd->data(), db->data(), dy->data(), rows, C);
+              }};
+    }
+    case KernelOp::softmax_forward:
+    case KernelOp::softmax_backward: {
+      // One (T, T) block per call, T chosen so that its causal half holds about `elements`.
+      int64_t T = 1;
+      while ((T + 1) * (T + 2) / 2 <= elements) ++T;
+      auto a = buf(T * T), ds = buf(T * T);
+      model::causal_softmax(a->data(), T);
+      const double half = double(T) * double(T + 1) / 2;
+      if (op == KernelOp::softmax_forward) {
+        // In place on its own output: a softmax of probabilities is as ordinary an input as
+        // scores, so the calls repeat without a copy that the timing would include.
+        return {half, [=] { model::causal_softmax(a->data(), T); }};
+      }
+      return {half, [=] { model::causal_softmax_backward(ds->data(), a->data(), T); }};
+    }
+    case KernelOp::crossentropy_forward:
+    case KernelOp::crossentropy_backward: {
+      const int64_t bt = std::max<int64_t>(1, elements / V);
+      auto logits = buf(bt * V), probs = buf(bt * V), losses = buf(bt);
+      auto targets = std::make_shared<std::vector<int32_t>>(static_cast<size_t>(bt));
+      for (int64_t i = 0; i < bt; ++i) (*targets)[static_cast<size_t>(i)] = int32_t(i * 31 % V);
+      if (op == KernelOp::crossentropy_forward) {
+        return {double(bt * V), [=] {
+                  model::crossentropy_softmax_forward(probs->data(), losses->data(), logits->data(),
+                                                      targets->data(), bt, V);
+                }};
+      }
+      return {double(bt * V), [=] {
+                model::crossentropy_softmax_backward_inplace(probs->data(), targets->data(), 1e-3f,
+                                                             bt, V);
+              }};
+    }
+    case KernelOp::encoder_forward:
+    case KernelOp::encoder_backward: {
+      auto out = buf(rows * C), wte = buf(V * C), wpe = buf(rows * C);
+      auto tokens = std::make_shared<std::vector<int32_t>>(static_cast<size_t>(rows));
+      for (int64_t i = 0; i < rows; ++i) (*tokens)[static_cast<size_t>(i)] = int32_t(i * 31 % V);
+      if (op == KernelOp::encoder_forward) {
+        return {double(rows * C), [=] {
+                  model::encoder_forward(out->data(), tokens->data(), wte->data(), wpe->data(), 1,
+                                         rows, C);
+                }};
+      }
+      return {double(rows * C), [=] {
+                model::encoder_backward(wte->data(), wpe->data(), out->data(), tokens->data(), 1,
+                                        rows, C);
+              }};
+    }
+    case KernelOp::adamw: {
+      auto p = buf(elements), g = buf(elements), m = buf(elements), v = buf(elements);
+      auto step = std::make_shared<int64_t>(0);
+      return {double(elements),
+              [=] { optim::adamw_update(*p, *g, *m, *v, optim::AdamWConfig{}, 1e-4f, ++*step); }};
+    }
+    case KernelOp::grad_norm: {
+      auto g = buf(elements);
+      auto sink = std::make_shared<double>(0);
+      return {double(elements), [=] { *sink += optim::sum_of_squares(*g); }};
+    }
+    case KernelOp::bf16_convert: {
+      auto x = buf(elements);
+      auto y = std::make_shared<std::vector<bf16>>(static_cast<size_t>(elements));
+      return {double(elements), [=] { to_bf16(x->data(), y->data(), elements); }};
+    }
+  }
+  throw Error("calibrate: no kernel for this operation");
+}
+
+// Each kernel at each size (in-cache to out-of-cache), fitted as call_s + bytes / bytes_per_s by
+// least squares over the sizes (fit_latency_bandwidth).
+std::vector<plan::KernelRate> measure_kernels(bool quick) {
+  // Elements of the main tensor: 4 KiB, 64 KiB, 1 MiB and 16 MiB of fp32.
+  const std::vector<int64_t> sizes = quick ? std::vector<int64_t>{1024, 65536}
+                                           : std::vector<int64_t>{1024, 16384, 262144, 4194304};
+  std::vector<plan::KernelRate> out;
+  for (int i = 0; i < plan::kKernelOpCount; ++i) {
+    const auto op = static_cast<KernelOp>(i);
+    std::vector<double> bytes, seconds;
+    for (int64_t n : sizes) {
+      const KernelRun run = kernel_run(op, n);
+      bytes.push_back(run.elements * plan::kernel_bytes_per_element(op));
+      seconds.push_back(median_seconds(run.call));
+    }
+    const LinearFit fit = fit_latency_bandwidth(bytes, seconds);
+    out.push_back({op, Precision::fp32, fit.bytes_per_s, fit.intercept_s});
+  }
+  return out;
+}
+
+// How much slower a fixed set of fp32 products runs while two thread ranks all-reduce beside
+// it (the way parallel/comm_thread reduces DP buckets during backward): the median product time
+// with the collective running over the median without, at least 1.
+double measure_comm_interference(bool quick, double timeout_s) {
+  constexpr int64_t S = 256;
+  std::vector<float> a(S * S), b(S * S), c(S * S);
+  fill(a);
+  fill(b);
+  auto products = [&] {
+    return median_seconds(
+        [&] {
+          model::sgemm(model::Trans::no, model::Trans::yes, S, S, S, 1.0f, a.data(), S, b.data(), S,
+                       0.0f, c.data(), S);
+        },
+        quick ? 10 : 40, quick ? 0.02 : 0.2);
+  };
+  const double alone = products();
+  std::atomic<bool> stop{false};
+  std::exception_ptr failure;
+  std::thread comm_thread([&] {
+    try {
+      comm::run_on_backend(
+          comm::Backend::threads, 2,
+          [&](comm::Communicator& comm) {
+            std::vector<float> data(1 << 20, 1.0f);  // 4 MiB, a DP bucket's size
+            for (;;) {
+              comm::all_reduce(comm, data.data(), int64_t(data.size()), comm::ReduceOp::avg,
+                               comm::Algorithm::ring);
+              // Every rank runs the same number of all-reduces: they agree on when to stop.
+              int64_t done = stop.load() ? 1 : 0;
+              comm::all_reduce(comm, &done, 1, comm::ReduceOp::max);
+              if (done != 0) break;
+            }
+          },
+          comm::LaunchOptions{timeout_s});
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  });
+  const double beside = products();
+  stop = true;
+  comm_thread.join();
+  if (failure) std::rethrow_exception(failure);
+  return std::max(1.0, beside / alone);
+}
+
+// Each collective algorithm of the threads backend at group sizes 2 and 4, two message sizes,
+// fitted as latency + bytes / bandwidth with bytes the larger of what one rank sent and received
+// (the counters'; equal but for direct, whose ranks read from their peers' memory).
+void measure_collectives(bool quick, double timeout_s, std::vector<plan::CollectiveRate>& out) {
+  const std::vector<int64_t> counts =
+      quick ? std::vector<int64_t>{1024, 65536} : std::vector<int64_t>{4096, 65536, 1 << 20};
+  struct Algo {
+    const char* name;
+    comm::Algorithm algorithm;
+  };
+  const Algo algos[] = {{"direct", comm::Algorithm::direct},
+                        {"ring", comm::Algorithm::ring},
+                        {"tree", comm::Algorithm::tree}};
+  for (int ranks : {2, 4}) {
+    // Filled by rank 0: per (collective, algorithm), the (bytes sent, seconds) points.
+    std::map<std::pair<std::string, std::string>,
+             std::pair<std::vector<double>, std::vector<double>>>
+        points;
+    comm::run_on_backend(
+        comm::Backend::threads, ranks,
+        [&](comm::Communicator& comm) {
+          std::vector<float> in(static_cast<size_t>(counts.back())),
+              buf(static_cast<size_t>(counts.back()));
+          fill(in);
+          auto record = [&](const std::string& coll, const std::string& algo, auto&& call) {
+            for (int64_t n : counts) {
+              comm::Traffic traffic;
+              const double s = median_seconds([&] { traffic = call(n); }, 5, 0);
+              // Rank 0's median: the collective ends on every rank within one step of it.
+              if (comm.rank() == 0) {
+                points[{coll, algo}].first.push_back(
+                    double(std::max(traffic.bytes_sent, traffic.bytes_received)));
+                points[{coll, algo}].second.push_back(s);
+              }
+            }
+          };
+          for (const Algo& a : algos) {
+            record("all_reduce", a.name, [&](int64_t n) {
+              return comm::all_reduce(comm, buf.data(), n, comm::ReduceOp::sum, a.algorithm);
+            });
+            record("reduce_scatter", a.name, [&](int64_t n) {
+              return comm::reduce_scatter(comm, in.data(), buf.data(), n, comm::ReduceOp::sum,
+                                          a.algorithm);
+            });
+            record("all_gather", a.name, [&](int64_t n) {
+              const comm::Chunk mine = comm::chunk_of(n, comm.size(), comm.rank());
+              return comm::all_gather(comm, in.data() + mine.offset, buf.data(), n, a.algorithm);
+            });
+          }
+          if (ranks == 4) {
+            // Two emulated nodes of two thread ranks each.
+            const comm::NodeTopology topology(ranks, 2);
+            comm::NodeGroups groups = comm::make_node_groups(comm, topology);
+            record("all_reduce", "hierarchical", [&](int64_t n) {
+              return comm::hierarchical_all_reduce(groups, buf.data(), n, comm::ReduceOp::sum);
+            });
+          }
+        },
+        comm::LaunchOptions{timeout_s});
+    for (const auto& [key, xy] : points) {
+      const LinearFit fit = fit_latency_bandwidth(xy.first, xy.second);
+      out.push_back({key.first, key.second, "intra_node", ranks, fit.intercept_s, fit.bytes_per_s});
+    }
+  }
+}
+
+}  // namespace
+
+GemmGrid gemm_grid(bool quick) {
+  if (quick) return {{16, 256}, {16, 256}, {16, 256}};
+  // m: a micro-batch's tokens (B x T); n, k: the widths C, 3C, 4C and the vocabulary shard of
+  // the models dtrain trains on a CPU. Powers of 8 from 16 keep the grid at 4 x 3 x 3 shapes.
+  return {{16, 128, 1024, 4096}, {16, 128, 1024}, {16, 128, 1024}};
+}
+
+LinearFit fit_latency_bandwidth(const std::vector<double>& bytes,
+                                const std::vector<double>& seconds) {
+  DTRAIN_CHECK(bytes.size() >= 2 && bytes.size() == seconds.size(),
+               "fit_latency_bandwidth: needs 2 or more points, got ", bytes.size());
+  // Weighted least squares, weight 1 / seconds^2: the relative errors are minimised, so a
+  // 4 KiB point (where the fixed cost shows) counts as much as a 16 MiB one (which would
+  // otherwise swamp it by its absolute size).
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    DTRAIN_CHECK(seconds[i] > 0, "fit_latency_bandwidth: a time is not positive: ", seconds[i]);
+    const double w = 1 / (seconds[i] * seconds[i]);
+    sw += w;
+    sx += w * bytes[i];
+    sy += w * seconds[i];
+    sxx += w * bytes[i] * bytes[i];
+    sxy += w * bytes[i] * seconds[i];
+  }
+  const double denominator = sw * sxx - sx * sx;
+  DTRAIN_CHECK(denominator > 0 && std::isfinite(denominator),
+               "fit_latency_bandwidth: the points need distinct byte counts");
+  double slope = (sw * sxy - sx * sy) / denominator;
+  double intercept = (sy - slope * sx) / sw;
+  if (intercept < 0) {  // through the origin: seconds = bytes x slope
+    intercept = 0;
+    slope = sxy / sxx;
+  }
+  if (slope <= 0) {  // flat: the largest point's average rate, no fixed cost
+    const size_t largest = size_t(std::max_element(bytes.begin(), bytes.end()) - bytes.begin());
+    intercept = 0;
+    slope = seconds[largest] / bytes[largest];
+  }
+  return {intercept, 1 / slope};
+}
+
+plan::MeasuredRates measure_compute_rates(const ComputeCalibrationOptions& options) {
+  auto say = [&](std::string_view what) {
+    if (options.progress) options.progress(what);
+  };
+  plan::MeasuredRates r;
+  r.present = true;
+  r.cpu = cpu_model_name();
+  r.cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  const GemmGrid grid = gemm_grid(options.quick);
+  std::vector<int> thread_counts = {1};
+  if (options.threads > 1) thread_counts.push_back(options.threads);
+  for (Precision precision : {Precision::fp32, Precision::bf16}) {
+    for (int threads : thread_counts) {
+      say(str("matrix products, ", plan::name(precision), ", ", threads, " thread",
+              threads == 1 ? "" : "s"));
+      measure_gemm(grid, precision, threads, r.gemm);
+    }
+  }
+  say("memory-bound kernels");
+  r.kernels = measure_kernels(options.quick);
+  say("compute beside a communication thread");
+  r.comm_interference = measure_comm_interference(options.quick, options.timeout_s);
+  say("collectives on thread ranks");
+  measure_collectives(options.quick, options.timeout_s, r.collectives);
+  return r;
+}
+
+}  // namespace dtrain::train

@@ -1,0 +1,49 @@
+// `dtrain calibrate --compute`: measures the rates of the machine the ranks compute on by timing
+// the engine's own code (model/gemm.h's sgemm in fp32 and bf16, the model/ops kernels, AdamW, the
+// clipping norm, bf16 conversion, the threads backend's collectives), fitted into the
+// plan/measured_rates.h schema that the clock reads from a cluster file.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dtrain/plan/measured_rates.h"
+
+namespace dtrain::train {
+
+struct ComputeCalibrationOptions {
+  // Products are measured on 1 thread and, when larger, on this many (a ThreadTeam, as a run's
+  // --threads gives each rank).
+  int threads = 1;
+  // A small grid and fewer sizes (seconds, for tests); the default takes about 20 s on 2 cores.
+  bool quick = false;
+  // Each collective times out after this long waiting for a peer.
+  double timeout_s = 60;
+  // Called with a line as each part starts (null: quiet).
+  std::function<void(std::string_view)> progress;
+};
+
+// The product grid measured per precision and thread count: m (rows of C: the tokens of a
+// micro-batch) and n, k (the model's widths).
+struct GemmGrid {
+  std::vector<double> m, n, k;
+};
+GemmGrid gemm_grid(bool quick);
+
+// Measures every rate; takes the calling thread (and `threads` more for the team).
+plan::MeasuredRates measure_compute_rates(const ComputeCalibrationOptions& options);
+
+// Least squares of seconds = intercept + bytes / bytes_per_s over (bytes, seconds) points (2 or
+// more, distinct bytes), on relative errors (weights 1 / seconds^2). A negative intercept (noise at
+// small sizes) is refitted through the origin; a slope that is not positive (a flat curve) takes
+// the largest point's average rate.
+struct LinearFit {
+  double intercept_s = 0;
+  double bytes_per_s = 0;
+};
+LinearFit fit_latency_bandwidth(const std::vector<double>& bytes,
+                                const std::vector<double>& seconds);
+
+}  // namespace dtrain::train

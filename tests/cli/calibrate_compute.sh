@@ -1,0 +1,46 @@
+# `dtrain calibrate --compute`: the CPU's measured rates in the table, in --json and in the cluster
+# file ("gpu.measured"), which `dtrain plan --cluster` loads (a CPU's peak admitted) and refuses,
+# naming the field, once a value is broken, a field missing or the version another.
+source "$(dirname "$0")/lib/expect.bash"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+links=(--ranks 4 --ranks-per-node 2 --seconds 0.01 --trials 1 --iterations 5 --size 16KiB)
+model=(--layers 2 --hidden 64 --heads 4 --vocab 256 --seq-length 64 --dp 4 --global-batch 8)
+
+expect_output "--compute .*matrix products" calibrate --help
+expect_error "--quick applies to --compute only" calibrate "${links[@]}" --quick
+expect_error "--threads: must be at most 64" calibrate "${links[@]}" --compute --threads 65
+
+# The table: products, every kernel, the collectives, the interference; and the file.
+out=$("$DTRAIN" calibrate "${links[@]}" --compute --quick --threads 2 -o "$tmp/x.json" 2>/dev/null) ||
+  fail "calibrate --compute --quick exited $?"
+for pattern in "^compute: .*cores \(measured in" "^256 x 256 x 256 +fp32 +2 " \
+  "^256 x 256 x 256 +bf16 +1 " "^adamw " "^bf16_convert " "^softmax_backward " \
+  "^all_reduce +hierarchical +4 " "^reduce_scatter +direct +2 " \
+  "compute beside a communication thread: x[0-9]" "wrote $tmp/x.json"; do
+  grep -qE -- "$pattern" <<<"$out" || fail "calibrate --compute: no line matching '$pattern'"
+done
+grep -q '"measured"' "$tmp/x.json" || fail "x.json has no gpu.measured"
+expect_output '"comm_interference"' calibrate "${links[@]}" --compute --quick --json
+
+# plan loads the calibrated CPU (its peak is below an accelerator file's 1 TFLOP/s floor).
+expect_output "^cluster .*calibrated 2x2: 4 GPUs" plan --cluster "$tmp/x.json" "${model[@]}"
+expect_output '"cores": ' plan --cluster "$tmp/x.json" --print-cluster
+
+# Broken files are refused with the field's path. Keys are written sorted, so the first
+# "seconds" is gemm[0]'s and the only "version" is gpu.measured's (the file carries no rates).
+sed '0,/"seconds": [^,]*/s//"seconds": -1/' "$tmp/x.json" >"$tmp/negative.json"
+expect_error "cluster file '$tmp/negative.json': field 'gpu.measured.gemm\[0\].seconds' is -1" \
+  plan --cluster "$tmp/negative.json" "${model[@]}"
+sed '0,/"seconds": [^,]*/s//"seconds": 0/' "$tmp/x.json" >"$tmp/zero.json"
+expect_error "field 'gpu.measured.gemm\[0\].seconds' is 0; it must be in \(0, " \
+  plan --cluster "$tmp/zero.json" "${model[@]}"
+sed '0,/"bytes_per_s": [^,]*/s//"bytes_per_s": 1e30/' "$tmp/x.json" >"$tmp/absurd.json"
+expect_error "field 'gpu.measured.collectives\[0\].bytes_per_s' is 1e\+30" \
+  plan --cluster "$tmp/absurd.json" "${model[@]}"
+sed '/"cores": /d' "$tmp/x.json" >"$tmp/missing.json"
+expect_error "missing field 'gpu.measured.cores'" plan --cluster "$tmp/missing.json" "${model[@]}"
+sed 's/"version": 1/"version": 7/' "$tmp/x.json" >"$tmp/version.json"
+expect_error "field 'gpu.measured.version' is 7; this build reads version 1" \
+  plan --cluster "$tmp/version.json" "${model[@]}"
+finish

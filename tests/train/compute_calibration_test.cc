@@ -1,0 +1,64 @@
+// The compute calibration (train/compute_calibration.h): the latency + bandwidth fit against
+// hand-worked lines, and a --quick measurement that the cluster file's reader accepts whole.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "dtrain/core/check.h"
+#include "dtrain/plan/measured_rates.h"
+#include "dtrain/train/compute_calibration.h"
+
+namespace dtrain::train {
+namespace {
+
+TEST(ComputeCalibration, FitRecoversAnExactLine) {
+  // seconds = 2 us + bytes / 1e9: at 4 KiB 6.096 us, 1 MiB 1.05058 ms, 16 MiB 16.779 ms.
+  const std::vector<double> bytes = {4096, 1048576, 16777216};
+  std::vector<double> seconds;
+  for (double b : bytes) seconds.push_back(2e-6 + b / 1e9);
+  const LinearFit fit = fit_latency_bandwidth(bytes, seconds);
+  EXPECT_NEAR(fit.intercept_s, 2e-6, 1e-15);
+  EXPECT_NEAR(fit.bytes_per_s, 1e9, 1e-3);
+}
+
+TEST(ComputeCalibration, FitWeighsRelativeErrors) {
+  // Two points fit exactly whatever the weights: (1000 B, 3 us) and (3000 B, 5 us) give
+  // 2 us + bytes / 1e9.
+  const LinearFit two = fit_latency_bandwidth({1000, 3000}, {3e-6, 5e-6});
+  EXPECT_NEAR(two.intercept_s, 2e-6, 1e-18);
+  EXPECT_NEAR(two.bytes_per_s, 1e9, 1e-3);
+  // A negative intercept (time grows faster than bytes) is refitted through the origin:
+  // (1000, 1 us), (2000, 3 us): slope = sum w x y / sum w x^2 with w = 1 / y^2
+  // = (1e-3 + 2000 x 3e-6 / 9e-12) / (1e6 / 1e-12 + 4e6 / 9e-12) = 1.4e-9 s per byte.
+  const LinearFit origin = fit_latency_bandwidth({1000, 2000}, {1e-6, 3e-6});
+  EXPECT_EQ(origin.intercept_s, 0);
+  EXPECT_NEAR(1 / origin.bytes_per_s, (1e9 + 2000 * 3e-6 / 9e-12) / (1e18 + 4e6 / 9e-12), 1e-21);
+  // Time falling with bytes: the largest point's average rate, 2000 B / 1 us.
+  const LinearFit flat = fit_latency_bandwidth({1000, 2000}, {2e-6, 1e-6});
+  EXPECT_EQ(flat.intercept_s, 0);
+  EXPECT_NEAR(flat.bytes_per_s, 2e9, 1e-3);
+  EXPECT_THROW(fit_latency_bandwidth({1000, 1000}, {1e-6, 2e-6}), Error);
+}
+
+TEST(ComputeCalibration, QuickMeasurementIsAWholeFileTheReaderAccepts) {
+  ComputeCalibrationOptions options;
+  options.quick = true;
+  options.threads = 2;
+  const plan::MeasuredRates r = measure_compute_rates(options);
+  const GemmGrid grid = gemm_grid(true);
+  // fp32 and bf16, each on 1 and 2 threads, every shape of the grid.
+  EXPECT_EQ(r.gemm.size(), 4 * grid.m.size() * grid.n.size() * grid.k.size());
+  EXPECT_EQ(r.kernels.size(), size_t(plan::kKernelOpCount));
+  EXPECT_GE(r.comm_interference, 1);
+  // 3 collectives x 3 algorithms at 2 and 4 ranks, and the hierarchical all-reduce at 4.
+  EXPECT_EQ(r.collectives.size(), 19u);
+  const plan::MeasuredRates back =
+      plan::measured_rates_from_json(nlohmann::json::parse(plan::to_json(r).dump()), "quick");
+  EXPECT_EQ(plan::to_json(back), plan::to_json(r));
+  // The look-up at a grid point returns what was measured there.
+  for (const plan::GemmSample& s : r.gemm) {
+    EXPECT_DOUBLE_EQ(plan::gemm_seconds(r, s.precision, s.threads, s.m, s.n, s.k), s.seconds);
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::train
