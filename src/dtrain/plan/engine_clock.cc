@@ -185,10 +185,14 @@ double engine_collective_seconds(const Cluster& c, CollectiveOp op, comm::Algori
   const MeasuredRates& r = c.gpu.measured;
   const std::string_view link = link_name(inter_node);
   if (r.present && has_collective_rate(r, comm::name(op), comm::name(algo), link)) {
-    const double sent = algo == comm::Algorithm::direct
-                            ? direct_traffic(op, bytes, ranks).bytes_sent
-                            : collective_traffic(op, algo, bytes, ranks).bytes_sent;
-    return collective_seconds(r, comm::name(op), comm::name(algo), link, ranks, sent);
+    // The rates were fitted on the larger of what a rank sends and receives (measured_rates.h):
+    // the direct algorithm's ranks read their peers' memory and send nothing in a reduce-scatter
+    // or an all-gather.
+    const CollectiveTraffic t = algo == comm::Algorithm::direct
+                                    ? direct_traffic(op, bytes, ranks)
+                                    : collective_traffic(op, algo, bytes, ranks);
+    return collective_seconds(r, comm::name(op), comm::name(algo), link, ranks,
+                              std::max(t.bytes_sent, t.bytes_received));
   }
   const Link& l = inter_node ? c.inter_node : c.intra_node;
   return collective_cost(op, algo, bytes, ranks, l).time_s;
