@@ -74,60 +74,6 @@ std::optional<double> clock_predicted_ms(const nlohmann::json& report) {
   return clock["predicted"].at("step_s").get<double>() * 1e3;
 }
 
-// TEMPORARY stand-in while train's report has no clock: `dtrain plan --cluster FILE --json`'s
-// step for the same shape and layout on one node of `ranks` GPUs (the planner's prediction, never
-// this run's measurement). Removed once the clock reports in train's JSON.
-double plan_predicted_ms(const LayoutsBenchOptions& o, const LayoutModel& m, const LayoutSpec& s) {
-  std::vector<std::string> a = {"plan",
-                                "--cluster",
-                                o.cluster,
-                                "--nodes",
-                                "1",
-                                "--gpus-per-node",
-                                std::to_string(s.ranks()),
-                                "--family",
-                                "gpt",
-                                "--layers",
-                                std::to_string(m.layers),
-                                "--hidden",
-                                std::to_string(m.channels),
-                                "--heads",
-                                std::to_string(m.heads),
-                                "--vocab",
-                                std::to_string(m.vocab),
-                                "--seq-length",
-                                std::to_string(m.seq),
-                                "--global-batch",
-                                std::to_string(m.batch),
-                                "--dp",
-                                std::to_string(s.dp),
-                                "--tp",
-                                std::to_string(s.tp),
-                                "--pp",
-                                std::to_string(s.pp),
-                                "--zero",
-                                std::to_string(s.zero),
-                                "--microbatches",
-                                std::to_string(s.microbatches),
-                                "--recompute",
-                                s.recompute,
-                                "--schedule",
-                                s.schedule,
-                                "--precision",
-                                s.precision == "bf16" ? "mixed" : "fp32",
-                                "--activation-bytes",
-                                s.precision == "bf16" ? "2" : "4",
-                                "--json"};
-  if (s.schedule == "interleaved") a.insert(a.end(), {"--vp", "2"});
-  if (s.sequence_parallel) a.emplace_back("--sequence-parallel");
-  const std::string command = shell_quote(o.dtrain) + join_quoted(a);
-  const CommandResult ran = run_command(command + " 2>/dev/null", false);
-  DTRAIN_CHECK(ran.started && ran.exit_code == 0, "bench layouts: ", command, " failed (exit ",
-               ran.exit_code, ")");
-  const nlohmann::json j = nlohmann::json::parse(ran.output);
-  return j.at("plan").at("time").at("step_s").get<double>() * 1e3;
-}
-
 // One repeat of one layout: predicted and measured ms.
 std::pair<double, double> run_layout_once(const LayoutsBenchOptions& o, const std::string& mpirun,
                                           const LayoutModel& m, const LayoutSpec& s,
@@ -161,12 +107,12 @@ std::pair<double, double> run_layout_once(const LayoutsBenchOptions& o, const st
   DTRAIN_CHECK(report.is_object(), "bench layouts: ", describe(s),
                " printed no JSON report: ", command);
   const double measured = measured_step_ms(metrics);
-  if (const std::optional<double> clock = clock_predicted_ms(report)) {
-    source = "clock";
-    return {*clock, measured};
-  }
-  source = "plan (stand-in)";
-  return {plan_predicted_ms(o, m, s), measured};
+  const std::optional<double> clock = clock_predicted_ms(report);
+  DTRAIN_CHECK(clock.has_value(), "bench layouts: ", describe(s),
+               ": the train report has no clock prediction (does --cluster ", o.cluster,
+               " carry gpu.measured? dtrain calibrate --compute writes it)");
+  source = "clock";
+  return {*clock, measured};
 }
 
 LayoutSpec layout(int model, bool mpi, int dp, int tp, int pp, int zero = 0) {

@@ -48,10 +48,10 @@ struct LayoutsBenchOptions {
 struct LayoutResult {
   LayoutSpec spec;
   std::vector<double> predicted_ms, measured_ms;  // per repeat, in the order they ran
-  std::string predicted_source;        // "clock" (train's clock.predicted) or the stand-in's name
-  double predicted = 0, measured = 0;  // medians over the repeats, ms
-  double error_pct = 0;                // 100 (predicted - measured) / measured
-  double spread_pct = 0;               // 100 (max - min) / median of the measured repeats
+  std::string predicted_source;                   // "clock": train's clock.predicted
+  double predicted = 0, measured = 0;             // medians over the repeats, ms
+  double error_pct = 0;                           // 100 (predicted - measured) / measured
+  double spread_pct = 0;  // 100 (max - min) / median of the measured repeats
 };
 
 // One (model, ranks) group: does the clock rank its layouts as they measure?

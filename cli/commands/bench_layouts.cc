@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dtrain/plan/hardware.h"
+
 #include "bench/layouts_bench.h"
 #include "build_info.h"
 #include "command_registry.h"
@@ -35,6 +37,10 @@ void check_cluster_file(const std::string& path) {
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
   if (!j.is_object() || !j.contains("gpu")) {
     throw Error("--cluster " + path + ": not a cluster file (JSON with a \"gpu\" object)" + how);
+  }
+  // The clock prices dtrain's engine only from rates measured on this machine.
+  if (!plan::read_cluster_file(path).gpu.measured.present) {
+    throw Error("--cluster " + path + ": has no field 'gpu.measured' (this machine's rates)" + how);
   }
 }
 

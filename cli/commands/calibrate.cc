@@ -146,6 +146,15 @@ void run_calibrate(CalibrateFlags& f) {
       known += (known.empty() ? "" : ", ") + p.name;
     throw Error(str("--gpu: unknown node type '", f.gpu, "' (known: ", known, ")"));
   }
+  // Measuring this machine's compute needs no second machine: a threads run without a node
+  // layout emulates two nodes of half the ranks each (the links between them are this machine's
+  // shared memory, which is what a threads run's "inter-node" traffic crosses too).
+  if (f.compute && *backend == comm::Backend::threads && f.options.ranks_per_node == 0 &&
+      f.ranks >= 4 && f.ranks % 2 == 0) {
+    f.options.ranks_per_node = f.ranks / 2;
+    std::cerr << "calibrate: --ranks-per-node " << f.ranks / 2 << " (two emulated nodes of "
+              << f.ranks / 2 << " thread ranks on this machine; pass it to choose another)\n";
+  }
   comm::Calibration result;
   bool reporter = true;
   comm::run_on_backend(
@@ -243,7 +252,8 @@ void add_calibrate(CLI::App& app) {
       "--cluster FILE.json`");
   cmd->add_option("--backend", f->backend,
                   "mpi (run under mpirun; every process takes part) or threads (a dry run on "
-                  "one machine; needs --ranks-per-node)")
+                  "one machine; needs --ranks-per-node, which --compute sets to half --ranks "
+                  "when not given)")
       ->capture_default_str();
   cmd->add_option("--ranks", f->ranks, "Ranks for --backend threads (mpi: every process)")
       ->capture_default_str()

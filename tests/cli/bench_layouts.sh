@@ -1,6 +1,7 @@
 # `dtrain bench layouts --quick`: the report's structure, and every error, spread and group figure
 # recomputed here from the per-repeat predicted and measured numbers it prints (not from timing);
-# no --cluster, or one that is not a cluster file, is refused with how to make one.
+# no --cluster, one that is not a cluster file, or one without measured rates is refused with how
+# to make one.
 source "$(dirname "$0")/lib/expect.bash"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -10,9 +11,14 @@ expect_error "--cluster $dir/none.json: no such file" bench layouts --quick --cl
 echo '{"name": "x"}' >"$dir/bad.json"
 expect_error "--cluster $dir/bad.json: not a cluster file" bench layouts --quick --cluster "$dir/bad.json"
 
+# A cluster file with links but not this machine's compute rates is refused by name.
+"$DTRAIN" calibrate --ranks 4 --ranks-per-node 2 --seconds 0.05 --trials 1 --iterations 20 \
+  -o "$dir/links.json" >/dev/null 2>&1 || fail "calibrate could not write a cluster file"
+expect_error "--cluster $dir/links.json: has no field 'gpu.measured'" bench layouts --quick --cluster "$dir/links.json"
+
 # A calibrated cluster file of this machine (2 emulated nodes of 2 threads: a dry run).
 "$DTRAIN" calibrate --ranks 4 --ranks-per-node 2 --seconds 0.05 --trials 1 --iterations 20 \
-  -o "$dir/cluster.json" >/dev/null 2>&1 || fail "calibrate could not write a cluster file"
+  --compute --quick -o "$dir/cluster.json" >/dev/null 2>&1 || fail "calibrate could not write a cluster file"
 
 expect_output "predicted ms +measured ms +error % +spread %" bench layouts --quick --cluster "$dir/cluster.json"
 
