@@ -28,6 +28,7 @@
 #include <thread>
 #include <utility>
 
+#include "dtrain/comm/all_to_all.h"
 #include "dtrain/comm/collectives.h"
 #include "dtrain/comm/hierarchical.h"
 #include "dtrain/core/buffer.h"
@@ -72,11 +73,24 @@ comm::Traffic run_once(Communicator& comm, const CollectiveRunConfig& c, int64_t
       return comm::reduce_scatter(comm, in, out, count, comm::ReduceOp::sum, c.algorithm);
     case CollectiveOp::all_gather:
       return comm::all_gather(comm, in, out, count, c.algorithm);
+    case CollectiveOp::all_to_all:  // S = count: N blocks of count / N
+      return comm::all_to_all(comm, in, out, count / comm.size(), c.algorithm);
   }
   return {};
 }
 
-// Rank r contributes r + 1 at every position it owns: every result has a closed form.
+// Rank r contributes r + 1 at every position it owns: every result has a closed form. The
+// all-to-all's blocks differ (fill_input): block j of rank r holds r * N + j + 1.
+void fill_input(const CollectiveRunConfig& c, int64_t count, int world, int rank, float* in,
+                int64_t in_count) {
+  std::fill(in, in + in_count, static_cast<float>(rank + 1));
+  if (c.op != CollectiveOp::all_to_all) return;
+  const int64_t block = count / world;
+  for (int j = 0; j < world; ++j) {
+    std::fill(in + j * block, in + (j + 1) * block, static_cast<float>(rank * world + j + 1));
+  }
+}
+
 bool verify(const CollectiveRunConfig& c, int64_t count, int world, int rank, const float* in,
             const float* out) {
   const comm::Chunk mine = comm::chunk_of(count, world, rank);
@@ -99,6 +113,15 @@ bool verify(const CollectiveRunConfig& c, int64_t count, int world, int rank, co
         if (!all_equal(out + ch.offset, ch.count, static_cast<float>(q + 1))) return false;
       }
       return true;
+    case CollectiveOp::all_to_all: {  // block q of the output: rank q's block for this rank
+      const int64_t block = count / world;
+      for (int q = 0; q < world; ++q) {
+        if (!all_equal(out + q * block, block, static_cast<float>(q * world + rank + 1))) {
+          return false;
+        }
+      }
+      return true;
+    }
   }
   return false;
 }
@@ -140,6 +163,10 @@ CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
                ")");
   DTRAIN_CHECK(!config.hierarchical || config.ranks_per_node > 0,
                "the hierarchical algorithm needs --ranks-per-node");
+  DTRAIN_CHECK(config.op != CollectiveOp::all_to_all || config.bytes % (4LL * config.ranks) == 0,
+               "--size ", config.bytes, " bytes does not split into ", config.ranks,
+               " equal blocks of float32 for all_to_all (use a multiple of 4 x --ranks = ",
+               4LL * config.ranks, " bytes)");
 
   CollectiveRunReport report;
   report.config = config;
@@ -156,12 +183,17 @@ CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
         // auto: what the collectives themselves would run on this group (direct where it
         // shares memory); every rank resolves it alike.
         CollectiveRunConfig c = config;
-        if (!c.hierarchical) c.algorithm = comm::resolve_algorithm(group, c.algorithm, c.bytes);
+        if (c.op == CollectiveOp::all_to_all) {
+          c.algorithm = comm::resolve_all_to_all_algorithm(group, c.algorithm);
+        } else if (!c.hierarchical) {
+          c.algorithm = comm::resolve_algorithm(group, c.algorithm, c.bytes);
+        }
         // The direct algorithm through a shared window runs in slot-sized segments.
         const comm::SharedMemoryGroup* shm =
             c.algorithm == Algorithm::direct && n > 1 ? group.shared_memory() : nullptr;
-        const int64_t slot_elements =
-            shm == nullptr || shm->shares_address_space() ? 0 : shm->slot_bytes() / 4;
+        const int64_t slot_bytes =
+            shm == nullptr || shm->shares_address_space() ? 0 : shm->slot_bytes();
+        const int64_t slot_elements = slot_bytes / 4;
         // Timing agreements travel on their own group so they never mix with the measured op.
         std::vector<int> all(static_cast<size_t>(n));
         for (int i = 0; i < n; ++i) all[i] = i;
@@ -180,7 +212,7 @@ CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
 
         // 1. One verified call, whose traffic is the measured figure. Every rank's counters
         //    and verdict are gathered (under MPI the ranks are other processes).
-        std::fill(in.data(), in.data() + s.in, static_cast<float>(r + 1));
+        fill_input(c, report.count, n, r, in.data(), s.in);
         const comm::LinkBytes link_before = sent_by_link(group, groups.get(), topology);
         const comm::Traffic t =
             run_once(group, c, report.count, in.data(), out.data(), groups.get());
@@ -210,6 +242,10 @@ CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
               // Rings send and receive alike when the sizes divide evenly (the bench's do).
               const double b = static_cast<double>(rt.link_formula.total_bytes());
               rt.formula = {rt.link_formula.steps, b, b};
+            } else if (c.algorithm == Algorithm::direct && c.op == CollectiveOp::all_to_all) {
+              rt.formula = plan::all_to_all_traffic(
+                  Algorithm::direct, static_cast<double>(c.bytes), n,
+                  plan::direct_all_to_all_segments(report.count / n, n, slot_bytes, 4));
             } else if (c.algorithm == Algorithm::direct) {
               rt.formula =
                   plan::direct_traffic(c.op, static_cast<double>(c.bytes), n, q, c.root,

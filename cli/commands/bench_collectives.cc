@@ -32,7 +32,9 @@ void add_bench_collectives(CLI::App& bench_app) {
       "Sweep message sizes for N = 2 and 4: busbw per algorithm, beside this machine's memcpy "
       "bandwidth (one thread, and all hardware threads at once) measured in the same run, and "
       "their ratios; with --peer, OpenMPI's time and busbw too, and dtrain's time / OpenMPI's");
-  cmd->add_option("--op", f->op, "Collective: all_reduce, reduce_scatter, all_gather, ...")
+  cmd->add_option(
+         "--op", f->op,
+         "Collective: all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all")
       ->capture_default_str();
   cmd->add_option("--ranks", f->config.worlds, "World sizes to sweep")
       ->capture_default_str()
@@ -40,7 +42,7 @@ void add_bench_collectives(CLI::App& bench_app) {
   cmd->add_option("--algos", f->algos,
                   "Algorithms to sweep (default: ring tree naive direct; with --backend mpi "
                   "ring tree naive native, MPI's own; with --ranks-per-node: ring hierarchical "
-                  "[native]). "
+                  "[native]; all_to_all: pairwise direct, under mpi pairwise native). "
                   "hierarchical: reduce-scatter inside each node, all-reduce across nodes, "
                   "all-gather inside (all_reduce only)");
   cmd->add_option("--ranks-per-node", f->config.ranks_per_node,
@@ -91,6 +93,10 @@ void add_bench_collectives(CLI::App& bench_app) {
       if (*backend == comm::Backend::threads) f->algos.push_back("direct");
       if (f->config.ranks_per_node > 0) f->algos = {"ring", "hierarchical"};
       if (*backend == comm::Backend::mpi) f->algos.push_back("native");
+      if (*op == comm::CollectiveOp::all_to_all) {  // its own algorithms (comm/all_to_all.h)
+        f->algos = {"pairwise"};
+        f->algos.push_back(*backend == comm::Backend::threads ? "direct" : "native");
+      }
     }
     for (const std::string& a : f->algos) {
       if (a == "hierarchical") {
@@ -103,7 +109,8 @@ void add_bench_collectives(CLI::App& bench_app) {
       }
       const auto algo = comm::parse_algorithm(a);
       DTRAIN_CHECK(algo.has_value() && *algo != comm::Algorithm::automatic, "--algos: unknown ",
-                   "algorithm '", a, "' (use ring, tree, naive, direct, native or hierarchical)");
+                   "algorithm '", a,
+                   "' (use ring, tree, naive, direct, native, pairwise or hierarchical)");
       f->config.algorithms.push_back(*algo);
     }
     const int64_t lo = parse_bytes(f->min_size, "--min-size");
