@@ -159,8 +159,8 @@ void check_v(int world, Pattern pattern, Algorithm requested) {
       for (int64_t i = 0; i < send[j].count; ++i) in[send[j].offset + i] = as<T>(value(r, j, i));
     }
     const Traffic t = all_to_all_v(comm, in.data(), send, out.data(), recv, requested);
-    const std::string where =
-        std::string(name_of(pattern)) + ", N=" + std::to_string(n) + ", " + name(requested);
+    const std::string where = std::string(name_of(pattern)) + ", N=" + std::to_string(n) + ", " +
+                              std::string(name(requested));
     std::vector<bool> written(out.size(), false);
     for (int q = 0; q < n; ++q) {
       for (int64_t i = 0; i < recv[q].count; ++i) {
@@ -170,7 +170,9 @@ void check_v(int world, Pattern pattern, Algorithm requested) {
       }
     }
     for (size_t k = 0; k < out.size(); ++k) {
-      if (!written[k]) ASSERT_EQ(back(out[k]), kUntouched) << "gap " << k << " (" << where << ")";
+      if (!written[k]) {
+        ASSERT_EQ(back(out[k]), kUntouched) << "gap " << k << " (" << where << ")";
+      }
     }
     // The formula from the count matrix: this rank's row and column, and the longest part.
     const Algorithm algo = resolve_all_to_all_algorithm(comm, requested);
