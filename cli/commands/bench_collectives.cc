@@ -34,7 +34,8 @@ void add_bench_collectives(CLI::App& bench_app) {
       "their ratios; with --peer, OpenMPI's time and busbw too, and dtrain's time / OpenMPI's");
   cmd->add_option(
          "--op", f->op,
-         "Collective: all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all")
+         "Collective: all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, "
+         "all_to_all_v")
       ->capture_default_str();
   cmd->add_option("--ranks", f->config.worlds, "World sizes to sweep")
       ->capture_default_str()
@@ -84,7 +85,8 @@ void add_bench_collectives(CLI::App& bench_app) {
                  "' (use threads or mpi)");
     f->config.backend = *backend;
     comm::check_launch(*backend);  // before any output: mpirun -np 2 with threads is a mistake
-    const auto op = comm::parse_collective_op(f->op);
+    f->config.variable_counts = f->op == "all_to_all_v";
+    const auto op = comm::parse_collective_op(f->config.variable_counts ? "all_to_all" : f->op);
     DTRAIN_CHECK(op.has_value(), "--op: unknown collective '", f->op, "'");
     f->config.op = *op;
     f->config.algorithms.clear();
@@ -95,7 +97,8 @@ void add_bench_collectives(CLI::App& bench_app) {
       if (*backend == comm::Backend::mpi) f->algos.push_back("native");
       if (*op == comm::CollectiveOp::all_to_all) {  // its own algorithms (comm/all_to_all.h)
         f->algos = {"pairwise"};
-        f->algos.push_back(*backend == comm::Backend::threads ? "direct" : "native");
+        f->algos.push_back(
+            *backend == comm::Backend::threads || f->config.variable_counts ? "direct" : "native");
       }
     }
     for (const std::string& a : f->algos) {

@@ -37,7 +37,8 @@ void add_collectives(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--op", f->op,
                   "Collective: all_reduce, reduce_scatter, all_gather, broadcast, reduce, "
-                  "all_to_all")
+                  "all_to_all, all_to_all_v (uneven parts of 0 to 2 blocks of S/N, some empty, "
+                  "and with more than 2 ranks the last rank sending nothing)")
       ->capture_default_str();
   cmd->add_option("--algo", f->algo,
                   "Algorithm: ring (bandwidth-optimal), tree (latency-optimal), naive (through "
@@ -79,9 +80,12 @@ void add_collectives(CLI::App& app) {
     comm::check_timeout(f->config.timeout_s);
     comm::check_launch(*backend);  // before any output: mpirun -np 2 with threads is a mistake
     f->config.bytes = parse_bytes(f->size, "--size");
-    const auto op = comm::parse_collective_op(f->op);
+    // all_to_all_v: the all-to-all over the uneven parts of bench::v_part_count.
+    f->config.variable_counts = f->op == "all_to_all_v";
+    const auto op = comm::parse_collective_op(f->config.variable_counts ? "all_to_all" : f->op);
     DTRAIN_CHECK(op.has_value(), "--op: unknown collective '", f->op,
-                 "' (use all_reduce, reduce_scatter, all_gather, broadcast, reduce or all_to_all)");
+                 "' (use all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all or ",
+                 "all_to_all_v)");
     // The all-to-all has no ring: without --algo it takes its automatic choice.
     if (*op == comm::CollectiveOp::all_to_all && cmd->count("--algo") == 0) f->algo = "auto";
     f->config.hierarchical = f->algo == "hierarchical";
@@ -99,7 +103,7 @@ void add_collectives(CLI::App& app) {
     } else {
       bench::print_report(report, std::cout);
     }
-    DTRAIN_CHECK(report.verified, comm::name(*op), " produced a wrong result");
+    DTRAIN_CHECK(report.verified, bench::op_label(f->config), " produced a wrong result");
   });
 }
 

@@ -34,6 +34,39 @@ PY
   fi
 done
 
+# all_to_all_v over the bench's uneven parts (0 to 2 blocks, the last rank sending nothing): the
+# counters equal plan::all_to_all_v_traffic's on every rank (recomputed here from
+# bench::v_part_count), and rank 3 of 4 sends nothing but still receives.
+for algo in pairwise direct; do
+  json=$("$DTRAIN" collectives --ranks 4 --size 64KiB --op all_to_all_v --algo $algo --trials 1 \
+    --trial-seconds 0.01 --json 2>&1)
+  if python3 - "$json" "$algo" <<'PY'; then
+import json, sys
+d = json.loads(sys.argv[1])
+algo = sys.argv[2]
+assert d["verified"] and d["op"] == "all_to_all_v" and d["algorithm"] == algo, d
+block = 4096  # floats
+def part(i, j):  # bench::v_part_count
+    return 0 if i == 3 else block * 2 * ((i + 2 * j) % 5) // 4
+for r in d["per_rank"]:
+    q = r["rank"]
+    sent = 4 * sum(part(q, j) for j in range(4) if j != q)
+    received = 4 * sum(part(i, q) for i in range(4) if i != q)
+    want = (3, sent, received) if algo == "pairwise" else (2, 0, received)
+    measured = (r["steps"], r["bytes_sent"], r["bytes_received"])
+    formula = (r["formula_steps"], r["formula_bytes_sent"], r["formula_bytes_received"])
+    assert measured == want and formula == want, (r, want)
+assert d["per_rank"][3]["bytes_sent"] == 0 and d["per_rank"][3]["bytes_received"] > 0
+PY
+    echo "ok: collectives --op all_to_all_v --algo $algo: counters = formula, rank 3 sends nothing"
+  else
+    echo "FAIL: collectives --op all_to_all_v --algo $algo:"; head -20 <<<"$json"
+    failures=$((failures + 1))
+  fi
+done
+expect_error "all_to_all_v has no native path" collectives --ranks 2 --size 4KiB \
+  --op all_to_all_v --algo native
+
 expect_error "--size 1000 bytes does not split into 3 equal blocks.*multiple of 4 x --ranks = 12" \
   collectives --ranks 3 --size 1000 --op all_to_all
 expect_error "--algo ring: the all-to-all runs pairwise, direct" collectives --ranks 2 --size 4KiB \
@@ -60,4 +93,6 @@ else
   echo "FAIL: bench collectives --op all_to_all:"; head -20 <<<"$json"
   failures=$((failures + 1))
 fi
+expect_output "bench collectives: all_to_all_v.*" bench collectives --op all_to_all_v --ranks 4 \
+  --min-size 4KiB --max-size 4KiB --trials 1 --trial-seconds 0.01 --rounds 1
 finish

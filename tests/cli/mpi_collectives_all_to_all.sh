@@ -35,4 +35,24 @@ PY
     failures=$((failures + 1))
   fi
 done
+# all_to_all_v under mpirun: uneven parts, rank 3 of 4 sending nothing, both algorithms.
+for algo in pairwise direct; do
+  json=$("${MPIRUN[@]}" -np 4 "$DTRAIN" collectives --backend mpi --ranks 4 --size 1MiB \
+    --op all_to_all_v --algo $algo --trials 1 --trial-seconds 0.01 --json 2>&1)
+  if python3 - "$json" "$algo" <<'PY'; then
+import json, sys
+text = sys.argv[1]
+d = json.loads(text[text.index("{"):])
+assert d["verified"] and d["op"] == "all_to_all_v" and d["algorithm"] == sys.argv[2], d
+for r in d["per_rank"]:
+    assert (r["steps"], r["bytes_sent"], r["bytes_received"]) == (
+        r["formula_steps"], r["formula_bytes_sent"], r["formula_bytes_received"]), r
+assert d["per_rank"][3]["bytes_sent"] == 0, d["per_rank"][3]
+PY
+    echo "ok: mpirun -np 4 collectives --op all_to_all_v --algo $algo: verified, counters = formula"
+  else
+    echo "FAIL: mpirun -np 4 collectives --op all_to_all_v --algo $algo:"; tail -20 <<<"$json"
+    failures=$((failures + 1))
+  fi
+done
 finish
