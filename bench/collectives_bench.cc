@@ -22,12 +22,14 @@
 #include <memory>
 #include <new>
 #include <ostream>
+#include <span>
 #include <sstream>
 #include <string>
 #include <system_error>
 #include <thread>
 #include <utility>
 
+#include "dtrain/comm/all_to_all.h"
 #include "dtrain/comm/collectives.h"
 #include "dtrain/comm/hierarchical.h"
 #include "dtrain/core/buffer.h"
@@ -46,9 +48,29 @@ using comm::Communicator;
 struct Shapes {
   int64_t in = 0, out = 0;
 };
-Shapes shapes(CollectiveOp op, int64_t count, int world, int rank) {
+// all_to_all_v's parts on one rank, packed in rank order (the bench's layout).
+struct Parts {
+  std::vector<comm::Chunk> send, recv;
+  int64_t in = 0, out = 0;  // elements
+};
+Parts parts_of(int64_t count, int world, int rank) {
+  Parts p;
+  for (int q = 0; q < world; ++q) {
+    p.send.push_back({p.in, v_part_count(count / world, world, rank, q)});
+    p.in += p.send.back().count;
+    p.recv.push_back({p.out, v_part_count(count / world, world, q, rank)});
+    p.out += p.recv.back().count;
+  }
+  return p;
+}
+
+Shapes shapes(const CollectiveRunConfig& c, int64_t count, int world, int rank) {
+  if (c.variable_counts) {
+    const Parts p = parts_of(count, world, rank);
+    return {p.in, p.out};
+  }
   const int64_t chunk = comm::chunk_of(count, world, rank).count;
-  switch (op) {
+  switch (c.op) {
     case CollectiveOp::reduce_scatter:
       return {count, chunk};
     case CollectiveOp::all_gather:
@@ -59,8 +81,12 @@ Shapes shapes(CollectiveOp op, int64_t count, int world, int rank) {
 }
 
 comm::Traffic run_once(Communicator& comm, const CollectiveRunConfig& c, int64_t count, float* in,
-                       float* out, comm::NodeGroups* groups = nullptr) {
+                       float* out, const Parts& parts, comm::NodeGroups* groups = nullptr) {
   if (c.hierarchical) return comm::hierarchical_all_reduce(*groups, in, count, comm::ReduceOp::sum);
+  if (c.variable_counts) {
+    return comm::all_to_all_v(comm, in, std::span<const comm::Chunk>(parts.send), out,
+                              std::span<const comm::Chunk>(parts.recv), c.algorithm);
+  }
   switch (c.op) {
     case CollectiveOp::all_reduce:
       return comm::all_reduce(comm, in, count, comm::ReduceOp::sum, c.algorithm);
@@ -72,13 +98,34 @@ comm::Traffic run_once(Communicator& comm, const CollectiveRunConfig& c, int64_t
       return comm::reduce_scatter(comm, in, out, count, comm::ReduceOp::sum, c.algorithm);
     case CollectiveOp::all_gather:
       return comm::all_gather(comm, in, out, count, c.algorithm);
+    case CollectiveOp::all_to_all:  // S = count: N blocks of count / N
+      return comm::all_to_all(comm, in, out, count / comm.size(), c.algorithm);
   }
   return {};
 }
 
-// Rank r contributes r + 1 at every position it owns: every result has a closed form.
+// Rank r contributes r + 1 at every position it owns: every result has a closed form. The
+// all-to-all's blocks differ (fill_input): block j of rank r holds r * N + j + 1.
+void fill_input(const CollectiveRunConfig& c, int64_t count, int world, int rank, float* in,
+                int64_t in_count, const Parts& parts) {
+  std::fill(in, in + in_count, static_cast<float>(rank + 1));
+  if (c.op != CollectiveOp::all_to_all) return;
+  if (c.variable_counts) {
+    for (int j = 0; j < world; ++j) {
+      const comm::Chunk& part = parts.send[j];
+      std::fill(in + part.offset, in + part.offset + part.count,
+                static_cast<float>(rank * world + j + 1));
+    }
+    return;
+  }
+  const int64_t block = count / world;
+  for (int j = 0; j < world; ++j) {
+    std::fill(in + j * block, in + (j + 1) * block, static_cast<float>(rank * world + j + 1));
+  }
+}
+
 bool verify(const CollectiveRunConfig& c, int64_t count, int world, int rank, const float* in,
-            const float* out) {
+            const float* out, const Parts& parts) {
   const comm::Chunk mine = comm::chunk_of(count, world, rank);
   const float sum = static_cast<float>(world * (world + 1) / 2);
   auto all_equal = [](const float* p, int64_t n, float v) {
@@ -99,8 +146,44 @@ bool verify(const CollectiveRunConfig& c, int64_t count, int world, int rank, co
         if (!all_equal(out + ch.offset, ch.count, static_cast<float>(q + 1))) return false;
       }
       return true;
+    case CollectiveOp::all_to_all: {  // block q of the output: rank q's block for this rank
+      if (c.variable_counts) {
+        for (int q = 0; q < world; ++q) {
+          const comm::Chunk& part = parts.recv[q];
+          if (!all_equal(out + part.offset, part.count, static_cast<float>(q * world + rank + 1))) {
+            return false;
+          }
+        }
+        return true;
+      }
+      const int64_t block = count / world;
+      for (int q = 0; q < world; ++q) {
+        if (!all_equal(out + q * block, block, static_cast<float>(q * world + rank + 1))) {
+          return false;
+        }
+      }
+      return true;
+    }
   }
   return false;
+}
+
+// plan::all_to_all_v_traffic for rank q of the bench's parts (its row and column in bytes; the
+// longest part any rank sends another sets the shared window's segments).
+plan::CollectiveTraffic v_formula(Algorithm algo, int64_t count, int world, int q,
+                                  int64_t slot_bytes) {
+  const int64_t block = count / world;
+  std::vector<double> sent, received;
+  int64_t longest = 0;
+  for (int j = 0; j < world; ++j) {
+    sent.push_back(4.0 * static_cast<double>(v_part_count(block, world, q, j)));
+    received.push_back(4.0 * static_cast<double>(v_part_count(block, world, j, q)));
+    for (int k = 0; k < world; ++k) {
+      if (k != j) longest = std::max(longest, v_part_count(block, world, j, k));
+    }
+  }
+  return plan::all_to_all_v_traffic(
+      algo, sent, received, q, plan::direct_all_to_all_segments(longest, world, slot_bytes, 4));
 }
 
 // Bytes this rank has sent so far, by link class, through whatever carries the measured op.
@@ -111,13 +194,23 @@ comm::LinkBytes sent_by_link(const Communicator& comm, const comm::NodeGroups* g
 
 }  // namespace
 
+int64_t v_part_count(int64_t block, int world, int from, int to) {
+  if (world > 2 && from == world - 1) return 0;
+  return block * 2 * ((from + 2 * to) % (world + 1)) / world;
+}
+
+std::string op_label(const CollectiveRunConfig& config) {
+  return config.variable_counts ? "all_to_all_v" : std::string(comm::name(config.op));
+}
+
 std::string algorithm_label(const CollectiveRunConfig& config, Algorithm resolved) {
   return config.hierarchical ? "hierarchical" : std::string(comm::name(resolved));
 }
 
 double buffer_bytes(const CollectiveRunConfig& config) {
   const int ranks_here = config.backend == comm::Backend::threads ? config.ranks : 1;
-  return 2.0 * static_cast<double>(config.bytes) * ranks_here;
+  // all_to_all_v's parts hold up to 2 blocks each: up to 2 S in and out.
+  return (config.variable_counts ? 4.0 : 2.0) * static_cast<double>(config.bytes) * ranks_here;
 }
 
 CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
@@ -140,6 +233,15 @@ CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
                ")");
   DTRAIN_CHECK(!config.hierarchical || config.ranks_per_node > 0,
                "the hierarchical algorithm needs --ranks-per-node");
+  DTRAIN_CHECK(!config.variable_counts || config.op == CollectiveOp::all_to_all,
+               "variable counts are the all-to-all's (all_to_all_v), not ", comm::name(config.op),
+               "'s");
+  DTRAIN_CHECK(!config.variable_counts || config.algorithm != Algorithm::native,
+               "--algo native: all_to_all_v has no native path (use pairwise or direct)");
+  DTRAIN_CHECK(config.op != CollectiveOp::all_to_all || config.bytes % (4LL * config.ranks) == 0,
+               "--size ", config.bytes, " bytes does not split into ", config.ranks,
+               " equal blocks of float32 for all_to_all (use a multiple of 4 x --ranks = ",
+               4LL * config.ranks, " bytes)");
 
   CollectiveRunReport report;
   report.config = config;
@@ -156,17 +258,23 @@ CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
         // auto: what the collectives themselves would run on this group (direct where it
         // shares memory); every rank resolves it alike.
         CollectiveRunConfig c = config;
-        if (!c.hierarchical) c.algorithm = comm::resolve_algorithm(group, c.algorithm, c.bytes);
+        if (c.op == CollectiveOp::all_to_all) {
+          c.algorithm = comm::resolve_all_to_all_algorithm(group, c.algorithm);
+        } else if (!c.hierarchical) {
+          c.algorithm = comm::resolve_algorithm(group, c.algorithm, c.bytes);
+        }
         // The direct algorithm through a shared window runs in slot-sized segments.
         const comm::SharedMemoryGroup* shm =
             c.algorithm == Algorithm::direct && n > 1 ? group.shared_memory() : nullptr;
-        const int64_t slot_elements =
-            shm == nullptr || shm->shares_address_space() ? 0 : shm->slot_bytes() / 4;
+        const int64_t slot_bytes =
+            shm == nullptr || shm->shares_address_space() ? 0 : shm->slot_bytes();
+        const int64_t slot_elements = slot_bytes / 4;
         // Timing agreements travel on their own group so they never mix with the measured op.
         std::vector<int> all(static_cast<size_t>(n));
         for (int i = 0; i < n; ++i) all[i] = i;
         auto control = group.subgroup(all, "timing");
-        const Shapes s = shapes(c.op, report.count, n, r);
+        const Parts parts = c.variable_counts ? parts_of(report.count, n, r) : Parts{};
+        const Shapes s = shapes(c, report.count, n, r);
         // Link classes: ranks_per_node 0 puts everyone on one node.
         const comm::NodeTopology topology =
             c.ranks_per_node > 0 ? comm::NodeTopology(group.world_size(), c.ranks_per_node)
@@ -180,12 +288,12 @@ CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
 
         // 1. One verified call, whose traffic is the measured figure. Every rank's counters
         //    and verdict are gathered (under MPI the ranks are other processes).
-        std::fill(in.data(), in.data() + s.in, static_cast<float>(r + 1));
+        fill_input(c, report.count, n, r, in.data(), s.in, parts);
         const comm::LinkBytes link_before = sent_by_link(group, groups.get(), topology);
         const comm::Traffic t =
-            run_once(group, c, report.count, in.data(), out.data(), groups.get());
+            run_once(group, c, report.count, in.data(), out.data(), parts, groups.get());
         const comm::LinkBytes link = sent_by_link(group, groups.get(), topology) - link_before;
-        const bool ok = verify(c, report.count, n, r, in.data(), out.data());
+        const bool ok = verify(c, report.count, n, r, in.data(), out.data(), parts);
         constexpr int kFields = 7;
         int64_t mine[kFields] = {t.steps,         t.bytes_sent,    t.bytes_received,
                                  t.messages_sent, link.intra_node, link.inter_node,
@@ -210,6 +318,12 @@ CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
               // Rings send and receive alike when the sizes divide evenly (the bench's do).
               const double b = static_cast<double>(rt.link_formula.total_bytes());
               rt.formula = {rt.link_formula.steps, b, b};
+            } else if (c.variable_counts && c.algorithm != Algorithm::native) {
+              rt.formula = v_formula(c.algorithm, report.count, n, q, slot_bytes);
+            } else if (c.algorithm == Algorithm::direct && c.op == CollectiveOp::all_to_all) {
+              rt.formula = plan::all_to_all_traffic(
+                  Algorithm::direct, static_cast<double>(c.bytes), n,
+                  plan::direct_all_to_all_segments(report.count / n, n, slot_bytes, 4));
             } else if (c.algorithm == Algorithm::direct) {
               rt.formula =
                   plan::direct_traffic(c.op, static_cast<double>(c.bytes), n, q, c.root,
@@ -229,11 +343,11 @@ CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
         // 2. Timing on zeros (sums of zeros stay zeros however often they run).
         in.zero();
         for (int i = 0; i < c.warmup; ++i) {
-          run_once(group, c, report.count, in.data(), out.data(), groups.get());
+          run_once(group, c, report.count, in.data(), out.data(), parts, groups.get());
         }
         control->barrier();
         Stopwatch probe;
-        run_once(group, c, report.count, in.data(), out.data(), groups.get());
+        run_once(group, c, report.count, in.data(), out.data(), parts, groups.get());
         float probe_us = static_cast<float>(probe.elapsed_us());
         comm::all_reduce(*control, &probe_us, 1, comm::ReduceOp::max);
         const int64_t iters = std::clamp<int64_t>(
@@ -243,7 +357,7 @@ CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
           control->barrier();
           Stopwatch clock;
           for (int64_t i = 0; i < iters; ++i) {
-            run_once(group, c, report.count, in.data(), out.data(), groups.get());
+            run_once(group, c, report.count, in.data(), out.data(), parts, groups.get());
           }
           float mean_us = static_cast<float>(clock.elapsed_us() / static_cast<double>(iters));
           comm::all_reduce(*control, &mean_us, 1, comm::ReduceOp::max);
@@ -271,7 +385,7 @@ CollectiveRunReport run_collective(const CollectiveRunConfig& config) {
 
 void print_report(const CollectiveRunReport& r, std::ostream& out) {
   const CollectiveRunConfig& c = r.config;
-  out << comm::name(c.op) << " of " << format_bytes(static_cast<double>(c.bytes)) << " (" << r.count
+  out << op_label(c) << " of " << format_bytes(static_cast<double>(c.bytes)) << " (" << r.count
       << " float32) on " << c.ranks << " ranks (" << comm::name(c.backend)
       << " backend), algorithm " << algorithm_label(c, r.algorithm) << ", result "
       << (r.verified ? "verified" : "WRONG") << "\n\n";
@@ -328,7 +442,7 @@ nlohmann::json to_json(const CollectiveRunReport& r) {
                      {"formula_intra_node_bytes", t.link_formula.intra_node_bytes},
                      {"formula_inter_node_bytes", t.link_formula.inter_node_bytes}});
   }
-  return {{"op", comm::name(r.config.op)},
+  return {{"op", op_label(r.config)},
           {"backend", comm::name(r.config.backend)},
           {"algorithm", algorithm_label(r.config, r.algorithm)},
           {"ranks_per_node", r.config.ranks_per_node},
@@ -519,12 +633,13 @@ CollectiveRunReport measure_point(const CollectiveSweepConfig& sweep, int world,
   c.ranks = world;
   c.bytes = bytes;
   c.op = sweep.op;
+  c.variable_counts = sweep.variable_counts;
   c.algorithm = algo;
   c.trials = sweep.trials;
   c.trial_seconds = sweep.trial_seconds;
   c.warmup = 1;
   CollectiveRunReport r = run_collective(c);
-  DTRAIN_CHECK(!r.reporter || r.verified, "bench collectives: ", comm::name(sweep.op), " ",
+  DTRAIN_CHECK(!r.reporter || r.verified, "bench collectives: ", op_label(c), " ",
                algorithm_label(c, algo), " on ", world, " ranks of ", bytes,
                " bytes gave a wrong result");
   return r;
@@ -628,7 +743,8 @@ const PeerSweepRow* find_peer(const CollectiveSweepReport& r, int world, int64_t
 
 void print_sweep_header(const CollectiveSweepReport& r, std::ostream& out) {
   const CollectiveSweepConfig& c = r.config;
-  out << "bench collectives: " << comm::name(c.op) << " on the " << comm::name(c.backend)
+  out << "bench collectives: " << (c.variable_counts ? "all_to_all_v" : comm::name(c.op))
+      << " on the " << comm::name(c.backend)
       << " backend, busbw (GB/s, nccl-tests definition) and busbw / memcpy\n"
       << "memcpy bandwidth measured in this run: " << std::fixed << std::setprecision(2)
       << r.memcpy_gbps << " GB/s (one thread), " << r.memcpy_all_threads_gbps << " GB/s (all "
@@ -750,7 +866,8 @@ nlohmann::json to_json(const CollectiveSweepReport& r) {
     }
     rows.push_back(std::move(j));
   }
-  nlohmann::json j = {{"op", comm::name(r.config.op)},
+  nlohmann::json j = {{"op", r.config.variable_counts ? std::string("all_to_all_v")
+                                                      : std::string(comm::name(r.config.op))},
                       {"backend", comm::name(r.config.backend)},
                       {"rounds", r.config.rounds},
                       {"trials", r.config.trials},

@@ -39,7 +39,19 @@ struct CollectiveRunConfig {
   int ranks_per_node = 0;
   // All-reduce only: comm/hierarchical.h instead of `algorithm` (needs ranks_per_node).
   bool hierarchical = false;
+  // all_to_all only: run all_to_all_v over the uneven parts of v_part_count instead of equal
+  // blocks (reported as all_to_all_v).
+  bool variable_counts = false;
 };
+
+// The parts `dtrain collectives --op all_to_all_v` moves, in float32 elements, for S = N blocks
+// of `block`: rank `from` sends rank `to` block x 2((from + 2 to) mod (N+1)) / N elements (0 to 2
+// blocks, the mean near one block, some parts empty), except that with N > 2 the last rank sends
+// nothing at all (an idle expert rank).
+int64_t v_part_count(int64_t block, int world, int from, int to);
+
+// "all_to_all_v" for an all_to_all with variable_counts, else the op's name.
+std::string op_label(const CollectiveRunConfig& config);
 
 struct RankTraffic {
   int rank = 0;
@@ -111,6 +123,7 @@ struct CollectiveSweepConfig {
   // with mpirun -np <world> after our columns at each (world, size) of every round.
   // Threads backend only; all_reduce, reduce_scatter and all_gather only.
   std::string peer;
+  bool variable_counts = false;  // all_to_all only: all_to_all_v (CollectiveRunConfig)
 };
 
 struct CollectiveSweepRow {

@@ -32,7 +32,10 @@ void add_bench_collectives(CLI::App& bench_app) {
       "Sweep message sizes for N = 2 and 4: busbw per algorithm, beside this machine's memcpy "
       "bandwidth (one thread, and all hardware threads at once) measured in the same run, and "
       "their ratios; with --peer, OpenMPI's time and busbw too, and dtrain's time / OpenMPI's");
-  cmd->add_option("--op", f->op, "Collective: all_reduce, reduce_scatter, all_gather, ...")
+  cmd->add_option(
+         "--op", f->op,
+         "Collective: all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, "
+         "all_to_all_v")
       ->capture_default_str();
   cmd->add_option("--ranks", f->config.worlds, "World sizes to sweep")
       ->capture_default_str()
@@ -40,7 +43,7 @@ void add_bench_collectives(CLI::App& bench_app) {
   cmd->add_option("--algos", f->algos,
                   "Algorithms to sweep (default: ring tree naive direct; with --backend mpi "
                   "ring tree naive native, MPI's own; with --ranks-per-node: ring hierarchical "
-                  "[native]). "
+                  "[native]; all_to_all: pairwise direct, under mpi pairwise native). "
                   "hierarchical: reduce-scatter inside each node, all-reduce across nodes, "
                   "all-gather inside (all_reduce only)");
   cmd->add_option("--ranks-per-node", f->config.ranks_per_node,
@@ -82,7 +85,8 @@ void add_bench_collectives(CLI::App& bench_app) {
                  "' (use threads or mpi)");
     f->config.backend = *backend;
     comm::check_launch(*backend);  // before any output: mpirun -np 2 with threads is a mistake
-    const auto op = comm::parse_collective_op(f->op);
+    f->config.variable_counts = f->op == "all_to_all_v";
+    const auto op = comm::parse_collective_op(f->config.variable_counts ? "all_to_all" : f->op);
     DTRAIN_CHECK(op.has_value(), "--op: unknown collective '", f->op, "'");
     f->config.op = *op;
     f->config.algorithms.clear();
@@ -91,6 +95,11 @@ void add_bench_collectives(CLI::App& bench_app) {
       if (*backend == comm::Backend::threads) f->algos.push_back("direct");
       if (f->config.ranks_per_node > 0) f->algos = {"ring", "hierarchical"};
       if (*backend == comm::Backend::mpi) f->algos.push_back("native");
+      if (*op == comm::CollectiveOp::all_to_all) {  // its own algorithms (comm/all_to_all.h)
+        f->algos = {"pairwise"};
+        f->algos.push_back(
+            *backend == comm::Backend::threads || f->config.variable_counts ? "direct" : "native");
+      }
     }
     for (const std::string& a : f->algos) {
       if (a == "hierarchical") {
@@ -103,7 +112,8 @@ void add_bench_collectives(CLI::App& bench_app) {
       }
       const auto algo = comm::parse_algorithm(a);
       DTRAIN_CHECK(algo.has_value() && *algo != comm::Algorithm::automatic, "--algos: unknown ",
-                   "algorithm '", a, "' (use ring, tree, naive, direct, native or hierarchical)");
+                   "algorithm '", a,
+                   "' (use ring, tree, naive, direct, native, pairwise or hierarchical)");
       f->config.algorithms.push_back(*algo);
     }
     const int64_t lo = parse_bytes(f->min_size, "--min-size");

@@ -7,7 +7,9 @@
 
 namespace dtrain::comm {
 
-enum class CollectiveOp { broadcast, reduce, all_reduce, reduce_scatter, all_gather };
+// all_to_all: rank r sends block j of its input to rank j and receives rank q's block r into
+// block q of its output (comm/all_to_all.h; all_to_all_v there too, with per-peer counts).
+enum class CollectiveOp { broadcast, reduce, all_reduce, reduce_scatter, all_gather, all_to_all };
 
 // ring: bandwidth-optimal, 2(N-1) steps for all-reduce (reduce-scatter + all-gather).
 // naive: everything through one root (reduce to the root, then broadcast).
@@ -18,9 +20,11 @@ enum class CollectiveOp { broadcast, reduce, all_reduce, reduce_scatter, all_gat
 //   each reduces its slice straight from every input and writes the result once into every
 //   output; two flag barriers, no messages. Only where the backend has a shared-memory group
 //   (threads; MPI ranks all on one node, through a shared window).
+// pairwise: the all-to-all's exchange over send/recv: N-1 steps, at step s rank r sends its
+//   block for r+s and receives the block of r-s (the all-to-all offers pairwise and direct).
 // native: the backend's own implementation (MPI_Allreduce, ...); only the MPI backend has one,
 //   and its bytes are MPI's business: the communicator does not see (or count) them.
-enum class Algorithm { automatic, ring, naive, tree, direct, native };
+enum class Algorithm { automatic, ring, naive, tree, direct, native, pairwise };
 
 enum class ReduceOp { sum, avg, max };
 
@@ -36,6 +40,8 @@ constexpr std::string_view name(CollectiveOp op) {
       return "reduce_scatter";
     case CollectiveOp::all_gather:
       return "all_gather";
+    case CollectiveOp::all_to_all:
+      return "all_to_all";
   }
   return "?";
 }
@@ -54,6 +60,8 @@ constexpr std::string_view name(Algorithm algo) {
       return "direct";
     case Algorithm::native:
       return "native";
+    case Algorithm::pairwise:
+      return "pairwise";
   }
   return "?";
 }
@@ -71,8 +79,9 @@ constexpr std::string_view name(ReduceOp op) {
 }
 
 inline std::optional<CollectiveOp> parse_collective_op(std::string_view s) {
-  for (CollectiveOp op : {CollectiveOp::broadcast, CollectiveOp::reduce, CollectiveOp::all_reduce,
-                          CollectiveOp::reduce_scatter, CollectiveOp::all_gather}) {
+  for (CollectiveOp op :
+       {CollectiveOp::broadcast, CollectiveOp::reduce, CollectiveOp::all_reduce,
+        CollectiveOp::reduce_scatter, CollectiveOp::all_gather, CollectiveOp::all_to_all}) {
     if (s == name(op)) return op;
   }
   return std::nullopt;
@@ -80,7 +89,7 @@ inline std::optional<CollectiveOp> parse_collective_op(std::string_view s) {
 
 inline std::optional<Algorithm> parse_algorithm(std::string_view s) {
   for (Algorithm a : {Algorithm::automatic, Algorithm::ring, Algorithm::naive, Algorithm::tree,
-                      Algorithm::direct, Algorithm::native}) {
+                      Algorithm::direct, Algorithm::native, Algorithm::pairwise}) {
     if (s == name(a)) return a;
   }
   return std::nullopt;
@@ -100,6 +109,18 @@ inline std::optional<ReduceOp> parse_reduce_op(std::string_view s) {
 // 2-core VM: the two paths cross between 8 and 16 KiB (1.5 us each at 8 KiB; 0.6 against
 // 1.1 us at 64 bytes, 1.2 against 1.3 us at 4 KiB).
 inline constexpr long long kDirectExchangeMaxBytes = 8 * 1024;
+
+// The direct all-to-all through a shared window (MPI ranks on one node): a rank's slot starts
+// with a header of its send count to each peer (8 bytes each, whole cache lines), and the rest
+// holds one piece per peer of this many elements in each segment. Shared by the engine
+// (algorithms/direct_all_to_all.cc) and the planner's segment count (plan/collective_cost.h).
+constexpr long long direct_all_to_all_header_bytes(int world) {
+  return (8LL * world + 63) / 64 * 64;
+}
+constexpr long long direct_all_to_all_piece(long long slot_bytes, int world,
+                                            long long element_bytes) {
+  return (slot_bytes - direct_all_to_all_header_bytes(world)) / world / element_bytes;
+}
 
 // Messages up to this size per rank use the latency-optimal tree under Algorithm::automatic.
 inline constexpr long long kTreeMaxBytes = 64 * 1024;

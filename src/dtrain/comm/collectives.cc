@@ -82,6 +82,9 @@ void finish_average(T* data, int64_t count, int ranks) {
 }  // namespace
 
 Algorithm resolve_algorithm(Communicator& comm, Algorithm requested, long long bytes) {
+  DTRAIN_CHECK(requested != Algorithm::pairwise,
+               "--algo pairwise is the all-to-all's exchange (comm/all_to_all.h); the reducing "
+               "and gathering collectives run ring, tree, naive, direct or native");
   if (requested == Algorithm::automatic) {
     if (comm.size() > 1 && comm.shared_memory() != nullptr) return Algorithm::direct;
     return choose_algorithm(requested, bytes, comm.size());

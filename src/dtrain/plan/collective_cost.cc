@@ -2,6 +2,7 @@
 // The shapes of the algorithms are described in comm/collectives.cc and docs/algorithms.md.
 #include "dtrain/plan/collective_cost.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <string>
@@ -63,6 +64,10 @@ CollectiveTraffic collective_traffic(CollectiveOp op, Algorithm algo, double s, 
   DTRAIN_CHECK(algo != Algorithm::native,
                "collective_traffic: Algorithm::native is the backend's own (MPI's) algorithm, "
                "whose traffic is not modeled");
+  if (op == CollectiveOp::all_to_all) return all_to_all_traffic(algo, s, world);
+  DTRAIN_CHECK(algo != Algorithm::pairwise,
+               "collective_traffic: pairwise is the all-to-all's algorithm, not ", comm::name(op),
+               "'s");
   if (world == 1 || s <= 0) return {};
   const double n = world;
   const double chunk = s / n;
@@ -85,6 +90,8 @@ CollectiveTraffic collective_traffic(CollectiveOp op, Algorithm algo, double s, 
           // A ring reduce-scatter, then every rank sends its reduced chunk to the root.
           if (is_root) return {2 * (world - 1), (n - 1) * chunk, 2 * (n - 1) * chunk};
           return {world, s, (n - 1) * chunk};
+        case CollectiveOp::all_to_all:  // all_to_all_traffic, above
+          break;
       }
       break;
     case Algorithm::naive:
@@ -104,6 +111,8 @@ CollectiveTraffic collective_traffic(CollectiveOp op, Algorithm algo, double s, 
         case CollectiveOp::all_gather:  // gather chunks at the root, then broadcast the whole
           return is_root ? CollectiveTraffic{2 * (world - 1), (n - 1) * s, (n - 1) * chunk}
                          : CollectiveTraffic{2, chunk, s};
+        case CollectiveOp::all_to_all:
+          break;
       }
       break;
     case Algorithm::tree:
@@ -123,12 +132,15 @@ CollectiveTraffic collective_traffic(CollectiveOp op, Algorithm algo, double s, 
           return recursive_doubling_all_reduce(s, world, rank);
         case CollectiveOp::all_gather:  // Bruck: ceil(log2 N) rounds, N-1 chunks in all
           return {ceil_log2(world), (n - 1) * chunk, (n - 1) * chunk};
+        case CollectiveOp::all_to_all:
+          break;
       }
       break;
     case Algorithm::direct:
       return direct_traffic(op, s, world, rank, root);
     case Algorithm::automatic:
     case Algorithm::native:
+    case Algorithm::pairwise:
       break;
   }
   throw Error("collective_traffic: unknown collective or algorithm");
@@ -148,6 +160,10 @@ int64_t direct_segments(CollectiveOp op, int64_t count, int world, int64_t slot_
     }
     case CollectiveOp::all_gather:  // a segment is a piece of each chunk, in its owner's slot
       return (longest_chunk + slot_elements - 1) / slot_elements;
+    case CollectiveOp::all_to_all:
+      throw Error(
+          "direct_segments: the all-to-all's slots hold a header; use "
+          "direct_all_to_all_segments");
     default:
       return (count + slot_elements - 1) / slot_elements;
   }
@@ -172,6 +188,8 @@ CollectiveTraffic direct_traffic(CollectiveOp op, double s, int world, int rank,
       return {steps, 0, rank == root ? 0 : s};
     case CollectiveOp::reduce:  // read the slice from each peer, write it into the root's output
       return {steps, rank == root ? 0 : s / n, peers_share};
+    case CollectiveOp::all_to_all:  // read this rank's block from each peer
+      return {steps, 0, peers_share};
   }
   throw Error("direct_traffic: unknown collective");
 }
@@ -188,8 +206,65 @@ double bus_bandwidth_factor(CollectiveOp op, int world) {
       return bus_bandwidth_factor(NcclTestOp::broadcast, world);
     case CollectiveOp::reduce:
       return bus_bandwidth_factor(NcclTestOp::reduce, world);
+    case CollectiveOp::all_to_all:
+      return bus_bandwidth_factor(NcclTestOp::alltoall, world);
   }
   return 1;
+}
+
+CollectiveTraffic all_to_all_traffic(Algorithm algo, double s, int world, int64_t segments) {
+  DTRAIN_CHECK(world >= 1, "all_to_all_traffic: world must be >= 1, got ", world);
+  if (world == 1 || s <= 0) return {};
+  const double others = (world - 1.0) / world * s;  // every block but this rank's own
+  switch (algo) {
+    case Algorithm::pairwise:
+      return {world - 1, others, others};
+    case Algorithm::direct:
+      return {2 * std::max<int64_t>(1, segments), 0, others};
+    default:
+      throw Error(str("all_to_all_traffic: the all-to-all runs pairwise or direct, not ",
+                      comm::name(algo), " (resolve automatic first; native is not modeled)"));
+  }
+}
+
+CollectiveTraffic all_to_all_v_traffic(Algorithm algo, std::span<const double> sent_bytes,
+                                       std::span<const double> received_bytes, int rank,
+                                       int64_t segments) {
+  const int world = static_cast<int>(sent_bytes.size());
+  DTRAIN_CHECK(world >= 1 && received_bytes.size() == sent_bytes.size(),
+               "all_to_all_v_traffic: ", sent_bytes.size(), " send and ", received_bytes.size(),
+               " receive sizes (one per rank each)");
+  DTRAIN_CHECK(rank >= 0 && rank < world, "all_to_all_v_traffic: rank ", rank, " outside world ",
+               world);
+  if (world == 1) return {};
+  double sent = 0, received = 0;
+  for (int q = 0; q < world; ++q) {
+    if (q == rank) continue;
+    sent += sent_bytes[q];
+    received += received_bytes[q];
+  }
+  switch (algo) {
+    case Algorithm::pairwise:
+      return {world - 1, sent, received};
+    case Algorithm::direct:
+      return {2 * std::max<int64_t>(1, segments), 0, received};
+    default:
+      throw Error(str("all_to_all_v_traffic: all_to_all_v runs pairwise or direct, not ",
+                      comm::name(algo), " (resolve automatic first)"));
+  }
+}
+
+int64_t direct_all_to_all_segments(int64_t longest_part, int world, int64_t slot_bytes,
+                                   int64_t element_bytes) {
+  DTRAIN_CHECK(world >= 1 && element_bytes >= 1 && longest_part >= 0,
+               "direct_all_to_all_segments: world ", world, ", element bytes ", element_bytes,
+               ", longest part ", longest_part);
+  if (world == 1) return 0;
+  if (slot_bytes <= 0) return 1;
+  const int64_t piece = comm::direct_all_to_all_piece(slot_bytes, world, element_bytes);
+  DTRAIN_CHECK(piece > 0, "direct_all_to_all_segments: a ", slot_bytes,
+               "-byte slot holds no piece for each of ", world, " ranks");
+  return std::max<int64_t>(1, (longest_part + piece - 1) / piece);
 }
 
 std::optional<NcclTestOp> parse_nccl_test_op(std::string_view name) {

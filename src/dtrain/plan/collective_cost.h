@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
 
 #include "dtrain/comm/collective_kind.h"
@@ -45,11 +46,33 @@ CollectiveTraffic direct_traffic(comm::CollectiveOp op, double bytes, int world,
 // address space, one segment).
 int64_t direct_segments(comm::CollectiveOp op, int64_t count, int world, int64_t slot_elements);
 
+// The all-to-all (comm/all_to_all.h) on one rank. S is nccl-tests' alltoall size: the input per
+// rank, N blocks of S/N bytes. pairwise: N-1 steps, every block but the rank's own sent and
+// received, (N-1)/N x S each way. direct: 2 x `segments` steps (barriers), (N-1)/N x S read from
+// the peers (received), nothing written into them (sent 0). collective_traffic(all_to_all, ...)
+// gives the same for one segment.
+CollectiveTraffic all_to_all_traffic(comm::Algorithm algo, double bytes, int world,
+                                     int64_t segments = 1);
+// The same with per-peer counts (all_to_all_v): `sent_bytes[j]` is what this rank sends to rank j,
+// `received_bytes[q]` what it receives from rank q (the entry at `rank` is its own part, copied
+// locally, counted neither way). pairwise: N-1 steps whatever the counts (empty parts travel as
+// empty messages), the sums over the other ranks each way. direct: 2 x `segments` steps, the sum
+// received, nothing sent. One rank: nothing. Its time: comm_model.h's all_to_all_v_cost.
+CollectiveTraffic all_to_all_v_traffic(comm::Algorithm algo, std::span<const double> sent_bytes,
+                                       std::span<const double> received_bytes, int rank,
+                                       int64_t segments = 1);
+// Segments of a direct all-to-all through slots of `slot_bytes` (0: a shared address space, one
+// segment) when the longest part any rank sends to another is `longest_part` elements of
+// `element_bytes`: the slot holds a header and one piece per peer
+// (comm::direct_all_to_all_piece); at least one segment, even when every part is empty.
+int64_t direct_all_to_all_segments(int64_t longest_part, int world, int64_t slot_bytes,
+                                   int64_t element_bytes);
+
 // nccl-tests' bus-bandwidth factor: busbw = algbw * factor. 2(N-1)/N for all_reduce,
-// (N-1)/N for reduce_scatter and all_gather, 1 for broadcast and reduce.
+// (N-1)/N for reduce_scatter, all_gather and all_to_all, 1 for broadcast and reduce.
 double bus_bandwidth_factor(comm::CollectiveOp op, int world);
 
-// The collectives nccl-tests reports, under its names (alltoall too: the engine has none).
+// The collectives nccl-tests reports, under its names (alltoall: comm::CollectiveOp::all_to_all).
 enum class NcclTestOp { all_reduce, reduce_scatter, all_gather, broadcast, reduce, alltoall };
 std::optional<NcclTestOp> parse_nccl_test_op(std::string_view name);
 std::string_view name(NcclTestOp op);

@@ -11,20 +11,36 @@ namespace dtrain::plan {
 using comm::Algorithm;
 using comm::CollectiveOp;
 
-CommCost collective_cost(CollectiveOp op, Algorithm algo, double bytes, int world,
-                         const Link& link) {
+namespace {
+
+CommCost cost_of(const CollectiveTraffic& t, Algorithm algo, const Link& link) {
   DTRAIN_CHECK(link.bandwidth_bytes_per_s > 0, "collective_cost: link '", link.name,
                "' has no bandwidth");
-  const CollectiveTraffic t = collective_traffic(op, algo, bytes, world);
   CommCost c;
   c.steps = t.steps;
   c.bytes_sent = t.bytes_sent;
-  // The direct algorithm reads more than it writes (reduce_scatter, all_gather: only reads).
+  // The direct algorithm reads more than it writes (reduce_scatter, all_gather, all_to_all: only
+  // reads).
   const double moved =
       algo == Algorithm::direct ? std::max(t.bytes_sent, t.bytes_received) : t.bytes_sent;
   c.time_s =
       link.latency_us * 1e-6 * static_cast<double>(t.steps) + moved / link.bandwidth_bytes_per_s;
   return c;
+}
+
+}  // namespace
+
+CommCost collective_cost(CollectiveOp op, Algorithm algo, double bytes, int world,
+                         const Link& link) {
+  return cost_of(collective_traffic(op, algo, bytes, world), algo, link);
+}
+
+CommCost all_to_all_v_cost(Algorithm algo, std::span<const double> sent_bytes,
+                           std::span<const double> received_bytes, int rank, const Link& link) {
+  // Uneven parts: a rank that receives more than it sends waits for the larger side, whichever
+  // the algorithm (every link is full duplex).
+  return cost_of(all_to_all_v_traffic(algo, sent_bytes, received_bytes, rank), Algorithm::direct,
+                 link);
 }
 
 CommCost collective_cost(const CollectiveCall& call, Algorithm algo, int world, const Link& link) {
@@ -59,6 +75,7 @@ HierarchicalCost hierarchical_cost(CollectiveOp op, double bytes, int ranks_per_
       break;
     case CollectiveOp::broadcast:
     case CollectiveOp::reduce:
+    case CollectiveOp::all_to_all:
       throw Error(str("hierarchical_cost: no two-level form for ", comm::name(op)));
   }
   h.time_s = h.intra_first.time_s + h.inter.time_s + h.intra_last.time_s;

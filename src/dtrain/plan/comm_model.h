@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -47,12 +48,18 @@ struct CommCost {
   double time_s = 0;
 };
 
-// One call on `world` ranks over `link`: latency_us * steps + bytes_sent / bandwidth.
+// One call on `world` ranks over `link`: latency_us * steps + bytes moved / bandwidth, the bytes
+// moved being those sent (direct: the larger of sent and received, as it mostly reads).
 CommCost collective_cost(comm::CollectiveOp op, comm::Algorithm algo, double bytes, int world,
                          const Link& link);
 // All `count` calls of `call`.
 CommCost collective_cost(const CollectiveCall& call, comm::Algorithm algo, int world,
                          const Link& link);
+// One all_to_all_v on this `rank` (sizes per peer as all_to_all_v_traffic takes them), by the same
+// law with the larger of the bytes sent and received (uneven parts: the rank waits for the larger
+// side); an all_to_all of equal blocks is collective_cost(CollectiveOp::all_to_all, ...).
+CommCost all_to_all_v_cost(comm::Algorithm algo, std::span<const double> sent_bytes,
+                           std::span<const double> received_bytes, int rank, const Link& link);
 
 // A two-level collective over `nodes` x `ranks_per_node` ranks (ring at each level):
 //   all_reduce      reduce-scatter inside each node, all-reduce of the S/k shard across nodes

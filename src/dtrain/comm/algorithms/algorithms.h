@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -25,6 +26,7 @@ inline constexpr int kTagReduceScatter = 104;
 inline constexpr int kTagAllGather = 105;
 inline constexpr int kTagReduceScatterV = 106;
 inline constexpr int kTagAllGatherV = 107;
+inline constexpr int kTagAllToAll = 108;
 
 // dst[i] = a[i] (op) b[i]; dst may alias a or b. avg reduces like sum (callers scale once).
 template <typename T>
@@ -125,6 +127,16 @@ void direct_broadcast(Communicator& comm, OperationScope& scope, T* data, int64_
 template <typename T>
 void direct_reduce(Communicator& comm, OperationScope& scope, const T* input, T* output,
                    int64_t count, ReduceOp op, int root);
+
+// All-to-all (comm/all_to_all.h): pure data movement, so written once over bytes; the parts are
+// in elements of `element_bytes` each. The self part is copied here too. pairwise.cc runs N-1
+// send/recv steps; direct_all_to_all.cc reads the peers' parts through shared memory.
+void pairwise_all_to_all(Communicator& comm, OperationScope& scope, const std::byte* input,
+                         std::span<const Chunk> send, std::byte* output,
+                         std::span<const Chunk> recv, int64_t element_bytes, int tag);
+void direct_all_to_all(Communicator& comm, OperationScope& scope, const std::byte* input,
+                       std::span<const Chunk> send, std::byte* output, std::span<const Chunk> recv,
+                       int64_t element_bytes);
 
 // The balanced chunks of chunk_of, one per rank.
 inline std::vector<Chunk> balanced_chunks(int64_t count, int parts) {

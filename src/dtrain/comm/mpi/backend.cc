@@ -393,6 +393,9 @@ class MpiCommunicator : public Communicator {
         rc = MPI_Iallgatherv(c.input, counts[rank_], type, c.output, counts.data(), displs.data(),
                              type, comm_, &request);
         break;
+      case CollectiveOp::all_to_all:  // count: the elements of one block
+        rc = MPI_Ialltoall(c.input, count, type, c.output, count, type, comm_, &request);
+        break;
     }
     const std::string what = str("rank ", global_rank(), ": native ", name(c.op),
                                  current_operation().empty() ? "" : " in " + current_operation());
