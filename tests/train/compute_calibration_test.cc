@@ -1,6 +1,8 @@
 // The compute calibration (train/compute_calibration.h): the latency + bandwidth fit against
 // hand-worked lines, and a --quick measurement that the cluster file's reader accepts whole.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "dtrain/core/check.h"
@@ -49,8 +51,13 @@ TEST(ComputeCalibration, QuickMeasurementIsAWholeFileTheReaderAccepts) {
   EXPECT_EQ(r.gemm.size(), 4 * grid.m.size() * grid.n.size() * grid.k.size());
   EXPECT_EQ(r.kernels.size(), size_t(plan::kKernelOpCount));
   EXPECT_GE(r.comm_interference, 1);
-  // 3 collectives x 3 algorithms at 2 and 4 ranks, and the hierarchical all-reduce at 4.
-  EXPECT_EQ(r.collectives.size(), 19u);
+  // 3 collectives x 3 algorithms x fp32 and bf16 at 2 and 4 ranks, and the (fp32) hierarchical
+  // all-reduce at 4: 2 x 18 + 1.
+  EXPECT_EQ(r.collectives.size(), 37u);
+  const auto bf16_rates = std::count_if(
+      r.collectives.begin(), r.collectives.end(),
+      [](const plan::CollectiveRate& c) { return c.precision == plan::Precision::bf16; });
+  EXPECT_EQ(bf16_rates, 18);
   const plan::MeasuredRates back =
       plan::measured_rates_from_json(nlohmann::json::parse(plan::to_json(r).dump()), "quick");
   EXPECT_EQ(plan::to_json(back), plan::to_json(r));
