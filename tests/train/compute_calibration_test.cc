@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dtrain/core/check.h"
+#include "dtrain/model/gemm.h"
 #include "dtrain/plan/measured_rates.h"
 #include "dtrain/train/compute_calibration.h"
 
@@ -45,7 +46,12 @@ TEST(ComputeCalibration, QuickMeasurementIsAWholeFileTheReaderAccepts) {
   ComputeCalibrationOptions options;
   options.quick = true;
   options.threads = 2;
+  // The products are measured with OpenBLAS single-threaded, as the engine runs it, and the
+  // caller's setting comes back afterwards.
+  model::set_blas_threads(2);
   const plan::MeasuredRates r = measure_compute_rates(options);
+  EXPECT_EQ(model::blas_threads(), 2);
+  model::set_blas_threads(1);
   const GemmGrid grid = gemm_grid(true);
   // fp32 and bf16, each on 1 and 2 threads, every shape of the grid.
   EXPECT_EQ(r.gemm.size(), 4 * grid.m.size() * grid.n.size() * grid.k.size());

@@ -437,6 +437,14 @@ plan::MeasuredRates measure_compute_rates(const ComputeCalibrationOptions& optio
   auto say = [&](std::string_view what) {
     if (options.progress) options.progress(what);
   };
+  // The engine runs OpenBLAS single-threaded in each rank (--blas-threads 1, its parallelism is
+  // --threads' team): so must the products measured here, or a "1 thread" sample runs on every
+  // core OpenBLAS finds (twice the engine's speed on an idle 2-core machine). Restored after.
+  struct BlasThreads {
+    int before = model::blas_threads();
+    BlasThreads() { model::set_blas_threads(1); }
+    ~BlasThreads() { model::set_blas_threads(before); }
+  } single_threaded_blas;
   plan::MeasuredRates r;
   r.present = true;
   r.cpu = cpu_model_name();
