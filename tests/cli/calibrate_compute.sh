@@ -40,7 +40,7 @@ expect_error "field 'gpu.measured.collectives\[0\].bytes_per_s' is 1e\+30" \
   plan --cluster "$tmp/absurd.json" "${model[@]}"
 sed '/"cores": /d' "$tmp/x.json" >"$tmp/missing.json"
 expect_error "missing field 'gpu.measured.cores'" plan --cluster "$tmp/missing.json" "${model[@]}"
-sed 's/"version": 1/"version": 7/' "$tmp/x.json" >"$tmp/version.json"
-expect_error "field 'gpu.measured.version' is 7; this build reads version 1" \
+sed 's/"version": 2/"version": 7/' "$tmp/x.json" >"$tmp/version.json"
+expect_error "field 'gpu.measured.version' is 7; this build reads version 2" \
   plan --cluster "$tmp/version.json" "${model[@]}"
 finish

@@ -16,7 +16,10 @@ else
   fail '--json without measured rates: "clock" is not null'
 fi
 
-if ! "$DTRAIN" calibrate --compute -o "$tmp/cpu.json" >"$tmp/calibrate.log" 2>&1; then
+# Two emulated nodes of two ranks (calibrate refuses one node: no inter-node link to measure);
+# short link measurements, the full compute grid.
+links=(--ranks 4 --ranks-per-node 2 --seconds 0.01 --trials 1 --iterations 5 --size 16KiB)
+if ! "$DTRAIN" calibrate "${links[@]}" --compute -o "$tmp/cpu.json" >"$tmp/calibrate.log" 2>&1; then
   fail "dtrain calibrate --compute -o cpu.json: $(tail -3 "$tmp/calibrate.log")"
   finish
 fi
@@ -44,6 +47,8 @@ PY
     fail "--json $layout: clock object incomplete: $(python3 -c 'import json,sys; print(json.load(sys.stdin).get("clock"))' <<<"$out")"
   fi
 done
+# A phase with no time on either side (no TP collectives under --dp 2) carries "-", not -100%.
+expect_output '  TP collectives +0\.000 +0\.000 +-$' "${run[@]}" --dp 2 --cluster "$tmp/cpu.json"
 # The TP phase is priced and measured only where there are TP collectives.
 out=$("$DTRAIN" "${run[@]}" --tp 2 --cluster "$tmp/cpu.json" --json 2>/dev/null)
 if python3 -c 'import json,sys; c=json.load(sys.stdin)["clock"]; sys.exit(0 if c["predicted"]["tp_comm_s"] > 0 and c["measured"]["tp_comm_s"] > 0 else 1)' <<<"$out"; then

@@ -145,6 +145,24 @@ TEST(EngineClock, TensorParallelCollectives) {
   EXPECT_NEAR(formula.forward_s, 4 * (2 * 1e-5 + 128e-9), 1e-15);  // a 2-rank ring: 2 steps
 }
 
+TEST(EngineClock, Bf16CollectivesTakeTheBf16Rate) {
+  EngineClockInput in = tiny();
+  in.tp = 2;
+  in.precision = Precision::bf16;
+  Cluster c = unit_cluster();
+  // bf16 all-reduces measured slower per byte (each hop adds in fp32 and rounds back): 20 us +
+  // bytes / 5e8 B/s.
+  CollectiveRate bf16_all_reduce{"all_reduce", "ring", "intra_node", 2, 2e-5, 5e8};
+  bf16_all_reduce.precision = Precision::bf16;
+  c.gpu.measured.collectives.push_back(bf16_all_reduce);
+  // f and g travel in bf16: 4 x 8 x 2 = 64 bytes, 20 us + 128 ns each, 4 per layer each way over
+  // 2 layers; the vocabulary's reductions stay fp32 at fp32's rate (as TensorParallelCollectives).
+  const double block = 2e-5 + 64 / 5e8;
+  const TpSeconds t = engine_tp_seconds(in, c, true, true);
+  EXPECT_NEAR(t.forward_s, 4 * block + (1e-5 + 128e-9) + (1e-5 + 16e-9) + (1e-5 + 32e-9), 1e-15);
+  EXPECT_NEAR(t.backward_s, 4 * block + (1e-5 + 128e-9), 1e-15);
+}
+
 TEST(EngineClock, PipelineBubbleAndSends) {
   EngineClockInput in = tiny();
   in.pp = 2;

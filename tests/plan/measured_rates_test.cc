@@ -125,6 +125,27 @@ TEST(MeasuredRates, CollectiveSecondsTakesTheNearestGroupSize) {
             std::string::npos);
 }
 
+TEST(MeasuredRates, CollectiveSecondsTakesItsElementsPrecision) {
+  MeasuredRates r = tiny_rates();
+  // bf16 measured on 4 ranks only: 20 us + bytes / 2.5e8 B/s.
+  CollectiveRate bf16_rate{"all_reduce", "ring", "intra_node", 4, 20e-6, 2.5e8};
+  bf16_rate.precision = Precision::bf16;
+  r.collectives.push_back(bf16_rate);
+  // bf16 on 2 ranks: its own precision before the nearer group size, 20 us + 1e6 / 2.5e8 = 4.02 ms.
+  EXPECT_NEAR(collective_seconds(r, "all_reduce", "ring", "intra_node", 2, 1e6, Precision::bf16),
+              4.02e-3, 1e-15);
+  // fp32 keeps its own: 2 ranks 1.01 ms, as without the bf16 entry.
+  EXPECT_NEAR(collective_seconds(r, "all_reduce", "ring", "intra_node", 2, 1e6), 1.01e-3, 1e-15);
+  // A precision not measured falls back to the other: bf16 with only fp32 entries (tiny_rates).
+  EXPECT_NEAR(
+      collective_seconds(tiny_rates(), "all_reduce", "ring", "intra_node", 2, 1e6, Precision::bf16),
+      1.01e-3, 1e-15);
+  // The file carries it: a round trip keeps bf16.
+  const MeasuredRates back = measured_rates_from_json(json::parse(to_json(r).dump()), "x.json");
+  EXPECT_EQ(back.collectives.back().precision, Precision::bf16);
+  EXPECT_EQ(back.collectives.front().precision, Precision::fp32);
+}
+
 TEST(MeasuredRates, JsonRoundTripIsExact) {
   MeasuredRates r = tiny_rates();
   r.gemm[3].seconds = 1.0 / 3.0 * 1e-3;  // a value with no short decimal form
@@ -167,6 +188,11 @@ TEST(MeasuredRates, RefusesAMissingField) {
   EXPECT_NE(refusal(j).find("missing field 'gpu.measured.collectives[1].latency_s'"),
             std::string::npos);
   j = good;
+  j["collectives"][0].erase("precision");
+  EXPECT_NE(refusal(j).find("missing field 'gpu.measured.collectives[0].precision'"),
+            std::string::npos)
+      << refusal(j);
+  j = good;
   j["kernels"].erase(12);  // adamw
   EXPECT_NE(refusal(j).find("field 'gpu.measured.kernels' has no entry for 'adamw'"),
             std::string::npos)
@@ -175,8 +201,8 @@ TEST(MeasuredRates, RefusesAMissingField) {
 
 TEST(MeasuredRates, RefusesAnotherVersion) {
   json j = to_json(tiny_rates());
-  j["version"] = 2;
-  EXPECT_NE(refusal(j).find("field 'gpu.measured.version' is 2; this build reads version 1"),
+  j["version"] = 1;  // before the collectives carried their elements' precision
+  EXPECT_NE(refusal(j).find("field 'gpu.measured.version' is 1; this build reads version 2"),
             std::string::npos)
       << refusal(j);
   j.erase("version");

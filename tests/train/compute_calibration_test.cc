@@ -1,9 +1,12 @@
 // The compute calibration (train/compute_calibration.h): the latency + bandwidth fit against
 // hand-worked lines, and a --quick measurement that the cluster file's reader accepts whole.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "dtrain/core/check.h"
+#include "dtrain/model/gemm.h"
 #include "dtrain/plan/measured_rates.h"
 #include "dtrain/train/compute_calibration.h"
 
@@ -43,14 +46,24 @@ TEST(ComputeCalibration, QuickMeasurementIsAWholeFileTheReaderAccepts) {
   ComputeCalibrationOptions options;
   options.quick = true;
   options.threads = 2;
+  // The products are measured with OpenBLAS single-threaded, as the engine runs it, and the
+  // caller's setting comes back afterwards.
+  model::set_blas_threads(2);
   const plan::MeasuredRates r = measure_compute_rates(options);
+  EXPECT_EQ(model::blas_threads(), 2);
+  model::set_blas_threads(1);
   const GemmGrid grid = gemm_grid(true);
   // fp32 and bf16, each on 1 and 2 threads, every shape of the grid.
   EXPECT_EQ(r.gemm.size(), 4 * grid.m.size() * grid.n.size() * grid.k.size());
   EXPECT_EQ(r.kernels.size(), size_t(plan::kKernelOpCount));
   EXPECT_GE(r.comm_interference, 1);
-  // 3 collectives x 3 algorithms at 2 and 4 ranks, and the hierarchical all-reduce at 4.
-  EXPECT_EQ(r.collectives.size(), 19u);
+  // 3 collectives x 3 algorithms x fp32 and bf16 at 2 and 4 ranks, and the (fp32) hierarchical
+  // all-reduce at 4: 2 x 18 + 1.
+  EXPECT_EQ(r.collectives.size(), 37u);
+  const auto bf16_rates = std::count_if(
+      r.collectives.begin(), r.collectives.end(),
+      [](const plan::CollectiveRate& c) { return c.precision == plan::Precision::bf16; });
+  EXPECT_EQ(bf16_rates, 18);
   const plan::MeasuredRates back =
       plan::measured_rates_from_json(nlohmann::json::parse(plan::to_json(r).dump()), "quick");
   EXPECT_EQ(plan::to_json(back), plan::to_json(r));

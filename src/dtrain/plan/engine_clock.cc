@@ -180,7 +180,7 @@ std::string_view link_name(bool inter_node) {
 }  // namespace
 
 double engine_collective_seconds(const Cluster& c, CollectiveOp op, comm::Algorithm algo,
-                                 double bytes, int ranks, bool inter_node) {
+                                 double bytes, int ranks, bool inter_node, Precision precision) {
   if (ranks <= 1 || bytes <= 0) return 0;
   const MeasuredRates& r = c.gpu.measured;
   const std::string_view link = link_name(inter_node);
@@ -192,7 +192,7 @@ double engine_collective_seconds(const Cluster& c, CollectiveOp op, comm::Algori
                                     ? direct_traffic(op, bytes, ranks)
                                     : collective_traffic(op, algo, bytes, ranks);
     return collective_seconds(r, comm::name(op), comm::name(algo), link, ranks,
-                              std::max(t.bytes_sent, t.bytes_received));
+                              std::max(t.bytes_sent, t.bytes_received), precision);
   }
   const Link& l = inter_node ? c.inter_node : c.intra_node;
   return collective_cost(op, algo, bytes, ranks, l).time_s;
@@ -219,9 +219,11 @@ TpSeconds engine_tp_seconds(const EngineClockInput& in, const Cluster& c, bool e
   // f and g travel in bf16 under --precision bf16 (TensorParallelGroup's bf16 wire); the
   // vocabulary's reductions always in fp32.
   const int64_t e = in.precision == Precision::bf16 ? 2 : 4;
-  auto price = [&](const CollectiveCall& call) {
-    return engine_collective_seconds(c, call.op, comm::Algorithm::ring, call.bytes, in.tp, false);
+  auto price_as = [&](const CollectiveCall& call, Precision precision) {
+    return engine_collective_seconds(c, call.op, comm::Algorithm::ring, call.bytes, in.tp, false,
+                                     precision);
   };
+  auto price = [&](const CollectiveCall& call) { return price_as(call, in.precision); };
   for (const CollectiveCall& call :
        tp_collectives_per_layer(in.micro_batch, m.seq, m.hidden, e, sp, in.recompute)) {
     // Two of each kind run in the forward (attention's and the MLP's), the rest in backward
@@ -245,12 +247,12 @@ TpSeconds engine_tp_seconds(const EngineClockInput& in, const Cluster& c, bool e
     const bool activation_sized = call.bytes >= static_cast<double>(in.micro_batch * m.seq) * 4 * 3;
     if (sp && activation_sized) call.op = CollectiveOp::reduce_scatter;
     const bool backward = head && i + 1 == vocab.size();  // the LM head's input gradient
-    const double seconds = price(call);
+    const double seconds = price_as(call, Precision::fp32);
     (backward ? out.backward_s : out.forward_s) += seconds;
     if (sp && activation_sized) {
       CollectiveCall gather = call;
       gather.op = CollectiveOp::all_gather;
-      (backward ? out.forward_s : out.backward_s) += price(gather);
+      (backward ? out.forward_s : out.backward_s) += price_as(gather, Precision::fp32);
     }
   }
   return out;
@@ -332,8 +334,9 @@ EngineClock engine_clock(const EngineClockInput& in, const Cluster& c) {
                         std::max<int64_t>(1, in.dp_pieces), 1)) {
       const comm::Algorithm algo =
           call.op == CollectiveOp::all_reduce ? in.dp_algorithm : comm::Algorithm::ring;
-      const double one =
-          engine_collective_seconds(c, call.op, algo, call.bytes, in.dp, in.inter_node_dp);
+      // Under bf16 the gradients and the gathered weights travel and reduce as bf16.
+      const double one = engine_collective_seconds(c, call.op, algo, call.bytes, in.dp,
+                                                   in.inter_node_dp, in.precision);
       const double all = one * static_cast<double>(call.count);
       clock.dp_comm_s += all;
       if (call.overlaps_forward && in.zero_stage < 3) {

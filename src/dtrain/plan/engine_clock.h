@@ -77,8 +77,10 @@ double engine_optimizer_seconds(double params, double grad_elements, Precision p
 // One collective of `bytes` (S as collective_cost.h defines it) on `ranks` ranks with `algo`:
 // the measured rate of that collective, algorithm and link when calibrate measured one
 // (latency + bytes sent per rank / bandwidth), else the link formula (comm_model.h).
+// `precision` is the elements' type (bf16 reduces at its own measured rate).
 double engine_collective_seconds(const Cluster& c, comm::CollectiveOp op, comm::Algorithm algo,
-                                 double bytes, int ranks, bool inter_node);
+                                 double bytes, int ranks, bool inter_node,
+                                 Precision precision = Precision::fp32);
 double engine_send_seconds(const Cluster& c, double bytes, bool inter_node);
 
 // TP collectives of one micro-batch through the stage's blocks (f and g, SP's gathers and

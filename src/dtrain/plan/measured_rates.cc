@@ -208,6 +208,7 @@ CollectiveRate collective_from_json(const json& j, std::string_view source, size
   c.latency_s = number(j, "latency_s", source, path, 0, true, kMaxLatencyS, "seconds");
   c.bytes_per_s = number(j, "bytes_per_s", source, path, kMinCollectiveBytesPerS, true,
                          kMaxCollectiveBytesPerS, "bytes/s (10 GB/s is 1e10)");
+  c.precision = precision_field(j, source, path);
   return c;
 }
 
@@ -336,15 +337,19 @@ double kernel_seconds(const MeasuredRates& r, KernelOp op, Precision precision, 
 
 double collective_seconds(const MeasuredRates& r, std::string_view collective,
                           std::string_view algorithm, std::string_view link, int ranks,
-                          double bytes) {
+                          double bytes, Precision precision) {
   const CollectiveRate* best = nullptr;
   for (const CollectiveRate& c : r.collectives) {
     if (c.collective != collective || c.algorithm != algorithm || c.link != link) continue;
-    const int d = std::abs(c.ranks - ranks);
-    if (best == nullptr || d < std::abs(best->ranks - ranks) ||
-        (d == std::abs(best->ranks - ranks) && c.ranks < best->ranks)) {
-      best = &c;
+    // The asked precision first, then the nearest group size, then the smaller group.
+    if (best != nullptr) {
+      const bool precision_better = c.precision == precision && best->precision != precision;
+      const bool precision_worse = c.precision != precision && best->precision == precision;
+      if (precision_worse) continue;
+      const int d = std::abs(c.ranks - ranks), best_d = std::abs(best->ranks - ranks);
+      if (!precision_better && (d > best_d || (d == best_d && c.ranks >= best->ranks))) continue;
     }
+    best = &c;
   }
   DTRAIN_CHECK(best != nullptr, "measured rates: no ", collective, " with the ", algorithm,
                " algorithm was measured on the ", link, " link");
@@ -414,7 +419,8 @@ json to_json(const MeasuredRates& r) {
                            {"link", c.link},
                            {"ranks", c.ranks},
                            {"latency_s", c.latency_s},
-                           {"bytes_per_s", c.bytes_per_s}});
+                           {"bytes_per_s", c.bytes_per_s},
+                           {"precision", name(c.precision)}});
   }
   return {{"version", kMeasuredRatesVersion},
           {"cpu", r.cpu},

@@ -16,7 +16,7 @@
 
 namespace dtrain::plan {
 
-inline constexpr int kMeasuredRatesVersion = 1;
+inline constexpr int kMeasuredRatesVersion = 2;
 
 // The engine's memory-bound kernels (src/dtrain/model/ops, optim/adamw), each priced on the
 // element count its call is given:
@@ -83,6 +83,9 @@ struct CollectiveRate {
   int ranks = 2;
   double latency_s = 0;
   double bytes_per_s = 0;
+  // The elements' type: bf16 collectives add each hop in fp32 and round back (comm/collectives.h),
+  // a cost per element that fp32's rate per byte does not carry (version 2).
+  Precision precision = Precision::fp32;
 };
 
 struct MeasuredRates {
@@ -106,10 +109,11 @@ double gemm_seconds(const MeasuredRates& r, Precision precision, int threads, do
 double kernel_seconds(const MeasuredRates& r, KernelOp op, Precision precision, double elements,
                       double calls = 1);
 // Seconds of one collective moving `bytes` per rank (CollectiveRate's bytes); the nearest measured
-// group size of that (collective, algorithm, link). Throws Error when none was measured.
+// group size of that (collective, algorithm, link) in `precision`, the other precision's when
+// that one was not measured. Throws Error when none was measured.
 double collective_seconds(const MeasuredRates& r, std::string_view collective,
                           std::string_view algorithm, std::string_view link, int ranks,
-                          double bytes);
+                          double bytes, Precision precision = Precision::fp32);
 
 // "measured" object of a cluster file. Every field required; throws Error naming the file and
 // the field when one is missing or implausible.

@@ -113,6 +113,22 @@ nlohmann::json clock_to_json(const ClockReport& c) {
           {"oversubscription", c.stretch}};
 }
 
+std::string phase_error_text(double predicted_s, double measured_s, double measured_step_s) {
+  // A phase below this share of the step on both sides is within the step's own repeat noise
+  // on this kind of machine (tens of percent at small shapes): its relative error says nothing,
+  // the two columns say enough.
+  constexpr double kComparableShare = 0.02;
+  const double floor_s = kComparableShare * measured_step_s;
+  if (measured_s <= 0 && predicted_s <= 0) return "-";
+  if (measured_s < floor_s && predicted_s < floor_s) return "-";
+  // Measured near zero but predicted not (or the other way round): no percentage, a sign of
+  // which side holds the time.
+  if (measured_s < floor_s) return "over";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%+.1f%%", (predicted_s / measured_s - 1) * 100);
+  return buf;
+}
+
 void print_clock_report(std::ostream& out, const ClockReport& c) {
   out << "Clock: predicted from " << c.rates << " (the engine's clock, docs/clock.md) beside "
       << "measured on rank " << c.rank << " (median of the steps after the first)";
@@ -125,13 +141,8 @@ void print_clock_report(std::ostream& out, const ClockReport& c) {
   out << "  phase                predicted ms   measured ms    error\n";
   auto row = [&](const char* what, double predicted, double measured) {
     char buf[160];
-    if (measured > 0) {
-      std::snprintf(buf, sizeof buf, "  %-20s %12.3f %13.3f %+8.1f%%\n", what, predicted * 1e3,
-                    measured * 1e3, (predicted / measured - 1) * 100);
-    } else {
-      std::snprintf(buf, sizeof buf, "  %-20s %12.3f %13.3f %9s\n", what, predicted * 1e3,
-                    measured * 1e3, "-");
-    }
+    std::snprintf(buf, sizeof buf, "  %-20s %12.3f %13.3f %9s\n", what, predicted * 1e3,
+                  measured * 1e3, phase_error_text(predicted, measured, c.measured.step_s).c_str());
     out << buf;
   };
   const plan::EnginePhases& p = c.predicted;

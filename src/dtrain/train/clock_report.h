@@ -45,6 +45,11 @@ plan::EnginePhases phases_from_json(const nlohmann::json& j);
 // {"rates": FILE, "predicted": {...}, "measured": {...}}; measured step_s = `median_step_s`.
 nlohmann::json clock_to_json(const ClockReport& clock);
 void print_clock_report(std::ostream& out, const ClockReport& clock);
+// The table's error column for one phase: 100 (predicted / measured - 1) with its sign and a
+// "%"; "-" when both sides are under 2% of the measured step (0 against 0 included: such a
+// phase is within the step's noise and a ratio of near-zeros would only shout), "over" when only
+// the measurement is (a prediction of time the run did not spend there).
+std::string phase_error_text(double predicted_s, double measured_s, double measured_step_s);
 // What to run when the cluster has no measured rates.
 inline constexpr const char* kClockHint =
     "no measured rates: run `dtrain calibrate --compute -o cpu.json`, then train with "

@@ -15,6 +15,8 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "dtrain/comm/collectives.h"
@@ -301,9 +303,11 @@ double measure_comm_interference(bool quick, double timeout_s) {
   return std::max(1.0, beside / alone);
 }
 
-// Each collective algorithm of the threads backend at group sizes 2 and 4, two message sizes,
-// fitted as latency + bytes / bandwidth with bytes the larger of what one rank sent and received
-// (the counters'; equal but for direct, whose ranks read from their peers' memory).
+// Each collective algorithm of the threads backend at group sizes 2 and 4, fp32 and bf16
+// elements (bf16 adds each hop in fp32 and rounds back: DP's gradients and TP's f and g under
+// --precision bf16), three message sizes, fitted as latency + bytes / bandwidth with bytes the
+// larger of what one rank sent and received (the counters'; equal but for direct, whose ranks
+// read from their peers' memory).
 void measure_collectives(bool quick, double timeout_s, std::vector<plan::CollectiveRate>& out) {
   const std::vector<int64_t> counts =
       quick ? std::vector<int64_t>{1024, 65536} : std::vector<int64_t>{4096, 65536, 1 << 20};
@@ -314,55 +318,69 @@ void measure_collectives(bool quick, double timeout_s, std::vector<plan::Collect
   const Algo algos[] = {{"direct", comm::Algorithm::direct},
                         {"ring", comm::Algorithm::ring},
                         {"tree", comm::Algorithm::tree}};
+  using Key = std::tuple<std::string, std::string, Precision>;
   for (int ranks : {2, 4}) {
-    // Filled by rank 0: per (collective, algorithm), the (bytes sent, seconds) points.
-    std::map<std::pair<std::string, std::string>,
-             std::pair<std::vector<double>, std::vector<double>>>
-        points;
+    // Filled by rank 0: per (collective, algorithm, precision), the (bytes, seconds) points.
+    std::map<Key, std::pair<std::vector<double>, std::vector<double>>> points;
     comm::run_on_backend(
         comm::Backend::threads, ranks,
         [&](comm::Communicator& comm) {
-          std::vector<float> in(static_cast<size_t>(counts.back())),
-              buf(static_cast<size_t>(counts.back()));
-          fill(in);
-          auto record = [&](const std::string& coll, const std::string& algo, auto&& call) {
-            for (int64_t n : counts) {
-              comm::Traffic traffic;
-              const double s = median_seconds([&] { traffic = call(n); }, 5, 0);
-              // Rank 0's median: the collective ends on every rank within one step of it.
-              if (comm.rank() == 0) {
-                points[{coll, algo}].first.push_back(
-                    double(std::max(traffic.bytes_sent, traffic.bytes_received)));
-                points[{coll, algo}].second.push_back(s);
+          auto measure = [&](auto element, Precision precision) {
+            using T = decltype(element);
+            std::vector<T> in(static_cast<size_t>(counts.back())),
+                buf(static_cast<size_t>(counts.back()));
+            for (size_t i = 0; i < in.size(); ++i) {
+              const float v = 0.5f * static_cast<float>((i * 7919) % 1000) / 1000;
+              if constexpr (std::is_same_v<T, bf16>) {
+                in[i] = to_bf16(v);
+              } else {
+                in[i] = v;
               }
             }
+            auto record = [&](const std::string& coll, const std::string& algo, auto&& call) {
+              for (int64_t n : counts) {
+                comm::Traffic traffic;
+                const double s = median_seconds([&] { traffic = call(n); }, 5, 0);
+                // Rank 0's median: the collective ends on every rank within one step of it.
+                if (comm.rank() == 0) {
+                  auto& xy = points[{coll, algo, precision}];
+                  xy.first.push_back(double(std::max(traffic.bytes_sent, traffic.bytes_received)));
+                  xy.second.push_back(s);
+                }
+              }
+            };
+            for (const Algo& a : algos) {
+              record("all_reduce", a.name, [&](int64_t n) {
+                return comm::all_reduce(comm, buf.data(), n, comm::ReduceOp::sum, a.algorithm);
+              });
+              record("reduce_scatter", a.name, [&](int64_t n) {
+                return comm::reduce_scatter(comm, in.data(), buf.data(), n, comm::ReduceOp::sum,
+                                            a.algorithm);
+              });
+              record("all_gather", a.name, [&](int64_t n) {
+                const comm::Chunk mine = comm::chunk_of(n, comm.size(), comm.rank());
+                return comm::all_gather(comm, in.data() + mine.offset, buf.data(), n, a.algorithm);
+              });
+            }
+            if constexpr (std::is_same_v<T, float>) {
+              if (ranks != 4) return;
+              // Two emulated nodes of two thread ranks each (fp32: the DP all-reduce that
+              // --dp-all-reduce hierarchical runs).
+              const comm::NodeTopology topology(ranks, 2);
+              comm::NodeGroups groups = comm::make_node_groups(comm, topology);
+              record("all_reduce", "hierarchical", [&](int64_t n) {
+                return comm::hierarchical_all_reduce(groups, buf.data(), n, comm::ReduceOp::sum);
+              });
+            }
           };
-          for (const Algo& a : algos) {
-            record("all_reduce", a.name, [&](int64_t n) {
-              return comm::all_reduce(comm, buf.data(), n, comm::ReduceOp::sum, a.algorithm);
-            });
-            record("reduce_scatter", a.name, [&](int64_t n) {
-              return comm::reduce_scatter(comm, in.data(), buf.data(), n, comm::ReduceOp::sum,
-                                          a.algorithm);
-            });
-            record("all_gather", a.name, [&](int64_t n) {
-              const comm::Chunk mine = comm::chunk_of(n, comm.size(), comm.rank());
-              return comm::all_gather(comm, in.data() + mine.offset, buf.data(), n, a.algorithm);
-            });
-          }
-          if (ranks == 4) {
-            // Two emulated nodes of two thread ranks each.
-            const comm::NodeTopology topology(ranks, 2);
-            comm::NodeGroups groups = comm::make_node_groups(comm, topology);
-            record("all_reduce", "hierarchical", [&](int64_t n) {
-              return comm::hierarchical_all_reduce(groups, buf.data(), n, comm::ReduceOp::sum);
-            });
-          }
+          measure(float{}, Precision::fp32);
+          measure(bf16{}, Precision::bf16);
         },
         comm::LaunchOptions{timeout_s});
     for (const auto& [key, xy] : points) {
       const LinearFit fit = fit_latency_bandwidth(xy.first, xy.second);
-      out.push_back({key.first, key.second, "intra_node", ranks, fit.intercept_s, fit.bytes_per_s});
+      out.push_back({std::get<0>(key), std::get<1>(key), "intra_node", ranks, fit.intercept_s,
+                     fit.bytes_per_s, std::get<2>(key)});
     }
   }
 }
@@ -371,9 +389,14 @@ void measure_collectives(bool quick, double timeout_s, std::vector<plan::Collect
 
 GemmGrid gemm_grid(bool quick) {
   if (quick) return {{16, 256}, {16, 256}, {16, 256}};
-  // m: a micro-batch's tokens (B x T); n, k: the widths C, 3C, 4C and the vocabulary shard of
-  // the models dtrain trains on a CPU. Powers of 8 from 16 keep the grid at 4 x 3 x 3 shapes.
-  return {{16, 128, 1024, 4096}, {16, 128, 1024}, {16, 128, 1024}};
+  // m: a micro-batch's tokens (B x T); n, k: the widths C, 3C, 4C, the vocabulary shard and the
+  // attention's T and HS of the models dtrain trains on a CPU. Powers of 2 from 16: a small
+  // product's time is flat (the fixed cost) and then grows with its size, so log(time) is convex
+  // in log(size) and a chord over a factor of 8 (the earlier grid) lay well above the curve at
+  // shapes such as an attention pair's 32 x 32 x 16; 8 x 7 x 7 shapes.
+  return {{16, 32, 64, 128, 256, 512, 1024, 4096},
+          {16, 32, 64, 128, 256, 512, 1024},
+          {16, 32, 64, 128, 256, 512, 1024}};
 }
 
 LinearFit fit_latency_bandwidth(const std::vector<double>& bytes,
@@ -414,6 +437,14 @@ plan::MeasuredRates measure_compute_rates(const ComputeCalibrationOptions& optio
   auto say = [&](std::string_view what) {
     if (options.progress) options.progress(what);
   };
+  // The engine runs OpenBLAS single-threaded in each rank (--blas-threads 1, its parallelism is
+  // --threads' team): so must the products measured here, or a "1 thread" sample runs on every
+  // core OpenBLAS finds (twice the engine's speed on an idle 2-core machine). Restored after.
+  struct BlasThreads {
+    int before = model::blas_threads();
+    BlasThreads() { model::set_blas_threads(1); }
+    ~BlasThreads() { model::set_blas_threads(before); }
+  } single_threaded_blas;
   plan::MeasuredRates r;
   r.present = true;
   r.cpu = cpu_model_name();

@@ -327,8 +327,14 @@ void Engine::measure_step(const parallel::PipelineStepRecord& record,
     const double us = f.end_us - f.start_us;
     if (f.what == "gradient norm and loss" || f.what == "AdamW") {
       p.optimizer_us += us;
+    } else if (f.what == "sum tied wte") {
+      // The first and last stages' embedding halves meet here: a stage that ends its schedule
+      // early (the last, whose backward drains first) waits in this sum for the first stage's
+      // last backward, the schedule's trailing bubble (the clock's pipeline wait); the sum
+      // itself is one wte-sized exchange between two ranks.
+      p.pipeline_wait_us += us;
     } else {
-      p.exposed_dp_us += us;  // the buckets' wait, the tied wte, the parameters' gather
+      p.exposed_dp_us += us;  // the buckets' wait, the DP sync of the embeddings, the gather
     }
   }
   phases_.push_back(p);
