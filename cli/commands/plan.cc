@@ -564,7 +564,8 @@ void add_plan(CLI::App& parent) {
   // Model.
   app->add_option("--model", f.model,
                   "Model preset: gpt3-175b, llama2-7b, llama2-13b, llama2-70b, megatron-1.7b ... "
-                  "megatron-1t (Narayanan et al. 2021 Table 1)")
+                  "megatron-1t (Narayanan et al. 2021 Table 1), llama3-405b-128k (Llama 3 405B's "
+                  "128K-token stage)")
       ->group("Model");
   app->add_option("--family", f.family, "Layer shape of a custom model: gpt or llama")
       ->group("Model");
