@@ -47,6 +47,8 @@ struct PlanFlags {
   double intra_bandwidth = 0, intra_latency_us = 0, inter_bandwidth = 0, inter_latency_us = 0;
   // Layout.
   int dp = 0, tp = 1, pp = 1, vp = 1, zero = 0;
+  int cp = 1;
+  std::string cp_algo = "auto";
   int64_t micro_batch = 1;
   int64_t microbatches = 0;
   std::string recompute = "none";
@@ -181,9 +183,22 @@ plan::Recompute recompute_flag(const std::string& value) {
   throw Error(str("--recompute must be none, selective or full, got '", value, "'"));
 }
 
+plan::CpAlgorithm cp_algo_flag(const std::string& value) {
+  const auto algo = plan::parse_cp_algorithm(value);
+  DTRAIN_CHECK(algo.has_value(), "--cp-algo must be one of ", plan::kCpAlgorithmNames, ", got '",
+               value, "'");
+  return *algo;
+}
+
 plan::Layout layout_from(const PlanFlags& f, CLI::App* app, const plan::PlanInput& in) {
   const plan::Cluster& c = in.cluster;
   plan::Layout l;
+  l.cp = f.cp;
+  l.cp_algo = cp_algo_flag(f.cp_algo);
+  DTRAIN_CHECK(f.cp == 1 || f.cp <= c.world(), "--cp ", f.cp, " is more than the cluster's ",
+               c.world(), " GPUs");
+  DTRAIN_CHECK(f.cp > 1 || !given(app, "--cp-algo"),
+               "--cp-algo picks context parallelism's algorithm: add --cp N (N > 1)");
   l.tp = f.tp;
   l.pp = f.pp;
   l.vp = f.vp;
@@ -194,9 +209,14 @@ plan::Layout layout_from(const PlanFlags& f, CLI::App* app, const plan::PlanInpu
     l.dp = f.dp;
   } else {
     DTRAIN_CHECK(l.tp >= 1 && l.pp >= 1, "--tp and --pp must be >= 1, got ", l.tp, " and ", l.pp);
+    if (l.cp > 1) {
+      const int64_t cells = int64_t{l.tp} * l.pp * l.cp;
+      DTRAIN_CHECK(c.world() % cells == 0, "--tp ", l.tp, " x --pp ", l.pp, " x --cp ", l.cp, " = ",
+                   cells, " does not divide the cluster's ", c.world(), " GPUs");
+    }
     DTRAIN_CHECK(c.world() % (l.tp * l.pp) == 0, "--tp ", l.tp, " x --pp ", l.pp,
                  " does not divide the cluster's ", c.world(), " GPUs");
-    l.dp = c.world() / (l.tp * l.pp);
+    l.dp = c.world() / (l.tp * l.pp * l.cp);
   }
   if (given(app, "--microbatches")) {
     // M micro-batches per replica: b = B / (dp x M).
@@ -454,6 +474,8 @@ plan::SearchConstraints search_constraints(const PlanFlags& f, CLI::App* app) {
   if (given(app, "--microbatches")) c.microbatches = f.microbatches;
   if (given(app, "--sequence-parallel")) c.sequence_parallel = true;
   if (given(app, "--recompute")) c.recompute = recompute_flag(f.recompute);
+  if (given(app, "--cp")) c.cp = f.cp;
+  if (given(app, "--cp-algo")) c.cp_algo = cp_algo_flag(f.cp_algo);
   return c;
 }
 
@@ -542,7 +564,8 @@ void add_plan(CLI::App& parent) {
   // Model.
   app->add_option("--model", f.model,
                   "Model preset: gpt3-175b, llama2-7b, llama2-13b, llama2-70b, megatron-1.7b ... "
-                  "megatron-1t (Narayanan et al. 2021 Table 1)")
+                  "megatron-1t (Narayanan et al. 2021 Table 1), llama3-405b-128k (Llama 3 405B's "
+                  "128K-token stage)")
       ->group("Model");
   app->add_option("--family", f.family, "Layer shape of a custom model: gpt or llama")
       ->group("Model");
@@ -671,8 +694,19 @@ void add_plan(CLI::App& parent) {
                 "Print the cluster as JSON (a template for --cluster FILE.json) and exit")
       ->group("Cluster");
   // Layout.
-  app->add_option("--dp", f.dp, "Data-parallel size (default: GPUs / (tp x pp))")
+  app->add_option("--dp", f.dp, "Data-parallel size (default: GPUs / (tp x pp x cp))")
       ->check(whole_number(1, plan::kMaxGpus))
+      ->group("Layout");
+  app->add_option("--cp", f.cp,
+                  "Context-parallel size: each sequence's tokens split over N ranks (world = dp x "
+                  "cp x tp x pp; CP sits right outside TP in the rank order)")
+      ->check(whole_number(1, plan::kMaxGpus))
+      ->group("Layout");
+  app->add_option("--cp-algo", f.cp_algo,
+                  "Context parallelism's attention: ring (load-balanced K/V ring), all-gather "
+                  "(K/V gathered per layer, as Llama 3), ulysses (all-to-all to a head split), "
+                  "or auto (ulysses when the heads allow and it sends the fewest bytes, ring when "
+                  "its hops hide behind block compute, else all-gather)")
       ->group("Layout");
   app->add_option("--tp", f.tp, "Tensor-parallel size")
       ->check(whole_number(1, plan::kMaxGpus))
@@ -707,8 +741,8 @@ void add_plan(CLI::App& parent) {
   // Output.
   app->add_flag("--search", f.search,
                 "Search every valid layout, rank by predicted throughput, explain the rejections; "
-                "--dp, --tp, --pp, --vp, --zero, --micro-batch, --microbatches, --recompute and "
-                "--sequence-parallel given with it hold their axis")
+                "--dp, --cp, --cp-algo, --tp, --pp, --vp, --zero, --micro-batch, --microbatches, "
+                "--recompute and --sequence-parallel given with it hold their axis")
       ->group("Output");
   app->add_option("--top", f.top, "Layouts to print with --search")
       ->check(whole_number(1, 1000))

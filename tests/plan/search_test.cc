@@ -102,35 +102,38 @@ TEST(Search, FixedAxesAreHeld) {
 }
 
 TEST(Search, FindsTheBestOfABruteForceEnumeration) {
-  // Every (dp, tp, pp, v, zero, b, recompute, sp) of 8 GPUs for a small model, evaluated here
-  // independently of search's loops.
+  // Every (dp, cp, tp, pp, v, zero, b, recompute, sp) of 8 GPUs for a small model, evaluated
+  // here independently of search's loops (CP's algorithm automatic).
   const PlanInput in = input("megatron-1.7b", "1x8xA100", 32);
   double best = 1e300;
   int64_t fitting = 0;
   for (int tp : {1, 2, 4, 8}) {
-    for (int pp : {1, 2, 4, 8}) {
-      if (tp * pp > 8) continue;
-      for (int v = 1; v <= 24; ++v) {
-        for (int b : {1, 2, 4, 8, 16, 32}) {
-          for (int zero = 0; zero <= 3; ++zero) {
-            for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
-              for (bool sp : {false, true}) {
-                Layout l;
-                l.tp = tp;
-                l.pp = pp;
-                l.dp = 8 / (tp * pp);
-                l.vp = v;
-                l.micro_batch = b;
-                l.zero_stage = zero;
-                l.recompute = rc;
-                l.sequence_parallel = sp;
-                if (v > 1) l.schedule = ScheduleKind::interleaved;
-                if (!layout_error(in, l).empty()) continue;
-                if ((sp && tp == 1) || (zero > 0 && l.dp == 1)) continue;  // same as without
-                const Plan p = evaluate(in, l);
-                if (!p.memory.fits()) continue;
-                ++fitting;
-                best = std::min(best, p.time.step_s);
+    for (int cp : {1, 2, 4, 8}) {
+      for (int pp : {1, 2, 4, 8}) {
+        if (tp * pp * cp > 8) continue;
+        for (int v = 1; v <= 24; ++v) {
+          for (int b : {1, 2, 4, 8, 16, 32}) {
+            for (int zero = 0; zero <= 3; ++zero) {
+              for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
+                for (bool sp : {false, true}) {
+                  Layout l;
+                  l.tp = tp;
+                  l.pp = pp;
+                  l.dp = 8 / (tp * pp * cp);
+                  l.cp = cp;
+                  l.vp = v;
+                  l.micro_batch = b;
+                  l.zero_stage = zero;
+                  l.recompute = rc;
+                  l.sequence_parallel = sp;
+                  if (v > 1) l.schedule = ScheduleKind::interleaved;
+                  if (!layout_error(in, l).empty()) continue;
+                  if ((sp && tp == 1) || (zero > 0 && l.dp * cp == 1)) continue;  // as without
+                  const Plan p = evaluate(in, l);
+                  if (!p.memory.fits()) continue;
+                  ++fitting;
+                  best = std::min(best, p.time.step_s);
+                }
               }
             }
           }

@@ -46,6 +46,32 @@ ModelShape llama(std::string name, int64_t layers, int64_t hidden, int64_t heads
   return m;
 }
 
+// Llama 3 405B in its long-context pre-training stage (Dubey et al. 2024, "The Llama 3 Herd of
+// Models"). Shape, Table 3: 126 layers, model dimension 16,384, FFN dimension 53,248, 128
+// attention heads, 8 key/value heads, vocabulary 128,000. Sequence: §3.4.2 grows the context
+// to 128K tokens = 131,072. Batch, Table 4's 128K row: DP 8 x 16 sequences per DP replica = 128
+// sequences (its 16M tokens per batch: 128 x 131,072 = 16.8M). Tokens: §3.4.2, about 800B in
+// the long-context stage. Its layout, the same row: TP 8, CP 16, PP 16, DP 8 on 16,384 H100s
+// (`dtrain plan --model llama3-405b-128k --cluster 2048x8xH100 --tp 8 --cp 16 --pp 16`).
+// 126 layers do not split over 16 stages; Llama 3 (§3.3.2) gives the first and the last stage
+// one layer fewer (8 per stage, 7 at the ends). The planner splits layers evenly, so the preset
+// has the 128 layer slots of that pipeline (every interior stage's 8 layers exactly) and
+// --params set to the 126-layer model's count: the totals (state, 6ND, MFU) are the real
+// model's; a stage's parameters are its 8 slots' share of them (1.6% under 8 real layers).
+ModelShape llama3_405b_long_context() {
+  ModelShape m = llama("llama3-405b-128k", 126, 16384, 128, 8, 53248);
+  m.vocab = 128000;
+  m.seq = 131072;
+  m.params_override = shape_param_count(m);  // 126 layers
+  m.layers = 128;
+  m.default_global_batch = 128;
+  m.default_tokens = 800e9;
+  m.source =
+      "Dubey et al. 2024, The Llama 3 Herd of Models: Table 3 (shape), Table 4 (the 128K "
+      "stage's batch and layout), §3.4.2 (sequence, tokens)";
+  return m;
+}
+
 std::vector<ModelShape> make_presets() {
   std::vector<ModelShape> p;
   // Brown et al. 2020 Table 2.1 (96 layers, d_model 12288, 96 heads, context 2048), with the
@@ -71,6 +97,7 @@ std::vector<ModelShape> make_presets() {
   p.push_back(gpt("megatron-310.1b", 96, 16384, 128, 2160, 0, kTable1));
   p.push_back(gpt("megatron-529.6b", 105, 20480, 128, 2520, 0, kTable1));
   p.push_back(gpt("megatron-1t", 128, 25600, 160, 3072, 450e9, kTable1));
+  p.push_back(llama3_405b_long_context());
   return p;
 }
 

@@ -2,6 +2,8 @@
 #include "dtrain/plan/placement.h"
 
 #include <algorithm>
+#include <array>
+#include <map>
 
 #include "dtrain/core/check.h"
 
@@ -15,6 +17,8 @@ std::string_view name(Axis axis) {
       return "dp";
     case Axis::pp:
       return "pp";
+    case Axis::cp:
+      return "cp";
   }
   return "?";
 }
@@ -52,14 +56,59 @@ std::string to_string(RankOrder order) {
   return out;
 }
 
+namespace {
+
+// The order's axes with cp inserted right outside tp, innermost first.
+std::array<Axis, 4> with_cp(RankOrder order) {
+  std::array<Axis, 4> out{};
+  size_t i = 0;
+  for (Axis a : order.inner_to_outer) {
+    out[i++] = a;
+    if (a == Axis::tp) out[i++] = Axis::cp;
+  }
+  return out;
+}
+
+int stride_of(Axis axis, AxisSizes sizes, RankOrder order) {
+  int stride = 1;
+  for (Axis a : with_cp(order)) {
+    if (a == axis) break;
+    stride *= sizes.of(a);
+  }
+  return stride;
+}
+
+}  // namespace
+
+GroupPlacement place_data_group(AxisSizes sizes, RankOrder order, int gpus_per_node) {
+  DTRAIN_CHECK(gpus_per_node >= 1, "--gpus-per-node must be >= 1, got ", gpus_per_node);
+  if (sizes.cp == 1) return place_group(Axis::dp, sizes, order, gpus_per_node);
+  if (sizes.dp == 1) return place_group(Axis::cp, sizes, order, gpus_per_node);
+  const int dp_stride = stride_of(Axis::dp, sizes, order);
+  const int cp_stride = stride_of(Axis::cp, sizes, order);
+  GroupPlacement g;
+  g.size = sizes.dp * sizes.cp;
+  g.stride = std::min(dp_stride, cp_stride);
+  // Members' nodes, counted (the group is two strided axes, not one).
+  std::map<int64_t, int> per_node;
+  for (int i = 0; i < sizes.dp; ++i) {
+    for (int j = 0; j < sizes.cp; ++j) {
+      const int64_t rank =
+          static_cast<int64_t>(i) * dp_stride + static_cast<int64_t>(j) * cp_stride;
+      ++per_node[rank / gpus_per_node];
+    }
+  }
+  g.nodes = static_cast<int>(per_node.size());
+  g.ranks_per_node = 0;
+  for (const auto& [node, count] : per_node) g.ranks_per_node = std::max(g.ranks_per_node, count);
+  return g;
+}
+
 GroupPlacement place_group(Axis axis, AxisSizes sizes, RankOrder order, int gpus_per_node) {
   DTRAIN_CHECK(gpus_per_node >= 1, "--gpus-per-node must be >= 1, got ", gpus_per_node);
   GroupPlacement g;
   g.size = sizes.of(axis);
-  for (Axis a : order.inner_to_outer) {
-    if (a == axis) break;
-    g.stride *= sizes.of(a);
-  }
+  g.stride = stride_of(axis, sizes, order);
   // Rank 0's group: ranks i * stride; their nodes (i * stride) / gpus_per_node never decrease.
   g.nodes = 0;
   g.ranks_per_node = 0;

@@ -20,8 +20,11 @@
 
 namespace dtrain::plan {
 
-enum class Axis { tp, dp, pp };
-std::string_view name(Axis axis);  // "tp", "dp", "pp"
+// cp (context parallelism) is never named in a rank order: it sits right outside tp, as in
+// Megatron-core's default tp-cp-ep-dp-pp, so "tp-dp-pp" places ranks in the order tp, cp, dp, pp
+// and a CP group is as close together as its TP group allows.
+enum class Axis { tp, dp, pp, cp };
+std::string_view name(Axis axis);  // "tp", "dp", "pp", "cp"
 
 struct RankOrder {
   std::array<Axis, 3> inner_to_outer{Axis::tp, Axis::dp, Axis::pp};
@@ -41,9 +44,13 @@ struct GroupPlacement {
 
 struct AxisSizes {
   int dp = 1, tp = 1, pp = 1;
-  int of(Axis a) const { return a == Axis::dp ? dp : a == Axis::tp ? tp : pp; }
+  int cp = 1;  // appended: {dp, tp, pp} initialisers keep their meaning
+  int of(Axis a) const { return a == Axis::dp ? dp : a == Axis::tp ? tp : a == Axis::pp ? pp : cp; }
 };
 GroupPlacement place_group(Axis axis, AxisSizes sizes, RankOrder order, int gpus_per_node);
+// The group gradients are reduced over with context parallelism: rank 0's DP x CP ranks (its
+// `stride` is the inner axis's; nodes and ranks_per_node counted over the members).
+GroupPlacement place_data_group(AxisSizes sizes, RankOrder order, int gpus_per_node);
 
 struct PlacedCost {
   int64_t steps = 0;

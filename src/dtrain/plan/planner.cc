@@ -125,6 +125,20 @@ int64_t stage_params_of(const PlanInput& in, const Layout& l, int stage) {
                           : stage_param_count(in.model, l, stage);
 }
 
+// One layer's attention as a CP rank of this layout sees it (context_parallel.h).
+CpShape cp_shape(const PlanInput& in, const Layout& l) {
+  CpShape s;
+  s.seq = in.model.seq;
+  s.micro_batch = l.micro_batch;
+  s.hidden = in.model.hidden;
+  s.heads = in.model.heads;
+  s.kv_heads = in.model.kv_heads;
+  s.tp = l.tp;
+  s.cp = l.cp;
+  s.bytes_per_element = in.training.activation_bytes;
+  return s;
+}
+
 ScheduleKind schedule_of(const Layout& l) {
   return l.vp > 1 ? ScheduleKind::interleaved : l.schedule;
 }
@@ -133,7 +147,11 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
                                 int stage) {
   const ModelShape& m = in.model;
   const ActivationShape shape = activation_shape(m, in.training, l);
-  const double per_layer = activation_bytes_per_layer(shape);
+  // With context parallelism every per-token tensor holds seq / cp tokens, and the attention's
+  // scores are the CP algorithm's (context_parallel.h).
+  const double per_layer = cp_activation_bytes_per_layer(shape, l.cp, l.cp_algo);
+  ActivationShape local_shape = shape;  // the rank's seq / cp tokens
+  local_shape.seq = m.seq / l.cp;
   // The engine's mixed precision keeps its scratch, stash and head tensors in fp32.
   const bool mixed = in.training.activation_count == ActivationCount::engine_mixed;
   ActivationShape fp32_shape = shape;
@@ -142,13 +160,17 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
   ActivationShape scratch_shape = mixed ? fp32_shape : shape;
   if (mixed) scratch_shape.recompute = Recompute::full;  // every tensor but the input
   // backward re-creates one layer's dropped activations at a time
-  const double recompute_temp = recompute_scratch_bytes(scratch_shape);
+  ActivationShape scratch_all = scratch_shape;
+  scratch_all.recompute = Recompute::none;
+  const double recompute_temp = cp_activation_bytes_per_layer(scratch_all, l.cp, l.cp_algo) -
+                                cp_activation_bytes_per_layer(scratch_shape, l.cp, l.cp_algo);
   const StateBytes sb = in.training.state_bytes;
   MemoryBreakdown mem;
   mem.stage = stage;
   mem.layers = m.layers / l.pp;
   mem.stage_params = stage_params_of(in, l, stage);
-  const ModelStateBytes states = model_state_bytes(mem.stage_params, l.dp, l.zero_stage, sb);
+  // Parameters are replicated over CP: ZeRO shards over dp x cp.
+  const ModelStateBytes states = model_state_bytes(mem.stage_params, l.dp * l.cp, l.zero_stage, sb);
   mem.params = static_cast<double>(states.params);
   mem.grads = static_cast<double>(states.grads);
   mem.optimizer = static_cast<double>(states.optimizer);
@@ -158,7 +180,9 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
   if (kind == ScheduleKind::zero_bubble_h1) {
     // A split backward holds each micro-batch from its F until its W (pipeline_model.h), with
     // each layer's linears' output gradients from B to W (activation_memory.h; dense layers).
-    mem.weight_grad_stash_per_layer = weight_grad_stash_bytes_per_layer(mixed ? fp32_shape : shape);
+    ActivationShape stash_shape = mixed ? fp32_shape : shape;
+    stash_shape.seq = local_shape.seq;
+    mem.weight_grad_stash_per_layer = weight_grad_stash_bytes_per_layer(stash_shape);
     mem.inflight_microbatches = peak_weight_stash_microbatches(kind, l.pp, mbs, l.vp, stage);
   } else {
     mem.inflight_microbatches = peak_inflight_microbatches(kind, l.pp, mbs, l.vp, stage);
@@ -168,7 +192,7 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
   // The head's activations (final norm, logits, losses: head_activation_memory.h) live on the
   // last stage, for each micro-batch in flight there; the vocabulary is split over TP ranks.
   HeadActivationShape head;
-  head.seq = m.seq;
+  head.seq = m.seq / l.cp;
   head.micro_batch = l.micro_batch;
   head.hidden = m.hidden;
   head.vocab = shard_count(m.vocab, l.tp);
@@ -196,7 +220,7 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
       const int64_t embeddings = scaled_to_override(m, engine_embedding_params(m, l, stage));
       buffers += static_cast<double>(zero3_gathered_bytes(embeddings, sb, 0));
     }
-  } else if (l.dp > 1) {
+  } else if (l.dp * l.cp > 1) {
     buffers = std::min(in.training.bucket_bytes,
                        static_cast<double>(mem.stage_params * sb.grad));  // one bucket in flight
   }
@@ -204,6 +228,10 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
   mem.workspace = workspace_activation_bytes(head);
   mem.layer_scratch = recompute_temp;
   mem.temporary = buffers + recompute_temp + mem.workspace;
+  // The ring holds one block pair's scores at a time; the backward two (P and dP).
+  if (l.cp > 1 && l.cp_algo == CpAlgorithm::ring) {
+    mem.temporary += 2 * cp_ring_block_bytes(mixed ? fp32_shape : shape, l.cp);
+  }
   mem.capacity = in.cluster.gpu.memory_bytes;
   return mem;
 }
@@ -233,6 +261,7 @@ std::string_view name(StepTimeSource s) {
 
 std::string describe(const Layout& l) {
   std::string s = str("dp=", l.dp, " tp=", l.tp, " pp=", l.pp);
+  if (l.cp > 1) s += str(" cp=", l.cp, "(", name(l.cp_algo), ")");
   if (l.vp > 1) s += str(" v=", l.vp);
   s += str(" zero=", l.zero_stage, " b=", l.micro_batch, " rc=", name(l.recompute));
   if (l.sequence_parallel) s += " sp";
@@ -243,6 +272,7 @@ std::string describe(const Layout& l) {
 
 std::string layout_flags(const Layout& l) {
   std::string s = str("--dp ", l.dp, " --tp ", l.tp, " --pp ", l.pp);
+  if (l.cp > 1) s += str(" --cp ", l.cp, " --cp-algo ", name(l.cp_algo));
   if (l.vp > 1) s += str(" --vp ", l.vp);
   s += str(" --zero ", l.zero_stage, " --micro-batch ", l.micro_batch, " --recompute ",
            name(l.recompute));
@@ -293,11 +323,12 @@ std::string layout_error(const PlanInput& in, const Layout& l) {
   if (l.dp < 1) return str("--dp must be >= 1, got ", l.dp);
   if (l.tp < 1) return str("--tp must be >= 1, got ", l.tp);
   if (l.pp < 1) return str("--pp must be >= 1, got ", l.pp);
+  if (l.cp < 1) return str("--cp must be >= 1, got ", l.cp);
   if (l.vp < 1) return str("--vp must be >= 1, got ", l.vp);
   if (l.micro_batch < 1) return str("--micro-batch must be >= 1, got ", l.micro_batch);
   // Bounded before they are multiplied together.
-  for (const auto& [flag, value] :
-       {std::pair{"--dp", l.dp}, std::pair{"--tp", l.tp}, std::pair{"--pp", l.pp}}) {
+  for (const auto& [flag, value] : {std::pair{"--dp", l.dp}, std::pair{"--tp", l.tp},
+                                    std::pair{"--pp", l.pp}, std::pair{"--cp", l.cp}}) {
     if (value > kMaxGpus) return str(flag, " ", value, " is more than ", kMaxGpus, " GPUs");
   }
   if (l.vp > m.layers) return str("--vp ", l.vp, " is more than --layers ", m.layers);
@@ -308,7 +339,14 @@ std::string layout_error(const PlanInput& in, const Layout& l) {
   if (l.zero_stage < 0 || l.zero_stage > 3) {
     return str("--zero must be 0, 1, 2 or 3, got ", l.zero_stage);
   }
-  if (static_cast<int64_t>(l.dp) * l.tp * l.pp != gpus) {
+  if (l.cp > gpus) return str("--cp ", l.cp, " is more than the cluster's ", gpus, " GPUs");
+  if (l.cp > 1 && static_cast<int64_t>(l.dp) * l.cp * l.tp * l.pp != gpus) {
+    return str("--dp ", l.dp, " x --cp ", l.cp, " x --tp ", l.tp, " x --pp ", l.pp, " = ",
+               static_cast<int64_t>(l.dp) * l.cp * l.tp * l.pp,
+               " GPUs does not match the cluster's ", gpus, " (", in.cluster.nodes, " nodes x ",
+               in.cluster.gpus_per_node, ")");
+  }
+  if (static_cast<int64_t>(l.dp) * l.cp * l.tp * l.pp != gpus) {
     return str("--dp ", l.dp, " x --tp ", l.tp, " x --pp ", l.pp, " = ",
                static_cast<int64_t>(l.dp) * l.tp * l.pp, " GPUs does not match the cluster's ",
                gpus, " (", in.cluster.nodes, " nodes x ", in.cluster.gpus_per_node, ")");
@@ -322,6 +360,28 @@ std::string layout_error(const PlanInput& in, const Layout& l) {
     if (l.vp == 1) return str("--pp ", l.pp, " does not divide --layers ", m.layers);
     return str("--pp ", l.pp, " x --vp ", l.vp, " = ", int64_t{l.pp} * l.vp,
                " does not divide --layers ", m.layers);
+  }
+  if (l.cp > 1) {
+    if (has_measured_rates(in.cluster)) {
+      return str("--cp ", l.cp,
+                 ": the engine clock (a cluster file with gpu.measured) prices "
+                 "dtrain's engine, which has no context parallelism yet; plan CP layouts on a "
+                 "GPU cluster (e.g. --cluster 8x8xH100)");
+    }
+    const CpShape cs = cp_shape(in, l);
+    if (l.cp_algo == CpAlgorithm::automatic) {
+      // auto needs one algorithm that can run: the sequence divides, then ring's 2 x cp or
+      // ulysses' heads.
+      const std::string ring = cp_layout_error(cs, CpAlgorithm::ring);
+      const std::string ulysses = cp_layout_error(cs, CpAlgorithm::ulysses);
+      if (!ring.empty() && !ulysses.empty()) {
+        if (m.seq % l.cp != 0) return ring;
+        return str(ring, "; nor can ulysses run: ", ulysses);
+      }
+    } else {
+      const std::string e = cp_layout_error(cs, l.cp_algo);
+      if (!e.empty()) return e;
+    }
   }
   const int64_t per_step = static_cast<int64_t>(l.dp) * l.micro_batch;
   if (in.training.global_batch % per_step != 0) {
@@ -377,6 +437,21 @@ struct StageCompute {
   TrainingFlops total;  // whole step, whole cluster, the real model
 };
 
+ClockShape clock_shape(const PlanInput& in, const Layout& l) {
+  const ModelShape& m = in.model;
+  ClockShape shape;
+  shape.model = m;
+  shape.micro_batch = l.micro_batch;
+  shape.tp = l.tp;
+  shape.sequence_parallel = l.sequence_parallel;
+  shape.recompute = l.recompute;
+  shape.activation_bytes = in.training.activation_bytes;
+  shape.dropout =
+      in.training.activation_count == ActivationCount::paper && m.family == ModelFamily::gpt;
+  shape.cp = l.cp;
+  return shape;
+}
+
 StageCompute stage_compute(const PlanInput& in, const ModelShape& real_model, const Layout& l) {
   const ModelShape& m = in.model;
   const Training& tr = in.training;
@@ -391,14 +466,7 @@ StageCompute stage_compute(const PlanInput& in, const ModelShape& real_model, co
   const double model_scale = reference.model > 0 ? timed.model / reference.model : 1;
   const double recompute_scale =
       reference.recompute > 0 ? timed.recompute / reference.recompute : 1;
-  ClockShape shape;
-  shape.model = m;
-  shape.micro_batch = l.micro_batch;
-  shape.tp = l.tp;
-  shape.sequence_parallel = l.sequence_parallel;
-  shape.recompute = l.recompute;
-  shape.activation_bytes = tr.activation_bytes;
-  shape.dropout = tr.activation_count == ActivationCount::paper && m.family == ModelFamily::gpt;
+  const ClockShape shape = clock_shape(in, l);
   const GpuSpec& gpu = in.cluster.gpu;
   const double layers = static_cast<double>(m.layers / l.pp);
   const PassTimes layer = total(layer_ops(shape, gpu)).scaled(layers);
@@ -422,7 +490,7 @@ StageCompute stage_compute(const PlanInput& in, const ModelShape& real_model, co
   // The optimizer of the rank with the most parameters: its ZeRO shard (stage >= 1).
   double params = static_cast<double>(stage_params_of(in, l, 0));
   if (l.pp > 1) params = std::max(params, static_cast<double>(stage_params_of(in, l, l.pp - 1)));
-  if (l.zero_stage >= 1) params /= l.dp;
+  if (l.zero_stage >= 1) params /= l.dp * l.cp;
   sc.optimizer_s = optimizer_seconds(params, tr.state_bytes, gpu, std::max(1.0, layers));
   return sc;
 }
@@ -437,7 +505,7 @@ std::pair<double, double> tp_times(const PlanInput& in, const Layout& l, int64_t
   const int64_t repeats = layers * microbatches;
   double forward_s = 0, backward_s = 0;
   for (const CollectiveCall& call :
-       tp_collectives_per_layer(l.micro_batch, m.seq, m.hidden, in.training.activation_bytes,
+       tp_collectives_per_layer(l.micro_batch, m.seq / l.cp, m.hidden, in.training.activation_bytes,
                                 l.sequence_parallel, l.recompute)) {
     const PlacedCost per_layer = placed_collective_cost(call, group, in.cluster);
     const double per_mb = per_layer.time_s * static_cast<double>(layers);
@@ -463,8 +531,9 @@ double pp_send_time(const PlanInput& in, const Layout& l, int64_t microbatches,
                     std::vector<double>* stage_bytes) {
   if (l.pp == 1) return 0;
   const ModelShape& m = in.model;
-  const double bytes = pp_bytes_per_microbatch(
-      l.micro_batch, m.seq, m.hidden, in.training.activation_bytes, l.tp, l.sequence_parallel);
+  const double bytes =
+      pp_bytes_per_microbatch(l.micro_batch, m.seq / l.cp, m.hidden, in.training.activation_bytes,
+                              l.tp, l.sequence_parallel);
   const PlacedCost send = placed_send_cost(bytes, group, in.cluster);
   int64_t busiest = 0;
   for (int stage = 0; stage < l.pp; ++stage) {
@@ -481,13 +550,126 @@ double pp_send_time(const PlanInput& in, const Layout& l, int64_t microbatches,
   return send.time_s * l.vp;
 }
 
+// The ring's overlap, per layer and micro-batch: a hop (one K/V block forward, K/V with dK/dV
+// backward) runs while the rank computes attention against the block it already holds, so a
+// hop shows only where it is longer than one block's compute (the attention products, softmax
+// and dropout of the layer, over cp blocks); the last backward hop, the dK/dV going home, has
+// no block left to hide behind.
+struct RingTiming {
+  double hop_forward_s = 0, block_forward_s = 0;
+  double hop_backward_s = 0, block_backward_s = 0;
+  double last_hop_s = 0;
+  bool hidden() const {
+    return hop_forward_s <= block_forward_s && hop_backward_s <= block_backward_s;
+  }
+  // Exposed seconds per layer and micro-batch (full recompute reruns the forward's hops).
+  double forward_exposed(int cp) const {
+    return (cp - 1) * std::max(0.0, hop_forward_s - block_forward_s);
+  }
+  double backward_exposed(int cp, Recompute r) const {
+    return (cp - 1) * std::max(0.0, hop_backward_s - block_backward_s) + last_hop_s +
+           (r == Recompute::full ? forward_exposed(cp) : 0);
+  }
+};
+
+RingTiming ring_timing(const PlanInput& in, const Layout& l, const GroupPlacement& group) {
+  RingTiming r;
+  double attention_forward_s = 0, attention_backward_s = 0;
+  for (const OpTime& op : layer_ops(clock_shape(in, l), in.cluster.gpu)) {
+    if (op.op == "scores q k^t" || op.op == "softmax" || op.op == "attention dropout" ||
+        op.op == "scores x v") {
+      attention_forward_s += op.forward_s;
+      attention_backward_s += op.backward_input_s;
+    }
+  }
+  const double block = cp_kv_block_bytes(cp_shape(in, l));
+  r.hop_forward_s = placed_send_cost(block, group, in.cluster).time_s;
+  r.hop_backward_s = placed_send_cost(2 * block, group, in.cluster).time_s;
+  r.last_hop_s = placed_send_cost(block, group, in.cluster).time_s;
+  r.block_forward_s = attention_forward_s / l.cp;
+  r.block_backward_s = attention_backward_s / l.cp;
+  return r;
+}
+
+// A CP collective on the CP group: the all-to-all runs pairwise (the comm layer's algorithm over
+// send/recv), the others as placed_collective_cost prices them.
+PlacedCost placed_cp_cost(const CollectiveCall& call, const GroupPlacement& group,
+                          const Cluster& c) {
+  if (call.op != comm::CollectiveOp::all_to_all) return placed_collective_cost(call, group, c);
+  const Link& link = group.crosses_nodes() ? c.inter_node : c.intra_node;
+  const CommCost cost = collective_cost(call, comm::Algorithm::pairwise, group.size, link);
+  return {cost.steps, cost.bytes_sent, cost.time_s, group.crosses_nodes(), false};
+}
+
+// Context parallelism's K/V traffic of one micro-batch through the stage, as exposed forward
+// and backward seconds; appends the step's rows and fills plan->cp. Ring hops overlap block
+// compute (RingTiming); the all-gather's and ulysses' collectives are waited for.
+std::pair<double, double> cp_times(const PlanInput& in, const Layout& l, int64_t microbatches,
+                                   const GroupPlacement& group, Plan* plan) {
+  if (l.cp == 1) return {0, 0};
+  const CpShape shape = cp_shape(in, l);
+  const int64_t layers = in.model.layers / l.pp;
+  const int64_t repeats = layers * microbatches;
+  const double n = static_cast<double>(repeats);
+  CpReport& report = plan->cp;
+  report.algorithm = l.cp_algo;
+  report.per_layer = cp_traffic_per_layer(shape, l.cp_algo, l.recompute);
+  report.bytes_per_step = report.per_layer.bytes_sent() * n;
+  report.imbalance_contiguous = causal_work_imbalance(in.model.seq, l.cp, CpSplit::contiguous);
+  report.imbalance_balanced = in.model.seq % (2 * l.cp) == 0
+                                  ? causal_work_imbalance(in.model.seq, l.cp, CpSplit::balanced)
+                                  : report.imbalance_contiguous;
+  double forward_s = 0, backward_s = 0, total_s = 0;
+  if (l.cp_algo == CpAlgorithm::ring) {
+    const RingTiming r = ring_timing(in, l, group);
+    report.ring_hop_s = r.hop_forward_s;
+    report.ring_block_s = r.block_forward_s;
+    forward_s = r.forward_exposed(l.cp) * static_cast<double>(layers);
+    backward_s = r.backward_exposed(l.cp, l.recompute) * static_cast<double>(layers);
+    const CpPassTraffic& f = report.per_layer.forward;
+    const CpPassTraffic& b = report.per_layer.backward;
+    const double f_time = static_cast<double>(l.cp - 1) * r.hop_forward_s;
+    const double b_time = static_cast<double>(l.cp - 1) * r.hop_backward_s + r.last_hop_s +
+                          (l.recompute == Recompute::full ? f_time : 0);
+    GroupTraffic fw = traffic_row(
+        "CP", "send/recv", "K, V blocks (ring, forward)", group,
+        {f.steps * repeats, f.bytes_sent * n, f_time * n, group.crosses_nodes(), false});
+    fw.calls = f.messages * repeats;
+    fw.exposed_s = forward_s * static_cast<double>(microbatches);
+    GroupTraffic bw = traffic_row(
+        "CP", "send/recv", "K, V + dK, dV (ring, backward)", group,
+        {b.steps * repeats, b.bytes_sent * n, b_time * n, group.crosses_nodes(), false});
+    bw.calls = b.messages * repeats;
+    bw.exposed_s = backward_s * static_cast<double>(microbatches);
+    total_s = fw.time_s + bw.time_s;
+    plan->traffic.push_back(fw);
+    plan->traffic.push_back(bw);
+  } else {
+    for (const CollectiveCall& call : cp_collectives_per_layer(shape, l.cp_algo, l.recompute)) {
+      const PlacedCost per_layer = placed_cp_cost(call, group, in.cluster);
+      (call.overlaps_forward ? forward_s : backward_s) +=
+          per_layer.time_s * static_cast<double>(layers);
+      GroupTraffic row =
+          traffic_row("CP", comm::name(call.op), call.what, group,
+                      {per_layer.steps * repeats, per_layer.bytes_sent * n, per_layer.time_s * n,
+                       per_layer.inter_node, per_layer.hierarchical});
+      row.calls = call.count * repeats;
+      total_s += row.time_s;
+      plan->traffic.push_back(row);
+    }
+  }
+  plan->time.cp_s = (forward_s + backward_s) * static_cast<double>(microbatches);
+  plan->time.cp_total_s = total_s;
+  return {forward_s, backward_s};
+}
+
 // DP and ZeRO collectives of the step over the largest stage's parameters, and what overlap
 // leaves of them: gradient reductions hide behind backward compute (the last micro-batch's for
 // ZeRO 0-1, every one for ZeRO 2-3), weight gathers behind forward compute (the next step's
 // first micro-batch for ZeRO 1-2, every one for ZeRO 3). Sets t.dp_s and t.dp_exposed_s.
 void dp_times(const PlanInput& in, const Layout& l, int64_t microbatches, const StageCompute& sc,
               const GroupPlacement& group, std::vector<GroupTraffic>* rows, TimeBreakdown* t) {
-  if (l.dp == 1) return;
+  if (l.dp * l.cp == 1) return;  // gradients are reduced over DP x CP
   const ModelShape& m = in.model;
   const StateBytes sb = in.training.state_bytes;
   int64_t params = stage_params_of(in, l, 0);
@@ -602,7 +784,7 @@ Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const 
     if (last.total() > plan.memory.total()) plan.memory = last;
   }
 
-  const AxisSizes sizes{l.dp, l.tp, l.pp};
+  const AxisSizes sizes{l.dp, l.tp, l.pp, l.cp};
   const StageCompute sc = stage_compute(in, real_model, l);
   const auto [tp_forward_s, tp_backward_s] = tp_times(
       in, l, microbatches, place_group(Axis::tp, sizes, l.order, c.gpus_per_node), &plan.traffic);
@@ -610,10 +792,13 @@ Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const 
       pp_send_time(in, l, microbatches, place_group(Axis::pp, sizes, l.order, c.gpus_per_node),
                    &plan.traffic, &plan.pp_bytes_per_stage);
 
-  // The pipeline runs on the slowest stage's times, TP collectives and sends included.
+  const auto [cp_forward_s, cp_backward_s] =
+      cp_times(in, l, microbatches, place_group(Axis::cp, sizes, l.order, c.gpus_per_node), &plan);
+
+  // The pipeline runs on the slowest stage's times, TP and CP collectives and sends included.
   StageTimes times;
-  times.forward = sc.stage.forward_s + tp_forward_s + pp_send_s;
-  times.backward_input = sc.stage.backward_input_s + tp_backward_s + pp_send_s;
+  times.forward = sc.stage.forward_s + tp_forward_s + cp_forward_s + pp_send_s;
+  times.backward_input = sc.stage.backward_input_s + tp_backward_s + cp_backward_s + pp_send_s;
   times.backward_weight = sc.stage.backward_weight_s;
   TimeBreakdown& t = plan.time;
   t.stage_times = times;
@@ -623,7 +808,7 @@ Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const 
   t.tp_s = mb * (tp_forward_s + tp_backward_s);
   t.pp_s = mb * 2 * pp_send_s;
   t.bubble_s = t.bubble.bubble_time;
-  dp_times(in, l, microbatches, sc, place_group(Axis::dp, sizes, l.order, c.gpus_per_node),
+  dp_times(in, l, microbatches, sc, place_data_group(sizes, l.order, c.gpus_per_node),
            &plan.traffic, &t);
 
   t.optimizer_s = sc.optimizer_s;
@@ -677,9 +862,40 @@ PlanInput per_rank_input(const PlanInput& in, const Layout& l) {
 
 }  // namespace
 
-MemoryBreakdown stage_memory(const PlanInput& in, const Layout& l, int stage) {
-  const std::string error = layout_error(in, l);
+namespace {
+
+// The layout with its CP algorithm chosen (choose_cp_algorithm's rule, the ring's overlap from
+// the clock) when it is automatic; `why` says why.
+Layout resolve_cp(const PlanInput& in, const Layout& given, std::string* why) {
+  Layout l = given;
+  if (l.cp == 1) return l;
+  if (l.cp_algo != CpAlgorithm::automatic) {
+    *why = str(name(l.cp_algo), ": given by --cp-algo");
+    return l;
+  }
+  bool hidden = false;
+  const CpShape shape = cp_shape(in, l);
+  if (cp_layout_error(shape, CpAlgorithm::ring).empty()) {
+    const AxisSizes sizes{l.dp, l.tp, l.pp, l.cp};
+    const Cluster links = effective_links(in.cluster);
+    PlanInput priced = in;
+    priced.cluster = links;
+    hidden =
+        ring_timing(priced, l, place_group(Axis::cp, sizes, l.order, links.gpus_per_node)).hidden();
+  }
+  const CpChoice choice = choose_cp_algorithm(shape, l.recompute, hidden);
+  l.cp_algo = choice.algorithm;
+  *why = choice.why;
+  return l;
+}
+
+}  // namespace
+
+MemoryBreakdown stage_memory(const PlanInput& in, const Layout& given, int stage) {
+  const std::string error = layout_error(in, given);
   if (!error.empty()) throw Error(error);
+  std::string why;
+  const Layout l = resolve_cp(in, given, &why);
   DTRAIN_CHECK(stage >= 0 && stage < l.pp, "stage ", stage, " outside 0..", l.pp - 1);
   const int64_t microbatches =
       in.training.global_batch / (static_cast<int64_t>(l.dp) * l.micro_batch);
@@ -687,11 +903,16 @@ MemoryBreakdown stage_memory(const PlanInput& in, const Layout& l, int stage) {
   return memory_of_stage(per_rank_input(in, l), l, microbatches, stage);
 }
 
-Plan evaluate(const PlanInput& in, const Layout& l) {
-  const std::string error = layout_error(in, l);
+Plan evaluate(const PlanInput& in, const Layout& given) {
+  const std::string error = layout_error(in, given);
   if (!error.empty()) throw Error(error);
-  if (in.model.kv_heads_or_heads() >= l.tp) return evaluate_local(in, in.model, l);
-  return evaluate_local(per_rank_input(in, l), in.model, l);
+  std::string why;
+  const Layout l = resolve_cp(in, given, &why);
+  Plan p = in.model.kv_heads_or_heads() >= l.tp
+               ? evaluate_local(in, in.model, l)
+               : evaluate_local(per_rank_input(in, l), in.model, l);
+  p.cp.why = why;
+  return p;
 }
 
 }  // namespace dtrain::plan

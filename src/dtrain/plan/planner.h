@@ -13,6 +13,7 @@
 
 #include "dtrain/plan/activation_memory.h"
 #include "dtrain/plan/compute_model.h"
+#include "dtrain/plan/context_parallel.h"
 #include "dtrain/plan/hardware.h"
 #include "dtrain/plan/memory_model.h"
 #include "dtrain/plan/model_presets.h"
@@ -80,6 +81,11 @@ struct Layout {
   bool sequence_parallel = false;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;  // interleaved when vp > 1
   RankOrder order;                                    // Megatron's tp-dp-pp by default
+  // Appended. Context parallelism (context_parallel.h): each sequence's tokens split over cp
+  // ranks (world = dp x cp x tp x pp; CP sits right outside TP in the rank order); automatic
+  // picks the algorithm by choose_cp_algorithm's rule when the layout is evaluated.
+  int cp = 1;
+  CpAlgorithm cp_algo = CpAlgorithm::automatic;
 };
 std::string describe(const Layout& layout);  // "dp=8 tp=8 pp=1 zero=1 b=1 rc=selective sp"
 // The `dtrain plan` flags that select it: "--dp 8 --tp 8 --pp 1 --zero 1 --micro-batch 1 ...".
@@ -176,6 +182,23 @@ struct TimeBreakdown {
   // with "gpu.measured", "engine (measured rates)" (engine_clock.h: dtrain's own engine).
   std::string_view clock = "gpu rates";
   double stretch = 1;  // engine clock: compute slowed by ranks x threads over the cores
+  // Appended: context parallelism's K/V traffic per step, all of it (cp_total_s) and what the
+  // ring's overlap with block compute leaves on the critical path (cp_s; all of it for the
+  // all-gather and ulysses collectives, which the attention waits for).
+  double cp_s = 0;
+  double cp_total_s = 0;
+};
+
+// What context parallelism does in one layout (cp > 1): the algorithm and why, and its traffic.
+struct CpReport {
+  CpAlgorithm algorithm = CpAlgorithm::ring;  // resolved (never automatic)
+  std::string why;
+  CpLayerTraffic per_layer;         // one rank, one layer, one micro-batch
+  double bytes_per_step = 0;        // one rank: per_layer x the stage's layers x micro-batches
+  double ring_hop_s = 0;            // ring: one forward hop's seconds, and one block's attention
+  double ring_block_s = 0;          //   compute it hides behind (forward)
+  double imbalance_balanced = 1;    // busiest / mean causal work, the split used
+  double imbalance_contiguous = 1;  // the same with contiguous chunks (2 - 1/cp as T grows)
 };
 
 struct Plan {
@@ -187,6 +210,7 @@ struct Plan {
   // Bytes each pipeline stage's rank sends per step (pp_sends_per_microbatch x M x the message;
   // empty when pp = 1). The PP row of `traffic` is the busiest of them.
   std::vector<double> pp_bytes_per_stage;
+  CpReport cp;  // appended; meaningful when layout.cp > 1
 };
 
 // Memory of one pipeline stage (0 = first) on one GPU; evaluate reports the stage that needs
@@ -205,9 +229,11 @@ struct SearchConstraints {
   std::optional<int64_t> microbatches;  // M per replica: global batch / (dp x b)
   std::optional<Recompute> recompute;
   std::optional<bool> sequence_parallel;
+  std::optional<int> cp;               // appended: context parallelism (--cp)
+  std::optional<CpAlgorithm> cp_algo;  // --cp-algo (auto: the rule, per layout)
   bool any() const {
     return dp || tp || pp || vp || zero_stage || micro_batch || microbatches || recompute ||
-           sequence_parallel;
+           sequence_parallel || cp || cp_algo;
   }
   // The layout's fixed axes have the fixed values (M = global_batch / (dp x b)).
   bool admits(const Layout& l, int64_t global_batch) const;
@@ -249,7 +275,7 @@ struct SearchResult {
   std::vector<RankedPlan> top;            // best first
   std::vector<std::string> explanations;  // why the main alternatives lost
   std::vector<Rejection> invalid_splits;  // (dp, tp, pp) splits that cannot run, by reason
-  int64_t splits = 0;                     // (dp, tp, pp) splits of the GPUs considered
+  int64_t splits = 0;                     // (dp, cp, tp, pp) splits of the GPUs considered
   int64_t evaluated = 0;                  // full layouts evaluated
   int64_t fitting = 0;                    // of which fit in memory
   SearchConstraints fixed;                // the axes the search held fixed

@@ -41,7 +41,9 @@ std::string memory_section(const PlanInput& in, const Plan& p) {
   row("activations", m.activations,
       str(format_fixed(m.inflight_microbatches, 2), " micro-batches in flight x (", m.layers,
           " layers x ", format_gb(m.activation_per_layer), m.head_activations > 0 ? " + head" : "",
-          "); recompute ", name(l.recompute), l.sequence_parallel ? ", sequence parallel" : ""));
+          "); recompute ", name(l.recompute), l.sequence_parallel ? ", sequence parallel" : "",
+          l.cp > 1 ? str(", cp=", l.cp, " ", name(l.cp_algo), ": ", in.model.seq / l.cp, " tokens")
+                   : ""));
   row("temporary", m.temporary,
       str(l.zero_stage == 3 ? "gathered layers (ZeRO-3)" : "gradient bucket",
           l.recompute != Recompute::none ? ", recomputed layer" : "", ", backward workspace"));
@@ -82,6 +84,41 @@ std::string traffic_section(const PlanInput& in, const Plan& p) {
   return s;
 }
 
+// Context parallelism (cp > 1): the algorithm and why, its bytes per layer and per step, and the
+// causal work per rank of the balanced split beside the contiguous one.
+std::string cp_section(const PlanInput& in, const Plan& p) {
+  const Layout& l = p.layout;
+  if (l.cp == 1) return {};
+  const CpReport& r = p.cp;
+  std::string s = str("Context parallelism: cp=", l.cp, " (each rank holds ", in.model.seq / l.cp,
+                      " of the ", in.model.seq, " tokens), ", name(r.algorithm), "\n");
+  s += str("  why         ", r.why, "\n");
+  auto pass = [](const CpPassTraffic& t) {
+    return str(format_gb(t.bytes_sent), " in ", t.messages,
+               t.messages == 1 ? " message" : " messages", " (", t.steps, " steps)");
+  };
+  s += str("  per layer   one rank, one micro-batch: forward ", pass(r.per_layer.forward),
+           ", backward ", pass(r.per_layer.backward),
+           l.recompute == Recompute::full ? " (the forward's rerun included)" : "", "\n");
+  s += str("  per step    one rank: ", format_gb(r.bytes_per_step), " sent (", p.memory.layers,
+           " layers x ", p.microbatches,
+           " micro-batches); gradients reduced over dp x cp = ", l.dp * l.cp, " ranks",
+           l.zero_stage > 0 ? str(", ZeRO shards over ", l.dp * l.cp) : "", "\n");
+  s += str(
+      "  attention   causal work per rank, busiest / mean: ", format_fixed(r.imbalance_balanced, 3),
+      " with the balanced split (chunks r and 2cp-1-r); ", format_fixed(r.imbalance_contiguous, 3),
+      " with contiguous chunks (2 - 1/cp = ", format_fixed(cp_contiguous_imbalance_limit(l.cp), 3),
+      " as the sequence grows)\n");
+  if (r.algorithm == CpAlgorithm::ring) {
+    s += str("  ring        a forward hop ", format_seconds(r.ring_hop_s),
+             " against one block's "
+             "attention compute ",
+             format_seconds(r.ring_block_s),
+             r.ring_hop_s <= r.ring_block_s ? ": hidden" : ": the excess is exposed", "\n");
+  }
+  return s;
+}
+
 std::string time_section(const PlanInput& in, const Plan& p) {
   const TimeBreakdown& t = p.time;
   const Layout& l = p.layout;
@@ -107,6 +144,13 @@ std::string time_section(const PlanInput& in, const Plan& p) {
           : str("the engine's kernels at the measured rates, optimizer ",
                 format_seconds(t.optimizer_s), "; recompute ", format_seconds(t.recompute_s)));
   row("TP communication", t.tp_s, "on the critical path");
+  if (l.cp > 1) {
+    row("CP communication", t.cp_s,
+        str("exposed, of ", format_seconds(t.cp_total_s),
+            p.cp.algorithm == CpAlgorithm::ring
+                ? " (ring hops hide behind block compute where they can)"
+                : " (the attention waits for its collectives)"));
+  }
   row("pipeline sends", t.pp_s, "on the critical path");
   row("pipeline bubble", t.bubble_s, "");
   row("DP/ZeRO communication", t.dp_s,
@@ -203,14 +247,16 @@ std::string format_plan(const PlanInput& in, const Plan& p) {
   std::string s = format_input(in);
   s += str("layout    ", describe(p.layout), " (", p.microbatches, " micro-batches, rank order ",
            to_string(p.layout.order), ")\n\n");
-  s += memory_section(in, p) + "\n" + traffic_section(in, p) + "\n" + time_section(in, p);
+  s += memory_section(in, p) + "\n" + traffic_section(in, p) + "\n";
+  if (p.layout.cp > 1) s += cp_section(in, p) + "\n";
+  s += time_section(in, p);
   return s;
 }
 
 std::string format_search(const PlanInput& in, const SearchResult& r) {
   std::string s = format_input(in);
   s += str("search    ", format_count(static_cast<double>(r.evaluated)), " layouts from ", r.splits,
-           " (dp, tp, pp) splits; ", format_count(static_cast<double>(r.fitting)), " fit",
+           " (dp, tp, pp, cp) splits; ", format_count(static_cast<double>(r.fitting)), " fit",
            r.fixed.any() ? str("; fixed: ", describe(r.fixed)) : std::string(), "\n\n");
   if (!r.top.empty()) {
     s += "Best layouts by predicted throughput\n";
@@ -240,8 +286,10 @@ std::string format_search(const PlanInput& in, const SearchResult& r) {
   if (!r.top.empty()) {
     s += str("\nThe winner in full (dtrain plan --model ", in.model.name, " --cluster ",
              in.cluster.name, " ", layout_flags(r.top.front().plan.layout), "):\n\n");
-    s += memory_section(in, r.top.front().plan) + "\n" + traffic_section(in, r.top.front().plan) +
-         "\n" + time_section(in, r.top.front().plan);
+    const Plan& w = r.top.front().plan;
+    s += memory_section(in, w) + "\n" + traffic_section(in, w) + "\n";
+    if (w.layout.cp > 1) s += cp_section(in, w) + "\n";
+    s += time_section(in, w);
   }
   return s;
 }
@@ -284,7 +332,16 @@ json layout_json(const Layout& l) {
           {"recompute", name(l.recompute)},
           {"sequence_parallel", l.sequence_parallel},
           {"schedule", l.vp > 1 ? "interleaved" : name(l.schedule)},
-          {"order", to_string(l.order)}};
+          {"order", to_string(l.order)},
+          {"cp", l.cp},
+          {"cp_algo", name(l.cp_algo)}};
+}
+
+json cp_pass_json(const CpPassTraffic& t) {
+  return {{"messages", t.messages},
+          {"steps", t.steps},
+          {"bytes_sent", t.bytes_sent},
+          {"bytes_received", t.bytes_received}};
 }
 
 json plan_json(const Plan& p) {
@@ -292,7 +349,23 @@ json plan_json(const Plan& p) {
   const TimeBreakdown& t = p.time;
   json traffic = json::array();
   for (const GroupTraffic& g : p.traffic) traffic.push_back(traffic_json(g));
+  json cp = {{"cp", p.layout.cp}};
+  if (p.layout.cp > 1) {
+    cp["algorithm"] = name(p.cp.algorithm);
+    cp["why"] = p.cp.why;
+    cp["per_layer"] = {{"forward", cp_pass_json(p.cp.per_layer.forward)},
+                       {"backward", cp_pass_json(p.cp.per_layer.backward)},
+                       {"bytes_sent", p.cp.per_layer.bytes_sent()}};
+    cp["bytes_per_step"] = p.cp.bytes_per_step;
+    cp["work_imbalance_balanced"] = p.cp.imbalance_balanced;
+    cp["work_imbalance_contiguous"] = p.cp.imbalance_contiguous;
+    cp["ring_hop_s"] = p.cp.ring_hop_s;
+    cp["ring_block_s"] = p.cp.ring_block_s;
+    cp["cp_s"] = t.cp_s;
+    cp["cp_total_s"] = t.cp_total_s;
+  }
   return {{"layout", layout_json(p.layout)},
+          {"context_parallel", cp},
           {"microbatches", p.microbatches},
           {"memory",
            {{"stage", m.stage},

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "dtrain/core/check.h"
+#include "dtrain/plan/engine_clock.h"
 #include "dtrain/plan/format.h"
 #include "dtrain/plan/planner.h"
 
@@ -79,6 +80,8 @@ std::vector<Family> make_families(const Cluster& c) {
   f.push_back({fixed("TP without sequence parallelism"),
                [](const Layout& l) { return l.tp > 1 && !l.sequence_parallel; }});
   f.push_back({fixed("sequence parallelism"), [](const Layout& l) { return l.sequence_parallel; }});
+  f.push_back({fixed("no context parallelism (cp=1)"), [](const Layout& l) { return l.cp == 1; }});
+  f.push_back({fixed("context parallelism (cp>1)"), [](const Layout& l) { return l.cp > 1; }});
   return f;
 }
 
@@ -145,60 +148,96 @@ void for_each_layout(const PlanInput& in, const SearchConstraints& fixed,
   const ModelShape& m = in.model;
   const int64_t gpus = in.cluster.world();
   const int64_t batch = in.training.global_batch;
+  // Context parallelism is searched on GPU clusters only: the engine clock (measured rates) has
+  // no CP.
+  const bool cp_searched = !has_measured_rates(in.cluster);
   for (int64_t tp : divisors(gpus)) {
     if (fixed.tp && *fixed.tp != tp) continue;
     for (int64_t pp : divisors(gpus / tp)) {
       if (fixed.pp && *fixed.pp != pp) continue;
-      if (fixed.dp && *fixed.dp != gpus / (tp * pp)) continue;
-      ++*splits;
-      Layout base;
-      base.tp = static_cast<int>(tp);
-      base.pp = static_cast<int>(pp);
-      base.dp = static_cast<int>(gpus / (tp * pp));
-      if (m.heads % tp != 0) {
-        reject(str("tp not dividing the ", m.heads, " attention heads"), base);
-        continue;
-      }
-      if (m.kv_heads_or_heads() % tp != 0 && tp % m.kv_heads_or_heads() != 0) {
-        reject(str("tp neither dividing nor a multiple of the ", m.kv_heads_or_heads(),
-                   " key/value heads"),
-               base);
-        continue;
-      }
-      if (m.layers % pp != 0) {
-        reject(str("pp not dividing the ", m.layers, " layers"), base);
-        continue;
-      }
-      if (batch % base.dp != 0) {
-        reject(str("dp not dividing the global batch of ", batch), base);
-        continue;
-      }
-      // Interleave factors v > 1 whose v * pp chunks split the layers evenly: once per split,
-      // not once per micro-batch size (a model of 1e5 layers makes this loop long).
-      std::vector<int> interleaved;
-      for (int64_t v = 2; pp > 1 && v * pp <= m.layers; ++v) {
-        if (m.layers % (v * pp) == 0) interleaved.push_back(static_cast<int>(v));
-      }
-      for (int64_t b : divisors(batch / base.dp)) {
-        if (fixed.micro_batch && *fixed.micro_batch != b) continue;
-        const int64_t microbatches = batch / base.dp / b;
-        if (fixed.microbatches && *fixed.microbatches != microbatches) continue;
-        std::vector<int> vps{1};
-        if (pp > 1 && microbatches % pp == 0) {
-          vps.insert(vps.end(), interleaved.begin(), interleaved.end());
+      for (int64_t cp : divisors(gpus / (tp * pp))) {
+        if (fixed.cp && *fixed.cp != cp) continue;
+        if (!fixed.cp && cp > 1 && !cp_searched) continue;
+        if (fixed.dp && *fixed.dp != gpus / (tp * pp * cp)) continue;
+        ++*splits;
+        Layout base;
+        base.tp = static_cast<int>(tp);
+        base.pp = static_cast<int>(pp);
+        base.cp = static_cast<int>(cp);
+        base.cp_algo = fixed.cp_algo.value_or(CpAlgorithm::automatic);
+        base.dp = static_cast<int>(gpus / (tp * pp * cp));
+        if (cp > 1) {
+          // The sequence must divide (2 x cp for the balanced ring and all-gather; the heads over
+          // cp x tp for ulysses): the same check evaluate makes.
+          CpShape shape;
+          shape.seq = m.seq;
+          shape.hidden = m.hidden;
+          shape.heads = m.heads;
+          shape.kv_heads = m.kv_heads;
+          shape.tp = base.tp;
+          shape.cp = base.cp;
+          const std::string error =
+              base.cp_algo != CpAlgorithm::automatic
+                  ? cp_layout_error(shape, base.cp_algo)
+                  : (cp_layout_error(shape, CpAlgorithm::ring).empty() ||
+                             cp_layout_error(shape, CpAlgorithm::ulysses).empty()
+                         ? std::string()
+                         : cp_layout_error(shape, CpAlgorithm::ring));
+          if (!error.empty()) {
+            reject(m.seq % cp != 0 ? str("cp not dividing the sequence of ", m.seq)
+                   : base.cp_algo == CpAlgorithm::ulysses
+                       ? str("cp x tp not dividing the ", m.heads, " heads and ",
+                             m.kv_heads_or_heads(), " key/value heads (ulysses)")
+                       : str("2 x cp not dividing the sequence of ", m.seq, " (balanced ring)"),
+                   base);
+            continue;
+          }
         }
-        for (int v : vps) {
-          for (int zero = 0; zero <= (base.dp > 1 ? 3 : 0); ++zero) {
-            for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
-              for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
-                Layout l = base;
-                l.micro_batch = b;
-                l.vp = v;
-                l.zero_stage = zero;
-                l.recompute = rc;
-                l.sequence_parallel = sp == 1;
-                l.schedule = v > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
-                if (fixed.admits(l, batch)) visit(l);
+        if (m.heads % tp != 0) {
+          reject(str("tp not dividing the ", m.heads, " attention heads"), base);
+          continue;
+        }
+        if (m.kv_heads_or_heads() % tp != 0 && tp % m.kv_heads_or_heads() != 0) {
+          reject(str("tp neither dividing nor a multiple of the ", m.kv_heads_or_heads(),
+                     " key/value heads"),
+                 base);
+          continue;
+        }
+        if (m.layers % pp != 0) {
+          reject(str("pp not dividing the ", m.layers, " layers"), base);
+          continue;
+        }
+        if (batch % base.dp != 0) {
+          reject(str("dp not dividing the global batch of ", batch), base);
+          continue;
+        }
+        // Interleave factors v > 1 whose v * pp chunks split the layers evenly: once per split,
+        // not once per micro-batch size (a model of 1e5 layers makes this loop long).
+        std::vector<int> interleaved;
+        for (int64_t v = 2; pp > 1 && v * pp <= m.layers; ++v) {
+          if (m.layers % (v * pp) == 0) interleaved.push_back(static_cast<int>(v));
+        }
+        for (int64_t b : divisors(batch / base.dp)) {
+          if (fixed.micro_batch && *fixed.micro_batch != b) continue;
+          const int64_t microbatches = batch / base.dp / b;
+          if (fixed.microbatches && *fixed.microbatches != microbatches) continue;
+          std::vector<int> vps{1};
+          if (pp > 1 && microbatches % pp == 0) {
+            vps.insert(vps.end(), interleaved.begin(), interleaved.end());
+          }
+          for (int v : vps) {
+            for (int zero = 0; zero <= (base.dp * base.cp > 1 ? 3 : 0); ++zero) {
+              for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
+                for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+                  Layout l = base;
+                  l.micro_batch = b;
+                  l.vp = v;
+                  l.zero_stage = zero;
+                  l.recompute = rc;
+                  l.sequence_parallel = sp == 1;
+                  l.schedule = v > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
+                  if (fixed.admits(l, batch)) visit(l);
+                }
               }
             }
           }
@@ -222,6 +261,8 @@ std::string describe(const SearchConstraints& c) {
   if (c.microbatches) add(str("M=", *c.microbatches));
   if (c.recompute) add(str("rc=", name(*c.recompute)));
   if (c.sequence_parallel) add(*c.sequence_parallel ? "sp" : "no sp");
+  if (c.cp) add(str("cp=", *c.cp));
+  if (c.cp_algo) add(str("cp-algo=", name(*c.cp_algo)));
   return s;
 }
 
@@ -233,7 +274,8 @@ bool SearchConstraints::admits(const Layout& l, int64_t global_batch) const {
          (!vp || *vp == l.vp) && (!zero_stage || *zero_stage == l.zero_stage) &&
          (!micro_batch || *micro_batch == l.micro_batch) &&
          (!recompute || *recompute == l.recompute) &&
-         (!sequence_parallel || *sequence_parallel == l.sequence_parallel);
+         (!sequence_parallel || *sequence_parallel == l.sequence_parallel) &&
+         (!cp || *cp == l.cp) && (!cp_algo || *cp_algo == l.cp_algo);
 }
 
 SearchSize search_size(const PlanInput& in, const SearchConstraints& fixed) {
@@ -244,7 +286,7 @@ SearchSize search_size(const PlanInput& in, const SearchConstraints& fixed) {
       in, fixed,
       [&](const Layout& l) {
         ++size.layouts;
-        group_ranks += static_cast<double>(l.dp) + l.tp + l.pp;
+        group_ranks += static_cast<double>(l.dp) + l.tp + l.pp + l.cp;
       },
       [](const std::string&, const Layout&) {}, &splits);
   size.seconds =

@@ -64,28 +64,31 @@ std::vector<OpTime> layer_ops(const ClockShape& s, const GpuSpec& gpu) {
   const ModelShape& m = s.model;
   DTRAIN_CHECK(s.tp >= 1 && m.heads % s.tp == 0, "layer_ops: --tp ", s.tp,
                " must divide the heads ", m.heads);
+  DTRAIN_CHECK(s.cp >= 1 && m.seq % s.cp == 0, "layer_ops: --cp ", s.cp,
+               " must divide the sequence ", m.seq);
   const double b = static_cast<double>(s.micro_batch), seq = static_cast<double>(m.seq);
+  const double seq_local = seq / s.cp;  // this rank's queries (and every per-token tensor)
   const double h = static_cast<double>(m.hidden), t = s.tp;
   const double f = static_cast<double>(m.ffn_or_default());
   const double hs = h / static_cast<double>(m.heads);
   const double kv_width = static_cast<double>(m.kv_heads_or_heads()) * hs;
   const double heads_local = static_cast<double>(m.heads) / t;
-  const double tokens = b * seq;
+  const double tokens = b * seq_local;
   const double tokens_sp = s.sequence_parallel ? tokens / t : tokens;  // LayerNorm, residual
   const double e = static_cast<double>(s.activation_bytes);
-  const double mask = s.dropout ? 1 : 0;              // a dropout mask: one byte per element
-  const double scores = b * heads_local * seq * seq;  // elements of the s x s matrices
+  const double mask = s.dropout ? 1 : 0;                    // a dropout mask: one byte per element
+  const double scores = b * heads_local * seq_local * seq;  // elements of the s x s matrices
   const bool full = s.recompute == Recompute::full;
   const bool selective = s.recompute == Recompute::selective || full;
   const bool gated = m.family == ModelFamily::llama;
   OpBuilder o{clock_rates(gpu), matmul_peak_flops(gpu, s.activation_bytes), {}};
   o.memory("layernorm 1", 2 * tokens_sp * h * e, 3 * tokens_sp * h * e, full);
   o.weight_matmul("qkv", tokens, (h + 2 * kv_width) / t, h, full);
-  o.activation_matmul("scores q k^t", seq, seq, hs, b * heads_local, selective);
+  o.activation_matmul("scores q k^t", seq_local, seq, hs, b * heads_local, selective);
   o.memory("softmax", 2 * scores * e, 3 * scores * e, selective);
   if (s.dropout)
     o.memory("attention dropout", scores * (2 * e + 1), scores * (2 * e + 1), selective);
-  o.activation_matmul("scores x v", seq, hs, seq, b * heads_local, selective);
+  o.activation_matmul("scores x v", seq_local, hs, seq, b * heads_local, selective);
   o.weight_matmul("projection", tokens, h, h / t, full);
   o.memory("bias-dropout-residual 1", tokens_sp * h * (3 * e + mask),
            tokens_sp * h * (2 * e + mask), full);
@@ -101,7 +104,7 @@ std::vector<OpTime> layer_ops(const ClockShape& s, const GpuSpec& gpu) {
 
 std::vector<OpTime> head_ops(const ClockShape& s, const GpuSpec& gpu) {
   const ModelShape& m = s.model;
-  const double tokens = static_cast<double>(s.micro_batch * m.seq);
+  const double tokens = static_cast<double>(s.micro_batch * m.seq) / s.cp;
   const double tokens_sp = s.sequence_parallel ? tokens / s.tp : tokens;
   const double h = static_cast<double>(m.hidden), e = static_cast<double>(s.activation_bytes);
   const double vocab_local = static_cast<double>(m.vocab) / s.tp;
@@ -116,7 +119,7 @@ std::vector<OpTime> head_ops(const ClockShape& s, const GpuSpec& gpu) {
 
 std::vector<OpTime> embedding_ops(const ClockShape& s, const GpuSpec& gpu) {
   const ModelShape& m = s.model;
-  const double tokens = static_cast<double>(s.micro_batch * m.seq);
+  const double tokens = static_cast<double>(s.micro_batch * m.seq) / s.cp;
   const double h = static_cast<double>(m.hidden), e = static_cast<double>(s.activation_bytes);
   OpBuilder o{clock_rates(gpu), matmul_peak_flops(gpu, s.activation_bytes), {}};
   // Token and position rows gathered and added (read two rows, write one); backward scatters

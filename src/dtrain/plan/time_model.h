@@ -40,6 +40,10 @@ struct ClockShape {
   Recompute recompute = Recompute::none;
   int64_t activation_bytes = 2;  // bytes per activation element; 4 runs at the fp32 peak
   bool dropout = true;           // Megatron's GPT trains with dropout; Llama and dtrain without
+  // Context parallelism (context_parallel.h): the rank holds model.seq / cp of each sequence's
+  // tokens; its queries attend to all model.seq keys (the balanced causal split gives every
+  // rank 1/cp of the attention products, whichever algorithm moves the K/V).
+  int cp = 1;
 };
 
 struct OpTime {
