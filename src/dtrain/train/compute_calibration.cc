@@ -83,6 +83,14 @@ std::string cpu_model_name() {
   return "unknown CPU";
 }
 
+// The products are timed on operands fetched from memory, not left in cache by the call before:
+// in a training step each product's input was written kernels (or, in backward, layers) earlier
+// and each weight is read once per pass, so a grid point timed on the same three warm buffers
+// ran 10-15% faster than the step's products of that shape (2x for the attention's small
+// ones). Every call takes its next (A, B, C) from a pool larger than the last-level cache, and
+// accumulates into C (beta 1) as matmul.cc's products do.
+constexpr size_t kGemmPoolBytes = size_t{128} << 20;
+
 void measure_gemm(const GemmGrid& grid, Precision precision, int threads,
                   std::vector<plan::GemmSample>& out) {
   std::unique_ptr<model::ThreadTeam> team;
@@ -90,22 +98,27 @@ void measure_gemm(const GemmGrid& grid, Precision precision, int threads,
   model::Compute cx;
   cx.team = team.get();
   cx.precision = precision == Precision::bf16 ? model::Precision::bf16 : model::Precision::fp32;
-  const double max_m = *std::max_element(grid.m.begin(), grid.m.end());
-  const double max_n = *std::max_element(grid.n.begin(), grid.n.end());
-  const double max_k = *std::max_element(grid.k.begin(), grid.k.end());
-  std::vector<float> a(static_cast<size_t>(max_m * max_k)), b(static_cast<size_t>(max_k * max_n)),
-      c(static_cast<size_t>(max_m * max_n));
-  fill(a);
-  fill(b);
+  std::vector<float> pool(kGemmPoolBytes / sizeof(float));
+  fill(pool, 0.01f);
   for (double m : grid.m) {
     for (double n : grid.n) {
       for (double k : grid.k) {
         const auto M = static_cast<int64_t>(m), N = static_cast<int64_t>(n),
                    K = static_cast<int64_t>(k);
-        // The forward's product: out (M, N) = inp (M, K) W^T, W stored (N, K), as matmul.cc.
+        // One call's operands, rounded up to a cache line; the pool holds at least two sets.
+        const size_t set = (static_cast<size_t>(M * K + N * K + M * N) + 15) / 16 * 16;
+        DTRAIN_CHECK(2 * set <= pool.size(), "calibrate: product ", M, " x ", N, " x ", K,
+                     " does not fit the operand pool twice");
+        size_t offset = 0;
+        // The forward's product: out (M, N) += inp (M, K) W^T, W stored (N, K), as matmul.cc.
         const double s = median_seconds([&] {
-          model::sgemm(model::Trans::no, model::Trans::yes, M, N, K, 1.0f, a.data(), K, b.data(), K,
-                       0.0f, c.data(), N, cx);
+          if (offset + set > pool.size()) offset = 0;
+          float* a = pool.data() + offset;
+          float* b = a + M * K;
+          float* c = b + N * K;
+          offset += set;
+          model::sgemm(model::Trans::no, model::Trans::yes, M, N, K, 1.0f, a, K, b, K, 1.0f, c, N,
+                       cx);
         });
         out.push_back({precision, threads, m, n, k, s});
       }
