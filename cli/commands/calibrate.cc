@@ -115,6 +115,8 @@ void print_measured(const plan::GpuSpec& gpu, int threads, double seconds) {
   std::cout << "\ncompute beside a communication thread: x" << std::setprecision(3)
             << m.comm_interference
             << " (256^3 fp32 products while 2 thread ranks ring-all-reduce 4 MiB)\n"
+            << "compute with every core busy: x" << m.corun_slowdown << " (512 x 512 x 256 fp32 "
+            << "products on one core while each other core runs them too)\n"
             << "products: median of 3+ calls per shape; kernels: call_s + bytes / (GB/s) fitted by "
                "least squares over its sizes (4 KiB to 16 MiB; --quick: to 256 KiB); collectives: "
                "latency + bytes moved per rank / "

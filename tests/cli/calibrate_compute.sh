@@ -22,6 +22,7 @@ for pattern in "^compute: .*cores \(measured in" "^256 x 256 x 256 +fp32 +2 " \
 done
 grep -q '"measured"' "$tmp/x.json" || fail "x.json has no gpu.measured"
 expect_output '"comm_interference"' calibrate "${links[@]}" --compute --quick --json
+expect_output '"corun_slowdown"' calibrate "${links[@]}" --compute --quick --json
 
 # plan loads the calibrated CPU (its peak is below an accelerator file's 1 TFLOP/s floor).
 expect_output "^cluster .*calibrated 2x2: 4 GPUs" plan --cluster "$tmp/x.json" "${model[@]}"
@@ -40,7 +41,7 @@ expect_error "field 'gpu.measured.collectives\[0\].bytes_per_s' is 1e\+30" \
   plan --cluster "$tmp/absurd.json" "${model[@]}"
 sed '/"cores": /d' "$tmp/x.json" >"$tmp/missing.json"
 expect_error "missing field 'gpu.measured.cores'" plan --cluster "$tmp/missing.json" "${model[@]}"
-sed 's/"version": 2/"version": 7/' "$tmp/x.json" >"$tmp/version.json"
-expect_error "field 'gpu.measured.version' is 7; this build reads version 2" \
+sed 's/"version": 3/"version": 7/' "$tmp/x.json" >"$tmp/version.json"
+expect_error "field 'gpu.measured.version' is 7; this build reads version 3" \
   plan --cluster "$tmp/version.json" "${model[@]}"
 finish

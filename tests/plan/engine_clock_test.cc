@@ -232,6 +232,23 @@ TEST(EngineClock, Oversubscription) {
   EXPECT_NEAR(crowded.phases.optimizer_s, 2 * roomy.phases.optimizer_s, 1e-15);
 }
 
+// Ranks that each own a core still share its cache and memory bus: 2 ranks on 2 cores with every
+// core busy 1.2x slower stretch compute by 1.2; 4 ranks on 2 cores by 2 (oversubscription) x 1.2.
+TEST(EngineClock, CoresBusyTogetherRunSlower) {
+  EngineClockInput in = tiny();
+  in.dp = 2;
+  Cluster c = unit_cluster();
+  c.gpu.measured.cores = 2;
+  const EngineClock alone = engine_clock(in, c);
+  EXPECT_DOUBLE_EQ(alone.stretch, 1);
+  c.gpu.measured.corun_slowdown = 1.2;
+  const EngineClock together = engine_clock(in, c);
+  EXPECT_DOUBLE_EQ(together.stretch, 1.2);
+  EXPECT_NEAR(together.stage.forward_s, 1.2 * alone.stage.forward_s, 1e-15);
+  in.dp = 4;
+  EXPECT_DOUBLE_EQ(engine_clock(in, c).stretch, 2 * 1.2);
+}
+
 TEST(EngineClock, RefusesAClusterWithoutMeasuredRates) {
   Cluster c = unit_cluster();
   c.gpu.measured = {};

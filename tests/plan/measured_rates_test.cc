@@ -26,6 +26,7 @@ MeasuredRates tiny_rates() {
   r.cpu = "Test CPU @ 1 GHz";
   r.cores = 4;
   r.comm_interference = 1.25;
+  r.corun_slowdown = 1.3;
   for (double m : {16.0, 64.0}) {
     for (double n : {16.0, 64.0}) {
       for (double k : {16.0, 64.0}) {
@@ -157,6 +158,7 @@ TEST(MeasuredRates, JsonRoundTripIsExact) {
   EXPECT_EQ(back.cpu, r.cpu);
   EXPECT_EQ(back.cores, 4);
   EXPECT_EQ(back.comm_interference, 1.25);
+  EXPECT_EQ(back.corun_slowdown, 1.3);
   ASSERT_EQ(back.gemm.size(), r.gemm.size());
   EXPECT_EQ(back.gemm[3].seconds, r.gemm[3].seconds);
   EXPECT_EQ(back.kernels[5].bytes_per_s, r.kernels[5].bytes_per_s);
@@ -171,7 +173,8 @@ std::string refusal(const json& j) {
 
 TEST(MeasuredRates, RefusesAMissingField) {
   const json good = to_json(tiny_rates());
-  for (const char* key : {"cpu", "cores", "comm_interference", "gemm", "kernels", "collectives"}) {
+  for (const char* key :
+       {"cpu", "cores", "comm_interference", "corun_slowdown", "gemm", "kernels", "collectives"}) {
     json j = good;
     j.erase(key);
     EXPECT_NE(refusal(j).find(std::string("cluster file 'x.json': missing field 'gpu.measured.") +
@@ -201,8 +204,8 @@ TEST(MeasuredRates, RefusesAMissingField) {
 
 TEST(MeasuredRates, RefusesAnotherVersion) {
   json j = to_json(tiny_rates());
-  j["version"] = 1;  // before the collectives carried their elements' precision
-  EXPECT_NE(refusal(j).find("field 'gpu.measured.version' is 1; this build reads version 2"),
+  j["version"] = 2;  // before corun_slowdown (version 1: before the collectives' precision)
+  EXPECT_NE(refusal(j).find("field 'gpu.measured.version' is 2; this build reads version 3"),
             std::string::npos)
       << refusal(j);
   j.erase("version");
@@ -234,6 +237,7 @@ TEST(MeasuredRates, RefusesNegativeZeroAndAbsurdValues) {
       {"/collectives/0/algorithm", "magic",
        "field 'gpu.measured.collectives[0].algorithm' is 'magic'"},
       {"/comm_interference", 0.5, "field 'gpu.measured.comm_interference' is 0.5"},
+      {"/corun_slowdown", 0.9, "field 'gpu.measured.corun_slowdown' is 0.9"},
       {"/cores", 0, "field 'gpu.measured.cores' is 0"},
       {"/cpu", 7, "field 'gpu.measured.cpu' must be a string"},
       {"/gemm", json::array(), "field 'gpu.measured.gemm' is empty"},
@@ -285,6 +289,20 @@ TEST(MeasuredRates, ClusterFileCarriesThemAndAdmitsACpuPeak) {
               cluster_from_json(bad, "cpu.json");
             }).find("cluster file 'cpu.json': field 'gpu.measured.gemm[3].seconds' is -1"),
             std::string::npos);
+}
+
+// 4 cores, every core busy 1.3x slower: one busy thread 1, two 1 + 0.3/3 = 1.1, three 1.2, four
+// (and more: the extra threads wait for a core, which oversubscription prices) 1.3.
+TEST(MeasuredRates, CorunFactorRisesWithTheBusyCores) {
+  const MeasuredRates r = tiny_rates();
+  EXPECT_DOUBLE_EQ(corun_factor(r, 1), 1.0);
+  EXPECT_DOUBLE_EQ(corun_factor(r, 2), 1.1);
+  EXPECT_DOUBLE_EQ(corun_factor(r, 3), 1.2);
+  EXPECT_DOUBLE_EQ(corun_factor(r, 4), 1.3);
+  EXPECT_DOUBLE_EQ(corun_factor(r, 8), 1.3);
+  MeasuredRates one_core = r;
+  one_core.cores = 1;
+  EXPECT_DOUBLE_EQ(corun_factor(one_core, 4), 1.0);
 }
 
 }  // namespace

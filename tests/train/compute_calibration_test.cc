@@ -57,6 +57,7 @@ TEST(ComputeCalibration, QuickMeasurementIsAWholeFileTheReaderAccepts) {
   EXPECT_EQ(r.gemm.size(), 4 * grid.m.size() * grid.n.size() * grid.k.size());
   EXPECT_EQ(r.kernels.size(), size_t(plan::kKernelOpCount));
   EXPECT_GE(r.comm_interference, 1);
+  EXPECT_GE(r.corun_slowdown, 1);
   // 3 collectives x 3 algorithms x fp32 and bf16 at 2 and 4 ranks, and the (fp32) hierarchical
   // all-reduce at 4: 2 x 18 + 1.
   EXPECT_EQ(r.collectives.size(), 37u);

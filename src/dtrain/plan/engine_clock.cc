@@ -284,7 +284,11 @@ EngineClock engine_clock(const EngineClockInput& in, const Cluster& c) {
                ", microbatches ", in.microbatches, ", layers ", in.model.layers, ")");
   const MeasuredRates& r = c.gpu.measured;
   EngineClock clock;
-  clock.stretch = oversubscription(in.dp * in.tp * in.pp, in.threads, r.cores);
+  // Threads beyond the cores wait for one (oversubscription); those that have one share the
+  // cache and memory bus with the others (corun_factor).
+  const int compute_threads = in.dp * in.tp * in.pp * in.threads;
+  clock.stretch = oversubscription(in.dp * in.tp * in.pp, in.threads, r.cores) *
+                  corun_factor(r, compute_threads);
 
   // The busiest stage per micro-batch: its blocks, plus the embedding on the first and the
   // head on the last (both with one stage).

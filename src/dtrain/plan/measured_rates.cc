@@ -373,6 +373,8 @@ MeasuredRates measured_rates_from_json(const json& j, std::string_view source) {
   r.cores = whole(j, "cores", source, "", 1, kMaxCores);
   r.comm_interference = number(j, "comm_interference", source, "", 1, true, kMaxInterference,
                                "(compute slowdown beside a communication thread, >= 1)");
+  r.corun_slowdown = number(j, "corun_slowdown", source, "", 1, true, kMaxInterference,
+                            "(compute slowdown with every core busy, >= 1)");
   const json& gemm = array_field(j, "gemm", source);
   DTRAIN_CHECK(!gemm.empty(), where(source, "gemm"), " is empty; at least one product is needed");
   for (size_t i = 0; i < gemm.size(); ++i) r.gemm.push_back(gemm_from_json(gemm[i], source, i));
@@ -426,9 +428,16 @@ json to_json(const MeasuredRates& r) {
           {"cpu", r.cpu},
           {"cores", r.cores},
           {"comm_interference", r.comm_interference},
+          {"corun_slowdown", r.corun_slowdown},
           {"gemm", gemm},
           {"kernels", kernels},
           {"collectives", collectives}};
+}
+
+double corun_factor(const MeasuredRates& r, int busy) {
+  if (r.cores <= 1 || busy <= 1) return 1;
+  const double share = static_cast<double>(std::min(busy, r.cores) - 1) / (r.cores - 1);
+  return 1 + (std::max(1.0, r.corun_slowdown) - 1) * share;
 }
 
 }  // namespace dtrain::plan

@@ -16,7 +16,7 @@
 
 namespace dtrain::plan {
 
-inline constexpr int kMeasuredRatesVersion = 2;
+inline constexpr int kMeasuredRatesVersion = 3;
 
 // The engine's memory-bound kernels (src/dtrain/model/ops, optim/adamw), each priced on the
 // element count its call is given:
@@ -98,7 +98,16 @@ struct MeasuredRates {
   // Compute seconds are multiplied by this while a communication thread runs beside (measured:
   // the same products with and without a concurrent collective, >= 1).
   double comm_interference = 1;
+  // Compute seconds are multiplied by this when every core runs a rank's products at once
+  // (measured: the same products alone and beside one copy per other core; >= 1). The cores
+  // share the last-level cache and the memory bus, so ranks that each own a core still run
+  // slower together than one alone, which the grid (timed on an otherwise idle machine) misses.
+  double corun_slowdown = 1;
 };
+
+// The compute slowdown of `busy` compute threads running at once on `cores` cores: 1 for one,
+// corun_slowdown with every core busy, linear between (1 when cores is 1 or unknown).
+double corun_factor(const MeasuredRates& r, int busy);
 
 // Seconds of one (m, n, k) product at `precision` on `threads` threads, from the samples
 // (interpolated in log space over the measured grid; a shape outside it scales by FLOPs from the

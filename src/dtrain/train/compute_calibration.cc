@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <exception>
@@ -88,10 +89,12 @@ std::string cpu_model_name() {
 // and each weight is read once per pass, so a grid point timed on the same three warm buffers
 // ran 10-15% faster than the step's products of that shape (2x for the attention's small
 // ones). Every call takes its next (A, B, C) from a pool larger than the last-level cache, and
-// accumulates into C (beta 1) as matmul.cc's products do.
+// accumulates into C (beta 1) as matmul.cc's products do. Each point is the median of calls
+// over 10 ms at least: on a shared virtual machine a 2 ms median still moved by 2x between two
+// calibrations at some grid points.
 constexpr size_t kGemmPoolBytes = size_t{128} << 20;
 
-void measure_gemm(const GemmGrid& grid, Precision precision, int threads,
+void measure_gemm(const GemmGrid& grid, Precision precision, int threads, double min_total_s,
                   std::vector<plan::GemmSample>& out) {
   std::unique_ptr<model::ThreadTeam> team;
   if (threads > 1) team = std::make_unique<model::ThreadTeam>(threads);
@@ -111,15 +114,17 @@ void measure_gemm(const GemmGrid& grid, Precision precision, int threads,
                      " does not fit the operand pool twice");
         size_t offset = 0;
         // The forward's product: out (M, N) += inp (M, K) W^T, W stored (N, K), as matmul.cc.
-        const double s = median_seconds([&] {
-          if (offset + set > pool.size()) offset = 0;
-          float* a = pool.data() + offset;
-          float* b = a + M * K;
-          float* c = b + N * K;
-          offset += set;
-          model::sgemm(model::Trans::no, model::Trans::yes, M, N, K, 1.0f, a, K, b, K, 1.0f, c, N,
-                       cx);
-        });
+        const double s = median_seconds(
+            [&] {
+              if (offset + set > pool.size()) offset = 0;
+              float* a = pool.data() + offset;
+              float* b = a + M * K;
+              float* c = b + N * K;
+              offset += set;
+              model::sgemm(model::Trans::no, model::Trans::yes, M, N, K, 1.0f, a, K, b, K, 1.0f, c,
+                           N, cx);
+            },
+            5, min_total_s);
         out.push_back({precision, threads, m, n, k, s});
       }
     }
@@ -316,6 +321,45 @@ double measure_comm_interference(bool quick, double timeout_s) {
   return std::max(1.0, beside / alone);
 }
 
+// How much slower products run when every core runs them at once: fp32 512 x 512 x 256 products
+// on operands from memory (as measure_gemm times them), alone on one thread, then while one copy
+// per other core runs the same loop on its own operands; the median time beside over alone, at
+// least 1. Ranks that each own a core share the last-level cache and the memory bus.
+double measure_corun_slowdown(int cores, bool quick) {
+  if (cores <= 1) return 1;
+  constexpr int64_t M = 512, N = 512, K = 256;
+  constexpr size_t kSet = static_cast<size_t>(M * K + N * K + M * N);
+  const size_t sets = std::max<size_t>(2, kGemmPoolBytes / 4 / sizeof(float) / kSet);
+  auto loop_on = [&](std::vector<float>& pool, size_t& next) {
+    float* a = pool.data() + (next++ % sets) * kSet;
+    float* b = a + M * K;
+    float* c = b + N * K;
+    model::sgemm(model::Trans::no, model::Trans::yes, M, N, K, 1.0f, a, K, b, K, 1.0f, c, N);
+  };
+  std::vector<float> mine(sets * kSet);
+  fill(mine, 0.01f);
+  size_t next = 0;
+  const int calls = quick ? 5 : 20;
+  const double min_s = quick ? 0.01 : 0.1;
+  const double alone = median_seconds([&] { loop_on(mine, next); }, calls, min_s);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> others;
+  for (int i = 1; i < cores; ++i) {
+    others.emplace_back([&] {
+      std::vector<float> pool(sets * kSet);
+      fill(pool, 0.01f);
+      size_t n = 0;
+      while (!stop.load(std::memory_order_relaxed)) loop_on(pool, n);
+    });
+  }
+  // Let the others fill their pools and start multiplying before timing.
+  std::this_thread::sleep_for(std::chrono::milliseconds(quick ? 20 : 100));
+  const double beside = median_seconds([&] { loop_on(mine, next); }, calls, min_s);
+  stop = true;
+  for (std::thread& t : others) t.join();
+  return std::max(1.0, beside / alone);
+}
+
 // Each collective algorithm of the threads backend at group sizes 2 and 4, fp32 and bf16
 // elements (bf16 adds each hop in fp32 and rounds back: DP's gradients and TP's f and g under
 // --precision bf16), three message sizes, fitted as latency + bytes / bandwidth with bytes the
@@ -469,13 +513,15 @@ plan::MeasuredRates measure_compute_rates(const ComputeCalibrationOptions& optio
     for (int threads : thread_counts) {
       say(str("matrix products, ", plan::name(precision), ", ", threads, " thread",
               threads == 1 ? "" : "s"));
-      measure_gemm(grid, precision, threads, r.gemm);
+      measure_gemm(grid, precision, threads, options.quick ? 2e-3 : 10e-3, r.gemm);
     }
   }
   say("memory-bound kernels");
   r.kernels = measure_kernels(options.quick);
   say("compute beside a communication thread");
   r.comm_interference = measure_comm_interference(options.quick, options.timeout_s);
+  say("products on every core at once");
+  r.corun_slowdown = measure_corun_slowdown(r.cores, options.quick);
   say("collectives on thread ranks");
   measure_collectives(options.quick, options.timeout_s, r.collectives);
   return r;
