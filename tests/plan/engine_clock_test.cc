@@ -249,6 +249,32 @@ TEST(EngineClock, CoresBusyTogetherRunSlower) {
   EXPECT_DOUBLE_EQ(engine_clock(in, c).stretch, 2 * 1.2);
 }
 
+// Pipeline ranks waiting in the bubble give their core back: 2 stages x 2 DP ranks on 2 cores
+// take the longer of every rank's compute stretched 2x and the schedule's critical path at
+// full speed (what the same layout takes on 64 cores, its DP syncs aside).
+TEST(EngineClock, BubbleWaitsGiveTheirCoresBack) {
+  EngineClockInput in = tiny();
+  in.pp = 2;
+  in.microbatches = 2;
+  in.dp = 2;
+  Cluster c = unit_cluster();
+  const EngineClock roomy = engine_clock(in, c);
+  c.gpu.measured.cores = 2;
+  const EngineClock crowded = engine_clock(in, c);
+  ASSERT_DOUBLE_EQ(crowded.stretch, 2);
+  const EnginePhases& f = roomy.phases;
+  const EnginePhases& g = crowded.phases;
+  EXPECT_NEAR(g.forward_s, 2 * f.forward_s, 1e-15);
+  EXPECT_NEAR(g.backward_s, 2 * f.backward_s, 1e-15);
+  const double sends = 2 * 2 * roomy.send_s;
+  const double critical = f.forward_s + f.backward_s + f.tp_comm_s + f.pipeline_wait_s;
+  const double busy = g.forward_s + g.backward_s + g.tp_comm_s + sends;
+  EXPECT_NEAR(g.pipeline_wait_s, std::max(busy, critical) - busy + sends, 1e-15);
+  // Here the stretched work is the longer: no bubble is left to wait out but the sends.
+  EXPECT_GT(busy, critical);
+  EXPECT_NEAR(g.pipeline_wait_s, sends, 1e-15);
+}
+
 TEST(EngineClock, RefusesAClusterWithoutMeasuredRates) {
   Cluster c = unit_cluster();
   c.gpu.measured = {};

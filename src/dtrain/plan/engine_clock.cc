@@ -287,8 +287,8 @@ EngineClock engine_clock(const EngineClockInput& in, const Cluster& c) {
   // Threads beyond the cores wait for one (oversubscription); those that have one share the
   // cache and memory bus with the others (corun_factor).
   const int compute_threads = in.dp * in.tp * in.pp * in.threads;
-  clock.stretch = oversubscription(in.dp * in.tp * in.pp, in.threads, r.cores) *
-                  corun_factor(r, compute_threads);
+  const double over = oversubscription(in.dp * in.tp * in.pp, in.threads, r.cores);
+  clock.stretch = over * corun_factor(r, compute_threads);
 
   // The busiest stage per micro-batch: its blocks, plus the embedding on the first and the
   // head on the last (both with one stage).
@@ -324,6 +324,16 @@ EngineClock engine_clock(const EngineClockInput& in, const Cluster& c) {
   const ScheduleKind kind = in.chunks > 1 ? ScheduleKind::interleaved : in.schedule;
   const BubbleEstimate bubble = pipeline_bubble(kind, in.pp, in.microbatches, in.chunks, times);
   const double M = in.microbatches;
+  // A rank waiting in the schedule's bubble gives its core back (the engine's waits spin only
+  // microseconds, then yield or sleep), so with more threads than cores the step is the longer
+  // of the ranks' stretched work and the schedule's critical path without oversubscription.
+  StageTimes unstretched = times;
+  unstretched.forward = stage.forward_s / over + tp.forward_s + clock.send_s;
+  unstretched.backward_input = stage.backward_input_s / over + tp.backward_s + clock.send_s;
+  unstretched.backward_weight = stage.backward_weight_s / over;
+  const double critical_path =
+      M * (unstretched.forward + unstretched.backward_input + unstretched.backward_weight) +
+      pipeline_bubble(kind, in.pp, in.microbatches, in.chunks, unstretched).bubble_time;
 
   // DP and ZeRO on the communication thread: gradient syncs behind backward (the last
   // micro-batch's at ZeRO 0-1, every one's at 2-3), weight gathers behind forward (ZeRO-3's
@@ -374,7 +384,13 @@ EngineClock engine_clock(const EngineClockInput& in, const Cluster& c) {
   p.backward_s =
       M * (stage.backward_input_s + stage.backward_weight_s) + backward_overlap.slowdown_s;
   p.tp_comm_s = M * (tp.forward_s + tp.backward_s);
-  p.pipeline_wait_s = bubble.bubble_time + M * 2 * clock.send_s;
+  const double busy = p.forward_s + p.backward_s + p.tp_comm_s + M * 2 * clock.send_s;
+  // Without oversubscription critical_path is busy + the bubble (one stretch throughout).
+  const double schedule =
+      over > 1
+          ? std::max(busy, critical_path + forward_overlap.slowdown_s + backward_overlap.slowdown_s)
+          : busy + bubble.bubble_time;
+  p.pipeline_wait_s = schedule - busy + M * 2 * clock.send_s;
   p.step_s =
       p.forward_s + p.backward_s + p.tp_comm_s + p.pipeline_wait_s + p.exposed_dp_s + p.optimizer_s;
   return clock;
