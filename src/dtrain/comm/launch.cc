@@ -127,7 +127,8 @@ void check_single_process(std::string_view command) {
 
 void run_on_backend(Backend backend, int ranks, const std::function<void(Communicator&)>& fn,
                     LaunchOptions options, bool* is_reporter) {
-  check_launch(backend);  // the commands check first; this covers every other caller
+  // The commands check first; this covers every other caller.
+  if (!(backend == Backend::threads && options.threads_inside_a_job)) check_launch(backend);
   if (backend == Backend::threads) {
     if (is_reporter != nullptr) *is_reporter = true;
     threads::run_ranks(ranks, fn, threads::WorldOptions{options.timeout_s});

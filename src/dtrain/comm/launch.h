@@ -22,6 +22,9 @@ bool mpi_available();
 
 struct LaunchOptions {
   double timeout_s = 120;  // how long one send/recv may wait for its peer
+  // Thread ranks that one process of an MPI job starts on purpose, apart from the job (calibrate
+  // timing collectives on thread ranks in its reporting process): no launcher check.
+  bool threads_inside_a_job = false;
 };
 // Throws unless `timeout_s` is a positive, finite number of seconds; `flag` names the option.
 void check_timeout(double timeout_s, std::string_view flag = "--timeout");

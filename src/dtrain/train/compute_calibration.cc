@@ -309,7 +309,7 @@ double measure_comm_interference(bool quick, double timeout_s) {
               if (done != 0) break;
             }
           },
-          comm::LaunchOptions{timeout_s});
+          comm::LaunchOptions{.timeout_s = timeout_s, .threads_inside_a_job = true});
     } catch (...) {
       failure = std::current_exception();
     }
@@ -433,7 +433,7 @@ void measure_collectives(bool quick, double timeout_s, std::vector<plan::Collect
           measure(float{}, Precision::fp32);
           measure(bf16{}, Precision::bf16);
         },
-        comm::LaunchOptions{timeout_s});
+        comm::LaunchOptions{.timeout_s = timeout_s, .threads_inside_a_job = true});
     for (const auto& [key, xy] : points) {
       const LinearFit fit = fit_latency_bandwidth(xy.first, xy.second);
       out.push_back({std::get<0>(key), std::get<1>(key), "intra_node", ranks, fit.intercept_s,
