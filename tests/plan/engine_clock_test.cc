@@ -275,6 +275,19 @@ TEST(EngineClock, BubbleWaitsGiveTheirCoresBack) {
   EXPECT_NEAR(g.pipeline_wait_s, sends, 1e-15);
 }
 
+// Stages on different nodes send over the inter-node link: the unit cluster's 100 us + bytes / 1e8
+// B/s against 10 us + bytes / 1e9 inside a node, for the tiny model's 4 x 8 fp32 activations.
+TEST(EngineClock, PipelineSendsAcrossNodesTakeTheInterNodeLink) {
+  EngineClockInput in = tiny();
+  in.pp = 2;
+  Cluster c = unit_cluster();
+  c.gpu.measured.collectives.clear();  // the link formulas, not a measured send_recv
+  const double bytes = 1 * 4 * 8 * 4;
+  EXPECT_NEAR(engine_clock(in, c).send_s, 10e-6 + bytes / 1e9, 1e-15);
+  in.inter_node_pp = true;
+  EXPECT_NEAR(engine_clock(in, c).send_s, 100e-6 + bytes / 1e8, 1e-15);
+}
+
 TEST(EngineClock, RefusesAClusterWithoutMeasuredRates) {
   Cluster c = unit_cluster();
   c.gpu.measured = {};

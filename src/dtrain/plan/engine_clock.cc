@@ -220,8 +220,8 @@ TpSeconds engine_tp_seconds(const EngineClockInput& in, const Cluster& c, bool e
   // vocabulary's reductions always in fp32.
   const int64_t e = in.precision == Precision::bf16 ? 2 : 4;
   auto price_as = [&](const CollectiveCall& call, Precision precision) {
-    return engine_collective_seconds(c, call.op, comm::Algorithm::ring, call.bytes, in.tp, false,
-                                     precision);
+    return engine_collective_seconds(c, call.op, comm::Algorithm::ring, call.bytes, in.tp,
+                                     in.inter_node_tp, precision);
   };
   auto price = [&](const CollectiveCall& call) { return price_as(call, in.precision); };
   for (const CollectiveCall& call :
@@ -315,7 +315,7 @@ EngineClock engine_clock(const EngineClockInput& in, const Cluster& c) {
   if (in.pp > 1) {
     const double bytes = pp_bytes_per_microbatch(in.micro_batch, in.model.seq, in.model.hidden, e,
                                                  in.tp, in.sequence_parallel);
-    clock.send_s = engine_send_seconds(c, bytes, false) * in.chunks;
+    clock.send_s = engine_send_seconds(c, bytes, in.inter_node_pp) * in.chunks;
   }
   StageTimes times;
   times.forward = stage.forward_s + tp.forward_s + clock.send_s;

@@ -37,6 +37,8 @@ struct EngineClockInput {
   int64_t stage_params = 0;
   int64_t dp_pieces = 1;
   bool inter_node_dp = false;  // the DP group spans nodes (its collectives on inter_node)
+  bool inter_node_tp = false;  // the TP group spans nodes
+  bool inter_node_pp = false;  // neighbouring stages sit on different nodes (sends on inter_node)
   // The DP all-reduce's algorithm (ZeRO 0; the engine picks direct where the group shares
   // memory); reduce-scatters and gathers run the ring.
   comm::Algorithm dp_algorithm = comm::Algorithm::ring;

@@ -740,6 +740,8 @@ void engine_clock_times(const PlanInput& in, const Layout& l, int64_t microbatch
   e.dp_pieces = engine_dp_pieces(in, l, largest);
   const AxisSizes sizes{l.dp, l.tp, l.pp};
   e.inter_node_dp = place_group(Axis::dp, sizes, l.order, c.gpus_per_node).nodes > 1;
+  e.inter_node_tp = place_group(Axis::tp, sizes, l.order, c.gpus_per_node).nodes > 1;
+  e.inter_node_pp = place_group(Axis::pp, sizes, l.order, c.gpus_per_node).nodes > 1;
   // The engine's automatic choice: direct where the DP group shares memory (one node).
   e.dp_algorithm = e.inter_node_dp ? comm::Algorithm::ring : comm::Algorithm::direct;
   const EngineClock clock = engine_clock(e, c);

@@ -37,7 +37,11 @@ plan::EngineClockInput engine_clock_input(const EngineConfig& c, int64_t buckets
   }
   in.dp_pieces = std::max<int64_t>(1, buckets);
   in.dp_algorithm = dp_algorithm;
-  for (const GroupCrossing& g2 : node_crossings(c)) in.inter_node_dp |= g2.axis == "dp";
+  for (const GroupCrossing& g2 : node_crossings(c)) {
+    in.inter_node_dp |= g2.axis == "dp";
+    in.inter_node_tp |= g2.axis == "tp";
+    in.inter_node_pp |= g2.axis == "pp";
+  }
   return in;
 }
 
