@@ -18,15 +18,12 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/core/statistics.h"
+
 namespace dtrain::bench {
 
 // The median of repeated measurements (mean of the middle two for an even count).
-inline double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using dtrain::median;
 
 // `v` with `digits` decimals.
 inline std::string fixed(double v, int digits) {

@@ -166,13 +166,6 @@ double engine_optimizer_seconds(double params, double grad_elements, Precision p
 
 namespace {
 
-bool has_collective_rate(const MeasuredRates& r, std::string_view collective,
-                         std::string_view algorithm, std::string_view link) {
-  return std::any_of(r.collectives.begin(), r.collectives.end(), [&](const CollectiveRate& c) {
-    return c.collective == collective && c.algorithm == algorithm && c.link == link;
-  });
-}
-
 std::string_view link_name(bool inter_node) {
   return inter_node ? "inter_node" : "intra_node";
 }

@@ -335,6 +335,13 @@ double kernel_seconds(const MeasuredRates& r, KernelOp op, Precision precision, 
   return calls * rate->call_s + elements * kernel_bytes_per_element(op) / rate->bytes_per_s;
 }
 
+bool has_collective_rate(const MeasuredRates& r, std::string_view collective,
+                         std::string_view algorithm, std::string_view link) {
+  return std::any_of(r.collectives.begin(), r.collectives.end(), [&](const CollectiveRate& c) {
+    return c.collective == collective && c.algorithm == algorithm && c.link == link;
+  });
+}
+
 double collective_seconds(const MeasuredRates& r, std::string_view collective,
                           std::string_view algorithm, std::string_view link, int ranks,
                           double bytes, Precision precision) {

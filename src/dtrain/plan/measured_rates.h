@@ -117,6 +117,10 @@ double gemm_seconds(const MeasuredRates& r, Precision precision, int threads, do
 // Seconds of `calls` calls of `op` over `elements` elements in all.
 double kernel_seconds(const MeasuredRates& r, KernelOp op, Precision precision, double elements,
                       double calls = 1);
+// Whether any group size or precision of (collective, algorithm, link) was measured: what
+// collective_seconds needs not to throw.
+bool has_collective_rate(const MeasuredRates& r, std::string_view collective,
+                         std::string_view algorithm, std::string_view link);
 // Seconds of one collective moving `bytes` per rank (CollectiveRate's bytes); the nearest measured
 // group size of that (collective, algorithm, link) in `precision`, the other precision's when
 // that one was not measured. Throws Error when none was measured.

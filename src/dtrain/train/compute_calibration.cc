@@ -26,6 +26,7 @@
 #include "dtrain/comm/topology.h"
 #include "dtrain/core/bf16.h"
 #include "dtrain/core/check.h"
+#include "dtrain/core/statistics.h"
 #include "dtrain/core/timer.h"
 #include "dtrain/model/gemm.h"
 #include "dtrain/model/ops/attention.h"
@@ -44,12 +45,6 @@ namespace {
 using plan::KernelOp;
 using plan::Precision;
 
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // Median seconds of `fn`: one warm-up call (first-touch page faults, cold caches and code),
 // then at least `min_calls` calls and more until `min_total_s` has passed (small shapes are
 // noisy; a few hundred microseconds of calls steady their median), at most 200.
@@ -64,7 +59,7 @@ double median_seconds(Fn&& fn, int min_calls = 3, double min_total_s = 2e-3) {
     fn();
     times.push_back(one.elapsed_us() * 1e-6);
   }
-  return median_of(times);
+  return median(times);
 }
 
 // Values that keep every kernel on its ordinary path (no NaN, no overflow in exp).
