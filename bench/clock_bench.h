@@ -28,10 +28,13 @@ struct PublishedRow {
   std::string label;   // "22B full recompute"
   plan::Layout layout;
   int gpus = 0;
-  std::string unit;      // "s/iter" or "TFLOP/s/GPU"
+  std::string unit;      // "s/iter"
   double published = 0;  // in `unit`
   double predicted = 0;  // with the frozen parameters
   double datasheet = 0;  // every efficiency 1
+  // Narayanan's rows: the table's achieved TFLOP/s per GPU and the predicted one (Eq. 3's FLOPs
+  // over the predicted iteration); 0 elsewhere.
+  double published_tflops = 0, predicted_tflops = 0;
   double error() const { return predicted / published - 1; }
   double datasheet_error() const { return datasheet / published - 1; }
 };
