@@ -92,7 +92,7 @@ struct NarayananRow {
   int64_t batch;
   double tflops_per_gpu;    // achieved teraFLOP/s per GPU (rounded to 1)
   double percent_of_peak;   // of 312 TFLOP/s (rounded to 1)
-  double aggregate_pflops;  // achieved aggregate petaFLOP/s (4 digits)
+  double aggregate_pflops;  // achieved aggregate petaFLOP/s (to 0.1: the most digits)
 };
 constexpr NarayananRow kNarayanan[] = {
     {"megatron-1.7b", "1.7B", 1.7, 24, 2304, 24, 1, 1, 32, 512, 137, 44, 4.4},
