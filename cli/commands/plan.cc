@@ -4,6 +4,7 @@
 #include <cmath>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -29,6 +30,9 @@ struct PlanFlags {
   std::string family = "gpt";
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn_hidden = 0, vocab = 0, seq = 0;
   double params = 0;
+  int64_t experts = 0, top_k = 0, moe_every = 1, first_dense = 0, shared_experts = 0,
+          expert_ffn = 0;
+  std::vector<double> tokens_per_expert;
   // Training.
   int64_t global_batch = 0;
   double tokens = 0;
@@ -49,6 +53,7 @@ struct PlanFlags {
   int dp = 0, tp = 1, pp = 1, vp = 1, zero = 0;
   int cp = 1;
   std::string cp_algo = "auto";
+  int ep = 1;
   int64_t micro_batch = 1;
   int64_t microbatches = 0;
   std::string recompute = "none";
@@ -110,6 +115,12 @@ plan::ModelShape model_from(const PlanFlags& f, CLI::App* app) {
     m.family = f.family == "llama" ? plan::ModelFamily::llama : plan::ModelFamily::gpt;
     changed = true;
   }
+  set("--experts", f.experts, m.moe.experts);
+  set("--top-k", f.top_k, m.moe.top_k);
+  set("--moe-every", f.moe_every, m.moe.every);
+  set("--first-dense", f.first_dense, m.moe.first_dense);
+  set("--shared-experts", f.shared_experts, m.moe.shared_experts);
+  set("--expert-ffn", f.expert_ffn, m.moe.expert_ffn);
   if (given(app, "--params")) {
     m.params_override = static_cast<int64_t>(std::llround(f.params));
     changed = true;
@@ -172,6 +183,7 @@ plan::Training training_from(const PlanFlags& f, CLI::App* app, const plan::Mode
                f.selective_flops, "'");
   t.selective_flops = *selective;
   t.bucket_bytes = static_cast<double>(parse_bytes(f.bucket, "--bucket"));
+  t.tokens_per_expert = f.tokens_per_expert;
   return t;
 }
 
@@ -202,6 +214,7 @@ plan::Layout layout_from(const PlanFlags& f, CLI::App* app, const plan::PlanInpu
   l.tp = f.tp;
   l.pp = f.pp;
   l.vp = f.vp;
+  l.ep = f.ep;
   l.zero_stage = f.zero;
   l.micro_batch = f.micro_batch;
   l.sequence_parallel = f.sequence_parallel;
@@ -476,6 +489,7 @@ plan::SearchConstraints search_constraints(const PlanFlags& f, CLI::App* app) {
   if (given(app, "--recompute")) c.recompute = recompute_flag(f.recompute);
   if (given(app, "--cp")) c.cp = f.cp;
   if (given(app, "--cp-algo")) c.cp_algo = cp_algo_flag(f.cp_algo);
+  if (given(app, "--ep")) c.ep = f.ep;
   return c;
 }
 
@@ -596,6 +610,34 @@ void add_plan(CLI::App& parent) {
                   "sets the activations and Eq. 3's FLOPs")
       ->check(real_number(1, plan::kMaxParams))
       ->group("Model");
+  app->add_option("--experts", f.experts,
+                  "Routed experts (E) of a mixture-of-experts model (0: dense)")
+      ->check(whole_number(0, plan::kMaxExperts))
+      ->group("Model");
+  app->add_option("--top-k", f.top_k, "Experts each token is routed to (k)")
+      ->check(whole_number(1, plan::kMaxExperts))
+      ->group("Model");
+  app->add_option("--moe-every", f.moe_every,
+                  "Route every n-th layer (after --first-dense); the others keep a dense MLP")
+      ->check(whole_number(1, plan::kMaxLayers))
+      ->group("Model");
+  app->add_option("--first-dense", f.first_dense, "The first k layers keep a dense MLP")
+      ->check(whole_number(0, plan::kMaxLayers))
+      ->group("Model");
+  app->add_option("--shared-experts", f.shared_experts,
+                  "Shared experts every token goes through (as DeepSeek's)")
+      ->check(whole_number(0, plan::kMaxExperts))
+      ->group("Model");
+  app->add_option("--expert-ffn", f.expert_ffn,
+                  "Each expert's intermediate size (fine-grained experts; default --ffn-hidden)")
+      ->check(whole_number(1, plan::kMaxFfnHidden))
+      ->group("Model");
+  app->add_option("--tokens-per-expert", f.tokens_per_expert,
+                  "Measured routing: tokens routed to each of the E experts (comma-separated, "
+                  "any scale); sets the all-to-all bytes and the busiest rank's expert work "
+                  "(default: uniform)")
+      ->delimiter(',')
+      ->group("Model");
   // Training.
   app->add_option("--global-batch", f.global_batch,
                   "Sequences per optimizer step (default: the preset's)")
@@ -708,6 +750,11 @@ void add_plan(CLI::App& parent) {
                   "or auto (ulysses when the heads allow and it sends the fewest bytes, ring when "
                   "its hops hide behind block compute, else all-gather)")
       ->group("Layout");
+  app->add_option("--ep", f.ep,
+                  "Expert-parallel size: ep ranks of each DP group hold E / ep experts each "
+                  "(carved from DP: expert gradients reduce over dp / ep ranks)")
+      ->check(whole_number(1, plan::kMaxGpus))
+      ->group("Layout");
   app->add_option("--tp", f.tp, "Tensor-parallel size")
       ->check(whole_number(1, plan::kMaxGpus))
       ->group("Layout");
@@ -739,10 +786,11 @@ void add_plan(CLI::App& parent) {
                   "Rank order, innermost axis first (tp-dp-pp: TP ranks adjacent, as Megatron)")
       ->group("Layout");
   // Output.
-  app->add_flag("--search", f.search,
-                "Search every valid layout, rank by predicted throughput, explain the rejections; "
-                "--dp, --cp, --cp-algo, --tp, --pp, --vp, --zero, --micro-batch, --microbatches, "
-                "--recompute and --sequence-parallel given with it hold their axis")
+  app->add_flag(
+         "--search", f.search,
+         "Search every valid layout, rank by predicted throughput, explain the rejections; "
+         "--dp, --cp, --cp-algo, --ep, --tp, --pp, --vp, --zero, --micro-batch, --microbatches, "
+         "--recompute and --sequence-parallel given with it hold their axis")
       ->group("Output");
   app->add_option("--top", f.top, "Layouts to print with --search")
       ->check(whole_number(1, 1000))

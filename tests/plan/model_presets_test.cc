@@ -140,7 +140,12 @@ TEST(ModelPresets, EveryPresetIsValidAndSourced) {
   for (const ModelShape& m : model_presets()) {
     EXPECT_NO_THROW(validate(m)) << m.name;
     EXPECT_FALSE(m.source.empty()) << m.name;
-    EXPECT_GT(m.default_global_batch, 0) << m.name;
+    // Mixtral's paper publishes no batch size: its plans need --global-batch.
+    if (m.name == "mixtral-8x7b") {
+      EXPECT_EQ(m.default_global_batch, 0);
+    } else {
+      EXPECT_GT(m.default_global_batch, 0) << m.name;
+    }
   }
 }
 

@@ -37,10 +37,23 @@ std::optional<SelectiveFlops> parse_selective_flops(std::string_view s) {
   return std::nullopt;
 }
 
+namespace {
+
+// QK^T and scores x V forward: 2 tokens seq (a d_qk + a d_v), 4 tokens seq h for standard heads.
+double attention_products_flops(const ModelShape& m, double tokens, double seq) {
+  return 2.0 * tokens * seq * static_cast<double>(attention_qk_width(m) + attention_v_width(m));
+}
+
+}  // namespace
+
 double layer_forward_flops(const ModelShape& m, double tokens, double seq) {
   const double matmul = 2.0 * tokens * static_cast<double>(layer_matmul_param_count(m));
-  const double attention = 4.0 * tokens * seq * static_cast<double>(m.hidden);  // QK^T, scores x V
-  return matmul + attention;
+  return matmul + attention_products_flops(m, tokens, seq);
+}
+
+double moe_layer_forward_flops(const ModelShape& m, double tokens, double seq) {
+  const double matmul = 2.0 * tokens * static_cast<double>(moe_layer_active_matmul_param_count(m));
+  return matmul + attention_products_flops(m, tokens, seq);
 }
 
 double logits_forward_flops(const ModelShape& m, double tokens) {
@@ -55,8 +68,8 @@ double recompute_flops_per_layer(const ModelShape& m, double tokens, double seq,
     case Recompute::selective: {
       // QK^T and scores x V: 4 * tokens * seq * h forward; Eq. 8 counts them forward and
       // backward (x3) once more.
-      const double factor = selective == SelectiveFlops::korthikanti_eq8 ? 12.0 : 4.0;
-      return factor * tokens * seq * static_cast<double>(m.hidden);
+      const double factor = selective == SelectiveFlops::korthikanti_eq8 ? 3.0 : 1.0;
+      return factor * attention_products_flops(m, tokens, seq);
     }
     case Recompute::full:
       return layer_forward_flops(m, tokens, seq);
@@ -70,13 +83,19 @@ TrainingFlops training_flops(const ModelShape& m, double sequences, Recompute r,
   const double seq = static_cast<double>(m.seq);
   const double tokens = sequences * seq;
   const double layers = static_cast<double>(m.layers);
+  // Routed layers count the weights a token passes through (moe.h): MFU on active parameters.
+  const double routed = static_cast<double>(moe_layer_count(m));
+  const double dense = layers - routed;
   TrainingFlops f;
   if (c == FlopsConvention::narayanan) {
-    f.model =
-        3.0 * (layers * layer_forward_flops(m, tokens, seq) + logits_forward_flops(m, tokens));
-    f.recompute = layers * recompute_flops_per_layer(m, tokens, seq, r, selective);
+    const double forward = dense * layer_forward_flops(m, tokens, seq) +
+                           (routed > 0 ? routed * moe_layer_forward_flops(m, tokens, seq) : 0.0);
+    f.model = 3.0 * (forward + logits_forward_flops(m, tokens));
+    f.recompute = r == Recompute::full
+                      ? forward
+                      : layers * recompute_flops_per_layer(m, tokens, seq, r, selective);
   } else {
-    const double n = static_cast<double>(param_count(m));
+    const double n = static_cast<double>(model_flops_param_count(m));
     f.model = 6.0 * n * tokens;
     f.recompute = r == Recompute::full ? 2.0 * n * tokens
                   : r == Recompute::selective
@@ -84,6 +103,10 @@ TrainingFlops training_flops(const ModelShape& m, double sequences, Recompute r,
                       : 0.0;
   }
   return f;
+}
+
+int64_t model_flops_param_count(const ModelShape& m) {
+  return m.moe.enabled() ? scaled_to_override(m, active_param_count(m)) : param_count(m);
 }
 
 double days_to_train(double tokens, double tokens_per_s) {

@@ -19,6 +19,12 @@
 // adds 2ND (8ND in all), selective the same per-layer term as above.
 //
 // MFU counts model FLOPs only (no recompute): model FLOPs / (step time x GPUs x peak).
+//
+// Mixture of experts (moe.h): a routed layer's forward counts the weights one token passes
+// through, 2 x (attention + router + (k + S) experts) per token, so model FLOPs, MFU and 6ND
+// (N = active_param_count) are counted on active parameters, as DeepSeek-V3 and Megatron-core
+// report them; the experts a token skips cost nothing. With multi-head latent attention the s^2
+// term is 2 tokens s (a d_qk + a d_v) instead of 4 tokens s h.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +43,10 @@ std::optional<FlopsConvention> parse_flops_convention(std::string_view s);
 // Forward FLOPs of one transformer layer over `tokens` tokens of `seq`-long sequences:
 // 2 * tokens * layer_matmul_param_count + 4 * tokens * seq * h.
 double layer_forward_flops(const ModelShape& m, double tokens, double seq);
+// The same for a routed layer: 2 * tokens * moe_layer_active_matmul_param_count + the s^2 term.
+double moe_layer_forward_flops(const ModelShape& m, double tokens, double seq);
+// N of 6ND: param_count, or for an MoE model active_param_count (scaled to --params when set).
+int64_t model_flops_param_count(const ModelShape& m);
 // Forward FLOPs of the logit layer: 2 * tokens * h * V.
 double logits_forward_flops(const ModelShape& m, double tokens);
 // How selective recompute's FLOPs are counted (full and none have one count).

@@ -72,6 +72,53 @@ ModelShape llama3_405b_long_context() {
   return m;
 }
 
+// Mixtral 8x7B (Jiang et al. 2024, "Mixtral of Experts", Table 1; the same values in
+// mistralai/Mixtral-8x7B-v0.1's config.json): 32 layers, dim 4096, 32 heads of 128, 8 KV heads,
+// SwiGLU experts of hidden_dim 14336, vocabulary 32000, context 32768, 8 experts, top 2 in every
+// layer; untied output head. The paper gives neither batch nor training tokens (0: unknown).
+ModelShape mixtral_8x7b() {
+  ModelShape m = llama("mixtral-8x7b", 32, 4096, 32, 8, 14336);
+  m.seq = 32768;
+  m.default_global_batch = 0;
+  m.default_tokens = 0;
+  m.moe.experts = 8;
+  m.moe.top_k = 2;
+  m.source = "Jiang et al. 2024, Mixtral of Experts, Table 1 (mistralai/Mixtral-8x7B-v0.1 config)";
+  return m;
+}
+
+// DeepSeek-V3 (DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", §4.2; deepseek-ai/DeepSeek-V3's
+// config.json): 61 layers, hidden 7168, 128 heads with multi-head latent attention (q_lora_rank
+// 1536, kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128), the first
+// 3 layers dense (first_k_dense_replace; intermediate_size 18432), the other 58 with 256 routed
+// experts (top 8) and 1 shared expert of moe_intermediate_size 2048, vocabulary 129280, untied
+// head. §4.2: sequence 4K in pre-training, batch 15360 sequences after the ramp, 14.8T tokens.
+// Left out: the multi-token-prediction module (num_nextn_predict_layers 1, 14B parameters on
+// top of the 671B; its layer would be a 62nd block), the router's per-expert bias
+// (e_score_correction_bias, 256 per routed layer), the node-limited routing (a token reaches
+// at most 4 nodes: all-to-all bytes here are the unrestricted routing's). 61 layers split over
+// no pipeline but pp = 1 (the report's PP 16 gives stages unequal layer counts, which the
+// planner does not model).
+ModelShape deepseek_v3() {
+  ModelShape m = llama("deepseek-v3", 61, 7168, 128, 128, 18432);
+  m.vocab = 129280;
+  m.seq = 4096;
+  m.default_global_batch = 15360;
+  m.default_tokens = 14.8e12;
+  m.moe.experts = 256;
+  m.moe.top_k = 8;
+  m.moe.first_dense = 3;
+  m.moe.shared_experts = 1;
+  m.moe.expert_ffn = 2048;
+  m.mla.q_lora_rank = 1536;
+  m.mla.kv_lora_rank = 512;
+  m.mla.qk_nope_head_dim = 128;
+  m.mla.qk_rope_head_dim = 64;
+  m.mla.v_head_dim = 128;
+  m.source = "DeepSeek-AI 2024, DeepSeek-V3 Technical Report §4.2 (deepseek-ai/DeepSeek-V3 config)";
+  return m;
+}
+
 std::vector<ModelShape> make_presets() {
   std::vector<ModelShape> p;
   // Brown et al. 2020 Table 2.1 (96 layers, d_model 12288, 96 heads, context 2048), with the
@@ -98,6 +145,8 @@ std::vector<ModelShape> make_presets() {
   p.push_back(gpt("megatron-529.6b", 105, 20480, 128, 2520, 0, kTable1));
   p.push_back(gpt("megatron-1t", 128, 25600, 160, 3072, 450e9, kTable1));
   p.push_back(llama3_405b_long_context());
+  p.push_back(mixtral_8x7b());
+  p.push_back(deepseek_v3());
   return p;
 }
 
@@ -113,18 +162,24 @@ std::string_view name(ModelFamily family) {
   return "?";
 }
 
-int64_t layer_matmul_param_count(const ModelShape& m) {
-  const int64_t h = m.hidden, f = m.ffn_or_default();
+int64_t attention_matmul_param_count(const ModelShape& m) {
+  if (m.mla.enabled()) return mla_matmul_param_count(m);
+  const int64_t h = m.hidden;
   const int64_t kv_width = m.kv_heads_or_heads() * (h / m.heads);  // K and V output width
-  const int64_t attention = h * (h + 2 * kv_width) + h * h;        // QKV, then the projection
-  const int64_t mlp = (m.family == ModelFamily::llama ? 3 : 2) * h * f;
-  return attention + mlp;
+  return h * (h + 2 * kv_width) + h * h;                           // QKV, then the projection
+}
+
+int64_t layer_matmul_param_count(const ModelShape& m) {
+  const int64_t mlp = (m.family == ModelFamily::llama ? 3 : 2) * m.hidden * m.ffn_or_default();
+  return attention_matmul_param_count(m) + mlp;
 }
 
 int64_t layer_param_count(const ModelShape& m) {
   const int64_t h = m.hidden, f = m.ffn_or_default();
   const int64_t kv_width = m.kv_heads_or_heads() * (h / m.heads);
-  if (m.family == ModelFamily::llama) return layer_matmul_param_count(m) + 2 * h;  // 2 RMSNorms
+  if (m.family == ModelFamily::llama) {  // 2 RMSNorms (and MLA's two latent ones)
+    return layer_matmul_param_count(m) + 2 * h + mla_norm_param_count(m);
+  }
   const int64_t biases = (h + 2 * kv_width) + h + f + h;  // QKV, projection, MLP in and out
   return layer_matmul_param_count(m) + biases + 4 * h;    // + 2 LayerNorms (weight and bias)
 }
@@ -139,8 +194,15 @@ int64_t head_param_count(const ModelShape& m) {
   return m.count_final_norm ? 2 * m.hidden : 0;  // the final LayerNorm's weight and bias
 }
 
+int64_t dense_layer_count(const ModelShape& m) {
+  return m.layers - moe_layer_count(m);
+}
+
 int64_t shape_param_count(const ModelShape& m) {
-  return m.layers * layer_param_count(m) + embedding_param_count(m) + head_param_count(m);
+  const int64_t routed = moe_layer_count(m);
+  const int64_t layers = (m.layers - routed) * layer_param_count(m) +
+                         (routed > 0 ? routed * moe_layer_param_count(m) : 0);
+  return layers + embedding_param_count(m) + head_param_count(m);
 }
 
 int64_t scaled_to_override(const ModelShape& m, int64_t count) {
@@ -171,6 +233,7 @@ void validate(const ModelShape& m) {
                ", got ", m.ffn_hidden);
   DTRAIN_CHECK(m.vocab <= kMaxVocab, "--vocab must be at most ", kMaxVocab, ", got ", m.vocab);
   DTRAIN_CHECK(m.seq <= kMaxSeq, "--seq-length must be at most ", kMaxSeq, ", got ", m.seq);
+  validate_moe(m);  // its bounds too come before the count
   // Within the bounds above the count itself cannot overflow.
   const double params = static_cast<double>(param_count(m));
   DTRAIN_CHECK(params <= kMaxParams, "the model has ", params, " parameters (--layers ", m.layers,

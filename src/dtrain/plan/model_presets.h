@@ -10,12 +10,16 @@
 //     ModelShape::count_final_norm (the head then holds those 2h).
 //   Llama: per layer 2h^2 + 2h*kv*d (Q, O and grouped K, V; d = h/heads), 3hf (SwiGLU), 2h
 //     (RMSNorm); embeddings Vh; untied output head Vh; final RMSNorm h. No biases.
+//   Mixture of experts (moe.h): the routed layers' MLP is a router and E + S expert MLPs; with
+//     multi-head latent attention (MlaShape) the attention's weights are MLA's.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "dtrain/plan/moe.h"
 
 namespace dtrain::plan {
 
@@ -28,6 +32,7 @@ inline constexpr int64_t kMaxFfnHidden = 4 * kMaxHidden;
 inline constexpr int64_t kMaxVocab = 100000000;
 inline constexpr int64_t kMaxSeq = 10000000;
 inline constexpr double kMaxParams = 1e17;
+inline constexpr int64_t kMaxExperts = 100000;
 
 enum class ModelFamily { gpt, llama };
 std::string_view name(ModelFamily family);  // "gpt", "llama"
@@ -51,21 +56,30 @@ struct ModelShape {
   int64_t default_global_batch = 0;  // sequences per step
   double default_tokens = 0;         // tokens to train
   std::string source;                // where the shape comes from
+  // Appended: mixture of experts (experts = 0: dense) and multi-head latent attention (moe.h).
+  MoeShape moe;
+  MlaShape mla;
 
   int64_t kv_heads_or_heads() const { return kv_heads > 0 ? kv_heads : heads; }
   int64_t ffn_or_default() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }
 };
 
-// Parameters of one transformer layer (weights, biases and norms).
+// Parameters of one dense transformer layer (weights, biases and norms); a routed layer's are
+// moe_layer_param_count (moe.h).
 int64_t layer_param_count(const ModelShape& m);
-// Weights of the layer's matrix multiplies only (what costs 2 FLOPs per token each).
+// The attention's matrix-multiply weights (QKV and projection, or MLA's: moe.h).
+int64_t attention_matmul_param_count(const ModelShape& m);
+// Weights of the dense layer's matrix multiplies only (what costs 2 FLOPs per token each).
 int64_t layer_matmul_param_count(const ModelShape& m);
 // Input embeddings: word (V h), plus learned positions (s h) for GPT.
 int64_t embedding_param_count(const ModelShape& m);
 // Output side: Llama's untied head (V h) and final norm (h); 0 for GPT (tied head, and Eq. 2
 // leaves out the final LayerNorm), or the final LayerNorm's 2h with count_final_norm.
 int64_t head_param_count(const ModelShape& m);
-// The whole model from its shape (Eq. 2 for GPT), ignoring params_override.
+// Dense and routed layers of the shape (moe.h: moe_layer_count).
+int64_t dense_layer_count(const ModelShape& m);
+// The whole model from its shape (Eq. 2 for GPT), ignoring params_override: dense layers x
+// layer_param_count + routed layers x moe_layer_param_count + embeddings + head.
 int64_t shape_param_count(const ModelShape& m);
 // A part of the shape's parameters (`count` of shape_param_count) as the same share of
 // params_override when that is set (llround), else `count`.

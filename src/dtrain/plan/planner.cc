@@ -45,9 +45,32 @@ ActivationShape activation_shape(const ModelShape& m, const Training& t, const L
 // With --params (ModelShape::params_override) the count is the shape's scaled to that total:
 // --params sets every parameter-count figure (state memory, DP and ZeRO traffic, 6ND), the shape
 // how they split over the stages and TP ranks, and the activations and Eq. 3's FLOPs.
+// A routed layer's parameters besides its routed experts (attention, norms, router, shared
+// experts), on one TP rank.
+int64_t moe_layer_dense_params(const ModelShape& m, int tp) {
+  return shard_count(moe_layer_param_count(m) - m.moe.experts * expert_param_count(m), tp);
+}
+
+// Routed layers of pipeline stage `stage` (its m.layers / pp layers, contiguous).
+int64_t stage_moe_layers(const ModelShape& m, const Layout& l, int stage) {
+  const int64_t layers = m.layers / l.pp;
+  return moe_layers_in(m, stage * layers, layers);
+}
+
+// The routed experts one rank of stage `stage` holds (E / ep per routed layer, 1/tp of each).
+int64_t stage_expert_params(const ModelShape& m, const Layout& l, int stage) {
+  return scaled_to_override(
+      m, rank_routed_expert_params(m, stage_moe_layers(m, l, stage), l.ep, l.tp));
+}
+
 int64_t stage_param_count(const ModelShape& m, const Layout& l, int stage) {
   const int64_t layers = m.layers / l.pp;
-  int64_t params = layers * shard_count(layer_param_count(m), l.tp);
+  const int64_t routed = stage_moe_layers(m, l, stage);
+  int64_t params = (layers - routed) * shard_count(layer_param_count(m), l.tp);
+  if (routed > 0) {
+    params +=
+        routed * moe_layer_dense_params(m, l.tp) + rank_routed_expert_params(m, routed, l.ep, l.tp);
+  }
   if (stage == 0) params += shard_count(embedding_param_count(m), l.tp);
   if (stage == l.pp - 1) {
     params += shard_count(head_param_count(m), l.tp);
@@ -139,6 +162,26 @@ CpShape cp_shape(const PlanInput& in, const Layout& l) {
   return s;
 }
 
+// The dispatch of one routed layer, one micro-batch, on one rank of this layout.
+MoeDispatch moe_dispatch(const PlanInput& in, const Layout& l) {
+  MoeDispatch d;
+  d.tokens = static_cast<double>(l.micro_batch * in.model.seq / l.cp);
+  d.hidden = in.model.hidden;
+  d.top_k = in.model.moe.top_k;
+  d.experts = in.model.moe.experts;
+  d.ep = l.ep;
+  d.bytes_per_element = in.training.activation_bytes;
+  d.tokens_per_expert = in.training.tokens_per_expert;
+  return d;
+}
+
+// Routed copies the busiest rank's experts compute, over tokens x k (1: uniform routing, or no
+// EP: every rank holds every expert and computes its own tokens' k copies).
+double moe_load_factor(const PlanInput& in, const Layout& l) {
+  if (!in.model.moe.enabled() || l.ep == 1) return 1;
+  return expert_load_factor(moe_dispatch(in, l));
+}
+
 ScheduleKind schedule_of(const Layout& l) {
   return l.vp > 1 ? ScheduleKind::interleaved : l.schedule;
 }
@@ -169,8 +212,21 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
   mem.stage = stage;
   mem.layers = m.layers / l.pp;
   mem.stage_params = stage_params_of(in, l, stage);
-  // Parameters are replicated over CP: ZeRO shards over dp x cp.
-  const ModelStateBytes states = model_state_bytes(mem.stage_params, l.dp * l.cp, l.zero_stage, sb);
+  // Parameters are replicated over CP: ZeRO shards over dp x cp; routed experts over their own
+  // expert-data-parallel group, dp x cp / ep.
+  mem.moe_layers = stage_moe_layers(m, l, stage);
+  mem.expert_params = l.ep > 1 ? stage_expert_params(m, l, stage) : 0;
+  ModelStateBytes states =
+      model_state_bytes(mem.stage_params - mem.expert_params, l.dp * l.cp, l.zero_stage, sb);
+  if (mem.expert_params > 0) {
+    const ModelStateBytes experts =
+        model_state_bytes(mem.expert_params, l.dp * l.cp / l.ep, l.zero_stage, sb);
+    states.params += experts.params;
+    states.grads += experts.grads;
+    states.optimizer += experts.optimizer;
+  } else {
+    mem.expert_params = stage_expert_params(m, l, stage);
+  }
   mem.params = static_cast<double>(states.params);
   mem.grads = static_cast<double>(states.grads);
   mem.optimizer = static_cast<double>(states.optimizer);
@@ -189,6 +245,25 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
   }
   mem.activations = mem.inflight_microbatches * static_cast<double>(mem.layers) *
                     (per_layer + mem.weight_grad_stash_per_layer);
+  // A routed layer keeps its router, expert and shared-expert tensors in place of the dense
+  // MLP's (moe.h); full recompute keeps the layer input alone either way, and re-creates one
+  // routed layer's tensors at a time into the scratch.
+  double moe_scratch = 0;
+  if (mem.moe_layers > 0) {
+    const double tokens = static_cast<double>(l.micro_batch * m.seq / l.cp);
+    const double routed_part =
+        moe_mlp_activation_bytes(m, tokens, shape.bytes_per_element, l.tp, moe_load_factor(in, l));
+    const double dense_part = dense_mlp_activation_bytes(m, tokens, shape.bytes_per_element,
+                                                         shape.bytes_per_element, l.tp);
+    const double delta = routed_part - dense_part;
+    if (l.recompute == Recompute::full) {
+      mem.moe_activation_per_layer = per_layer;
+      moe_scratch = std::max(0.0, delta);
+    } else {
+      mem.moe_activation_per_layer = per_layer + delta;
+      mem.activations += mem.inflight_microbatches * static_cast<double>(mem.moe_layers) * delta;
+    }
+  }
   // The head's activations (final norm, logits, losses: head_activation_memory.h) live on the
   // last stage, for each micro-batch in flight there; the vocabulary is split over TP ranks.
   HeadActivationShape head;
@@ -207,9 +282,14 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
     mem.activations +=
         mem.inflight_microbatches * stage_boundary_activation_bytes(head, l.pp, l.vp, stage);
   }
-  const int64_t layer_params =
+  int64_t layer_params =
       scaled_to_override(m, engine_split(in) ? engine_layer_param_count(m, l.tp)
                                              : shard_count(layer_param_count(m), l.tp));
+  if (mem.moe_layers > 0) {  // ZeRO-3 gathers a routed layer's dense part and its E / ep experts
+    layer_params = std::max(layer_params,
+                            scaled_to_override(m, moe_layer_dense_params(m, l.tp) +
+                                                      rank_routed_expert_params(m, 1, l.ep, l.tp)));
+  }
   double buffers = 0;
   if (l.zero_stage == 3) {
     buffers = static_cast<double>(zero3_gathered_bytes(layer_params, sb));
@@ -226,8 +306,8 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
   }
   // The backward pass's gradient workspace, shared by all layers (head_activation_memory.h).
   mem.workspace = workspace_activation_bytes(head);
-  mem.layer_scratch = recompute_temp;
-  mem.temporary = buffers + recompute_temp + mem.workspace;
+  mem.layer_scratch = recompute_temp + moe_scratch;
+  mem.temporary = buffers + mem.layer_scratch + mem.workspace;
   // The ring holds one block pair's scores at a time; the backward two (P and dP).
   if (l.cp > 1 && l.cp_algo == CpAlgorithm::ring) {
     mem.temporary += 2 * cp_ring_block_bytes(mixed ? fp32_shape : shape, l.cp);
@@ -262,6 +342,7 @@ std::string_view name(StepTimeSource s) {
 std::string describe(const Layout& l) {
   std::string s = str("dp=", l.dp, " tp=", l.tp, " pp=", l.pp);
   if (l.cp > 1) s += str(" cp=", l.cp, "(", name(l.cp_algo), ")");
+  if (l.ep > 1) s += str(" ep=", l.ep);
   if (l.vp > 1) s += str(" v=", l.vp);
   s += str(" zero=", l.zero_stage, " b=", l.micro_batch, " rc=", name(l.recompute));
   if (l.sequence_parallel) s += " sp";
@@ -273,6 +354,7 @@ std::string describe(const Layout& l) {
 std::string layout_flags(const Layout& l) {
   std::string s = str("--dp ", l.dp, " --tp ", l.tp, " --pp ", l.pp);
   if (l.cp > 1) s += str(" --cp ", l.cp, " --cp-algo ", name(l.cp_algo));
+  if (l.ep > 1) s += str(" --ep ", l.ep);
   if (l.vp > 1) s += str(" --vp ", l.vp);
   s += str(" --zero ", l.zero_stage, " --micro-batch ", l.micro_batch, " --recompute ",
            name(l.recompute));
@@ -313,6 +395,27 @@ void validate(const PlanInput& in) {
   DTRAIN_CHECK(in.training.bucket_bytes > 0, "--bucket must be positive, got ",
                in.training.bucket_bytes);
   const StateBytes& sb = in.training.state_bytes;
+  if (in.model.moe.enabled()) {
+    DTRAIN_CHECK(!has_measured_rates(in.cluster), "--model ", in.model.name,
+                 ": a cluster file with measured CPU rates (gpu.measured) prices dtrain's own "
+                 "engine, whose MoE layer the engine clock cannot time yet; plan MoE models on a "
+                 "GPU cluster (e.g. --cluster 8x8xH100)");
+    DTRAIN_CHECK(in.training.activation_count == ActivationCount::paper,
+                 "an MoE model (--experts) is sized with the paper's activation count: dtrain's "
+                 "engine has no MoE layer to count yet");
+    if (!in.training.tokens_per_expert.empty()) {
+      MoeDispatch d;  // checks the routing's length and entries
+      d.tokens = 1;
+      d.hidden = in.model.hidden;
+      d.top_k = in.model.moe.top_k;
+      d.experts = in.model.moe.experts;
+      d.tokens_per_expert = in.training.tokens_per_expert;
+      dispatch_bytes(d, 0);
+    }
+  } else {
+    DTRAIN_CHECK(in.training.tokens_per_expert.empty(),
+                 "--tokens-per-expert is an MoE model's routing: add --experts E");
+  }
   DTRAIN_CHECK(sb.param > 0 && sb.grad > 0 && sb.optimizer >= 0,
                "--precision: bytes per parameter must be positive");
 }
@@ -324,6 +427,7 @@ std::string layout_error(const PlanInput& in, const Layout& l) {
   if (l.tp < 1) return str("--tp must be >= 1, got ", l.tp);
   if (l.pp < 1) return str("--pp must be >= 1, got ", l.pp);
   if (l.cp < 1) return str("--cp must be >= 1, got ", l.cp);
+  if (l.ep < 1) return str("--ep must be >= 1, got ", l.ep);
   if (l.vp < 1) return str("--vp must be >= 1, got ", l.vp);
   if (l.micro_batch < 1) return str("--micro-batch must be >= 1, got ", l.micro_batch);
   // Bounded before they are multiplied together.
@@ -352,6 +456,23 @@ std::string layout_error(const PlanInput& in, const Layout& l) {
                gpus, " (", in.cluster.nodes, " nodes x ", in.cluster.gpus_per_node, ")");
   }
   if (m.heads % l.tp != 0) return str("--tp ", l.tp, " does not divide --heads ", m.heads);
+  if (m.moe.enabled() && has_measured_rates(in.cluster)) {
+    return str("--model ", m.name,
+               ": the engine clock (a cluster file with gpu.measured) prices dtrain's engine, "
+               "whose MoE layer it cannot time yet; plan MoE models on a GPU cluster (e.g. "
+               "--cluster 8x8xH100)");
+  }
+  if (l.ep > 1) {
+    if (!m.moe.enabled()) return str("--ep ", l.ep, " needs an MoE model (--experts E)");
+    if (l.dp % l.ep != 0) {
+      return str("--ep ", l.ep, " does not divide --dp ", l.dp,
+                 " (expert parallelism is carved from the data-parallel ranks)");
+    }
+    if (m.moe.experts % l.ep != 0) {
+      return str("--ep ", l.ep, " does not divide --experts ", m.moe.experts);
+    }
+    if (l.cp > 1) return str("--ep ", l.ep, " with --cp ", l.cp, ": not modelled yet");
+  }
   const int64_t kv = m.kv_heads_or_heads();
   if (kv % l.tp != 0 && l.tp % kv != 0) {
     return str("--tp ", l.tp, " neither divides nor is a multiple of --kv-heads ", kv);
@@ -469,15 +590,29 @@ StageCompute stage_compute(const PlanInput& in, const ModelShape& real_model, co
   const ClockShape shape = clock_shape(in, l);
   const GpuSpec& gpu = in.cluster.gpu;
   const double layers = static_cast<double>(m.layers / l.pp);
-  const PassTimes layer = total(layer_ops(shape, gpu)).scaled(layers);
-  PassTimes last = layer, first = layer;
-  last += total(head_ops(shape, gpu));
-  first += total(embedding_ops(shape, gpu));
-  if (l.pp == 1) last += total(embedding_ops(shape, gpu));
+  const PassTimes dense_layer = total(layer_ops(shape, gpu));
+  PassTimes moe_layer;
+  if (m.moe.enabled()) {
+    ClockShape routed = shape;
+    routed.moe_layer = true;
+    routed.expert_load = moe_load_factor(in, l);
+    moe_layer = total(layer_ops(routed, gpu));
+  }
   auto sum = [](const PassTimes& p) {
     return p.forward_s + p.backward_input_s + p.backward_weight_s;
   };
-  PassTimes stage = sum(last) >= sum(first) ? last : first;
+  // The slowest stage: the first adds the embedding, the last the head, and with routed layers
+  // the stages differ in how many they hold.
+  PassTimes stage;
+  for (int k = 0; k < l.pp; ++k) {
+    if (k != 0 && k != l.pp - 1 && !m.moe.enabled()) continue;
+    const double routed = static_cast<double>(stage_moe_layers(m, l, k));
+    PassTimes p = dense_layer.scaled(layers - routed);
+    if (routed > 0) p += moe_layer.scaled(routed);
+    if (k == 0) p += total(embedding_ops(shape, gpu));
+    if (k == l.pp - 1) p += total(head_ops(shape, gpu));
+    if (k == 0 || sum(p) > sum(stage)) stage = p;
+  }
   stage.backward_input_s = (stage.backward_input_s - stage.recompute_s) * model_scale +
                            stage.recompute_s * recompute_scale;
   stage.forward_s *= model_scale;
@@ -487,10 +622,19 @@ StageCompute stage_compute(const PlanInput& in, const ModelShape& real_model, co
   sc.forward_s = stage.forward_s;
   sc.recompute_s = stage.recompute_s;
   sc.backward_s = stage.backward_input_s + stage.backward_weight_s;
-  // The optimizer of the rank with the most parameters: its ZeRO shard (stage >= 1).
-  double params = static_cast<double>(stage_params_of(in, l, 0));
-  if (l.pp > 1) params = std::max(params, static_cast<double>(stage_params_of(in, l, l.pp - 1)));
-  if (l.zero_stage >= 1) params /= l.dp * l.cp;
+  // The optimizer of the rank with the most parameters: its ZeRO shard (stage >= 1), routed
+  // experts sharded over the expert-data-parallel group.
+  double params = 0;
+  for (int k : {0, l.pp - 1}) {
+    double dense = static_cast<double>(stage_params_of(in, l, k));
+    double experts = l.ep > 1 ? static_cast<double>(stage_expert_params(m, l, k)) : 0;
+    dense -= experts;
+    if (l.zero_stage >= 1) {
+      dense /= l.dp * l.cp;
+      experts /= l.dp * l.cp / l.ep;
+    }
+    params = std::max(params, dense + experts);
+  }
   sc.optimizer_s = optimizer_seconds(params, tr.state_bytes, gpu, std::max(1.0, layers));
   return sc;
 }
@@ -663,20 +807,99 @@ std::pair<double, double> cp_times(const PlanInput& in, const Layout& l, int64_t
   return {forward_s, backward_s};
 }
 
+GroupPlacement subgroup(const GroupPlacement& parent, int size, int step, int gpus_per_node);
+
+// Expert parallelism's all-to-alls of one micro-batch through the busiest stage (the one with the
+// most routed layers), as forward and backward seconds: per routed layer a dispatch and a combine
+// forward, their gradients' combine- and dispatch-shaped all-to-alls backward (and the forward's
+// again under full recompute), each priced pairwise (comm_model.h all_to_all_v_cost) on the
+// busiest EP rank's bytes, on the intra-node link when the EP group fits a node. Nothing hides
+// them: the experts wait for their tokens. Appends the step's rows and fills plan->moe.
+std::pair<double, double> ep_times(const PlanInput& in, const Layout& l, int64_t microbatches,
+                                   const GroupPlacement& dp_group, Plan* plan) {
+  const ModelShape& m = in.model;
+  MoeReport& r = plan->moe;
+  r.enabled = m.moe.enabled();
+  if (!r.enabled) return {0, 0};
+  r.total_params = param_count(m);
+  r.active_params = model_flops_param_count(m);
+  r.ep = l.ep;
+  r.expert_dp = l.dp * l.cp / l.ep;
+  r.experts_per_rank = m.moe.experts / l.ep;
+  for (int k = 0; k < l.pp; ++k) r.moe_layers = std::max(r.moe_layers, stage_moe_layers(m, l, k));
+  if (l.ep == 1) return {0, 0};
+  const MoeDispatch d = moe_dispatch(in, l);
+  r.load_factor = expert_load_factor(d);
+  r.busiest_rank = busiest_ep_rank(d);
+  r.dispatch = dispatch_bytes(d, r.busiest_rank);
+  r.combine = combine_bytes(d, r.busiest_rank);
+  const GroupPlacement group = subgroup(dp_group, l.ep, 1, in.cluster.gpus_per_node);
+  r.inter_node = group.crosses_nodes();
+  const Link& link = r.inter_node ? in.cluster.inter_node : in.cluster.intra_node;
+  const CommCost dispatch = all_to_all_v_cost(comm::Algorithm::pairwise, r.dispatch.sent,
+                                              r.dispatch.received, r.busiest_rank, link);
+  const CommCost combine = all_to_all_v_cost(comm::Algorithm::pairwise, r.combine.sent,
+                                             r.combine.received, r.busiest_rank, link);
+  const double forward_calls = l.recompute == Recompute::full ? 2 : 1;  // per direction, backward
+  const double layers = static_cast<double>(r.moe_layers), mb = static_cast<double>(microbatches);
+  r.bytes_per_layer = (1 + forward_calls) * (r.dispatch.sent_total() + r.combine.sent_total());
+  r.bytes_per_step = r.bytes_per_layer * layers * mb;
+  const double pair_s = dispatch.time_s + combine.time_s;
+  const double forward_s = layers * pair_s, backward_s = layers * forward_calls * pair_s;
+  const double calls = (1 + forward_calls) * layers * mb;  // of each shape
+  const std::pair<const char*, const CommCost*> shapes[] = {
+      {"dispatch fwd + combine's grad", &dispatch}, {"combine fwd + dispatch's grad", &combine}};
+  for (const auto& [what, cost] : shapes) {
+    const MoeA2aRank& bytes = cost == &dispatch ? r.dispatch : r.combine;
+    GroupTraffic row =
+        traffic_row("EP", "all_to_all_v", what, group,
+                    {static_cast<int64_t>(cost->steps * calls), bytes.sent_total() * calls,
+                     cost->time_s * calls, r.inter_node, false});
+    row.calls = static_cast<int64_t>(calls);
+    plan->traffic.push_back(row);
+  }
+  plan->time.ep_s = (forward_s + backward_s) * mb;
+  return {forward_s, backward_s};
+}
+
 // DP and ZeRO collectives of the step over the largest stage's parameters, and what overlap
 // leaves of them: gradient reductions hide behind backward compute (the last micro-batch's for
 // ZeRO 0-1, every one for ZeRO 2-3), weight gathers behind forward compute (the next step's
 // first micro-batch for ZeRO 1-2, every one for ZeRO 3). Sets t.dp_s and t.dp_exposed_s.
+// The ranks `size` members of `parent` apart by `step` members each (parent member k x step for
+// k < size), as rank 0's group sees them: the EP group (step 1, size ep) and the expert-data-
+// parallel group (step ep, size dp / ep) inside a DP group.
+GroupPlacement subgroup(const GroupPlacement& parent, int size, int step, int gpus_per_node) {
+  GroupPlacement g;
+  g.size = size;
+  g.stride = parent.stride * step;
+  int nodes = 0, on_node = 0, most = 0;
+  int64_t last_node = -1;
+  for (int k = 0; k < size; ++k) {
+    const int64_t node = static_cast<int64_t>(k) * g.stride / gpus_per_node;
+    if (node != last_node) {
+      ++nodes;
+      on_node = 0;
+      last_node = node;
+    }
+    most = std::max(most, ++on_node);
+  }
+  g.nodes = std::max(1, nodes);
+  g.ranks_per_node = std::max(1, most);
+  return g;
+}
+
 void dp_times(const PlanInput& in, const Layout& l, int64_t microbatches, const StageCompute& sc,
               const GroupPlacement& group, std::vector<GroupTraffic>* rows, TimeBreakdown* t) {
   if (l.dp * l.cp == 1) return;  // gradients are reduced over DP x CP
   const ModelShape& m = in.model;
   const StateBytes sb = in.training.state_bytes;
-  int64_t params = stage_params_of(in, l, 0);
-  if (l.pp > 1) params = std::max(params, stage_params_of(in, l, l.pp - 1));
-  const double grad_bytes = static_cast<double>(params * sb.grad);
   const int largest =
       l.pp > 1 && stage_params_of(in, l, l.pp - 1) > stage_params_of(in, l, 0) ? l.pp - 1 : 0;
+  // With EP the routed experts reduce over the expert-data-parallel group (none when ep = dp).
+  const int64_t expert_params = l.ep > 1 ? stage_expert_params(m, l, largest) : 0;
+  const int64_t params = stage_params_of(in, l, largest) - expert_params;
+  const double grad_bytes = static_cast<double>(params * sb.grad);
   const int64_t pieces =
       engine_split(in) ? engine_dp_pieces(in, l, largest)
       : l.zero_stage == 3
@@ -690,21 +913,44 @@ void dp_times(const PlanInput& in, const Layout& l, int64_t microbatches, const 
   backward.window_s = l.zero_stage >= 2 ? mb * backward_one : backward_one;
   const size_t first = rows->size();
   std::vector<bool> in_forward;
-  for (const CollectiveCall& call :
-       dp_collectives(params, l.zero_stage, sb, static_cast<int>(microbatches), pieces,
-                      engine_split(in) ? 1 : 0)) {
-    const PlacedCost cost = placed_collective_cost(call, group, in.cluster);
-    Phase& phase = call.overlaps_forward ? forward : backward;
-    phase.time_s += cost.time_s;
-    phase.min_exposed_s =
-        std::max(phase.min_exposed_s, cost.time_s / static_cast<double>(call.count));
-    in_forward.push_back(call.overlaps_forward);
-    GroupTraffic row = traffic_row(call.op == comm::CollectiveOp::all_gather ? "ZeRO" : "DP",
-                                   comm::name(call.op), call.what, group, cost);
-    row.calls = call.count;
-    rows->push_back(row);
-    t->dp_s += cost.time_s;
+  struct Reduced {
+    std::vector<CollectiveCall> calls;
+    GroupPlacement group;
+    std::string_view dp_name, zero_name;
+  };
+  std::vector<Reduced> sets;
+  sets.push_back({dp_collectives(params, l.zero_stage, sb, static_cast<int>(microbatches), pieces,
+                                 engine_split(in) ? 1 : 0),
+                  group, "DP", "ZeRO"});
+  if (expert_params > 0 && l.dp / l.ep > 1) {
+    const int64_t expert_pieces =
+        l.zero_stage == 3
+            ? stage_moe_layers(m, l, largest)
+            : std::max<int64_t>(
+                  1, static_cast<int64_t>(std::ceil(static_cast<double>(expert_params * sb.grad) /
+                                                    in.training.bucket_bytes)));
+    sets.push_back({dp_collectives(expert_params, l.zero_stage, sb, static_cast<int>(microbatches),
+                                   std::max<int64_t>(1, expert_pieces)),
+                    subgroup(group, l.dp / l.ep, l.ep, in.cluster.gpus_per_node), "EDP", "EDP"});
   }
+  for (const Reduced& set : sets)
+    for (CollectiveCall call : set.calls) {
+      if (set.dp_name == "EDP")
+        call.what =
+            call.op == comm::CollectiveOp::all_gather ? "expert weights" : "expert gradients";
+      const PlacedCost cost = placed_collective_cost(call, set.group, in.cluster);
+      Phase& phase = call.overlaps_forward ? forward : backward;
+      phase.time_s += cost.time_s;
+      phase.min_exposed_s =
+          std::max(phase.min_exposed_s, cost.time_s / static_cast<double>(call.count));
+      in_forward.push_back(call.overlaps_forward);
+      GroupTraffic row =
+          traffic_row(call.op == comm::CollectiveOp::all_gather ? set.zero_name : set.dp_name,
+                      comm::name(call.op), call.what, set.group, cost);
+      row.calls = call.count;
+      rows->push_back(row);
+      t->dp_s += cost.time_s;
+    }
   // Each phase's exposed time is shared among its calls in proportion to their time.
   for (size_t i = first; i < rows->size(); ++i) {
     GroupTraffic& row = (*rows)[i];
@@ -796,11 +1042,14 @@ Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const 
 
   const auto [cp_forward_s, cp_backward_s] =
       cp_times(in, l, microbatches, place_group(Axis::cp, sizes, l.order, c.gpus_per_node), &plan);
+  const auto [ep_forward_s, ep_backward_s] =
+      ep_times(in, l, microbatches, place_data_group(sizes, l.order, c.gpus_per_node), &plan);
 
   // The pipeline runs on the slowest stage's times, TP and CP collectives and sends included.
   StageTimes times;
-  times.forward = sc.stage.forward_s + tp_forward_s + cp_forward_s + pp_send_s;
-  times.backward_input = sc.stage.backward_input_s + tp_backward_s + cp_backward_s + pp_send_s;
+  times.forward = sc.stage.forward_s + tp_forward_s + cp_forward_s + ep_forward_s + pp_send_s;
+  times.backward_input =
+      sc.stage.backward_input_s + tp_backward_s + cp_backward_s + ep_backward_s + pp_send_s;
   times.backward_weight = sc.stage.backward_weight_s;
   TimeBreakdown& t = plan.time;
   t.stage_times = times;
@@ -846,7 +1095,8 @@ Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const 
   t.days = in.training.tokens > 0 ? days_to_train(in.training.tokens, t.tokens_per_s) : 0;
   if (in.training.tokens > 0) {
     const double iterations = in.training.tokens / step_tokens;
-    t.total_flops_6nd = 6.0 * static_cast<double>(param_count(real_model)) * in.training.tokens;
+    t.total_flops_6nd =
+        6.0 * static_cast<double>(model_flops_param_count(real_model)) * in.training.tokens;
     t.total_model_flops = t.model_flops * iterations;
     t.total_hardware_flops = t.hardware_flops * iterations;
   }

@@ -61,6 +61,10 @@ struct Training {
   // How HFU (and the hardware FLOPs that --achieved-tflops converts) counts selective
   // recompute; step time always charges the work redone (SelectiveFlops::rerun).
   SelectiveFlops selective_flops = SelectiveFlops::korthikanti_eq8;
+  // Appended: an MoE model's measured routing, tokens routed to each expert (E entries, any
+  // scale; empty = uniform): it sets the all-to-all bytes and the busiest rank's expert work
+  // (moe.h MoeDispatch).
+  std::vector<double> tokens_per_expert;
 };
 
 // Where a plan's step time comes from.
@@ -86,6 +90,9 @@ struct Layout {
   // picks the algorithm by choose_cp_algorithm's rule when the layout is evaluated.
   int cp = 1;
   CpAlgorithm cp_algo = CpAlgorithm::automatic;
+  // Appended. Expert parallelism (moe.h): ep ranks of each DP group share one copy of the
+  // experts, E / ep each; expert state is data-parallel over dp / ep ranks.
+  int ep = 1;
 };
 std::string describe(const Layout& layout);  // "dp=8 tp=8 pp=1 zero=1 b=1 rc=selective sp"
 // The `dtrain plan` flags that select it: "--dp 8 --tp 8 --pp 1 --zero 1 --micro-batch 1 ...".
@@ -126,6 +133,12 @@ struct MemoryBreakdown {
   // fp32 working copies of a layer's bf16 tensors)
   double layer_scratch = 0;
   double capacity = 0;
+  // Appended, MoE: routed layers on the stage, of stage_params the routed experts this rank
+  // holds (E / ep per routed layer, 1/tp of each), and a routed layer's activations for one
+  // micro-batch (in activations, in place of activation_per_layer for those layers).
+  int64_t moe_layers = 0;
+  int64_t expert_params = 0;
+  double moe_activation_per_layer = 0;
   double total() const { return params + grads + optimizer + activations + temporary; }
   bool fits() const { return total() <= capacity; }
   double headroom() const { return capacity - total(); }  // negative: over by that much
@@ -187,6 +200,29 @@ struct TimeBreakdown {
   // all-gather and ulysses collectives, which the attention waits for).
   double cp_s = 0;
   double cp_total_s = 0;
+  // Appended: expert parallelism's all-to-all (dispatch and combine, forward and backward) per
+  // step on the critical path (nothing overlaps it: the experts wait for their tokens).
+  double ep_s = 0;
+};
+
+// What an MoE model does in one layout: its parameters, EP's groups and all-to-all traffic.
+struct MoeReport {
+  bool enabled = false;
+  int64_t total_params = 0;   // shape_param_count (or --params)
+  int64_t active_params = 0;  // active_param_count: what a token's forward touches
+  int ep = 1;
+  int expert_dp = 1;  // expert-data-parallel degree: dp x cp / ep
+  int64_t experts_per_rank = 0;
+  int64_t moe_layers = 0;   // routed layers on the busiest stage
+  double load_factor = 1;   // expert_load_factor of the routing
+  int busiest_rank = 0;     // busiest_ep_rank
+  bool inter_node = false;  // the EP group spans nodes
+  MoeA2aRank dispatch;      // one routed layer, one micro-batch, the busiest EP rank
+  MoeA2aRank combine;
+  // Bytes the busiest rank sends per routed layer and micro-batch: forward dispatch + combine
+  // and their two backward all-to-alls (+ the forward's again under full recompute).
+  double bytes_per_layer = 0;
+  double bytes_per_step = 0;  // x routed layers x micro-batches
 };
 
 // What context parallelism does in one layout (cp > 1): the algorithm and why, and its traffic.
@@ -210,7 +246,8 @@ struct Plan {
   // Bytes each pipeline stage's rank sends per step (pp_sends_per_microbatch x M x the message;
   // empty when pp = 1). The PP row of `traffic` is the busiest of them.
   std::vector<double> pp_bytes_per_stage;
-  CpReport cp;  // appended; meaningful when layout.cp > 1
+  CpReport cp;    // appended; meaningful when layout.cp > 1
+  MoeReport moe;  // appended; meaningful when moe.enabled
 };
 
 // Memory of one pipeline stage (0 = first) on one GPU; evaluate reports the stage that needs
@@ -231,9 +268,10 @@ struct SearchConstraints {
   std::optional<bool> sequence_parallel;
   std::optional<int> cp;               // appended: context parallelism (--cp)
   std::optional<CpAlgorithm> cp_algo;  // --cp-algo (auto: the rule, per layout)
+  std::optional<int> ep;               // appended: expert parallelism (--ep)
   bool any() const {
     return dp || tp || pp || vp || zero_stage || micro_batch || microbatches || recompute ||
-           sequence_parallel || cp || cp_algo;
+           sequence_parallel || cp || cp_algo || ep;
   }
   // The layout's fixed axes have the fixed values (M = global_batch / (dp x b)).
   bool admits(const Layout& l, int64_t global_batch) const;

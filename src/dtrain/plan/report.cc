@@ -119,6 +119,44 @@ std::string cp_section(const PlanInput& in, const Plan& p) {
   return s;
 }
 
+// Mixture of experts: parameters total and active, EP's groups, the experts on a rank, and the
+// all-to-all bytes of one routed layer.
+std::string moe_section(const PlanInput& in, const Plan& p) {
+  const MoeReport& r = p.moe;
+  const Layout& l = p.layout;
+  const ModelShape& m = in.model;
+  std::string s = str("Mixture of experts: ", m.moe.experts, " experts, top ", m.moe.top_k,
+                      m.moe.shared_experts > 0 ? str(", ", m.moe.shared_experts, " shared") : "",
+                      "; ", moe_layer_count(m), " of ", m.layers, " layers routed (", r.moe_layers,
+                      " on the busiest stage); ",
+                      format_params(static_cast<double>(r.total_params)), " parameters, ",
+                      format_params(static_cast<double>(r.active_params)), " active per token\n");
+  s += str("  ep=", l.ep, ": ", r.experts_per_rank, " experts per rank (",
+           format_params(static_cast<double>(p.memory.expert_params)),
+           " expert parameters on this rank", l.tp > 1 ? str(", 1/", l.tp, " of each") : "",
+           "); expert-data-parallel degree ", r.expert_dp, " (dp ", l.dp, l.cp > 1 ? " x cp" : "",
+           " / ep ", l.ep, "): expert state ",
+           l.zero_stage > 0
+               ? str("ZeRO-sharded over ", r.expert_dp, " ranks, dense state over ", l.dp * l.cp)
+               : str("reduced over ", r.expert_dp, " ranks, dense over ", l.dp * l.cp),
+           "\n");
+  if (l.ep > 1) {
+    s += str("  all-to-all per routed layer and micro-batch (busiest EP rank ", r.busiest_rank,
+             ", ", r.inter_node ? "across nodes" : "inside a node", "): dispatch sends ",
+             format_gb(r.dispatch.sent_total()), ", receives ",
+             format_gb(r.dispatch.received_total()),
+             "; the combine the reverse; forward + backward ", format_gb(r.bytes_per_layer),
+             " sent; per step ", format_gb(r.bytes_per_step), ", ", format_seconds(p.time.ep_s),
+             " on the critical path\n");
+    s += str("  routing: ", in.training.tokens_per_expert.empty() ? "uniform" : "measured",
+             " (--tokens-per-expert); the busiest rank's experts compute ",
+             format_fixed(r.load_factor, 3), " x the mean routed tokens\n");
+  }
+  s += "  FLOPs and MFU count active parameters: a routed layer's forward is 2 x (attention + "
+       "router + (top-k + shared) experts) per token; 6ND's N is the active count\n";
+  return s;
+}
+
 std::string time_section(const PlanInput& in, const Plan& p) {
   const TimeBreakdown& t = p.time;
   const Layout& l = p.layout;
@@ -151,6 +189,7 @@ std::string time_section(const PlanInput& in, const Plan& p) {
                 ? " (ring hops hide behind block compute where they can)"
                 : " (the attention waits for its collectives)"));
   }
+  if (l.ep > 1) row("EP all-to-all", t.ep_s, "dispatch and combine, on the critical path");
   row("pipeline sends", t.pp_s, "on the critical path");
   row("pipeline bubble", t.bubble_s, "");
   row("DP/ZeRO communication", t.dp_s,
@@ -249,6 +288,7 @@ std::string format_plan(const PlanInput& in, const Plan& p) {
            to_string(p.layout.order), ")\n\n");
   s += memory_section(in, p) + "\n" + traffic_section(in, p) + "\n";
   if (p.layout.cp > 1) s += cp_section(in, p) + "\n";
+  if (p.moe.enabled) s += moe_section(in, p) + "\n";
   s += time_section(in, p);
   return s;
 }
@@ -289,6 +329,7 @@ std::string format_search(const PlanInput& in, const SearchResult& r) {
     const Plan& w = r.top.front().plan;
     s += memory_section(in, w) + "\n" + traffic_section(in, w) + "\n";
     if (w.layout.cp > 1) s += cp_section(in, w) + "\n";
+    if (w.moe.enabled) s += moe_section(in, w) + "\n";
     s += time_section(in, w);
   }
   return s;
@@ -307,7 +348,16 @@ json input_json(const PlanInput& in) {
             {"ffn_hidden", m.ffn_or_default()},
             {"vocab", m.vocab},
             {"seq", m.seq},
-            {"params", param_count(m)}}},
+            {"params", param_count(m)},
+            {"active_params", model_flops_param_count(m)},
+            {"experts", m.moe.experts},
+            {"top_k", m.moe.top_k},
+            {"moe_every", m.moe.every},
+            {"first_dense", m.moe.first_dense},
+            {"shared_experts", m.moe.shared_experts},
+            {"expert_ffn", m.moe.expert_ffn},
+            {"moe_layers", moe_layer_count(m)},
+            {"mla", m.mla.enabled()}}},
           {"cluster", to_json(in.cluster)},
           {"training",
            {{"global_batch", t.global_batch},
@@ -334,7 +384,8 @@ json layout_json(const Layout& l) {
           {"schedule", l.vp > 1 ? "interleaved" : name(l.schedule)},
           {"order", to_string(l.order)},
           {"cp", l.cp},
-          {"cp_algo", name(l.cp_algo)}};
+          {"cp_algo", name(l.cp_algo)},
+          {"ep", l.ep}};
 }
 
 json cp_pass_json(const CpPassTraffic& t) {
@@ -364,8 +415,30 @@ json plan_json(const Plan& p) {
     cp["cp_s"] = t.cp_s;
     cp["cp_total_s"] = t.cp_total_s;
   }
+  json moe = {{"enabled", p.moe.enabled}};
+  if (p.moe.enabled) {
+    moe["ep"] = p.moe.ep;
+    moe["expert_dp"] = p.moe.expert_dp;
+    moe["experts_per_rank"] = p.moe.experts_per_rank;
+    moe["total_params"] = p.moe.total_params;
+    moe["active_params"] = p.moe.active_params;
+    moe["moe_layers_on_stage"] = p.moe.moe_layers;
+    moe["expert_params_on_rank"] = m.expert_params;
+    moe["activation_bytes_per_moe_layer"] = m.moe_activation_per_layer;
+    moe["load_factor"] = p.moe.load_factor;
+    moe["busiest_ep_rank"] = p.moe.busiest_rank;
+    moe["inter_node"] = p.moe.inter_node;
+    moe["dispatch_sent_bytes"] = p.moe.dispatch.sent_total();
+    moe["dispatch_received_bytes"] = p.moe.dispatch.received_total();
+    moe["combine_sent_bytes"] = p.moe.combine.sent_total();
+    moe["bytes_per_layer"] = p.moe.bytes_per_layer;
+    moe["bytes_per_step"] = p.moe.bytes_per_step;
+    moe["ep_s"] = t.ep_s;
+    moe["flops_convention"] = "active parameters";
+  }
   return {{"layout", layout_json(p.layout)},
           {"context_parallel", cp},
+          {"moe", moe},
           {"microbatches", p.microbatches},
           {"memory",
            {{"stage", m.stage},

@@ -82,6 +82,8 @@ std::vector<Family> make_families(const Cluster& c) {
   f.push_back({fixed("sequence parallelism"), [](const Layout& l) { return l.sequence_parallel; }});
   f.push_back({fixed("no context parallelism (cp=1)"), [](const Layout& l) { return l.cp == 1; }});
   f.push_back({fixed("context parallelism (cp>1)"), [](const Layout& l) { return l.cp > 1; }});
+  f.push_back({fixed("experts replicated (ep=1)"), [](const Layout& l) { return l.ep == 1; }});
+  f.push_back({fixed("expert parallelism (ep>1)"), [](const Layout& l) { return l.ep > 1; }});
   return f;
 }
 
@@ -211,6 +213,14 @@ void for_each_layout(const PlanInput& in, const SearchConstraints& fixed,
           reject(str("dp not dividing the global batch of ", batch), base);
           continue;
         }
+        // Expert parallelism: the divisors of dp that divide the experts (EP with CP is not
+        // modelled).
+        std::vector<int> eps{1};
+        if (m.moe.enabled() && base.cp == 1) {
+          for (int64_t e : divisors(base.dp)) {
+            if (e > 1 && m.moe.experts % e == 0) eps.push_back(static_cast<int>(e));
+          }
+        }
         // Interleave factors v > 1 whose v * pp chunks split the layers evenly: once per split,
         // not once per micro-batch size (a model of 1e5 layers makes this loop long).
         std::vector<int> interleaved;
@@ -228,16 +238,18 @@ void for_each_layout(const PlanInput& in, const SearchConstraints& fixed,
           for (int v : vps) {
             for (int zero = 0; zero <= (base.dp * base.cp > 1 ? 3 : 0); ++zero) {
               for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
-                for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
-                  Layout l = base;
-                  l.micro_batch = b;
-                  l.vp = v;
-                  l.zero_stage = zero;
-                  l.recompute = rc;
-                  l.sequence_parallel = sp == 1;
-                  l.schedule = v > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
-                  if (fixed.admits(l, batch)) visit(l);
-                }
+                for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp)
+                  for (int ep : eps) {
+                    Layout l = base;
+                    l.ep = ep;
+                    l.micro_batch = b;
+                    l.vp = v;
+                    l.zero_stage = zero;
+                    l.recompute = rc;
+                    l.sequence_parallel = sp == 1;
+                    l.schedule = v > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
+                    if (fixed.admits(l, batch)) visit(l);
+                  }
               }
             }
           }
@@ -263,6 +275,7 @@ std::string describe(const SearchConstraints& c) {
   if (c.sequence_parallel) add(*c.sequence_parallel ? "sp" : "no sp");
   if (c.cp) add(str("cp=", *c.cp));
   if (c.cp_algo) add(str("cp-algo=", name(*c.cp_algo)));
+  if (c.ep) add(str("ep=", *c.ep));
   return s;
 }
 
@@ -275,7 +288,7 @@ bool SearchConstraints::admits(const Layout& l, int64_t global_batch) const {
          (!micro_batch || *micro_batch == l.micro_batch) &&
          (!recompute || *recompute == l.recompute) &&
          (!sequence_parallel || *sequence_parallel == l.sequence_parallel) &&
-         (!cp || *cp == l.cp) && (!cp_algo || *cp_algo == l.cp_algo);
+         (!cp || *cp == l.cp) && (!cp_algo || *cp_algo == l.cp_algo) && (!ep || *ep == l.ep);
 }
 
 SearchSize search_size(const PlanInput& in, const SearchConstraints& fixed) {

@@ -70,8 +70,13 @@ std::vector<OpTime> layer_ops(const ClockShape& s, const GpuSpec& gpu) {
   const double seq_local = seq / s.cp;  // this rank's queries (and every per-token tensor)
   const double h = static_cast<double>(m.hidden), t = s.tp;
   const double f = static_cast<double>(m.ffn_or_default());
-  const double hs = h / static_cast<double>(m.heads);
-  const double kv_width = static_cast<double>(m.kv_heads_or_heads()) * hs;
+  const double hs_qk = static_cast<double>(attention_qk_width(m)) / static_cast<double>(m.heads);
+  const double hs_v = static_cast<double>(attention_v_width(m)) / static_cast<double>(m.heads);
+  // Q, K, V's width: MLA's down and up products priced as one product of the same weights.
+  const double qkv_width =
+      m.mla.enabled()
+          ? static_cast<double>(mla_matmul_param_count(m) - attention_v_width(m) * m.hidden) / h
+          : h + 2 * static_cast<double>(m.kv_heads_or_heads()) * (h / static_cast<double>(m.heads));
   const double heads_local = static_cast<double>(m.heads) / t;
   const double tokens = b * seq_local;
   const double tokens_sp = s.sequence_parallel ? tokens / t : tokens;  // LayerNorm, residual
@@ -83,16 +88,37 @@ std::vector<OpTime> layer_ops(const ClockShape& s, const GpuSpec& gpu) {
   const bool gated = m.family == ModelFamily::llama;
   OpBuilder o{clock_rates(gpu), matmul_peak_flops(gpu, s.activation_bytes), {}};
   o.memory("layernorm 1", 2 * tokens_sp * h * e, 3 * tokens_sp * h * e, full);
-  o.weight_matmul("qkv", tokens, (h + 2 * kv_width) / t, h, full);
-  o.activation_matmul("scores q k^t", seq_local, seq, hs, b * heads_local, selective);
+  o.weight_matmul("qkv", tokens, qkv_width / t, h, full);
+  o.activation_matmul("scores q k^t", seq_local, seq, hs_qk, b * heads_local, selective);
   o.memory("softmax", 2 * scores * e, 3 * scores * e, selective);
   if (s.dropout)
     o.memory("attention dropout", scores * (2 * e + 1), scores * (2 * e + 1), selective);
-  o.activation_matmul("scores x v", seq_local, hs, seq, b * heads_local, selective);
-  o.weight_matmul("projection", tokens, h, h / t, full);
+  o.activation_matmul("scores x v", seq_local, hs_v, seq, b * heads_local, selective);
+  o.weight_matmul("projection", tokens, h, static_cast<double>(attention_v_width(m)) / t, full);
   o.memory("bias-dropout-residual 1", tokens_sp * h * (3 * e + mask),
            tokens_sp * h * (2 * e + mask), full);
   o.memory("layernorm 2", 2 * tokens_sp * h * e, 3 * tokens_sp * h * e, full);
+  if (s.moe_layer) {
+    const double fe = static_cast<double>(m.moe.expert_ffn > 0 ? m.moe.expert_ffn : f);
+    const double copies = tokens * static_cast<double>(m.moe.top_k) * s.expert_load;
+    const double shared = tokens * static_cast<double>(m.moe.shared_experts);
+    o.weight_matmul("router", tokens, static_cast<double>(m.moe.experts), h, full);
+    // Each copy read and written once to group the tokens by expert, and back.
+    o.memory("permute", 2 * copies * h * e, 2 * copies * h * e, full);
+    o.weight_matmul(gated ? "experts gate+up" : "experts up", copies, (gated ? 2 : 1) * fe / t, h,
+                    full);
+    o.memory(gated ? "experts swiglu" : "experts gelu", (gated ? 3 : 2) * copies * fe / t * e,
+             (gated ? 5 : 3) * copies * fe / t * e, full);
+    o.weight_matmul("experts down", copies, h, fe / t, full);
+    if (shared > 0) {
+      o.weight_matmul("shared experts up", shared, (gated ? 2 : 1) * fe / t, h, full);
+      o.weight_matmul("shared experts down", shared, h, fe / t, full);
+    }
+    o.memory("unpermute and gates", 3 * copies * h * e, 3 * copies * h * e, full);
+    o.memory("bias-dropout-residual 2", tokens_sp * h * (3 * e + mask),
+             tokens_sp * h * (2 * e + mask), full);
+    return o.ops;
+  }
   o.weight_matmul(gated ? "mlp gate+up" : "mlp up", tokens, (gated ? 2 : 1) * f / t, h, full);
   o.memory(gated ? "swiglu" : "bias-gelu", (gated ? 3 : 2) * tokens * f / t * e,
            (gated ? 5 : 3) * tokens * f / t * e, full);

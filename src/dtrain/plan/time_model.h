@@ -10,6 +10,9 @@
 //                    its bias (SwiGLU for a gated MLP), bias-dropout-residual x2; each moves its
 //                    bytes once (read + written) and pays one kernel call; sequence parallelism
 //                    runs the LayerNorms and residuals on 1/tp of the tokens
+//   routed layers    (ClockShape::moe_layer) the MLP's products become the router's, the
+//                    experts' over the routed copies and the shared experts'; MLA's products
+//                    are priced as one QKV product of its weights' width
 // The head adds the final norm, the logit product and the cross-entropy (fp32 softmax over the
 // vocabulary shard); the first stage the embedding lookup. Recompute charges B with the forward
 // it reruns: full reruns the whole layer, selective the scores, softmax, dropout and scores x V.
@@ -44,6 +47,12 @@ struct ClockShape {
   // tokens; its queries attend to all model.seq keys (the balanced causal split gives every
   // rank 1/cp of the attention products, whichever algorithm moves the K/V).
   int cp = 1;
+  // Appended. Price a routed layer (moe.h): the router, the k routed copies of each token
+  // through the expert MLPs (one grouped product per weight, the busiest rank's copies: tokens
+  // x k x expert_load), the shared experts, and the permutes that gather each expert's tokens
+  // and scatter them back; the all-to-all is priced in planner.cc.
+  bool moe_layer = false;
+  double expert_load = 1;
 };
 
 struct OpTime {

@@ -1,0 +1,141 @@
+// Mixture-of-experts shapes and their formulas: which layers route, parameters total and active
+// per token, the parameters one rank holds under expert parallelism (EP), the all-to-all bytes
+// of a routed layer's dispatch and combine, and the activation bytes of a routed layer.
+//
+// An MoE layer replaces the dense MLP with a router (an h x E linear) and E expert MLPs of
+// intermediate size f_e (SwiGLU for the llama family: 3 h f_e weights; GPT: 2 h f_e + f_e + h),
+// plus S shared experts every token goes through. Each token goes to its top-k experts.
+// Layer i (0-based) routes when i >= first_dense and (i - first_dense) % every == 0.
+//
+// Expert parallelism is carved from data parallelism (Megatron-core, DeepSpeed-MoE): the dp
+// ranks of a stage form dp / ep groups of ep ranks; an EP group holds every expert once, E / ep
+// per rank (experts e in [r E/ep, (r+1) E/ep) on EP rank r). Expert gradients are reduced (and
+// ZeRO shards expert state) over the expert-data-parallel group, the dp / ep ranks that hold the
+// same experts; dense parameters over the whole DP group. Under TP every TP rank holds a 1/tp
+// slice of each of its experts (expert TP = TP) and dispatches the same tokens: the expert MLP
+// is a TP-split MLP whose collectives the dense layer's TP rows already count.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace dtrain::plan {
+
+struct ModelShape;
+
+struct MoeShape {
+  int64_t experts = 0;         // E routed experts; 0 = a dense model
+  int64_t top_k = 0;           // k experts per token
+  int64_t every = 1;           // route every n-th layer (after the dense ones)
+  int64_t first_dense = 0;     // the first layers keep a dense MLP (DeepSeek's first_k_dense)
+  int64_t shared_experts = 0;  // S experts every token goes through
+  int64_t expert_ffn = 0;      // f_e, each expert's intermediate size; 0 = the dense f
+  bool enabled() const { return experts > 0; }
+};
+
+// Multi-head latent attention (DeepSeek-V2/V3): queries through a rank-q_lora bottleneck (h x
+// q_lora, RMSNorm, q_lora x a (d_nope + d_rope)), keys and values through a rank-kv_lora one
+// with one decoupled RoPE key shared by all heads (h x (kv_lora + d_rope), RMSNorm, kv_lora x
+// a (d_nope + d_v)), the output projection a d_v x h. No biases.
+struct MlaShape {
+  int64_t q_lora_rank = 0;  // 0 = queries projected directly (h x a (d_nope + d_rope))
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  bool enabled() const { return kv_lora_rank > 0; }
+};
+
+// Attention weights of one layer (matrix multiplies) and its norms' weights (MLA's two latent
+// RMSNorms; the layer's own two norms are counted with the layer).
+int64_t mla_matmul_param_count(const ModelShape& m);
+int64_t mla_norm_param_count(const ModelShape& m);
+// Widths of the attention products per token: Q K^T runs over a x d_qk, scores x V over a x d_v
+// (both h for standard attention; MLA's 128 x 192 and 128 x 128 for DeepSeek-V3).
+int64_t attention_qk_width(const ModelShape& m);
+int64_t attention_v_width(const ModelShape& m);
+
+// Whether layer i routes, and how many of layers [first, first + count) do.
+bool is_moe_layer(const ModelShape& m, int64_t layer);
+int64_t moe_layers_in(const ModelShape& m, int64_t first, int64_t count);
+int64_t moe_layer_count(const ModelShape& m);
+
+// One expert MLP's parameters (weights and, for GPT, biases), and its matrix-multiply weights.
+int64_t expert_param_count(const ModelShape& m);
+int64_t expert_matmul_param_count(const ModelShape& m);
+// The router: h x E weights.
+int64_t router_param_count(const ModelShape& m);
+// A routed layer: attention, norms, router, E routed and S shared experts.
+int64_t moe_layer_param_count(const ModelShape& m);
+// A routed layer's matrix-multiply weights one token passes through: attention, router, k routed
+// and S shared experts (what costs 2 FLOPs per token each).
+int64_t moe_layer_active_matmul_param_count(const ModelShape& m);
+// Parameters one token's forward touches: everything but the E - k routed experts it skips in
+// each routed layer (embeddings and head counted).
+int64_t active_param_count(const ModelShape& m);
+
+// Routed-expert parameters in `moe_layers` routed layers on one rank: E / ep experts each, split
+// over tp (ceil per expert, as the shard of any TP-split tensor).
+int64_t rank_routed_expert_params(const ModelShape& m, int64_t moe_layers, int ep, int tp);
+// The same for all E experts (what the stage holds without EP, per TP rank).
+inline int64_t stage_routed_expert_params(const ModelShape& m, int64_t moe_layers, int tp) {
+  return rank_routed_expert_params(m, moe_layers, 1, tp);
+}
+
+// What one rank sends and receives in one dispatch all-to-all of one routed layer, one
+// micro-batch. `tokens` is the rank's tokens entering the layer (b s), each sent to k experts,
+// `hidden` wide at `bytes_per_element`. `tokens_per_expert` is the routing: how many of all
+// tokens the EP group routed to each expert (E entries; empty = uniform, every expert the same);
+// each rank's tokens are assumed to follow the group's shares. Experts live on EP rank e / (E /
+// ep). Rank r sends to q: tokens k h e share_q (share_q: rank q's experts' fraction of the
+// routed tokens), nothing to itself; it receives (ep - 1) tokens k h e share_r.
+// Uniform: share = 1/ep, so each rank sends and receives tokens k h e (ep - 1) / ep.
+// The combine sends the same bytes back (sent and received swapped); the backward runs a
+// combine-shaped all-to-all for the dispatch's gradient and a dispatch-shaped one for the
+// combine's.
+struct MoeA2aRank {
+  std::vector<double> sent;      // bytes to each EP rank (0 to itself)
+  std::vector<double> received;  // bytes from each EP rank
+  double sent_total() const;
+  double received_total() const;
+};
+struct MoeDispatch {
+  double tokens = 0;  // per rank, per micro-batch
+  int64_t hidden = 0;
+  int64_t top_k = 0;
+  int64_t experts = 0;
+  int ep = 1;
+  int64_t bytes_per_element = 2;
+  std::vector<double> tokens_per_expert;  // empty = uniform
+};
+// Throws Error when the routing has the wrong length or a negative or non-finite entry, or
+// sums to zero.
+MoeA2aRank dispatch_bytes(const MoeDispatch& d, int rank);
+// The combine of the same routing: dispatch_bytes with sent and received swapped.
+MoeA2aRank combine_bytes(const MoeDispatch& d, int rank);
+// The EP rank whose dispatch moves the most bytes (sent or received): whose all-to-all the
+// others wait for.
+int busiest_ep_rank(const MoeDispatch& d);
+// Routed tokens the busiest EP rank's experts compute per micro-batch over tokens x k (1 when
+// uniform; ep x the largest rank share otherwise).
+double expert_load_factor(const MoeDispatch& d);
+
+// Activation bytes a routed layer keeps beyond a dense layer's attention part: for one micro-
+// batch of `tokens` tokens on one TP rank (elements of `e` bytes): the router's probabilities
+// (fp32, tokens x E), the experts' inputs and outputs (k tokens x h each; the outputs for the
+// gates' gradient), each routed copy's intermediate tensors (SwiGLU 3 f_e / tp, GELU 2 f_e / tp),
+// and the shared experts' (S times the same per token). Full recompute keeps none of them.
+double moe_mlp_activation_bytes(const ModelShape& m, double tokens, int64_t e, int tp,
+                                double load_factor = 1);
+// The dense MLP's part of activation_bytes_per_layer, which a routed layer replaces:
+// ((gated ? 2 : 1) ew + e) f tokens / tp.
+double dense_mlp_activation_bytes(const ModelShape& m, double tokens, int64_t e, int64_t ew,
+                                  int tp);
+
+// Throws Error naming the flag (--experts, --top-k, --moe-every, --first-dense,
+// --shared-experts, --expert-ffn, --tokens-per-expert) when an MoE shape is inconsistent.
+void validate_moe(const ModelShape& m);
+
+}  // namespace dtrain::plan
