@@ -12,6 +12,7 @@
 #include <numeric>
 
 #include "dtrain/model/ops/moe.h"
+#include "dtrain/model/param_table.h"
 #include "gradcheck.h"
 
 namespace dtrain::model {
@@ -222,6 +223,28 @@ TEST(MoeOp, TiesGoToTheLowerExpertIndex) {
   // Uniform router probabilities make aux = E * sum_e f_e / E = 1 however the choices fall (the
   // loss pushes on P_e, which is already balanced).
   EXPECT_NEAR(r.routing.aux_loss, 1.0, 1e-6);
+}
+
+TEST(MoeParamTable, ExpertsReplaceEveryNthMlpAndCountMatches) {
+  GptConfig g{.vocab = 64, .context = 8, .layers = 4, .heads = 2, .channels = 8};
+  g.moe = {.experts = 3, .top_k = 2, .every = 2};
+  const ParamTable t = gpt_param_table(g);
+  EXPECT_EQ(t.total_count(), gpt_param_count(g));
+  EXPECT_EQ(t.size(), static_cast<size_t>(2 + 4 * 12 + 2 + 2));  // + a router per MoE block
+  EXPECT_TRUE(t.contains("h.0.mlp.fc.w"));
+  EXPECT_TRUE(t.contains("h.1.moe.fc.w"));
+  EXPECT_FALSE(t.contains("h.1.mlp.fc.w"));
+  EXPECT_EQ(t[static_cast<size_t>(t.index_of("h.3.moe.proj.w"))].shape,
+            (std::vector<int64_t>{3, 8, 32}));
+  EXPECT_EQ(t[static_cast<size_t>(gpt_layer_param(g, 3, LayerParam::moe_router_w))].name,
+            "h.3.moe.router.w");
+  EXPECT_EQ(t[static_cast<size_t>(gpt_layer_param(g, 2, LayerParam::qkv_w))].name,
+            "h.2.attn.qkv.w");
+  EXPECT_EQ(t[static_cast<size_t>(gpt_lnf_b_index(g))].name, "lnf.b");
+  // Dense part unchanged: 12C^2+13C per block; an MoE block's MLP is E of them plus the router.
+  const int64_t C = 8, mlp = 8 * C * C + 5 * C;
+  EXPECT_EQ(gpt_param_count(g),
+            64 * C + 8 * C + 4 * (12 * C * C + 13 * C) + 2 * C + 2 * (2 * mlp + 3 * C));
 }
 
 }  // namespace
