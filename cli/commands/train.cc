@@ -161,6 +161,27 @@ void set_layout_names(const TrainFlags& f, train::LayoutOptions& l) {
   }
 }
 
+// The mixture-of-experts flags (model/moe_config.h); their ranges are checked by
+// model::validate, which names the flag.
+void add_moe_flags(CLI::App& cmd, model::MoeConfig& m) {
+  cmd.add_option("--experts", m.experts,
+                 "Experts E of each MoE block's MLP (0: a dense model; model/ops/moe.h)")
+      ->capture_default_str();
+  cmd.add_option("--top-k", m.top_k, "Experts each token is routed to (with --experts)")
+      ->capture_default_str();
+  cmd.add_option("--moe-every", m.every,
+                 "Every n-th block's MLP is MoE: blocks n-1, 2n-1, ... (with --experts)")
+      ->capture_default_str();
+  cmd.add_option("--capacity-factor", m.capacity_factor,
+                 "Each expert takes at most ceil(c * tokens * k / E) assignments per micro-batch, "
+                 "the rest dropped in token order (0: dropless)")
+      ->capture_default_str();
+  cmd.add_option("--aux-loss-coef", m.aux_loss_coef,
+                 "Coefficient of the load-balancing loss E * sum_e f_e * P_e added to the loss "
+                 "trained (the reported loss is the cross-entropy; the aux loss is reported apart)")
+      ->capture_default_str();
+}
+
 template <typename T>
 void take_if_given(const CLI::Option* flag, T value, std::optional<T>& target) {
   if (flag->count() > 0) target = value;
@@ -186,6 +207,7 @@ void add_train(CLI::App& app) {
   auto* heads = cmd->add_option("--heads", f->heads,
                                 "Attention heads NH; must divide --channels (default: preset)");
   auto* channels = cmd->add_option("--channels", f->channels, "Channels C (default: preset)");
+  add_moe_flags(*cmd, o.moe);
   cmd->add_option("--steps", o.steps, "Optimizer steps")->capture_default_str();
   auto* batch = cmd->add_option("--batch", f->batch, "Sequences per step B (default: preset)");
   auto* seq = cmd->add_option("--seq", f->seq,

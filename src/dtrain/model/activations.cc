@@ -123,6 +123,7 @@ GptActivations::GptActivations(const GptConfig& g, int64_t B, int64_t T, MemoryT
   if (packed_) carve_packed(packed_probe, packed_counter, g, B, T, tp, rows);
   layers_.resize(static_cast<size_t>(g.layers));
   packed_layers_.resize(static_cast<size_t>(g.layers));
+  moe_layers_.resize(static_cast<size_t>(g.layers));
   for (int64_t l = range.first; l < range.end(); ++l) {
     layer_storage_.emplace_back(counter.used(), MemoryTag::activations, tracker);
     Carver c(layer_storage_.back().data());

@@ -15,6 +15,7 @@
 #include "dtrain/core/recompute.h"
 #include "dtrain/model/gpt_config.h"
 #include "dtrain/model/gpt_stage.h"
+#include "dtrain/model/ops/moe.h"
 
 namespace dtrain::model {
 
@@ -67,6 +68,14 @@ struct HeadActivations {
   bool has_targets = false;    // whether the last forward computed the loss
 };
 
+// An MoE block's routing and its experts' kept tensors (model/ops/moe.h). Their size follows
+// the router's decisions, so they are plain vectors, not charged to the tracker (the dense
+// block's fc and fc_gelu, which an MoE block leaves unused, still are).
+struct MoeLayerState {
+  MoeRouting routing;
+  MoeExpertCache cache;
+};
+
 class GptActivations {
  public:
   GptActivations(const GptConfig& config, int64_t B, int64_t T, MemoryTracker* tracker);
@@ -111,6 +120,12 @@ class GptActivations {
   const PackedLayer& packed_layer(int64_t l) const {
     return packed_layers_[static_cast<size_t>(l)];
   }
+  // Block l's MoE state (sized for every block of the model; used by MoE blocks only).
+  MoeLayerState& moe_layer(int64_t l) { return moe_layers_[static_cast<size_t>(l)]; }
+  const MoeLayerState& moe_layer(int64_t l) const { return moe_layers_[static_cast<size_t>(l)]; }
+  // The loss scale the head's backward ran with: MoE blocks scale their aux loss's gradient
+  // by it (times the coefficient), as the cross-entropy's.
+  float loss_scale = 1.0f;
 
  private:
   int64_t B_ = 0, T_ = 0;
@@ -123,6 +138,7 @@ class GptActivations {
   Buffer<float> head_storage_;
   Buffer<int32_t> id_storage_;
   std::vector<LayerActivations> layers_;
+  std::vector<MoeLayerState> moe_layers_;
   HeadActivations head_;
 };
 

@@ -15,6 +15,7 @@
 #include "dtrain/model/ops/gelu.h"
 #include "dtrain/model/ops/layernorm.h"
 #include "dtrain/model/ops/matmul.h"
+#include "dtrain/model/ops/moe.h"
 #include "dtrain/model/ops/residual.h"
 #include "dtrain/model/ops/vocab_parallel.h"
 #include "dtrain/model/tp_shard.h"
@@ -88,6 +89,10 @@ GptModel::GptModel(const GptConfig& config, const GptStage& stage, MemoryTracker
       whole_index_.push_back(w);
     }
   }
+  // MoE blocks run the serial layer (model/ops/moe.h) inside block_forward_dense and
+  // block_backward_dense only: not under TP / sequence parallelism yet.
+  DTRAIN_CHECK(!config.moe.enabled() || tp_->size() == 1, "--experts with --tp ", tp_->size(),
+               " is not supported yet");
   w_ = weights_at(params_.data());
   dw_ = weights_at(grads_.data());
   cx_.team = team;
@@ -102,15 +107,16 @@ GptWeights GptModel::weights_at(float* base) const {
   w.wte = at(kWteIndex);
   w.wpe = at(kWpeIndex);
   for (int64_t l = 0; l < config_.layers; ++l) {
-    auto p = [&](LayerParam k) { return at(gpt_layer_param(l, k)); };
+    auto p = [&](LayerParam k) { return at(gpt_layer_param(config_, l, k)); };
     w.layers.push_back({p(LayerParam::ln1_w), p(LayerParam::ln1_b), p(LayerParam::qkv_w),
                         p(LayerParam::qkv_b), p(LayerParam::attn_proj_w),
                         p(LayerParam::attn_proj_b), p(LayerParam::ln2_w), p(LayerParam::ln2_b),
                         p(LayerParam::fc_w), p(LayerParam::fc_b), p(LayerParam::fc_proj_w),
                         p(LayerParam::fc_proj_b)});
+    if (is_moe_layer(config_.moe, l)) w.layers.back().moe_router_w = p(LayerParam::moe_router_w);
   }
-  w.lnf_w = at(gpt_lnf_w_index(config_.layers));
-  w.lnf_b = at(gpt_lnf_b_index(config_.layers));
+  w.lnf_w = at(gpt_lnf_w_index(config_));
+  w.lnf_b = at(gpt_lnf_b_index(config_));
   return w;
 }
 
@@ -158,7 +164,7 @@ void GptModel::bind_range(GptWeights& w, int64_t offset, int64_t count, float* s
   bind(w.wpe, kWpeIndex);
   for (int64_t l = 0; l < config_.layers; ++l) {
     LayerWeights& lw = w.layers[static_cast<size_t>(l)];
-    auto p = [&](LayerParam k) { return gpt_layer_param(l, k); };
+    auto p = [&](LayerParam k) { return gpt_layer_param(config_, l, k); };
     bind(lw.ln1_w, p(LayerParam::ln1_w));
     bind(lw.ln1_b, p(LayerParam::ln1_b));
     bind(lw.qkv_w, p(LayerParam::qkv_w));
@@ -171,9 +177,10 @@ void GptModel::bind_range(GptWeights& w, int64_t offset, int64_t count, float* s
     bind(lw.fc_b, p(LayerParam::fc_b));
     bind(lw.fc_proj_w, p(LayerParam::fc_proj_w));
     bind(lw.fc_proj_b, p(LayerParam::fc_proj_b));
+    if (is_moe_layer(config_.moe, l)) bind(lw.moe_router_w, p(LayerParam::moe_router_w));
   }
-  bind(w.lnf_w, gpt_lnf_w_index(config_.layers));
-  bind(w.lnf_b, gpt_lnf_b_index(config_.layers));
+  bind(w.lnf_w, gpt_lnf_w_index(config_));
+  bind(w.lnf_b, gpt_lnf_b_index(config_));
 }
 
 int64_t GptModel::vocab_local() const {
@@ -222,7 +229,8 @@ void GptModel::init_params(uint64_t seed) {
     } else if (is_ln_weight) {
       std::fill(p.begin(), p.end(), 1.0f);
     } else {
-      const bool residual = t.name.ends_with("attn.proj.w") || t.name.ends_with("mlp.proj.w");
+      const bool residual = t.name.ends_with("attn.proj.w") || t.name.ends_with("mlp.proj.w") ||
+                            t.name.ends_with("moe.proj.w");
       const double stddev = residual ? std_residual : std_base;
       for (float& x : p) x = static_cast<float>(stddev * rng.normal());
     }
@@ -474,6 +482,11 @@ void GptModel::block_forward_dense(const GptActivations& acts, GptWorkspace& ws,
 
   // MLP: x_next = ln2_in + fc_proj(gelu(fc(ln2(ln2_in))))
   layernorm_forward(a.ln2_out, a.ln2_mean, a.ln2_rstd, a.ln2_in, w.ln2_w, w.ln2_b, B, T, C, cx);
+  if (w.moe_router_w != nullptr) {
+    moe_mlp_forward(acts, l, a, linear_out);
+    residual_forward(out, a.ln2_in, linear_out, nullptr, BT, C, cx);
+    return;
+  }
   matmul_forward(a.fc, a.ln2_out, w.fc_w, w.fc_b, BT, C, 4 * C_local, cx);  // f: identity
   gelu_forward(a.fc_gelu, a.fc, BT * 4 * C_local, cx);
   matmul_forward(linear_out, a.fc_gelu, w.fc_proj_w, nullptr, BT, 4 * C_local, C, cx);
@@ -515,7 +528,8 @@ void GptModel::head_backward(GptActivations& acts, GptWorkspace& ws, float dloss
   const int64_t BT = B * T;
   HeadActivations& h = acts.head();
   DTRAIN_CHECK(h.has_targets, "GptModel::backward needs a forward pass with targets");
-  h.has_targets = false;  // the probabilities are about to become their gradient
+  h.has_targets = false;
+  acts.loss_scale = dloss;  // the probabilities are about to become their gradient
   if (tp_->size() > 1) {
     vocab_parallel_crossentropy_backward(h.logits, h.targets, dloss, BT, vocab_begin(),
                                          vocab_local());
@@ -615,18 +629,27 @@ void GptModel::block_backward_dense(GptActivations& acts, GptWorkspace& ws, int6
   float* dln = ws.d_btc1;
 
   // MLP; the residual passes dres through unchanged, the LayerNorm adds to it
-  zero(ws.dfc_gelu, BT * 4 * C_local);
-  matmul_backward_or_keep(ws.dfc_gelu, dw.fc_proj_w, dw.fc_proj_b, dres, a.fc_gelu, w.fc_proj_w, BT,
-                          4 * C_local, C, keep != nullptr ? keep->dfc_proj : nullptr,
-                          cx);  // g: identity
-  zero(ws.dfc, BT * 4 * C_local);
-  gelu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT * 4 * C_local, cx);
-  zero(dln, BT * C);
-  matmul_backward_or_keep(dln, dw.fc_w, dw.fc_b, ws.dfc, a.ln2_out, w.fc_w, BT, C, 4 * C_local,
-                          keep != nullptr ? keep->dfc : nullptr, cx);
-  tp_->f_backward(dln, BT * C);
-  layernorm_backward(dres, dw.ln2_w, dw.ln2_b, dln, a.ln2_in, w.ln2_w, a.ln2_mean, a.ln2_rstd, B, T,
-                     C);
+  if (w.moe_router_w != nullptr) {
+    DTRAIN_CHECK(keep == nullptr, "a split (zero-bubble) backward of MoE block ", l,
+                 " is not supported yet");
+    zero(dln, BT * C);
+    moe_mlp_backward(acts, l, a, dres, dln);
+    layernorm_backward(dres, dw.ln2_w, dw.ln2_b, dln, a.ln2_in, w.ln2_w, a.ln2_mean, a.ln2_rstd, B,
+                       T, C);
+  } else {
+    zero(ws.dfc_gelu, BT * 4 * C_local);
+    matmul_backward_or_keep(ws.dfc_gelu, dw.fc_proj_w, dw.fc_proj_b, dres, a.fc_gelu, w.fc_proj_w,
+                            BT, 4 * C_local, C, keep != nullptr ? keep->dfc_proj : nullptr,
+                            cx);  // g: identity
+    zero(ws.dfc, BT * 4 * C_local);
+    gelu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT * 4 * C_local, cx);
+    zero(dln, BT * C);
+    matmul_backward_or_keep(dln, dw.fc_w, dw.fc_b, ws.dfc, a.ln2_out, w.fc_w, BT, C, 4 * C_local,
+                            keep != nullptr ? keep->dfc : nullptr, cx);
+    tp_->f_backward(dln, BT * C);
+    layernorm_backward(dres, dw.ln2_w, dw.ln2_b, dln, a.ln2_in, w.ln2_w, a.ln2_mean, a.ln2_rstd, B,
+                       T, C);
+  }
 
   // attention
   float* datty = ws.d_btc2;
@@ -661,6 +684,48 @@ void GptModel::embedding_backward(GptActivations& acts, GptWorkspace& ws) {
   }
   encoder_backward(dw_.wte, dw_.wpe, ws.dres, acts.head().tokens, acts.batch(), acts.seq(),
                    config_.channels);
+}
+
+namespace {
+
+MoeWeights moe_weights(const LayerWeights& w) {
+  return {w.moe_router_w, w.fc_w, w.fc_b, w.fc_proj_w, w.fc_proj_b};
+}
+
+}  // namespace
+
+void GptModel::moe_mlp_forward(const GptActivations& acts, int64_t l, const LayerActivations& a,
+                               float* delta) {
+  const int64_t N = acts.batch() * acts.seq(), C = config_.channels;
+  const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
+  // The MoE state is the activations' own (one per micro-batch in flight); forward fills it.
+  MoeLayerState& s = const_cast<GptActivations&>(acts).moe_layer(l);
+  moe_route(s.routing, a.ln2_out, w.moe_router_w, N, C, config_.moe, cx_);
+  moe_forward(delta, s.cache, s.routing, a.ln2_out, moe_weights(w), N, C, config_.moe, cx_);
+}
+
+void GptModel::moe_mlp_backward(const GptActivations& acts, int64_t l, const LayerActivations& a,
+                                const float* dres, float* dln) {
+  const int64_t N = acts.batch() * acts.seq(), C = config_.channels;
+  const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
+  const LayerWeights& dw = dw_.layers[static_cast<size_t>(l)];
+  const MoeLayerState& s = acts.moe_layer(l);
+  const MoeGrads g{dw.moe_router_w, dw.fc_w, dw.fc_b, dw.fc_proj_w, dw.fc_proj_b};
+  const double aux_scale = config_.moe.aux_loss_coef * acts.loss_scale;
+  moe_backward(dln, g, dres, s.cache, s.routing, a.ln2_out, moe_weights(w), N, C, config_.moe,
+               aux_scale, cx_);
+}
+
+double GptModel::moe_aux_loss(const GptActivations& acts) const {
+  double sum = 0;
+  for (int64_t l = acts.range().first; l < acts.range().end(); ++l) {
+    if (is_moe_layer(config_.moe, l)) sum += acts.moe_layer(l).routing.aux_loss;
+  }
+  return sum;
+}
+
+const MoeRouting* GptModel::moe_routing(const GptActivations& acts, int64_t l) const {
+  return is_moe_layer(config_.moe, l) ? &acts.moe_layer(l).routing : nullptr;
 }
 
 int64_t GptModel::sp_rows(const GptActivations& acts) const {

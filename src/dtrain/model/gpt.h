@@ -39,6 +39,9 @@ struct LayerWeights {
   float* fc_b;       // (4*C)
   float* fc_proj_w;  // (C, 4*C)
   float* fc_proj_b;  // (C)
+  // An MoE block (model/ops/moe.h): the four MLP fields above hold E experts each
+  // ((E, 4*C, C), (E, 4*C), (E, C, 4*C), (E, C)), and the router is here; null otherwise.
+  float* moe_router_w = nullptr;  // (E, C)
 };
 struct GptWeights {
   float* wte;  // (V, C)
@@ -143,6 +146,12 @@ class GptModel {
   void bind_params(int64_t offset, int64_t count, float* storage);
   void bind_grads(int64_t offset, int64_t count, float* storage);
 
+  // MoE: the sum over MoE blocks of the load-balancing loss of the last forward on `acts` (the
+  // loss trained is forward's cross-entropy + moe.aux_loss_coef times this), and each block's
+  // routing (null for a dense block).
+  double moe_aux_loss(const GptActivations& acts) const;
+  const MoeRouting* moe_routing(const GptActivations& acts, int64_t l) const;
+
   // When set, every sgemm call is timed and counted there (null turns counting off).
   void set_gemm_stats(GemmStats* stats) { cx_.gemm_stats = stats; }
   // bf16: every matrix product (the linears, attention's two, the LM head) on bf16-rounded
@@ -181,6 +190,12 @@ class GptModel {
   // the four linears' output gradients there (block_backward_input).
   void block_backward_dense(GptActivations& acts, GptWorkspace& ws, int64_t l,
                             BlockOutputGrads* keep);
+  // An MoE block's MLP half: routed experts in place of the dense MLP (delta (B*T, C) is what
+  // the residual adds), and its backward from dres into dln (the LN output's gradient).
+  void moe_mlp_forward(const GptActivations& acts, int64_t l, const LayerActivations& a,
+                       float* delta);
+  void moe_mlp_backward(const GptActivations& acts, int64_t l, const LayerActivations& a,
+                        const float* dres, float* dln);
   bool sp() const { return tp_->sequence_parallel(); }
   int64_t sp_rows(const GptActivations& acts) const;  // B*T/N (B*T without SP)
   void bind_range(GptWeights& w, int64_t offset, int64_t count, float* storage) const;

@@ -40,15 +40,22 @@ void validate(const GptConfig& c) {
   DTRAIN_CHECK(c.channels > 0, "--channels must be positive (got ", c.channels, ")");
   DTRAIN_CHECK(c.channels % c.heads == 0, "--heads ", c.heads, " does not divide --channels ",
                c.channels);
+  validate(c.moe, c.layers);
 }
 
 int64_t gpt_param_count(const GptConfig& c) {
   const int64_t C = c.channels;
-  return c.vocab * C + c.context * C + c.layers * (12 * C * C + 13 * C) + 2 * C;
+  const int64_t moe_layers = moe_layers_before(c.moe, c.layers);
+  const int64_t mlp = 8 * C * C + 5 * C;
+  return c.vocab * C + c.context * C + c.layers * (12 * C * C + 13 * C) + 2 * C +
+         moe_layers * ((c.moe.experts - 1) * mlp + c.moe.experts * C);
 }
 
 std::string describe(const GptConfig& c) {
-  return str("V=", c.vocab, " T=", c.context, " L=", c.layers, " NH=", c.heads, " C=", c.channels);
+  std::string s =
+      str("V=", c.vocab, " T=", c.context, " L=", c.layers, " NH=", c.heads, " C=", c.channels);
+  if (c.moe.enabled()) s += str(" E=", c.moe.experts, " k=", c.moe.top_k, " every=", c.moe.every);
+  return s;
 }
 
 }  // namespace dtrain::model

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "dtrain/model/moe_config.h"
+
 namespace dtrain::model {
 
 struct GptConfig {
@@ -15,6 +17,7 @@ struct GptConfig {
   int64_t layers = 0;                                     // L
   int64_t heads = 0;                                      // NH
   int64_t channels = 0;                                   // C
+  MoeConfig moe;                                          // dense unless moe.experts > 0
   int64_t head_size() const { return channels / heads; }  // HS
   bool operator==(const GptConfig&) const = default;
 };
@@ -33,13 +36,15 @@ const std::vector<GptPreset>& gpt_presets();
 const GptPreset& gpt_preset(std::string_view name);
 
 // Throws Error naming the flag (--vocab, --context, --layers, --heads, --channels) when a size
-// is not positive or --heads does not divide --channels.
+// is not positive or --heads does not divide --channels (and the MoE flags, moe_config.h).
 void validate(const GptConfig& config);
 
 // Parameter count of the model (embeddings tied with the LM head, biases and LayerNorms
-// included): V*C + T*C + L*(12*C*C + 13*C) + 2*C.
+// included): V*C + T*C + L*(12*C*C + 13*C) + 2*C; an MoE block's MLP (8*C*C + 5*C) becomes
+// E of them plus the router (E*C).
 int64_t gpt_param_count(const GptConfig& config);
 
-std::string describe(const GptConfig& config);  // "V=512 T=64 L=4 NH=4 C=128"
+std::string describe(
+    const GptConfig& config);  // "V=512 T=64 L=4 NH=4 C=128" (+ " E=8 k=2 every=2")
 
 }  // namespace dtrain::model

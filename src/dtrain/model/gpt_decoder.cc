@@ -15,6 +15,8 @@ namespace dtrain::model {
 GptDecoder::GptDecoder(const GptConfig& config, std::span<const float> params)
     : config_(config), table_(gpt_param_table(config)), params_(params) {
   validate(config);
+  DTRAIN_CHECK(!config.moe.enabled(), "sampling an MoE model (--experts ", config.moe.experts,
+               ") is not supported yet");
   DTRAIN_CHECK(static_cast<int64_t>(params.size()) == table_.total_count(),
                "GptDecoder: ", params.size(), " parameters for a model of ", table_.total_count());
   const int64_t C = config.channels;

@@ -54,12 +54,12 @@ ParamTable gpt_stage_param_table(const GptConfig& config, const GptStage& stage)
   keep[kWpeIndex] = stage.embedding;
   for (int64_t l = 0; l < config.layers; ++l) {
     if (!stage.has_layer(l)) continue;
-    for (int k = 0; k < kLayerParamCount; ++k) {
-      keep[static_cast<size_t>(gpt_layer_param(l, static_cast<LayerParam>(k)))] = true;
+    for (int k = 0; k < gpt_layer_param_count(config, l); ++k) {
+      keep[static_cast<size_t>(gpt_layer_param(config, l, static_cast<LayerParam>(k)))] = true;
     }
   }
-  keep[static_cast<size_t>(gpt_lnf_w_index(config.layers))] = stage.head;
-  keep[static_cast<size_t>(gpt_lnf_b_index(config.layers))] = stage.head;
+  keep[static_cast<size_t>(gpt_lnf_w_index(config))] = stage.head;
+  keep[static_cast<size_t>(gpt_lnf_b_index(config))] = stage.head;
 
   ParamTable table;
   std::vector<int> new_index(whole.size(), -1);

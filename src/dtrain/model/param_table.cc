@@ -49,6 +49,15 @@ ParamTable gpt_param_table(const GptConfig& c) {
     t.add(h + "attn.proj.b", {C});
     t.add(h + "ln2.w", {C});
     t.add(h + "ln2.b", {C});
+    if (is_moe_layer(c.moe, l)) {
+      const int64_t E = c.moe.experts;
+      t.add(h + "moe.fc.w", {E, 4 * C, C});
+      t.add(h + "moe.fc.b", {E, 4 * C});
+      t.add(h + "moe.proj.w", {E, C, 4 * C});
+      t.add(h + "moe.proj.b", {E, C});
+      t.add(h + "moe.router.w", {E, C});
+      continue;
+    }
     t.add(h + "mlp.fc.w", {4 * C, C});
     t.add(h + "mlp.fc.b", {4 * C});
     t.add(h + "mlp.proj.w", {C, 4 * C});
@@ -57,14 +66,19 @@ ParamTable gpt_param_table(const GptConfig& c) {
   t.add("lnf.w", {C});
   t.add("lnf.b", {C});
 
-  std::vector<int> order = {gpt_lnf_w_index(c.layers), gpt_lnf_b_index(c.layers)};
+  std::vector<int> order = {gpt_lnf_w_index(c), gpt_lnf_b_index(c)};
   const LayerParam layer_order[] = {
       LayerParam::fc_proj_w,   LayerParam::fc_proj_b,   LayerParam::fc_w,
       LayerParam::fc_b,        LayerParam::ln2_w,       LayerParam::ln2_b,
       LayerParam::attn_proj_w, LayerParam::attn_proj_b, LayerParam::qkv_w,
       LayerParam::qkv_b,       LayerParam::ln1_w,       LayerParam::ln1_b};
   for (int64_t l = c.layers - 1; l >= 0; --l) {
-    for (LayerParam k : layer_order) order.push_back(gpt_layer_param(l, k));
+    for (LayerParam k : layer_order) {
+      order.push_back(gpt_layer_param(c, l, k));
+      if (k == LayerParam::fc_b && is_moe_layer(c.moe, l)) {
+        order.push_back(gpt_layer_param(c, l, LayerParam::moe_router_w));
+      }
+    }
   }
   order.push_back(kWteIndex);
   order.push_back(kWpeIndex);

@@ -36,6 +36,7 @@ class ParamTable {
   // Index of the tensor called `name`; throws Error if there is none. A hash look-up: callers
   // look up every tensor of a table, and a model of 100,000 blocks has 1.2 million of them.
   int index_of(std::string_view name) const;
+  bool contains(std::string_view name) const { return index_by_name_.contains(std::string(name)); }
 
  private:
   std::vector<ParamTensor> tensors_;
@@ -59,8 +60,9 @@ enum class LayerParam {
   fc_b,
   fc_proj_w,
   fc_proj_b,
+  moe_router_w,  // MoE blocks only (model/ops/moe.h): their four MLP slots hold E experts each
 };
-inline constexpr int kLayerParamCount = 12;
+inline constexpr int kLayerParamCount = 12;  // a dense block's; an MoE block has 13
 inline constexpr int kWteIndex = 0;
 inline constexpr int kWpeIndex = 1;
 inline int gpt_layer_param(int64_t layer, LayerParam k) {
@@ -72,6 +74,19 @@ inline int gpt_lnf_w_index(int64_t layers) {
 inline int gpt_lnf_b_index(int64_t layers) {
   return gpt_lnf_w_index(layers) + 1;
 }
+// The same for any model, MoE blocks included (the forms above are a dense model's).
+inline int gpt_layer_param_count(const GptConfig& c, int64_t layer) {
+  return kLayerParamCount + (is_moe_layer(c.moe, layer) ? 1 : 0);
+}
+inline int gpt_layer_param(const GptConfig& c, int64_t layer, LayerParam k) {
+  return gpt_layer_param(layer, k) + static_cast<int>(moe_layers_before(c.moe, layer));
+}
+inline int gpt_lnf_w_index(const GptConfig& c) {
+  return gpt_lnf_w_index(c.layers) + static_cast<int>(moe_layers_before(c.moe, c.layers));
+}
+inline int gpt_lnf_b_index(const GptConfig& c) {
+  return gpt_lnf_w_index(c) + 1;
+}
 
 // The GPT table in canonical order:
 //   wte (V, C), wpe (T, C),
@@ -79,6 +94,9 @@ inline int gpt_lnf_b_index(int64_t layers) {
 //     h.l.attn.proj.w (C, C), h.l.attn.proj.b (C), h.l.ln2.w (C), h.l.ln2.b (C),
 //     h.l.mlp.fc.w (4C, C), h.l.mlp.fc.b (4C), h.l.mlp.proj.w (C, 4C), h.l.mlp.proj.b (C),
 //   lnf.w (C), lnf.b (C).
+// An MoE block l (is_moe_layer) holds instead of the four MLP tensors h.l.moe.fc.w (E, 4C, C),
+// h.l.moe.fc.b (E, 4C), h.l.moe.proj.w (E, C, 4C), h.l.moe.proj.b (E, C), then
+// h.l.moe.router.w (E, C); its backward finishes the router after the experts.
 // Backward finishes them in this order: lnf.w, lnf.b; then for l = L-1 down to 0:
 //   mlp.proj.w, mlp.proj.b, mlp.fc.w, mlp.fc.b, ln2.w, ln2.b, attn.proj.w, attn.proj.b,
 //   attn.qkv.w, attn.qkv.b, ln1.w, ln1.b; then wte (the LM head adds to it first, the

@@ -25,7 +25,10 @@ StageUnits::StageUnits(const model::ParamTable& table, const model::GptStage& st
     if (!stage.has_layer(l)) continue;
     block_unit_[static_cast<size_t>(l)] = static_cast<int>(units_.size());
     const std::string h = str("h.", l, ".");
-    units_.push_back(range(str("h.", l), h + "ln1.w", h + "mlp.proj.b"));
+    // A block's tensors run from ln1.w to its last (mlp.proj.b, or an MoE block's router).
+    const std::string last =
+        table.contains(h + "moe.router.w") ? h + "moe.router.w" : h + "mlp.proj.b";
+    units_.push_back(range(str("h.", l), h + "ln1.w", last));
   }
   if (stage.embedding || stage.head) {
     embeddings_ = static_cast<int>(units_.size());

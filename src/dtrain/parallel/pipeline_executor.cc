@@ -297,6 +297,13 @@ void PipelineExecutor::forward(const Action& a, std::span<const int32_t> tokens,
   }
   forward_units(c, acts, c.embedding ? rows(tokens, a.microbatch, bt) : tokens,
                 c.head ? rows(targets, a.microbatch, bt) : targets, &loss_sum_);
+  if (model_.config().moe.enabled()) {
+    for (int64_t l = c.layers.first; l < c.layers.end(); ++l) {
+      if (const model::MoeRouting* r = model_.moe_routing(acts, l)) moe_.add(*r);
+    }
+    moe_.aux_loss_sum += model_.moe_aux_loss(acts);
+    if (c.embedding) ++moe_.microbatches;  // once per micro-batch, on its first chunk
+  }
 }
 
 void PipelineExecutor::backward(const Action& a) {
@@ -396,6 +403,7 @@ PipelineStepRecord PipelineExecutor::run(std::span<const int32_t> tokens,
   live_bytes_ = 0;
   peak_bytes_ = 0;
   loss_sum_ = 0;
+  moe_ = {};
   std::fill(backwards_done_.begin(), backwards_done_.end(), 0);
   std::fill(weights_done_.begin(), weights_done_.end(), 0);
   size_t k = 0;
@@ -430,6 +438,7 @@ PipelineStepRecord PipelineExecutor::run(std::span<const int32_t> tokens,
                  " still held (a forward without its backward)");
   }
   record.peak_inflight_bytes = peak_bytes_;
+  record.moe = moe_;
   record.loss =
       model_.stage().head ? static_cast<float>(loss_sum_ / static_cast<double>(s.microbatches)) : 0;
   return record;

@@ -74,6 +74,7 @@ struct PipelineStepRecord {
   float loss = 0;  // mean over the micro-batches of their mean loss (last stage; 0 elsewhere)
   std::vector<MeasuredAction> actions;  // this rank's list, in order
   int64_t peak_inflight_bytes = 0;      // most activation bytes held at once during the step
+  model::MoeCounts moe;  // the routing of this rank's MoE blocks over the step's micro-batches
 };
 
 struct PipelineExecutorConfig {
@@ -191,6 +192,7 @@ class PipelineExecutor {
   int64_t live_bytes_ = 0, peak_bytes_ = 0;
   int64_t groups_posted_ = 0;  // sequence number of the send/receive groups, for error messages
   double loss_sum_ = 0;
+  model::MoeCounts moe_;  // this step's, into PipelineStepRecord::moe
 };
 
 // The measured step as a generic timeline (one row per rank, time in microseconds from

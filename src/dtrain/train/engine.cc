@@ -143,6 +143,31 @@ float Engine::mean_loss(float last_stage_loss) {
   return static_cast<float>(sum / config_.dp);
 }
 
+void Engine::gather_routing(StepStats& stats, const model::MoeCounts& mine) {
+  const model::MoeConfig& m = config_.step.model.moe;
+  if (!m.enabled()) return;
+  // Each TP rank of a group routes the same tokens: only tp_rank 0's counts are summed.
+  const bool counts = coord_.tp == 0;
+  std::vector<double> v(static_cast<size_t>(4 + m.experts), 0.0);
+  if (counts) {
+    v[0] = mine.aux_loss_sum;
+    v[1] = static_cast<double>(mine.microbatches);
+    v[2] = static_cast<double>(mine.assignments);
+    v[3] = static_cast<double>(mine.dropped);
+    for (size_t e = 0; e < mine.expert_tokens.size(); ++e) {
+      v[4 + e] = static_cast<double>(mine.expert_tokens[e]);
+    }
+  }
+  if (world_.size() > 1) v = comm::sum_in_rank_order(world_, std::span<const double>(v));
+  stats.aux_loss = v[1] > 0 ? v[0] / v[1] : 0.0;
+  stats.moe_assignments = static_cast<int64_t>(v[2]);
+  stats.moe_dropped = static_cast<int64_t>(v[3]);
+  stats.expert_tokens.assign(static_cast<size_t>(m.experts), 0);
+  for (size_t e = 0; e < stats.expert_tokens.size(); ++e) {
+    stats.expert_tokens[e] = static_cast<int64_t>(v[4 + e]);
+  }
+}
+
 StepStats Engine::train_step(const data::Batch& batch, float lr) {
   DTRAIN_CHECK(batch.batch == config_.step.batch && batch.seq == config_.step.seq,
                "engine: batch (", batch.batch, ", ", batch.seq, ") differs from the configured (",
@@ -189,6 +214,7 @@ StepStats Engine::train_step(const data::Batch& batch, float lr) {
   last_.actions = record.actions;
   last_.peak_inflight_bytes = record.peak_inflight_bytes;
   stats.loss = record.loss;
+  gather_routing(stats, record.moe);
   finalize_and_update(stats, lr);
   hooks_->record_spans(nullptr);
   for (const parallel::TpSpan& s : tp_spans) {

@@ -176,6 +176,8 @@ class Engine final : public StepEngine {
   std::span<const int32_t> my_rows(const std::vector<int32_t>& ids) const;
   parallel::GradOwnership grad_ownership() const;
   float mean_loss(float last_stage_loss);  // a collective over the world
+  // MoE: every rank's routing counts summed into the step's stats (a collective over the world).
+  void gather_routing(StepStats& stats, const model::MoeCounts& mine);
   void finalize_and_update(StepStats& stats, float lr);
   void measure_step(const parallel::PipelineStepRecord& record,
                     const std::vector<parallel::TpSpan>& tp_spans);

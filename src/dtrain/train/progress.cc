@@ -62,6 +62,11 @@ void ProgressPrinter::draw(const StepRecord& r, bool final_draw) {
     std::snprintf(buf, sizeof(buf), " val %.4f", static_cast<double>(last_val_));
     val = buf;
   }
+  if (!r.stats.expert_tokens.empty()) {  // an MoE model: its load-balancing loss beside the CE
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), " aux %.4f", r.stats.aux_loss);
+    val = buf + val;
+  }
   if (interactive_) {
     constexpr int kWidth = 24;
     const auto filled = static_cast<int>(kWidth * r.step / steps_);

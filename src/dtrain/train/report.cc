@@ -76,6 +76,7 @@ void print_summary(std::ostream& out, const TrainSummary& s) {
   out << "  activations planned by plan/ (micro-batches in flight x blocks, head and stage "
          "boundary, + workspace): "
       << format_bytes(s.planned_activation_bytes) << "; recompute " << name(c.recompute) << "\n";
+  if (!s.moe_steps.empty()) print_moe_report(out, c.model.moe, s.moe_steps);
   if (s.layout) print_layout_report(out, *s.layout);
   if (const std::optional<ClockReport> clock = measured_clock(s)) {
     print_clock_report(out, *clock);
@@ -137,6 +138,8 @@ nlohmann::json summary_to_json(const TrainSummary& s) {
   mem["peak_total_bytes"] = s.peak_total_bytes;
   mem["planned_activation_bytes"] = s.planned_activation_bytes;
   j["memory"] = mem;
+  j["moe"] =
+      s.moe_steps.empty() ? nlohmann::json(nullptr) : moe_report_to_json(c.model.moe, s.moe_steps);
   if (s.layout) j["layout"] = layout_report_to_json(*s.layout);
   const std::optional<ClockReport> clock = measured_clock(s);
   j["clock"] = clock ? clock_to_json(*clock) : nlohmann::json(nullptr);

@@ -230,6 +230,18 @@ void check_memory(const EngineConfig& c, const LayoutOptions& o) {
                room->address_space ? ", or raise ulimit -v" : "");
 }
 
+// What MoE blocks do not run under yet (the serial layer inside block_forward_dense).
+void check_moe_layout(const TrainOptions& o) {
+  if (!o.moe.enabled()) return;
+  const LayoutOptions& l = o.layout;
+  DTRAIN_CHECK(l.tp == 1, "--experts with --tp ", l.tp, " is not supported yet");
+  DTRAIN_CHECK(o.precision == model::Precision::fp32,
+               "--experts with --precision bf16 is not supported yet");
+  DTRAIN_CHECK(l.schedule != plan::ScheduleKind::zero_bubble_h1,
+               "--experts with --schedule zb-h1 is not supported yet (a split MoE backward)");
+  DTRAIN_CHECK(o.init_from.empty(), "--init-from loads a dense GPT-2: not with --experts");
+}
+
 }  // namespace
 
 TrainSetup resolve(const TrainOptions& o) {
@@ -243,8 +255,10 @@ TrainSetup resolve(const TrainOptions& o) {
   m.layers = o.layers.value_or(m.layers);
   m.heads = o.heads.value_or(m.heads);
   m.channels = o.channels.value_or(m.channels);
+  m.moe = o.moe;
   if (!o.init_from.empty()) take_init_from_shape(o, m);
   model::validate(m);
+  check_moe_layout(o);
   // The data before the model: a token file sets the vocabulary.
   const std::string path = o.data.empty() ? data::default_corpus_path() : o.data;
   DTRAIN_CHECK(!o.data.empty() || std::filesystem::exists(path), "the default corpus '", path,

@@ -20,6 +20,7 @@ struct TrainOptions {
   bool model_given = false;    // --model was given, not defaulted (--init-from checks it)
   // Overrides of the preset's shape.
   std::optional<int64_t> vocab, context, layers, heads, channels;
+  model::MoeConfig moe;  // --experts, --top-k, --moe-every, --capacity-factor, --aux-loss-coef
   int64_t steps = 200;
   std::optional<int64_t> batch;  // default: the preset's
   std::optional<int64_t> seq;    // default: the context

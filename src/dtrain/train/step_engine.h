@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "dtrain/checkpoint/checkpointable.h"
 #include "dtrain/core/memory.h"
@@ -16,6 +17,11 @@ struct StepStats {
   float loss = 0;        // mean cross-entropy over the global batch (before the update)
   double grad_norm = 0;  // global L2 norm of the gradient, before clipping
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;
+  // MoE (empty expert_tokens for a dense model): the routing over the whole global batch.
+  double aux_loss = 0;                 // mean over micro-batches and DP ranks, summed over blocks
+  std::vector<int64_t> expert_tokens;  // (E) assignments kept per expert, over every MoE block
+  int64_t moe_assignments = 0;         // router choices: tokens * k * MoE blocks
+  int64_t moe_dropped = 0;             // of them past capacity: expert_tokens sum to the rest
 };
 
 // Its checkpoint half (state_layout, export_state, import_state, job_communicator, describe) is

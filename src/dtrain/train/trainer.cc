@@ -154,6 +154,10 @@ TrainSummary Trainer::run() {
                  " (the plan/ figure leaves out communication buffers; shard further or raise the "
                  "cap)");
     s.train_losses.push_back(r.stats.loss);
+    if (config_.model.moe.enabled()) {
+      s.moe_steps.push_back({r.step, r.stats.aux_loss, r.stats.expert_tokens,
+                             r.stats.moe_assignments, r.stats.moe_dropped});
+    }
     step_ms.push_back(r.step_ms);
     s.forward_ms += r.stats.forward_ms;
     s.backward_ms += r.stats.backward_ms;

@@ -19,6 +19,7 @@
 #include "dtrain/optim/lr_schedule.h"
 #include "dtrain/train/fault.h"
 #include "dtrain/train/layout_report.h"
+#include "dtrain/train/moe_report.h"
 #include "dtrain/train/step_engine.h"
 #include "dtrain/train/stop_request.h"
 
@@ -95,6 +96,7 @@ struct TrainSummary {
   // checker's count) x one micro-batch of its chunks, + the workspace and recompute's scratch.
   double planned_activation_bytes = 0;
   std::optional<LayoutReport> layout;  // every rank's figures beside plan/ (one schema)
+  std::vector<MoeStepRow> moe_steps;   // an MoE model's routing, one row per step (else empty)
 };
 
 // Progress callbacks; the default implementations ignore everything.

@@ -1,0 +1,203 @@
+// The MoE MLP's route, forward and backward on one rank's N tokens (the serial layer; expert
+// parallelism would move each expert's rows to the rank holding it between route and the
+// expert MLPs). Every sum over a token's assignments runs in choice order, so the result does
+// not depend on how the experts' rows are grouped.
+#include "dtrain/model/ops/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "dtrain/core/check.h"
+#include "dtrain/model/ops/gelu.h"
+#include "dtrain/model/ops/matmul.h"
+
+namespace dtrain::model {
+namespace {
+
+size_t at(int64_t i) {
+  return static_cast<size_t>(i);
+}
+
+}  // namespace
+
+void MoeCounts::add(const MoeRouting& r) {
+  if (expert_tokens.size() < r.kept.size()) expert_tokens.resize(r.kept.size(), 0);
+  for (size_t e = 0; e < r.kept.size(); ++e) expert_tokens[e] += r.kept[e];
+  assignments += static_cast<int64_t>(r.expert.size());
+  dropped += r.dropped;
+}
+
+void moe_route(MoeRouting& r, const float* x, const float* router_w, int64_t N, int64_t C,
+               const MoeConfig& m, const Compute& cx) {
+  const int64_t E = m.experts, k = m.top_k;
+  DTRAIN_CHECK(E > 0 && k >= 1 && k <= E, "moe_route: top-k ", k, " of ", E, " experts");
+  r.tokens = N;
+  r.probs.assign(at(N * E), 0.0f);
+  r.expert.assign(at(N * k), -1);
+  r.gate.assign(at(N * k), 0.0f);
+  r.slot.assign(at(N * k), -1);
+  r.kept.assign(at(E), 0);
+  r.chosen.assign(at(E), 0);
+  r.dropped = 0;
+  if (N > 0) matmul_forward(r.probs.data(), x, router_w, nullptr, N, C, E, cx);  // logits
+
+  const int64_t capacity = moe_capacity(m, N);
+  std::vector<double> prob_sum(at(E), 0.0);
+  for (int64_t n = 0; n < N; ++n) {
+    float* p = r.probs.data() + n * E;
+    const float max = *std::max_element(p, p + E);
+    double sum = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      p[e] = std::exp(p[e] - max);
+      sum += p[e];
+    }
+    for (int64_t e = 0; e < E; ++e) {
+      p[e] = static_cast<float>(p[e] / sum);
+      prob_sum[at(e)] += p[e];
+    }
+    // Top-k by repeated arg-max; the strict > keeps the lower index on a tie.
+    int32_t* chosen = r.expert.data() + n * k;
+    double chosen_sum = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      int32_t best = -1;
+      for (int32_t e = 0; e < E; ++e) {
+        if (std::find(chosen, chosen + j, e) != chosen + j) continue;
+        if (best < 0 || p[e] > p[best]) best = e;
+      }
+      chosen[j] = best;
+      chosen_sum += p[best];
+      ++r.chosen[at(best)];
+    }
+    for (int64_t j = 0; j < k; ++j) {
+      r.gate[at(n * k + j)] = static_cast<float>(p[chosen[j]] / chosen_sum);
+      // Capacity in token order: the first `capacity` assignments to an expert stay.
+      int64_t& taken = r.kept[at(chosen[j])];
+      if (taken < capacity) {
+        r.slot[at(n * k + j)] = static_cast<int32_t>(taken++);
+      } else {
+        ++r.dropped;
+      }
+    }
+  }
+  r.row_begin.assign(at(E + 1), 0);
+  for (int64_t e = 0; e < E; ++e) r.row_begin[at(e + 1)] = r.row_begin[at(e)] + r.kept[at(e)];
+  r.row_token.assign(at(r.row_begin[at(E)]), -1);
+  for (int64_t i = 0; i < N * k; ++i) {
+    if (r.slot[at(i)] < 0) continue;
+    r.row_token[at(r.row_begin[at(r.expert[at(i)])] + r.slot[at(i)])] = static_cast<int32_t>(i / k);
+  }
+  // aux = E * sum_e (chosen_e / (N k)) * (prob_sum_e / N)
+  double aux = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    aux += static_cast<double>(r.chosen[at(e)]) * prob_sum[at(e)];
+  }
+  r.aux_loss = N > 0 ? aux * static_cast<double>(E) / (static_cast<double>(N * k) * N) : 0.0;
+}
+
+void moe_forward(float* out, MoeExpertCache& cache, const MoeRouting& r, const float* x,
+                 const MoeWeights& w, int64_t N, int64_t C, const MoeConfig& m, const Compute& cx) {
+  const int64_t E = m.experts, k = m.top_k, H = 4 * C;
+  const int64_t rows = r.row_begin[at(E)];
+  cache.x.assign(at(rows * C), 0.0f);
+  cache.fc.assign(at(rows * H), 0.0f);
+  cache.fc_gelu.assign(at(rows * H), 0.0f);
+  cache.y.assign(at(rows * C), 0.0f);
+  for (int64_t i = 0; i < rows; ++i) {
+    std::memcpy(cache.x.data() + i * C, x + r.row_token[at(i)] * C, at(C) * sizeof(float));
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t first = r.row_begin[at(e)], n_e = r.row_begin[at(e + 1)] - first;
+    if (n_e == 0) continue;  // an expert without tokens computes nothing
+    matmul_forward(cache.fc.data() + first * H, cache.x.data() + first * C, w.fc_w + e * H * C,
+                   w.fc_b + e * H, n_e, C, H, cx);
+    gelu_forward(cache.fc_gelu.data() + first * H, cache.fc.data() + first * H, n_e * H, cx);
+    matmul_forward(cache.y.data() + first * C, cache.fc_gelu.data() + first * H,
+                   w.proj_w + e * C * H, w.proj_b + e * C, n_e, H, C, cx);
+  }
+  std::memset(out, 0, at(N * C) * sizeof(float));
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t i = n * k + j;
+      if (r.slot[at(i)] < 0) continue;  // dropped: contributes nothing
+      const float g = r.gate[at(i)];
+      const float* y = cache.y.data() + (r.row_begin[at(r.expert[at(i)])] + r.slot[at(i)]) * C;
+      for (int64_t c = 0; c < C; ++c) out[n * C + c] += g * y[c];
+    }
+  }
+}
+
+void moe_backward(float* dx, const MoeGrads& dw, const float* dout, const MoeExpertCache& cache,
+                  const MoeRouting& r, const float* x, const MoeWeights& w, int64_t N, int64_t C,
+                  const MoeConfig& m, double aux_scale, const Compute& cx) {
+  const int64_t E = m.experts, k = m.top_k, H = 4 * C;
+  const int64_t rows = r.row_begin[at(E)];
+  // Each kept assignment: d expert output = gate * dout; d gate = <dout, expert output>.
+  std::vector<float> dy(at(rows * C), 0.0f);
+  std::vector<double> dgate(at(N * k), 0.0);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t i = n * k + j;
+      if (r.slot[at(i)] < 0) continue;
+      const int64_t row = r.row_begin[at(r.expert[at(i)])] + r.slot[at(i)];
+      const float g = r.gate[at(i)];
+      double dot = 0;
+      for (int64_t c = 0; c < C; ++c) {
+        dy[at(row * C + c)] = g * dout[n * C + c];
+        dot += static_cast<double>(dout[n * C + c]) * cache.y[at(row * C + c)];
+      }
+      dgate[at(i)] = dot;
+    }
+  }
+  // The experts' MLP backward on their own rows.
+  std::vector<float> dfc_gelu(at(rows * H), 0.0f), dfc(at(rows * H), 0.0f);
+  std::vector<float> dx_rows(at(rows * C), 0.0f);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t first = r.row_begin[at(e)], n_e = r.row_begin[at(e + 1)] - first;
+    if (n_e == 0) continue;
+    matmul_backward(dfc_gelu.data() + first * H, dw.proj_w + e * C * H, dw.proj_b + e * C,
+                    dy.data() + first * C, cache.fc_gelu.data() + first * H, w.proj_w + e * C * H,
+                    n_e, H, C, cx);
+    gelu_backward(dfc.data() + first * H, cache.fc.data() + first * H, dfc_gelu.data() + first * H,
+                  n_e * H, cx);
+    matmul_backward(dx_rows.data() + first * C, dw.fc_w + e * H * C, dw.fc_b + e * H,
+                    dfc.data() + first * H, cache.x.data() + first * C, w.fc_w + e * H * C, n_e, C,
+                    H, cx);
+  }
+  // Back to the tokens, in choice order; and the router probabilities' gradient through the
+  // renormalised gates: g_j = p_j / S, so dp_j = (dg_j - sum_i dg_i g_i) / S over the chosen.
+  std::vector<float> dlogits(at(N * E), 0.0f);
+  for (int64_t n = 0; n < N; ++n) {
+    const float* p = r.probs.data() + n * E;
+    std::vector<double> dp(at(E), 0.0);
+    double chosen_sum = 0, weighted = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t i = n * k + j;
+      chosen_sum += p[r.expert[at(i)]];
+      weighted += dgate[at(i)] * r.gate[at(i)];
+      if (r.slot[at(i)] < 0) continue;
+      const int64_t row = r.row_begin[at(r.expert[at(i)])] + r.slot[at(i)];
+      for (int64_t c = 0; c < C; ++c) dx[n * C + c] += dx_rows[at(row * C + c)];
+    }
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t i = n * k + j;
+      dp[at(r.expert[at(i)])] += (dgate[at(i)] - weighted) / chosen_sum;
+    }
+    // aux = E/(N k N) * sum_e chosen_e * sum_n p_ne: d aux / d p_ne = E chosen_e / (N k N).
+    for (int64_t e = 0; e < E; ++e) {
+      dp[at(e)] += aux_scale * static_cast<double>(E) * static_cast<double>(r.chosen[at(e)]) /
+                   (static_cast<double>(N * k) * static_cast<double>(N));
+    }
+    // Softmax: dlogit_e = p_e (dp_e - sum_i p_i dp_i).
+    double mean = 0;
+    for (int64_t e = 0; e < E; ++e) mean += p[e] * dp[at(e)];
+    for (int64_t e = 0; e < E; ++e) {
+      dlogits[at(n * E + e)] = static_cast<float>(p[e] * (dp[at(e)] - mean));
+    }
+  }
+  if (N > 0) {
+    matmul_backward(dx, dw.router_w, nullptr, dlogits.data(), x, w.router_w, N, C, E, cx);
+  }
+}
+
+}  // namespace dtrain::model

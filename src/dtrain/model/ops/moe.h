@@ -1,0 +1,93 @@
+// Mixture-of-experts MLP (Switch / GShard style): a linear router (no bias), softmax over the E
+// experts, top-k per token (ties: the lower expert index wins), gates renormalised over the
+// chosen k, E expert MLPs of the dense MLP's shape (fc, GELU, proj), a capacity per expert
+// (assignments past it are dropped in token order: their output is zero, the residual carries
+// the token) and the load-balancing loss aux = E * sum_e f_e * P_e, with f_e the fraction of the
+// N*k router choices that picked e (before dropping) and P_e the mean router probability of e.
+// f_e is a count, so the loss's gradient flows through P_e only (as in Switch and Megatron).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dtrain/model/gemm.h"
+#include "dtrain/model/moe_config.h"
+
+namespace dtrain::model {
+
+// One MoE block's parameters (or, at the same offsets, gradients). H = 4*C.
+struct MoeWeights {
+  const float* router_w;  // (E, C)
+  const float* fc_w;      // (E, H, C)
+  const float* fc_b;      // (E, H)
+  const float* proj_w;    // (E, C, H)
+  const float* proj_b;    // (E, C)
+};
+struct MoeGrads {
+  float* router_w;  // (E, C)
+  float* fc_w;      // (E, H, C)
+  float* fc_b;      // (E, H)
+  float* proj_w;    // (E, C, H)
+  float* proj_b;    // (E, C)
+};
+
+// The router's decision for N tokens, and what it measured.
+struct MoeRouting {
+  int64_t tokens = 0;              // N
+  std::vector<float> probs;        // (N, E) softmax of the router logits
+  std::vector<int32_t> expert;     // (N, k) chosen experts, best first
+  std::vector<float> gate;         // (N, k) renormalised gates
+  std::vector<int32_t> slot;       // (N, k) row in the expert's batch, -1 when dropped
+  std::vector<int64_t> kept;       // (E) assignments each expert took (after capacity)
+  std::vector<int64_t> chosen;     // (E) router choices per expert (before capacity)
+  std::vector<int64_t> row_begin;  // (E + 1) prefix sums of kept: expert e's rows in the batches
+  std::vector<int32_t> row_token;  // (sum kept) the token of each expert batch row
+  int64_t dropped = 0;             // assignments past capacity
+  double aux_loss = 0;             // E * sum_e f_e * P_e
+};
+
+// What the router did over some micro-batches and MoE blocks (a step's routing report).
+struct MoeCounts {
+  std::vector<int64_t> expert_tokens;  // (E) assignments each expert took, summed
+  int64_t assignments = 0;             // router choices: N * k per block and micro-batch
+  int64_t dropped = 0;                 // choices past an expert's capacity
+  double aux_loss_sum = 0;             // sum of each micro-batch's aux (summed over its blocks)
+  int64_t microbatches = 0;            // micro-batches whose aux is in aux_loss_sum
+  void add(const MoeRouting& r);       // one block of one micro-batch (not the aux)
+};
+
+// Routes x: logits, softmax, top-k, gates, capacity, aux loss.
+void moe_route(MoeRouting& r,
+               const float* x,         // (N, C)
+               const float* router_w,  // (E, C)
+               int64_t N, int64_t C, const MoeConfig& m, const Compute& cx = {});
+
+// What the expert MLPs keep for their backward: each expert's rows back to back, expert e's at
+// [row_begin[e], row_begin[e+1]).
+struct MoeExpertCache {
+  std::vector<float> x;        // (rows, C) gathered inputs
+  std::vector<float> fc;       // (rows, H) GELU inputs
+  std::vector<float> fc_gelu;  // (rows, H)
+  std::vector<float> y;        // (rows, C) expert outputs (before the gate)
+};
+
+// out (N, C) = sum over each token's kept assignments of gate * expert(x); a token whose
+// assignments were all dropped gets 0.
+void moe_forward(float* out,  // (N, C)
+                 MoeExpertCache& cache, const MoeRouting& r,
+                 const float* x,  // (N, C)
+                 const MoeWeights& w, int64_t N, int64_t C, const MoeConfig& m,
+                 const Compute& cx = {});
+
+// Accumulates dx (N, C) and the parameter gradients of L, where dout = dL/dout and the loss
+// also holds aux_scale * aux (aux_scale = a * dloss). An expert that took no rows adds nothing
+// to its weights' gradients.
+void moe_backward(float* dx,  // (N, C)
+                  const MoeGrads& dw,
+                  const float* dout,  // (N, C)
+                  const MoeExpertCache& cache, const MoeRouting& r,
+                  const float* x,  // (N, C)
+                  const MoeWeights& w, int64_t N, int64_t C, const MoeConfig& m, double aux_scale,
+                  const Compute& cx = {});
+
+}  // namespace dtrain::model
