@@ -61,6 +61,9 @@ struct Training {
   // How HFU (and the hardware FLOPs that --achieved-tflops converts) counts selective
   // recompute; step time always charges the work redone (SelectiveFlops::rerun).
   SelectiveFlops selective_flops = SelectiveFlops::korthikanti_eq8;
+  // The engine clock (a cluster file with measured rates): compute threads per rank, as the
+  // engine's --threads (default 1, the engine's).
+  int engine_threads = 1;
 };
 
 // Where a plan's step time comes from.
@@ -182,6 +185,7 @@ struct TimeBreakdown {
   // with "gpu.measured", "engine (measured rates)" (engine_clock.h: dtrain's own engine).
   std::string_view clock = "gpu rates";
   double stretch = 1;  // engine clock: compute slowed by ranks x threads over the cores
+  int threads = 0;     // engine clock: compute threads per rank (0: the GPU clock)
   // Appended: context parallelism's K/V traffic per step, all of it (cp_total_s) and what the
   // ring's overlap with block compute leaves on the critical path (cp_s; all of it for the
   // all-gather and ulysses collectives, which the attention waits for).
