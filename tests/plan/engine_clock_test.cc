@@ -322,6 +322,21 @@ TEST(EngineClock, ZeroThreeUnitsThroughTheCommunicationThread) {
   EXPECT_DOUBLE_EQ(m.span_s, 44);
 }
 
+// Partner waits in the timeline: 0.5 s beside compute, 0.25 s while the compute thread waits.
+// Gather u0 (1 s) waited for at once: 0-1.25 (alone); gather u1 queued at 1.25 starts while
+// 3 s of compute run (1.25-4.25): 1.25-2.75 (beside); a reduce-scatter (1 s) queued when the
+// compute ends: 4.25-5.5 (alone). Span 5.5, compute 3, the thread busy 4.
+TEST(EngineClock, PartnerWaitsInTheTimelineDependOnComputeBeside) {
+  const std::vector<CommStep> steps = {
+      {CommStepKind::gather, 0, 1}, {CommStepKind::wait, 0, 0},
+      {CommStepKind::gather, 1, 1}, {CommStepKind::compute, 0, 3},
+      {CommStepKind::wait, 1, 0},   {CommStepKind::reduce_scatter, 0, 1}};
+  const CommTimeline t = run_comm_timeline(steps, {0.5, 0.25});
+  EXPECT_DOUBLE_EQ(t.span_s, 5.5);
+  EXPECT_DOUBLE_EQ(t.compute_s, 3);
+  EXPECT_DOUBLE_EQ(t.comm_s, 4);
+}
+
 // The clock's ZeRO-3: the tiny model's units (blocks of 872 parameters, the final LayerNorm 16,
 // the embeddings 160 = 1920 - 2 x 872 - 16) on 2 DP ranks, ring gathers and reduce-scatters at
 // 10 us + S/2 / 1e9 B/s (S = 3488, 64 and 640 bytes): the exposed DP is the timeline's.
@@ -380,6 +395,16 @@ TEST(EngineClock, OversubscribedCollectivesWaitForTheirPartner) {
               before.tp_forward_s + before.tp_backward_s + 2e-3 * (2 * 4 + vocab), 1e-12);
   EXPECT_NEAR(after.tp_forward_s, before.tp_forward_s + 2e-3 * (2 * 2 + 3), 1e-12);
   EXPECT_NEAR(after.dp_comm_s, before.dp_comm_s + 3 * 2e-3, 1e-12);
+  // DP 2 alone on 2 cores: its buckets wait beside backward (2 compute + 2 communication
+  // threads), the last one, with compute done, does not (2 communication threads).
+  EngineClockInput dp = tiny();
+  dp.dp = 2;
+  dp.dp_pieces = 3;
+  c.gpu.measured.oversubscribed_wait_s = 0;
+  const EngineClock dp_before = engine_clock(dp, c);
+  c.gpu.measured.oversubscribed_wait_s = 2e-3;
+  EXPECT_NEAR(engine_clock(dp, c).dp_comm_s, dp_before.dp_comm_s + 2 * 2e-3, 1e-12);
+  EXPECT_NEAR(engine_clock(dp, c).tp_forward_s, 0, 1e-15);
   // TP 2 alone on 2 cores: every thread has a core, nothing waits.
   in.dp = 1;
   c.gpu.measured.oversubscribed_wait_s = 0;

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
+#include <utility>
 
 #include "dtrain/core/check.h"
 #include "dtrain/plan/collective_cost.h"
@@ -347,32 +349,65 @@ std::vector<CommStep> zero3_steps(const Zero3Stage& s, int microbatches) {
   return out;
 }
 
-CommTimeline run_comm_timeline(const std::vector<CommStep>& steps) {
+CommTimeline run_comm_timeline(const std::vector<CommStep>& steps, PartnerWaits waits) {
+  // The queue is resolved lazily: a collective's start is known once the compute thread's
+  // timeline has reached it (at a wait for a gather, or at the end), so whether compute runs
+  // beside it (a compute interval holds its start) or the compute thread waits is known too.
+  struct Queued {
+    CommStep step;
+    double queued_s;
+  };
+  std::deque<Queued> queue;
+  std::vector<std::pair<double, double>> computing;  // the compute thread's intervals
+  size_t interval = 0;  // collectives start in order: the first interval that may hold the next
   CommTimeline t;
   double now = 0, comm_free = 0;
   std::vector<double> gathered;  // per unit: when its latest gather ends
+  std::vector<int64_t> last_gather, done_gathers;
+  int64_t queued_gathers = 0, resolved_gathers = 0;
+  auto resolve_one = [&] {
+    const Queued q = queue.front();
+    queue.pop_front();
+    const double start = std::max(q.queued_s, comm_free);
+    while (interval < computing.size() && computing[interval].second <= start) ++interval;
+    const bool beside =
+        start < now && interval < computing.size() && computing[interval].first <= start;
+    const double seconds = q.step.seconds + (beside ? waits.beside_compute_s : waits.alone_s);
+    comm_free = start + seconds;
+    t.comm_s += seconds;
+    if (q.step.kind == CommStepKind::gather) {
+      gathered[static_cast<size_t>(q.step.unit)] = comm_free;
+      ++resolved_gathers;
+    }
+  };
   for (const CommStep& step : steps) {
+    const auto unit = static_cast<size_t>(step.unit);
     switch (step.kind) {
       case CommStepKind::gather:
       case CommStepKind::reduce_scatter:
-        comm_free = std::max(now, comm_free) + step.seconds;
-        t.comm_s += step.seconds;
+        queue.push_back({step, now});
         if (step.kind == CommStepKind::gather) {
-          if (gathered.size() <= static_cast<size_t>(step.unit)) gathered.resize(step.unit + 1, 0);
-          gathered[static_cast<size_t>(step.unit)] = comm_free;
+          if (gathered.size() <= unit) {
+            gathered.resize(unit + 1, 0);
+            last_gather.resize(unit + 1, 0);
+          }
+          last_gather[unit] = ++queued_gathers;
         }
         break;
       case CommStepKind::wait:
-        if (static_cast<size_t>(step.unit) < gathered.size()) {
-          now = std::max(now, gathered[static_cast<size_t>(step.unit)]);
+        if (unit < gathered.size()) {
+          while (resolved_gathers < last_gather[unit]) resolve_one();
+          now = std::max(now, gathered[unit]);
         }
         break;
       case CommStepKind::compute:
+        if (step.seconds > 0) computing.emplace_back(now, now + step.seconds);
         now += step.seconds;
         t.compute_s += step.seconds;
         break;
     }
   }
+  while (!queue.empty()) resolve_one();
   t.span_s = std::max(now, comm_free);
   return t;
 }
@@ -409,8 +444,8 @@ namespace {
 // (`forward`'s slowdown) and to backward for the rest (the result's).
 template <typename DpSeconds>
 DpOverlap zero3_overlap(const EngineClockInput& in, const Cluster& c, bool head, double stretch,
-                        const TpSeconds& stage_tp, DpSeconds&& dp_seconds, double interference,
-                        double* comm_s, DpOverlap* forward) {
+                        const TpSeconds& stage_tp, DpSeconds&& dp_seconds, PartnerWaits waits,
+                        double interference, double* comm_s, DpOverlap* forward) {
   const MeasuredRates& r = c.gpu.measured;
   Zero3Stage z;
   z.head = head;
@@ -455,7 +490,7 @@ DpOverlap zero3_overlap(const EngineClockInput& in, const Cluster& c, bool head,
   collectives(z.final_norm, norm_params);
   collectives(z.embeddings, embedding_params);
 
-  const CommTimeline t = run_comm_timeline(zero3_steps(z, in.microbatches));
+  const CommTimeline t = run_comm_timeline(zero3_steps(z, in.microbatches), waits);
   *comm_s = t.comm_s;
   DpOverlap o;
   o.exposed_s = std::max(0.0, t.span_s - t.compute_s);
@@ -539,13 +574,16 @@ EngineClock engine_clock(const EngineClockInput& in, const Cluster& c) {
   DpOverlap forward_overlap, backward_overlap;
   if (in.dp > 1) {
     const int ranks = in.dp * in.tp * in.pp;
-    const double dp_wait = partner_wait_seconds(r, compute_threads + ranks);
+    // Beside compute the ranks' compute and communication threads want the cores; while the
+    // compute threads wait for a collective, only the communication threads do.
+    const PartnerWaits waits{partner_wait_seconds(r, compute_threads + ranks),
+                             partner_wait_seconds(r, ranks)};
     auto dp_seconds = [&](CollectiveOp op, comm::Algorithm algo, double bytes) {
-      return engine_dp_collective_seconds(in, c, op, algo, bytes) + dp_wait;
+      return engine_dp_collective_seconds(in, c, op, algo, bytes);
     };
     const double interference = std::max(1.0, r.comm_interference);
     if (in.zero_stage == 3) {
-      const DpOverlap z = zero3_overlap(in, c, last_busiest, clock.stretch, tp, dp_seconds,
+      const DpOverlap z = zero3_overlap(in, c, last_busiest, clock.stretch, tp, dp_seconds, waits,
                                         interference, &clock.dp_comm_s, &forward_overlap);
       backward_overlap = z;
       clock.phases.exposed_dp_s = z.exposed_s;
@@ -558,14 +596,17 @@ EngineClock engine_clock(const EngineClockInput& in, const Cluster& c) {
         const comm::Algorithm algo =
             call.op == CollectiveOp::all_reduce ? in.dp_algorithm : comm::Algorithm::ring;
         // Under bf16 the gradients and the gathered weights travel and reduce as bf16.
-        const double one = dp_seconds(call.op, algo, call.bytes);
-        const double all = one * static_cast<double>(call.count);
-        clock.dp_comm_s += all;
+        const double idle = dp_seconds(call.op, algo, call.bytes);
+        const auto count = static_cast<double>(call.count);
         if (call.overlaps_forward) {
-          after_update += all;  // ZeRO 1-2: the engine gathers the updated weights at once
+          // ZeRO 1-2: the engine gathers the updated weights at once, compute waiting.
+          after_update += (idle + waits.alone_s) * count;
+          clock.dp_comm_s += (idle + waits.alone_s) * count;
         } else {
-          backward_comm += all;
-          backward_piece = std::max(backward_piece, one);
+          // Beside backward; the last piece (what shows) runs with compute done.
+          backward_comm += (idle + waits.beside_compute_s) * (count - 1) + idle + waits.alone_s;
+          clock.dp_comm_s += (idle + waits.beside_compute_s) * (count - 1) + idle + waits.alone_s;
+          backward_piece = std::max(backward_piece, idle + waits.alone_s);
         }
       }
       const double backward_one = stage.backward_input_s + stage.backward_weight_s;

@@ -117,7 +117,9 @@ double engine_dp_collective_seconds(const EngineClockInput& in, const Cluster& c
 
 // A collective's wait for its partner beyond its idle-machine time: the measured
 // oversubscribed_wait_s when `busy_threads` threads need the machine's cores at once (more than
-// it has), else 0. The engine's waits spin a little, then yield: a partner that is off its core
+// it has), else 0. DP/ZeRO collectives count the ranks' compute threads only while compute runs
+// beside them (a compute thread waiting for one gives its core up), their communication threads
+// always. The engine's waits spin a little, then yield: a partner that is off its core
 // is waited for until the scheduler runs it.
 double partner_wait_seconds(const MeasuredRates& r, int busy_threads);
 
@@ -128,7 +130,7 @@ double partner_wait_seconds(const MeasuredRates& r, int busy_threads);
 // unit's gradient reduce-scattered when its backward ends. Units: the embeddings (wte, wpe; the
 // LM head's tied wte too), each block, the final LayerNorm (with the head's compute).
 struct Zero3Unit {
-  double gather_s = 0, reduce_scatter_s = 0;  // its collectives, partner waits included
+  double gather_s = 0, reduce_scatter_s = 0;  // its collectives on an idle machine
   double forward_s = 0, backward_s = 0;       // compute (and TP collectives) of one micro-batch
 };
 struct Zero3Stage {
@@ -156,7 +158,12 @@ std::vector<CommStep> zero3_steps(const Zero3Stage& s, int microbatches);
 struct CommTimeline {
   double span_s = 0, compute_s = 0, comm_s = 0;
 };
-CommTimeline run_comm_timeline(const std::vector<CommStep>& steps);
+// `waits`: what each collective adds for its partner (partner_wait_seconds) when compute runs
+// beside it, and when the compute thread is waiting (for a gather, or done).
+struct PartnerWaits {
+  double beside_compute_s = 0, alone_s = 0;
+};
+CommTimeline run_comm_timeline(const std::vector<CommStep>& steps, PartnerWaits waits = {});
 
 // The engine's parameters of one transformer block on one TP rank, as Megatron cuts it: the
 // column- and row-parallel weights and the column-parallel biases split, the LayerNorms and the
