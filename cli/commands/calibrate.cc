@@ -117,10 +117,32 @@ void print_measured(const plan::GpuSpec& gpu, int threads, double seconds) {
             << " (256^3 fp32 products while 2 thread ranks ring-all-reduce 4 MiB)\n"
             << "compute with every core busy: x" << m.corun_slowdown << " (512 x 512 x 256 fp32 "
             << "products on one core while each other core runs them too)\n"
+            << "a collective's wait for its partner with more threads than cores: "
+            << std::setprecision(2) << m.oversubscribed_wait_s * 1e3 << " ms (" << 2 * m.cores
+            << " thread ranks multiplying and all-reducing 4 KiB on " << m.cores << " cores)\n"
             << "products: median of 3+ calls per shape; kernels: call_s + bytes / (GB/s) fitted by "
                "least squares over its sizes (4 KiB to 16 MiB; --quick: to 256 KiB); collectives: "
                "latency + bytes moved per rank / "
                "(GB/s) on thread ranks (the intra_node link class)\n";
+}
+
+// The file is read back by the same reader `plan --cluster` uses before it is written: a figure
+// outside the reader's bounds (a link measured while other work held the cores, or on messages
+// too small to show the bandwidth) stops here, naming the field and its value, instead of in
+// every later `plan`.
+void refuse_implausible(const nlohmann::json& file, const CalibrateFlags& f) {
+  const std::string source = f.output.empty() ? "(calibrated)" : f.output;
+  try {
+    (void)plan::cluster_from_json(file, source);
+  } catch (const Error& e) {
+    throw Error(str(
+        "calibrate: the measured figures would make a cluster file that plan refuses: ", e.what(),
+        "; nothing was written. Calibrate again on a quiet machine (no other "
+        "work on its cores), with a larger --size (now ",
+        format_bytes(static_cast<double>(f.options.bandwidth_bytes)),
+        ") or more --seconds "
+        "per trial"));
+  }
 }
 
 void run_calibrate(CalibrateFlags& f) {
@@ -200,6 +222,7 @@ void run_calibrate(CalibrateFlags& f) {
   }
   plan::validate(c);
   nlohmann::json file = plan::to_json(c);
+  refuse_implausible(file, f);
   // Extra fields the reader ignores: how the figures were taken.
   file["calibration"] = {{"backend", f.backend},
                          {"ranks", result.world},

@@ -13,6 +13,7 @@
 #include "command_registry.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/units.h"
+#include "dtrain/model/thread_team.h"
 #include "dtrain/plan/engine_clock.h"
 #include "dtrain/plan/format.h"
 #include "dtrain/plan/largest_model.h"
@@ -28,6 +29,7 @@ struct PlanFlags {
   // Model.
   std::string model;
   std::string family = "gpt";
+  int threads = 1;  // --threads: the engine clock's compute threads per rank
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn_hidden = 0, vocab = 0, seq = 0;
   double params = 0;
   int64_t experts = 0, top_k = 0, moe_every = 1, first_dense = 0, shared_experts = 0,
@@ -168,6 +170,7 @@ plan::Training training_from(const PlanFlags& f, CLI::App* app, const plan::Mode
                "' has no default");
   t.global_batch = given(app, "--global-batch") ? f.global_batch : m.default_global_batch;
   t.tokens = given(app, "--tokens") ? f.tokens : m.default_tokens;
+  t.engine_threads = f.threads;
   if (given(app, "--achieved-tflops")) t.achieved_flops_per_gpu = f.achieved_tflops * 1e12;
   if (given(app, "--step-time")) t.step_time_s = f.step_time;
   const auto precision = plan::parse_precision(f.precision);
@@ -525,6 +528,9 @@ void run_plan(const PlanFlags& f, CLI::App* app) {
   }
   input.model = model_from(f, app);
   input.training = training_from(f, app, input.model);
+  DTRAIN_CHECK(!given(app, "--threads") || plan::has_measured_rates(input.cluster),
+               "--threads applies to the engine clock only: pass --cluster FILE with measured "
+               "rates (dtrain calibrate --compute -o FILE)");
   if (plan::has_measured_rates(input.cluster)) {
     // Measured CPU rates price dtrain's own engine (plan/engine_clock.h): its fp32 Adam, fp32
     // activations and tensor split unless --precision / --activation-bytes say otherwise.
@@ -660,6 +666,12 @@ void add_plan(CLI::App& parent) {
   app->add_option("--precision", f.precision,
                   "Bytes per parameter for weights+grads+optimizer: mixed (2+2+12, ZeRO), "
                   "megatron (2+4+12), fp32 (4+4+8)")
+      ->group("Training");
+  app->add_option("--threads", f.threads,
+                  "With a cluster file's measured rates: compute threads per rank, as the "
+                  "engine's --threads (its default)")
+      ->capture_default_str()
+      ->check(whole_number(1, model::kMaxTeamSize))
       ->group("Training");
   app->add_option("--activation-bytes", f.activation_bytes,
                   "Bytes per activation element (2 for bf16)")

@@ -33,6 +33,15 @@ expect_error "--output $tmp/none/c.json: no directory" calibrate --ranks 4 --ran
 expect_output "inter-node .* 2 " calibrate --ranks 4 --ranks-per-node 2 --seconds 0.02 --trials 1 \
   --iterations 10 --size 64KiB --output "$tmp/c.json"
 expect_output '"name": "measured inter-node"' plan --cluster "$tmp/c.json" --print-cluster
+# A link measured below the bounds plan reads a file with: calibrate refuses to write it, naming
+# the field, its value and what to do. 1-byte exchanges between thread ranks read well under the
+# 10 MB/s floor (a microsecond or more per byte).
+expect_error "field 'intra_node.bandwidth_bytes_per_s' is [0-9.e+]+ bytes/s, outside \\[1e\\+07, .*nothing was written.*quiet machine.*larger --size \\(now 1 B\\)" \
+  calibrate --ranks 4 --ranks-per-node 2 --seconds 0.01 --trials 1 --iterations 5 --size 1 \
+  --output "$tmp/slow.json"
+[ -e "$tmp/slow.json" ] && fail "calibrate wrote $tmp/slow.json though plan would refuse it"
+expect_error "nothing was written" calibrate --ranks 4 --ranks-per-node 2 --seconds 0.01 \
+  --trials 1 --iterations 5 --size 1 --json
 expect_output '"gpus_per_node": 2' calibrate --ranks 6 --ranks-per-node 2 --seconds 0.02 \
   --trials 1 --iterations 10 --size 64KiB --json
 finish

@@ -17,16 +17,27 @@ out=$("$DTRAIN" calibrate "${links[@]}" --compute --quick --threads 2 -o "$tmp/x
 for pattern in "^compute: .*cores \(measured in" "^256 x 256 x 256 +fp32 +2 " \
   "^256 x 256 x 256 +bf16 +1 " "^adamw " "^bf16_convert " "^softmax_backward " \
   "^all_reduce +hierarchical +4 " "^reduce_scatter +direct +2 " \
-  "compute beside a communication thread: x[0-9]" "wrote $tmp/x.json"; do
+  "compute beside a communication thread: x[0-9]" \
+  "^a collective's wait for its partner with more threads than cores: [0-9.]+ ms" "wrote $tmp/x.json"; do
   grep -qE -- "$pattern" <<<"$out" || fail "calibrate --compute: no line matching '$pattern'"
 done
 grep -q '"measured"' "$tmp/x.json" || fail "x.json has no gpu.measured"
 expect_output '"comm_interference"' calibrate "${links[@]}" --compute --quick --json
 expect_output '"corun_slowdown"' calibrate "${links[@]}" --compute --quick --json
+expect_output '"oversubscribed_wait_s"' calibrate "${links[@]}" --compute --quick --json
 
 # plan loads the calibrated CPU (its peak is below an accelerator file's 1 TFLOP/s floor).
 expect_output "^cluster .*calibrated 2x2: 4 GPUs" plan --cluster "$tmp/x.json" "${model[@]}"
 expect_output '"cores": ' plan --cluster "$tmp/x.json" --print-cluster
+# The engine clock runs the engine's --threads per rank (its default 1) and says so.
+expect_output "^Time per step \\(clock: engine \\(measured rates\\), 1 compute thread per rank \\(--threads\\)" \
+  plan --cluster "$tmp/x.json" "${model[@]}"
+expect_output "^Time per step \\(clock: engine \\(measured rates\\), 2 compute threads per rank" \
+  plan --cluster "$tmp/x.json" "${model[@]}" --threads 2
+expect_output '"threads": 2' plan --cluster "$tmp/x.json" "${model[@]}" --threads 2 --json
+expect_error "--threads applies to the engine clock only" plan --cluster 1x8xH100 "${model[@]}" \
+  --threads 2
+expect_error "--threads: must be at least 1" plan --cluster "$tmp/x.json" "${model[@]}" --threads 0
 
 # Broken files are refused with the field's path. Keys are written sorted, so the first
 # "seconds" is gemm[0]'s and the only "version" is gpu.measured's (the file carries no rates).
@@ -41,7 +52,7 @@ expect_error "field 'gpu.measured.collectives\[0\].bytes_per_s' is 1e\+30" \
   plan --cluster "$tmp/absurd.json" "${model[@]}"
 sed '/"cores": /d' "$tmp/x.json" >"$tmp/missing.json"
 expect_error "missing field 'gpu.measured.cores'" plan --cluster "$tmp/missing.json" "${model[@]}"
-sed 's/"version": 3/"version": 7/' "$tmp/x.json" >"$tmp/version.json"
-expect_error "field 'gpu.measured.version' is 7; this build reads version 3" \
+sed 's/"version": 4/"version": 3/' "$tmp/x.json" >"$tmp/version.json"
+expect_error "field 'gpu.measured.version' is 3; this build reads version 4 \\(run dtrain calibrate --compute again\\)" \
   plan --cluster "$tmp/version.json" "${model[@]}"
 finish

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "dtrain/core/check.h"
+#include "dtrain/plan/comm_model.h"
 #include "dtrain/plan/engine_clock.h"
 
 namespace dtrain::plan {
@@ -286,6 +287,172 @@ TEST(EngineClock, PipelineSendsAcrossNodesTakeTheInterNodeLink) {
   EXPECT_NEAR(engine_clock(in, c).send_s, 10e-6 + bytes / 1e9, 1e-15);
   in.inter_node_pp = true;
   EXPECT_NEAR(engine_clock(in, c).send_s, 100e-6 + bytes / 1e8, 1e-15);
+}
+
+// ZeRO-3's units through the communication thread's queue, by hand (seconds): the embeddings
+// gather 1, reduce-scatter 1, compute 1 each way; each of 2 blocks gather 2, reduce-scatter 2,
+// forward 3, backward 5; the final LayerNorm gather 1, reduce-scatter 1, head forward 4,
+// backward 6. One micro-batch, one stage (embedding and head).
+//   forward:  comm E 0-1, B0 1-3; compute E 1-2, B0 3-6 (B1 queued at 3: 3-5), B1 6-9 (F queued
+//             at 6: 6-7), head 9-13.
+//   backward: comm F 13-14, E 14-15, B1 15-17; head 15-21, then RS F 21-22; B1 21-26 (B0 queued
+//             at 21: 22-24), RS B1 26-28; B0 26-31, RS B0 31-33; embedding 31-32, RS E 33-34.
+// Span 34, compute 28, exposed 6; the thread busy 6 (forward gathers) + 6 + 6 = 18.
+TEST(EngineClock, ZeroThreeUnitsThroughTheCommunicationThread) {
+  Zero3Stage z;
+  z.embedding = z.head = true;
+  z.blocks = 2;
+  z.embeddings = {1, 1, 1, 1};
+  z.block = {2, 2, 3, 5};
+  z.final_norm = {1, 1, 4, 6};
+  const CommTimeline t = run_comm_timeline(zero3_steps(z, 1));
+  EXPECT_DOUBLE_EQ(t.span_s, 34);
+  EXPECT_DOUBLE_EQ(t.compute_s, 28);
+  EXPECT_DOUBLE_EQ(t.comm_s, 18);
+  // A middle stage of a pipeline (no embeddings, no head), 2 micro-batches: gather B0 0-2, then
+  // compute B0 2-5 (B1 gathered 2-4), B1 5-8; backward: gather B1 8-10, compute B1 10-15 (B0
+  // gathered 10-12), RS B1 15-17, B0 15-20, RS B0 20-22. The second micro-batch's first gather
+  // queues behind that reduce-scatter (22-24): the same pattern shifted by 22, its compute ending
+  // at 42 and its last reduce-scatter at 44. Span 44, compute 32.
+  Zero3Stage mid;
+  mid.blocks = 2;
+  mid.block = {2, 2, 3, 5};
+  const CommTimeline m = run_comm_timeline(zero3_steps(mid, 2));
+  EXPECT_DOUBLE_EQ(m.compute_s, 32);
+  EXPECT_DOUBLE_EQ(m.span_s, 44);
+}
+
+// Partner waits in the timeline: 0.5 s beside compute, 0.25 s while the compute thread waits.
+// Gather u0 (1 s) waited for at once: 0-1.25 (alone); gather u1 queued at 1.25 starts while
+// 3 s of compute run (1.25-4.25): 1.25-2.75 (beside); a reduce-scatter (1 s) queued when the
+// compute ends: 4.25-5.5 (alone). Span 5.5, compute 3, the thread busy 4.
+TEST(EngineClock, PartnerWaitsInTheTimelineDependOnComputeBeside) {
+  const std::vector<CommStep> steps = {
+      {CommStepKind::gather, 0, 1}, {CommStepKind::wait, 0, 0},
+      {CommStepKind::gather, 1, 1}, {CommStepKind::compute, 0, 3},
+      {CommStepKind::wait, 1, 0},   {CommStepKind::reduce_scatter, 0, 1}};
+  const CommTimeline t = run_comm_timeline(steps, {0.5, 0.25});
+  EXPECT_DOUBLE_EQ(t.span_s, 5.5);
+  EXPECT_DOUBLE_EQ(t.compute_s, 3);
+  EXPECT_DOUBLE_EQ(t.comm_s, 4);
+}
+
+// The clock's ZeRO-3: the tiny model's units (blocks of 872 parameters, the final LayerNorm 16,
+// the embeddings 160 = 1920 - 2 x 872 - 16) on 2 DP ranks, ring gathers and reduce-scatters at
+// 10 us + S/2 / 1e9 B/s (S = 3488, 64 and 640 bytes): the exposed DP is the timeline's.
+TEST(EngineClock, ZeroThreePricesTheGathersOnTheCriticalPath) {
+  EngineClockInput in = tiny();
+  in.dp = 2;
+  in.zero_stage = 3;
+  in.stage_params = 1920;
+  ASSERT_EQ(engine_layer_param_count(in.model, 1), 872);
+  const Cluster c = unit_cluster();
+  const EngineClock clock = engine_clock(in, c);
+  const PassTimes layer = engine_layer_seconds(in, c.gpu.measured);
+  const PassTimes head = engine_head_seconds(in, c.gpu.measured);
+  const PassTimes emb = engine_embedding_seconds(in, c.gpu.measured);
+  Zero3Stage z;
+  z.embedding = z.head = true;
+  z.blocks = 2;
+  z.block = {10e-6 + 1744e-9, 10e-6 + 1744e-9, layer.forward_s,
+             layer.backward_input_s + layer.backward_weight_s};
+  z.final_norm = {10e-6 + 32e-9, 10e-6 + 32e-9, head.forward_s,
+                  head.backward_input_s + head.backward_weight_s};
+  z.embeddings = {10e-6 + 320e-9, 10e-6 + 320e-9, emb.forward_s, emb.backward_input_s};
+  const CommTimeline t = run_comm_timeline(zero3_steps(z, 1));
+  EXPECT_NEAR(clock.dp_comm_s, t.comm_s, 1e-15);
+  EXPECT_NEAR(clock.phases.exposed_dp_s, t.span_s - t.compute_s, 1e-15);
+  // At least the first gathers (the embeddings, then the first block) wait whole.
+  EXPECT_GE(clock.phases.exposed_dp_s, (10e-6 + 320e-9) + (10e-6 + 1744e-9) - 1e-15);
+  // The hidden rest slows compute by 1.5x - 1 of its length, the forward's gathers in forward.
+  const double slowdown = 0.5 * (t.comm_s - (t.span_s - t.compute_s));
+  const EngineClock plain = engine_clock(in, [&] {
+    Cluster quiet = c;
+    quiet.gpu.measured.comm_interference = 1;
+    return quiet;
+  }());
+  EXPECT_NEAR(clock.phases.forward_s + clock.phases.backward_s,
+              plain.phases.forward_s + plain.phases.backward_s + slowdown, 1e-15);
+}
+
+// More threads than cores: each collective waits oversubscribed_wait_s for its partner. TP 2 x DP
+// 2 on 2 cores (4 compute threads) adds it to each of the tiny model's TP collectives: per layer
+// 2 forward, 2 backward all-reduces, and the vocabulary's 4 (3 in the forward: the partial
+// embeddings, the logits' row max, the sums of exps); DP's buckets also wait
+// (4 compute + 4 communication threads).
+TEST(EngineClock, OversubscribedCollectivesWaitForTheirPartner) {
+  EngineClockInput in = tiny();
+  in.tp = 2;
+  in.dp = 2;
+  in.dp_pieces = 3;
+  Cluster c = unit_cluster();
+  c.gpu.measured.cores = 2;
+  const EngineClock before = engine_clock(in, c);
+  c.gpu.measured.oversubscribed_wait_s = 2e-3;
+  const EngineClock after = engine_clock(in, c);
+  const double vocab = static_cast<double>(tp_vocab_collectives(1, 4, 8, 4, true, true).size());
+  EXPECT_NEAR(after.tp_forward_s + after.tp_backward_s,
+              before.tp_forward_s + before.tp_backward_s + 2e-3 * (2 * 4 + vocab), 1e-12);
+  EXPECT_NEAR(after.tp_forward_s, before.tp_forward_s + 2e-3 * (2 * 2 + 3), 1e-12);
+  EXPECT_NEAR(after.dp_comm_s, before.dp_comm_s + 3 * 2e-3, 1e-12);
+  // DP 2 alone on 2 cores: its buckets wait beside backward (2 compute + 2 communication
+  // threads), the last one, with compute done, does not (2 communication threads).
+  EngineClockInput dp = tiny();
+  dp.dp = 2;
+  dp.dp_pieces = 3;
+  c.gpu.measured.oversubscribed_wait_s = 0;
+  const EngineClock dp_before = engine_clock(dp, c);
+  c.gpu.measured.oversubscribed_wait_s = 2e-3;
+  EXPECT_NEAR(engine_clock(dp, c).dp_comm_s, dp_before.dp_comm_s + 2 * 2e-3, 1e-12);
+  EXPECT_NEAR(engine_clock(dp, c).tp_forward_s, 0, 1e-15);
+  // TP 2 alone on 2 cores: every thread has a core, nothing waits.
+  in.dp = 1;
+  c.gpu.measured.oversubscribed_wait_s = 0;
+  const EngineClock roomy_before = engine_clock(in, c);
+  c.gpu.measured.oversubscribed_wait_s = 2e-3;
+  EXPECT_NEAR(engine_clock(in, c).tp_forward_s, roomy_before.tp_forward_s, 1e-15);
+  EXPECT_DOUBLE_EQ(partner_wait_seconds(c.gpu.measured, 3), 2e-3);
+  EXPECT_DOUBLE_EQ(partner_wait_seconds(c.gpu.measured, 2), 0);
+}
+
+// DP 4 over 2 nodes of 2 (the unit cluster's links: inside 10 us + B / 1e9 B/s measured, across
+// 100 us per step + B / 1e8 B/s per rank), 4000 bytes all-reduced:
+//   flat ring: 6 steps, each 1000 bytes over the node link's one flow, 2 x 1e8 B/s:
+//              6 x (100 us + 5 us) = 630 us (the per-rank figure would say 660 us);
+//   hierarchical: reduce-scatter on the node (2 ranks, sends 2000: 12 us), the 2000-byte shard
+//              all-reduced across 2 nodes (2 steps of 100 us + 1000 / 1e8 = 220 us), all-gather
+//              on the node (12 us): 244 us.
+TEST(EngineClock, DataParallelAcrossNodesFlatAndHierarchical) {
+  EngineClockInput in = tiny();
+  in.dp = 4;
+  in.inter_node_dp = true;
+  in.dp_ranks_per_node = 2;
+  const Cluster c = unit_cluster();
+  using comm::Algorithm;
+  using comm::CollectiveOp;
+  EXPECT_NEAR(engine_dp_collective_seconds(in, c, CollectiveOp::all_reduce, Algorithm::ring, 4000),
+              630e-6, 1e-12);
+  in.dp_hierarchical = true;
+  EXPECT_NEAR(engine_dp_collective_seconds(in, c, CollectiveOp::all_reduce, Algorithm::ring, 4000),
+              244e-6, 1e-12);
+  // The ZeRO-1 reduce-scatter is a flat ring whatever --dp-all-reduce says: 3 steps x (100 us +
+  // 1000 / 2e8).
+  EXPECT_NEAR(
+      engine_dp_collective_seconds(in, c, CollectiveOp::reduce_scatter, Algorithm::ring, 4000),
+      315e-6, 1e-12);
+  // One node: the measured intra-node rate.
+  in.inter_node_dp = false;
+  EXPECT_NEAR(
+      engine_dp_collective_seconds(in, c, CollectiveOp::all_reduce, Algorithm::ring, 4000),
+      engine_collective_seconds(c, CollectiveOp::all_reduce, Algorithm::ring, 4000, 4, false),
+      1e-15);
+  // In the step: ZeRO 0, one bucket of 1000 parameters (4000 bytes): hierarchical leaves 244 us
+  // exposed (the last piece), flat 630.
+  in.inter_node_dp = true;
+  in.dp_pieces = 1;
+  EXPECT_NEAR(engine_clock(in, c).phases.exposed_dp_s, 244e-6, 1e-12);
+  in.dp_hierarchical = false;
+  EXPECT_NEAR(engine_clock(in, c).phases.exposed_dp_s, 630e-6, 1e-12);
 }
 
 TEST(EngineClock, RefusesAClusterWithoutMeasuredRates) {

@@ -27,6 +27,7 @@ MeasuredRates tiny_rates() {
   r.cores = 4;
   r.comm_interference = 1.25;
   r.corun_slowdown = 1.3;
+  r.oversubscribed_wait_s = 2.5e-3;
   for (double m : {16.0, 64.0}) {
     for (double n : {16.0, 64.0}) {
       for (double k : {16.0, 64.0}) {
@@ -159,6 +160,7 @@ TEST(MeasuredRates, JsonRoundTripIsExact) {
   EXPECT_EQ(back.cores, 4);
   EXPECT_EQ(back.comm_interference, 1.25);
   EXPECT_EQ(back.corun_slowdown, 1.3);
+  EXPECT_EQ(back.oversubscribed_wait_s, 2.5e-3);
   ASSERT_EQ(back.gemm.size(), r.gemm.size());
   EXPECT_EQ(back.gemm[3].seconds, r.gemm[3].seconds);
   EXPECT_EQ(back.kernels[5].bytes_per_s, r.kernels[5].bytes_per_s);
@@ -173,8 +175,8 @@ std::string refusal(const json& j) {
 
 TEST(MeasuredRates, RefusesAMissingField) {
   const json good = to_json(tiny_rates());
-  for (const char* key :
-       {"cpu", "cores", "comm_interference", "corun_slowdown", "gemm", "kernels", "collectives"}) {
+  for (const char* key : {"cpu", "cores", "comm_interference", "corun_slowdown",
+                          "oversubscribed_wait_s", "gemm", "kernels", "collectives"}) {
     json j = good;
     j.erase(key);
     EXPECT_NE(refusal(j).find(std::string("cluster file 'x.json': missing field 'gpu.measured.") +
@@ -204,8 +206,10 @@ TEST(MeasuredRates, RefusesAMissingField) {
 
 TEST(MeasuredRates, RefusesAnotherVersion) {
   json j = to_json(tiny_rates());
-  j["version"] = 2;  // before corun_slowdown (version 1: before the collectives' precision)
-  EXPECT_NE(refusal(j).find("field 'gpu.measured.version' is 2; this build reads version 3"),
+  // Version 3 had no oversubscribed_wait_s (2: no corun_slowdown; 1: no collectives' precision).
+  j["version"] = 3;
+  EXPECT_NE(refusal(j).find("field 'gpu.measured.version' is 3; this build reads version 4 (run "
+                            "dtrain calibrate --compute again)"),
             std::string::npos)
       << refusal(j);
   j.erase("version");
@@ -238,6 +242,9 @@ TEST(MeasuredRates, RefusesNegativeZeroAndAbsurdValues) {
        "field 'gpu.measured.collectives[0].algorithm' is 'magic'"},
       {"/comm_interference", 0.5, "field 'gpu.measured.comm_interference' is 0.5"},
       {"/corun_slowdown", 0.9, "field 'gpu.measured.corun_slowdown' is 0.9"},
+      {"/oversubscribed_wait_s", -1e-3,
+       "field 'gpu.measured.oversubscribed_wait_s' is -0.001; it must be in [0, 1] seconds"},
+      {"/oversubscribed_wait_s", 5, "field 'gpu.measured.oversubscribed_wait_s' is 5"},
       {"/cores", 0, "field 'gpu.measured.cores' is 0"},
       {"/cpu", 7, "field 'gpu.measured.cpu' must be a string"},
       {"/gemm", json::array(), "field 'gpu.measured.gemm' is empty"},

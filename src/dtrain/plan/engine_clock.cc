@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
+#include <utility>
 
 #include "dtrain/core/check.h"
 #include "dtrain/plan/collective_cost.h"
@@ -212,9 +214,14 @@ TpSeconds engine_tp_seconds(const EngineClockInput& in, const Cluster& c, bool e
   // f and g travel in bf16 under --precision bf16 (TensorParallelGroup's bf16 wire); the
   // vocabulary's reductions always in fp32.
   const int64_t e = in.precision == Precision::bf16 ? 2 : 4;
+  // With more compute threads than cores each collective also waits for its partner's turn.
+  const double wait = c.gpu.measured.present
+                          ? partner_wait_seconds(c.gpu.measured, in.dp * in.tp * in.pp * in.threads)
+                          : 0;
   auto price_as = [&](const CollectiveCall& call, Precision precision) {
     return engine_collective_seconds(c, call.op, comm::Algorithm::ring, call.bytes, in.tp,
-                                     in.inter_node_tp, precision);
+                                     in.inter_node_tp, precision) +
+           wait;
   };
   auto price = [&](const CollectiveCall& call) { return price_as(call, in.precision); };
   for (const CollectiveCall& call :
@@ -251,6 +258,166 @@ TpSeconds engine_tp_seconds(const EngineClockInput& in, const Cluster& c, bool e
   return out;
 }
 
+double engine_dp_collective_seconds(const EngineClockInput& in, const Cluster& c, CollectiveOp op,
+                                    comm::Algorithm algo, double bytes) {
+  const int per_node = in.dp_ranks_per_node > 0 ? std::min(in.dp_ranks_per_node, in.dp) : in.dp;
+  if (!in.inter_node_dp || per_node >= in.dp) {
+    return engine_collective_seconds(c, op, algo, bytes, in.dp, in.inter_node_dp, in.precision);
+  }
+  const int nodes = in.dp / per_node;
+  if (in.dp_hierarchical && op == CollectiveOp::all_reduce) {
+    // comm::hierarchical_all_reduce: three rings, fp32.
+    const double inside = engine_collective_seconds(c, CollectiveOp::reduce_scatter,
+                                                    comm::Algorithm::ring, bytes, per_node, false) +
+                          engine_collective_seconds(c, CollectiveOp::all_gather,
+                                                    comm::Algorithm::ring, bytes, per_node, false);
+    return inside + collective_cost(CollectiveOp::all_reduce, comm::Algorithm::ring,
+                                    bytes / per_node, nodes, c.inter_node)
+                        .time_s;
+  }
+  if (has_collective_rate(c.gpu.measured, comm::name(op), comm::name(algo), "inter_node")) {
+    return engine_collective_seconds(c, op, algo, bytes, in.dp, true, in.precision);
+  }
+  // A flat ring: its slowest hop is the one crossing a node link, one flow per DP group there.
+  Link flow = c.inter_node;
+  flow.bandwidth_bytes_per_s =
+      std::min(c.inter_node.bandwidth_bytes_per_s * per_node,
+               std::max(c.intra_node.bandwidth_bytes_per_s, c.inter_node.bandwidth_bytes_per_s));
+  return collective_cost(op, algo, bytes, in.dp, flow).time_s;
+}
+
+double partner_wait_seconds(const MeasuredRates& r, int busy_threads) {
+  return r.cores > 0 && busy_threads > r.cores ? r.oversubscribed_wait_s : 0;
+}
+
+std::vector<CommStep> zero3_steps(const Zero3Stage& s, int microbatches) {
+  std::vector<CommStep> out;
+  auto gather = [&](int unit, const Zero3Unit& u) {
+    out.push_back({CommStepKind::gather, unit, u.gather_s});
+  };
+  auto reduce = [&](int unit, const Zero3Unit& u) {
+    out.push_back({CommStepKind::reduce_scatter, unit, u.reduce_scatter_s});
+  };
+  auto wait = [&](int unit) { out.push_back({CommStepKind::wait, unit, 0}); };
+  auto compute = [&](double seconds) { out.push_back({CommStepKind::compute, 0, seconds}); };
+  const bool embeddings = s.embedding || s.head;  // the stage holds the embeddings unit
+  const int last = kZero3FirstBlock + s.blocks - 1;
+  for (int mb = 0; mb < microbatches; ++mb) {
+    // forward_units: the embeddings and the first block prefetched, then each block's successor
+    // (the final LayerNorm after the last) as the block is acquired.
+    if (embeddings) gather(kZero3Embeddings, s.embeddings);
+    if (s.blocks > 0) gather(kZero3FirstBlock, s.block);
+    if (embeddings) wait(kZero3Embeddings);
+    if (s.embedding) compute(s.embeddings.forward_s);
+    for (int u = kZero3FirstBlock; u <= last; ++u) {
+      wait(u);
+      if (u < last) {
+        gather(u + 1, s.block);
+      } else if (s.head) {
+        gather(kZero3FinalNorm, s.final_norm);
+      }
+      compute(s.block.forward_s);
+    }
+    if (s.head) {
+      if (s.blocks == 0) gather(kZero3FinalNorm, s.final_norm);
+      wait(kZero3FinalNorm);
+      compute(s.final_norm.forward_s);
+    }
+    // backward: the head's units and the last block prefetched, then each block's predecessor
+    // as the block is acquired; each unit's gradient reduce-scattered as its backward ends.
+    if (s.head) {
+      gather(kZero3FinalNorm, s.final_norm);
+      gather(kZero3Embeddings, s.embeddings);
+    }
+    if (s.blocks > 0) gather(last, s.block);
+    if (s.head) {
+      wait(kZero3FinalNorm);
+      wait(kZero3Embeddings);
+      compute(s.final_norm.backward_s);
+      reduce(kZero3FinalNorm, s.final_norm);
+    }
+    for (int u = last; u >= kZero3FirstBlock; --u) {
+      wait(u);
+      if (u > kZero3FirstBlock) gather(u - 1, s.block);
+      compute(s.block.backward_s);
+      reduce(u, s.block);
+    }
+    if (s.embedding) compute(s.embeddings.backward_s);
+    if (embeddings && !s.embeddings_deferred && s.embedding) reduce(kZero3Embeddings, s.embeddings);
+  }
+  if (embeddings && s.embeddings_deferred) reduce(kZero3Embeddings, s.embeddings);
+  return out;
+}
+
+CommTimeline run_comm_timeline(const std::vector<CommStep>& steps, PartnerWaits waits) {
+  // The queue is resolved lazily: a collective's start is known once the compute thread's
+  // timeline has reached it (at a wait for a gather, or at the end), so whether compute runs
+  // beside it (a compute interval holds its start) or the compute thread waits is known too.
+  struct Queued {
+    CommStep step;
+    double queued_s;
+  };
+  std::deque<Queued> queue;
+  std::vector<std::pair<double, double>> computing;  // the compute thread's intervals
+  size_t interval = 0;  // collectives start in order: the first interval that may hold the next
+  CommTimeline t;
+  double now = 0, comm_free = 0;
+  std::vector<double> gathered;  // per unit: when its latest gather ends
+  std::vector<int64_t> last_gather, done_gathers;
+  int64_t queued_gathers = 0, resolved_gathers = 0;
+  auto resolve_one = [&] {
+    const Queued q = queue.front();
+    queue.pop_front();
+    const double start = std::max(q.queued_s, comm_free);
+    while (interval < computing.size() && computing[interval].second <= start) ++interval;
+    const bool beside =
+        start < now && interval < computing.size() && computing[interval].first <= start;
+    const double seconds = q.step.seconds + (beside ? waits.beside_compute_s : waits.alone_s);
+    comm_free = start + seconds;
+    t.comm_s += seconds;
+    if (q.step.kind == CommStepKind::gather) {
+      gathered[static_cast<size_t>(q.step.unit)] = comm_free;
+      ++resolved_gathers;
+    }
+  };
+  for (const CommStep& step : steps) {
+    const auto unit = static_cast<size_t>(step.unit);
+    switch (step.kind) {
+      case CommStepKind::gather:
+      case CommStepKind::reduce_scatter:
+        queue.push_back({step, now});
+        if (step.kind == CommStepKind::gather) {
+          if (gathered.size() <= unit) {
+            gathered.resize(unit + 1, 0);
+            last_gather.resize(unit + 1, 0);
+          }
+          last_gather[unit] = ++queued_gathers;
+        }
+        break;
+      case CommStepKind::wait:
+        if (unit < gathered.size()) {
+          while (resolved_gathers < last_gather[unit]) resolve_one();
+          now = std::max(now, gathered[unit]);
+        }
+        break;
+      case CommStepKind::compute:
+        if (step.seconds > 0) computing.emplace_back(now, now + step.seconds);
+        now += step.seconds;
+        t.compute_s += step.seconds;
+        break;
+    }
+  }
+  while (!queue.empty()) resolve_one();
+  t.span_s = std::max(now, comm_free);
+  return t;
+}
+
+int64_t engine_layer_param_count(const ModelShape& m, int tp) {
+  const int64_t h = m.hidden, ffn = m.ffn_or_default();
+  const int64_t split = 3 * h * h + 3 * h + h * h + ffn * h + ffn + h * ffn;
+  return split / tp + 6 * h;  // + ln1 and ln2 (2h each), attn.proj.b and mlp.proj.b (h each)
+}
+
 double oversubscription(int ranks, int threads, int cores) {
   if (cores <= 0) return 1;
   return std::max(1.0, static_cast<double>(ranks) * threads / cores);
@@ -267,6 +434,77 @@ DpOverlap dp_overlap(double comm_s, double last_piece_s, double window_s, double
 bool has_measured_rates(const Cluster& c) {
   return c.gpu.measured.present;
 }
+
+namespace {
+
+// ZeRO-3's syncs on the busiest stage (the last when `head`, else the first; a single stage
+// both): its units' sizes and compute from the layout, their collectives from `dp_seconds`, run
+// through zero3_steps. The exposed part is what the timeline adds to the compute; the hidden
+// collectives slow compute by `interference`, booked to forward for the forward's gathers
+// (`forward`'s slowdown) and to backward for the rest (the result's).
+template <typename DpSeconds>
+DpOverlap zero3_overlap(const EngineClockInput& in, const Cluster& c, bool head, double stretch,
+                        const TpSeconds& stage_tp, DpSeconds&& dp_seconds, PartnerWaits waits,
+                        double interference, double* comm_s, DpOverlap* forward) {
+  const MeasuredRates& r = c.gpu.measured;
+  Zero3Stage z;
+  z.head = head;
+  z.embedding = in.pp == 1 || !head;
+  z.embeddings_deferred = in.pp > 1;
+  z.blocks = in.model.layers / in.pp;
+  const double layers = std::max(1, z.blocks);
+  const PassTimes block = engine_layer_seconds(in, r).scaled(stretch);
+  const TpSeconds block_tp = engine_tp_seconds(in, c, false, false);
+  z.block.forward_s = block.forward_s + block_tp.forward_s / layers;
+  z.block.backward_s =
+      block.backward_input_s + block.backward_weight_s + block_tp.backward_s / layers;
+  const PassTimes embedding = engine_embedding_seconds(in, r).scaled(stretch);
+  const PassTimes head_pass = engine_head_seconds(in, r).scaled(stretch);
+  if (z.embedding) {
+    z.embeddings.forward_s = embedding.forward_s;
+    z.embeddings.backward_s = embedding.backward_input_s + embedding.backward_weight_s;
+  }
+  if (z.head) {
+    z.final_norm.forward_s = head_pass.forward_s;
+    z.final_norm.backward_s = head_pass.backward_input_s + head_pass.backward_weight_s;
+  }
+  // The vocabulary's TP reductions go with the head's compute (with the embedding's on a
+  // first stage).
+  Zero3Unit& vocab = z.head ? z.final_norm : z.embeddings;
+  vocab.forward_s += std::max(0.0, stage_tp.forward_s - block_tp.forward_s);
+  vocab.backward_s += std::max(0.0, stage_tp.backward_s - block_tp.backward_s);
+  // Parameters: blocks as the engine cuts them, the final LayerNorm (2C), the embeddings the rest
+  // of the stage's.
+  const double block_params = static_cast<double>(engine_layer_param_count(in.model, in.tp));
+  const double norm_params = z.head ? 2.0 * static_cast<double>(in.model.hidden) : 0;
+  const double embedding_params =
+      std::max(0.0, static_cast<double>(in.stage_params) - z.blocks * block_params - norm_params);
+  const double param_bytes = in.precision == Precision::bf16 ? 2 : 4, grad_bytes = 4;
+  auto collectives = [&](Zero3Unit& u, double params) {
+    if (params <= 0) return;
+    u.gather_s = dp_seconds(CollectiveOp::all_gather, comm::Algorithm::ring, params * param_bytes);
+    u.reduce_scatter_s =
+        dp_seconds(CollectiveOp::reduce_scatter, comm::Algorithm::ring, params * grad_bytes);
+  };
+  collectives(z.block, block_params);
+  collectives(z.final_norm, norm_params);
+  collectives(z.embeddings, embedding_params);
+
+  const CommTimeline t = run_comm_timeline(zero3_steps(z, in.microbatches), waits);
+  *comm_s = t.comm_s;
+  DpOverlap o;
+  o.exposed_s = std::max(0.0, t.span_s - t.compute_s);
+  const double slowdown = (interference - 1) * std::max(0.0, t.comm_s - o.exposed_s);
+  const double forward_gathers =
+      in.microbatches * ((z.embedding || z.head ? z.embeddings.gather_s : 0) +
+                         z.blocks * z.block.gather_s + (z.head ? z.final_norm.gather_s : 0));
+  const double forward_share = t.comm_s > 0 ? std::min(1.0, forward_gathers / t.comm_s) : 0;
+  forward->slowdown_s = slowdown * forward_share;
+  o.slowdown_s = slowdown - forward->slowdown_s;
+  return o;
+}
+
+}  // namespace
 
 EngineClock engine_clock(const EngineClockInput& in, const Cluster& c) {
   DTRAIN_CHECK(c.gpu.measured.present, "cluster ", c.name,
@@ -329,41 +567,54 @@ EngineClock engine_clock(const EngineClockInput& in, const Cluster& c) {
       pipeline_bubble(kind, in.pp, in.microbatches, in.chunks, unstretched).bubble_time;
 
   // DP and ZeRO on the communication thread: gradient syncs behind backward (the last
-  // micro-batch's at ZeRO 0-1, every one's at 2-3), weight gathers behind forward (ZeRO-3's
-  // every micro-batch; ZeRO 1-2's after the update is waited for before the next step).
+  // micro-batch's at ZeRO 0-1, every one's at 2), ZeRO 1-2's gather of the updated weights
+  // waited for before the next step, ZeRO-3's per-unit gathers and reduce-scatters run through
+  // the executor's order (zero3_steps). With more threads than cores (each DP rank's
+  // communication thread beside the compute threads) every collective waits for its partner.
   DpOverlap forward_overlap, backward_overlap;
   if (in.dp > 1) {
-    const StateBytes bytes{in.precision == Precision::bf16 ? 2 : 4, 4, 8};
-    double forward_comm = 0, backward_comm = 0, forward_piece = 0, backward_piece = 0;
-    double after_update = 0;
-    for (const CollectiveCall& call :
-         dp_collectives(in.stage_params, in.zero_stage, bytes, in.microbatches,
-                        std::max<int64_t>(1, in.dp_pieces), 1)) {
-      const comm::Algorithm algo =
-          call.op == CollectiveOp::all_reduce ? in.dp_algorithm : comm::Algorithm::ring;
-      // Under bf16 the gradients and the gathered weights travel and reduce as bf16.
-      const double one = engine_collective_seconds(c, call.op, algo, call.bytes, in.dp,
-                                                   in.inter_node_dp, in.precision);
-      const double all = one * static_cast<double>(call.count);
-      clock.dp_comm_s += all;
-      if (call.overlaps_forward && in.zero_stage < 3) {
-        after_update += all;  // ZeRO 1-2: the engine gathers the updated weights at once
-      } else if (call.overlaps_forward) {
-        forward_comm += all;
-        forward_piece = std::max(forward_piece, one);
-      } else {
-        backward_comm += all;
-        backward_piece = std::max(backward_piece, one);
+    const int ranks = in.dp * in.tp * in.pp;
+    // Beside compute the ranks' compute and communication threads want the cores; while the
+    // compute threads wait for a collective, only the communication threads do.
+    const PartnerWaits waits{partner_wait_seconds(r, compute_threads + ranks),
+                             partner_wait_seconds(r, ranks)};
+    auto dp_seconds = [&](CollectiveOp op, comm::Algorithm algo, double bytes) {
+      return engine_dp_collective_seconds(in, c, op, algo, bytes);
+    };
+    const double interference = std::max(1.0, r.comm_interference);
+    if (in.zero_stage == 3) {
+      const DpOverlap z = zero3_overlap(in, c, last_busiest, clock.stretch, tp, dp_seconds, waits,
+                                        interference, &clock.dp_comm_s, &forward_overlap);
+      backward_overlap = z;
+      clock.phases.exposed_dp_s = z.exposed_s;
+    } else {
+      const StateBytes bytes{in.precision == Precision::bf16 ? 2 : 4, 4, 8};
+      double backward_comm = 0, backward_piece = 0, after_update = 0;
+      for (const CollectiveCall& call :
+           dp_collectives(in.stage_params, in.zero_stage, bytes, in.microbatches,
+                          std::max<int64_t>(1, in.dp_pieces), 1)) {
+        const comm::Algorithm algo =
+            call.op == CollectiveOp::all_reduce ? in.dp_algorithm : comm::Algorithm::ring;
+        // Under bf16 the gradients and the gathered weights travel and reduce as bf16.
+        const double idle = dp_seconds(call.op, algo, call.bytes);
+        const auto count = static_cast<double>(call.count);
+        if (call.overlaps_forward) {
+          // ZeRO 1-2: the engine gathers the updated weights at once, compute waiting.
+          after_update += (idle + waits.alone_s) * count;
+          clock.dp_comm_s += (idle + waits.alone_s) * count;
+        } else {
+          // Beside backward; the last piece (what shows) runs with compute done.
+          backward_comm += (idle + waits.beside_compute_s) * (count - 1) + idle + waits.alone_s;
+          clock.dp_comm_s += (idle + waits.beside_compute_s) * (count - 1) + idle + waits.alone_s;
+          backward_piece = std::max(backward_piece, idle + waits.alone_s);
+        }
       }
+      const double backward_one = stage.backward_input_s + stage.backward_weight_s;
+      backward_overlap =
+          dp_overlap(backward_comm, backward_piece,
+                     in.zero_stage >= 2 ? M * backward_one : backward_one, interference);
+      clock.phases.exposed_dp_s = backward_overlap.exposed_s + after_update;
     }
-    const double interference = r.comm_interference;
-    const double backward_one = stage.backward_input_s + stage.backward_weight_s;
-    forward_overlap = dp_overlap(forward_comm, forward_piece, M * stage.forward_s, interference);
-    backward_overlap =
-        dp_overlap(backward_comm, backward_piece,
-                   in.zero_stage >= 2 ? M * backward_one : backward_one, interference);
-    clock.phases.exposed_dp_s =
-        forward_overlap.exposed_s + backward_overlap.exposed_s + after_update;
   }
 
   // The optimizer on this rank's part: its ZeRO shard at stages 1-3, everything at 0; the

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "dtrain/comm/collective_kind.h"
 #include "dtrain/core/recompute.h"
@@ -42,6 +43,13 @@ struct EngineClockInput {
   // The DP all-reduce's algorithm (ZeRO 0; the engine picks direct where the group shares
   // memory); reduce-scatters and gathers run the ring.
   comm::Algorithm dp_algorithm = comm::Algorithm::ring;
+  // --dp-all-reduce hierarchical (ZeRO 0 across nodes): a reduce-scatter inside each node, an
+  // all-reduce of the shard across the nodes, an all-gather inside each node.
+  bool dp_hierarchical = false;
+  // The DP group's ranks on each node (0: unknown, taken as the whole group on one node). A flat
+  // ring over a group spread over nodes crosses each node's link once each way (the group's ranks
+  // on a node are neighbours in its ring), so one flow per DP group crosses a node link.
+  int dp_ranks_per_node = 0;
 };
 
 // Seconds of one step on the critical rank, by phase. forward and backward are compute only
@@ -93,6 +101,74 @@ struct TpSeconds {
 };
 TpSeconds engine_tp_seconds(const EngineClockInput& in, const Cluster& c, bool embedding,
                             bool head);
+
+// One DP/ZeRO collective of the layout (ring or in.dp_algorithm; `bytes` as collective_cost.h
+// defines S) on the DP group. Inside a node: engine_collective_seconds. Across nodes, a flat
+// ring is priced on the inter-node link with the bandwidth of one flow: the file's inter-node
+// bandwidth is per rank with every rank of a node sending across at once (calibrate's pairs all
+// at once), so one flow gets that times the ranks of a node sharing the link; the node's DP
+// groups each put one flow on it, so one flow gets the per-rank figure times dp_ranks_per_node
+// (no more than the intra-node link, which the ring's other hops take). Hierarchical: the
+// intra-node reduce-scatter and all-gather on dp_ranks_per_node ranks inside the node, the
+// shard's ring all-reduce across the nodes at the per-rank figure (every rank of the node sends
+// its shard across at once).
+double engine_dp_collective_seconds(const EngineClockInput& in, const Cluster& c,
+                                    comm::CollectiveOp op, comm::Algorithm algo, double bytes);
+
+// A collective's wait for its partner beyond its idle-machine time: the measured
+// oversubscribed_wait_s when `busy_threads` threads need the machine's cores at once (more than
+// it has), else 0. DP/ZeRO collectives count the ranks' compute threads only while compute runs
+// beside them (a compute thread waiting for one gives its core up), their communication threads
+// always. The engine's waits spin a little, then yield: a partner that is off its core
+// is waited for until the scheduler runs it.
+double partner_wait_seconds(const MeasuredRates& r, int busy_threads);
+
+// ZeRO-3 on the DP communication thread, as parallel/pipeline_executor.cc and
+// data_parallel_hooks.cc drive it: one FIFO queue of gathers and reduce-scatters beside the
+// compute thread, each unit gathered one unit ahead (its gather queued when the unit before it
+// starts computing), the compute thread waiting for a unit's gather before it runs it, and each
+// unit's gradient reduce-scattered when its backward ends. Units: the embeddings (wte, wpe; the
+// LM head's tied wte too), each block, the final LayerNorm (with the head's compute).
+struct Zero3Unit {
+  double gather_s = 0, reduce_scatter_s = 0;  // its collectives on an idle machine
+  double forward_s = 0, backward_s = 0;       // compute (and TP collectives) of one micro-batch
+};
+struct Zero3Stage {
+  bool embedding = false, head = false;  // the stage runs the embedding / the head
+  // A pipeline's end stages hold the tied wte as a bucket of its own, reduced once after the
+  // step (finalize_grads), not after each backward.
+  bool embeddings_deferred = false;
+  int blocks = 0;
+  Zero3Unit embeddings, block, final_norm;
+};
+enum class CommStepKind { gather, reduce_scatter, wait, compute };
+struct CommStep {
+  CommStepKind kind = CommStepKind::compute;
+  int unit = 0;  // kZero3Embeddings, kZero3FinalNorm or kZero3FirstBlock + l
+  double seconds = 0;
+};
+inline constexpr int kZero3Embeddings = 0, kZero3FinalNorm = 1, kZero3FirstBlock = 2;
+// The compute thread's and the communication thread's steps of a step's `microbatches` forward
+// and backward passes, one after the other, in the executor's order.
+std::vector<CommStep> zero3_steps(const Zero3Stage& s, int microbatches);
+// Runs the steps: a collective starts when it is queued and the communication thread is free;
+// compute waits for the gather it needs; the step ends when both are done. span = the step's
+// length, compute = its compute, comm = the communication thread's busy time; span - compute is
+// what the syncs leave exposed.
+struct CommTimeline {
+  double span_s = 0, compute_s = 0, comm_s = 0;
+};
+// `waits`: what each collective adds for its partner (partner_wait_seconds) when compute runs
+// beside it, and when the compute thread is waiting (for a gather, or done).
+struct PartnerWaits {
+  double beside_compute_s = 0, alone_s = 0;
+};
+CommTimeline run_comm_timeline(const std::vector<CommStep>& steps, PartnerWaits waits = {});
+
+// The engine's parameters of one transformer block on one TP rank, as Megatron cuts it: the
+// column- and row-parallel weights and the column-parallel biases split, the LayerNorms and the
+// two biases added after g whole.
+int64_t engine_layer_param_count(const ModelShape& m, int tp);
 
 // Oversubscription: `ranks` x `threads` compute threads on `cores` cores. The rates were measured
 // on an otherwise idle machine; when the threads exceed the cores every rank's compute runs at

@@ -159,6 +159,8 @@ constexpr double kMinKernelBytesPerS = 1e6, kMaxKernelBytesPerS = 1e15, kMaxCall
 constexpr double kMinCollectiveBytesPerS = 1e3, kMaxCollectiveBytesPerS = 1e15;
 constexpr double kMaxLatencyS = 10;
 constexpr double kMaxInterference = 100;
+// A scheduler time slice is milliseconds; a second per collective is no measurement.
+constexpr double kMaxOversubscribedWaitS = 1;
 constexpr int kMaxThreads = 4096, kMaxCores = 1000000, kMaxGroupRanks = 1000000;
 
 GemmSample gemm_from_json(const json& j, std::string_view source, size_t i) {
@@ -382,6 +384,9 @@ MeasuredRates measured_rates_from_json(const json& j, std::string_view source) {
                                "(compute slowdown beside a communication thread, >= 1)");
   r.corun_slowdown = number(j, "corun_slowdown", source, "", 1, true, kMaxInterference,
                             "(compute slowdown with every core busy, >= 1)");
+  r.oversubscribed_wait_s =
+      number(j, "oversubscribed_wait_s", source, "", 0, true, kMaxOversubscribedWaitS,
+             "seconds (a collective's wait for its partner with more threads than cores)");
   const json& gemm = array_field(j, "gemm", source);
   DTRAIN_CHECK(!gemm.empty(), where(source, "gemm"), " is empty; at least one product is needed");
   for (size_t i = 0; i < gemm.size(); ++i) r.gemm.push_back(gemm_from_json(gemm[i], source, i));
@@ -436,6 +441,7 @@ json to_json(const MeasuredRates& r) {
           {"cores", r.cores},
           {"comm_interference", r.comm_interference},
           {"corun_slowdown", r.corun_slowdown},
+          {"oversubscribed_wait_s", r.oversubscribed_wait_s},
           {"gemm", gemm},
           {"kernels", kernels},
           {"collectives", collectives}};

@@ -16,7 +16,7 @@
 
 namespace dtrain::plan {
 
-inline constexpr int kMeasuredRatesVersion = 3;
+inline constexpr int kMeasuredRatesVersion = 4;
 
 // The engine's memory-bound kernels (src/dtrain/model/ops, optim/adamw), each priced on the
 // element count its call is given:
@@ -103,6 +103,12 @@ struct MeasuredRates {
   // share the last-level cache and the memory bus, so ranks that each own a core still run
   // slower together than one alone, which the grid (timed on an otherwise idle machine) misses.
   double corun_slowdown = 1;
+  // Seconds a collective waits for its partner beyond its idle-machine time when the ranks'
+  // threads outnumber the cores (version 4; measured: twice as many thread ranks as cores, each
+  // multiplying and then all-reducing 4 KiB, their period less the products' core-time shared
+  // over the cores and the idle all-reduce). A rank whose partner is off its core waits for the
+  // scheduler to give it one: a time slice, not a bandwidth.
+  double oversubscribed_wait_s = 0;
 };
 
 // The compute slowdown of `busy` compute threads running at once on `cores` cores: 1 for one,

@@ -79,17 +79,10 @@ int64_t stage_param_count(const ModelShape& m, const Layout& l, int stage) {
   return scaled_to_override(m, params);
 }
 
-// The engine's own split of a GPT stage over TP (ActivationCount::engine and engine_mixed), as
-// Megatron cuts it: the column- and row-parallel weights, the column-parallel biases and the
-// word embedding (its vocabulary padded to a multiple of tp) are split; the LayerNorms, the
-// two biases added after g, wpe and the final LayerNorm are whole on every rank. The paper's
-// form (stage_param_count) gives every rank ceil(1/tp) of everything.
-int64_t engine_layer_param_count(const ModelShape& m, int tp) {
-  const int64_t h = m.hidden, ffn = m.ffn_or_default();
-  const int64_t split = 3 * h * h + 3 * h + h * h + ffn * h + ffn + h * ffn;
-  return split / tp + 6 * h;  // + ln1 and ln2 (2h each), attn.proj.b and mlp.proj.b (h each)
-}
-
+// The engine's own split of a GPT stage over TP (ActivationCount::engine and engine_mixed):
+// engine_clock.h's engine_layer_param_count per block; the word embedding (its vocabulary padded
+// to a multiple of tp) split; wpe and the final LayerNorm whole on every rank. The paper's form
+// (stage_param_count) gives every rank ceil(1/tp) of everything.
 // The engine's embeddings unit of stage `stage` on one TP rank (0 on the stages between): wte's
 // rows of the padded vocabulary and wpe whole on the first, the tied wte's copy on the last of a
 // pipeline.
@@ -962,7 +955,8 @@ void dp_times(const PlanInput& in, const Layout& l, int64_t microbatches, const 
 
 // On a cluster file with measured CPU rates: dtrain's own engine priced by engine_clock.h, on
 // the layout's busiest stage and its DP pieces as the engine cuts them (engine_dp_pieces). Each
-// rank gets cores / ranks compute threads (at least 1). Replaces the GPU clock's step figures.
+// rank runs --threads compute threads (the engine's own default, 1). Replaces the GPU clock's
+// step figures.
 void engine_clock_times(const PlanInput& in, const Layout& l, int64_t microbatches,
                         TimeBreakdown* t) {
   const Cluster& c = in.cluster;
@@ -979,13 +973,15 @@ void engine_clock_times(const PlanInput& in, const Layout& l, int64_t microbatch
   e.micro_batch = l.micro_batch;
   e.microbatches = static_cast<int>(microbatches);
   e.precision = in.training.activation_bytes >= 4 ? Precision::fp32 : Precision::bf16;
-  e.threads = std::max(1, c.gpu.measured.cores / std::max(1, c.world()));
+  e.threads = std::max(1, in.training.engine_threads);
   const int largest =
       l.pp > 1 && stage_params_of(in, l, l.pp - 1) > stage_params_of(in, l, 0) ? l.pp - 1 : 0;
   e.stage_params = stage_params_of(in, l, largest);
   e.dp_pieces = engine_dp_pieces(in, l, largest);
   const AxisSizes sizes{l.dp, l.tp, l.pp};
-  e.inter_node_dp = place_group(Axis::dp, sizes, l.order, c.gpus_per_node).nodes > 1;
+  const auto dp_group = place_group(Axis::dp, sizes, l.order, c.gpus_per_node);
+  e.inter_node_dp = dp_group.nodes > 1;
+  e.dp_ranks_per_node = dp_group.ranks_per_node;
   e.inter_node_tp = place_group(Axis::tp, sizes, l.order, c.gpus_per_node).nodes > 1;
   e.inter_node_pp = place_group(Axis::pp, sizes, l.order, c.gpus_per_node).nodes > 1;
   // The engine's automatic choice: direct where the DP group shares memory (one node).
@@ -1010,6 +1006,7 @@ void engine_clock_times(const PlanInput& in, const Layout& l, int64_t microbatch
   t->step_no_overlap_s = t->step_s - t->dp_exposed_s + t->dp_s;
   t->clock = "engine (measured rates)";
   t->stretch = clock.stretch;
+  t->threads = e.threads;
 }
 
 // evaluate on the per-rank shape `in.model`; `real_model` gives the model FLOPs.

@@ -65,6 +65,9 @@ struct Training {
   // scale; empty = uniform): it sets the all-to-all bytes and the busiest rank's expert work
   // (moe.h MoeDispatch).
   std::vector<double> tokens_per_expert;
+  // The engine clock (a cluster file with measured rates): compute threads per rank, as the
+  // engine's --threads (default 1, the engine's).
+  int engine_threads = 1;
 };
 
 // Where a plan's step time comes from.
@@ -195,6 +198,7 @@ struct TimeBreakdown {
   // with "gpu.measured", "engine (measured rates)" (engine_clock.h: dtrain's own engine).
   std::string_view clock = "gpu rates";
   double stretch = 1;  // engine clock: compute slowed by ranks x threads over the cores
+  int threads = 0;     // engine clock: compute threads per rank (0: the GPU clock)
   // Appended: context parallelism's K/V traffic per step, all of it (cp_total_s) and what the
   // ring's overlap with block compute leaves on the critical path (cp_s; all of it for the
   // all-gather and ulysses collectives, which the attention waits for).

@@ -168,9 +168,11 @@ std::string time_section(const PlanInput& in, const Plan& p) {
            format_percent(t.bubble.fraction_of_ideal), " of the ideal time (Megatron's (P-1)/M",
            l.vp > 1 ? "/v" : "", ")\n");
   s += str("Time per step (clock: ", t.clock,
-           t.clock == "gpu rates" ? ""
-                                  : str(", compute x", format_fixed(t.stretch, 2),
-                                        " for ranks x threads over the cores"),
+           t.clock == "gpu rates"
+               ? ""
+               : str(", ", t.threads, " compute thread", t.threads == 1 ? "" : "s",
+                     " per rank (--threads)", ", compute x", format_fixed(t.stretch, 2),
+                     " for ranks x threads over the cores"),
            ")\n");
   auto row = [&](const std::string& what, double secs, const std::string& note) {
     s += "  " + pad_right(what, 26) + pad_right(format_seconds(secs), 12) + note + "\n";
@@ -487,7 +489,8 @@ json plan_json(const Plan& p) {
             {"total_model_flops", t.total_model_flops},
             {"total_hardware_flops", t.total_hardware_flops},
             {"optimizer_s", t.optimizer_s},
-            {"clock", t.clock}}}};
+            {"clock", t.clock},
+            {"threads", t.threads}}}};
 }
 
 json search_json(const PlanInput& in, const SearchResult& r) {

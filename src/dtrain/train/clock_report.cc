@@ -37,7 +37,13 @@ plan::EngineClockInput engine_clock_input(const EngineConfig& c, int64_t buckets
   }
   in.dp_pieces = std::max<int64_t>(1, buckets);
   in.dp_algorithm = dp_algorithm;
+  in.dp_hierarchical = c.hierarchical;
   for (const GroupCrossing& g2 : node_crossings(c)) {
+    if (g2.axis == "dp" && !g2.nodes.empty()) {
+      // Every node holds as many of the group's ranks (the hierarchical all-reduce requires it;
+      // a flat ring's one flow per node link needs only the count).
+      in.dp_ranks_per_node = static_cast<int>(g2.ranks.size() / g2.nodes.size());
+    }
     in.inter_node_dp |= g2.axis == "dp";
     in.inter_node_tp |= g2.axis == "tp";
     in.inter_node_pp |= g2.axis == "pp";

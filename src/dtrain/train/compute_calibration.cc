@@ -355,6 +355,56 @@ double measure_corun_slowdown(int cores, bool quick) {
   return std::max(1.0, beside / alone);
 }
 
+// How long a collective waits for its partner when the thread ranks outnumber the cores (TP's f
+// and g on more ranks than cores, ZeRO-3's gathers beside busy compute threads): twice as many
+// thread ranks as cores (at least 2), each multiplying 256^3 fp32 and then all-reducing 4 KiB
+// (a small activation). The loop's median period, less the product's core-time shared over the
+// cores (what the clock's oversubscription stretch already charges) and the same all-reduce
+// between 2 idle ranks (its idle-machine price), is the wait per collective, at least 0.
+double measure_oversubscribed_wait(int cores, bool quick, double timeout_s) {
+  constexpr int64_t S = 256, kCount = 1024;
+  std::vector<float> a(S * S), b(S * S);
+  fill(a);
+  fill(b);
+  auto product = [&](std::vector<float>& c) {
+    model::sgemm(model::Trans::no, model::Trans::yes, S, S, S, 1.0f, a.data(), S, b.data(), S, 0.0f,
+                 c.data(), S);
+  };
+  std::vector<float> c0(S * S);
+  const double product_s = median_seconds([&] { product(c0); }, quick ? 5 : 20, 0);
+  double idle_s = 0;
+  comm::run_on_backend(
+      comm::Backend::threads, 2,
+      [&](comm::Communicator& comm) {
+        std::vector<float> v(kCount, 1.0f);
+        const double s = median_seconds(
+            [&] { comm::all_reduce(comm, v.data(), kCount, comm::ReduceOp::sum); }, 20, 0);
+        if (comm.rank() == 0) idle_s = s;
+      },
+      comm::LaunchOptions{.timeout_s = timeout_s, .threads_inside_a_job = true});
+  const int ranks = std::max(2, 2 * cores);
+  const int iterations = quick ? 6 : 30;
+  double period_s = 0;
+  comm::run_on_backend(
+      comm::Backend::threads, ranks,
+      [&](comm::Communicator& comm) {
+        std::vector<float> c(S * S), v(kCount, 1.0f);
+        std::vector<double> periods;
+        for (int i = 0; i <= iterations; ++i) {
+          const Stopwatch one;
+          product(c);
+          comm::all_reduce(comm, v.data(), kCount, comm::ReduceOp::sum);
+          if (i > 0) periods.push_back(one.elapsed_us() * 1e-6);  // the first: threads starting
+        }
+        // Every rank leaves the all-reduce within one hop of the others: rank 0's period is the
+        // group's.
+        if (comm.rank() == 0) period_s = median(periods);
+      },
+      comm::LaunchOptions{.timeout_s = timeout_s, .threads_inside_a_job = true});
+  const double shared = product_s * ranks / std::max(1, cores);
+  return std::max(0.0, period_s - shared - idle_s);
+}
+
 // Each collective algorithm of the threads backend at group sizes 2 and 4, fp32 and bf16
 // elements (bf16 adds each hop in fp32 and rounds back: DP's gradients and TP's f and g under
 // --precision bf16), three message sizes, fitted as latency + bytes / bandwidth with bytes the
@@ -517,6 +567,8 @@ plan::MeasuredRates measure_compute_rates(const ComputeCalibrationOptions& optio
   r.comm_interference = measure_comm_interference(options.quick, options.timeout_s);
   say("products on every core at once");
   r.corun_slowdown = measure_corun_slowdown(r.cores, options.quick);
+  say("collectives with more thread ranks than cores");
+  r.oversubscribed_wait_s = measure_oversubscribed_wait(r.cores, options.quick, options.timeout_s);
   say("collectives on thread ranks");
   measure_collectives(options.quick, options.timeout_s, r.collectives);
   return r;
