@@ -17,14 +17,17 @@ out=$("$DTRAIN" calibrate "${links[@]}" --compute --quick --threads 2 -o "$tmp/x
 for pattern in "^compute: .*cores \(measured in" "^256 x 256 x 256 +fp32 +2 " \
   "^256 x 256 x 256 +bf16 +1 " "^adamw " "^bf16_convert " "^softmax_backward " \
   "^all_reduce +hierarchical +4 " "^reduce_scatter +direct +2 " \
-  "compute beside a communication thread: x[0-9]" \
-  "^a collective's wait for its partner with more threads than cores: [0-9.]+ ms" "wrote $tmp/x.json"; do
+  "compute beside a communication thread: x[0-9]" "wrote $tmp/x.json" \
+  "^a collective's wait for its partner with more threads than cores: [0-9.]+ ms" \
+  "^256 x 256 x 256 +fp32 +1 +[0-9.]+ +[0-9.]+$" "^caches: L1d ([0-9]+ KiB|unknown), L2 "; do
   grep -qE -- "$pattern" <<<"$out" || fail "calibrate --compute: no line matching '$pattern'"
 done
 grep -q '"measured"' "$tmp/x.json" || fail "x.json has no gpu.measured"
 expect_output '"comm_interference"' calibrate "${links[@]}" --compute --quick --json
 expect_output '"corun_slowdown"' calibrate "${links[@]}" --compute --quick --json
 expect_output '"oversubscribed_wait_s"' calibrate "${links[@]}" --compute --quick --json
+expect_output '"gemm_warm"' calibrate "${links[@]}" --compute --quick --json
+expect_output '"l3_shared_by"' calibrate "${links[@]}" --compute --quick --json
 
 # plan loads the calibrated CPU (its peak is below an accelerator file's 1 TFLOP/s floor).
 expect_output "^cluster .*calibrated 2x2: 4 GPUs" plan --cluster "$tmp/x.json" "${model[@]}"
@@ -50,6 +53,9 @@ expect_error "field 'gpu.measured.gemm\[0\].seconds' is 0; it must be in \(0, " 
 sed '0,/"bytes_per_s": [^,]*/s//"bytes_per_s": 1e30/' "$tmp/x.json" >"$tmp/absurd.json"
 expect_error "field 'gpu.measured.collectives\[0\].bytes_per_s' is 1e\+30" \
   plan --cluster "$tmp/absurd.json" "${model[@]}"
+sed '/"l3_bytes": /d' "$tmp/x.json" >"$tmp/missing_cache.json"
+expect_error "missing field 'gpu.measured.cache.l3_bytes'" \
+  plan --cluster "$tmp/missing_cache.json" "${model[@]}"
 sed '/"cores": /d' "$tmp/x.json" >"$tmp/missing.json"
 expect_error "missing field 'gpu.measured.cores'" plan --cluster "$tmp/missing.json" "${model[@]}"
 sed 's/"version": 4/"version": 3/' "$tmp/x.json" >"$tmp/version.json"

@@ -79,6 +79,53 @@ TEST(EngineClock, LayerForwardBackwardAndWeightGradients) {
   EXPECT_EQ(p.recompute_s, 0);
 }
 
+// unit_rates with warm samples at half the cold time (every shape: one grid point) and caches of
+// `l3_bytes` on one core (no L2): operands in cache make the products up to 2x faster.
+MeasuredRates warm_rates(double l3_bytes) {
+  MeasuredRates r = unit_rates();
+  for (int threads : {1, 2}) {
+    r.gemm_warm.push_back({Precision::fp32, threads, 64, 64, 64, 64.0 * 64 * 64 / 1e9});
+  }
+  r.cache = {0, 0, l3_bytes, 64};
+  return r;
+}
+
+TEST(EngineClock, ProductsPricedByWhereTheirOperandsLive) {
+  const double kernels = 276e-9 + 7 * kCallS;  // the forward's, as above
+  // No caches known: every product cold, as above.
+  EXPECT_NEAR(engine_layer_seconds(tiny(), warm_rates(0)).forward_s, 6656e-9 + kernels, 1e-15);
+  // The pass between two uses of a weight: 2 x 1000 parameters (weights, gradients) and per
+  // layer the kept tensors, 4 x (8 + 8 + 24 + 8 + 8 + 8 + 32 + 32 + 8 + 8) + 2 x 2 x 16 = 640
+  // elements, 2 layers: 3280 fp32, 13120 bytes.
+  EXPECT_EQ(engine_pass_bytes(tiny()), 13120);
+  // A cache far above it: every operand warm, every product at its warm sample (half).
+  const PassTimes warm = engine_layer_seconds(tiny(), warm_rates(1e9));
+  EXPECT_NEAR(warm.forward_s, 6656e-9 / 2 + kernels, 1e-15);
+  EXPECT_NEAR(warm.backward_weight_s, 6144e-9 / 2, 1e-15);
+  // Half the pass (6560 bytes): every product's operands fit, the weights (stale) are in cache
+  // at 1/2. QKV (4 x 24 x 8): fresh A 32 + C 96 elements, stale B 192: share (128 + 96) / 320
+  // = 0.7, 1536 FLOPs x (1 - 0.7 / 2). The attention (all fresh): 512 / 2. Projection (4 x 8 x
+  // 8): (64 + 32) / 128 = 0.75, 512 x (1 - 0.375). fc and fc_proj: fresh 160, stale 256:
+  // (160 + 128) / 416, 2048 x (1 - 144 / 416) each.
+  const double half = 1536 * (1 - 0.35) + 256 + 512 * (1 - 0.375) + 2 * 2048 * (1 - 144.0 / 416);
+  EXPECT_NEAR(engine_layer_seconds(tiny(), warm_rates(6560)).forward_s, half * 1e-9 + kernels,
+              1e-15);
+  // W products read only the gradient fresh: fc_proj's (8 x 32 x 4): fresh A 32, stale B 128 and
+  // C 256: (32 + 192) / 416; fc's (32 x 8 x 4): fresh A 128, stale B 32 and C 256: (128 + 144)
+  // / 416; projection (8 x 8 x 4): fresh 32, stale 32 + 64: (32 + 48) / 128; QKV (24 x 8 x 4):
+  // fresh 96, stale 32 + 192: (96 + 112) / 320.
+  const double w = 2048 * (1 - 112.0 / 416) + 2048 * (1 - 136.0 / 416) + 512 * (1 - 40.0 / 128) +
+                   1536 * (1 - 104.0 / 320);
+  EXPECT_NEAR(engine_layer_seconds(tiny(), warm_rates(6560)).backward_weight_s, w * 1e-9, 1e-15);
+  // Four ranks share the 6560-byte L3 (1640 each): the products of 416 elements (1664 bytes)
+  // no longer fit whole; the engine_clock fills ranks from the layout.
+  EngineClockInput four = tiny();
+  four.dp = 4;
+  EXPECT_EQ(engine_cache_bytes(four, warm_rates(6560)), 1640);
+  EXPECT_GT(engine_layer_seconds(four, warm_rates(6560)).forward_s,
+            engine_layer_seconds(tiny(), warm_rates(6560)).forward_s);
+}
+
 TEST(EngineClock, Recompute) {
   EngineClockInput in = tiny();
   in.recompute = Recompute::selective;

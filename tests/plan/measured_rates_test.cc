@@ -37,6 +37,11 @@ MeasuredRates tiny_rates() {
     }
   }
   r.gemm.push_back({Precision::fp32, 4, 16, 16, 16, 2e-3});
+  // Warm (operands reused): a 2-point grid along m at n = k = 16, at 1/2 of (16, 16, 16)'s cold
+  // time and 1/4 of (64, 16, 16)'s.
+  r.gemm_warm.push_back({Precision::fp32, 1, 16, 16, 16, 0.5e-3});
+  r.gemm_warm.push_back({Precision::fp32, 1, 64, 16, 16, 0.25e-3});
+  r.cache = {48e3, 1e6, 32e6, 2};
   for (int op = 0; op < kKernelOpCount; ++op) {
     r.kernels.push_back({static_cast<KernelOp>(op), Precision::fp32, 1e10, 2e-6});
   }
@@ -148,6 +153,28 @@ TEST(MeasuredRates, CollectiveSecondsTakesItsElementsPrecision) {
   EXPECT_EQ(back.collectives.front().precision, Precision::fp32);
 }
 
+TEST(MeasuredRates, WarmRatioAndTheCachedProduct) {
+  const MeasuredRates r = tiny_rates();
+  // At the warm grid's points: warm / cold.
+  EXPECT_DOUBLE_EQ(gemm_warm_ratio(r, Precision::fp32, 1, 16, 16, 16), 0.5);
+  EXPECT_DOUBLE_EQ(gemm_warm_ratio(r, Precision::fp32, 1, 64, 16, 16), 0.25);
+  // m = 32, halfway in log: ratio = sqrt(0.5 x 0.25); n and k beyond the warm grid's single
+  // point take its edge.
+  EXPECT_NEAR(gemm_warm_ratio(r, Precision::fp32, 1, 32, 64, 64), std::sqrt(0.125), 1e-12);
+  // No warm sample of bf16, or on 4 threads the nearest (1 thread) is used.
+  EXPECT_EQ(gemm_warm_ratio(r, Precision::bf16, 1, 16, 16, 16), 1);
+  EXPECT_DOUBLE_EQ(gemm_warm_ratio(r, Precision::fp32, 4, 16, 16, 16), 0.5);
+  // The cached product: cold 1 ms at (16, 16, 16), warm 0.5 ms; share 0 cold, 1 warm, 0.4:
+  // 1 - 0.4 x 0.5 = 0.8 ms.
+  EXPECT_DOUBLE_EQ(gemm_seconds_cached(r, Precision::fp32, 1, 16, 16, 16, 0), 1e-3);
+  EXPECT_DOUBLE_EQ(gemm_seconds_cached(r, Precision::fp32, 1, 16, 16, 16, 1), 0.5e-3);
+  EXPECT_NEAR(gemm_seconds_cached(r, Precision::fp32, 1, 16, 16, 16, 0.4), 0.8e-3, 1e-15);
+  // A warm sample slower than its cold one (noise) is read as no gain.
+  MeasuredRates slow = r;
+  slow.gemm_warm[0].seconds = 2e-3;
+  EXPECT_EQ(gemm_warm_ratio(slow, Precision::fp32, 1, 16, 16, 16), 1);
+}
+
 TEST(MeasuredRates, JsonRoundTripIsExact) {
   MeasuredRates r = tiny_rates();
   r.gemm[3].seconds = 1.0 / 3.0 * 1e-3;  // a value with no short decimal form
@@ -166,6 +193,12 @@ TEST(MeasuredRates, JsonRoundTripIsExact) {
   EXPECT_EQ(back.kernels[5].bytes_per_s, r.kernels[5].bytes_per_s);
   EXPECT_EQ(back.kernels[5].op, r.kernels[5].op);
   EXPECT_EQ(back.collectives[1].ranks, 4);
+  ASSERT_EQ(back.gemm_warm.size(), 2u);
+  EXPECT_EQ(back.gemm_warm[1].seconds, 0.25e-3);
+  EXPECT_EQ(back.cache.l1d_bytes, 48e3);
+  EXPECT_EQ(back.cache.l2_bytes, 1e6);
+  EXPECT_EQ(back.cache.l3_bytes, 32e6);
+  EXPECT_EQ(back.cache.l3_shared_by, 2);
 }
 
 // The refusal for `j` read as x.json (empty when it is accepted).
@@ -176,7 +209,8 @@ std::string refusal(const json& j) {
 TEST(MeasuredRates, RefusesAMissingField) {
   const json good = to_json(tiny_rates());
   for (const char* key : {"cpu", "cores", "comm_interference", "corun_slowdown",
-                          "oversubscribed_wait_s", "gemm", "kernels", "collectives"}) {
+                          "oversubscribed_wait_s", "gemm", "gemm_warm", "cache", "kernels",
+                          "collectives"}) {
     json j = good;
     j.erase(key);
     EXPECT_NE(refusal(j).find(std::string("cluster file 'x.json': missing field 'gpu.measured.") +
@@ -187,6 +221,17 @@ TEST(MeasuredRates, RefusesAMissingField) {
   json j = good;
   j["gemm"][3].erase("seconds");
   EXPECT_NE(refusal(j).find("missing field 'gpu.measured.gemm[3].seconds'"), std::string::npos)
+      << refusal(j);
+  for (const char* key : {"l1d_bytes", "l2_bytes", "l3_bytes", "l3_shared_by"}) {
+    j = good;
+    j["cache"].erase(key);
+    EXPECT_NE(refusal(j).find(std::string("missing field 'gpu.measured.cache.") + key + "'"),
+              std::string::npos)
+        << refusal(j);
+  }
+  j = good;
+  j["gemm_warm"][1].erase("seconds");
+  EXPECT_NE(refusal(j).find("missing field 'gpu.measured.gemm_warm[1].seconds'"), std::string::npos)
       << refusal(j);
   j = good;
   j["collectives"][1].erase("latency_s");
@@ -206,7 +251,8 @@ TEST(MeasuredRates, RefusesAMissingField) {
 
 TEST(MeasuredRates, RefusesAnotherVersion) {
   json j = to_json(tiny_rates());
-  // Version 3 had no oversubscribed_wait_s (2: no corun_slowdown; 1: no collectives' precision).
+  // Version 3 had no oversubscribed_wait_s, gemm_warm or cache (2: no corun_slowdown; 1: no
+  // collectives' precision).
   j["version"] = 3;
   EXPECT_NE(refusal(j).find("field 'gpu.measured.version' is 3; this build reads version 4 (run "
                             "dtrain calibrate --compute again)"),
@@ -248,6 +294,15 @@ TEST(MeasuredRates, RefusesNegativeZeroAndAbsurdValues) {
       {"/cores", 0, "field 'gpu.measured.cores' is 0"},
       {"/cpu", 7, "field 'gpu.measured.cpu' must be a string"},
       {"/gemm", json::array(), "field 'gpu.measured.gemm' is empty"},
+      {"/gemm_warm/1/seconds", -1, "field 'gpu.measured.gemm_warm[1].seconds' is -1"},
+      {"/gemm_warm/0/m", 32,
+       "field 'gpu.measured.gemm_warm[0]': the fp32 product 32x16x16 on 1 "
+       "threads has no cold sample"},
+      {"/gemm_warm", 3, "field 'gpu.measured.gemm_warm' must be an array"},
+      {"/cache", 3, "field 'gpu.measured.cache' must be an object"},
+      {"/cache/l2_bytes", -1, "field 'gpu.measured.cache.l2_bytes' is -1"},
+      {"/cache/l3_bytes", 1e15, "field 'gpu.measured.cache.l3_bytes' is 1e+15"},
+      {"/cache/l3_shared_by", 0, "field 'gpu.measured.cache.l3_shared_by' is 0"},
   };
   for (const Case& c : cases) {
     json j = good;

@@ -2,7 +2,11 @@
 // hand-worked lines, and a --quick measurement that the cluster file's reader accepts whole.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "dtrain/core/check.h"
@@ -55,6 +59,15 @@ TEST(ComputeCalibration, QuickMeasurementIsAWholeFileTheReaderAccepts) {
   const GemmGrid grid = gemm_grid(true);
   // fp32 and bf16, each on 1 and 2 threads, every shape of the grid.
   EXPECT_EQ(r.gemm.size(), 4 * grid.m.size() * grid.n.size() * grid.k.size());
+  // The warm products on their grid (quick: the same), each no slower than its cold sample but
+  // for noise: the look-up's ratio is at most 1.
+  const GemmGrid warm = gemm_warm_grid(true);
+  EXPECT_EQ(r.gemm_warm.size(), 4 * warm.m.size() * warm.n.size() * warm.k.size());
+  for (const plan::GemmSample& s : r.gemm_warm) {
+    const double ratio = plan::gemm_warm_ratio(r, s.precision, s.threads, s.m, s.n, s.k);
+    EXPECT_GT(ratio, 0);
+    EXPECT_LE(ratio, 1);
+  }
   EXPECT_EQ(r.kernels.size(), size_t(plan::kKernelOpCount));
   EXPECT_GE(r.comm_interference, 1);
   EXPECT_GE(r.corun_slowdown, 1);
@@ -72,6 +85,48 @@ TEST(ComputeCalibration, QuickMeasurementIsAWholeFileTheReaderAccepts) {
   for (const plan::GemmSample& s : r.gemm) {
     EXPECT_DOUBLE_EQ(plan::gemm_seconds(r, s.precision, s.threads, s.m, s.n, s.k), s.seconds);
   }
+}
+
+TEST(ComputeCalibration, WarmGridIsPartOfTheColdGrid) {
+  const GemmGrid cold = gemm_grid(false), warm = gemm_warm_grid(false);
+  auto within = [](const std::vector<double>& part, const std::vector<double>& whole) {
+    return std::all_of(part.begin(), part.end(), [&](double x) {
+      return std::find(whole.begin(), whole.end(), x) != whole.end();
+    });
+  };
+  EXPECT_TRUE(within(warm.m, cold.m));
+  EXPECT_TRUE(within(warm.n, cold.n));
+  EXPECT_TRUE(within(warm.k, cold.k));
+  EXPECT_EQ(warm.m.size() * warm.n.size() * warm.k.size(), 80u);
+}
+
+// A sysfs cache folder as Linux writes it: L1d, L1i, L2, L3 shared by cpus 0-7 and 16-23.
+TEST(ComputeCalibration, ReadsCacheSizesFromSysfs) {
+  const std::filesystem::path root =
+      std::filesystem::temp_directory_path() / str("dtrain-cache-", ::getpid());
+  auto index = [&](int i, const char* level, const char* type, const char* size,
+                   const char* shared) {
+    const std::filesystem::path dir = root / str("index", i);
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "level") << level << "\n";
+    std::ofstream(dir / "type") << type << "\n";
+    std::ofstream(dir / "size") << size << "\n";
+    std::ofstream(dir / "shared_cpu_list") << shared << "\n";
+  };
+  index(0, "1", "Data", "48K", "0");
+  index(1, "1", "Instruction", "32K", "0");
+  index(2, "2", "Unified", "1024K", "0");
+  index(3, "3", "Unified", "32M", "0-7,16-23");
+  const plan::CacheSizes c = read_cache_sizes(root.string());
+  std::filesystem::remove_all(root);
+  EXPECT_EQ(c.l1d_bytes, 48 * 1024);
+  EXPECT_EQ(c.l2_bytes, 1024 * 1024);
+  EXPECT_EQ(c.l3_bytes, 32 * 1024 * 1024);
+  EXPECT_EQ(c.l3_shared_by, 16);
+  // No sysfs folder: sysconf's figures, never negative.
+  const plan::CacheSizes fallback = read_cache_sizes("/nonexistent/cache");
+  EXPECT_GE(fallback.l2_bytes, 0);
+  EXPECT_GE(fallback.l3_shared_by, 1);
 }
 
 }  // namespace

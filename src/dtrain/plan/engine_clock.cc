@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "dtrain/core/check.h"
+#include "dtrain/plan/cache_model.h"
 #include "dtrain/plan/collective_cost.h"
 #include "dtrain/plan/comm_model.h"
 #include "dtrain/plan/memory_model.h"
@@ -56,6 +57,33 @@ Shape shape_of(const EngineClockInput& in) {
   return s;
 }
 
+// Which of a product's operands (A: m x k, B: k x n, C: m x n) the kernel just before touched;
+// the others are stale (cache_model.h).
+enum Fresh : int { kFreshA = 1, kFreshB = 2, kFreshC = 4 };
+
+// The products of one layout, each priced between its cold and warm samples by where its
+// operands live (cache_model.h's warm_share). The engine keeps every operand in fp32 (the bf16
+// path rounds them on the fly inside sgemm), so each element is 4 bytes.
+struct Products {
+  const EngineClockInput& in;
+  const MeasuredRates& r;
+  double cache_bytes = 0, pass_bytes = 0;
+  Products(const EngineClockInput& input, const MeasuredRates& rates)
+      : in(input),
+        r(rates),
+        cache_bytes(engine_cache_bytes(input, rates)),
+        pass_bytes(engine_pass_bytes(input)) {}
+  double operator()(int threads, double m, double n, double k, int fresh) const {
+    constexpr double e = 4;
+    ProductOperands ops;
+    ((fresh & kFreshA) ? ops.fresh_bytes : ops.stale_bytes) += m * k * e;
+    ((fresh & kFreshB) ? ops.fresh_bytes : ops.stale_bytes) += k * n * e;
+    ((fresh & kFreshC) ? ops.fresh_bytes : ops.stale_bytes) += m * n * e;
+    return gemm_seconds_cached(r, in.precision, threads, m, n, k,
+                               warm_share(ops, cache_bytes, pass_bytes));
+  }
+};
+
 // The attention core of one micro-batch (attention_forward / attention_backward): per pair, two
 // products forward (Q K^T: T x T x HS; att V: T x HS x T) and four backward (dV, datt, dQ, dK),
 // and the causal softmax; the pairs shared out over the members.
@@ -71,24 +99,57 @@ Attention attention_seconds(const EngineClockInput& in, const Shape& s, const Me
   const double per_member = std::ceil(pairs / members);
   const double causal = s.T * (s.T + 1) / 2;  // elements of a pair's softmax
   const Kernels k{r};
-  auto gemm1 = [&](double m, double n, double kk) {
-    return gemm_seconds(r, in.precision, 1, m, n, kk);
+  const Products product(in, r);
+  auto gemm1 = [&](double m, double n, double kk, int fresh) {
+    return product(1, m, n, kk, fresh);
   };
+  constexpr int all = kFreshA | kFreshB | kFreshC;
   Attention a;
-  a.forward_s = per_member * (gemm1(s.T, s.T, s.HS) + gemm1(s.T, s.HS, s.T)) +
+  // Forward: Q K^T and att V on the QKV just written and the scores just softmaxed.
+  a.forward_s = per_member * (gemm1(s.T, s.T, s.HS, all) + gemm1(s.T, s.HS, s.T, all)) +
                 k.seconds(KernelOp::softmax_forward, per_member * causal, per_member);
-  a.backward_s = per_member * (3 * gemm1(s.T, s.HS, s.T) + gemm1(s.T, s.T, s.HS)) +
+  // Backward: each product reads the gradient just computed and one tensor saved by the
+  // forward (att for dV; V for datt; K, Q for dQ, dK), writing a fresh gradient.
+  a.backward_s = per_member * (gemm1(s.T, s.HS, s.T, kFreshB | kFreshC) +
+                               2 * gemm1(s.T, s.HS, s.T, kFreshA | kFreshC) +
+                               gemm1(s.T, s.T, s.HS, kFreshA | kFreshC)) +
                  k.seconds(KernelOp::softmax_backward, per_member * causal, per_member);
   return a;
 }
 
 }  // namespace
 
+double engine_pass_bytes(const EngineClockInput& in) {
+  const Shape s = shape_of(in);
+  // The tensors model/gpt.cc keeps per block: LN1 and LN2 outputs, QKV, the attention output,
+  // its projection and the residual after it, the MLP's fc and GELU outputs, its projection and
+  // the last residual; the pre-softmax scores and the probabilities of every (row, head) pair.
+  const double kept =
+      s.BT * (2 * s.C + 3 * s.C_local + s.C_local + 2 * s.C + 2 * s.F_local + 2 * s.C) +
+      2 * s.B * s.NH_local * s.T * s.T;
+  const double layers = static_cast<double>(in.model.layers / std::max(1, in.pp));
+  return 4 * (2 * static_cast<double>(in.stage_params) + layers * kept);
+}
+
+double engine_cache_bytes(const EngineClockInput& in, const MeasuredRates& r) {
+  const int ranks = in.dp * in.tp * in.pp;
+  const int on_node = in.ranks_per_node > 0 ? std::min(ranks, in.ranks_per_node) : ranks;
+  return rank_cache_bytes(r.cache, in.threads, ranks_per_l3(r.cache, r.cores, on_node));
+}
+
 PassTimes engine_layer_seconds(const EngineClockInput& in, const MeasuredRates& r) {
   const Shape s = shape_of(in);
   const Kernels k{r};
+  const Products product(in, r);
+  // A forward product reads the activation the kernel before wrote and writes its output over
+  // the bias just copied in; the weight is a pass old. A backward product (input or weight
+  // gradient) reads the gradient just computed; the weight, the saved input and the gradient
+  // buffers it accumulates into are a pass old.
   auto gemm = [&](double m, double n, double kk) {
-    return gemm_seconds(r, in.precision, in.threads, m, n, kk);
+    return product(in.threads, m, n, kk, kFreshA | kFreshC);
+  };
+  auto gemm_backward = [&](double m, double n, double kk) {
+    return product(in.threads, m, n, kk, kFreshA);
   };
   const Attention attention = attention_seconds(in, s, r);
   // block_forward_dense / _sp: LN1, QKV, attention, projection, residual, LN2, fc, GELU,
@@ -111,13 +172,15 @@ PassTimes engine_layer_seconds(const EngineClockInput& in, const MeasuredRates& 
   // B: each linear's input gradient (dinp (BT, in) = dout (BT, out) W), GELU, the LayerNorms,
   // the attention core's backward.
   const double backward_input =
-      gemm(s.BT, s.F_local, s.C) + k.seconds(KernelOp::gelu_backward, s.BT * s.F_local) +
-      gemm(s.BT, s.C, s.F_local) + k.seconds(KernelOp::layernorm_backward, s.rows * s.C) +
-      gemm(s.BT, s.C_local, s.C) + attention.backward_s + gemm(s.BT, s.C, 3 * s.C_local) +
+      gemm_backward(s.BT, s.F_local, s.C) + k.seconds(KernelOp::gelu_backward, s.BT * s.F_local) +
+      gemm_backward(s.BT, s.C, s.F_local) + k.seconds(KernelOp::layernorm_backward, s.rows * s.C) +
+      gemm_backward(s.BT, s.C_local, s.C) + attention.backward_s +
+      gemm_backward(s.BT, s.C, 3 * s.C_local) +
       k.seconds(KernelOp::layernorm_backward, s.rows * s.C);
   // W: each weight's gradient (dW (out, in) += dout^T (out, BT) inp (BT, in)).
-  const double backward_weight = gemm(s.C, s.F_local, s.BT) + gemm(s.F_local, s.C, s.BT) +
-                                 gemm(s.C, s.C_local, s.BT) + gemm(3 * s.C_local, s.C, s.BT);
+  const double backward_weight =
+      gemm_backward(s.C, s.F_local, s.BT) + gemm_backward(s.F_local, s.C, s.BT) +
+      gemm_backward(s.C, s.C_local, s.BT) + gemm_backward(3 * s.C_local, s.C, s.BT);
   double recompute = 0;
   if (in.recompute == Recompute::selective) recompute = attention.forward_s;
   if (in.recompute == Recompute::full) recompute = forward;
@@ -135,16 +198,17 @@ PassTimes engine_head_seconds(const EngineClockInput& in, const MeasuredRates& r
   // The vocabulary rows this TP rank holds (model::tp_vocab_local: V padded to a multiple of tp).
   const double V = static_cast<double>(in.model.vocab);
   const double V_local = in.tp > 1 ? std::ceil(V / s.t) : V;
-  auto gemm = [&](double m, double n, double kk) {
-    return gemm_seconds(r, in.precision, in.threads, m, n, kk);
-  };
+  const Products product(in, r);
   PassTimes p;
-  p.forward_s = k.seconds(KernelOp::layernorm_forward, s.rows * s.C) + gemm(s.BT, V_local, s.C) +
+  // As a block's products: the logits on the final LayerNorm just written (the tied embedding
+  // a pass old), the backward's on the logits' gradient just computed.
+  p.forward_s = k.seconds(KernelOp::layernorm_forward, s.rows * s.C) +
+                product(in.threads, s.BT, V_local, s.C, kFreshA | kFreshC) +
                 k.seconds(KernelOp::crossentropy_forward, s.BT * V_local);
   p.backward_input_s = k.seconds(KernelOp::crossentropy_backward, s.BT * V_local) +
-                       gemm(s.BT, s.C, V_local) +
+                       product(in.threads, s.BT, s.C, V_local, kFreshA) +
                        k.seconds(KernelOp::layernorm_backward, s.rows * s.C);
-  p.backward_weight_s = gemm(V_local, s.C, s.BT);
+  p.backward_weight_s = product(in.threads, V_local, s.C, s.BT, kFreshA);
   return p;
 }
 
@@ -514,6 +578,11 @@ EngineClock engine_clock(const EngineClockInput& in, const Cluster& c) {
                "engine clock: inconsistent layout (pp ", in.pp, ", chunks ", in.chunks,
                ", microbatches ", in.microbatches, ", layers ", in.model.layers, ")");
   const MeasuredRates& r = c.gpu.measured;
+  if (in.ranks_per_node == 0 && c.gpus_per_node > 0) {
+    EngineClockInput on_nodes = in;
+    on_nodes.ranks_per_node = c.gpus_per_node;
+    return engine_clock(on_nodes, c);
+  }
   EngineClock clock;
   // Threads beyond the cores wait for one (oversubscription); those that have one share the
   // cache and memory bus with the others (corun_factor).

@@ -50,6 +50,9 @@ struct EngineClockInput {
   // ring over a group spread over nodes crosses each node's link once each way (the group's ranks
   // on a node are neighbours in its ring), so one flow per DP group crosses a node link.
   int dp_ranks_per_node = 0;
+  // Ranks on one node (their last-level caches shared among them); 0: every rank on one node.
+  // engine_clock fills it from the cluster's gpus_per_node when 0.
+  int ranks_per_node = 0;
 };
 
 // Seconds of one step on the critical rank, by phase. forward and backward are compute only
@@ -70,6 +73,13 @@ struct EngineClock {
   double dp_comm_s = 0;                        // every DP/ZeRO collective of the step
   double stretch = 1;  // oversubscription: compute seconds multiplied by this
 };
+
+// Bytes one rank touches between two uses of a weight: one pass over its stage, i.e. the
+// stage's weights and weight gradients (fp32) and one micro-batch's kept activations through
+// its blocks (cache_model.h's pass_bytes).
+double engine_pass_bytes(const EngineClockInput& in);
+// The rank's cache bytes (cache_model.h's rank_cache_bytes) for this layout on `r`'s machine.
+double engine_cache_bytes(const EngineClockInput& in, const MeasuredRates& r);
 
 // Compute of one transformer block (forward, B with any recompute, W) for one micro-batch on
 // one TP rank, collectives excluded.

@@ -161,10 +161,11 @@ constexpr double kMaxLatencyS = 10;
 constexpr double kMaxInterference = 100;
 // A scheduler time slice is milliseconds; a second per collective is no measurement.
 constexpr double kMaxOversubscribedWaitS = 1;
+constexpr double kMaxCacheBytes = 1e12;  // a terabyte of cache: a unit error, not a machine
 constexpr int kMaxThreads = 4096, kMaxCores = 1000000, kMaxGroupRanks = 1000000;
 
-GemmSample gemm_from_json(const json& j, std::string_view source, size_t i) {
-  const std::string path = str("gemm[", i, "]");
+GemmSample gemm_from_json(const json& j, std::string_view source, const char* array, size_t i) {
+  const std::string path = str(array, "[", i, "]");
   GemmSample s;
   s.precision = precision_field(j, source, path);
   s.threads = whole(j, "threads", source, path, 1, kMaxThreads);
@@ -216,7 +217,8 @@ CollectiveRate collective_from_json(const json& j, std::string_view source, size
 
 // Each (precision, threads) set of products must be a full grid (every m x n x k of its axes
 // measured once), so that the look-up's multilinear interpolation always has its 8 corners.
-void check_gemm_grids(const std::vector<GemmSample>& gemm, std::string_view source) {
+void check_gemm_grids(const std::vector<GemmSample>& gemm, std::string_view source,
+                      const char* array) {
   std::map<std::pair<Precision, int>, std::vector<size_t>> sets;
   for (size_t i = 0; i < gemm.size(); ++i) sets[{gemm[i].precision, gemm[i].threads}].push_back(i);
   for (const auto& [key, indices] : sets) {
@@ -227,12 +229,12 @@ void check_gemm_grids(const std::vector<GemmSample>& gemm, std::string_view sour
       ms.insert(s.m);
       ns.insert(s.n);
       ks.insert(s.k);
-      DTRAIN_CHECK(shapes.insert({s.m, s.n, s.k}).second, where(source, str("gemm[", i, "]")),
+      DTRAIN_CHECK(shapes.insert({s.m, s.n, s.k}).second, where(source, str(array, "[", i, "]")),
                    ": the ", name(key.first), " product ", s.m, "x", s.n, "x", s.k, " on ",
                    key.second, " threads is measured twice");
     }
-    DTRAIN_CHECK(shapes.size() == ms.size() * ns.size() * ks.size(), where(source, "gemm"),
-                 ": the ", name(key.first), " products on ", key.second, " threads are not a full ",
+    DTRAIN_CHECK(shapes.size() == ms.size() * ns.size() * ks.size(), where(source, array), ": the ",
+                 name(key.first), " products on ", key.second, " threads are not a full ",
                  ms.size(), "x", ns.size(), "x", ks.size(), " grid of m x n x k (", shapes.size(),
                  " of ", ms.size() * ns.size() * ks.size(), " shapes measured)");
   }
@@ -283,24 +285,35 @@ double kernel_bytes_per_element(KernelOp op) {
   return 0;
 }
 
-double gemm_seconds(const MeasuredRates& r, Precision precision, int threads, double m, double n,
-                    double k) {
-  const int t = nearest_threads(r.gemm, precision, threads);
-  DTRAIN_CHECK(t > 0, "measured rates: no ", name(precision), " matrix product was measured");
+namespace {
+
+// One (precision, threads) grid of values by shape, and its axes.
+struct ShapeGrid {
   std::set<double> ms, ns, ks;
-  std::map<std::tuple<double, double, double>, double> seconds;
-  for (const GemmSample& s : r.gemm) {
-    if (s.precision != precision || s.threads != t) continue;
-    ms.insert(s.m);
-    ns.insert(s.n);
-    ks.insert(s.k);
-    seconds[{s.m, s.n, s.k}] = s.seconds;
+  std::map<std::tuple<double, double, double>, double> values;
+};
+
+ShapeGrid grid_of(const std::vector<GemmSample>& samples, Precision precision, int threads) {
+  ShapeGrid g;
+  for (const GemmSample& s : samples) {
+    if (s.precision != precision || s.threads != threads) continue;
+    g.ms.insert(s.m);
+    g.ns.insert(s.n);
+    g.ks.insert(s.k);
+    g.values[{s.m, s.n, s.k}] = s.seconds;
   }
-  const AxisBracket bm = bracket(ms, m), bn = bracket(ns, n), bk = bracket(ks, k);
-  // log(seconds) multilinear in (log m, log n, log k) over the 8 corners around the shape. On a
-  // grid point one corner weighs 1: its time is returned as measured (exp(log(s)) can differ
-  // from s in the last bit).
-  double log_s = 0, only_corner_s = 0;
+  return g;
+}
+
+// log(value) multilinear in (log m, log n, log k) over the 8 corners around the shape, clamped
+// onto the grid (brackets say where). On a grid point one corner weighs 1: its value is returned
+// as stored (exp(log(v)) can differ from v in the last bit).
+double interpolate(const ShapeGrid& g, double m, double n, double k, AxisBracket& bm,
+                   AxisBracket& bn, AxisBracket& bk, std::string_view what) {
+  bm = bracket(g.ms, m);
+  bn = bracket(g.ns, n);
+  bk = bracket(g.ks, k);
+  double log_v = 0, only_corner_v = 0;
   int corners_used = 0;
   for (int corner = 0; corner < 8; ++corner) {
     const bool hi_m = corner & 1, hi_n = corner & 2, hi_k = corner & 4;
@@ -308,16 +321,51 @@ double gemm_seconds(const MeasuredRates& r, Precision precision, int threads, do
                      (hi_n ? bn.weight_hi : 1 - bn.weight_hi) *
                      (hi_k ? bk.weight_hi : 1 - bk.weight_hi);
     if (w == 0) continue;
-    auto it = seconds.find({hi_m ? bm.hi : bm.lo, hi_n ? bn.hi : bn.lo, hi_k ? bk.hi : bk.lo});
-    DTRAIN_CHECK(it != seconds.end(), "measured rates: the ", name(precision), " products on ", t,
-                 " threads are not a full grid");
-    log_s += w * std::log(it->second);
-    only_corner_s = it->second;
+    auto it = g.values.find({hi_m ? bm.hi : bm.lo, hi_n ? bn.hi : bn.lo, hi_k ? bk.hi : bk.lo});
+    DTRAIN_CHECK(it != g.values.end(), "measured rates: the ", what, " are not a full grid");
+    log_v += w * std::log(it->second);
+    only_corner_v = it->second;
     ++corners_used;
   }
-  const double edge_s = corners_used == 1 ? only_corner_s : std::exp(log_s);
+  return corners_used == 1 ? only_corner_v : std::exp(log_v);
+}
+
+}  // namespace
+
+double gemm_seconds(const MeasuredRates& r, Precision precision, int threads, double m, double n,
+                    double k) {
+  const int t = nearest_threads(r.gemm, precision, threads);
+  DTRAIN_CHECK(t > 0, "measured rates: no ", name(precision), " matrix product was measured");
+  AxisBracket bm, bn, bk;
+  const double edge_s = interpolate(grid_of(r.gemm, precision, t), m, n, k, bm, bn, bk,
+                                    str(name(precision), " products on ", t, " threads"));
   // Outside the grid: the edge shape's time, scaled by the FLOPs the shape has beyond it.
   return edge_s * (m / bm.clamped) * (n / bn.clamped) * (k / bk.clamped);
+}
+
+double gemm_warm_ratio(const MeasuredRates& r, Precision precision, int threads, double m, double n,
+                       double k) {
+  const int t = nearest_threads(r.gemm_warm, precision, threads);
+  if (t == 0) return 1;
+  // Each warm point over the cold sample of its shape (the cold grid holds every warm shape:
+  // measured_rates_from_json checks it), then interpolated like the times themselves.
+  ShapeGrid ratios = grid_of(r.gemm_warm, precision, t);
+  for (auto& [shape, seconds] : ratios.values) {
+    seconds /=
+        gemm_seconds(r, precision, t, std::get<0>(shape), std::get<1>(shape), std::get<2>(shape));
+  }
+  AxisBracket bm, bn, bk;
+  const double ratio = interpolate(ratios, m, n, k, bm, bn, bk,
+                                   str("warm ", name(precision), " products on ", t, " threads"));
+  return std::min(1.0, ratio);
+}
+
+double gemm_seconds_cached(const MeasuredRates& r, Precision precision, int threads, double m,
+                           double n, double k, double warm_share) {
+  const double cold = gemm_seconds(r, precision, threads, m, n, k);
+  if (warm_share <= 0) return cold;
+  const double share = std::min(1.0, warm_share);
+  return cold * (1 - share * (1 - gemm_warm_ratio(r, precision, threads, m, n, k)));
 }
 
 double kernel_seconds(const MeasuredRates& r, KernelOp op, Precision precision, double elements,
@@ -389,10 +437,34 @@ MeasuredRates measured_rates_from_json(const json& j, std::string_view source) {
              "seconds (a collective's wait for its partner with more threads than cores)");
   const json& gemm = array_field(j, "gemm", source);
   DTRAIN_CHECK(!gemm.empty(), where(source, "gemm"), " is empty; at least one product is needed");
-  for (size_t i = 0; i < gemm.size(); ++i) r.gemm.push_back(gemm_from_json(gemm[i], source, i));
+  for (size_t i = 0; i < gemm.size(); ++i) {
+    r.gemm.push_back(gemm_from_json(gemm[i], source, "gemm", i));
+  }
   DTRAIN_CHECK(nearest_threads(r.gemm, Precision::fp32, 1) > 0, where(source, "gemm"),
                " has no fp32 product; fp32 is every run's precision");
-  check_gemm_grids(r.gemm, source);
+  check_gemm_grids(r.gemm, source, "gemm");
+  const json& gemm_warm = array_field(j, "gemm_warm", source);
+  for (size_t i = 0; i < gemm_warm.size(); ++i) {
+    const GemmSample s = gemm_from_json(gemm_warm[i], source, "gemm_warm", i);
+    // The clock reads a warm sample as its ratio to the cold one of the same shape.
+    const bool on_cold_grid = std::any_of(r.gemm.begin(), r.gemm.end(), [&](const GemmSample& c) {
+      return c.precision == s.precision && c.threads == s.threads && c.m == s.m && c.n == s.n &&
+             c.k == s.k;
+    });
+    DTRAIN_CHECK(on_cold_grid, where(source, str("gemm_warm[", i, "]")), ": the ",
+                 name(s.precision), " product ", s.m, "x", s.n, "x", s.k, " on ", s.threads,
+                 " threads has no cold sample in 'gpu.measured.gemm' to compare with");
+    r.gemm_warm.push_back(s);
+  }
+  check_gemm_grids(r.gemm_warm, source, "gemm_warm");
+  const json& cache = member(j, "cache", source, "");
+  r.cache.l1d_bytes = number(cache, "l1d_bytes", source, "cache", 0, true, kMaxCacheBytes,
+                             "bytes per core (0: unknown)");
+  r.cache.l2_bytes = number(cache, "l2_bytes", source, "cache", 0, true, kMaxCacheBytes,
+                            "bytes per core (0: unknown)");
+  r.cache.l3_bytes =
+      number(cache, "l3_bytes", source, "cache", 0, true, kMaxCacheBytes, "bytes (0: unknown)");
+  r.cache.l3_shared_by = whole(cache, "l3_shared_by", source, "cache", 1, kMaxCores);
   const json& kernels = array_field(j, "kernels", source);
   for (size_t i = 0; i < kernels.size(); ++i) {
     r.kernels.push_back(kernel_from_json(kernels[i], source, i));
@@ -412,15 +484,19 @@ MeasuredRates measured_rates_from_json(const json& j, std::string_view source) {
 }
 
 json to_json(const MeasuredRates& r) {
-  json gemm = json::array(), kernels = json::array(), collectives = json::array();
-  for (const GemmSample& s : r.gemm) {
-    gemm.push_back({{"precision", name(s.precision)},
-                    {"threads", s.threads},
-                    {"m", s.m},
-                    {"n", s.n},
-                    {"k", s.k},
-                    {"seconds", s.seconds}});
-  }
+  json kernels = json::array(), collectives = json::array();
+  auto samples = [](const std::vector<GemmSample>& from) {
+    json out = json::array();
+    for (const GemmSample& s : from) {
+      out.push_back({{"precision", name(s.precision)},
+                     {"threads", s.threads},
+                     {"m", s.m},
+                     {"n", s.n},
+                     {"k", s.k},
+                     {"seconds", s.seconds}});
+    }
+    return out;
+  };
   for (const KernelRate& k : r.kernels) {
     kernels.push_back({{"op", name(k.op)},
                        {"precision", name(k.precision)},
@@ -442,7 +518,13 @@ json to_json(const MeasuredRates& r) {
           {"comm_interference", r.comm_interference},
           {"corun_slowdown", r.corun_slowdown},
           {"oversubscribed_wait_s", r.oversubscribed_wait_s},
-          {"gemm", gemm},
+          {"gemm", samples(r.gemm)},
+          {"gemm_warm", samples(r.gemm_warm)},
+          {"cache",
+           {{"l1d_bytes", r.cache.l1d_bytes},
+            {"l2_bytes", r.cache.l2_bytes},
+            {"l3_bytes", r.cache.l3_bytes},
+            {"l3_shared_by", r.cache.l3_shared_by}}},
           {"kernels", kernels},
           {"collectives", collectives}};
 }

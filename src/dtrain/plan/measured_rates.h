@@ -88,11 +88,28 @@ struct CollectiveRate {
   Precision precision = Precision::fp32;
 };
 
+// The machine's caches as the OS reports them (sysfs, else sysconf), for the clock to judge where a
+// product's operands live (version 4). A size of 0 means unknown: the clock then prices every
+// product at its cold (from memory) sample.
+struct CacheSizes {
+  double l1d_bytes = 0;  // per core
+  double l2_bytes = 0;   // per core (private)
+  double l3_bytes = 0;   // one last-level cache
+  int l3_shared_by = 1;  // cores sharing that last-level cache
+};
+
 struct MeasuredRates {
   bool present = false;
   std::string cpu;  // the processor's model name, as the OS reports it
   int cores = 0;    // cores the ranks share
+  // Products on operands from memory (each call on the next set of a pool larger than the
+  // last-level cache): every product of a step whose operands were evicted since last touched.
   std::vector<GemmSample> gemm;
+  // The same products on one set of operands reused call after call (version 4): after the
+  // first call they sit in cache as far as their size allows. A sparser grid, each point also on
+  // `gemm`'s grid; the clock reads only their ratio to the cold sample (gemm_warm_ratio).
+  std::vector<GemmSample> gemm_warm;
+  CacheSizes cache;
   std::vector<KernelRate> kernels;
   std::vector<CollectiveRate> collectives;
   // Compute seconds are multiplied by this while a communication thread runs beside (measured:
@@ -120,6 +137,17 @@ double corun_factor(const MeasuredRates& r, int busy);
 // nearest edge). Throws Error when no sample has that precision.
 double gemm_seconds(const MeasuredRates& r, Precision precision, int threads, double m, double n,
                     double k);
+// warm / cold seconds of an (m, n, k) product at `precision` on `threads` threads: log(ratio)
+// multilinear over the warm grid (each warm sample over the cold sample of its shape), the edge's
+// ratio outside it, clamped to (0, 1] (a warm call is not slower than a cold one; a ratio above
+// 1 is noise). 1 when no warm product of that precision was measured.
+double gemm_warm_ratio(const MeasuredRates& r, Precision precision, int threads, double m, double n,
+                       double k);
+// A product whose operands are `warm_share` in cache (0: all from memory, 1: all in cache,
+// cache_model.h's warm_share): the cold seconds moved that share of the way to the warm ones,
+// cold x (1 - share x (1 - gemm_warm_ratio)).
+double gemm_seconds_cached(const MeasuredRates& r, Precision precision, int threads, double m,
+                           double n, double k, double warm_share);
 // Seconds of `calls` calls of `op` over `elements` elements in all.
 double kernel_seconds(const MeasuredRates& r, KernelOp op, Precision precision, double elements,
                       double calls = 1);

@@ -3,6 +3,7 @@
 // comm's collectives on thread ranks), the median of several calls per point, then fitted.
 #include "dtrain/train/compute_calibration.h"
 
+#include <unistd.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -79,7 +80,8 @@ std::string cpu_model_name() {
   return "unknown CPU";
 }
 
-// The products are timed on operands fetched from memory, not left in cache by the call before:
+// Cold: the products are timed on operands fetched from memory, not left in cache by the call
+// before:
 // in a training step each product's input was written kernels (or, in backward, layers) earlier
 // and each weight is read once per pass, so a grid point timed on the same three warm buffers
 // ran 10-15% faster than the step's products of that shape (2x for the attention's small
@@ -87,10 +89,13 @@ std::string cpu_model_name() {
 // accumulates into C (beta 1) as matmul.cc's products do. Each point is the median of calls
 // over 10 ms at least: on a shared virtual machine a 2 ms median still moved by 2x between two
 // calibrations at some grid points.
+// Warm (`warm`): every call on the same (A, B, C), which after the first call sit in cache as far
+// as their size allows: the clock's bound for a product whose operands were just written
+// (plan/cache_model.h picks the share between the two).
 constexpr size_t kGemmPoolBytes = size_t{128} << 20;
 
 void measure_gemm(const GemmGrid& grid, Precision precision, int threads, double min_total_s,
-                  std::vector<plan::GemmSample>& out) {
+                  bool warm, std::vector<plan::GemmSample>& out) {
   std::unique_ptr<model::ThreadTeam> team;
   if (threads > 1) team = std::make_unique<model::ThreadTeam>(threads);
   model::Compute cx;
@@ -115,11 +120,11 @@ void measure_gemm(const GemmGrid& grid, Precision precision, int threads, double
               float* a = pool.data() + offset;
               float* b = a + M * K;
               float* c = b + N * K;
-              offset += set;
+              if (!warm) offset += set;
               model::sgemm(model::Trans::no, model::Trans::yes, M, N, K, 1.0f, a, K, b, K, 1.0f, c,
                            N, cx);
             },
-            5, min_total_s);
+            warm ? 3 : 5, min_total_s);
         out.push_back({precision, threads, m, n, k, s});
       }
     }
@@ -487,7 +492,77 @@ void measure_collectives(bool quick, double timeout_s, std::vector<plan::Collect
   }
 }
 
+// A cache's size as sysfs writes it ("48K", "1024K", "32M"); 0 when unreadable.
+double sysfs_size_bytes(const std::string& path) {
+  std::ifstream in(path);
+  double value = 0;
+  std::string unit;
+  if (!(in >> value) || value <= 0) return 0;
+  in >> unit;
+  if (unit == "K") return value * 1024;
+  if (unit == "M") return value * 1024 * 1024;
+  if (unit == "G") return value * 1024 * 1024 * 1024;
+  return unit.empty() ? value : 0;
+}
+
+// CPUs in a sysfs list such as "0-1,4,6-7".
+int cpus_in_list(const std::string& list) {
+  int count = 0;
+  size_t pos = 0;
+  while (pos < list.size()) {
+    size_t end = list.find(',', pos);
+    if (end == std::string::npos) end = list.size();
+    const std::string part = list.substr(pos, end - pos);
+    const size_t dash = part.find('-');
+    try {
+      count += dash == std::string::npos
+                   ? 1
+                   : std::stoi(part.substr(dash + 1)) - std::stoi(part.substr(0, dash)) + 1;
+    } catch (const std::exception&) {
+      return 0;
+    }
+    pos = end + 1;
+  }
+  return count;
+}
+
 }  // namespace
+
+plan::CacheSizes read_cache_sizes(const std::string& root) {
+  plan::CacheSizes c;
+  bool l3_seen = false;
+  for (int index = 0; index < 16; ++index) {
+    const std::string dir = str(root, "/index", index, "/");
+    std::ifstream level_in(dir + "level"), type_in(dir + "type");
+    int level = 0;
+    std::string type;
+    if (!(level_in >> level) || !(type_in >> type)) continue;
+    const double bytes = sysfs_size_bytes(dir + "size");
+    if (level == 1 && type == "Data") c.l1d_bytes = bytes;
+    if (level == 2 && type != "Instruction") c.l2_bytes = bytes;
+    if (level == 3 && type != "Instruction") {
+      c.l3_bytes = bytes;
+      l3_seen = true;
+      std::ifstream shared(dir + "shared_cpu_list");
+      std::string list;
+      if (shared >> list) c.l3_shared_by = std::max(1, cpus_in_list(list));
+    }
+  }
+  // No sysfs (a container without it, another OS): sysconf's figures, which on a virtual machine
+  // can be the host socket's whole L3 (shared by cores it does not give this machine).
+  if (c.l1d_bytes == 0) c.l1d_bytes = std::max(0L, sysconf(_SC_LEVEL1_DCACHE_SIZE));
+  if (c.l2_bytes == 0) c.l2_bytes = std::max(0L, sysconf(_SC_LEVEL2_CACHE_SIZE));
+  if (!l3_seen) {
+    c.l3_bytes = std::max(0L, sysconf(_SC_LEVEL3_CACHE_SIZE));
+    c.l3_shared_by = int(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  return c;
+}
+
+GemmGrid gemm_warm_grid(bool quick) {
+  if (quick) return gemm_grid(true);
+  return {{16, 64, 256, 1024, 4096}, {16, 64, 256, 1024}, {16, 64, 256, 1024}};
+}
 
 GemmGrid gemm_grid(bool quick) {
   if (quick) return {{16, 256}, {16, 256}, {16, 256}};
@@ -551,14 +626,20 @@ plan::MeasuredRates measure_compute_rates(const ComputeCalibrationOptions& optio
   r.present = true;
   r.cpu = cpu_model_name();
   r.cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  r.cache = read_cache_sizes();
   const GemmGrid grid = gemm_grid(options.quick);
+  const GemmGrid warm_grid = gemm_warm_grid(options.quick);
   std::vector<int> thread_counts = {1};
   if (options.threads > 1) thread_counts.push_back(options.threads);
   for (Precision precision : {Precision::fp32, Precision::bf16}) {
     for (int threads : thread_counts) {
       say(str("matrix products, ", plan::name(precision), ", ", threads, " thread",
               threads == 1 ? "" : "s"));
-      measure_gemm(grid, precision, threads, options.quick ? 2e-3 : 10e-3, r.gemm);
+      measure_gemm(grid, precision, threads, options.quick ? 2e-3 : 10e-3, false, r.gemm);
+      // The warm grid holds 80 of the cold grid's 392 shapes, each at half the time per point and
+      // 3 calls at least where the cold takes 5 (warm calls vary less: no page walks, no memory
+      // traffic from other work).
+      measure_gemm(warm_grid, precision, threads, options.quick ? 2e-3 : 5e-3, true, r.gemm_warm);
     }
   }
   say("memory-bound kernels");

@@ -31,6 +31,14 @@ struct GemmGrid {
   std::vector<double> m, n, k;
 };
 GemmGrid gemm_grid(bool quick);
+// The sparser grid of the warm products (operands reused call after call): every other point of
+// gemm_grid's axes (powers of 4 from 16, and m's 4096), each a point of gemm_grid; quick: the same.
+GemmGrid gemm_warm_grid(bool quick);
+
+// The caches of the CPU this process runs on: sysfs (/sys/devices/system/cpu/cpu0/cache), else
+// sysconf; a size the OS does not report stays 0 (unknown). `root` replaces the sysfs folder in
+// tests.
+plan::CacheSizes read_cache_sizes(const std::string& root = "/sys/devices/system/cpu/cpu0/cache");
 
 // Measures every rate; takes the calling thread (and `threads` more for the team).
 plan::MeasuredRates measure_compute_rates(const ComputeCalibrationOptions& options);
