@@ -387,7 +387,7 @@ struct PpMeasured {
   int64_t smallest_chunk = 0, largest_chunk = 0;
   int64_t bytes_sent = 0;
   std::vector<parallel::MeasuredAction> actions;  // the last step's
-  std::vector<parallel::Action> schedule;         // what the executor was given
+  std::vector<plan::Action> schedule;             // what the executor was given
 };
 
 // `precision` bf16: mixed precision's state and activations (a block's matrix-product inputs in
@@ -450,8 +450,8 @@ void compare_pipeline(const PpCase& k, model::Precision precision = model::Preci
 
   // The executor ran its schedule's lists, action for action; that schedule is the one the
   // in-flight counts and the bubble below are simulated on.
-  const parallel::PipelineSchedule schedule =
-      parallel::make_schedule(k.kind, k.stages, k.microbatches, k.chunks);
+  const plan::PipelineSchedule schedule =
+      plan::make_schedule(k.kind, k.stages, k.microbatches, k.chunks);
   parallel::SimulationOptions sim;
   sim.times = p.time.stage_times;
   const parallel::ScheduleReport simulated = parallel::simulate_schedule(schedule, sim);
