@@ -117,6 +117,12 @@ TEST(PipelineSimulation, SendTimeByHand) {
   EXPECT_DOUBLE_EQ(sim.makespan_s, 8);
   EXPECT_DOUBLE_EQ(sim.ranks[1].finish_s, 7);
   EXPECT_DOUBLE_EQ(sim.ranks[0].busy_s, 4);
+  // Rank 0 (the first of the equally busy) is held by two send groups (>a0; >a1 <g0): its own
+  // work 4 + 1, the bubble 8 - 5 = 3.
+  EXPECT_EQ(sim.critical_rank, 0);
+  EXPECT_DOUBLE_EQ(sim.ranks[0].sending_s, 1);
+  EXPECT_DOUBLE_EQ(sim.bubble().ideal_time, 5);
+  EXPECT_DOUBLE_EQ(sim.bubble().bubble_time, 3);
 }
 
 TEST(PipelineSimulation, OneStageRunsItsChunksInOrder) {

@@ -114,13 +114,15 @@ class Replay {
         moved = true;
       }
       double done = clock_[ri];
-      if (sends && in_.send_wait == SendWait::sender_waits) done += in_.send_s;
+      const bool held = sends && in_.send_wait == SendWait::sender_waits;
+      if (held) done += in_.send_s;
       for (size_t i = pc_[ri]; i < end; ++i) {
         if (!is_recv(actions[i].kind)) continue;
         const double t = arrival(r, actions[i]);
         if (t == kNotSent) return moved;
         done = std::max(done, t);
       }
+      if (held) result_.ranks[ri].sending_s += in_.send_s;
       clock_[ri] = done;
       pc_[ri] = end;
       posted_[ri] = false;
@@ -142,7 +144,8 @@ class Replay {
 BubbleEstimate PipelineSimulation::bubble() const {
   BubbleEstimate e;
   if (ranks.empty()) return e;
-  e.ideal_time = ranks[static_cast<size_t>(critical_rank)].busy_s;
+  const RankTiming& critical = ranks[static_cast<size_t>(critical_rank)];
+  e.ideal_time = critical.busy_s + critical.sending_s;
   e.total_time = makespan_s;
   e.bubble_time = makespan_s - e.ideal_time;
   e.fraction_of_total = e.total_time > 0 ? e.bubble_time / e.total_time : 0;

@@ -30,9 +30,10 @@ struct PipelineSimulationInput {
 };
 
 struct RankTiming {
-  double busy_s = 0;    // compute actions
-  double idle_s = 0;    // makespan - busy: waits for messages and the schedule's bubble
-  double finish_s = 0;  // when its last action ended
+  double busy_s = 0;     // compute actions
+  double sending_s = 0;  // held by its own sends (send_s per group with a send; 0 overlapped)
+  double idle_s = 0;     // makespan - busy: its sends, waits for messages, the schedule's bubble
+  double finish_s = 0;   // when its last action ended
 };
 
 struct PipelineSimulation {
@@ -40,8 +41,10 @@ struct PipelineSimulation {
   double makespan_s = 0;          // the last rank's finish
   int critical_rank = 0;          // the busiest rank (the first of equals)
 
-  // The bubble seen by the critical rank: ideal = its busy time, bubble = its idle time,
-  // total = the makespan. Equal stages give pipeline_bubble's closed forms (GPipe, 1F1B).
+  // The bubble seen by the critical rank: ideal = its own work (compute and the sends it is
+  // held by), total = the makespan, bubble = the rest (waits for messages and the schedule's
+  // fill and drain). Equal stages without sends give pipeline_bubble's closed forms (GPipe,
+  // 1F1B), whose F and B carry any send time themselves.
   BubbleEstimate bubble() const;
 };
 
@@ -51,7 +54,8 @@ PipelineSimulation simulate_pipeline(const PipelineSchedule& schedule,
                                      const PipelineSimulationInput& input);
 
 // v chunks of a stage whose layers split evenly: each virtual stage gets 1/v of `stage`, and
-// `first` / `last` are added to virtual stage 0 and P*v - 1 (the embedding, the head).
+// `first` / `last` are added to virtual stage 0 and P*v - 1 (the embedding, the head; pass
+// {0, 0, 0} for none: StageTimes defaults to unit times).
 std::vector<StageTimes> virtual_stage_times(int stages, int chunks, StageTimes stage,
                                             StageTimes first, StageTimes last);
 
