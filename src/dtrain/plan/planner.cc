@@ -751,12 +751,12 @@ void engine_clock_times(const PlanInput& in, const Layout& l, int64_t microbatch
   times.backward_input = clock.stage.backward_input_s + clock.tp_backward_s + clock.send_s;
   times.backward_weight = clock.stage.backward_weight_s;
   t->stage_times = times;
-  t->bubble = pipeline_bubble(schedule_of(l), l.pp, static_cast<int>(microbatches), l.vp, times);
+  t->bubble = clock.bubble;  // the simulated schedule (engine_clock.h)
   t->compute_s = clock.phases.forward_s + clock.phases.backward_s;
   t->recompute_s = mb * clock.stage.recompute_s;
   t->tp_s = clock.phases.tp_comm_s;
-  t->pp_s = mb * 2 * clock.send_s;
-  t->bubble_s = t->bubble.bubble_time;
+  t->pp_s = clock.pipeline_sends_s;
+  t->bubble_s = clock.bubble.bubble_time;
   t->dp_s = clock.dp_comm_s;
   t->dp_exposed_s = clock.phases.exposed_dp_s;
   t->optimizer_s = clock.phases.optimizer_s;
