@@ -828,6 +828,8 @@ Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const 
       make_schedule(schedule_of(l), l.pp, static_cast<int>(microbatches), l.vp), simulation);
   TimeBreakdown& t = plan.time;
   t.stage_times = times;
+  t.virtual_stage_times = simulation.virtual_stage_times;
+  t.pp_message_s = simulation.send_s;
   t.bubble = pipeline.bubble();
   t.compute_s = mb * (sc.forward_s + sc.backward_s);
   t.recompute_s = mb * sc.recompute_s;

@@ -187,6 +187,10 @@ struct TimeBreakdown {
   // all-gather and ulysses collectives, which the attention waits for).
   double cp_s = 0;
   double cp_total_s = 0;
+  // Appended: what the GPU clock's pipeline simulation (pipeline_simulation.h) ran on: each
+  // virtual stage's F, B, W per micro-batch (TP and CP collectives in) and one message's send.
+  std::vector<StageTimes> virtual_stage_times;
+  double pp_message_s = 0;
 };
 
 // What context parallelism does in one layout (cp > 1): the algorithm and why, and its traffic.
