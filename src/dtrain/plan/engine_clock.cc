@@ -399,13 +399,15 @@ EngineClock engine_clock(const EngineClockInput& in, const Cluster& c) {
       over > 1
           ? std::max(busy + own_sends_s, simulate(clock.stretch / over).makespan_s + slowdown_s)
           : pipeline.makespan_s + slowdown_s;
-  p.pipeline_wait_s = schedule_s - busy;
+  // The makespan sums the same seconds in another order: clamp the rounding (-1e-19 at P = 1).
+  p.pipeline_wait_s = std::max(0.0, schedule_s - busy);
   // The bubble as the critical rank sees it (pipeline.bubble() without oversubscription).
   clock.pipeline_sends_s = own_sends_s;
   clock.bubble.ideal_time = busy + own_sends_s;
-  clock.bubble.total_time = schedule_s;
-  clock.bubble.bubble_time = schedule_s - clock.bubble.ideal_time;
-  clock.bubble.fraction_of_total = schedule_s > 0 ? clock.bubble.bubble_time / schedule_s : 0;
+  clock.bubble.total_time = busy + p.pipeline_wait_s;
+  clock.bubble.bubble_time = std::max(0.0, p.pipeline_wait_s - own_sends_s);
+  clock.bubble.fraction_of_total =
+      clock.bubble.total_time > 0 ? clock.bubble.bubble_time / clock.bubble.total_time : 0;
   clock.bubble.fraction_of_ideal =
       clock.bubble.ideal_time > 0 ? clock.bubble.bubble_time / clock.bubble.ideal_time : 0;
   p.step_s =
