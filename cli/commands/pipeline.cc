@@ -19,9 +19,9 @@
 #include "dtrain/core/check.h"
 #include "dtrain/core/files.h"
 #include "dtrain/parallel/pipeline_checker.h"
-#include "dtrain/parallel/pipeline_schedule.h"
 #include "dtrain/parallel/pipeline_stages.h"
 #include "dtrain/plan/pipeline_model.h"
+#include "dtrain/plan/pipeline_schedule.h"
 #include "dtrain/trace/chrome_trace.h"
 #include "dtrain/trace/timeline_ascii.h"
 #include "dtrain/trace/timeline_svg.h"
@@ -130,8 +130,7 @@ parallel::StagePartition partition(const PipelineOptions& o, int chunks) {
 }
 
 nlohmann::json to_json(const PipelineOptions& o, ScheduleKind kind,
-                       const parallel::StagePartition& part,
-                       const parallel::PipelineSchedule& schedule,
+                       const parallel::StagePartition& part, const plan::PipelineSchedule& schedule,
                        const parallel::ScheduleReport& rep, const plan::BubbleEstimate& est,
                        bool rendezvous_ok) {
   const int p = o.stages, m = o.microbatches, v = part.chunks();
@@ -176,8 +175,8 @@ nlohmann::json to_json(const PipelineOptions& o, ScheduleKind kind,
          {"peak_weight_stash", rr.peak_weight_stash}});
     if (o.actions) {  // the table's "actions per rank" lines, one label per action
       nlohmann::json labels = nlohmann::json::array();
-      for (const parallel::Action& a : schedule.per_rank[static_cast<size_t>(r)]) {
-        labels.push_back(parallel::short_label(a, v));
+      for (const plan::Action& a : schedule.per_rank[static_cast<size_t>(r)]) {
+        labels.push_back(plan::short_label(a, v));
       }
       j["ranks"].back()["action_list"] = std::move(labels);
     }
@@ -190,7 +189,7 @@ nlohmann::json to_json(const PipelineOptions& o, ScheduleKind kind,
 }
 
 void print_text(const PipelineOptions& o, ScheduleKind kind, const parallel::StagePartition& part,
-                const parallel::PipelineSchedule& schedule, const parallel::ScheduleReport& rep,
+                const plan::PipelineSchedule& schedule, const parallel::ScheduleReport& rep,
                 const plan::BubbleEstimate& est, bool rendezvous_ok) {
   const int p = o.stages, m = o.microbatches, v = part.chunks();
   std::ostringstream out;
@@ -249,8 +248,8 @@ void print_text(const PipelineOptions& o, ScheduleKind kind, const parallel::Sta
     out << "\nactions per rank (>a send activation, <a receive activation, >g / <g gradients):\n";
     for (int r = 0; r < p; ++r) {
       out << "rank " << r << ":";
-      for (const parallel::Action& a : schedule.per_rank[static_cast<size_t>(r)]) {
-        out << " " << parallel::short_label(a, v);
+      for (const plan::Action& a : schedule.per_rank[static_cast<size_t>(r)]) {
+        out << " " << plan::short_label(a, v);
       }
       out << "\n";
     }
@@ -274,8 +273,8 @@ void run(const PipelineOptions& o) {
   if (o.svg_given) check_output_file(o.svg_path, "--svg");
   if (o.trace_given) check_output_file(o.trace_path, "--trace");
   const parallel::StagePartition part = partition(o, chunks);
-  const parallel::PipelineSchedule schedule =
-      parallel::make_schedule(kind, o.stages, o.microbatches, chunks);
+  const plan::PipelineSchedule schedule =
+      plan::make_schedule(kind, o.stages, o.microbatches, chunks);
 
   parallel::SimulationOptions sim;
   sim.times = {o.forward_time, o.backward_time, o.weight_time};

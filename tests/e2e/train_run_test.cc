@@ -22,8 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dtrain/parallel/pipeline_schedule.h"
 #include "dtrain/plan/pipeline_model.h"
+#include "dtrain/plan/pipeline_schedule.h"
 #include "dtrain/train/run.h"
 
 namespace dtrain::train {
@@ -222,7 +222,7 @@ TEST(TrainRun, PipelineReportsTheBubbleAndEveryLayoutWritesATraceAndTimeline) {
   ASSERT_TRUE(composed.layout.has_value());
   EXPECT_EQ(composed.layout->trace_path, c.layout.trace_path);
   const nlohmann::json trace = nlohmann::json::parse(read(dir / "t.json"));
-  const parallel::PipelineSchedule schedule = parallel::make_1f1b(2, 2);
+  const plan::PipelineSchedule schedule = plan::make_1f1b(2, 2);
   std::map<int, int> compute_events, comm_events, async_events;
   for (const nlohmann::json& e : trace["traceEvents"]) {
     if (e["ph"] != "X") continue;
@@ -242,8 +242,8 @@ TEST(TrainRun, PipelineReportsTheBubbleAndEveryLayoutWritesATraceAndTimeline) {
   for (int rank = 0; rank < 8; ++rank) {
     const int stage = rank / 4;  // tp-dp-pp: ranks 0-3 hold stage 0
     int compute = 0, communication = 0;
-    for (const parallel::Action& a : schedule.per_rank[static_cast<size_t>(stage)]) {
-      (parallel::is_compute(a.kind) ? compute : communication) += 1;
+    for (const plan::Action& a : schedule.per_rank[static_cast<size_t>(stage)]) {
+      (plan::is_compute(a.kind) ? compute : communication) += 1;
     }
     EXPECT_EQ(compute_events[rank], compute) << "rank " << rank;
     EXPECT_EQ(comm_events[rank], communication) << "rank " << rank;

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "dtrain/core/check.h"
-#include "dtrain/parallel/pipeline_schedule.h"
 #include "dtrain/plan/pipeline_model.h"
+#include "dtrain/plan/pipeline_schedule.h"
 
 namespace dtrain::parallel {
 namespace {
@@ -26,7 +26,7 @@ constexpr int kStages[] = {1, 2, 3, 4, 5, 8};
 // Stage times: equal, and a few ratios (the fused backward's B+W against F varies).
 const plan::StageTimes kTimes[] = {{1, 1, 1}, {1, 2, 1}, {2, 1, 1}, {1, 1, 0.5}, {1, 1, 2}};
 
-ScheduleReport simulate(const PipelineSchedule& s, plan::StageTimes t,
+ScheduleReport simulate(const plan::PipelineSchedule& s, plan::StageTimes t,
                         SendMode mode = SendMode::eager) {
   SimulationOptions o;
   o.times = t;
@@ -40,7 +40,7 @@ TEST(PipelineChecker, GpipeAndOneFOneBBubbleIsTheClosedForm) {
       for (int m = 1; m <= 16; ++m) {
         for (const plan::StageTimes& t : kTimes) {
           SCOPED_TRACE(testing::Message() << plan::name(kind) << " P " << p << " M " << m);
-          const PipelineSchedule s = make_schedule(kind, p, m);
+          const plan::PipelineSchedule s = plan::make_schedule(kind, p, m);
           for (SendMode mode : {SendMode::eager, SendMode::rendezvous}) {
             const ScheduleReport r = simulate(s, t, mode);
             // Issue 6: (P-1)/(M+P-1) of the total, and Megatron's (P-1)/M of the ideal, for
@@ -61,10 +61,10 @@ TEST(PipelineChecker, GpipeAndOneFOneBBubbleIsTheClosedForm) {
 
 TEST(PipelineChecker, IssueFigures) {
   // P = 8: 7/15 = 46.7% at M = 8 and 7/71 = 9.9% at M = 64.
-  const ScheduleReport m8 = simulate(make_1f1b(8, 8), {});
+  const ScheduleReport m8 = simulate(plan::make_1f1b(8, 8), {});
   EXPECT_NEAR(m8.bubble_fraction_of_total, 7.0 / 15, kTol);
   EXPECT_NEAR(m8.bubble_fraction_of_ideal, 7.0 / 8, kTol);
-  const ScheduleReport m64 = simulate(make_1f1b(8, 64), {});
+  const ScheduleReport m64 = simulate(plan::make_1f1b(8, 64), {});
   EXPECT_NEAR(m64.bubble_fraction_of_total, 7.0 / 71, kTol);
   EXPECT_NEAR(m64.bubble_fraction_of_ideal, 7.0 / 64, kTol);
 }
@@ -75,8 +75,8 @@ TEST(PipelineChecker, InterleavingDividesTheBubbleByV) {
       for (int m = p; m <= 4 * p; ++m) {  // M >= P; P need not divide M
         for (const plan::StageTimes& t : kTimes) {
           SCOPED_TRACE(testing::Message() << "P " << p << " M " << m << " v " << v);
-          const ScheduleReport r = simulate(make_interleaved_1f1b(p, m, v), t);
-          const ScheduleReport flat = simulate(make_1f1b(p, m), t);
+          const ScheduleReport r = simulate(plan::make_interleaved_1f1b(p, m, v), t);
+          const ScheduleReport flat = simulate(plan::make_1f1b(p, m), t);
           EXPECT_NEAR(r.bubble_time * v, flat.bubble_time, kTol);
           EXPECT_NEAR(r.bubble_fraction_of_total, (p - 1.0) / (v * m + p - 1.0), kTol);
           const plan::BubbleEstimate e =
@@ -85,7 +85,7 @@ TEST(PipelineChecker, InterleavingDividesTheBubbleByV) {
           EXPECT_NEAR(r.bubble_fraction_of_ideal, e.fraction_of_ideal, kTol);
           if (m % p == 0) {  // Megatron's case: rendezvous sends give the same timing
             EXPECT_NEAR(
-                simulate(make_interleaved_1f1b(p, m, v), t, SendMode::rendezvous).bubble_time,
+                simulate(plan::make_interleaved_1f1b(p, m, v), t, SendMode::rendezvous).bubble_time,
                 e.bubble_time, kTol);
           }
         }
@@ -100,10 +100,10 @@ TEST(PipelineChecker, InterleavedWithFewerMicroBatchesThanStages) {
   for (int p : kStages) {
     for (int m = 1; m < p; ++m) {
       for (int v : {2, 3}) {
-        const ScheduleReport r = simulate(make_interleaved_1f1b(p, m, v), {});
+        const ScheduleReport r = simulate(plan::make_interleaved_1f1b(p, m, v), {});
         const plan::BubbleEstimate e = plan::pipeline_bubble(ScheduleKind::interleaved, p, m, v);
         EXPECT_GE(r.bubble_time, e.bubble_time - kTol);
-        EXPECT_LE(r.bubble_time, simulate(make_1f1b(p, m), {}).bubble_time + kTol);
+        EXPECT_LE(r.bubble_time, simulate(plan::make_1f1b(p, m), {}).bubble_time + kTol);
       }
     }
   }
@@ -120,7 +120,7 @@ TEST(PipelineChecker, ZeroBubbleH1Bubble) {
       for (const plan::StageTimes& t : kTimes) {
         SCOPED_TRACE(testing::Message() << "P " << p << " M " << m << " F " << t.forward << " B "
                                         << t.backward_input << " W " << t.backward_weight);
-        const ScheduleReport r = simulate(make_zb_h1(p, m), t);
+        const ScheduleReport r = simulate(plan::make_zb_h1(p, m), t);
         const plan::BubbleEstimate e =
             plan::pipeline_bubble(ScheduleKind::zero_bubble_h1, p, m, 1, t);
         if (t.backward_weight <= std::min(t.forward, t.backward_input)) {
@@ -147,7 +147,7 @@ TEST(PipelineChecker, PeakInflightIsTheClosedForm) {
              kind == ScheduleKind::interleaved ? std::vector<int>{1, 2, 3} : std::vector<int>{1}) {
           SCOPED_TRACE(testing::Message()
                        << plan::name(kind) << " P " << p << " M " << m << " v " << v);
-          const ScheduleReport r = simulate(make_schedule(kind, p, m, v), {});
+          const ScheduleReport r = simulate(plan::make_schedule(kind, p, m, v), {});
           for (int stage = 0; stage < p; ++stage) {
             const RankReport& rr = r.ranks[static_cast<size_t>(stage)];
             // Every (P, M, v), M % P != 0 included: the plan's count is the measured one.
@@ -175,13 +175,13 @@ TEST(PipelineChecker, CommunicationLatency) {
     for (int m : {1, 3, 8}) {
       SimulationOptions o;
       o.comm_latency = 0.25;
-      const ScheduleReport r = simulate_schedule(make_gpipe(p, m), o);
+      const ScheduleReport r = simulate_schedule(plan::make_gpipe(p, m), o);
       EXPECT_NEAR(r.makespan, (m + p - 1) * 3.0 + 2 * (p - 1) * o.comm_latency, kTol);
     }
   }
 }
 
-std::string error_of(const PipelineSchedule& s, SendMode mode = SendMode::eager) {
+std::string error_of(const plan::PipelineSchedule& s, SendMode mode = SendMode::eager) {
   SimulationOptions o;
   o.send_mode = mode;
   return check_schedule(s, o).error;
@@ -189,27 +189,27 @@ std::string error_of(const PipelineSchedule& s, SendMode mode = SendMode::eager)
 
 // Replaces rank r's list with `labels` parsed from short labels: F0 B0 W0 b0 (input
 // gradient) >a0 <a0 >g0 <g0, all chunk 0, peers the neighbours.
-std::vector<Action> parse(const PipelineSchedule& s, int r,
-                          const std::vector<std::string>& labels) {
-  std::vector<Action> out;
+std::vector<plan::Action> parse(const plan::PipelineSchedule& s, int r,
+                                const std::vector<std::string>& labels) {
+  std::vector<plan::Action> out;
   for (const std::string& l : labels) {
-    Action a;
+    plan::Action a;
     const bool message = l[0] == '>' || l[0] == '<';
     a.microbatch = std::stoi(l.substr(message ? 2 : 1));
     const char k = message ? l[1] : l[0];
     if (!message) {
-      a.kind = k == 'F'   ? ActionKind::forward
-               : k == 'B' ? ActionKind::backward
-               : k == 'b' ? ActionKind::backward_input
-                          : ActionKind::backward_weight;
+      a.kind = k == 'F'   ? plan::ActionKind::forward
+               : k == 'B' ? plan::ActionKind::backward
+               : k == 'b' ? plan::ActionKind::backward_input
+                          : plan::ActionKind::backward_weight;
     } else if (l[0] == '>') {
-      a.kind = k == 'a' ? ActionKind::send_activation : ActionKind::send_gradient;
+      a.kind = k == 'a' ? plan::ActionKind::send_activation : plan::ActionKind::send_gradient;
     } else {
-      a.kind = k == 'a' ? ActionKind::recv_activation : ActionKind::recv_gradient;
+      a.kind = k == 'a' ? plan::ActionKind::recv_activation : plan::ActionKind::recv_gradient;
     }
     if (message) {
       const bool downstream =
-          a.kind == ActionKind::send_activation || a.kind == ActionKind::recv_gradient;
+          a.kind == plan::ActionKind::send_activation || a.kind == plan::ActionKind::recv_gradient;
       a.peer = downstream ? (r + 1) % s.stages : (r + s.stages - 1) % s.stages;
     }
     out.push_back(a);
@@ -218,13 +218,13 @@ std::vector<Action> parse(const PipelineSchedule& s, int r,
 }
 
 TEST(PipelineChecker, RejectsBackwardBeforeForward) {
-  PipelineSchedule s = make_1f1b(2, 2);
+  plan::PipelineSchedule s = plan::make_1f1b(2, 2);
   s.per_rank[1] = parse(s, 1, {"<a0", "B0", "F0", ">g0", "<a1", "F1", "B1", ">g1"});
   EXPECT_EQ(error_of(s), "rank 1 action #1 backward(mb 0, chunk 0): runs before its forward");
 }
 
 TEST(PipelineChecker, RejectsWeightGradientBeforeItsBackward) {
-  PipelineSchedule s = make_zb_h1(1, 2);
+  plan::PipelineSchedule s = plan::make_zb_h1(1, 2);
   s.per_rank[0] = parse(s, 0, {"F0", "W0", "b0", "F1", "b1", "W1"});
   EXPECT_EQ(error_of(s),
             "rank 0 action #1 backward_weight(mb 0, chunk 0): runs before its backward_input");
@@ -232,24 +232,24 @@ TEST(PipelineChecker, RejectsWeightGradientBeforeItsBackward) {
 
 TEST(PipelineChecker, RejectsUnmatchedSends) {
   // Rank 1 never posts the receive for rank 0's first activation.
-  PipelineSchedule s = make_1f1b(2, 2);
+  plan::PipelineSchedule s = plan::make_1f1b(2, 2);
   s.per_rank[1] = parse(s, 1, {"F0", "B0", ">g0", "<a1", "F1", "B1", ">g1"});
   EXPECT_EQ(error_of(s),
             "rank 1 action #0 forward(mb 0, chunk 0): runs before its input activation is "
             "received");
   // Rank 0 sends micro-batch 0's activation twice.
-  s = make_1f1b(2, 2);
+  s = plan::make_1f1b(2, 2);
   s.per_rank[0] = parse(s, 0, {"F0", ">a0", ">a0", "F1", ">a1", "<g0", "B0", "<g1", "B1"});
   EXPECT_EQ(error_of(s), "rank 0 action #2 send_activation(mb 0, chunk 0) -> rank 1: sent twice");
   // Rank 0 sends its activations in the other order than rank 1 receives them.
-  s = make_1f1b(2, 2);
+  s = plan::make_1f1b(2, 2);
   s.per_rank[0] = parse(s, 0, {"F0", "F1", ">a1", ">a0", "<g0", "B0", "<g1", "B1"});
   EXPECT_EQ(error_of(s),
             "rank 0 action #2 send_activation(mb 1, chunk 0) -> rank 1: message 0 on this link "
             "is received by rank 1 action #0 recv_activation(mb 0, chunk 0) <- rank 0 - sends "
             "and receives are out of order");
   // A message to a rank that is not the neighbouring stage.
-  s = make_1f1b(3, 1);
+  s = plan::make_1f1b(3, 1);
   s.per_rank[0][1].peer = 2;
   EXPECT_EQ(error_of(s),
             "rank 0 action #1 send_activation(mb 0, chunk 0) -> rank 2: the neighbouring "
@@ -257,7 +257,7 @@ TEST(PipelineChecker, RejectsUnmatchedSends) {
 }
 
 TEST(PipelineChecker, RejectsMissingWork) {
-  PipelineSchedule s = make_gpipe(1, 2);
+  plan::PipelineSchedule s = plan::make_gpipe(1, 2);
   s.per_rank[0].pop_back();  // drops B1
   EXPECT_EQ(error_of(s), "rank 0 never runs the backward for forward(mb 1, chunk 0)");
 }
@@ -265,7 +265,7 @@ TEST(PipelineChecker, RejectsMissingWork) {
 TEST(PipelineChecker, RejectsDeadlockingOrders) {
   // Rank 1 waits for activation 1 before sending gradient 0; rank 0 waits for gradient 0 before
   // sending activation 1.
-  PipelineSchedule s = make_1f1b(2, 2);
+  plan::PipelineSchedule s = plan::make_1f1b(2, 2);
   s.per_rank[0] = parse(s, 0, {"F0", ">a0", "<g0", "B0", "F1", ">a1", "<g1", "B1"});
   s.per_rank[1] = parse(s, 1, {"<a0", "F0", "<a1", "F1", "B0", ">g0", "B1", ">g1"});
   const std::string e = error_of(s);
@@ -278,7 +278,7 @@ TEST(PipelineChecker, RejectsDeadlockingOrders) {
 }
 
 TEST(PipelineChecker, TimelineMirrorsTheSimulation) {
-  const PipelineSchedule s = make_interleaved_1f1b(2, 2, 2);
+  const plan::PipelineSchedule s = plan::make_interleaved_1f1b(2, 2, 2);
   const ScheduleReport r = simulate(s, {});
   const trace::Timeline t = to_timeline(s, r);
   ASSERT_EQ(t.rows.size(), 2u);

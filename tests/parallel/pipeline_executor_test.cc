@@ -64,7 +64,7 @@ struct RankResult {
 std::vector<RankResult> run_step(ScheduleKind kind, int P, int M, int v) {
   const model::GptConfig g = config();
   PipelineExecutorConfig ec;
-  ec.schedule = make_schedule(kind, P, M, v);
+  ec.schedule = plan::make_schedule(kind, P, M, v);
   ec.partition = balanced_partition(static_cast<int>(g.layers), P, v);
   ec.micro_batch = kBatch / M;
   ec.seq = kSeq;
@@ -159,12 +159,14 @@ TEST(PipelineExecutor, ZbH1MicroBatchAddsTheWeightGradientStash) {
 
 // The bytes held at the worst moment when rank r runs its list in program order, allocating a
 // chunk's micro-batch at its forward and freeing it at its fused backward, or, split, at W.
-int64_t replayed_peak(const PipelineSchedule& s, int r, const std::vector<int64_t>& chunk_bytes) {
+int64_t replayed_peak(const plan::PipelineSchedule& s, int r,
+                      const std::vector<int64_t>& chunk_bytes) {
   int64_t live = 0, peak = 0;
-  for (const Action& a : s.per_rank[static_cast<size_t>(r)]) {
+  for (const plan::Action& a : s.per_rank[static_cast<size_t>(r)]) {
     const int64_t bytes = chunk_bytes[static_cast<size_t>(a.chunk)];
-    if (a.kind == ActionKind::forward) live += bytes;
-    if (a.kind == ActionKind::backward || a.kind == ActionKind::backward_weight) live -= bytes;
+    if (a.kind == plan::ActionKind::forward) live += bytes;
+    if (a.kind == plan::ActionKind::backward || a.kind == plan::ActionKind::backward_weight)
+      live -= bytes;
     peak = std::max(peak, live);
   }
   return peak;
@@ -177,7 +179,7 @@ TEST(PipelineExecutor, PeakActivationsAreTheCheckersInFlightCountTimesOneMicroBa
                                 ScheduleKind::interleaved, ScheduleKind::zero_bubble_h1}) {
         const int v = kind == ScheduleKind::interleaved ? 2 : 1;
         SCOPED_TRACE(testing::Message() << plan::name(kind) << " P " << P << " M " << M);
-        const PipelineSchedule s = make_schedule(kind, P, M, v);
+        const plan::PipelineSchedule s = plan::make_schedule(kind, P, M, v);
         const ScheduleReport checked = simulate_schedule(s);
         const std::vector<RankResult> res = run_step(kind, P, M, v);
         for (int r = 0; r < P; ++r) {
@@ -225,13 +227,13 @@ TEST(PipelineExecutor, PeakActivationsAreTheCheckersInFlightCountTimesOneMicroBa
 TEST(PipelineExecutor, SendsActivationsAndGradientsOfThePlannedSize) {
   for (ScheduleKind kind : {ScheduleKind::one_f_one_b, ScheduleKind::interleaved}) {
     const int P = 4, M = 4, v = kind == ScheduleKind::interleaved ? 2 : 1;
-    const PipelineSchedule s = make_schedule(kind, P, M, v);
+    const plan::PipelineSchedule s = plan::make_schedule(kind, P, M, v);
     const std::vector<RankResult> res = run_step(kind, P, M, v);
     const double per_message = plan::pp_bytes_per_microbatch(kBatch / M, kSeq, 16, 4, 1, false);
     for (int r = 0; r < P; ++r) {
       const auto& list = s.per_rank[static_cast<size_t>(r)];
-      const auto sends =
-          std::count_if(list.begin(), list.end(), [](const Action& a) { return is_send(a.kind); });
+      const auto sends = std::count_if(list.begin(), list.end(),
+                                       [](const plan::Action& a) { return is_send(a.kind); });
       // Every virtual stage but the last sends M activations, every one but the first M
       // gradients: 2M(v) - (M on the first rank) - (M on the last).
       const int64_t expected_sends = 2 * M * v - (r == 0 ? M : 0) - (r == P - 1 ? M : 0);
@@ -248,14 +250,14 @@ TEST(PipelineExecutor, MeasuredActionsFollowTheScheduleAndCausality) {
                             ScheduleKind::interleaved, ScheduleKind::zero_bubble_h1}) {
     const int P = 4, M = 8, v = kind == ScheduleKind::interleaved ? 2 : 1;
     SCOPED_TRACE(plan::name(kind));
-    const PipelineSchedule s = make_schedule(kind, P, M, v);
+    const plan::PipelineSchedule s = plan::make_schedule(kind, P, M, v);
     const std::vector<RankResult> res = run_step(kind, P, M, v);
     std::vector<std::vector<MeasuredAction>> actions;
     // (virtual stage, mb) -> when its forward / backward ran.
     std::map<std::pair<int, int>, MeasuredAction> forwards, backwards;
     for (int r = 0; r < P; ++r) {
       const std::vector<MeasuredAction>& got = res[static_cast<size_t>(r)].record.actions;
-      const std::vector<Action>& want = s.per_rank[static_cast<size_t>(r)];
+      const std::vector<plan::Action>& want = s.per_rank[static_cast<size_t>(r)];
       ASSERT_EQ(got.size(), want.size());
       double previous_end = 0;
       for (size_t k = 0; k < got.size(); ++k) {
@@ -266,9 +268,9 @@ TEST(PipelineExecutor, MeasuredActionsFollowTheScheduleAndCausality) {
         previous_end = got[k].end_us;
         const int vs = s.virtual_stage(r, got[k].action.chunk);
         const auto key = std::pair{vs, got[k].action.microbatch};
-        if (got[k].action.kind == ActionKind::forward) forwards[key] = got[k];
-        if (got[k].action.kind == ActionKind::backward ||
-            got[k].action.kind == ActionKind::backward_input) {
+        if (got[k].action.kind == plan::ActionKind::forward) forwards[key] = got[k];
+        if (got[k].action.kind == plan::ActionKind::backward ||
+            got[k].action.kind == plan::ActionKind::backward_input) {
           backwards[key] = got[k];
         }
       }
@@ -353,7 +355,7 @@ TEST(PipelineExecutor, LossAndEvaluationEqualTheWholeModel) {
 TEST(PipelineExecutor, RefusesAnInvalidScheduleInsteadOfHanging) {
   const model::GptConfig g = config();
   PipelineExecutorConfig ec;
-  ec.schedule = make_1f1b(2, 2);
+  ec.schedule = plan::make_1f1b(2, 2);
   ec.schedule.per_rank[1].pop_back();  // rank 1 never runs its last backward
   ec.partition = balanced_partition(8, 2, 1);
   ec.micro_batch = kBatch / 2;

@@ -219,12 +219,19 @@ TEST(EngineClock, PipelineBubbleAndSends) {
   // One send of 4 x 8 fp32 = 128 bytes: 10 us + 128 ns.
   const double send = 1e-5 + 128e-9;
   EXPECT_NEAR(c.send_s, send, 1e-15);
-  // 1F1B: (P - 1) (F + B + W) of the stage times, sends in, plus M x 2 sends waited.
-  const double stage = c.stage.forward_s + c.stage.backward_input_s + c.stage.backward_weight_s;
-  EXPECT_NEAR(c.phases.pipeline_wait_s, (stage + 2 * send) + 4 * 2 * send, 1e-12);
-  // The last stage (one layer and the head) is the busiest.
+  // The last stage (one layer and the head) is the busiest and never waits for stage 0 (one
+  // layer and the embedding) in the steady state: 1F1B's simulated schedule has it wait for
+  // stage 0's first forward and its send, hold each of its M gradient sends, and then the step
+  // ends with stage 0's last backward (fused B + W).
   const PassTimes layer = engine_layer_seconds(in, unit_rates());
   const PassTimes head = engine_head_seconds(in, unit_rates());
+  PassTimes first = layer;
+  first += engine_embedding_seconds(in, unit_rates());
+  EXPECT_NEAR(c.phases.pipeline_wait_s,
+              first.forward_s + send + 4 * send + first.backward_input_s + first.backward_weight_s,
+              1e-12);
+  EXPECT_NEAR(c.pipeline_sends_s, 4 * send, 1e-15);
+  EXPECT_NEAR(c.bubble.bubble_time, c.phases.pipeline_wait_s - 4 * send, 1e-15);
   EXPECT_NEAR(c.stage.forward_s, layer.forward_s + head.forward_s, 1e-15);
   EXPECT_NEAR(c.phases.forward_s, 4 * c.stage.forward_s, 1e-15);
   EXPECT_NEAR(
@@ -314,7 +321,8 @@ TEST(EngineClock, BubbleWaitsGiveTheirCoresBack) {
   const EnginePhases& g = crowded.phases;
   EXPECT_NEAR(g.forward_s, 2 * f.forward_s, 1e-15);
   EXPECT_NEAR(g.backward_s, 2 * f.backward_s, 1e-15);
-  const double sends = 2 * 2 * roomy.send_s;
+  const double sends = roomy.pipeline_sends_s;  // the last stage's M gradient sends
+  EXPECT_NEAR(sends, 2 * roomy.send_s, 1e-15);
   const double critical = f.forward_s + f.backward_s + f.tp_comm_s + f.pipeline_wait_s;
   const double busy = g.forward_s + g.backward_s + g.tp_comm_s + sends;
   EXPECT_NEAR(g.pipeline_wait_s, std::max(busy, critical) - busy + sends, 1e-15);

@@ -88,9 +88,17 @@ TEST(Scenarios, GpipeVs1f1bBubbleAndMemory) {
   for (int m : {8, 64}) {
     const size_t base = m == 8 ? 0 : 3;
     const double p = 8;
-    EXPECT_DOUBLE_EQ(t.at(base).at("bubble / step").get<double>(), (p - 1) / (m + p - 1));
-    EXPECT_DOUBLE_EQ(t.at(base + 1).at("bubble / step").get<double>(), (p - 1) / (m + p - 1));
-    EXPECT_DOUBLE_EQ(t.at(base + 1).at("bubble / ideal").get<double>(), (p - 1) / m);
+    // The simulated schedules: GPipe and 1F1B wait alike; a little under the closed forms
+    // (P-1)/(M+P-1) and (P-1)/M, since the head makes the last stage the slowest and the
+    // lighter stages it waits for fill and drain sooner (planner_test.cc says by how much).
+    const double gpipe = t.at(base).at("bubble / step").get<double>();
+    const double onef = t.at(base + 1).at("bubble / step").get<double>();
+    EXPECT_NEAR(gpipe, onef, 1e-12);
+    EXPECT_LT(onef, (p - 1) / (m + p - 1));
+    EXPECT_GT(onef, 0.97 * (p - 1) / (m + p - 1));
+    const double onef_ideal = t.at(base + 1).at("bubble / ideal").get<double>();
+    EXPECT_LT(onef_ideal, (p - 1) / m);
+    EXPECT_GT(onef_ideal, 0.97 * (p - 1) / m);
     EXPECT_DOUBLE_EQ(t.at(base).at("in flight (stage 0)").get<double>(), m);
     EXPECT_DOUBLE_EQ(t.at(base + 1).at("in flight (stage 0)").get<double>(), std::min(8, m));
   }

@@ -110,7 +110,7 @@ TEST(DataParallel, TheFirstBucketsAllReduceStartsBeforeBackwardFinishes) {
       EXPECT_EQ(first.what, "all_reduce lnf");
       const parallel::MeasuredAction* backward = nullptr;
       for (const parallel::MeasuredAction& a : s.actions) {
-        if (a.action.kind == parallel::ActionKind::backward) backward = &a;
+        if (a.action.kind == plan::ActionKind::backward) backward = &a;
       }
       ASSERT_NE(backward, nullptr);
       std::printf("  step %d: all_reduce lnf started %.0f us into a %.0f us backward\n", steps,

@@ -14,7 +14,7 @@ namespace {
 constexpr double kNotPosted = -1;
 constexpr double kTolerance = 1e-9;
 
-std::string at(int rank, size_t index, const Action& a) {
+std::string at(int rank, size_t index, const plan::Action& a) {
   return str("rank ", rank, " action #", index, " ", to_string(a));
 }
 
@@ -37,7 +37,7 @@ struct Endpoint {
 
 class Checker {
  public:
-  Checker(const PipelineSchedule& s, const SimulationOptions& o) : s_(s), o_(o) {}
+  Checker(const plan::PipelineSchedule& s, const SimulationOptions& o) : s_(s), o_(o) {}
 
   CheckResult run() {
     CheckResult result;
@@ -53,7 +53,9 @@ class Checker {
   }
 
  private:
-  const std::vector<Action>& actions(int r) const { return s_.per_rank[static_cast<size_t>(r)]; }
+  const std::vector<plan::Action>& actions(int r) const {
+    return s_.per_rank[static_cast<size_t>(r)];
+  }
   int last_stage() const { return s_.virtual_stages() - 1; }
   int next_rank(int r) const { return (r + 1) % s_.stages; }
   int prev_rank(int r) const { return (r + s_.stages - 1) % s_.stages; }
@@ -63,17 +65,17 @@ class Checker {
   int channel(int src, int dst, bool activation) const {
     return (src * s_.stages + dst) * 2 + (activation ? 0 : 1);
   }
-  double duration(ActionKind k) const {
+  double duration(plan::ActionKind k) const {
     const plan::StageTimes& t = o_.times;
     const double v = s_.chunks;
     switch (k) {
-      case ActionKind::forward:
+      case plan::ActionKind::forward:
         return t.forward / v;
-      case ActionKind::backward:
+      case plan::ActionKind::backward:
         return (t.backward_input + t.backward_weight) / v;
-      case ActionKind::backward_input:
+      case plan::ActionKind::backward_input:
         return t.backward_input / v;
-      case ActionKind::backward_weight:
+      case plan::ActionKind::backward_weight:
         return t.backward_weight / v;
       default:
         return 0;
@@ -100,7 +102,7 @@ class Checker {
   std::string check_actions() const {
     for (int r = 0; r < s_.stages; ++r) {
       for (size_t i = 0; i < actions(r).size(); ++i) {
-        const Action& a = actions(r)[i];
+        const plan::Action& a = actions(r)[i];
         if (a.microbatch < 0 || a.microbatch >= s_.microbatches) {
           return str(at(r, i, a), ": micro-batch outside 0..", s_.microbatches - 1);
         }
@@ -108,8 +110,8 @@ class Checker {
           return str(at(r, i, a), ": chunk outside 0..", s_.chunks - 1);
         }
         if (is_compute(a.kind)) continue;
-        const bool to_next =
-            a.kind == ActionKind::send_activation || a.kind == ActionKind::recv_gradient;
+        const bool to_next = a.kind == plan::ActionKind::send_activation ||
+                             a.kind == plan::ActionKind::recv_gradient;
         const int expected = to_next ? next_rank(r) : prev_rank(r);
         if (s_.stages == 1) return str(at(r, i, a), ": a single stage exchanges no messages");
         if (a.peer != expected) {
@@ -130,18 +132,18 @@ class Checker {
       std::string error = order_error(r, i, w);
       if (!error.empty()) return error;
       switch (actions(r)[i].kind) {
-        case ActionKind::forward:
+        case plan::ActionKind::forward:
           peak_held = std::max(peak_held, ++held);
           peak_stash = std::max(peak_stash, ++stash);
           break;
-        case ActionKind::backward:
+        case plan::ActionKind::backward:
           --held;
           --stash;
           break;
-        case ActionKind::backward_input:
+        case plan::ActionKind::backward_input:
           --held;
           break;
-        case ActionKind::backward_weight:
+        case plan::ActionKind::backward_weight:
           --stash;
           break;
         default:
@@ -158,19 +160,19 @@ class Checker {
 
   // Whether action i of rank r may run after what `w` records, and records it.
   std::string order_error(int r, size_t i, std::vector<WorkState>& w) const {
-    const Action& a = actions(r)[i];
+    const plan::Action& a = actions(r)[i];
     const int vs = s_.virtual_stage(r, a.chunk);
     const bool single = s_.stages == 1;  // neighbouring chunks on this rank, no messages
     WorkState& st = w[work_index(a.microbatch, a.chunk)];
     auto fail = [&](const auto&... why) { return str(at(r, i, a), ": ", why...); };
     switch (a.kind) {
-      case ActionKind::recv_activation:
+      case plan::ActionKind::recv_activation:
         if (vs == 0) return fail("the first virtual stage receives no activation");
         if (st.recv_activation) return fail("received twice");
         if (st.forward) return fail("arrives after its forward ran");
         st.recv_activation = true;
         break;
-      case ActionKind::forward:
+      case plan::ActionKind::forward:
         if (st.forward) return fail("runs twice");
         if (vs > 0 && !single && !st.recv_activation) {
           return fail("runs before its input activation is received");
@@ -180,20 +182,20 @@ class Checker {
         }
         st.forward = true;
         break;
-      case ActionKind::send_activation:
+      case plan::ActionKind::send_activation:
         if (vs == last_stage()) return fail("the last virtual stage sends no activation");
         if (!st.forward) return fail("sends the activation before its forward ran");
         if (st.send_activation) return fail("sent twice");
         st.send_activation = true;
         break;
-      case ActionKind::recv_gradient:
+      case plan::ActionKind::recv_gradient:
         if (vs == last_stage()) return fail("the last virtual stage receives no gradient");
         if (st.recv_gradient) return fail("received twice");
         if (st.backward_input) return fail("arrives after its backward ran");
         st.recv_gradient = true;
         break;
-      case ActionKind::backward:
-      case ActionKind::backward_input:
+      case plan::ActionKind::backward:
+      case plan::ActionKind::backward_input:
         if (st.backward_input) return fail("a second backward of the same micro-batch");
         if (!st.forward) return fail("runs before its forward");
         if (vs < last_stage() && !single && !st.recv_gradient) {
@@ -204,14 +206,14 @@ class Checker {
           return fail("runs before the backward of chunk ", a.chunk + 1);
         }
         st.backward_input = true;
-        st.backward_weight = a.kind == ActionKind::backward;
+        st.backward_weight = a.kind == plan::ActionKind::backward;
         break;
-      case ActionKind::backward_weight:
+      case plan::ActionKind::backward_weight:
         if (st.backward_weight) return fail("a second weight gradient of the same micro-batch");
         if (!st.backward_input) return fail("runs before its backward_input");
         st.backward_weight = true;
         break;
-      case ActionKind::send_gradient:
+      case plan::ActionKind::send_gradient:
         if (vs == 0) return fail("the first virtual stage sends no gradient");
         if (!st.backward_input) return fail("sends the gradient before its backward ran");
         if (st.send_gradient) return fail("sent twice");
@@ -229,7 +231,8 @@ class Checker {
         const WorkState& st = w[work_index(mb, c)];
         const int vs = s_.virtual_stage(r, c);
         auto missing = [&](std::string_view what) {
-          return str("rank ", r, " never ", what, " for ", to_string({ActionKind::forward, mb, c}));
+          return str("rank ", r, " never ", what, " for ",
+                     plan::to_string(plan::Action{plan::ActionKind::forward, mb, c}));
         };
         if (!st.forward) return missing("runs the forward");
         if (!st.backward_input) return missing("runs the backward");
@@ -254,7 +257,7 @@ class Checker {
       seq_[static_cast<size_t>(r)].assign(actions(r).size(), -1);
       chan_[static_cast<size_t>(r)].assign(actions(r).size(), -1);
       for (size_t i = 0; i < actions(r).size(); ++i) {
-        const Action& a = actions(r)[i];
+        const plan::Action& a = actions(r)[i];
         if (is_compute(a.kind)) continue;
         const bool act = carries_activation(a.kind);
         const int ch = is_send(a.kind) ? channel(r, a.peer, act) : channel(a.peer, r, act);
@@ -270,17 +273,17 @@ class Checker {
       const auto& rcv = recvs_[ch];
       for (size_t k = 0; k < std::max(snd.size(), rcv.size()); ++k) {
         if (k >= rcv.size()) {
-          const Action& a = actions(snd[k].rank)[snd[k].index];
+          const plan::Action& a = actions(snd[k].rank)[snd[k].index];
           return str(at(snd[k].rank, snd[k].index, a), ": never received (rank ", a.peer,
                      " posts only ", rcv.size(), " matching receives)");
         }
         if (k >= snd.size()) {
-          const Action& a = actions(rcv[k].rank)[rcv[k].index];
+          const plan::Action& a = actions(rcv[k].rank)[rcv[k].index];
           return str(at(rcv[k].rank, rcv[k].index, a), ": never sent (rank ", a.peer,
                      " posts only ", snd.size(), " matching sends)");
         }
-        const Action& a = actions(snd[k].rank)[snd[k].index];
-        const Action& b = actions(rcv[k].rank)[rcv[k].index];
+        const plan::Action& a = actions(snd[k].rank)[snd[k].index];
+        const plan::Action& b = actions(rcv[k].rank)[rcv[k].index];
         const int from = s_.virtual_stage(snd[k].rank, a.chunk);
         const int to = s_.virtual_stage(rcv[k].rank, b.chunk);
         const int step = carries_activation(a.kind) ? 1 : -1;
@@ -332,7 +335,7 @@ class Checker {
     const auto& list = actions(r);
     bool moved = false;
     while (pc_[ri] < list.size()) {
-      const Action& a = list[pc_[ri]];
+      const plan::Action& a = list[pc_[ri]];
       if (is_compute(a.kind)) {
         const double d = duration(a.kind);
         report_.timed[ri][pc_[ri]] = {a, clock_[ri], clock_[ri] + d};
@@ -406,8 +409,9 @@ class Checker {
     for (int r = 0; r < s_.stages; ++r) {
       for (const TimedAction& t : report_.timed[static_cast<size_t>(r)]) {
         const size_t i = slot(t.action.microbatch, s_.virtual_stage(r, t.action.chunk));
-        if (t.action.kind == ActionKind::forward) fwd[i] = &t, rank_of[i] = r;
-        if (t.action.kind == ActionKind::backward || t.action.kind == ActionKind::backward_input) {
+        if (t.action.kind == plan::ActionKind::forward) fwd[i] = &t, rank_of[i] = r;
+        if (t.action.kind == plan::ActionKind::backward ||
+            t.action.kind == plan::ActionKind::backward_input) {
           bwd[i] = &t;
         }
       }
@@ -457,7 +461,7 @@ class Checker {
     return std::move(rep);
   }
 
-  const PipelineSchedule& s_;
+  const plan::PipelineSchedule& s_;
   const SimulationOptions& o_;
   ScheduleReport report_;
   std::vector<std::vector<Endpoint>> sends_, recvs_;        // (channels) in program order
@@ -474,45 +478,46 @@ std::string_view name(SendMode mode) {
   return mode == SendMode::eager ? "eager" : "rendezvous";
 }
 
-CheckResult check_schedule(const PipelineSchedule& schedule, const SimulationOptions& options) {
+CheckResult check_schedule(const plan::PipelineSchedule& schedule,
+                           const SimulationOptions& options) {
   return Checker(schedule, options).run();
 }
 
-ScheduleReport simulate_schedule(const PipelineSchedule& schedule,
+ScheduleReport simulate_schedule(const plan::PipelineSchedule& schedule,
                                  const SimulationOptions& options) {
   CheckResult result = check_schedule(schedule, options);
   DTRAIN_CHECK(result.ok(), "invalid pipeline schedule: ", result.error);
   return std::move(result.report);
 }
 
-trace::Timeline to_timeline(const PipelineSchedule& schedule, const ScheduleReport& report) {
+trace::Timeline to_timeline(const plan::PipelineSchedule& schedule, const ScheduleReport& report) {
   trace::Timeline timeline;
   timeline.time_unit = "units";
   for (size_t r = 0; r < report.timed.size(); ++r) {
     trace::TimelineRow row;
     row.name = str("rank ", r);
     for (const TimedAction& t : report.timed[r]) {
-      const Action& a = t.action;
+      const plan::Action& a = t.action;
       trace::SpanKind kind = trace::SpanKind::other;
       switch (a.kind) {
-        case ActionKind::forward:
+        case plan::ActionKind::forward:
           kind = trace::SpanKind::forward;
           break;
-        case ActionKind::backward:
+        case plan::ActionKind::backward:
           kind = trace::SpanKind::backward;
           break;
-        case ActionKind::backward_input:
+        case plan::ActionKind::backward_input:
           kind = trace::SpanKind::backward_input;
           break;
-        case ActionKind::backward_weight:
+        case plan::ActionKind::backward_weight:
           kind = trace::SpanKind::backward_weight;
           break;
-        case ActionKind::send_activation:
-        case ActionKind::send_gradient:
+        case plan::ActionKind::send_activation:
+        case plan::ActionKind::send_gradient:
           kind = trace::SpanKind::send;
           break;
-        case ActionKind::recv_activation:
-        case ActionKind::recv_gradient:
+        case plan::ActionKind::recv_activation:
+        case plan::ActionKind::recv_gradient:
           kind = trace::SpanKind::recv;
           break;
       }

@@ -19,8 +19,8 @@
 #include <string_view>
 #include <vector>
 
-#include "dtrain/parallel/pipeline_schedule.h"
 #include "dtrain/plan/pipeline_model.h"
+#include "dtrain/plan/pipeline_schedule.h"
 #include "dtrain/trace/timeline.h"
 
 namespace dtrain::parallel {
@@ -38,7 +38,7 @@ struct SimulationOptions {
 };
 
 struct TimedAction {
-  Action action;
+  plan::Action action;
   double start = 0;  // compute: when it began; communication: when its group was posted
   double end = 0;    // compute: start + duration; communication: when it completed
 };
@@ -85,15 +85,16 @@ struct CheckResult {
 //     its micro-batch ends and every backward after the next virtual stage's backward ends.
 // Messages read "rank 1 action #4 backward(mb 0, chunk 0): runs before its forward" (0-based
 // index into the rank's list).
-CheckResult check_schedule(const PipelineSchedule& schedule, const SimulationOptions& options = {});
+CheckResult check_schedule(const plan::PipelineSchedule& schedule,
+                           const SimulationOptions& options = {});
 
 // check_schedule, throwing dtrain::Error with the message when the schedule is invalid.
-ScheduleReport simulate_schedule(const PipelineSchedule& schedule,
+ScheduleReport simulate_schedule(const plan::PipelineSchedule& schedule,
                                  const SimulationOptions& options = {});
 
 // The simulated run as a generic timeline (one row per rank), for the ASCII, SVG and Chrome
 // trace renderers: compute spans labelled F3 / B3 / W3 (F3b on chunk 1), messages as send and
 // recv spans from posting to completion.
-trace::Timeline to_timeline(const PipelineSchedule& schedule, const ScheduleReport& report);
+trace::Timeline to_timeline(const plan::PipelineSchedule& schedule, const ScheduleReport& report);
 
 }  // namespace dtrain::parallel

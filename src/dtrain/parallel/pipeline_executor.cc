@@ -60,7 +60,7 @@ PipelineExecutor::PipelineExecutor(comm::Communicator& comm, model::GptModel& mo
       workspace_(model.config(), config_.micro_batch, config_.seq, tracker, model.threads(),
                  model.tp().size(), model.tp().sequence_parallel(), model.recompute(),
                  model.bf16_activations()) {
-  const PipelineSchedule& s = config_.schedule;
+  const plan::PipelineSchedule& s = config_.schedule;
   const StagePartition& p = config_.partition;
   DTRAIN_CHECK(comm.size() == s.stages, "pipeline executor: the communicator has ", comm.size(),
                " ranks, the schedule ", s.stages, " stages");
@@ -83,8 +83,9 @@ PipelineExecutor::PipelineExecutor(comm::Communicator& comm, model::GptModel& mo
   const model::GptConfig& g = model.config();
   const int64_t rows = config_.micro_batch * config_.seq / (sp ? tp_ : 1);
   element_count_ = rows * g.channels;
-  for (const std::vector<Action>& list : s.per_rank) {
-    for (const Action& a : list) split_ = split_ || a.kind == ActionKind::backward_input;
+  for (const std::vector<plan::Action>& list : s.per_rank) {
+    for (const plan::Action& a : list)
+      split_ = split_ || a.kind == plan::ActionKind::backward_input;
   }
   for (int c = 0; c < s.chunks; ++c) {
     ChunkInfo info;
@@ -170,7 +171,7 @@ int64_t PipelineExecutor::message_bytes() const {
 }
 
 // Posts every send and receive of the group [begin, end), then waits for the receives.
-void PipelineExecutor::post_group(const std::vector<Action>& list, size_t begin, size_t end,
+void PipelineExecutor::post_group(const std::vector<plan::Action>& list, size_t begin, size_t end,
                                   std::vector<MeasuredAction>& out) {
   const double posted = now_us();
   // A peer that fails or exits while we wait is reported with the group we were in.
@@ -179,11 +180,11 @@ void PipelineExecutor::post_group(const std::vector<Action>& list, size_t begin,
   std::vector<std::pair<size_t, comm::RequestPtr>> receives;
   const int64_t bytes = message_bytes();
   for (size_t k = begin; k < end; ++k) {
-    const Action& a = list[k];
+    const plan::Action& a = list[k];
     const int idx = index(a.microbatch, a.chunk);
     const auto i = static_cast<size_t>(idx);
     switch (a.kind) {
-      case ActionKind::send_activation: {
+      case plan::ActionKind::send_activation: {
         DTRAIN_CHECK(acts_[i] != nullptr, "rank ", rank_, ": ", to_string(a),
                      " before its forward");
         const float* output = acts_[i]->head().x_final;
@@ -193,7 +194,7 @@ void PipelineExecutor::post_group(const std::vector<Action>& list, size_t begin,
                         a.peer, kTagPipelineActivation);
         break;
       }
-      case ActionKind::send_gradient: {
+      case plan::ActionKind::send_gradient: {
         DTRAIN_CHECK(!input_gradients_[i].empty(), "rank ", rank_, ": ", to_string(a),
                      " before its backward");
         PendingSend send;
@@ -202,12 +203,12 @@ void PipelineExecutor::post_group(const std::vector<Action>& list, size_t begin,
         pending_sends_.push_back(std::move(send));
         break;
       }
-      case ActionKind::recv_activation:
+      case plan::ActionKind::recv_activation:
         received_activations_[i] = new_message();
         receives.emplace_back(
             k, comm_.irecv(received_activations_[i].data(), bytes, a.peer, kTagPipelineActivation));
         break;
-      case ActionKind::recv_gradient:
+      case plan::ActionKind::recv_gradient:
         received_gradients_[i] = new_message();
         receives.emplace_back(
             k, comm_.irecv(received_gradients_[i].data(), bytes, a.peer, kTagPipelineGradient));
@@ -275,7 +276,7 @@ void PipelineExecutor::forward_units(const ChunkInfo& c, model::GptActivations& 
   if (embeddings) hooks_->release(emb);
 }
 
-void PipelineExecutor::forward(const Action& a, std::span<const int32_t> tokens,
+void PipelineExecutor::forward(const plan::Action& a, std::span<const int32_t> tokens,
                                std::span<const int32_t> targets) {
   const ChunkInfo& c = chunks_[static_cast<size_t>(a.chunk)];
   const auto i = static_cast<size_t>(index(a.microbatch, a.chunk));
@@ -306,13 +307,13 @@ void PipelineExecutor::forward(const Action& a, std::span<const int32_t> tokens,
   }
 }
 
-void PipelineExecutor::backward(const Action& a) {
+void PipelineExecutor::backward(const plan::Action& a) {
   const ChunkInfo& c = chunks_[static_cast<size_t>(a.chunk)];
   const int idx = index(a.microbatch, a.chunk);
   const auto i = static_cast<size_t>(idx);
   DTRAIN_CHECK(acts_[i] != nullptr, "rank ", rank_, ": ", to_string(a), " before its forward");
   model::GptActivations& acts = *acts_[i];
-  const bool input_only = a.kind == ActionKind::backward_input;  // W comes later
+  const bool input_only = a.kind == plan::ActionKind::backward_input;  // W comes later
   const bool last =
       ++backwards_done_[static_cast<size_t>(a.chunk)] == config_.schedule.microbatches;
   const int emb = units_.embeddings();
@@ -363,7 +364,7 @@ void PipelineExecutor::backward(const Action& a) {
   if (!input_only) release_activations(idx);
 }
 
-void PipelineExecutor::backward_weight(const Action& a) {
+void PipelineExecutor::backward_weight(const plan::Action& a) {
   const ChunkInfo& c = chunks_[static_cast<size_t>(a.chunk)];
   const int idx = index(a.microbatch, a.chunk);
   const auto i = static_cast<size_t>(idx);
@@ -386,7 +387,7 @@ void PipelineExecutor::backward_weight(const Action& a) {
 
 PipelineStepRecord PipelineExecutor::run(std::span<const int32_t> tokens,
                                          std::span<const int32_t> targets) {
-  const PipelineSchedule& s = config_.schedule;
+  const plan::PipelineSchedule& s = config_.schedule;
   const int64_t rows_total = static_cast<int64_t>(s.microbatches) * config_.micro_batch;
   const auto expected = static_cast<size_t>(rows_total * config_.seq);
   if (model_.stage().embedding) {
@@ -397,7 +398,7 @@ PipelineStepRecord PipelineExecutor::run(std::span<const int32_t> tokens,
     DTRAIN_CHECK(targets.size() == expected, "pipeline: rank ", rank_, " expected ", expected,
                  " targets (M*b*T), got ", targets.size());
   }
-  const std::vector<Action>& list = s.per_rank[static_cast<size_t>(rank_)];
+  const std::vector<plan::Action>& list = s.per_rank[static_cast<size_t>(rank_)];
   PipelineStepRecord record;
   record.actions.resize(list.size());
   live_bytes_ = 0;
@@ -408,7 +409,7 @@ PipelineStepRecord PipelineExecutor::run(std::span<const int32_t> tokens,
   std::fill(weights_done_.begin(), weights_done_.end(), 0);
   size_t k = 0;
   while (k < list.size()) {
-    const Action& a = list[k];
+    const plan::Action& a = list[k];
     if (!is_compute(a.kind)) {
       const size_t end = communication_group_end(list, k);
       post_group(list, k, end, record.actions);
@@ -417,11 +418,11 @@ PipelineStepRecord PipelineExecutor::run(std::span<const int32_t> tokens,
     }
     const double start = now_us();
     switch (a.kind) {
-      case ActionKind::forward:
+      case plan::ActionKind::forward:
         forward(a, tokens, targets);
         break;
-      case ActionKind::backward:
-      case ActionKind::backward_input:  // without the linears' weight gradients (W's)
+      case plan::ActionKind::backward:
+      case plan::ActionKind::backward_input:  // without the linears' weight gradients (W's)
         backward(a);
         break;
       default:  // backward_weight
@@ -446,7 +447,7 @@ PipelineStepRecord PipelineExecutor::run(std::span<const int32_t> tokens,
 
 float PipelineExecutor::evaluate(std::span<const int32_t> tokens,
                                  std::span<const int32_t> targets) {
-  const PipelineSchedule& s = config_.schedule;
+  const plan::PipelineSchedule& s = config_.schedule;
   const StagePartition& p = config_.partition;
   const int64_t bt = config_.micro_batch * config_.seq;
   const int64_t bytes = message_bytes();
@@ -492,21 +493,21 @@ float PipelineExecutor::evaluate(std::span<const int32_t> tokens,
 
 namespace {
 
-trace::SpanKind span_kind(ActionKind kind) {
+trace::SpanKind span_kind(plan::ActionKind kind) {
   switch (kind) {
-    case ActionKind::forward:
+    case plan::ActionKind::forward:
       return trace::SpanKind::forward;
-    case ActionKind::backward:
+    case plan::ActionKind::backward:
       return trace::SpanKind::backward;
-    case ActionKind::backward_input:
+    case plan::ActionKind::backward_input:
       return trace::SpanKind::backward_input;
-    case ActionKind::backward_weight:
+    case plan::ActionKind::backward_weight:
       return trace::SpanKind::backward_weight;
-    case ActionKind::send_activation:
-    case ActionKind::send_gradient:
+    case plan::ActionKind::send_activation:
+    case plan::ActionKind::send_gradient:
       return trace::SpanKind::send;
-    case ActionKind::recv_activation:
-    case ActionKind::recv_gradient:
+    case plan::ActionKind::recv_activation:
+    case plan::ActionKind::recv_gradient:
       return trace::SpanKind::recv;
   }
   return trace::SpanKind::other;
@@ -514,7 +515,7 @@ trace::SpanKind span_kind(ActionKind kind) {
 
 }  // namespace
 
-trace::Timeline to_measured_timeline(const PipelineSchedule& schedule,
+trace::Timeline to_measured_timeline(const plan::PipelineSchedule& schedule,
                                      const std::vector<std::vector<MeasuredAction>>& actions,
                                      double origin_us) {
   trace::Timeline timeline;
@@ -523,7 +524,7 @@ trace::Timeline to_measured_timeline(const PipelineSchedule& schedule,
     trace::TimelineRow row;
     row.name = str("rank ", r);
     for (const MeasuredAction& m : actions[r]) {
-      const Action& a = m.action;
+      const plan::Action& a = m.action;
       const std::string label = is_compute(a.kind) ? short_label(a, schedule.chunks) : to_string(a);
       row.spans.push_back({label, span_kind(a.kind), a.microbatch, a.chunk, m.start_us - origin_us,
                            m.end_us - origin_us});
@@ -533,7 +534,7 @@ trace::Timeline to_measured_timeline(const PipelineSchedule& schedule,
   return timeline;
 }
 
-MeasuredBubble measured_bubble(const PipelineSchedule& schedule,
+MeasuredBubble measured_bubble(const plan::PipelineSchedule& schedule,
                                const std::vector<std::vector<MeasuredAction>>& actions) {
   MeasuredBubble b;
   double first = 0, last = 0;
@@ -548,11 +549,12 @@ MeasuredBubble measured_bubble(const PipelineSchedule& schedule,
       if (!is_compute(m.action.kind)) continue;
       const double d = m.end_us - m.start_us;
       busy += d;
-      if (m.action.kind == ActionKind::forward) forward += d;
-      if (m.action.kind == ActionKind::backward || m.action.kind == ActionKind::backward_input) {
+      if (m.action.kind == plan::ActionKind::forward) forward += d;
+      if (m.action.kind == plan::ActionKind::backward ||
+          m.action.kind == plan::ActionKind::backward_input) {
         backward += d;
       }
-      if (m.action.kind == ActionKind::backward_weight) weight += d;
+      if (m.action.kind == plan::ActionKind::backward_weight) weight += d;
     }
     b.busy_us.push_back(busy);
   }

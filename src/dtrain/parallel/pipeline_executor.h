@@ -47,9 +47,9 @@
 #include "dtrain/model/gpt.h"
 #include "dtrain/model/gpt_stage.h"
 #include "dtrain/parallel/data_parallel.h"
-#include "dtrain/parallel/pipeline_schedule.h"
 #include "dtrain/parallel/pipeline_stages.h"
 #include "dtrain/parallel/unit_hooks.h"
+#include "dtrain/plan/pipeline_schedule.h"
 #include "dtrain/trace/timeline.h"
 
 namespace dtrain::parallel {
@@ -65,7 +65,7 @@ inline constexpr int kTagPipelineEvalActivation = 603;
 
 // One action as it ran, in steady-clock microseconds (core/timer.h now_us()).
 struct MeasuredAction {
-  Action action;
+  plan::Action action;
   double start_us = 0;  // compute: began; communication: its group was posted
   double end_us = 0;    // compute: ended; receive: its data had arrived; send: was posted
 };
@@ -78,11 +78,11 @@ struct PipelineStepRecord {
 };
 
 struct PipelineExecutorConfig {
-  PipelineSchedule schedule;      // every rank's list; this rank runs per_rank[comm.rank()]
-  StagePartition partition;       // the blocks of every virtual stage
-  int64_t micro_batch = 0;        // b: rows per micro-batch (the global batch is M * b)
-  int64_t seq = 0;                // T
-  bool bf16_activations = false;  // messages in bf16 (above)
+  plan::PipelineSchedule schedule;  // every rank's list; this rank runs per_rank[comm.rank()]
+  StagePartition partition;         // the blocks of every virtual stage
+  int64_t micro_batch = 0;          // b: rows per micro-batch (the global batch is M * b)
+  int64_t seq = 0;                  // T
+  bool bf16_activations = false;    // messages in bf16 (above)
 };
 
 class PipelineExecutor {
@@ -110,7 +110,7 @@ class PipelineExecutor {
   // sequence parallelism.
   int64_t message_elements() const { return element_count_; }
   const PipelineExecutorConfig& config() const { return config_; }
-  const PipelineSchedule& schedule() const { return config_.schedule; }
+  const plan::PipelineSchedule& schedule() const { return config_.schedule; }
   const StagePartition& partition() const { return config_.partition; }
   // Activation bytes of one micro-batch of `chunk` on this rank: its blocks (plan's
   // activation_bytes_per_layer each), then the head's tensors on the last virtual stage or the
@@ -156,11 +156,12 @@ class PipelineExecutor {
   void forward_units(const ChunkInfo& c, model::GptActivations& acts,
                      std::span<const int32_t> tokens, std::span<const int32_t> targets,
                      double* loss_sum);
-  void post_group(const std::vector<Action>& list, size_t begin, size_t end,
+  void post_group(const std::vector<plan::Action>& list, size_t begin, size_t end,
                   std::vector<MeasuredAction>& out);
-  void forward(const Action& a, std::span<const int32_t> tokens, std::span<const int32_t> targets);
-  void backward(const Action& a);
-  void backward_weight(const Action& a);  // W of a split backward
+  void forward(const plan::Action& a, std::span<const int32_t> tokens,
+               std::span<const int32_t> targets);
+  void backward(const plan::Action& a);
+  void backward_weight(const plan::Action& a);  // W of a split backward
   void reap_sends(bool wait_all);
   void release_activations(int idx);
 
@@ -198,7 +199,7 @@ class PipelineExecutor {
 // The measured step as a generic timeline (one row per rank, time in microseconds from
 // `origin_us`): compute spans labelled like the checker's (F3, B3, W3, F3b), sends and
 // receives as communication spans. `actions[r]` is rank r's record.
-trace::Timeline to_measured_timeline(const PipelineSchedule& schedule,
+trace::Timeline to_measured_timeline(const plan::PipelineSchedule& schedule,
                                      const std::vector<std::vector<MeasuredAction>>& actions,
                                      double origin_us);
 
@@ -214,7 +215,7 @@ struct MeasuredBubble {
   double backward_weight_us = 0;  // the same for W (0 when fused)
   std::vector<double> busy_us;    // (P)
 };
-MeasuredBubble measured_bubble(const PipelineSchedule& schedule,
+MeasuredBubble measured_bubble(const plan::PipelineSchedule& schedule,
                                const std::vector<std::vector<MeasuredAction>>& actions);
 
 }  // namespace dtrain::parallel

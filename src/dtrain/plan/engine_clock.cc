@@ -1,6 +1,6 @@
 // The engine's clock: each kernel dtrain's GPT block, head, embedding and optimizer run, priced
 // with the measured rates, then the step composed from the stage times, the TP collectives,
-// the pipeline's closed-form bubble and the DP communication thread's overlap.
+// the pipeline's schedule simulated on them and the DP communication thread's overlap.
 #include "dtrain/plan/engine_clock.h"
 
 #include <algorithm>
@@ -13,6 +13,8 @@
 #include "dtrain/plan/collective_cost.h"
 #include "dtrain/plan/comm_model.h"
 #include "dtrain/plan/memory_model.h"
+#include "dtrain/plan/pipeline_schedule.h"
+#include "dtrain/plan/pipeline_simulation.h"
 
 namespace dtrain::plan {
 namespace {
@@ -617,23 +619,34 @@ EngineClock engine_clock(const EngineClockInput& in, const Cluster& c) {
                                                  in.tp, in.sequence_parallel);
     clock.send_s = engine_send_seconds(c, bytes, in.inter_node_pp) * in.chunks;
   }
-  StageTimes times;
-  times.forward = stage.forward_s + tp.forward_s + clock.send_s;
-  times.backward_input = stage.backward_input_s + tp.backward_s + clock.send_s;
-  times.backward_weight = stage.backward_weight_s;
+  // The schedule the executor runs, replayed on each virtual stage's times (pipeline_
+  // simulation.h): L / (P v) blocks with their TP collectives, the embedding on the first, the
+  // head on the last; a rank is held by its sends (one message per chunk each way).
   const ScheduleKind kind = in.chunks > 1 ? ScheduleKind::interleaved : in.schedule;
-  const BubbleEstimate bubble = pipeline_bubble(kind, in.pp, in.microbatches, in.chunks, times);
+  const PipelineSchedule schedule = make_schedule(kind, in.pp, in.microbatches, in.chunks);
+  const TpSeconds tp_blocks = engine_tp_seconds(in, c, false, false);
+  const TpSeconds tp_embedding = engine_tp_seconds(in, c, true, false);
+  const TpSeconds tp_head = engine_tp_seconds(in, c, false, true);
+  auto stage_times = [](const PassTimes& p, double stretch, double tp_forward_s,
+                        double tp_backward_s) {
+    return StageTimes{p.forward_s * stretch + tp_forward_s,
+                      p.backward_input_s * stretch + tp_backward_s, p.backward_weight_s * stretch};
+  };
+  auto simulate = [&](double stretch) {
+    PipelineSimulationInput sim;
+    sim.virtual_stage_times = virtual_stage_times(
+        in.pp, in.chunks, stage_times(block, stretch, tp_blocks.forward_s, tp_blocks.backward_s),
+        stage_times(engine_embedding_seconds(in, r), stretch,
+                    tp_embedding.forward_s - tp_blocks.forward_s,
+                    tp_embedding.backward_s - tp_blocks.backward_s),
+        stage_times(engine_head_seconds(in, r), stretch, tp_head.forward_s - tp_blocks.forward_s,
+                    tp_head.backward_s - tp_blocks.backward_s));
+    sim.send_s = clock.send_s / in.chunks;
+    return simulate_pipeline(schedule, sim);
+  };
+  const PipelineSimulation pipeline = simulate(clock.stretch);
+  const double own_sends_s = pipeline.ranks[static_cast<size_t>(pipeline.critical_rank)].sending_s;
   const double M = in.microbatches;
-  // A rank waiting in the schedule's bubble gives its core back (the engine's waits spin only
-  // microseconds, then yield or sleep), so with more threads than cores the step is the longer
-  // of the ranks' stretched work and the schedule's critical path without oversubscription.
-  StageTimes unstretched = times;
-  unstretched.forward = stage.forward_s / over + tp.forward_s + clock.send_s;
-  unstretched.backward_input = stage.backward_input_s / over + tp.backward_s + clock.send_s;
-  unstretched.backward_weight = stage.backward_weight_s / over;
-  const double critical_path =
-      M * (unstretched.forward + unstretched.backward_input + unstretched.backward_weight) +
-      pipeline_bubble(kind, in.pp, in.microbatches, in.chunks, unstretched).bubble_time;
 
   // DP and ZeRO on the communication thread: gradient syncs behind backward (the last
   // micro-batch's at ZeRO 0-1, every one's at 2), ZeRO 1-2's gather of the updated weights
@@ -697,13 +710,26 @@ EngineClock engine_clock(const EngineClockInput& in, const Cluster& c) {
   p.backward_s =
       M * (stage.backward_input_s + stage.backward_weight_s) + backward_overlap.slowdown_s;
   p.tp_comm_s = M * (tp.forward_s + tp.backward_s);
-  const double busy = p.forward_s + p.backward_s + p.tp_comm_s + M * 2 * clock.send_s;
-  // Without oversubscription critical_path is busy + the bubble (one stretch throughout).
-  const double schedule =
+  const double busy = p.forward_s + p.backward_s + p.tp_comm_s;
+  const double slowdown_s = forward_overlap.slowdown_s + backward_overlap.slowdown_s;
+  // A rank waiting in the schedule's bubble gives its core back (the engine's waits spin only
+  // microseconds, then yield or sleep), so with more threads than cores the step is the longer
+  // of the ranks' stretched work and the schedule's critical path without oversubscription.
+  const double schedule_s =
       over > 1
-          ? std::max(busy, critical_path + forward_overlap.slowdown_s + backward_overlap.slowdown_s)
-          : busy + bubble.bubble_time;
-  p.pipeline_wait_s = schedule - busy + M * 2 * clock.send_s;
+          ? std::max(busy + own_sends_s, simulate(clock.stretch / over).makespan_s + slowdown_s)
+          : pipeline.makespan_s + slowdown_s;
+  // The makespan sums the same seconds in another order: clamp the rounding (-1e-19 at P = 1).
+  p.pipeline_wait_s = std::max(0.0, schedule_s - busy);
+  // The bubble as the critical rank sees it (pipeline.bubble() without oversubscription).
+  clock.pipeline_sends_s = own_sends_s;
+  clock.bubble.ideal_time = busy + own_sends_s;
+  clock.bubble.total_time = busy + p.pipeline_wait_s;
+  clock.bubble.bubble_time = std::max(0.0, p.pipeline_wait_s - own_sends_s);
+  clock.bubble.fraction_of_total =
+      clock.bubble.total_time > 0 ? clock.bubble.bubble_time / clock.bubble.total_time : 0;
+  clock.bubble.fraction_of_ideal =
+      clock.bubble.ideal_time > 0 ? clock.bubble.bubble_time / clock.bubble.ideal_time : 0;
   p.step_s =
       p.forward_s + p.backward_s + p.tp_comm_s + p.pipeline_wait_s + p.exposed_dp_s + p.optimizer_s;
   return clock;

@@ -1,8 +1,9 @@
 // The clock of dtrain's own engine on CPU ranks: seconds of one training step, phase by phase,
 // from the rates `dtrain calibrate --compute` measured on the ranks' machine (measured_rates.h).
 // It mirrors the kernels the engine runs (model/gpt.cc, model/ops, parallel/, optim/adamw.cc)
-// call by call; the collectives' bytes and the schedule's bubble come from comm_model.h and
-// pipeline_model.h, as the GPU clock's do (time_model.h, planner.cc). docs/clock.md, "The
+// call by call; the collectives' bytes come from comm_model.h and the pipeline's step from the
+// schedule simulated on each virtual stage's times (pipeline_simulation.h), as the GPU clock's
+// do (time_model.h, planner.cc). docs/clock.md, "The
 // engine's clock", lists the operations, what is assumed and where it misses.
 #pragma once
 
@@ -72,6 +73,10 @@ struct EngineClock {
   double send_s = 0;                           // one pipeline send of one micro-batch
   double dp_comm_s = 0;                        // every DP/ZeRO collective of the step
   double stretch = 1;  // oversubscription: compute seconds multiplied by this
+  // The simulated schedule on the critical (busiest) rank: ideal its compute, TP collectives
+  // and sends, bubble the rest of its wait; and the time its own sends hold it.
+  BubbleEstimate bubble;
+  double pipeline_sends_s = 0;
 };
 
 // Bytes one rank touches between two uses of a weight: one pass over its stage, i.e. the

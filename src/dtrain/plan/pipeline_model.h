@@ -1,7 +1,7 @@
 // Pipeline-parallel cost model: the bubble and the activations each stage holds, per schedule.
-// The schedule checker (parallel/pipeline_schedule) simulates real schedules and its tests
-// compare the simulated bubble and in-flight counts with these closed forms; the planner uses
-// them directly.
+// The schedule checker (parallel/pipeline_checker.h) and the clock's simulation
+// (pipeline_simulation.h) time the real schedules (pipeline_schedule.h); their tests compare
+// the simulated bubble and in-flight counts with these closed forms.
 //
 // With P stages, M micro-batches, v model chunks per rank and per-micro-batch stage times
 // F (forward), B (input gradient) and W (weight gradient):
@@ -49,7 +49,7 @@ int interleaved_group_size(int stages, int microbatches);
 // Forwards rank `stage` runs before its first backward in the interleaved schedule (Megatron's
 // num_warmup_microbatches): min((P - stage - 1) * 2 + (v - 1) * G, v * M), where G is
 // interleaved_group_size when M >= P and P when M < P (a chunk's forwards still wait P steps
-// for the pipeline to fill). The schedule builder (parallel/pipeline_schedule) uses it as is.
+// for the pipeline to fill). The schedule builder (pipeline_schedule.h) uses it as is.
 int interleaved_warmup_forwards(int stages, int microbatches, int chunks, int stage);
 
 // Peak number of micro-batches whose activations `stage` (0 = first) holds at once, in units of

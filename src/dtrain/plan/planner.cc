@@ -12,6 +12,8 @@
 #include "dtrain/plan/engine_clock.h"
 #include "dtrain/plan/format.h"
 #include "dtrain/plan/head_activation_memory.h"
+#include "dtrain/plan/pipeline_schedule.h"
+#include "dtrain/plan/pipeline_simulation.h"
 #include "dtrain/plan/time_model.h"
 
 namespace dtrain::plan {
@@ -547,6 +549,9 @@ struct StageCompute {
   double backward_s = 0;  // B + W, recompute included
   double recompute_s = 0;
   PassTimes stage;  // F, B (recompute in), W per micro-batch
+  // The parts the pipeline simulation places on its virtual stages: the stage's L / P blocks,
+  // the embedding (first stage) and the head (last), per micro-batch.
+  PassTimes blocks, embedding, head;
   double optimizer_s = 0;
   TrainingFlops total;  // whole step, whole cluster, the real model
 };
@@ -594,24 +599,34 @@ StageCompute stage_compute(const PlanInput& in, const ModelShape& real_model, co
   auto sum = [](const PassTimes& p) {
     return p.forward_s + p.backward_input_s + p.backward_weight_s;
   };
+  auto rescaled = [&](PassTimes p) {
+    p.backward_input_s =
+        (p.backward_input_s - p.recompute_s) * model_scale + p.recompute_s * recompute_scale;
+    p.forward_s *= model_scale;
+    p.backward_weight_s *= model_scale;
+    p.recompute_s *= recompute_scale;
+    return p;
+  };
   // The slowest stage: the first adds the embedding, the last the head, and with routed layers
-  // the stages differ in how many they hold.
-  PassTimes stage;
+  // the stages differ in how many they hold. The simulation's blocks are the busiest stage's
+  // (every stage is given the most routed layers any holds: an upper bound for MoE models).
+  PassTimes stage, blocks;
   for (int k = 0; k < l.pp; ++k) {
     if (k != 0 && k != l.pp - 1 && !m.moe.enabled()) continue;
     const double routed = static_cast<double>(stage_moe_layers(m, l, k));
-    PassTimes p = dense_layer.scaled(layers - routed);
-    if (routed > 0) p += moe_layer.scaled(routed);
+    PassTimes b = dense_layer.scaled(layers - routed);
+    if (routed > 0) b += moe_layer.scaled(routed);
+    PassTimes p = b;
     if (k == 0) p += total(embedding_ops(shape, gpu));
     if (k == l.pp - 1) p += total(head_ops(shape, gpu));
     if (k == 0 || sum(p) > sum(stage)) stage = p;
+    if (k == 0 || sum(b) > sum(blocks)) blocks = b;
   }
-  stage.backward_input_s = (stage.backward_input_s - stage.recompute_s) * model_scale +
-                           stage.recompute_s * recompute_scale;
-  stage.forward_s *= model_scale;
-  stage.backward_weight_s *= model_scale;
-  stage.recompute_s *= recompute_scale;
+  stage = rescaled(stage);
   sc.stage = stage;
+  sc.blocks = rescaled(blocks);
+  sc.embedding = rescaled(total(embedding_ops(shape, gpu)));
+  sc.head = rescaled(total(head_ops(shape, gpu)));
   sc.forward_s = stage.forward_s;
   sc.recompute_s = stage.recompute_s;
   sc.backward_s = stage.backward_input_s + stage.backward_weight_s;
@@ -993,12 +1008,12 @@ void engine_clock_times(const PlanInput& in, const Layout& l, int64_t microbatch
   times.backward_input = clock.stage.backward_input_s + clock.tp_backward_s + clock.send_s;
   times.backward_weight = clock.stage.backward_weight_s;
   t->stage_times = times;
-  t->bubble = pipeline_bubble(schedule_of(l), l.pp, static_cast<int>(microbatches), l.vp, times);
+  t->bubble = clock.bubble;  // the simulated schedule (engine_clock.h)
   t->compute_s = clock.phases.forward_s + clock.phases.backward_s;
   t->recompute_s = mb * clock.stage.recompute_s;
   t->tp_s = clock.phases.tp_comm_s;
-  t->pp_s = mb * 2 * clock.send_s;
-  t->bubble_s = t->bubble.bubble_time;
+  t->pp_s = clock.pipeline_sends_s;
+  t->bubble_s = clock.bubble.bubble_time;
   t->dp_s = clock.dp_comm_s;
   t->dp_exposed_s = clock.phases.exposed_dp_s;
   t->optimizer_s = clock.phases.optimizer_s;
@@ -1042,19 +1057,35 @@ Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const 
   const auto [ep_forward_s, ep_backward_s] =
       ep_times(in, l, microbatches, place_data_group(sizes, l.order, c.gpus_per_node), &plan);
 
-  // The pipeline runs on the slowest stage's times, TP and CP collectives and sends included.
+  // The slowest stage's times, TP and CP collectives and sends included (reported), and the
+  // schedule simulated on every virtual stage (pipeline_simulation.h): L / (P v) blocks with
+  // their TP and CP collectives, the embedding on the first, the head on the last; a rank is
+  // held by its sends, as Megatron's batched send/receive is waited for.
   StageTimes times;
   times.forward = sc.stage.forward_s + tp_forward_s + cp_forward_s + ep_forward_s + pp_send_s;
   times.backward_input =
       sc.stage.backward_input_s + tp_backward_s + cp_backward_s + ep_backward_s + pp_send_s;
   times.backward_weight = sc.stage.backward_weight_s;
+  PipelineSimulationInput simulation;
+  simulation.virtual_stage_times = virtual_stage_times(
+      l.pp, l.vp,
+      {sc.blocks.forward_s + tp_forward_s + cp_forward_s + ep_forward_s,
+       sc.blocks.backward_input_s + tp_backward_s + cp_backward_s + ep_backward_s,
+       sc.blocks.backward_weight_s},
+      {sc.embedding.forward_s, sc.embedding.backward_input_s, sc.embedding.backward_weight_s},
+      {sc.head.forward_s, sc.head.backward_input_s, sc.head.backward_weight_s});
+  simulation.send_s = pp_send_s / l.vp;
+  const PipelineSimulation pipeline = simulate_pipeline(
+      make_schedule(schedule_of(l), l.pp, static_cast<int>(microbatches), l.vp), simulation);
   TimeBreakdown& t = plan.time;
   t.stage_times = times;
-  t.bubble = pipeline_bubble(schedule_of(l), l.pp, static_cast<int>(microbatches), l.vp, times);
+  t.virtual_stage_times = simulation.virtual_stage_times;
+  t.pp_message_s = simulation.send_s;
+  t.bubble = pipeline.bubble();
   t.compute_s = mb * (sc.forward_s + sc.backward_s);
   t.recompute_s = mb * sc.recompute_s;
   t.tp_s = mb * (tp_forward_s + tp_backward_s);
-  t.pp_s = mb * 2 * pp_send_s;
+  t.pp_s = pipeline.ranks[static_cast<size_t>(pipeline.critical_rank)].sending_s;
   t.bubble_s = t.bubble.bubble_time;
   dp_times(in, l, microbatches, sc, place_data_group(sizes, l.order, c.gpus_per_node),
            &plan.traffic, &t);

@@ -207,6 +207,10 @@ struct TimeBreakdown {
   // Appended: expert parallelism's all-to-all (dispatch and combine, forward and backward) per
   // step on the critical path (nothing overlaps it: the experts wait for their tokens).
   double ep_s = 0;
+  // Appended: what the GPU clock's pipeline simulation (pipeline_simulation.h) ran on: each
+  // virtual stage's F, B, W per micro-batch (TP and CP collectives in) and one message's send.
+  std::vector<StageTimes> virtual_stage_times;
+  double pp_message_s = 0;
 };
 
 // What an MoE model does in one layout: its parameters, EP's groups and all-to-all traffic.

@@ -401,7 +401,10 @@ ScenarioReport gpipe_vs_1f1b() {
           " at M=8 and 7/71 = ", format_percent(b64.fraction_of_total),
           " at M=64 (Megatron reports it relative to the ideal time, (P-1)/M: ",
           format_percent(b8.fraction_of_ideal), " and ", format_percent(b64.fraction_of_ideal),
-          "). Interleaving with v chunks divides the bubble time by v."));
+          "). Interleaving with v chunks divides the bubble time by v. The table's figures are "
+          "the schedules simulated on the real stages, a little below the closed form: the head "
+          "makes the last stage the slowest, and the lighter stages it waits for fill and "
+          "drain sooner."));
   r.findings.push_back(
       str("What differs is memory: GPipe runs every forward before any backward, "
           "so the first stage holds all M micro-batches; 1F1B starts backwards "

@@ -27,7 +27,7 @@ std::unique_ptr<comm::Communicator> group_of(comm::Communicator& world,
 
 parallel::PipelineExecutorConfig executor_config(const EngineConfig& c) {
   parallel::PipelineExecutorConfig e;
-  e.schedule = parallel::make_schedule(c.schedule, c.pp, c.microbatches, c.partition.chunks());
+  e.schedule = plan::make_schedule(c.schedule, c.pp, c.microbatches, c.partition.chunks());
   e.partition = c.partition;
   e.micro_batch = c.micro_batch();
   e.seq = c.step.seq;
@@ -205,8 +205,8 @@ StepStats Engine::train_step(const data::Batch& batch, float lr) {
       executor_->run(my_rows(batch.inputs), my_rows(batch.targets));
   for (const parallel::MeasuredAction& m : record.actions) {
     const double ms = (m.end_us - m.start_us) * 1e-3;
-    if (m.action.kind == parallel::ActionKind::forward) stats.forward_ms += ms;
-    if (parallel::is_compute(m.action.kind) && m.action.kind != parallel::ActionKind::forward) {
+    if (m.action.kind == plan::ActionKind::forward) stats.forward_ms += ms;
+    if (plan::is_compute(m.action.kind) && m.action.kind != plan::ActionKind::forward) {
       stats.backward_ms += ms;
     }
   }
@@ -308,9 +308,9 @@ void Engine::measure_step(const parallel::PipelineStepRecord& record,
     timing.first_start_us = any ? std::min(timing.first_start_us, m.start_us) : m.start_us;
     timing.last_end_us = any ? std::max(timing.last_end_us, m.end_us) : m.end_us;
     any = true;
-    if (!parallel::is_compute(m.action.kind)) continue;
+    if (!plan::is_compute(m.action.kind)) continue;
     compute.push_back({m.start_us, m.end_us});
-    (m.action.kind == parallel::ActionKind::forward ? forward : backward)
+    (m.action.kind == plan::ActionKind::forward ? forward : backward)
         .push_back({m.start_us, m.end_us});
     timing.busy_us += m.end_us - m.start_us;
   }

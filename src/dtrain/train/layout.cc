@@ -5,8 +5,8 @@
 #include "dtrain/core/check.h"
 #include "dtrain/model/tp_shard.h"
 #include "dtrain/parallel/pipeline_checker.h"
-#include "dtrain/parallel/pipeline_schedule.h"
 #include "dtrain/plan/hardware.h"
+#include "dtrain/plan/pipeline_schedule.h"
 
 namespace dtrain::train {
 namespace {
@@ -88,7 +88,7 @@ EngineConfig make_engine_config(const StepConfig& step, const LayoutOptions& o) 
                     ? parallel::balanced_partition(layers, o.pp, v, kFlags)
                     : parallel::explicit_partition(layers, o.pp, v, o.stage_layers, kFlags);
   const parallel::CheckResult checked =
-      parallel::check_schedule(parallel::make_schedule(kind, o.pp, c.microbatches, v));
+      parallel::check_schedule(plan::make_schedule(kind, o.pp, c.microbatches, v));
   DTRAIN_CHECK(checked.ok(), "--schedule ", plan::name(kind), " with --pp ", o.pp, " and ",
                split_flag, " ", c.microbatches, ": ", checked.error);
 

@@ -29,18 +29,18 @@ double bytes_sent(const std::vector<plan::CollectiveCall>& calls, int world) {
   return plan::traffic_of(calls, world).bytes_sent;
 }
 
-int64_t count_sends(const parallel::PipelineSchedule& s, int rank) {
+int64_t count_sends(const plan::PipelineSchedule& s, int rank) {
   int64_t sends = 0;
-  for (const parallel::Action& a : s.per_rank[static_cast<size_t>(rank)]) {
-    sends += parallel::is_send(a.kind) ? 1 : 0;
+  for (const plan::Action& a : s.per_rank[static_cast<size_t>(rank)]) {
+    sends += plan::is_send(a.kind) ? 1 : 0;
   }
   return sends;
 }
 
-bool split_backward(const parallel::PipelineSchedule& s) {
-  for (const std::vector<parallel::Action>& list : s.per_rank) {
-    for (const parallel::Action& a : list) {
-      if (a.kind == parallel::ActionKind::backward_input) return true;
+bool split_backward(const plan::PipelineSchedule& s) {
+  for (const std::vector<plan::Action>& list : s.per_rank) {
+    for (const plan::Action& a : list) {
+      if (a.kind == plan::ActionKind::backward_input) return true;
     }
   }
   return false;
@@ -220,7 +220,7 @@ RankRow measure_rank(const Engine& e) {
   }
 
   // Activations.
-  const parallel::PipelineSchedule& schedule = ex.schedule();
+  const plan::PipelineSchedule& schedule = ex.schedule();
   const bool split = split_backward(schedule);
   r.activations_peak_bytes = mem.peak_bytes(MemoryTag::activations);
   r.microbatch_activation_bytes = ex.microbatch_activation_bytes();
@@ -272,7 +272,7 @@ RankRow measure_rank(const Engine& e) {
   r.dp_hidden_ms = e.dp_hidden_us() * 1e-3 / n;
   r.dp_overlap_share = e.dp_comm_us() > 0 ? e.dp_hidden_us() / e.dp_comm_us() : 0.0;
   for (const parallel::MeasuredAction& m : e.last_step().actions) {
-    if (parallel::is_compute(m.action.kind)) r.busy_ms += (m.end_us - m.start_us) * 1e-3;
+    if (plan::is_compute(m.action.kind)) r.busy_ms += (m.end_us - m.start_us) * 1e-3;
   }
 
   // The formulas for the same.
@@ -410,11 +410,11 @@ RankRow measure_rank(const Engine& e) {
     to(mesh.rank_of(other), r.embedding_formula);
   }
   const double message = plan::pp_bytes_per_microbatch(b, T, g.channels, 4, c.tp, sp);
-  for (const parallel::Action& a : schedule.per_rank[static_cast<size_t>(me.pp)]) {
-    if (!parallel::is_send(a.kind)) continue;
+  for (const plan::Action& a : schedule.per_rank[static_cast<size_t>(me.pp)]) {
+    if (!plan::is_send(a.kind)) continue;
     parallel::MeshCoord peer = me;
-    peer.pp = a.kind == parallel::ActionKind::send_activation ? (me.pp + 1) % c.pp
-                                                              : (me.pp + c.pp - 1) % c.pp;
+    peer.pp = a.kind == plan::ActionKind::send_activation ? (me.pp + 1) % c.pp
+                                                          : (me.pp + c.pp - 1) % c.pp;
     to(mesh.rank_of(peer), message);
   }
 
@@ -535,8 +535,8 @@ double planned_rank_peak_bytes(const EngineConfig& c, int stage) {
 double planned_rank_peak_bytes(const EngineConfig& c, int stage, const StageParamCounts& counts) {
   const plan::ModelStateBytes states =
       plan::model_state_bytes(counts.params, c.dp, c.zero_stage, engine_state_bytes(c));
-  const parallel::PipelineSchedule schedule =
-      parallel::make_schedule(c.schedule, c.pp, c.microbatches, c.partition.chunks());
+  const plan::PipelineSchedule schedule =
+      plan::make_schedule(c.schedule, c.pp, c.microbatches, c.partition.chunks());
   const bool split = split_backward(schedule);
   const parallel::RankReport rr =
       parallel::simulate_schedule(schedule).ranks[static_cast<size_t>(stage)];

@@ -61,7 +61,7 @@ struct RankPiece {
 json piece_to_json(const Engine& e, const RankRow& row) {
   json actions = json::array();
   for (const parallel::MeasuredAction& m : e.last_step().actions) {
-    const parallel::Action& a = m.action;
+    const plan::Action& a = m.action;
     actions.push_back(
         {static_cast<int>(a.kind), a.microbatch, a.chunk, a.peer, m.start_us, m.end_us});
   }
@@ -82,7 +82,7 @@ RankPiece piece_from_json(const json& j) {
   p.row = row_from_json(j.at("row"));
   for (const json& a : j.at("actions")) {
     parallel::MeasuredAction m;
-    m.action = {static_cast<parallel::ActionKind>(a.at(0).get<int>()), a.at(1), a.at(2), a.at(3)};
+    m.action = {static_cast<plan::ActionKind>(a.at(0).get<int>()), a.at(1), a.at(2), a.at(3)};
     m.start_us = a.at(4);
     m.end_us = a.at(5);
     p.actions.push_back(m);
@@ -120,8 +120,8 @@ std::vector<std::vector<uint8_t>> gather_at_root(comm::Communicator& world,
 BubbleReport bubble_of(const EngineConfig& c, const parallel::DeviceMesh& mesh,
                        const std::vector<RankPiece>& pieces) {
   BubbleReport b;
-  const parallel::PipelineSchedule schedule =
-      parallel::make_schedule(c.schedule, c.pp, c.microbatches, c.partition.chunks());
+  const plan::PipelineSchedule schedule =
+      plan::make_schedule(c.schedule, c.pp, c.microbatches, c.partition.chunks());
   const std::vector<int> column = mesh.group_of(Axis::pp, 0);
   std::vector<std::vector<parallel::MeasuredAction>> last;
   for (int r : column) last.push_back(pieces[static_cast<size_t>(r)].actions);
@@ -162,8 +162,8 @@ BubbleReport bubble_of(const EngineConfig& c, const parallel::DeviceMesh& mesh,
 // and the step's phases after the schedule.
 trace::Timeline timeline_of(const LayoutReport& report, const EngineConfig& c,
                             const std::vector<RankPiece>& pieces) {
-  const parallel::PipelineSchedule schedule =
-      parallel::make_schedule(c.schedule, c.pp, c.microbatches, c.partition.chunks());
+  const plan::PipelineSchedule schedule =
+      plan::make_schedule(c.schedule, c.pp, c.microbatches, c.partition.chunks());
   double origin = 0;
   bool any = false;
   for (const RankPiece& p : pieces) {

@@ -1,13 +1,13 @@
 // The schedule generators. Each builds every rank's compute order in steps; add_communication
 // then puts the receives a step needs before it and the sends it produces after it.
-#include "dtrain/parallel/pipeline_schedule.h"
+#include "dtrain/plan/pipeline_schedule.h"
 
 #include <algorithm>
 #include <deque>
 
 #include "dtrain/core/check.h"
 
-namespace dtrain::parallel {
+namespace dtrain::plan {
 namespace {
 
 void check_arguments(int stages, int microbatches, int chunks) {
@@ -16,7 +16,7 @@ void check_arguments(int stages, int microbatches, int chunks) {
   DTRAIN_CHECK(chunks >= 1, "model chunks per rank must be >= 1, got ", chunks);
 }
 
-PipelineSchedule empty_schedule(plan::ScheduleKind kind, int stages, int microbatches, int chunks) {
+PipelineSchedule empty_schedule(ScheduleKind kind, int stages, int microbatches, int chunks) {
   check_arguments(stages, microbatches, chunks);
   PipelineSchedule s;
   s.kind = kind;
@@ -137,7 +137,7 @@ std::string short_label(const Action& a, int chunks) {
 }
 
 PipelineSchedule make_gpipe(int stages, int microbatches) {
-  PipelineSchedule s = empty_schedule(plan::ScheduleKind::gpipe, stages, microbatches, 1);
+  PipelineSchedule s = empty_schedule(ScheduleKind::gpipe, stages, microbatches, 1);
   std::vector<Steps> steps(static_cast<size_t>(stages));
   for (Steps& rank : steps) {
     for (int mb = 0; mb < microbatches; ++mb) rank.push_back({compute(ActionKind::forward, mb)});
@@ -148,7 +148,7 @@ PipelineSchedule make_gpipe(int stages, int microbatches) {
 }
 
 PipelineSchedule make_1f1b(int stages, int microbatches) {
-  PipelineSchedule s = empty_schedule(plan::ScheduleKind::one_f_one_b, stages, microbatches, 1);
+  PipelineSchedule s = empty_schedule(ScheduleKind::one_f_one_b, stages, microbatches, 1);
   std::vector<Steps> steps(static_cast<size_t>(stages));
   for (int r = 0; r < stages; ++r) {
     Steps& rank = steps[static_cast<size_t>(r)];
@@ -173,7 +173,7 @@ namespace {
 // share M as evenly as possible, larger ones first, so that no group is smaller than P (a
 // smaller group puts a forward's next chunk fewer than P places later in the order, which is
 // what lets a forward wait on a backward that waits on it); with M < P there is one group of M
-// (plan::interleaved_group_size is the first group's size).
+// (interleaved_group_size is the first group's size).
 void interleaved_order(int stages, int microbatches, int chunks, std::vector<Action>& forwards,
                        std::vector<Action>& backwards) {
   const int groups = std::max(1, microbatches / stages);
@@ -194,8 +194,7 @@ void interleaved_order(int stages, int microbatches, int chunks, std::vector<Act
 }  // namespace
 
 PipelineSchedule make_interleaved_1f1b(int stages, int microbatches, int chunks) {
-  PipelineSchedule s =
-      empty_schedule(plan::ScheduleKind::interleaved, stages, microbatches, chunks);
+  PipelineSchedule s = empty_schedule(ScheduleKind::interleaved, stages, microbatches, chunks);
   std::vector<Action> forwards, backwards;
   interleaved_order(stages, microbatches, chunks, forwards, backwards);
   const int total = microbatches * chunks;
@@ -203,7 +202,7 @@ PipelineSchedule make_interleaved_1f1b(int stages, int microbatches, int chunks)
   for (int r = 0; r < stages; ++r) {
     Steps& rank = steps[static_cast<size_t>(r)];
     // The warm-up is plan/'s formula, so the planner's in-flight count is this schedule's.
-    const int warmup = plan::interleaved_warmup_forwards(stages, microbatches, chunks, r);
+    const int warmup = interleaved_warmup_forwards(stages, microbatches, chunks, r);
     int f = 0, b = 0;
     while (f < warmup) rank.push_back({forwards[static_cast<size_t>(f++)]});
     while (f < total) {
@@ -216,7 +215,7 @@ PipelineSchedule make_interleaved_1f1b(int stages, int microbatches, int chunks)
 }
 
 PipelineSchedule make_zb_h1(int stages, int microbatches) {
-  PipelineSchedule s = empty_schedule(plan::ScheduleKind::zero_bubble_h1, stages, microbatches, 1);
+  PipelineSchedule s = empty_schedule(ScheduleKind::zero_bubble_h1, stages, microbatches, 1);
   std::vector<Steps> steps(static_cast<size_t>(stages));
   for (int r = 0; r < stages; ++r) {
     Steps& rank = steps[static_cast<size_t>(r)];
@@ -244,20 +243,20 @@ PipelineSchedule make_zb_h1(int stages, int microbatches) {
   return s;
 }
 
-PipelineSchedule make_schedule(plan::ScheduleKind kind, int stages, int microbatches, int chunks) {
-  if (kind == plan::ScheduleKind::interleaved) {
+PipelineSchedule make_schedule(ScheduleKind kind, int stages, int microbatches, int chunks) {
+  if (kind == ScheduleKind::interleaved) {
     return make_interleaved_1f1b(stages, microbatches, chunks);
   }
   DTRAIN_CHECK(chunks == 1, "model chunks per rank (", chunks,
                ") apply only to the interleaved schedule");
   switch (kind) {
-    case plan::ScheduleKind::gpipe:
+    case ScheduleKind::gpipe:
       return make_gpipe(stages, microbatches);
-    case plan::ScheduleKind::one_f_one_b:
+    case ScheduleKind::one_f_one_b:
       return make_1f1b(stages, microbatches);
-    case plan::ScheduleKind::zero_bubble_h1:
+    case ScheduleKind::zero_bubble_h1:
       return make_zb_h1(stages, microbatches);
-    case plan::ScheduleKind::interleaved:
+    case ScheduleKind::interleaved:
       break;
   }
   DTRAIN_CHECK(false, "unknown schedule kind ", static_cast<int>(kind));
@@ -270,4 +269,4 @@ size_t communication_group_end(const std::vector<Action>& actions, size_t begin)
   return end;
 }
 
-}  // namespace dtrain::parallel
+}  // namespace dtrain::plan

@@ -1,7 +1,8 @@
 // Pipeline schedules as data, with no communication: per rank, the ordered list of actions
 // (forward, backward, input gradient, weight gradient, and the sends and receives they imply).
-// The checker (pipeline_checker.h) proves a schedule valid and simulates its timing; the
-// executor runs the same lists on real ranks.
+// They live in plan/ so the clock can simulate the lists the engine runs: the checker
+// (parallel/pipeline_checker.h) proves a schedule valid, the executor (parallel/
+// pipeline_executor.h) runs it on real ranks, pipeline_simulation.h times it from stage times.
 //
 // Semantics an executor must follow (and the checker assumes):
 //  - Compute actions run in list order on their rank. A model chunk c on rank r is virtual
@@ -25,7 +26,7 @@
 
 #include "dtrain/plan/pipeline_model.h"
 
-namespace dtrain::parallel {
+namespace dtrain::plan {
 
 enum class ActionKind : uint8_t {
   forward,          // F: the chunk's layers forward on micro-batch mb, keeping activations
@@ -72,7 +73,7 @@ std::string to_string(const Action& action);
 std::string short_label(const Action& action, int chunks);
 
 struct PipelineSchedule {
-  plan::ScheduleKind kind = plan::ScheduleKind::one_f_one_b;
+  ScheduleKind kind = ScheduleKind::one_f_one_b;
   int stages = 1;                             // P: pipeline ranks
   int microbatches = 1;                       // M
   int chunks = 1;                             // v: model chunks per rank
@@ -106,11 +107,10 @@ PipelineSchedule make_interleaved_1f1b(int stages, int microbatches, int chunks)
 PipelineSchedule make_zb_h1(int stages, int microbatches);
 
 // Dispatches on kind; `chunks` must be 1 except for the interleaved schedule.
-PipelineSchedule make_schedule(plan::ScheduleKind kind, int stages, int microbatches,
-                               int chunks = 1);
+PipelineSchedule make_schedule(ScheduleKind kind, int stages, int microbatches, int chunks = 1);
 
 // Index one past the run of communication actions starting at `begin` (== begin when
 // actions[begin] is a compute action): the group an executor posts together.
 size_t communication_group_end(const std::vector<Action>& actions, size_t begin);
 
-}  // namespace dtrain::parallel
+}  // namespace dtrain::plan
