@@ -200,7 +200,7 @@ trace::Timeline timeline_of(const LayoutReport& report, const EngineConfig& c,
 std::vector<GroupCrossing> node_crossings(const EngineConfig& c) {
   std::vector<GroupCrossing> out;
   if (c.topology.single_node()) return out;
-  const parallel::DeviceMesh mesh(c.dp, c.tp, c.pp, c.rank_order);
+  const parallel::DeviceMesh mesh(c.dp, c.cp, c.tp, c.pp, c.rank_order);
   for (Axis axis : {Axis::tp, Axis::dp, Axis::pp}) {
     if (mesh.size(axis) == 1) continue;
     for (const std::vector<int>& g : mesh.groups(axis)) {
