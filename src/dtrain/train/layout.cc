@@ -78,7 +78,14 @@ EngineConfig make_engine_config(const StepConfig& step, const LayoutOptions& o) 
     shape.heads = m.heads;
     shape.tp = o.tp;
     shape.cp = o.cp;
-    const std::string why = plan::cp_layout_error(shape, o.cp_algorithm);
+    DTRAIN_CHECK(o.cp <= step.seq, "--cp ", o.cp, " is beyond the ", step.seq,
+                 " tokens of a sequence (--seq): each CP rank needs T/cp of them");
+    // The planner's constraint, its sequence flag renamed to train's.
+    std::string why = plan::cp_layout_error(shape, o.cp_algorithm);
+    for (size_t at = why.find("--seq-length"); at != std::string::npos;
+         at = why.find("--seq-length", at)) {
+      why.replace(at, 12, "--seq");
+    }
     DTRAIN_CHECK(why.empty(), why);
   }
   const int64_t seq_local = step.seq / o.cp;

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# `dtrain train --cp` with layouts context parallelism cannot run: each case exits non-zero with
+# an error naming the flag and the values at fault; and one small CP run per algorithm trains.
+# Usage: cp_errors.sh path/to/dtrain
+source "$(dirname "$0")/lib/expect.bash"
+
+small=(train --model tiny --steps 1 --batch 2)
+# The balanced ring cuts the sequence into 2 x cp chunks: 12 tokens do not make 8; 6 not even 4.
+expect_error "--cp-algo ring needs --seq 12 divisible by 2 x --cp 4 = 8" "${small[@]}" --seq 12 --cp 4
+expect_error "--cp-algo all-gather needs --seq 12 divisible by 2 x --cp 4 = 8" "${small[@]}" --seq 12 --cp 4 --cp-algo all-gather
+expect_error '--cp 4 does not divide --seq 6' "${small[@]}" --seq 6 --cp 4 --cp-algo ulysses
+# Ulysses gives every rank whole heads: 4 heads over cp 4 x tp 2 ranks do not split.
+expect_error '--cp-algo ulysses needs --heads 4 and --kv-heads 4 divisible by --cp 4 x --tp 2 = 8' "${small[@]}" --seq 16 --cp 4 --tp 2 --cp-algo ulysses
+# More CP ranks than tokens in a sequence.
+expect_error '--cp 32 is beyond the 16 tokens of a sequence \(--seq\)' "${small[@]}" --seq 16 --cp 32
+expect_error '--cp must be at least 1 \(got 0\)' "${small[@]}" --seq 16 --cp 0
+expect_error '--cp-algo "star" is not one of ring, all-gather, ulysses' "${small[@]}" --seq 16 --cp 2 --cp-algo star
+expect_error '--rank-order "tp-cp-cp-dp-pp" must name tp, dp and pp once each \(cp at most once\)' "${small[@]}" --seq 16 --cp 2 --rank-order tp-cp-cp-dp-pp
+
+for algo in ring all-gather ulysses; do
+  expect_output "DP\(1\)-CP\(2\)-TP\(1\)-PP\(1\)-rank\(0\) CP $algo" "${small[@]}" --seq 16 --cp 2 --cp-algo "$algo"
+done
+expect_output "DP\(1\)-CP\(2\)-TP\(1\)-PP\(1\)-rank\(0\) CP ring" "${small[@]}" --seq 16 --cp 2 --rank-order dp-cp-tp-pp
+finish
