@@ -95,9 +95,10 @@ struct Case {
   int dp = 1, tp = 1;
   bool sp = false;
   int zero = 0;
+  int pp = 1;  // with 2 micro-batches of 2 rows
   std::string name() const {
     return str("cp", cp, " ", plan::name(algo), " dp", dp, " tp", tp, sp ? " sp" : "",
-               zero > 0 ? str(" zero", zero) : "");
+               zero > 0 ? str(" zero", zero) : "", pp > 1 ? str(" pp", pp) : "");
   }
 };
 
@@ -116,6 +117,8 @@ Outcome run_case(const StepConfig& c, const Case& k, const std::vector<data::Bat
   o.cp_algorithm = k.algo;
   o.sequence_parallel = k.sp;
   o.zero_stage = k.zero;
+  o.pp = k.pp;
+  if (k.pp > 1) o.microbatches = 2;
   const EngineConfig config = make_engine_config(c, o);
   const int world = config.world();
   std::vector<checkpoint::RankState> states(static_cast<size_t>(world));
@@ -226,6 +229,34 @@ TEST(ContextParallelEquality, WithTensorAndSequenceParallelMatchesTheSerialRun) 
   expect_equal_to_serial(cases);
 }
 
+// What crosses the stages is the CP shard (B x T/cp rows); ZeRO-3 shards over DP x CP.
+TEST(ContextParallelEquality, WithPipelineAndZero3MatchesTheSerialRun) {
+  std::vector<Case> cases;
+  for (int cp : {2, 4}) {
+    for (plan::CpAlgorithm a : kAlgorithms) {
+      Case pipeline{cp, a};
+      pipeline.pp = 2;
+      cases.push_back(pipeline);
+      Case zero3{cp, a, 2};
+      zero3.zero = 3;
+      cases.push_back(zero3);
+    }
+  }
+  expect_equal_to_serial(cases);
+}
+
+// Full recompute reruns each block's forward (its CP communication too); selective has nothing
+// to rerun under CP (the blockwise backward recomputes the probabilities from the log-sum-exp).
+TEST(ContextParallelEquality, WithRecomputeMatchesTheSerialRun) {
+  for (Recompute recompute : {Recompute::selective, Recompute::full}) {
+    std::vector<Case> cases;
+    for (int cp : {2, 4}) {
+      for (plan::CpAlgorithm a : kAlgorithms) cases.push_back({cp, a});
+    }
+    expect_equal_to_serial(cases, recompute);
+  }
+}
+
 // Bytes per rank per layer, forward and backward, measured on the CP group's communicator over
 // the steps, against plan/context_parallel.h (fp32 on the wire: e = 4).
 TEST(ContextParallelCounters, BytesPerLayerAndCausalWorkEqualThePlanFormulas) {
@@ -264,11 +295,25 @@ TEST(ContextParallelCounters, BytesPerLayerAndCausalWorkEqualThePlanFormulas) {
           EXPECT_EQ(m.counters.attention_pairs,
                     pairs * c.batch * c.model.heads * c.model.layers * kSteps);
         }
+        // Full recompute reruns the forward before each backward: plan/ counts it there.
+        EXPECT_EQ(m.counters.recompute.traffic.bytes_sent, 0);
         if (&m == &measures.front()) {
           std::printf("  %-10s %-3d %16.0f %16.0f %16.0f %16.0f\n",
                       std::string(plan::name(a)).c_str(), cp, fwd, want.forward.bytes_sent, bwd,
                       want.backward.bytes_sent);
         }
+      }
+      // The same layout under full recompute: backward + the reruns = the formula's backward.
+      std::vector<CpMeasure> full;
+      (void)run_case(base_config(Recompute::full), k, data, &full);
+      const plan::CpLayerTraffic want_full = plan::cp_traffic_per_layer(s, a, Recompute::full);
+      for (const CpMeasure& m : full) {
+        EXPECT_EQ(static_cast<double>(m.counters.forward.traffic.bytes_sent) / passes,
+                  want_full.forward.bytes_sent);
+        EXPECT_EQ(static_cast<double>(m.counters.backward.traffic.bytes_sent +
+                                      m.counters.recompute.traffic.bytes_sent) /
+                      passes,
+                  want_full.backward.bytes_sent);
       }
     }
   }
