@@ -257,6 +257,47 @@ TEST(ContextParallelEquality, WithRecomputeMatchesTheSerialRun) {
   }
 }
 
+// --precision bf16 against the bf16 serial run: the blockwise attention rounds the same operands
+// to bf16 (Q and K for the scores, the probabilities and V for the output) but its probabilities
+// are the unnormalised exp of a running max, rounded before the division by the row sum, and the
+// CP ranks' DP x CP gradient average folds one more bf16 rounding per rank; so, like
+// layout_equality_test.cc's bf16 grid, the tolerance is bf16's, not fp32's: the loss within
+// 1e-4 + 4 layers' roundings (2^-8) of it, the first moment norm-wise within 8 roundings, the
+// parameters within 2 lr a step.
+TEST(ContextParallelEquality, Bf16MatchesTheBf16SerialRun) {
+  StepConfig c = base_config();
+  c.precision = model::Precision::bf16;
+  const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
+  const Outcome serial = run_serial(c, data);
+  const double u = std::ldexp(1.0, -8);
+  for (int cp : {2, 4}) {
+    for (plan::CpAlgorithm a : kAlgorithms) {
+      for (int dp : {1, 2}) {
+        const Case k{cp, a, dp};
+        SCOPED_TRACE(k.name());
+        const Outcome got = run_case(c, k, data);
+        double loss = 0, param = 0, m_diff = 0, m_norm = 0;
+        for (size_t s = 0; s < got.losses.size(); ++s) {
+          loss = std::max(loss, static_cast<double>(std::fabs(got.losses[s] - serial.losses[s])));
+        }
+        for (size_t e = 0; e < got.state[0].size(); ++e) {
+          param =
+              std::max(param, static_cast<double>(std::fabs(got.state[0][e] - serial.state[0][e])));
+          const double d = got.state[1][e] - serial.state[1][e];
+          m_diff += d * d;
+          m_norm += static_cast<double>(serial.state[1][e]) * serial.state[1][e];
+        }
+        const double m_rel = std::sqrt(m_diff / m_norm);
+        std::printf("  %-28s bf16 max |loss diff| %.1e  param %.1e  m norm-wise %.1e\n",
+                    k.name().c_str(), loss, param, m_rel);
+        EXPECT_LE(loss, 1e-4 + 4 * c.model.layers * u * serial.losses.front());
+        EXPECT_LE(m_rel, 8 * u);
+        EXPECT_LE(param, 2 * kSteps * kLr);
+      }
+    }
+  }
+}
+
 // Bytes per rank per layer, forward and backward, measured on the CP group's communicator over
 // the steps, against plan/context_parallel.h (fp32 on the wire: e = 4).
 TEST(ContextParallelCounters, BytesPerLayerAndCausalWorkEqualThePlanFormulas) {
