@@ -130,7 +130,7 @@ Outcome run_case(const StepConfig& c, const Case& k, const std::vector<data::Bat
     for (const data::Batch& b : data) mine.push_back(engine.train_step(b, kLr).loss);
     if (measures != nullptr) {
       CpMeasure& m = (*measures)[static_cast<size_t>(comm.rank())];
-      m.counters = engine.context_parallel()->counters();
+      m.counters = engine.cp_counters();
       m.cp_rank = engine.coord().cp;
     }
     mine.push_back(engine.eval_loss(data[0]));

@@ -10,6 +10,7 @@
 #include "dtrain/comm/all_to_all.h"
 #include "dtrain/comm/collectives.h"
 #include "dtrain/core/check.h"
+#include "dtrain/core/timer.h"
 #include "dtrain/model/ops/blockwise_attention.h"
 
 namespace dtrain::parallel {
@@ -46,15 +47,17 @@ void add_dkv(float* dqkv, const float* dkv, const Dims& d) {
 }  // namespace
 
 ContextParallelGroup::ContextParallelGroup(comm::Communicator& comm, plan::CpAlgorithm algorithm,
-                                           MemoryTracker* tracker)
-    : comm_(comm), algorithm_(algorithm), tracker_(tracker) {
+                                           MemoryTracker* tracker, model::CpTokenSplit split)
+    : comm_(comm),
+      algorithm_(algorithm),
+      tracker_(tracker),
+      split_(algorithm == plan::CpAlgorithm::ulysses ? model::CpTokenSplit::contiguous : split) {
   DTRAIN_CHECK(algorithm != plan::CpAlgorithm::automatic,
                "ContextParallelGroup: resolve --cp-algo auto before building the group");
 }
 
 model::CpTokenSplit ContextParallelGroup::split() const {
-  return algorithm_ == plan::CpAlgorithm::ulysses ? model::CpTokenSplit::contiguous
-                                                  : model::CpTokenSplit::balanced;
+  return split_;
 }
 
 std::vector<int64_t> ContextParallelGroup::positions(int owner, int64_t T) const {
@@ -138,8 +141,12 @@ void ContextParallelGroup::ring_forward(Saved& s, float* out, const float* qkv, 
     }
     const ConstTokenBlock k{cur.data(), 2 * d.C, d.T * 2 * d.C, pos.data(), d.T};
     const ConstTokenBlock v{cur.data() + d.C, 2 * d.C, d.T * 2 * d.C, pos.data(), d.T};
+    const double start = now_us();
     const int64_t pairs = model::attention_merge_block(o, m, l.data(), q, k, v, shape, cx);
-    if (current_ == &counters_.forward) counters_.attention_pairs += pairs * d.B * d.NH;
+    if (current_ == &counters_.forward) {
+      counters_.attention_pairs += pairs * d.B * d.NH;
+      counters_.attention_us += now_us() - start;
+    }
     if (i + 1 < N) {
       send->wait();
       recv->wait();
@@ -215,9 +222,13 @@ void ContextParallelGroup::all_gather_forward(Saved& s, float* out, const float*
     const float* base = s.gathered.data() + j * block;
     const ConstTokenBlock k{base, 2 * d.C, d.T * 2 * d.C, pos.data(), d.T};
     const ConstTokenBlock v{base + d.C, 2 * d.C, d.T * 2 * d.C, pos.data(), d.T};
+    const double start = now_us();
     const int64_t pairs =
         model::attention_merge_block(o, s.lse.data(), l.data(), q, k, v, shape, cx);
-    if (current_ == &counters_.forward) counters_.attention_pairs += pairs * d.B * d.NH;
+    if (current_ == &counters_.forward) {
+      counters_.attention_pairs += pairs * d.B * d.NH;
+      counters_.attention_us += now_us() - start;
+    }
   }
   model::attention_merge_finish(o, s.lse.data(), s.lse.data(), l.data(), shape, d.T);
 }
@@ -313,10 +324,14 @@ void ContextParallelGroup::ulysses_forward(Saved& s, float* out, const float* qk
     float* m = s.lse.data() + jq * stats;
     model::attention_merge_init(m, l.data(), o, shape, d.T);
     for (int jk = 0; jk < N; ++jk) {
+      const double start = now_us();
       const int64_t pairs =
           model::attention_merge_block(o, m, l.data(), block(qh, jq), block(qh + local, jk),
                                        block(qh + 2 * local, jk), shape, cx);
-      if (current_ == &counters_.forward) counters_.attention_pairs += pairs * d.B * shape.NH;
+      if (current_ == &counters_.forward) {
+        counters_.attention_pairs += pairs * d.B * shape.NH;
+        counters_.attention_us += now_us() - start;
+      }
     }
     model::attention_merge_finish(o, m, m, l.data(), shape, d.T);
   }

@@ -35,14 +35,20 @@ struct ContextParallelCounters {
   // Score elements computed in forward: (query, key) pairs with key <= query, summed over the
   // batch rows and this rank's heads (plan::causal_attention_pairs per (row, head)).
   int64_t attention_pairs = 0;
+  // Microseconds of forward attention compute (the blocks' merges, no communication): the
+  // per-rank work the split balances, measured.
+  double attention_us = 0;
 };
 
 class ContextParallelGroup final : public model::ContextParallelHooks {
  public:
   // `algorithm`: ring, all_gather or ulysses (automatic is resolved by the caller). `tracker` is
-  // charged for what each layer keeps from its forward for its backward.
+  // charged for what each layer keeps from its forward for its backward. `split`: which tokens
+  // each rank holds (ulysses: contiguous, whatever is asked; ring and all-gather: balanced
+  // unless contiguous is asked for, to measure the imbalance it removes).
   ContextParallelGroup(comm::Communicator& comm, plan::CpAlgorithm algorithm,
-                       MemoryTracker* tracker);
+                       MemoryTracker* tracker,
+                       model::CpTokenSplit split = model::CpTokenSplit::balanced);
 
   int size() const override { return comm_.size(); }
   int rank() const override { return comm_.rank(); }
@@ -89,6 +95,7 @@ class ContextParallelGroup final : public model::ContextParallelHooks {
   comm::Communicator& comm_;
   plan::CpAlgorithm algorithm_;
   MemoryTracker* tracker_;
+  model::CpTokenSplit split_;
   bool recomputing_ = false;
   std::map<const void*, Saved> saved_;
   ContextParallelCounters counters_;

@@ -50,6 +50,22 @@ comm::LinkBytes links(const comm::Communicator* c, const comm::NodeTopology& top
   return c == nullptr ? comm::LinkBytes{} : comm::link_bytes_sent(*c, topology);
 }
 
+// sum += end - start, counter by counter.
+void add_difference(parallel::ContextParallelCounters& sum,
+                    const parallel::ContextParallelCounters& end,
+                    const parallel::ContextParallelCounters& start) {
+  auto add = [](parallel::CpCounter& s, const parallel::CpCounter& e,
+                const parallel::CpCounter& b) {
+    s.messages += e.messages - b.messages;
+    s.traffic += e.traffic - b.traffic;
+  };
+  add(sum.forward, end.forward, start.forward);
+  add(sum.backward, end.backward, start.backward);
+  add(sum.recompute, end.recompute, start.recompute);
+  sum.attention_pairs += end.attention_pairs - start.attention_pairs;
+  sum.attention_us += end.attention_us - start.attention_us;
+}
+
 double tp_sent(const parallel::TpCounter& c) {
   return static_cast<double>(c.traffic.bytes_sent);
 }
@@ -195,6 +211,8 @@ StepStats Engine::train_step(const data::Batch& batch, float lr) {
     return t;
   };
   const EngineTraffic start = snapshot();
+  const parallel::ContextParallelCounters cp_start =
+      cp_hooks_ != nullptr ? cp_hooks_->counters() : parallel::ContextParallelCounters{};
   // Every step's TP collectives are timed: the clock's TP phase (and, kept, the trace's spans).
   std::vector<parallel::TpSpan> tp_spans;
   hooks_->record_spans(&tp_spans);
@@ -234,6 +252,7 @@ StepStats Engine::train_step(const data::Batch& batch, float lr) {
   traffic_.other += end.other - start.other;
   traffic_.links += end.links - start.links;
   traffic_.model_links += end.model_links - start.model_links;
+  if (cp_hooks_ != nullptr) add_difference(cp_counters_, cp_hooks_->counters(), cp_start);
   measure_step(record, tp_spans);
   ++steps_;
   return stats;

@@ -165,6 +165,8 @@ class Engine final : public StepEngine {
   const parallel::TensorParallelGroup& tensor_parallel() const { return *hooks_; }
   // The CP group's hooks (null without --cp).
   const parallel::ContextParallelGroup* context_parallel() const { return cp_hooks_.get(); }
+  // The CP counters of the training steps only (evaluations run forwards too), summed.
+  const parallel::ContextParallelCounters& cp_counters() const { return cp_counters_; }
   bool has_embedding_group() const { return embedding_comm_ != nullptr; }
   int64_t steps() const { return steps_; }
   const EngineTraffic& traffic() const { return traffic_; }
@@ -208,6 +210,7 @@ class Engine final : public StepEngine {
   std::unique_ptr<parallel::PipelineExecutor> executor_;
   int64_t steps_ = 0;
   EngineTraffic traffic_;
+  parallel::ContextParallelCounters cp_counters_;
   double dp_comm_us_ = 0, dp_hidden_us_ = 0;
   StepTrace last_;
   std::vector<StepTiming> timings_;
