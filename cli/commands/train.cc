@@ -132,7 +132,7 @@ struct TrainFlags {
   int64_t seed = 1;
   // Names, turned into the layout's enums and numbers by set_layout_names.
   std::string schedule, backend = "threads", rank_order = "tp-dp-pp", dp_all_reduce = "flat";
-  std::string dp_algo = "auto", cp_algo = "ring";
+  std::string dp_algo = "auto", cp_algo = "ring", cp_split = "balanced";
   std::string stage_layers, max_rank_memory;
 };
 
@@ -162,6 +162,9 @@ void set_layout_names(const TrainFlags& f, train::LayoutOptions& l) {
   DTRAIN_CHECK(cp_algo.has_value() && *cp_algo != plan::CpAlgorithm::automatic, "--cp-algo \"",
                f.cp_algo, "\" is not one of ring, all-gather, ulysses");
   l.cp_algorithm = *cp_algo;
+  DTRAIN_CHECK(f.cp_split == "balanced" || f.cp_split == "contiguous", "--cp-split \"", f.cp_split,
+               "\" is not one of balanced, contiguous");
+  l.cp_contiguous = f.cp_split == "contiguous";
   if (!f.stage_layers.empty()) {
     l.stage_layers = parallel::parse_stage_layers(f.stage_layers, "--stage-layers");
   }
@@ -278,6 +281,11 @@ void add_train(CLI::App& app) {
                   "2 x cp chunks), all-gather (K/V gathered once per layer) or ulysses "
                   "(all-to-alls to a head split; --heads divisible by cp x tp)")
       ->default_str("ring");
+  cmd->add_option("--cp-split", f->cp_split,
+                  "Which tokens a CP rank holds under ring and all-gather: balanced (chunks r and "
+                  "2cp-1-r of 2cp: the same causal work on every rank) or contiguous (T/cp in a "
+                  "row: the last rank does 2 - 1/cp times the mean, for comparison)")
+      ->default_str("balanced");
   cmd->add_flag("--sequence-parallel", l.sequence_parallel,
                 "With --tp N: LayerNorms and residual regions on 1/N of each micro-batch's "
                 "token rows (also between pipeline stages)");

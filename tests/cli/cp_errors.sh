@@ -21,4 +21,14 @@ for algo in ring all-gather ulysses; do
   expect_output "DP\(1\)-CP\(2\)-TP\(1\)-PP\(1\)-rank\(0\) CP $algo" "${small[@]}" --seq 16 --cp 2 --cp-algo "$algo"
 done
 expect_output "DP\(1\)-CP\(2\)-TP\(1\)-PP\(1\)-rank\(0\) CP ring" "${small[@]}" --seq 16 --cp 2 --rank-order dp-cp-tp-pp
+expect_error '--cp-split "zigzag" is not one of balanced, contiguous' "${small[@]}" --seq 16 --cp 2 --cp-split zigzag
+
+# The report: per CP rank its bytes beside plan/ (equal) and the attention work, the balanced
+# split's busiest rank at the mean, the contiguous split's at 2 - 1/cp (exactly, for the counts).
+cp_run=(train --model tiny --context 64 --seq 64 --batch 2 --steps 1 --cp 4)
+expect_output 'ring over 4 ranks, balanced split' "${cp_run[@]}"
+expect_output '     3   3  163840 \(163840\) +8320 \(8320\)' "${cp_run[@]}"
+expect_output 'busiest rank over the mean: 1.000 counted, .* the contiguous split.s: 1.738' "${cp_run[@]}"
+expect_output 'busiest rank over the mean: 1.738 counted, .* the balanced split.s: 1.000' "${cp_run[@]}" --cp-split contiguous
+expect_output '"cp_work_imbalance": 1.0' "${cp_run[@]}" --json
 finish

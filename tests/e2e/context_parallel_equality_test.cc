@@ -95,10 +95,12 @@ struct Case {
   int dp = 1, tp = 1;
   bool sp = false;
   int zero = 0;
-  int pp = 1;  // with 2 micro-batches of 2 rows
+  int pp = 1;               // with 2 micro-batches of 2 rows
+  bool contiguous = false;  // --cp-split contiguous
   std::string name() const {
     return str("cp", cp, " ", plan::name(algo), " dp", dp, " tp", tp, sp ? " sp" : "",
-               zero > 0 ? str(" zero", zero) : "", pp > 1 ? str(" pp", pp) : "");
+               zero > 0 ? str(" zero", zero) : "", pp > 1 ? str(" pp", pp) : "",
+               contiguous ? " contiguous" : "");
   }
 };
 
@@ -118,6 +120,7 @@ Outcome run_case(const StepConfig& c, const Case& k, const std::vector<data::Bat
   o.sequence_parallel = k.sp;
   o.zero_stage = k.zero;
   o.pp = k.pp;
+  o.cp_contiguous = k.contiguous;
   if (k.pp > 1) o.microbatches = 2;
   const EngineConfig config = make_engine_config(c, o);
   const int world = config.world();
@@ -205,6 +208,11 @@ TEST(ContextParallelEquality, AloneMatchesTheSerialRun) {
   std::vector<Case> cases;
   for (int cp : {2, 4}) {
     for (plan::CpAlgorithm a : kAlgorithms) cases.push_back({cp, a});
+    for (plan::CpAlgorithm a : {plan::CpAlgorithm::ring, plan::CpAlgorithm::all_gather}) {
+      Case contiguous{cp, a};
+      contiguous.contiguous = true;
+      cases.push_back(contiguous);
+    }
   }
   expect_equal_to_serial(cases);
 }

@@ -99,7 +99,7 @@ Engine::Engine(const EngineConfig& config, comm::Communicator& world)
       team_(config.step.threads),
       hooks_(std::make_unique<parallel::TensorParallelGroup>(*tp_comm_, config.sequence_parallel)),
       cp_hooks_(config.cp > 1 ? std::make_unique<parallel::ContextParallelGroup>(
-                                    *cp_comm_, config.cp_algorithm, &tracker_)
+                                    *cp_comm_, config.cp_algorithm, &tracker_, config.cp_split)
                               : nullptr),
       model_(config.step.model, parallel::stage_of(config.partition, coord_.pp), &tracker_,
              hooks_.get(), &team_, config.step.recompute),

@@ -64,6 +64,7 @@ struct EngineConfig {
   // gradients are reduced and ZeRO shards over the DP x CP group.
   int cp = 1;
   plan::CpAlgorithm cp_algorithm = plan::CpAlgorithm::ring;
+  model::CpTokenSplit cp_split = model::CpTokenSplit::balanced;  // ulysses: always contiguous
   parallel::RankOrder rank_order = parallel::kDefaultRankOrder;
   int zero_stage = 0;  // 0..3 over the DP axis
   bool sequence_parallel = false;

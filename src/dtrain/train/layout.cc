@@ -42,6 +42,9 @@ EngineConfig make_engine_config(const StepConfig& step, const LayoutOptions& o) 
   c.pp = o.pp;
   c.cp = o.cp;
   c.cp_algorithm = o.cp_algorithm;
+  c.cp_split = o.cp_contiguous || o.cp_algorithm == plan::CpAlgorithm::ulysses
+                   ? model::CpTokenSplit::contiguous
+                   : model::CpTokenSplit::balanced;
   c.rank_order = o.rank_order;
   c.zero_stage = o.zero_stage;
   c.bucket_bytes = o.bucket_bytes;
@@ -81,7 +84,10 @@ EngineConfig make_engine_config(const StepConfig& step, const LayoutOptions& o) 
     DTRAIN_CHECK(o.cp <= step.seq, "--cp ", o.cp, " is beyond the ", step.seq,
                  " tokens of a sequence (--seq): each CP rank needs T/cp of them");
     // The planner's constraint, its sequence flag renamed to train's.
-    std::string why = plan::cp_layout_error(shape, o.cp_algorithm);
+    // A contiguous split needs only T divisible by cp (the rule plan/ gives Ulysses's sequence).
+    std::string why =
+        plan::cp_layout_error(shape, o.cp_contiguous ? plan::CpAlgorithm::ulysses : o.cp_algorithm);
+    if (o.cp_contiguous && why.find("--heads") != std::string::npos) why.clear();
     for (size_t at = why.find("--seq-length"); at != std::string::npos;
          at = why.find("--seq-length", at)) {
       why.replace(at, 12, "--seq");

@@ -29,8 +29,9 @@ struct LayoutOptions {
   int dp = 1, tp = 1, pp = 1;
   int cp = 1;                                                // --cp: each sequence over cp ranks
   plan::CpAlgorithm cp_algorithm = plan::CpAlgorithm::ring;  // --cp-algo
-  int zero_stage = 0;                                        // --zero 0..3 over the DP axis
-  bool sequence_parallel = false;              // --sequence-parallel (needs --tp 2 or more)
+  bool cp_contiguous = false;      // --cp-split contiguous: ring / all-gather without the balance
+  int zero_stage = 0;              // --zero 0..3 over the DP axis
+  bool sequence_parallel = false;  // --sequence-parallel (needs --tp 2 or more)
   int64_t bucket_bytes = int64_t{1} << 20;     // --bucket-size
   int64_t grad_accum = 1;                      // --grad-accum: micro-batches per step without --pp
   int microbatches = 1;                        // --microbatches M: the pipeline's micro-batches
