@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# `dtrain train --cp` with layouts context parallelism cannot run: each case exits non-zero with
-# an error naming the flag and the values at fault; and one small CP run per algorithm trains.
-# Usage: cp_errors.sh path/to/dtrain
+# `dtrain train --cp`: layouts context parallelism cannot run exit non-zero with an error naming
+# the flag and the values at fault; one small run per algorithm trains; the report's CP rows; and
+# checkpoints reshard between CP and non-CP layouts (the final loss of a resumed run equals the
+# uninterrupted one's, as printed). Usage: cp_train.sh path/to/dtrain
 source "$(dirname "$0")/lib/expect.bash"
 
 small=(train --model tiny --steps 1 --batch 2)
@@ -31,4 +32,25 @@ expect_output '     3   3  163840 \(163840\) +8320 \(8320\)' "${cp_run[@]}"
 expect_output 'busiest rank over the mean: 1.000 counted, .* the contiguous split.s: 1.738' "${cp_run[@]}"
 expect_output 'busiest rank over the mean: 1.738 counted, .* the balanced split.s: 1.000' "${cp_run[@]}" --cp-split contiguous
 expect_output '"cp_work_imbalance": 1.0' "${cp_run[@]}" --json
+
+# A CP checkpoint resumes on other layouts, with and without CP, and a serial one under CP.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+ck=(train --model tiny --context 32 --seq 32 --batch 4 --eval-every 0 --eval-batches 1 --steps 4)
+final_loss() { grep -oE 'step 4/4 loss [0-9.]+' | awk '{print $4}'; }
+want=$("$DTRAIN" "${ck[@]}" --save "$tmp/cp" --save-every 2 --cp 2 2>&1 | final_loss)
+serial=$("$DTRAIN" "${ck[@]}" --save "$tmp/serial" --save-every 2 2>&1 | final_loss)
+[[ -n "$want" && "$want" == "$serial" ]] || fail "cp 2 run ends at '$want', the serial run at '$serial'"
+for layout in "" "--dp 2" "--cp 4 --cp-algo ulysses" "--cp 2 --tp 2 --sequence-parallel"; do
+  # shellcheck disable=SC2086
+  got=$("$DTRAIN" "${ck[@]}" --resume "$tmp/cp/step-00000002" $layout 2>&1 | final_loss)
+  if [[ "$got" == "$want" ]]; then
+    echo "ok: cp 2 checkpoint resumed with [$layout] ends at loss $got"
+  else
+    fail "cp 2 checkpoint resumed with [$layout] ends at '$got', want '$want'"
+  fi
+done
+got=$("$DTRAIN" "${ck[@]}" --resume "$tmp/serial/step-00000002" --cp 4 --cp-algo all-gather 2>&1 | final_loss)
+[[ "$got" == "$want" ]] && echo "ok: serial checkpoint resumed with --cp 4 ends at loss $got" ||
+  fail "serial checkpoint resumed with --cp 4 ends at '$got', want '$want'"
 finish
