@@ -19,6 +19,7 @@
 #include "dtrain/data/data.h"
 #include "dtrain/parallel/mesh.h"
 #include "dtrain/parallel/pipeline_stages.h"
+#include "dtrain/plan/context_parallel.h"
 #include "dtrain/plan/pipeline_model.h"
 #include "dtrain/train/progress.h"
 #include "dtrain/train/report.h"
@@ -131,7 +132,7 @@ struct TrainFlags {
   int64_t seed = 1;
   // Names, turned into the layout's enums and numbers by set_layout_names.
   std::string schedule, backend = "threads", rank_order = "tp-dp-pp", dp_all_reduce = "flat";
-  std::string dp_algo = "auto";
+  std::string dp_algo = "auto", cp_algo = "ring", cp_split = "balanced";
   std::string stage_layers, max_rank_memory;
 };
 
@@ -147,7 +148,8 @@ void set_layout_names(const TrainFlags& f, train::LayoutOptions& l) {
   l.backend = *backend;
   const std::optional<parallel::RankOrder> order = parallel::parse_rank_order(f.rank_order);
   DTRAIN_CHECK(order.has_value(), "--rank-order \"", f.rank_order,
-               "\" must name tp, dp and pp once each, fastest first (e.g. tp-dp-pp)");
+               "\" must name tp, dp and pp once each (cp at most once), fastest first (e.g. "
+               "tp-dp-pp or tp-cp-dp-pp)");
   l.rank_order = *order;
   DTRAIN_CHECK(f.dp_all_reduce == "flat" || f.dp_all_reduce == "hierarchical", "--dp-all-reduce \"",
                f.dp_all_reduce, "\" is not one of flat, hierarchical");
@@ -156,6 +158,13 @@ void set_layout_names(const TrainFlags& f, train::LayoutOptions& l) {
   DTRAIN_CHECK(f.dp_algo == "auto" || f.dp_algo == "ring" || f.dp_algo == "direct", "--dp-algo \"",
                f.dp_algo, "\" is not one of auto, ring, direct");
   l.dp_algorithm = *comm::parse_algorithm(f.dp_algo);
+  const std::optional<plan::CpAlgorithm> cp_algo = plan::parse_cp_algorithm(f.cp_algo);
+  DTRAIN_CHECK(cp_algo.has_value() && *cp_algo != plan::CpAlgorithm::automatic, "--cp-algo \"",
+               f.cp_algo, "\" is not one of ring, all-gather, ulysses");
+  l.cp_algorithm = *cp_algo;
+  DTRAIN_CHECK(f.cp_split == "balanced" || f.cp_split == "contiguous", "--cp-split \"", f.cp_split,
+               "\" is not one of balanced, contiguous");
+  l.cp_contiguous = f.cp_split == "contiguous";
   if (!f.stage_layers.empty()) {
     l.stage_layers = parallel::parse_stage_layers(f.stage_layers, "--stage-layers");
   }
@@ -284,6 +293,21 @@ void add_train(CLI::App& app) {
                   "Tensor-parallel ranks: heads, MLP columns and the vocabulary split across "
                   "them; must divide --heads")
       ->capture_default_str();
+  cmd->add_option("--cp", l.cp,
+                  "Context-parallel ranks: each sequence's tokens split across them, attention "
+                  "computed across the group (--cp-algo); --seq divisible by 2 x cp for ring and "
+                  "all-gather, by cp for ulysses")
+      ->capture_default_str();
+  cmd->add_option("--cp-algo", f->cp_algo,
+                  "Attention across the CP group: ring (K/V blocks passed round, load-balanced "
+                  "2 x cp chunks), all-gather (K/V gathered once per layer) or ulysses "
+                  "(all-to-alls to a head split; --heads divisible by cp x tp)")
+      ->default_str("ring");
+  cmd->add_option("--cp-split", f->cp_split,
+                  "Which tokens a CP rank holds under ring and all-gather: balanced (chunks r and "
+                  "2cp-1-r of 2cp: the same causal work on every rank) or contiguous (T/cp in a "
+                  "row: the last rank does 2 - 1/cp times the mean, for comparison)")
+      ->default_str("balanced");
   cmd->add_flag("--sequence-parallel", l.sequence_parallel,
                 "With --tp N: LayerNorms and residual regions on 1/N of each micro-batch's "
                 "token rows (also between pipeline stages)");
@@ -315,8 +339,9 @@ void add_train(CLI::App& app) {
                   "is aborted with a message naming the peer)")
       ->capture_default_str();
   cmd->add_option("--rank-order", f->rank_order,
-                  "How global ranks map onto the DP x TP x PP mesh, fastest-varying axis first "
-                  "(tp-dp-pp keeps TP groups on consecutive ranks, inside a node)")
+                  "How global ranks map onto the DP x CP x TP x PP mesh, fastest-varying axis "
+                  "first (tp-dp-pp keeps TP groups on consecutive ranks, inside a node; cp, when "
+                  "not named, goes right after tp)")
       ->default_str("tp-dp-pp");
   cmd->add_option("--ranks-per-node", l.ranks_per_node,
                   "Declare the topology: G consecutive ranks per node; the report shows groups "

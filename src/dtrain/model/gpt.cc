@@ -40,13 +40,20 @@ void check_batch(std::span<const int32_t> ids, int64_t BT, int64_t V, const char
 // again however the rerun ends.
 class RecomputingScope {
  public:
-  explicit RecomputingScope(TensorParallelHooks& tp) : tp_(tp) { tp_.set_recomputing(true); }
-  ~RecomputingScope() { tp_.set_recomputing(false); }
+  RecomputingScope(TensorParallelHooks& tp, ContextParallelHooks& cp) : tp_(tp), cp_(cp) {
+    tp_.set_recomputing(true);
+    cp_.set_recomputing(true);
+  }
+  ~RecomputingScope() {
+    tp_.set_recomputing(false);
+    cp_.set_recomputing(false);
+  }
   RecomputingScope(const RecomputingScope&) = delete;
   RecomputingScope& operator=(const RecomputingScope&) = delete;
 
  private:
   TensorParallelHooks& tp_;
+  ContextParallelHooks& cp_;
 };
 
 // One linear's backward over BT rows: fused (matmul_backward) when `kept` is null; else only its
@@ -304,9 +311,10 @@ void GptModel::embedding_forward(GptActivations& acts, GptWorkspace& ws,
   const int64_t B = acts.batch(), T = acts.seq(), C = config_.channels;
   check_batch(tokens, B * T, config_.vocab, "tokens");
   std::copy(tokens.begin(), tokens.end(), acts.head().tokens);
-  // x_0 (B, T, C) = wte[tokens] + wpe[0..T)
+  // x_0 (B, T, C) = wte[tokens] + wpe[0..T) (under CP at each token's global position)
+  const float* wpe = position_rows(T);
   if (tp_->size() == 1) {
-    encoder_forward(acts.layer(0).ln1_in, acts.head().tokens, w_.wte, w_.wpe, B, T, C);
+    encoder_forward(acts.layer(0).ln1_in, acts.head().tokens, w_.wte, wpe, B, T, C);
     return;
   }
   // Vocabulary-parallel: the rank holding a token's row contributes it, the others 0; the sum
@@ -323,7 +331,7 @@ void GptModel::embedding_forward(GptActivations& acts, GptWorkspace& ws,
     tp_->sp_reduce_scatter(slice, full, rows * C, TensorParallelHooks::SpSite::vocab);
     for (int64_t r = 0; r < rows; ++r) {
       float* o = slice + r * C;
-      const float* p = w_.wpe + ((begin + r) % T) * C;
+      const float* p = wpe + ((begin + r) % T) * C;
       for (int64_t i = 0; i < C; ++i) o[i] = o[i] + p[i];
     }
     return;
@@ -334,7 +342,7 @@ void GptModel::embedding_forward(GptActivations& acts, GptWorkspace& ws,
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {
       float* o = x + (b * T + t) * C;
-      const float* p = w_.wpe + t * C;
+      const float* p = wpe + t * C;
       for (int64_t i = 0; i < C; ++i) o[i] = o[i] + p[i];
     }
   }
@@ -438,6 +446,9 @@ void GptModel::recompute_block(const GptActivations& acts, GptWorkspace& ws, int
     case Recompute::none:
       return;
     case Recompute::selective: {
+      // Under CP the blockwise backward recomputes each block's probabilities from the kept
+      // log-sum-exp: nothing to rerun (and no communication, plan/context_parallel.h).
+      if (cp_->size() > 1) return;
       // The attention core again from the kept Q, K, V (both its s x s products, as Megatron's
       // checkpointed core attention and plan::recompute_flops_per_layer count): a.att for the
       // backward. Its output equals the kept atty, so it goes to scratch (free until backward
@@ -451,7 +462,7 @@ void GptModel::recompute_block(const GptActivations& acts, GptWorkspace& ws, int
       // The block forward again from its kept input, every op and collective as in forward.
       // The output equals the next block's kept input (which a pipeline may be sending), so it
       // goes to scratch: a buffer the forward body has finished with before its last residual.
-      const RecomputingScope scope(*tp_);
+      const RecomputingScope scope(*tp_, *cp_);
       if (sp()) {
         block_forward_sp(acts, ws, l, a, ws.d_btc1);
       } else {
@@ -475,7 +486,7 @@ void GptModel::block_forward_dense(const GptActivations& acts, GptWorkspace& ws,
   // attention: ln2_in = x + proj(attention(ln1(x)))
   layernorm_forward(a.ln1_out, a.ln1_mean, a.ln1_rstd, a.ln1_in, w.ln1_w, w.ln1_b, B, T, C, cx);
   matmul_forward(a.qkv, a.ln1_out, w.qkv_w, w.qkv_b, BT, C, 3 * C_local, cx);  // f: identity
-  attention_forward(a.atty, a.att, a.qkv, B, T, C_local, NH_local, cx);
+  attention_core_forward(acts, l, a, B, T, C_local, NH_local);
   matmul_forward(linear_out, a.atty, w.proj_w, nullptr, BT, C_local, C, cx);
   tp_->g_forward(linear_out, BT * C);
   residual_forward(a.ln2_in, a.ln1_in, linear_out, w.proj_b, BT, C, cx);
@@ -657,7 +668,7 @@ void GptModel::block_backward_dense(GptActivations& acts, GptWorkspace& ws, int6
   matmul_backward_or_keep(datty, dw.proj_w, dw.proj_b, dres, a.atty, w.proj_w, BT, C_local, C,
                           keep != nullptr ? keep->dproj : nullptr, cx);
   zero(ws.dqkv, BT * 3 * C_local);
-  attention_backward(ws.dqkv, ws.datt, datty, a.qkv, a.att, B, T, C_local, NH_local, cx);
+  attention_core_backward(acts, ws, l, a, datty, B, T, C_local, NH_local);
   zero(dln, BT * C);
   matmul_backward_or_keep(dln, dw.qkv_w, dw.qkv_b, ws.dqkv, a.ln1_out, w.qkv_w, BT, C, 3 * C_local,
                           keep != nullptr ? keep->dqkv : nullptr, cx);
@@ -667,22 +678,71 @@ void GptModel::block_backward_dense(GptActivations& acts, GptWorkspace& ws, int6
 }
 
 void GptModel::embedding_backward(GptActivations& acts, GptWorkspace& ws) {
+  float* dwpe = position_grad_rows(acts.seq());
+  embedding_backward_into(acts, ws, dwpe);
+  if (dwpe == dw_.wpe) return;
+  // CP: the local rows' gradients added at their global positions.
+  const int64_t C = config_.channels;
+  for (int64_t t = 0; t < acts.seq(); ++t) {
+    float* g = dw_.wpe + cp_->position(t, acts.seq()) * C;
+    for (int64_t i = 0; i < C; ++i) g[i] += dwpe[t * C + i];
+  }
+}
+
+const float* GptModel::position_rows(int64_t T_local) {
+  if (cp_->size() == 1) return w_.wpe;
+  const int64_t C = config_.channels;
+  cp_wpe_.resize(static_cast<size_t>(T_local * C));
+  for (int64_t t = 0; t < T_local; ++t) {
+    std::copy_n(w_.wpe + cp_->position(t, T_local) * C, C, cp_wpe_.data() + t * C);
+  }
+  return cp_wpe_.data();
+}
+
+float* GptModel::position_grad_rows(int64_t T_local) {
+  if (cp_->size() == 1) return dw_.wpe;
+  cp_dwpe_.assign(static_cast<size_t>(T_local * config_.channels), 0.0f);
+  return cp_dwpe_.data();
+}
+
+void GptModel::attention_core_forward(const GptActivations& acts, int64_t l,
+                                      const LayerActivations& a, int64_t B, int64_t T,
+                                      int64_t C_local, int64_t NH_local) {
+  if (cp_->size() > 1) {
+    cp_->attention_forward(a.atty, a.qkv, &acts.layer(l), B, T, C_local, NH_local, cx_);
+    return;
+  }
+  attention_forward(a.atty, a.att, a.qkv, B, T, C_local, NH_local, cx_);
+}
+
+void GptModel::attention_core_backward(const GptActivations& acts, GptWorkspace& ws, int64_t l,
+                                       const LayerActivations& a, const float* datty, int64_t B,
+                                       int64_t T, int64_t C_local, int64_t NH_local) {
+  if (cp_->size() > 1) {
+    cp_->attention_backward(ws.dqkv, datty, a.qkv, a.atty, &acts.layer(l), B, T, C_local, NH_local,
+                            cx_);
+    return;
+  }
+  attention_backward(ws.dqkv, ws.datt, datty, a.qkv, a.att, B, T, C_local, NH_local, cx_);
+}
+
+void GptModel::embedding_backward_into(GptActivations& acts, GptWorkspace& ws, float* dwpe) {
   if (sp()) {
     // Sequence parallel: gather the rows' gradients (the conjugate of the forward's
     // reduce-scatter); every rank then has all of them, so wpe's gradient is whole on each.
     const int64_t rows = sp_rows(acts);
     float* full = ws.d_btc1;  // (B, T, C)
     tp_->sp_all_gather(full, ws.dres, rows * config_.channels, TensorParallelHooks::SpSite::vocab);
-    vocab_embedding_backward(dw_.wte, dw_.wpe, full, acts.head().tokens, vocab_begin(),
-                             vocab_local(), acts.batch(), acts.seq(), config_.channels);
+    vocab_embedding_backward(dw_.wte, dwpe, full, acts.head().tokens, vocab_begin(), vocab_local(),
+                             acts.batch(), acts.seq(), config_.channels);
     return;
   }
   if (tp_->size() > 1) {
-    vocab_embedding_backward(dw_.wte, dw_.wpe, ws.dres, acts.head().tokens, vocab_begin(),
+    vocab_embedding_backward(dw_.wte, dwpe, ws.dres, acts.head().tokens, vocab_begin(),
                              vocab_local(), acts.batch(), acts.seq(), config_.channels);
     return;
   }
-  encoder_backward(dw_.wte, dw_.wpe, ws.dres, acts.head().tokens, acts.batch(), acts.seq(),
+  encoder_backward(dw_.wte, dwpe, ws.dres, acts.head().tokens, acts.batch(), acts.seq(),
                    config_.channels);
 }
 
@@ -752,7 +812,7 @@ void GptModel::block_forward_sp(const GptActivations& acts, GptWorkspace& ws, in
   layernorm_forward(a.ln1_out, a.ln1_mean, a.ln1_rstd, a.ln1_in, w.ln1_w, w.ln1_b, 1, rows, C, cx);
   tp_->sp_all_gather(full, a.ln1_out, rows * C, Site::block_forward);  // f
   matmul_forward(a.qkv, full, w.qkv_w, w.qkv_b, BT, C, 3 * C_local, cx);
-  attention_forward(a.atty, a.att, a.qkv, B, T, C_local, NH_local, cx);
+  attention_core_forward(acts, l, a, B, T, C_local, NH_local);
   matmul_forward(linear_out, a.atty, w.proj_w, nullptr, BT, C_local, C, cx);
   tp_->sp_reduce_scatter(full, linear_out, rows * C, Site::block_forward);  // g
   residual_forward(a.ln2_in, a.ln1_in, full, w.proj_b, rows, C, cx);
@@ -813,7 +873,7 @@ void GptModel::block_backward_sp(GptActivations& acts, GptWorkspace& ws, int64_t
   matmul_backward_or_keep(datty, dw.proj_w, dw.proj_b, full, a.atty, w.proj_w, BT, C_local, C,
                           keep != nullptr ? keep->dproj : nullptr, cx);
   zero(ws.dqkv, BT * 3 * C_local);
-  attention_backward(ws.dqkv, ws.datt, datty, a.qkv, a.att, B, T, C_local, NH_local, cx);
+  attention_core_backward(acts, ws, l, a, datty, B, T, C_local, NH_local);
   if (keep == nullptr) tp_->sp_all_gather(full, a.ln1_out, rows * C, Site::regather);
   zero(dfull, BT * C);
   matmul_backward_or_keep(dfull, dw.qkv_w, dw.qkv_b, ws.dqkv, full, w.qkv_w, BT, C, 3 * C_local,

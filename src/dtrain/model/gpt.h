@@ -16,6 +16,7 @@
 
 #include "dtrain/core/buffer.h"
 #include "dtrain/model/activations.h"
+#include "dtrain/model/cp_hooks.h"
 #include "dtrain/model/gemm.h"
 #include "dtrain/model/gpt_config.h"
 #include "dtrain/model/gpt_stage.h"
@@ -79,6 +80,11 @@ class GptModel {
   // The TP group the model is cut for: with size() > 1 the table holds this tp_rank's shards
   // (model/tp_shard.h), under the serial names.
   const TensorParallelHooks& tp() const { return *tp_; }
+  // Context parallelism (cp_hooks.h): with a group of N > 1 every activation holds this CP rank's
+  // T/N tokens and attention runs across the group. Set before the first pass; must outlive the
+  // model. Null: the serial hooks (CP = 1).
+  void set_context_parallel(ContextParallelHooks* cp) { cp_ = cp != nullptr ? cp : &serial_cp_; }
+  const ContextParallelHooks& cp() const { return *cp_; }
   int64_t param_count() const { return table_.total_count(); }
   std::span<float> params() { return params_.span(); }
   std::span<const float> params() const { return params_.span(); }
@@ -197,6 +203,19 @@ class GptModel {
   void moe_mlp_backward(const GptActivations& acts, int64_t l, const LayerActivations& a,
                         const float* dres, float* dln);
   bool sp() const { return tp_->sequence_parallel(); }
+  // The attention core on block l's tensors: serial (attention.h, a.att kept) or, under CP,
+  // across the group (cp_hooks.h); out is a.atty.
+  void attention_core_forward(const GptActivations& acts, int64_t l, const LayerActivations& a,
+                              int64_t B, int64_t T, int64_t C_local, int64_t NH_local);
+  void attention_core_backward(const GptActivations& acts, GptWorkspace& ws, int64_t l,
+                               const LayerActivations& a, const float* datty, int64_t B, int64_t T,
+                               int64_t C_local, int64_t NH_local);
+  // wpe's rows for the T local tokens: wpe itself, or under CP the rows at the tokens' global
+  // positions (copied); and where the embedding backward adds their gradients (dwpe, or the
+  // copy's, added back at the positions by embedding_backward).
+  const float* position_rows(int64_t T_local);
+  float* position_grad_rows(int64_t T_local);
+  void embedding_backward_into(GptActivations& acts, GptWorkspace& ws, float* dwpe);
   int64_t sp_rows(const GptActivations& acts) const;  // B*T/N (B*T without SP)
   void bind_range(GptWeights& w, int64_t offset, int64_t count, float* storage) const;
 
@@ -206,10 +225,13 @@ class GptModel {
   MemoryTracker* tracker_;
   TensorParallelHooks serial_tp_;
   TensorParallelHooks* tp_;
-  Buffer<float> params_;  // (param_count) tag params
-  Buffer<float> grads_;   // (param_count) tag grads
-  GptWeights w_;          // views into params_
-  GptWeights dw_;         // views into grads_
+  ContextParallelHooks serial_cp_;
+  ContextParallelHooks* cp_ = &serial_cp_;
+  std::vector<float> cp_wpe_, cp_dwpe_;  // (T/N, C): position_rows' copies
+  Buffer<float> params_;                 // (param_count) tag params
+  Buffer<float> grads_;                  // (param_count) tag grads
+  GptWeights w_;                         // views into params_
+  GptWeights dw_;                        // views into grads_
   std::unique_ptr<GptActivations> acts_;
   std::unique_ptr<GptWorkspace> ws_;
   Compute cx_;  // the team and the GEMM counters every op gets

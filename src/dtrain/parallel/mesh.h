@@ -1,6 +1,8 @@
-// The DP x TP x PP rank grid as one pure function of (shape, rank order): which coordinates
+// The DP x CP x TP x PP rank grid as one pure function of (shape, rank order): which coordinates
 // a global rank has, and which ranks share each group. No communication and no global state;
-// the engines build their communicators from these lists.
+// the engines build their communicators from these lists. CP (context parallelism) has size 1
+// unless asked for; a three-axis order places it right outside TP (plan/placement.h's rule), so
+// "tp-dp-pp" means "tp-cp-dp-pp" and a CP ring stays beside its TP group.
 //
 // Worked example: dp = 2, tp = 2, pp = 2 with the default order "tp-dp-pp" (TP varies fastest,
 // so TP groups are consecutive ranks and stay inside a node):
@@ -25,20 +27,26 @@
 
 namespace dtrain::parallel {
 
-enum class Axis { dp, tp, pp };
+enum class Axis { dp, tp, pp, cp };
 std::string_view name(Axis axis);
 
 struct MeshCoord {
-  int dp = 0, tp = 0, pp = 0;
-  int operator[](Axis a) const { return a == Axis::dp ? dp : a == Axis::tp ? tp : pp; }
+  int dp = 0, tp = 0, pp = 0, cp = 0;
+  int operator[](Axis a) const {
+    return a == Axis::dp ? dp : a == Axis::tp ? tp : a == Axis::pp ? pp : cp;
+  }
+  int& operator[](Axis a) {
+    return a == Axis::dp ? dp : a == Axis::tp ? tp : a == Axis::pp ? pp : cp;
+  }
   bool operator==(const MeshCoord&) const = default;
 };
 
-// The three axes, fastest-varying first: the order in which global ranks fill the mesh.
-using RankOrder = std::array<Axis, 3>;
-inline constexpr RankOrder kDefaultRankOrder = {Axis::tp, Axis::dp, Axis::pp};
-// "tp-dp-pp" and back; parse_rank_order returns nullopt unless the text names tp, dp and pp
-// once each, joined by '-'.
+// The four axes, fastest-varying first: the order in which global ranks fill the mesh.
+using RankOrder = std::array<Axis, 4>;
+inline constexpr RankOrder kDefaultRankOrder = {Axis::tp, Axis::cp, Axis::dp, Axis::pp};
+// "tp-cp-dp-pp" and back; parse_rank_order returns nullopt unless the text names tp, dp and pp
+// once each (and cp at most once; without it cp goes right after tp), joined by '-'. to_string
+// leaves cp out where it sits right after tp, so three-axis orders print as they were given.
 std::optional<RankOrder> parse_rank_order(std::string_view text);
 std::string to_string(const RankOrder& order);
 
@@ -48,9 +56,10 @@ class DeviceMesh {
   // tp-pp-dp. Throws Error on non-positive sizes or, for the text, a malformed order.
   DeviceMesh(int dp, int tp, int pp, const RankOrder& order = kDefaultRankOrder);
   DeviceMesh(int dp, int tp, int pp, std::string_view order);
+  DeviceMesh(int dp, int cp, int tp, int pp, const RankOrder& order);
 
   int size(Axis axis) const;
-  int world_size() const { return dp_ * tp_ * pp_; }
+  int world_size() const { return dp_ * cp_ * tp_ * pp_; }
   const std::string& order() const { return order_text_; }
 
   MeshCoord coord_of(int global_rank) const;
@@ -58,14 +67,18 @@ class DeviceMesh {
   // The ranks that share every coordinate with `global_rank` except `axis`, ordered by their
   // coordinate on `axis` (so a rank's index in the list is its dp_rank / tp_rank / pp_rank).
   std::vector<int> group_of(Axis axis, int global_rank) const;
+  // The ranks that share every coordinate with `global_rank` except those of `a` and `b`,
+  // ordered by the rank numbering (the combined DP x CP group that reduces gradients).
+  std::vector<int> group_of(Axis a, Axis b, int global_rank) const;
   // Every group of `axis`: a partition of 0..world-1.
   std::vector<std::vector<int>> groups(Axis axis) const;
-  // "DP(2)-TP(2)-PP(2)-rank(5)": the mesh's sizes and this global rank.
+  // "DP(2)-TP(2)-PP(2)-rank(5)": the mesh's sizes and this global rank ("DP(1)-CP(2)-..." with
+  // CP).
   std::string describe(int global_rank) const;
 
  private:
-  int dp_, tp_, pp_;
-  std::array<Axis, 3> order_;  // fastest first
+  int dp_, cp_, tp_, pp_;
+  RankOrder order_;  // fastest first
   std::string order_text_;
 };
 

@@ -25,12 +25,19 @@ std::unique_ptr<comm::Communicator> group_of(comm::Communicator& world,
   return world.subgroup(members, parallel::name(axis));
 }
 
+// The DP x CP group: the ranks that hold the same parameters (replicas over DP and CP alike).
+std::unique_ptr<comm::Communicator> data_group_of(comm::Communicator& world,
+                                                  const parallel::DeviceMesh& mesh) {
+  const std::vector<int> members = mesh.group_of(Axis::dp, Axis::cp, world.rank());
+  return world.subgroup(members, "dp");
+}
+
 parallel::PipelineExecutorConfig executor_config(const EngineConfig& c) {
   parallel::PipelineExecutorConfig e;
   e.schedule = plan::make_schedule(c.schedule, c.pp, c.microbatches, c.partition.chunks());
   e.partition = c.partition;
   e.micro_batch = c.micro_batch();
-  e.seq = c.step.seq;
+  e.seq = c.step.seq / c.cp;  // a CP rank's tokens of each sequence
   e.bf16_activations = c.step.precision == model::Precision::bf16;
   return e;
 }
@@ -41,6 +48,22 @@ double sent(const comm::Communicator* c) {
 
 comm::LinkBytes links(const comm::Communicator* c, const comm::NodeTopology& topology) {
   return c == nullptr ? comm::LinkBytes{} : comm::link_bytes_sent(*c, topology);
+}
+
+// sum += end - start, counter by counter.
+void add_difference(parallel::ContextParallelCounters& sum,
+                    const parallel::ContextParallelCounters& end,
+                    const parallel::ContextParallelCounters& start) {
+  auto add = [](parallel::CpCounter& s, const parallel::CpCounter& e,
+                const parallel::CpCounter& b) {
+    s.messages += e.messages - b.messages;
+    s.traffic += e.traffic - b.traffic;
+  };
+  add(sum.forward, end.forward, start.forward);
+  add(sum.backward, end.backward, start.backward);
+  add(sum.recompute, end.recompute, start.recompute);
+  sum.attention_pairs += end.attention_pairs - start.attention_pairs;
+  sum.attention_us += end.attention_us - start.attention_us;
 }
 
 double tp_sent(const parallel::TpCounter& c) {
@@ -67,20 +90,25 @@ parallel::DataParallelConfig dp_config(const EngineConfig& c, const parallel::St
 Engine::Engine(const EngineConfig& config, comm::Communicator& world)
     : config_(config),
       world_(world),
-      mesh_(config.dp, config.tp, config.pp, config.rank_order),
+      mesh_(config.dp, config.cp, config.tp, config.pp, config.rank_order),
       coord_(mesh_.coord_of(world.rank())),
       tp_comm_(group_of(world, mesh_, Axis::tp)),
       pp_comm_(group_of(world, mesh_, Axis::pp)),
-      dp_comm_(group_of(world, mesh_, Axis::dp)),
+      dp_comm_(data_group_of(world, mesh_)),
+      cp_comm_(group_of(world, mesh_, Axis::cp)),
       team_(config.step.threads),
       hooks_(std::make_unique<parallel::TensorParallelGroup>(*tp_comm_, config.sequence_parallel)),
+      cp_hooks_(config.cp > 1 ? std::make_unique<parallel::ContextParallelGroup>(
+                                    *cp_comm_, config.cp_algorithm, &tracker_, config.cp_split)
+                              : nullptr),
       model_(config.step.model, parallel::stage_of(config.partition, coord_.pp), &tracker_,
              hooks_.get(), &team_, config.step.recompute),
       units_(model_.param_table(), model_.stage()),
       adamw_(0, config.step.adamw, &tracker_) {
-  DTRAIN_CHECK(world.size() == mesh_.world_size(), "the mesh DP(", config.dp, ")-TP(", config.tp,
-               ")-PP(", config.pp, ") needs ", mesh_.world_size(), " ranks, the run has ",
-               world.size());
+  DTRAIN_CHECK(world.size() == mesh_.world_size(), "the mesh DP(", config.dp, ")-CP(", config.cp,
+               ")-TP(", config.tp, ")-PP(", config.pp, ") needs ", mesh_.world_size(),
+               " ranks, the run has ", world.size());
+  model_.set_context_parallel(cp_hooks_.get());
   // Every rank draws its tensors from the whole model's seeds by name and keeps its TP slice:
   // the stages' two wte copies and every DP replica start equal, and equal to the serial run.
   model_.init_params(config.step.init_seed);
@@ -107,6 +135,7 @@ Engine::~Engine() = default;
 
 std::string Engine::describe() const {
   std::string s = mesh_.describe(world_.rank());
+  if (config_.cp > 1) s += str(" CP ", plan::name(config_.cp_algorithm));
   if (config_.zero_stage > 0) s += str(" ZeRO-", config_.zero_stage);
   if (config_.sequence_parallel && config_.tp > 1) s += " SP";
   if (config_.step.recompute != Recompute::none)
@@ -121,15 +150,28 @@ std::string Engine::describe() const {
   return s;
 }
 
-std::span<const int32_t> Engine::my_rows(const std::vector<int32_t>& ids) const {
-  const int64_t rows = config_.step.batch / config_.dp;
-  const auto n = static_cast<size_t>(rows * config_.step.seq);
-  return std::span<const int32_t>(ids).subspan(static_cast<size_t>(coord_.dp) * n, n);
+std::span<const int32_t> Engine::my_rows(const std::vector<int32_t>& ids,
+                                         std::vector<int32_t>& store) const {
+  const int64_t rows = config_.step.batch / config_.dp, T = config_.step.seq;
+  const auto n = static_cast<size_t>(rows * T);
+  const std::span<const int32_t> mine =
+      std::span<const int32_t>(ids).subspan(static_cast<size_t>(coord_.dp) * n, n);
+  if (cp_hooks_ == nullptr) return mine;
+  const int64_t T_local = T / config_.cp;
+  store.resize(static_cast<size_t>(rows * T_local));
+  for (int64_t b = 0; b < rows; ++b) {
+    for (int64_t t = 0; t < T_local; ++t) {
+      store[static_cast<size_t>(b * T_local + t)] =
+          mine[static_cast<size_t>(b * T + cp_hooks_->position(t, T_local))];
+    }
+  }
+  return store;
 }
 
 parallel::GradOwnership Engine::grad_ownership() const {
   parallel::GradOwnership owner;
   owner.coord = coord_;
+  owner.coord.dp = dp_comm_->rank();  // DP x CP: one replica counts each element once
   owner.zero_stage = config_.zero_stage;
   owner.zero_shard = dp_->owned();
   owner.tied_copy = config_.pp > 1 && parallel::holds_tied_copy(model_.stage());
@@ -140,7 +182,8 @@ float Engine::mean_loss(float last_stage_loss) {
   const double mine = coord_.tp == 0 && coord_.pp == config_.pp - 1 ? last_stage_loss : 0.0;
   if (world_.size() == 1) return static_cast<float>(mine);
   const double sum = comm::sum_in_rank_order(world_, std::span<const double>(&mine, 1))[0];
-  return static_cast<float>(sum / config_.dp);
+  // Every DP x CP rank's last-stage loss is the mean over its equal share of the tokens.
+  return static_cast<float>(sum / (config_.dp * config_.cp));
 }
 
 void Engine::gather_routing(StepStats& stats, const model::MoeCounts& mine) {
@@ -193,6 +236,8 @@ StepStats Engine::train_step(const data::Batch& batch, float lr) {
     return t;
   };
   const EngineTraffic start = snapshot();
+  const parallel::ContextParallelCounters cp_start =
+      cp_hooks_ != nullptr ? cp_hooks_->counters() : parallel::ContextParallelCounters{};
   // Every step's TP collectives are timed: the clock's TP phase (and, kept, the trace's spans).
   std::vector<parallel::TpSpan> tp_spans;
   hooks_->record_spans(&tp_spans);
@@ -202,7 +247,7 @@ StepStats Engine::train_step(const data::Batch& batch, float lr) {
   StepStats stats;
   dp_->begin_step();
   const parallel::PipelineStepRecord record =
-      executor_->run(my_rows(batch.inputs), my_rows(batch.targets));
+      executor_->run(my_rows(batch.inputs, cp_inputs_), my_rows(batch.targets, cp_targets_));
   for (const parallel::MeasuredAction& m : record.actions) {
     const double ms = (m.end_us - m.start_us) * 1e-3;
     if (m.action.kind == plan::ActionKind::forward) stats.forward_ms += ms;
@@ -233,6 +278,7 @@ StepStats Engine::train_step(const data::Batch& batch, float lr) {
   traffic_.other += end.other - start.other;
   traffic_.links += end.links - start.links;
   traffic_.model_links += end.model_links - start.model_links;
+  if (cp_hooks_ != nullptr) add_difference(cp_counters_, cp_hooks_->counters(), cp_start);
   measure_step(record, tp_spans);
   ++steps_;
   return stats;
@@ -367,7 +413,8 @@ void Engine::measure_step(const parallel::PipelineStepRecord& record,
 }
 
 float Engine::eval_loss(const data::Batch& batch) {
-  return mean_loss(executor_->evaluate(my_rows(batch.inputs), my_rows(batch.targets)));
+  return mean_loss(
+      executor_->evaluate(my_rows(batch.inputs, cp_inputs_), my_rows(batch.targets, cp_targets_)));
 }
 
 std::vector<float> Engine::gather_params() {
@@ -445,12 +492,12 @@ checkpoint::RankState Engine::export_state() {
     std::vector<std::pair<checkpoint::StateKind, std::span<const float>>> held_kinds;
     if (config_.zero_stage == 3 && !mixed)
       held_kinds.emplace_back(checkpoint::StateKind::param, params);
-    if (config_.zero_stage > 0 || coord_.dp == 0) {
+    if (config_.zero_stage > 0 || dp_comm_->rank() == 0) {
       if (mixed) held_kinds.emplace_back(checkpoint::StateKind::param, params);
       held_kinds.emplace_back(checkpoint::StateKind::adam_m, adamw_.m());
       held_kinds.emplace_back(checkpoint::StateKind::adam_v, adamw_.v());
     }
-    if (!sharded_params && coord_.dp == 0) {
+    if (!sharded_params && dp_comm_->rank() == 0) {
       checkpoint::StatePiece p{local.name, checkpoint::StateKind::param, ranges, {}};
       p.data.assign(params.begin() + local.offset, params.begin() + local.offset + real);
       s.pieces.push_back(std::move(p));

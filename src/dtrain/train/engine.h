@@ -41,6 +41,7 @@
 #include "dtrain/model/gpt.h"
 #include "dtrain/model/thread_team.h"
 #include "dtrain/optim/adamw.h"
+#include "dtrain/parallel/context_parallel.h"
 #include "dtrain/parallel/data_parallel_hooks.h"
 #include "dtrain/parallel/finalize_grads.h"
 #include "dtrain/parallel/mesh.h"
@@ -59,7 +60,12 @@ namespace dtrain::train {
 struct EngineConfig {
   StepConfig step;  // model, global batch B, seq, AdamW, clipping, seed, threads, recompute
   int dp = 1, tp = 1, pp = 1;
-  std::array<parallel::Axis, 3> rank_order = parallel::kDefaultRankOrder;
+  // Context parallelism: each sequence's tokens over cp ranks (parallel/context_parallel.h);
+  // gradients are reduced and ZeRO shards over the DP x CP group.
+  int cp = 1;
+  plan::CpAlgorithm cp_algorithm = plan::CpAlgorithm::ring;
+  model::CpTokenSplit cp_split = model::CpTokenSplit::balanced;  // ulysses: always contiguous
+  parallel::RankOrder rank_order = parallel::kDefaultRankOrder;
   int zero_stage = 0;  // 0..3 over the DP axis
   bool sequence_parallel = false;
   plan::ScheduleKind schedule = plan::ScheduleKind::one_f_one_b;
@@ -74,7 +80,7 @@ struct EngineConfig {
   std::optional<plan::Cluster> cluster;  // --cluster: links to price each rank's traffic on
   bool record_collectives = false;       // keep the last step's TP collectives (for traces)
 
-  int world() const { return dp * tp * pp; }
+  int world() const { return dp * cp * tp * pp; }
   int64_t micro_batch() const { return step.batch / (int64_t{dp} * microbatches); }
 };
 
@@ -158,6 +164,10 @@ class Engine final : public StepEngine {
   const parallel::PipelineExecutor& executor() const { return *executor_; }
   const parallel::DataParallel& data_parallel() const { return *dp_; }
   const parallel::TensorParallelGroup& tensor_parallel() const { return *hooks_; }
+  // The CP group's hooks (null without --cp).
+  const parallel::ContextParallelGroup* context_parallel() const { return cp_hooks_.get(); }
+  // The CP counters of the training steps only (evaluations run forwards too), summed.
+  const parallel::ContextParallelCounters& cp_counters() const { return cp_counters_; }
   bool has_embedding_group() const { return embedding_comm_ != nullptr; }
   int64_t steps() const { return steps_; }
   const EngineTraffic& traffic() const { return traffic_; }
@@ -173,7 +183,10 @@ class Engine final : public StepEngine {
   std::vector<float> gather_params();
 
  private:
-  std::span<const int32_t> my_rows(const std::vector<int32_t>& ids) const;
+  // This DP rank's rows of a global batch; under CP only this CP rank's tokens of each row
+  // (copied into `store`, in the model's local token order).
+  std::span<const int32_t> my_rows(const std::vector<int32_t>& ids,
+                                   std::vector<int32_t>& store) const;
   parallel::GradOwnership grad_ownership() const;
   float mean_loss(float last_stage_loss);  // a collective over the world
   // MoE: every rank's routing counts summed into the step's stats (a collective over the world).
@@ -186,10 +199,13 @@ class Engine final : public StepEngine {
   comm::Communicator& world_;
   parallel::DeviceMesh mesh_;
   parallel::MeshCoord coord_;
-  std::unique_ptr<comm::Communicator> tp_comm_, pp_comm_, dp_comm_, embedding_comm_;
+  // dp_comm_: the DP x CP group (the DP group without CP), which averages the gradients.
+  std::unique_ptr<comm::Communicator> tp_comm_, pp_comm_, dp_comm_, embedding_comm_, cp_comm_;
   MemoryTracker tracker_;  // declared before the buffers it accounts for
   model::ThreadTeam team_;
   std::unique_ptr<parallel::TensorParallelGroup> hooks_;
+  std::unique_ptr<parallel::ContextParallelGroup> cp_hooks_;
+  std::vector<int32_t> cp_inputs_, cp_targets_;  // my_rows' copies under CP
   model::GptModel model_;
   parallel::StageUnits units_;
   std::unique_ptr<parallel::DataParallel> dp_;
@@ -197,6 +213,7 @@ class Engine final : public StepEngine {
   std::unique_ptr<parallel::PipelineExecutor> executor_;
   int64_t steps_ = 0;
   EngineTraffic traffic_;
+  parallel::ContextParallelCounters cp_counters_;
   double dp_comm_us_ = 0, dp_hidden_us_ = 0;
   StepTrace last_;
   std::vector<StepTiming> timings_;

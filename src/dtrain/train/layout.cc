@@ -40,6 +40,11 @@ EngineConfig make_engine_config(const StepConfig& step, const LayoutOptions& o) 
   c.dp = o.dp;
   c.tp = o.tp;
   c.pp = o.pp;
+  c.cp = o.cp;
+  c.cp_algorithm = o.cp_algorithm;
+  c.cp_split = o.cp_contiguous || o.cp_algorithm == plan::CpAlgorithm::ulysses
+                   ? model::CpTokenSplit::contiguous
+                   : model::CpTokenSplit::balanced;
   c.rank_order = o.rank_order;
   c.zero_stage = o.zero_stage;
   c.bucket_bytes = o.bucket_bytes;
@@ -63,12 +68,40 @@ EngineConfig make_engine_config(const StepConfig& step, const LayoutOptions& o) 
                  " micro-batches of equal size");
   }
 
+  // Context parallelism: each sequence's tokens over the CP group (plan/context_parallel.h's
+  // constraints, named by flag).
+  DTRAIN_CHECK(o.cp >= 1, "--cp must be at least 1 (got ", o.cp, ")");
+  if (o.cp > 1) {
+    DTRAIN_CHECK(o.cp_algorithm != plan::CpAlgorithm::automatic,
+                 "--cp-algo auto is the planner's choice; give ring, all-gather or ulysses");
+    plan::CpShape shape;
+    shape.seq = step.seq;
+    shape.micro_batch = c.micro_batch();
+    shape.hidden = m.channels;
+    shape.heads = m.heads;
+    shape.tp = o.tp;
+    shape.cp = o.cp;
+    DTRAIN_CHECK(o.cp <= step.seq, "--cp ", o.cp, " is beyond the ", step.seq,
+                 " tokens of a sequence (--seq): each CP rank needs T/cp of them");
+    // The planner's constraint, its sequence flag renamed to train's.
+    // A contiguous split needs only T divisible by cp (the rule plan/ gives Ulysses's sequence).
+    std::string why =
+        plan::cp_layout_error(shape, o.cp_contiguous ? plan::CpAlgorithm::ulysses : o.cp_algorithm);
+    if (o.cp_contiguous && why.find("--heads") != std::string::npos) why.clear();
+    for (size_t at = why.find("--seq-length"); at != std::string::npos;
+         at = why.find("--seq-length", at)) {
+      why.replace(at, 12, "--seq");
+    }
+    DTRAIN_CHECK(why.empty(), why);
+  }
+  const int64_t seq_local = step.seq / o.cp;
+
   // Tensor and sequence parallelism.
   DTRAIN_CHECK(!o.sequence_parallel || o.tp > 1,
                "--sequence-parallel needs --tp of at least 2 (got --tp ", o.tp, ")");
   model::check_tensor_parallel(m, o.tp);
   c.sequence_parallel = o.sequence_parallel;
-  if (o.sequence_parallel) model::check_sequence_parallel(c.micro_batch(), step.seq, o.tp);
+  if (o.sequence_parallel) model::check_sequence_parallel(c.micro_batch(), seq_local, o.tp);
 
   // The pipeline: its stages, chunks and schedule, proved valid and deadlock-free now rather
   // than as a hang on the ranks.
@@ -109,7 +142,7 @@ EngineConfig make_engine_config(const StepConfig& step, const LayoutOptions& o) 
   // one node of the declared topology; the ring otherwise.
   c.dp_algorithm = c.hierarchical ? comm::Algorithm::ring : o.dp_algorithm;
   if (c.dp_algorithm != comm::Algorithm::ring && o.ranks_per_node > 0) {
-    const parallel::DeviceMesh mesh(o.dp, o.tp, o.pp, o.rank_order);
+    const parallel::DeviceMesh mesh(o.dp, o.cp, o.tp, o.pp, o.rank_order);
     for (const std::vector<int>& g : mesh.groups(parallel::Axis::dp)) {
       if (c.topology.nodes_of(g).size() <= 1) continue;
       DTRAIN_CHECK(o.dp_algorithm == comm::Algorithm::automatic, "--dp-algo direct: the DP group {",
@@ -126,7 +159,7 @@ EngineConfig make_engine_config(const StepConfig& step, const LayoutOptions& o) 
                "--dp-all-reduce hierarchical needs --zero 0 (got --zero ", o.zero_stage, ")");
   if (c.hierarchical) {
     // Every node must hold as many ranks of each DP group (comm::make_node_groups).
-    const parallel::DeviceMesh mesh(o.dp, o.tp, o.pp, o.rank_order);
+    const parallel::DeviceMesh mesh(o.dp, o.cp, o.tp, o.pp, o.rank_order);
     for (const std::vector<int>& g : mesh.groups(parallel::Axis::dp)) {
       std::vector<int> per_node(static_cast<size_t>(c.topology.nodes()), 0);
       for (int r : g) ++per_node[static_cast<size_t>(c.topology.node_of(r))];

@@ -13,6 +13,7 @@
 
 #include "dtrain/comm/launch.h"
 #include "dtrain/parallel/mesh.h"
+#include "dtrain/plan/context_parallel.h"
 #include "dtrain/plan/pipeline_model.h"
 #include "dtrain/train/engine.h"
 #include "dtrain/train/step_config.h"
@@ -26,8 +27,11 @@ std::string_view name(DpAllReduce mode);  // "flat", "hierarchical"
 
 struct LayoutOptions {
   int dp = 1, tp = 1, pp = 1;
-  int zero_stage = 0;                          // --zero 0..3 over the DP axis
-  bool sequence_parallel = false;              // --sequence-parallel (needs --tp 2 or more)
+  int cp = 1;                                                // --cp: each sequence over cp ranks
+  plan::CpAlgorithm cp_algorithm = plan::CpAlgorithm::ring;  // --cp-algo
+  bool cp_contiguous = false;      // --cp-split contiguous: ring / all-gather without the balance
+  int zero_stage = 0;              // --zero 0..3 over the DP axis
+  bool sequence_parallel = false;  // --sequence-parallel (needs --tp 2 or more)
   int64_t bucket_bytes = int64_t{1} << 20;     // --bucket-size
   int64_t grad_accum = 1;                      // --grad-accum: micro-batches per step without --pp
   int microbatches = 1;                        // --microbatches M: the pipeline's micro-batches
@@ -46,7 +50,7 @@ struct LayoutOptions {
   std::string timeline_path;    // --timeline: the last step as an SVG timeline
   int64_t max_rank_memory = 0;  // --max-rank-memory: bytes a rank may hold at its peak; 0: no cap
 
-  int world() const { return dp * tp * pp; }
+  int world() const { return dp * cp * tp * pp; }
 };
 
 // Checks `o` against the model and batch of `step` and builds the engine's layout: axis sizes,

@@ -48,7 +48,7 @@ bool split_backward(const plan::PipelineSchedule& s) {
 
 plan::ActivationShape layer_shape(const EngineConfig& c) {
   plan::ActivationShape s;
-  s.seq = c.step.seq;
+  s.seq = c.step.seq / c.cp;  // a CP rank's tokens: every per-token tensor at T/cp
   s.micro_batch = c.micro_batch();
   s.hidden = c.step.model.channels;
   s.heads = c.step.model.heads;
@@ -88,7 +88,7 @@ double planned_block_scratch(const EngineConfig& c) {
 double planned_microbatch_bytes(const EngineConfig& c, int pp_rank, bool split) {
   const parallel::StagePartition& p = c.partition;
   const plan::ActivationShape shape = layer_shape(c);
-  const int64_t b = c.micro_batch(), T = c.step.seq, C = c.step.model.channels;
+  const int64_t b = c.micro_batch(), T = c.step.seq / c.cp, C = c.step.model.channels;
   const int64_t vocab =
       c.tp > 1 ? model::tp_vocab_local(c.step.model.vocab, c.tp) : c.step.model.vocab;
   double sum = 0;
@@ -112,7 +112,7 @@ double planned_microbatch_bytes(const EngineConfig& c, int pp_rank, bool split) 
 double planned_activations_peak(const EngineConfig& c, double inflight, double microbatch) {
   const int64_t vocab =
       c.tp > 1 ? model::tp_vocab_local(c.step.model.vocab, c.tp) : c.step.model.vocab;
-  const plan::HeadActivationShape ws{.seq = c.step.seq,
+  const plan::HeadActivationShape ws{.seq = c.step.seq / c.cp,
                                      .micro_batch = c.micro_batch(),
                                      .hidden = c.step.model.channels,
                                      .vocab = vocab,
@@ -206,13 +206,14 @@ RankRow measure_rank(const Engine& e) {
   const MemoryTracker& mem = e.memory();
   RankRow r;
   r.rank = e.global_rank();
-  r.coords = str("dp", me.dp, " tp", me.tp, " pp", me.pp);
+  r.coords = c.cp > 1 ? str("dp", me.dp, " cp", me.cp, " tp", me.tp, " pp", me.pp)
+                      : str("dp", me.dp, " tp", me.tp, " pp", me.pp);
   r.node = c.topology.node_of(r.rank);
   r.layers = parallel::layer_ranges(c.partition, me.pp);
   r.param_count = model.param_count();
   r.phases = median_phases(e.phases());
   const plan::ModelStateBytes formula =
-      plan::model_state_bytes(r.param_count, c.dp, c.zero_stage, engine_state_bytes(c));
+      plan::model_state_bytes(r.param_count, c.dp * c.cp, c.zero_stage, engine_state_bytes(c));
   for (const auto& [tag, bytes] :
        {std::pair{MemoryTag::params, formula.params}, std::pair{MemoryTag::grads, formula.grads},
         std::pair{MemoryTag::optimizer, formula.optimizer}}) {
@@ -277,7 +278,7 @@ RankRow measure_rank(const Engine& e) {
 
   // The formulas for the same.
   const model::GptConfig& g = c.step.model;
-  const int64_t b = c.micro_batch(), T = c.step.seq;
+  const int64_t b = c.micro_batch(), T = c.step.seq / c.cp;
   const auto M = static_cast<double>(c.microbatches);
   const bool sp = c.sequence_parallel && c.tp > 1;
   const auto blocks = static_cast<double>(model.stage().layer_count());
@@ -337,8 +338,11 @@ RankRow measure_rank(const Engine& e) {
   // gathers over the shard pieces (the same units as `stage` above).
   plan::StageDataParallelRank exact;
   exact.params = r.param_count;
-  exact.ranks = c.dp;
-  exact.rank = me.dp;
+  // Gradients are averaged (and ZeRO shards) over the DP x CP group.
+  const std::vector<int> data_group = e.mesh().group_of(Axis::dp, Axis::cp, e.global_rank());
+  exact.ranks = c.dp * c.cp;
+  exact.rank = static_cast<int>(std::find(data_group.begin(), data_group.end(), e.global_rank()) -
+                                data_group.begin());
   exact.zero_stage = c.zero_stage;
   exact.microbatches = c.microbatches;
   for (const parallel::Bucket& bk : e.data_parallel().buckets()) {
@@ -383,6 +387,11 @@ RankRow measure_rank(const Engine& e) {
         bytes;
   };
   auto successor = [&](Axis axis) {
+    if (axis == Axis::dp && c.cp > 1) {  // the DP x CP group's ring
+      const std::vector<int> group = mesh.group_of(Axis::dp, Axis::cp, global);
+      const auto at = std::find(group.begin(), group.end(), global) - group.begin();
+      return group[static_cast<size_t>((at + 1) % static_cast<int64_t>(group.size()))];
+    }
     const std::vector<int> group = mesh.group_of(axis, global);
     return group[static_cast<size_t>((me[axis] + 1) % static_cast<int>(group.size()))];
   };
@@ -461,7 +470,7 @@ RankRow measure_rank(const Engine& e) {
           Axis::tp, M);
     const plan::StateBytes wire{
         .param = dp_param_wire_bytes(c), .grad = dp_grad_wire_bytes(c), .optimizer = 0};
-    if (c.dp > 1) price(plan::stage_dp_collectives(stage, wire), Axis::dp, 1, dp_algo);
+    if (c.dp * c.cp > 1) price(plan::stage_dp_collectives(stage, wire), Axis::dp, 1, dp_algo);
     if (e.has_embedding_group()) {
       parallel::MeshCoord other = me;
       other.pp = me.pp == 0 ? c.pp - 1 : 0;
@@ -534,7 +543,7 @@ double planned_rank_peak_bytes(const EngineConfig& c, int stage) {
 
 double planned_rank_peak_bytes(const EngineConfig& c, int stage, const StageParamCounts& counts) {
   const plan::ModelStateBytes states =
-      plan::model_state_bytes(counts.params, c.dp, c.zero_stage, engine_state_bytes(c));
+      plan::model_state_bytes(counts.params, c.dp * c.cp, c.zero_stage, engine_state_bytes(c));
   const plan::PipelineSchedule schedule =
       plan::make_schedule(c.schedule, c.pp, c.microbatches, c.partition.chunks());
   const bool split = split_backward(schedule);

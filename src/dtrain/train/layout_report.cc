@@ -53,10 +53,49 @@ std::vector<MeasuredSpan> spans_from_json(const json& j) {
 // What rank 0 needs of every rank: its row, its last step and its per-step pipeline extents.
 struct RankPiece {
   RankRow row;
+  CpRankRow cp;
   std::vector<parallel::MeasuredAction> actions;
   std::vector<MeasuredSpan> collectives, data_parallel, finalize;
   std::vector<StepTiming> timings;
 };
+
+// This rank's CP row, per step (an empty object without CP).
+json cp_piece(const Engine& e) {
+  const parallel::ContextParallelGroup* cp = e.context_parallel();
+  if (cp == nullptr || e.steps() == 0) return json::object();
+  const EngineConfig& c = e.config();
+  const double steps = static_cast<double>(e.steps());
+  const parallel::ContextParallelCounters& k = e.cp_counters();
+  plan::CpShape s;
+  s.seq = c.step.seq;
+  s.micro_batch = c.micro_batch();
+  s.hidden = c.step.model.channels;
+  s.heads = c.step.model.heads;
+  s.tp = c.tp;
+  s.cp = c.cp;
+  s.bytes_per_element = 4;
+  const double layers = static_cast<double>(e.model().stage().layer_count()) * c.microbatches;
+  const plan::CpSplit split = cp->split() == model::CpTokenSplit::balanced
+                                  ? plan::CpSplit::balanced
+                                  : plan::CpSplit::contiguous;
+  const double heads = static_cast<double>(c.step.model.heads / c.tp);
+  // Ulysses attends over the whole sequence on heads/cp heads: the pairs of the whole causal
+  // square, over the CP ranks.
+  const double pairs_per_head =
+      c.cp_algorithm == plan::CpAlgorithm::ulysses
+          ? static_cast<double>(c.step.seq) * static_cast<double>(c.step.seq + 1) / 2.0 / c.cp
+          : static_cast<double>(plan::causal_attention_pairs(c.step.seq, c.cp, cp->rank(), split));
+  return {
+      {"cp_rank", cp->rank()},
+      {"bytes", static_cast<double>(k.forward.traffic.bytes_sent + k.backward.traffic.bytes_sent +
+                                    k.recompute.traffic.bytes_sent) /
+                    steps},
+      {"bytes_formula",
+       plan::cp_traffic_per_layer(s, c.cp_algorithm, c.step.recompute).bytes_sent() * layers},
+      {"pairs", static_cast<double>(k.attention_pairs) / steps},
+      {"pairs_formula", pairs_per_head * heads * static_cast<double>(c.micro_batch()) * layers},
+      {"attention_ms", k.attention_us * 1e-3 / steps}};
+}
 
 json piece_to_json(const Engine& e, const RankRow& row) {
   json actions = json::array();
@@ -74,7 +113,8 @@ json piece_to_json(const Engine& e, const RankRow& row) {
           {"collectives", spans_to_json(e.last_step().collectives)},
           {"data_parallel", spans_to_json(e.last_step().data_parallel)},
           {"finalize", spans_to_json(e.last_step().finalize)},
-          {"timings", timings}};
+          {"timings", timings},
+          {"cp", cp_piece(e)}};
 }
 
 RankPiece piece_from_json(const json& j) {
@@ -91,6 +131,11 @@ RankPiece piece_from_json(const json& j) {
   p.data_parallel = spans_from_json(j.at("data_parallel"));
   p.finalize = spans_from_json(j.at("finalize"));
   for (const json& t : j.at("timings")) p.timings.push_back({t.at(0), t.at(1), t.at(2)});
+  const json& cp = j.at("cp");
+  if (!cp.empty()) {
+    p.cp = {p.row.rank,     cp.at("cp_rank"),       cp.at("bytes"),       cp.at("bytes_formula"),
+            cp.at("pairs"), cp.at("pairs_formula"), cp.at("attention_ms")};
+  }
   return p;
 }
 
@@ -200,7 +245,7 @@ trace::Timeline timeline_of(const LayoutReport& report, const EngineConfig& c,
 std::vector<GroupCrossing> node_crossings(const EngineConfig& c) {
   std::vector<GroupCrossing> out;
   if (c.topology.single_node()) return out;
-  const parallel::DeviceMesh mesh(c.dp, c.tp, c.pp, c.rank_order);
+  const parallel::DeviceMesh mesh(c.dp, c.cp, c.tp, c.pp, c.rank_order);
   for (Axis axis : {Axis::tp, Axis::dp, Axis::pp}) {
     if (mesh.size(axis) == 1) continue;
     for (const std::vector<int>& g : mesh.groups(axis)) {
@@ -237,6 +282,27 @@ LayoutReport gather_layout_report(const Engine& engine, comm::Communicator& worl
   for (const std::vector<uint8_t>& b : all)
     pieces.push_back(piece_from_json(json::from_msgpack(b)));
   r.dp = c.dp;
+  r.cp = c.cp;
+  r.cp_algorithm = std::string(plan::name(c.cp_algorithm));
+  if (c.cp > 1) {
+    const model::CpTokenSplit split = engine.context_parallel()->split();
+    r.cp_split = split == model::CpTokenSplit::balanced ? "balanced" : "contiguous";
+    double busiest = 0, sum = 0, slowest = 0, total_ms = 0;
+    for (const RankPiece& p : pieces) {
+      r.cp_ranks.push_back(p.cp);
+      busiest = std::max(busiest, p.cp.pairs);
+      sum += p.cp.pairs;
+      slowest = std::max(slowest, p.cp.attention_ms);
+      total_ms += p.cp.attention_ms;
+    }
+    const double n = static_cast<double>(pieces.size());
+    r.cp_imbalance = sum > 0 ? busiest / (sum / n) : 0;
+    r.cp_time_imbalance = total_ms > 0 ? slowest / (total_ms / n) : 0;
+    r.cp_other_imbalance = plan::causal_work_imbalance(c.step.seq, c.cp,
+                                                       split == model::CpTokenSplit::balanced
+                                                           ? plan::CpSplit::contiguous
+                                                           : plan::CpSplit::balanced);
+  }
   r.tp = c.tp;
   r.pp = c.pp;
   r.zero_stage = c.zero_stage;

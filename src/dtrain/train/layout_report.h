@@ -100,9 +100,27 @@ struct BubbleReport {
   double forward_ms = 0, backward_ms = 0, weight_ms = 0;  // per micro-batch and stage
 };
 
+// One CP rank's attention per step: bytes its CP group's communicator sent (forward, backward and
+// full recompute's reruns) beside plan::cp_traffic_per_layer x layers x micro-batches, and the
+// forward attention work it did, counted and timed, beside the pairs plan::causal_attention_pairs
+// gives its split.
+struct CpRankRow {
+  int rank = 0, cp_rank = 0;
+  double bytes = 0, bytes_formula = 0;
+  double pairs = 0, pairs_formula = 0;
+  double attention_ms = 0;
+};
+
 struct LayoutReport {
   int version = kLayoutReportVersion;
   int dp = 1, tp = 1, pp = 1, zero_stage = 0;
+  int cp = 1;                // context parallelism's group size
+  std::string cp_algorithm;  // ring, all-gather or ulysses (with cp > 1)
+  std::string cp_split;      // balanced or contiguous
+  std::vector<CpRankRow> cp_ranks;
+  // Busiest over mean CP rank of the pairs: the split's measured (counted) and the other
+  // split's by plan::causal_work_imbalance; and of the measured attention times.
+  double cp_imbalance = 0, cp_other_imbalance = 0, cp_time_imbalance = 0;
   bool sequence_parallel = false;
   Recompute recompute = Recompute::none;
   std::string schedule, backend, rank_order, dp_all_reduce;

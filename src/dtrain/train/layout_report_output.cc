@@ -140,8 +140,10 @@ RankRow row_from_json(const json& j) {
 }
 
 void print_layout_report(std::ostream& out, const LayoutReport& r) {
-  out << "\n  layout: DP(" << r.dp << ") x TP(" << r.tp << ") x PP(" << r.pp
-      << ") = " << r.dp * r.tp * r.pp << " rank" << (r.dp * r.tp * r.pp > 1 ? "s" : "")
+  const int ranks = r.dp * r.cp * r.tp * r.pp;
+  out << "\n  layout: DP(" << r.dp << ")"
+      << (r.cp > 1 ? str(" x CP(", r.cp, ", ", r.cp_algorithm, ")") : std::string()) << " x TP("
+      << r.tp << ") x PP(" << r.pp << ") = " << ranks << " rank" << (ranks > 1 ? "s" : "")
       << " on the " << r.backend << " backend, rank order " << r.rank_order << ", ZeRO-"
       << r.zero_stage << (r.sequence_parallel ? ", sequence parallel" : "") << ", recompute "
       << name(r.recompute);
@@ -241,6 +243,27 @@ void print_layout_report(std::ostream& out, const LayoutReport& r) {
     out << "  DP communication hidden behind compute: " << percent(r.dp_overlap_share)
         << " (every rank's communication-thread time inside its compute, over the whole)\n";
   }
+  if (r.cp > 1) {
+    out << "\n  context parallel: " << r.cp_algorithm << " over " << r.cp << " ranks, "
+        << r.cp_split
+        << " split\n  rank  cp   CP bytes/step (plan)               attention pairs/step (plan)"
+           "      attention ms/step\n";
+    for (const CpRankRow& k : r.cp_ranks) {
+      out << "  " << right_aligned(std::to_string(k.rank), 4) << "  "
+          << right_aligned(std::to_string(k.cp_rank), 2) << "  "
+          << left_aligned(str(fixed(k.bytes, 0), " (", fixed(k.bytes_formula, 0), ")"), 34)
+          << left_aligned(str(fixed(k.pairs, 0), " (", fixed(k.pairs_formula, 0), ")"), 32)
+          << fixed(k.attention_ms, 3) << "\n";
+    }
+    out << "  (CP bytes: the CP group's communicator, forward + backward + recompute's reruns, "
+           "beside "
+           "plan::cp_traffic_per_layer x layers x micro-batches; pairs: the (query, key) scores "
+           "computed in forward, beside plan::causal_attention_pairs)\n"
+        << "  attention work, busiest rank over the mean: " << fixed(r.cp_imbalance, 3)
+        << " counted, " << fixed(r.cp_time_imbalance, 3) << " timed (" << r.cp_split
+        << " split); the " << (r.cp_split == "balanced" ? "contiguous" : "balanced")
+        << " split's: " << fixed(r.cp_other_imbalance, 3) << " (plan::causal_work_imbalance)\n";
+  }
   if (r.ranks_per_node > 0) {
     out << "\n  topology: " << r.nodes << " node(s) of " << r.ranks_per_node << " ranks\n";
     out << "  rank  node   intra-node bytes/step          inter-node bytes/step          "
@@ -290,6 +313,25 @@ json layout_report_to_json(const LayoutReport& r) {
   j["chunks"] = r.chunks;
   j["backend"] = r.backend;
   j["rank_order"] = r.rank_order;
+  j["cp"] = r.cp;
+  j["cp_algorithm"] = r.cp_algorithm;
+  if (r.cp > 1) {
+    json cp = json::array();
+    for (const CpRankRow& k : r.cp_ranks) {
+      cp.push_back({{"rank", k.rank},
+                    {"cp_rank", k.cp_rank},
+                    {"bytes_per_step", k.bytes},
+                    {"bytes_per_step_formula", k.bytes_formula},
+                    {"attention_pairs_per_step", k.pairs},
+                    {"attention_pairs_per_step_formula", k.pairs_formula},
+                    {"attention_ms_per_step", k.attention_ms}});
+    }
+    j["cp_split"] = r.cp_split;
+    j["cp_ranks"] = cp;
+    j["cp_work_imbalance"] = r.cp_imbalance;
+    j["cp_time_imbalance"] = r.cp_time_imbalance;
+    j["cp_other_split_imbalance"] = r.cp_other_imbalance;
+  }
   j["dp_all_reduce"] = r.dp_all_reduce;
   j["dp_algo"] = r.dp_algorithm;
   j["microbatches"] = r.microbatches;

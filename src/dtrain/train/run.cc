@@ -283,10 +283,12 @@ TrainSetup resolve(const TrainOptions& o) {
   const LayoutOptions& l = o.layout;
   comm::check_timeout(l.timeout_s);
   {
-    const int64_t ranks = static_cast<int64_t>(l.dp) * l.tp * l.pp;
+    const int64_t ranks = static_cast<int64_t>(l.dp) * l.cp * l.tp * l.pp;
     // Under mpirun: with threads each process would run its own copy of the job; with MPI every
     // process must be a rank (an idle one means a wrong -np). Only the first process prints.
-    comm::check_launch(l.backend, ranks, str("--dp ", l.dp, " x --tp ", l.tp, " x --pp ", l.pp));
+    comm::check_launch(l.backend, ranks,
+                       str("--dp ", l.dp, l.cp > 1 ? str(" x --cp ", l.cp) : std::string(),
+                           " x --tp ", l.tp, " x --pp ", l.pp));
     DTRAIN_CHECK(l.backend != comm::Backend::threads || ranks <= kMaxThreadRanks,
                  "--dp x --tp x --pp = ", ranks,
                  " rank threads is more than the threads backend runs (", kMaxThreadRanks,

@@ -1,0 +1,382 @@
+// The three CP attention algorithms over the CP group's communicator, each built from the same
+// blockwise pieces (model/ops/blockwise_attention.h): a rank's queries merged against key blocks
+// that carry their owners' global positions, so the causal mask needs no block order.
+#include "dtrain/parallel/context_parallel.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "dtrain/comm/all_to_all.h"
+#include "dtrain/comm/collectives.h"
+#include "dtrain/core/check.h"
+#include "dtrain/core/timer.h"
+#include "dtrain/model/ops/blockwise_attention.h"
+
+namespace dtrain::parallel {
+namespace {
+
+using model::BlockShape;
+using model::ConstTokenBlock;
+using model::TokenBlock;
+using Dims = ContextParallelGroup::Dims;
+
+constexpr int kTagRing = 0x4350;  // "CP": the ring's hops (the group's own communicator)
+
+int64_t bytes_of(int64_t floats) {
+  return floats * static_cast<int64_t>(sizeof(float));
+}
+
+// [K|V] (B, T, 2C) packed from qkv (B, T, 3C): one message per ring hop, one gather's input.
+void pack_kv(float* kv, const float* qkv, const Dims& d) {
+  for (int64_t r = 0; r < d.B * d.T; ++r) {
+    std::memcpy(kv + r * 2 * d.C, qkv + r * 3 * d.C + d.C,
+                static_cast<size_t>(2 * d.C) * sizeof(float));
+  }
+}
+
+// dqkv's K and V columns += dkv (B, T, 2C).
+void add_dkv(float* dqkv, const float* dkv, const Dims& d) {
+  for (int64_t r = 0; r < d.B * d.T; ++r) {
+    float* dst = dqkv + r * 3 * d.C + d.C;
+    const float* src = dkv + r * 2 * d.C;
+    for (int64_t i = 0; i < 2 * d.C; ++i) dst[i] += src[i];
+  }
+}
+
+}  // namespace
+
+ContextParallelGroup::ContextParallelGroup(comm::Communicator& comm, plan::CpAlgorithm algorithm,
+                                           MemoryTracker* tracker, model::CpTokenSplit split)
+    : comm_(comm),
+      algorithm_(algorithm),
+      tracker_(tracker),
+      split_(algorithm == plan::CpAlgorithm::ulysses ? model::CpTokenSplit::contiguous : split) {
+  DTRAIN_CHECK(algorithm != plan::CpAlgorithm::automatic,
+               "ContextParallelGroup: resolve --cp-algo auto before building the group");
+}
+
+model::CpTokenSplit ContextParallelGroup::split() const {
+  return split_;
+}
+
+std::vector<int64_t> ContextParallelGroup::positions(int owner, int64_t T) const {
+  std::vector<int64_t> pos(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    pos[static_cast<size_t>(t)] = model::cp_global_position(t, T * size(), size(), owner, split());
+  }
+  return pos;
+}
+
+void ContextParallelGroup::attention_forward(float* out, const float* qkv, const void* key,
+                                             int64_t B, int64_t T_local, int64_t C_local,
+                                             int64_t NH_local, const model::Compute& cx) {
+  const Dims d{B, T_local, C_local, NH_local};
+  Saved& s = saved_[key];  // a rerun (full recompute) replaces what the first forward kept
+  current_ = recomputing_ ? &counters_.recompute : &counters_.forward;
+  const comm::Traffic before = comm_.traffic();
+  switch (algorithm_) {
+    case plan::CpAlgorithm::ring:
+      ring_forward(s, out, qkv, d, cx);
+      break;
+    case plan::CpAlgorithm::all_gather:
+      all_gather_forward(s, out, qkv, d, cx);
+      break;
+    case plan::CpAlgorithm::ulysses:
+    case plan::CpAlgorithm::automatic:
+      ulysses_forward(s, out, qkv, d, cx);
+      break;
+  }
+  current_->traffic += comm_.traffic() - before;
+}
+
+void ContextParallelGroup::attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                              const float* out, const void* key, int64_t B,
+                                              int64_t T_local, int64_t C_local, int64_t NH_local,
+                                              const model::Compute& cx) {
+  const auto it = saved_.find(key);
+  DTRAIN_CHECK(it != saved_.end(), "context parallel attention: a backward without its forward");
+  const Dims d{B, T_local, C_local, NH_local};
+  current_ = &counters_.backward;
+  const comm::Traffic before = comm_.traffic();
+  switch (algorithm_) {
+    case plan::CpAlgorithm::ring:
+      ring_backward(it->second, dqkv, dout, qkv, out, d, cx);
+      break;
+    case plan::CpAlgorithm::all_gather:
+      all_gather_backward(it->second, dqkv, dout, qkv, out, d, cx);
+      break;
+    case plan::CpAlgorithm::ulysses:
+    case plan::CpAlgorithm::automatic:
+      ulysses_backward(it->second, dqkv, dout, d, cx);
+      break;
+  }
+  current_->traffic += comm_.traffic() - before;
+  saved_.erase(it);
+}
+
+// --- ring -----------------------------------------------------------------------------------
+// Forward: hop i (1..N-1) passes on the block received at hop i-1 while this rank merges it; the
+// rank's queries see its own block first, then rank r-i's.
+void ContextParallelGroup::ring_forward(Saved& s, float* out, const float* qkv, const Dims& d,
+                                        const model::Compute& cx) {
+  const int N = size(), r = rank();
+  const int64_t block = d.B * d.T * 2 * d.C;  // floats of one [K|V]
+  const BlockShape shape{d.B, d.NH, d.C / d.NH};
+  std::vector<float> cur(static_cast<size_t>(block)), next(static_cast<size_t>(block));
+  pack_kv(cur.data(), qkv, d);
+  const std::vector<int64_t> mine = positions(r, d.T);
+  const ConstTokenBlock q{qkv, 3 * d.C, d.T * 3 * d.C, mine.data(), d.T};
+  const TokenBlock o{out, d.C, d.T * d.C};
+  s.lse = Buffer<float>(d.B * d.NH * d.T, MemoryTag::activations, tracker_);
+  std::vector<float> l(static_cast<size_t>(d.B * d.NH * d.T));
+  float* m = s.lse.data();
+  model::attention_merge_init(m, l.data(), o, shape, d.T);
+  for (int i = 0; i < N; ++i) {
+    const std::vector<int64_t> pos = positions((r - i + N) % N, d.T);
+    comm::RequestPtr send, recv;
+    if (i + 1 < N) {
+      send = comm_.isend(cur.data(), bytes_of(block), (r + 1) % N, kTagRing);
+      recv = comm_.irecv(next.data(), bytes_of(block), (r - 1 + N) % N, kTagRing);
+    }
+    const ConstTokenBlock k{cur.data(), 2 * d.C, d.T * 2 * d.C, pos.data(), d.T};
+    const ConstTokenBlock v{cur.data() + d.C, 2 * d.C, d.T * 2 * d.C, pos.data(), d.T};
+    const double start = now_us();
+    const int64_t pairs = model::attention_merge_block(o, m, l.data(), q, k, v, shape, cx);
+    if (current_ == &counters_.forward) {
+      counters_.attention_pairs += pairs * d.B * d.NH;
+      counters_.attention_us += now_us() - start;
+    }
+    if (i + 1 < N) {
+      send->wait();
+      recv->wait();
+      comm_.add_steps(1);
+      ++current_->messages;
+      std::swap(cur, next);
+    }
+  }
+  model::attention_merge_finish(o, m, m, l.data(), shape, d.T);
+}
+
+// Backward: the rank's own block first, then the blocks arriving from r-1 with the dK, dV every
+// rank before has added; the last block's finished [dK|dV] goes home (to r+1, its owner) in one
+// more hop, while this rank's own arrives from r-1.
+void ContextParallelGroup::ring_backward(const Saved& s, float* dqkv, const float* dout,
+                                         const float* qkv, const float* out, const Dims& d,
+                                         const model::Compute& cx) {
+  const int N = size(), r = rank();
+  const int64_t block = d.B * d.T * 2 * d.C;
+  const BlockShape shape{d.B, d.NH, d.C / d.NH};
+  std::vector<float> cur(static_cast<size_t>(2 * block), 0.0f),
+      next(static_cast<size_t>(2 * block));
+  pack_kv(cur.data(), qkv, d);
+  const std::vector<int64_t> mine = positions(r, d.T);
+  const ConstTokenBlock q{qkv, 3 * d.C, d.T * 3 * d.C, mine.data(), d.T};
+  const ConstTokenBlock go{dout, d.C, d.T * d.C, mine.data(), d.T};
+  const ConstTokenBlock o{out, d.C, d.T * d.C, mine.data(), d.T};
+  std::vector<float> rowdot(static_cast<size_t>(d.B * d.NH * d.T));
+  model::attention_row_dot(rowdot.data(), go, o, shape);
+  const TokenBlock dq{dqkv, 3 * d.C, d.T * 3 * d.C};
+  for (int i = 0; i < N; ++i) {
+    if (i > 0) {
+      comm_.send_recv(cur.data(), bytes_of(2 * block), (r + 1) % N, next.data(),
+                      bytes_of(2 * block), (r - 1 + N) % N, kTagRing);
+      comm_.add_steps(1);
+      ++current_->messages;
+      std::swap(cur, next);
+    }
+    const std::vector<int64_t> pos = positions((r - i + N) % N, d.T);
+    const ConstTokenBlock k{cur.data(), 2 * d.C, d.T * 2 * d.C, pos.data(), d.T};
+    const ConstTokenBlock v{cur.data() + d.C, 2 * d.C, d.T * 2 * d.C, pos.data(), d.T};
+    const TokenBlock dk{cur.data() + block, 2 * d.C, d.T * 2 * d.C};
+    const TokenBlock dv{cur.data() + block + d.C, 2 * d.C, d.T * 2 * d.C};
+    model::attention_block_backward(dq, dk, dv, go, q, k, v, s.lse.data(), rowdot.data(), shape,
+                                    cx);
+  }
+  comm_.send_recv(cur.data() + block, bytes_of(block), (r + 1) % N, next.data(), bytes_of(block),
+                  (r - 1 + N) % N, kTagRing);
+  comm_.add_steps(1);
+  ++current_->messages;
+  add_dkv(dqkv, next.data(), d);
+}
+
+// --- all-gather -----------------------------------------------------------------------------
+void ContextParallelGroup::all_gather_forward(Saved& s, float* out, const float* qkv, const Dims& d,
+                                              const model::Compute& cx) {
+  const int N = size(), r = rank();
+  const int64_t block = d.B * d.T * 2 * d.C;
+  const BlockShape shape{d.B, d.NH, d.C / d.NH};
+  std::vector<float> kv(static_cast<size_t>(block));
+  pack_kv(kv.data(), qkv, d);
+  s.gathered = Buffer<float>(N * block, MemoryTag::activations, tracker_);
+  comm::all_gather<float>(comm_, kv.data(), s.gathered.data(), N * block, comm::Algorithm::ring);
+  ++current_->messages;
+  const std::vector<int64_t> mine = positions(r, d.T);
+  const ConstTokenBlock q{qkv, 3 * d.C, d.T * 3 * d.C, mine.data(), d.T};
+  const TokenBlock o{out, d.C, d.T * d.C};
+  s.lse = Buffer<float>(d.B * d.NH * d.T, MemoryTag::activations, tracker_);
+  std::vector<float> l(static_cast<size_t>(d.B * d.NH * d.T));
+  model::attention_merge_init(s.lse.data(), l.data(), o, shape, d.T);
+  for (int j = 0; j < N; ++j) {
+    const std::vector<int64_t> pos = positions(j, d.T);
+    const float* base = s.gathered.data() + j * block;
+    const ConstTokenBlock k{base, 2 * d.C, d.T * 2 * d.C, pos.data(), d.T};
+    const ConstTokenBlock v{base + d.C, 2 * d.C, d.T * 2 * d.C, pos.data(), d.T};
+    const double start = now_us();
+    const int64_t pairs =
+        model::attention_merge_block(o, s.lse.data(), l.data(), q, k, v, shape, cx);
+    if (current_ == &counters_.forward) {
+      counters_.attention_pairs += pairs * d.B * d.NH;
+      counters_.attention_us += now_us() - start;
+    }
+  }
+  model::attention_merge_finish(o, s.lse.data(), s.lse.data(), l.data(), shape, d.T);
+}
+
+void ContextParallelGroup::all_gather_backward(const Saved& s, float* dqkv, const float* dout,
+                                               const float* qkv, const float* out, const Dims& d,
+                                               const model::Compute& cx) {
+  const int N = size(), r = rank();
+  const int64_t block = d.B * d.T * 2 * d.C;
+  const BlockShape shape{d.B, d.NH, d.C / d.NH};
+  const std::vector<int64_t> mine = positions(r, d.T);
+  const ConstTokenBlock q{qkv, 3 * d.C, d.T * 3 * d.C, mine.data(), d.T};
+  const ConstTokenBlock go{dout, d.C, d.T * d.C, mine.data(), d.T};
+  const ConstTokenBlock o{out, d.C, d.T * d.C, mine.data(), d.T};
+  std::vector<float> rowdot(static_cast<size_t>(d.B * d.NH * d.T));
+  model::attention_row_dot(rowdot.data(), go, o, shape);
+  const TokenBlock dq{dqkv, 3 * d.C, d.T * 3 * d.C};
+  std::vector<float> dkv_all(static_cast<size_t>(N * block), 0.0f), dkv(static_cast<size_t>(block));
+  for (int j = 0; j < N; ++j) {
+    const std::vector<int64_t> pos = positions(j, d.T);
+    const float* base = s.gathered.data() + j * block;
+    float* dbase = dkv_all.data() + j * block;
+    const ConstTokenBlock k{base, 2 * d.C, d.T * 2 * d.C, pos.data(), d.T};
+    const ConstTokenBlock v{base + d.C, 2 * d.C, d.T * 2 * d.C, pos.data(), d.T};
+    const TokenBlock dk{dbase, 2 * d.C, d.T * 2 * d.C};
+    const TokenBlock dv{dbase + d.C, 2 * d.C, d.T * 2 * d.C};
+    model::attention_block_backward(dq, dk, dv, go, q, k, v, s.lse.data(), rowdot.data(), shape,
+                                    cx);
+  }
+  comm::reduce_scatter<float>(comm_, dkv_all.data(), dkv.data(), N * block, comm::ReduceOp::sum,
+                              comm::Algorithm::ring);
+  ++current_->messages;
+  add_dkv(dqkv, dkv.data(), d);
+}
+
+// --- ulysses --------------------------------------------------------------------------------
+namespace {
+
+// Sequence split -> head split: rank j gets this rank's T tokens of head group j (columns
+// [column + j*Ch, column + (j+1)*Ch) of src's rows), packed as (B, T, Ch) blocks in rank order.
+void pack_head_groups(float* send, const float* src, int64_t src_stride, int64_t column, int N,
+                      const Dims& d) {
+  const int64_t Ch = d.C / N;
+  for (int j = 0; j < N; ++j) {
+    for (int64_t r = 0; r < d.B * d.T; ++r) {
+      std::memcpy(send + (j * d.B * d.T + r) * Ch, src + r * src_stride + column + j * Ch,
+                  static_cast<size_t>(Ch) * sizeof(float));
+    }
+  }
+}
+
+// Head split -> sequence split: block j (this rank's tokens, head group j) added or copied into
+// columns [column + j*Ch, ...) of dst's rows.
+void unpack_head_groups(float* dst, int64_t dst_stride, int64_t column, const float* recv, int N,
+                        const Dims& d, bool add) {
+  const int64_t Ch = d.C / N;
+  for (int j = 0; j < N; ++j) {
+    for (int64_t r = 0; r < d.B * d.T; ++r) {
+      float* o = dst + r * dst_stride + column + j * Ch;
+      const float* in = recv + (j * d.B * d.T + r) * Ch;
+      for (int64_t c = 0; c < Ch; ++c) o[c] = add ? o[c] + in[c] : in[c];
+    }
+  }
+}
+
+}  // namespace
+
+void ContextParallelGroup::ulysses_forward(Saved& s, float* out, const float* qkv, const Dims& d,
+                                           const model::Compute& cx) {
+  const int N = size();
+  const int64_t local = d.B * d.T * d.C;  // one tensor's floats on this rank, either split
+  const int64_t Ch = d.C / N, part = d.B * d.T * Ch;
+  const BlockShape shape{d.B, d.NH / N, d.C / d.NH};
+  s.heads = Buffer<float>(4 * local, MemoryTag::activations, tracker_);
+  float* qh = s.heads.data();
+  float* oh = qh + 3 * local;
+  std::vector<float> send(static_cast<size_t>(local));
+  for (int x = 0; x < 3; ++x) {  // Q, K, V
+    pack_head_groups(send.data(), qkv, 3 * d.C, x * d.C, N, d);
+    comm::all_to_all<float>(comm_, send.data(), qh + x * local, part, comm::Algorithm::pairwise);
+    ++current_->messages;
+  }
+  std::vector<std::vector<int64_t>> pos;
+  for (int j = 0; j < N; ++j) pos.push_back(positions(j, d.T));
+  auto block = [&](const float* base, int j) {
+    return ConstTokenBlock{base + j * part, Ch, d.T * Ch, pos[static_cast<size_t>(j)].data(), d.T};
+  };
+  const int64_t stats = d.B * shape.NH * d.T;  // per query block
+  s.lse = Buffer<float>(N * stats, MemoryTag::activations, tracker_);
+  std::vector<float> l(static_cast<size_t>(stats));
+  for (int jq = 0; jq < N; ++jq) {
+    const TokenBlock o{oh + jq * part, Ch, d.T * Ch};
+    float* m = s.lse.data() + jq * stats;
+    model::attention_merge_init(m, l.data(), o, shape, d.T);
+    for (int jk = 0; jk < N; ++jk) {
+      const double start = now_us();
+      const int64_t pairs =
+          model::attention_merge_block(o, m, l.data(), block(qh, jq), block(qh + local, jk),
+                                       block(qh + 2 * local, jk), shape, cx);
+      if (current_ == &counters_.forward) {
+        counters_.attention_pairs += pairs * d.B * shape.NH;
+        counters_.attention_us += now_us() - start;
+      }
+    }
+    model::attention_merge_finish(o, m, m, l.data(), shape, d.T);
+  }
+  comm::all_to_all<float>(comm_, oh, send.data(), part, comm::Algorithm::pairwise);
+  ++current_->messages;
+  unpack_head_groups(out, d.C, 0, send.data(), N, d, false);
+}
+
+void ContextParallelGroup::ulysses_backward(const Saved& s, float* dqkv, const float* dout,
+                                            const Dims& d, const model::Compute& cx) {
+  const int N = size();
+  const int64_t local = d.B * d.T * d.C;
+  const int64_t Ch = d.C / N, part = d.B * d.T * Ch;
+  const BlockShape shape{d.B, d.NH / N, d.C / d.NH};
+  const float* qh = s.heads.data();
+  const float* oh = qh + 3 * local;
+  std::vector<float> send(static_cast<size_t>(local)), doh(static_cast<size_t>(local));
+  pack_head_groups(send.data(), dout, d.C, 0, N, d);
+  comm::all_to_all<float>(comm_, send.data(), doh.data(), part, comm::Algorithm::pairwise);
+  ++current_->messages;
+  std::vector<std::vector<int64_t>> pos;
+  for (int j = 0; j < N; ++j) pos.push_back(positions(j, d.T));
+  auto block = [&](const float* base, int j) {
+    return ConstTokenBlock{base + j * part, Ch, d.T * Ch, pos[static_cast<size_t>(j)].data(), d.T};
+  };
+  auto out_block = [&](float* base, int j) { return TokenBlock{base + j * part, Ch, d.T * Ch}; };
+  const int64_t stats = d.B * shape.NH * d.T;
+  std::vector<float> rowdot(static_cast<size_t>(N * stats));
+  std::vector<float> grads(static_cast<size_t>(3 * local), 0.0f);  // dqh, dkh, dvh
+  float* dqh = grads.data();
+  for (int jq = 0; jq < N; ++jq) {
+    float* dj = rowdot.data() + jq * stats;
+    model::attention_row_dot(dj, block(doh.data(), jq), block(oh, jq), shape);
+    for (int jk = 0; jk < N; ++jk) {
+      model::attention_block_backward(
+          out_block(dqh, jq), out_block(dqh + local, jk), out_block(dqh + 2 * local, jk),
+          block(doh.data(), jq), block(qh, jq), block(qh + local, jk), block(qh + 2 * local, jk),
+          s.lse.data() + jq * stats, dj, shape, cx);
+    }
+  }
+  for (int x = 0; x < 3; ++x) {  // dQ, dK, dV back to the sequence split
+    comm::all_to_all<float>(comm_, dqh + x * local, send.data(), part, comm::Algorithm::pairwise);
+    ++current_->messages;
+    unpack_head_groups(dqkv, 3 * d.C, x * d.C, send.data(), N, d, true);
+  }
+}
+
+}  // namespace dtrain::parallel

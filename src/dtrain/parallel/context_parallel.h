@@ -1,0 +1,105 @@
+// Context parallelism over a communicator: the model's ContextParallelHooks (model/cp_hooks.h)
+// for a CP group of N ranks, each holding T/N tokens of every sequence, with attention computed
+// across the group by one of plan/context_parallel.h's three algorithms, exactly (blockwise
+// softmax merged with the running max and log-sum-exp, model/ops/blockwise_attention.h):
+//   ring        [K|V] blocks passed to rank r+1 N-1 times in forward; in backward [K|V|dK|dV]
+//               N-1 times and a last [dK|dV] hop home. Balanced split (chunks r and 2N-1-r).
+//   all-gather  one all-gather of [K|V] per layer (kept for the backward), one reduce-scatter of
+//               the whole sequence's [dK|dV] in backward. Balanced split.
+//   ulysses     all-to-alls from the sequence split to a head split (Q, K, V), local attention on
+//               the whole sequence for NH_local/N heads, the output back (4 per layer forward; dO,
+//               dQ, dK, dV in backward). Contiguous split.
+// Counters (bytes, steps, messages per pass; attention work) are what the tests set beside
+// plan/context_parallel.h's formulas.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "dtrain/comm/communicator.h"
+#include "dtrain/core/buffer.h"
+#include "dtrain/model/cp_hooks.h"
+#include "dtrain/plan/context_parallel.h"
+
+namespace dtrain::parallel {
+
+struct CpCounter {
+  int64_t messages = 0;  // ring hops, or collective calls
+  comm::Traffic traffic;
+};
+struct ContextParallelCounters {
+  CpCounter forward;
+  CpCounter backward;
+  CpCounter recompute;  // full recompute's forward reruns (plan/ counts them in the backward)
+  // Score elements computed in forward: (query, key) pairs with key <= query, summed over the
+  // batch rows and this rank's heads (plan::causal_attention_pairs per (row, head)).
+  int64_t attention_pairs = 0;
+  // Microseconds of forward attention compute (the blocks' merges, no communication): the
+  // per-rank work the split balances, measured.
+  double attention_us = 0;
+};
+
+class ContextParallelGroup final : public model::ContextParallelHooks {
+ public:
+  // `algorithm`: ring, all_gather or ulysses (automatic is resolved by the caller). `tracker` is
+  // charged for what each layer keeps from its forward for its backward. `split`: which tokens
+  // each rank holds (ulysses: contiguous, whatever is asked; ring and all-gather: balanced
+  // unless contiguous is asked for, to measure the imbalance it removes).
+  ContextParallelGroup(comm::Communicator& comm, plan::CpAlgorithm algorithm,
+                       MemoryTracker* tracker,
+                       model::CpTokenSplit split = model::CpTokenSplit::balanced);
+
+  int size() const override { return comm_.size(); }
+  int rank() const override { return comm_.rank(); }
+  model::CpTokenSplit split() const override;
+  plan::CpAlgorithm algorithm() const { return algorithm_; }
+
+  void attention_forward(float* out, const float* qkv, const void* key, int64_t B, int64_t T_local,
+                         int64_t C_local, int64_t NH_local, const model::Compute& cx) override;
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                          const void* key, int64_t B, int64_t T_local, int64_t C_local,
+                          int64_t NH_local, const model::Compute& cx) override;
+  void set_recomputing(bool on) override { recomputing_ = on; }
+
+  const ContextParallelCounters& counters() const { return counters_; }
+  comm::Communicator& communicator() { return comm_; }
+
+  // One layer's local shape, as the algorithms see it.
+  struct Dims {
+    int64_t B = 0, T = 0, C = 0, NH = 0;  // T, C, NH: this rank's tokens, channels, heads
+  };
+
+ private:
+  // What one (block, micro-batch)'s forward keeps for its backward.
+  struct Saved {
+    Buffer<float> lse;       // (B, NH, T) ring / all-gather; (N, B, NH/N, T) ulysses
+    Buffer<float> gathered;  // all-gather: (N, B, T, 2C) every rank's [K|V]
+    Buffer<float> heads;     // ulysses: qh, kh, vh, oh, each (N, B, T, C/N)
+  };
+  std::vector<int64_t> positions(int owner, int64_t T) const;
+
+  void ring_forward(Saved& s, float* out, const float* qkv, const Dims& d,
+                    const model::Compute& cx);
+  void ring_backward(const Saved& s, float* dqkv, const float* dout, const float* qkv,
+                     const float* out, const Dims& d, const model::Compute& cx);
+  void all_gather_forward(Saved& s, float* out, const float* qkv, const Dims& d,
+                          const model::Compute& cx);
+  void all_gather_backward(const Saved& s, float* dqkv, const float* dout, const float* qkv,
+                           const float* out, const Dims& d, const model::Compute& cx);
+  void ulysses_forward(Saved& s, float* out, const float* qkv, const Dims& d,
+                       const model::Compute& cx);
+  void ulysses_backward(const Saved& s, float* dqkv, const float* dout, const Dims& d,
+                        const model::Compute& cx);
+
+  comm::Communicator& comm_;
+  plan::CpAlgorithm algorithm_;
+  MemoryTracker* tracker_;
+  model::CpTokenSplit split_;
+  bool recomputing_ = false;
+  std::map<const void*, Saved> saved_;
+  ContextParallelCounters counters_;
+  CpCounter* current_ = nullptr;  // the pass being counted
+};
+
+}  // namespace dtrain::parallel
