@@ -11,6 +11,7 @@
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
 #include "dtrain/model/bf16_gemm.h"
+#include "dtrain/model/moe_dispatch.h"
 #include "dtrain/model/tp_shard.h"
 #include "dtrain/train/step_update.h"
 
@@ -49,7 +50,8 @@ double tp_sent(const parallel::TpCounter& c) {
 
 // The DP configuration of this rank's stage: under a pipeline the end stages' tied wte (the
 // embeddings unit, last in backward order) waits for its sum with the other end stage.
-parallel::DataParallelConfig dp_config(const EngineConfig& c, const parallel::StageUnits& units) {
+parallel::DataParallelConfig dp_config(const EngineConfig& c, const parallel::StageUnits& units,
+                                       const model::ParamTable& table, int dp_rank) {
   parallel::DataParallelConfig d;
   d.zero_stage = c.zero_stage;
   d.bucket_bytes = c.bucket_bytes;
@@ -59,7 +61,20 @@ parallel::DataParallelConfig dp_config(const EngineConfig& c, const parallel::St
   d.mixed_precision = c.step.precision == model::Precision::bf16;
   d.topology = c.topology;
   d.deferred_unit = c.pp > 1 ? units.embeddings() : -1;
+  if (c.ep > 1) {
+    d.ep = c.ep;
+    d.expert_dp_members = parallel::expert_dp_group_members(c.dp, c.ep, dp_rank);
+    for (const model::ParamTensor& t : table.tensors()) {
+      if (model::is_expert_tensor(t.name)) d.expert_ranges.push_back({t.offset, t.count});
+    }
+  }
   return d;
+}
+
+// The EP group of this rank's DP group (null without EP).
+std::unique_ptr<comm::Communicator> ep_group(comm::Communicator& dp, const EngineConfig& c) {
+  if (c.ep == 1) return nullptr;
+  return dp.subgroup(parallel::ep_group_members(c.dp, c.ep, dp.rank()), "ep");
 }
 
 }  // namespace
@@ -72,10 +87,13 @@ Engine::Engine(const EngineConfig& config, comm::Communicator& world)
       tp_comm_(group_of(world, mesh_, Axis::tp)),
       pp_comm_(group_of(world, mesh_, Axis::pp)),
       dp_comm_(group_of(world, mesh_, Axis::dp)),
+      ep_comm_(ep_group(*dp_comm_, config)),
       team_(config.step.threads),
       hooks_(std::make_unique<parallel::TensorParallelGroup>(*tp_comm_, config.sequence_parallel)),
+      ep_hooks_(ep_comm_ != nullptr ? std::make_unique<parallel::ExpertParallelGroup>(*ep_comm_)
+                                    : nullptr),
       model_(config.step.model, parallel::stage_of(config.partition, coord_.pp), &tracker_,
-             hooks_.get(), &team_, config.step.recompute),
+             hooks_.get(), &team_, config.step.recompute, ep_hooks_.get()),
       units_(model_.param_table(), model_.stage()),
       adamw_(0, config.step.adamw, &tracker_) {
   DTRAIN_CHECK(world.size() == mesh_.world_size(), "the mesh DP(", config.dp, ")-TP(", config.tp,
@@ -93,8 +111,9 @@ Engine::Engine(const EngineConfig& config, comm::Communicator& world)
     const int members[] = {mesh_.rank_of(first), mesh_.rank_of(last)};
     embedding_comm_ = world.subgroup(members, "embedding");
   }
-  dp_ = std::make_unique<parallel::DataParallel>(dp_config(config, units_), model_, units_,
-                                                 *dp_comm_, tracker_);
+  dp_ = std::make_unique<parallel::DataParallel>(
+      dp_config(config, units_, model_.param_table(), coord_.dp), model_, units_, *dp_comm_,
+      tracker_);
   // The moments of what this rank updates: sized once the shard is known.
   adamw_ = optim::AdamW(config.zero_stage == 0 ? model_.param_count() : dp_->layout().shard,
                         config.step.adamw, &tracker_);
@@ -107,6 +126,10 @@ Engine::~Engine() = default;
 
 std::string Engine::describe() const {
   std::string s = mesh_.describe(world_.rank());
+  if (config_.ep > 1) {
+    s += str(" EP(", config_.ep, ") expert-DP(", config_.dp / config_.ep, ") ",
+             config_.step.model.moe.experts / config_.ep, " experts/rank");
+  }
   if (config_.zero_stage > 0) s += str(" ZeRO-", config_.zero_stage);
   if (config_.sequence_parallel && config_.tp > 1) s += " SP";
   if (config_.step.recompute != Recompute::none)
@@ -133,6 +156,7 @@ parallel::GradOwnership Engine::grad_ownership() const {
   owner.zero_stage = config_.zero_stage;
   owner.zero_shard = dp_->owned();
   owner.tied_copy = config_.pp > 1 && parallel::holds_tied_copy(model_.stage());
+  owner.ep = config_.ep;
   return owner;
 }
 
@@ -193,6 +217,8 @@ StepStats Engine::train_step(const data::Batch& batch, float lr) {
     return t;
   };
   const EngineTraffic start = snapshot();
+  const parallel::EpCounters ep_start =
+      ep_hooks_ != nullptr ? ep_hooks_->counters() : parallel::EpCounters{};
   // Every step's TP collectives are timed: the clock's TP phase (and, kept, the trace's spans).
   std::vector<parallel::TpSpan> tp_spans;
   hooks_->record_spans(&tp_spans);
@@ -231,6 +257,14 @@ StepStats Engine::train_step(const data::Batch& batch, float lr) {
   traffic_.dp += end.dp - start.dp;
   traffic_.embedding += end.embedding - start.embedding;
   traffic_.other += end.other - start.other;
+  if (ep_hooks_ != nullptr) {
+    const parallel::EpCounters& e = ep_hooks_->counters();
+    traffic_.ep.counts += e.counts - ep_start.counts;
+    traffic_.ep.dispatch_forward += e.dispatch_forward - ep_start.dispatch_forward;
+    traffic_.ep.combine_forward += e.combine_forward - ep_start.combine_forward;
+    traffic_.ep.combine_backward += e.combine_backward - ep_start.combine_backward;
+    traffic_.ep.dispatch_backward += e.dispatch_backward - ep_start.dispatch_backward;
+  }
   traffic_.links += end.links - start.links;
   traffic_.model_links += end.model_links - start.model_links;
   measure_step(record, tp_spans);
@@ -434,8 +468,13 @@ checkpoint::RankState Engine::export_state() {
     if (coord_.tp != 0 && model::tp_split_of(local.name) == model::TpSplit::replicated) continue;
     if (tied_copy && local.name == "wte") continue;
     const model::ParamTensor& whole = serial[static_cast<size_t>(serial.index_of(local.name))];
+    // EP (ZeRO 0, no TP): a rank's experts are one run of the stacked tensor, written by the
+    // first expert-DP replica (DP ranks below ep), each its own experts.
+    const bool experts = config_.ep > 1 && model::is_expert_tensor(local.name);
+    const bool writer = experts ? coord_.dp < config_.ep : coord_.dp == 0;
     const std::vector<model::FlatRange> ranges =
-        model::tp_slice_ranges(whole, g, config_.tp, coord_.tp);
+        experts ? std::vector<model::FlatRange>{{ep_rank() * local.count, local.count}}
+                : model::tp_slice_ranges(whole, g, config_.tp, coord_.tp);
     int64_t real = 0;  // the shard's elements that are serial elements (no vocabulary padding)
     for (const model::FlatRange& r : ranges) real += r.count;
     // The tensor's local elements [lo, hi) inside the held range, as positions in the tensor.
@@ -445,12 +484,12 @@ checkpoint::RankState Engine::export_state() {
     std::vector<std::pair<checkpoint::StateKind, std::span<const float>>> held_kinds;
     if (config_.zero_stage == 3 && !mixed)
       held_kinds.emplace_back(checkpoint::StateKind::param, params);
-    if (config_.zero_stage > 0 || coord_.dp == 0) {
+    if (config_.zero_stage > 0 || writer) {
       if (mixed) held_kinds.emplace_back(checkpoint::StateKind::param, params);
       held_kinds.emplace_back(checkpoint::StateKind::adam_m, adamw_.m());
       held_kinds.emplace_back(checkpoint::StateKind::adam_v, adamw_.v());
     }
-    if (!sharded_params && coord_.dp == 0) {
+    if (!sharded_params && writer) {
       checkpoint::StatePiece p{local.name, checkpoint::StateKind::param, ranges, {}};
       p.data.assign(params.begin() + local.offset, params.begin() + local.offset + real);
       s.pieces.push_back(std::move(p));
@@ -478,8 +517,16 @@ void Engine::import_state(const checkpoint::SerialState& state) {
     const model::ParamTensor& whole = state.table[static_cast<size_t>(index)];
     for (checkpoint::StateKind kind : {checkpoint::StateKind::param, checkpoint::StateKind::adam_m,
                                        checkpoint::StateKind::adam_v}) {
-      const std::vector<float> slice =
-          model::tp_slice(whole, state.tensor(whole, kind), g, config_.tp, coord_.tp);
+      std::vector<float> slice;
+      if (config_.ep > 1 && model::is_expert_tensor(local.name)) {
+        // EP: this rank's experts, one run of the stacked tensor.
+        const std::span<const float> all = state.tensor(whole, kind);
+        const auto first = static_cast<size_t>(ep_rank() * local.count);
+        slice.assign(all.begin() + static_cast<std::ptrdiff_t>(first),
+                     all.begin() + static_cast<std::ptrdiff_t>(first + local.count));
+      } else {
+        slice = model::tp_slice(whole, state.tensor(whole, kind), g, config_.tp, coord_.tp);
+      }
       DTRAIN_CHECK(static_cast<int64_t>(slice.size()) == local.count, "checkpoint: tensor ",
                    local.name, " slices to ", slice.size(), " elements, the rank holds ",
                    local.count);

@@ -42,6 +42,7 @@
 #include "dtrain/model/thread_team.h"
 #include "dtrain/optim/adamw.h"
 #include "dtrain/parallel/data_parallel_hooks.h"
+#include "dtrain/parallel/expert_parallel.h"
 #include "dtrain/parallel/finalize_grads.h"
 #include "dtrain/parallel/mesh.h"
 #include "dtrain/parallel/pipeline_executor.h"
@@ -59,6 +60,8 @@ namespace dtrain::train {
 struct EngineConfig {
   StepConfig step;  // model, global batch B, seq, AdamW, clipping, seed, threads, recompute
   int dp = 1, tp = 1, pp = 1;
+  int ep =
+      1;  // expert parallelism: EP groups of ep consecutive DP ranks (parallel/expert_parallel.h)
   std::array<parallel::Axis, 3> rank_order = parallel::kDefaultRankOrder;
   int zero_stage = 0;  // 0..3 over the DP axis
   bool sequence_parallel = false;
@@ -89,6 +92,7 @@ struct EngineTraffic {
   double dp = 0;                // every DP collective (buckets, ZeRO gathers, parameter gathers)
   double embedding = 0;         // the tied wte's sum between the end stages
   double other = 0;             // the loss and norm exchange over the world
+  parallel::EpCounters ep;      // EP: the routed layers' all-to-alls by site (counts included)
   comm::LinkBytes links;        // every communicator, by link class
   comm::LinkBytes model_links;  // the TP, PP, DP and embedding groups' only
 };
@@ -158,6 +162,8 @@ class Engine final : public StepEngine {
   const parallel::PipelineExecutor& executor() const { return *executor_; }
   const parallel::DataParallel& data_parallel() const { return *dp_; }
   const parallel::TensorParallelGroup& tensor_parallel() const { return *hooks_; }
+  const parallel::ExpertParallelGroup& expert_parallel() const { return *ep_hooks_; }
+  int ep_rank() const { return coord_.dp % config_.ep; }
   bool has_embedding_group() const { return embedding_comm_ != nullptr; }
   int64_t steps() const { return steps_; }
   const EngineTraffic& traffic() const { return traffic_; }
@@ -186,10 +192,11 @@ class Engine final : public StepEngine {
   comm::Communicator& world_;
   parallel::DeviceMesh mesh_;
   parallel::MeshCoord coord_;
-  std::unique_ptr<comm::Communicator> tp_comm_, pp_comm_, dp_comm_, embedding_comm_;
+  std::unique_ptr<comm::Communicator> tp_comm_, pp_comm_, dp_comm_, embedding_comm_, ep_comm_;
   MemoryTracker tracker_;  // declared before the buffers it accounts for
   model::ThreadTeam team_;
   std::unique_ptr<parallel::TensorParallelGroup> hooks_;
+  std::unique_ptr<parallel::ExpertParallelGroup> ep_hooks_;
   model::GptModel model_;
   parallel::StageUnits units_;
   std::unique_ptr<parallel::DataParallel> dp_;

@@ -1,0 +1,72 @@
+// ExpertParallelGroup: the EP group's all-to-alls and their counters; the EP and expert-DP
+// groups' members.
+#include "dtrain/parallel/expert_parallel.h"
+
+#include "dtrain/comm/all_to_all.h"
+#include "dtrain/core/check.h"
+
+namespace dtrain::parallel {
+
+std::vector<int> ep_group_members(int dp, int ep, int dp_rank) {
+  DTRAIN_CHECK(ep >= 1 && dp % ep == 0, "--ep ", ep, " does not divide --dp ", dp);
+  std::vector<int> out;
+  for (int i = 0; i < ep; ++i) out.push_back(dp_rank / ep * ep + i);
+  return out;
+}
+
+std::vector<int> expert_dp_group_members(int dp, int ep, int dp_rank) {
+  DTRAIN_CHECK(ep >= 1 && dp % ep == 0, "--ep ", ep, " does not divide --dp ", dp);
+  std::vector<int> out;
+  for (int r = dp_rank % ep; r < dp; r += ep) out.push_back(r);
+  return out;
+}
+
+comm::Traffic EpCounters::total() const {
+  comm::Traffic t = counts;
+  t += dispatch_forward;
+  t += combine_forward;
+  t += combine_backward;
+  t += dispatch_backward;
+  return t;
+}
+
+comm::Traffic& ExpertParallelGroup::counter_of(Site site) {
+  switch (site) {
+    case Site::counts:
+      return counters_.counts;
+    case Site::dispatch_forward:
+      return counters_.dispatch_forward;
+    case Site::combine_forward:
+      return counters_.combine_forward;
+    case Site::combine_backward:
+      return counters_.combine_backward;
+    case Site::dispatch_backward:
+      return counters_.dispatch_backward;
+  }
+  return counters_.counts;
+}
+
+void ExpertParallelGroup::exchange_counts(int64_t* recv, const int64_t* send, int64_t per_rank) {
+  counter_of(Site::counts) +=
+      comm::all_to_all<int64_t>(comm_, send, recv, per_rank, comm::Algorithm::pairwise);
+}
+
+void ExpertParallelGroup::exchange_rows(float* recv, std::span<const int64_t> recv_rows,
+                                        const float* send, std::span<const int64_t> send_rows,
+                                        int64_t row_elems, Site site) {
+  const int n = comm_.size();
+  std::vector<comm::Chunk> send_parts(static_cast<size_t>(n)), recv_parts(static_cast<size_t>(n));
+  int64_t s = 0, r = 0;
+  for (int q = 0; q < n; ++q) {
+    const int64_t sc = send_rows[static_cast<size_t>(q)] * row_elems;
+    const int64_t rc = recv_rows[static_cast<size_t>(q)] * row_elems;
+    send_parts[static_cast<size_t>(q)] = {s, sc};
+    recv_parts[static_cast<size_t>(q)] = {r, rc};
+    s += sc;
+    r += rc;
+  }
+  counter_of(site) += comm::all_to_all_v<float>(comm_, send, send_parts, recv, recv_parts,
+                                                comm::Algorithm::pairwise);
+}
+
+}  // namespace dtrain::parallel
