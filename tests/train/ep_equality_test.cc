@@ -103,6 +103,24 @@ Outcome run_engine(const StepConfig& c, int dp, int ep, const std::vector<data::
     for (const data::Batch& b : data) mine.push_back(engine.train_step(b, kLr).loss);
     mine.push_back(engine.eval_loss(data[0]));
     states[static_cast<size_t>(comm.rank())] = engine.export_state();
+    if (ep == 1) return;
+    // Counters = formulas: every exchange's bytes beside plan::ep_*_bytes fed with the routing
+    // the EP group measured, over the training steps.
+    const EngineTraffic& t = engine.traffic();
+    EXPECT_GT(t.ep.dispatch_forward.bytes_sent + t.ep.combine_forward.bytes_sent, 0);
+    EXPECT_EQ(static_cast<double>(t.ep.dispatch_forward.bytes_sent), t.ep_plan_dispatch);
+    EXPECT_EQ(static_cast<double>(t.ep.combine_backward.bytes_sent), t.ep_plan_dispatch);
+    EXPECT_EQ(static_cast<double>(t.ep.combine_forward.bytes_sent), t.ep_plan_combine);
+    EXPECT_EQ(static_cast<double>(t.ep.dispatch_backward.bytes_sent), t.ep_plan_combine);
+    EXPECT_EQ(static_cast<double>(t.ep.counts.bytes_sent), t.ep_plan_counts);
+    if (comm.rank() == 0) {
+      std::printf(
+          "dp%d ep%d rank 0, %d steps: dispatch %lld B sent (plan %.0f), combine %lld B "
+          "(plan %.0f), counts %lld B (plan %.0f)\n",
+          dp, ep, kSteps, static_cast<long long>(t.ep.dispatch_forward.bytes_sent),
+          t.ep_plan_dispatch, static_cast<long long>(t.ep.combine_forward.bytes_sent),
+          t.ep_plan_combine, static_cast<long long>(t.ep.counts.bytes_sent), t.ep_plan_counts);
+    }
   });
   Outcome out = empty_outcome(c.model);
   out.losses = losses[0];

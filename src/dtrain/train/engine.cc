@@ -13,6 +13,7 @@
 #include "dtrain/model/bf16_gemm.h"
 #include "dtrain/model/moe_dispatch.h"
 #include "dtrain/model/tp_shard.h"
+#include "dtrain/plan/moe.h"
 #include "dtrain/train/step_update.h"
 
 namespace dtrain::train {
@@ -192,6 +193,34 @@ void Engine::gather_routing(StepStats& stats, const model::MoeCounts& mine) {
   }
 }
 
+void Engine::add_ep_plan_bytes(const model::MoeCounts& mine) {
+  const int64_t E = config_.step.model.moe.experts;
+  const auto row = [&](int rank) { return static_cast<size_t>(rank * E); };
+  std::vector<double> v(row(world_.size()), 0.0);
+  for (size_t e = 0; e < mine.expert_tokens.size(); ++e) {
+    v[row(world_.rank()) + e] = static_cast<double>(mine.expert_tokens[e]);
+  }
+  v = comm::sum_in_rank_order(world_, std::span<const double>(v));
+  std::vector<std::vector<int64_t>> kept;
+  for (int member : parallel::ep_group_members(config_.dp, config_.ep, coord_.dp)) {
+    parallel::MeshCoord c = coord_;
+    c.dp = member;
+    const size_t first = row(mesh_.rank_of(c));
+    kept.emplace_back(v.begin() + static_cast<std::ptrdiff_t>(first),
+                      v.begin() + static_cast<std::ptrdiff_t>(first + static_cast<size_t>(E)));
+  }
+  const int64_t C = config_.step.model.channels;
+  const auto bytes = static_cast<int64_t>(sizeof(float));
+  traffic_.ep_plan_dispatch += plan::ep_dispatch_bytes(kept, C, bytes, ep_rank()).sent_total();
+  traffic_.ep_plan_combine += plan::ep_combine_bytes(kept, C, bytes, ep_rank()).sent_total();
+  int64_t routed = 0;  // routed layers of this stage: one counts exchange each per micro-batch
+  for (int64_t l = 0; l < config_.step.model.layers; ++l) {
+    if (model_.stage().has_layer(l) && model::is_moe_layer(config_.step.model.moe, l)) ++routed;
+  }
+  traffic_.ep_plan_counts +=
+      static_cast<double>(routed * config_.microbatches) * plan::ep_counts_bytes(E, config_.ep);
+}
+
 StepStats Engine::train_step(const data::Batch& batch, float lr) {
   DTRAIN_CHECK(batch.batch == config_.step.batch && batch.seq == config_.step.seq,
                "engine: batch (", batch.batch, ", ", batch.seq, ") differs from the configured (",
@@ -241,6 +270,7 @@ StepStats Engine::train_step(const data::Batch& batch, float lr) {
   last_.peak_inflight_bytes = record.peak_inflight_bytes;
   stats.loss = record.loss;
   gather_routing(stats, record.moe);
+  if (ep_hooks_ != nullptr) add_ep_plan_bytes(record.moe);
   finalize_and_update(stats, lr);
   hooks_->record_spans(nullptr);
   for (const parallel::TpSpan& s : tp_spans) {

@@ -83,16 +83,20 @@ struct EngineConfig {
 
 // Bytes this rank sent during the training steps, summed over them, per kind.
 struct EngineTraffic {
-  double tp_block = 0;          // f and g of the blocks (all-reduces, or SP's gathers/scatters)
-  double tp_vocab = 0;          // the vocabulary-parallel embedding and cross-entropy
-  double tp_regather = 0;       // SP: backward's re-gathers of the LN outputs
-  double tp_recompute = 0;      // full recompute: the forward reruns' f and g
-  double tp_norms = 0;          // SP: the LayerNorm gradients' sum over TP (finalization)
-  double pp = 0;                // activations and gradients between stages
-  double dp = 0;                // every DP collective (buckets, ZeRO gathers, parameter gathers)
-  double embedding = 0;         // the tied wte's sum between the end stages
-  double other = 0;             // the loss and norm exchange over the world
-  parallel::EpCounters ep;      // EP: the routed layers' all-to-alls by site (counts included)
+  double tp_block = 0;      // f and g of the blocks (all-reduces, or SP's gathers/scatters)
+  double tp_vocab = 0;      // the vocabulary-parallel embedding and cross-entropy
+  double tp_regather = 0;   // SP: backward's re-gathers of the LN outputs
+  double tp_recompute = 0;  // full recompute: the forward reruns' f and g
+  double tp_norms = 0;      // SP: the LayerNorm gradients' sum over TP (finalization)
+  double pp = 0;            // activations and gradients between stages
+  double dp = 0;            // every DP collective (buckets, ZeRO gathers, parameter gathers)
+  double embedding = 0;     // the tied wte's sum between the end stages
+  double other = 0;         // the loss and norm exchange over the world
+  parallel::EpCounters ep;  // EP: the routed layers' all-to-alls by site (counts included)
+  // EP: bytes sent by the formulas for the same exchanges, fed with the routing the EP group
+  // measured (plan::ep_dispatch_bytes: dispatch forward and the combine's gradient;
+  // ep_combine_bytes: combine forward and the dispatch's gradient; ep_counts_bytes).
+  double ep_plan_counts = 0, ep_plan_dispatch = 0, ep_plan_combine = 0;
   comm::LinkBytes links;        // every communicator, by link class
   comm::LinkBytes model_links;  // the TP, PP, DP and embedding groups' only
 };
@@ -184,6 +188,10 @@ class Engine final : public StepEngine {
   float mean_loss(float last_stage_loss);  // a collective over the world
   // MoE: every rank's routing counts summed into the step's stats (a collective over the world).
   void gather_routing(StepStats& stats, const model::MoeCounts& mine);
+  // EP: the step's exchange bytes by the plan/ formulas, from every EP rank's routing (each
+  // rank's kept rows per expert summed over its routed layers and micro-batches: the bytes are
+  // linear in them). A collective over the world.
+  void add_ep_plan_bytes(const model::MoeCounts& mine);
   void finalize_and_update(StepStats& stats, float lr);
   void measure_step(const parallel::PipelineStepRecord& record,
                     const std::vector<parallel::TpSpan>& tp_spans);
