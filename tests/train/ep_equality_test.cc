@@ -1,11 +1,13 @@
 // Expert parallelism (--ep) in the engine equals the runs without it: 3 steps of a small MoE
-// model (4 experts, top-2, every block routed) with ep 2 and 4 alone (dp = ep) and with DP (dp 4,
-// ep 2), each compared with (a) the serial run of the same global batch, with the load-balancing
-// loss off (its value is a per-rank statistic: each DP rank's aux is of its own tokens, as in
-// Megatron, so with it on only the same dp without EP computes the same loss), and (b) the run
-// of the same dp without EP, with the aux loss on. Compared: the loss of every step and the
-// evaluation loss after, every parameter and both AdamW moments, assembled from what each rank
-// exports for a checkpoint (each element written by exactly one rank).
+// model (4 experts, top-2, every block routed) with ep 2 and 4 alone (dp = ep), with DP (dp 4,
+// ep 2) and with a pipeline (dp 2 ep 2 pp 2), each compared with (a) the serial run of the same
+// global batch, with the load-balancing loss off (its value is a per-rank statistic: each DP rank's
+// aux is of its own tokens, as in Megatron, so with it on only the same dp without EP computes the
+// same loss), and (b) the run of the same dp without EP, with the aux loss on. Compared: the loss
+// of every step and the evaluation loss after, every parameter and both AdamW moments, assembled
+// from what each rank exports for a checkpoint (each element written by exactly one rank). Every EP
+// rank's exchange bytes equal plan::ep_dispatch_bytes / ep_combine_bytes / ep_counts_bytes of the
+// routing the run measured.
 //
 // Tolerances are layout_equality_test's, for the same reasons: an expert's weight gradient sums
 // the rows of its whole EP group in one product (then over the expert-DP group) where DP sums
@@ -90,14 +92,18 @@ Outcome run_serial(const StepConfig& c, const std::vector<data::Batch>& data) {
   return o;
 }
 
-Outcome run_engine(const StepConfig& c, int dp, int ep, const std::vector<data::Batch>& data) {
+Outcome run_engine(const StepConfig& c, int dp, int ep, const std::vector<data::Batch>& data,
+                   int pp = 1) {
   LayoutOptions o;
   o.dp = dp;
   o.ep = ep;
+  o.pp = pp;
+  o.microbatches = pp > 1 ? 2 : 1;
   const EngineConfig config = make_engine_config(c, o);
-  std::vector<checkpoint::RankState> states(static_cast<size_t>(dp));
-  std::vector<std::vector<float>> losses(static_cast<size_t>(dp));
-  comm::threads::run_ranks(dp, [&](comm::Communicator& comm) {
+  const int world = dp * pp;
+  std::vector<checkpoint::RankState> states(static_cast<size_t>(world));
+  std::vector<std::vector<float>> losses(static_cast<size_t>(world));
+  comm::threads::run_ranks(world, [&](comm::Communicator& comm) {
     Engine engine(config, comm);
     std::vector<float>& mine = losses[static_cast<size_t>(comm.rank())];
     for (const data::Batch& b : data) mine.push_back(engine.train_step(b, kLr).loss);
@@ -115,16 +121,16 @@ Outcome run_engine(const StepConfig& c, int dp, int ep, const std::vector<data::
     EXPECT_EQ(static_cast<double>(t.ep.counts.bytes_sent), t.ep_plan_counts);
     if (comm.rank() == 0) {
       std::printf(
-          "dp%d ep%d rank 0, %d steps: dispatch %lld B sent (plan %.0f), combine %lld B "
+          "dp%d ep%d pp%d rank 0, %d steps: dispatch %lld B sent (plan %.0f), combine %lld B "
           "(plan %.0f), counts %lld B (plan %.0f)\n",
-          dp, ep, kSteps, static_cast<long long>(t.ep.dispatch_forward.bytes_sent),
+          dp, ep, pp, kSteps, static_cast<long long>(t.ep.dispatch_forward.bytes_sent),
           t.ep_plan_dispatch, static_cast<long long>(t.ep.combine_forward.bytes_sent),
           t.ep_plan_combine, static_cast<long long>(t.ep.counts.bytes_sent), t.ep_plan_counts);
     }
   });
   Outcome out = empty_outcome(c.model);
   out.losses = losses[0];
-  for (int r = 1; r < dp; ++r) {
+  for (int r = 1; r < world; ++r) {
     EXPECT_EQ(losses[static_cast<size_t>(r)], out.losses) << "rank " << r << "'s losses";
   }
   for (const checkpoint::RankState& s : states) add_pieces(model::gpt_param_table(c.model), s, out);
@@ -169,17 +175,19 @@ void expect_within(const Worst& w, const std::string& what) {
 }
 
 struct Case {
-  int dp, ep;
+  int dp, ep, pp;
 };
-constexpr Case kCases[] = {{2, 2}, {4, 4}, {4, 2}};
+// ep 2 and 4 alone (dp = ep), with DP (dp 4 ep 2), and in a 2-stage pipeline (each stage's DP
+// group carved into EP groups; 2 micro-batches, 1F1B).
+constexpr Case kCases[] = {{2, 2, 1}, {4, 4, 1}, {4, 2, 1}, {2, 2, 2}};
 
 TEST(ExpertParallelEquality, EqualsTheSerialRunWithoutTheAuxLoss) {
   const StepConfig c = moe_config(0.0);
   const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
   const Outcome serial = run_serial(c, data);
   for (const Case& k : kCases) {
-    expect_within(compare(c, serial, run_engine(c, k.dp, k.ep, data)),
-                  str("dp", k.dp, " ep", k.ep, " vs serial (aux 0)"));
+    expect_within(compare(c, serial, run_engine(c, k.dp, k.ep, data, k.pp)),
+                  str("dp", k.dp, " ep", k.ep, " pp", k.pp, " vs serial (aux 0)"));
   }
 }
 
@@ -187,9 +195,9 @@ TEST(ExpertParallelEquality, EqualsTheSameDataParallelRunWithTheAuxLoss) {
   const StepConfig c = moe_config(0.01);
   const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
   for (const Case& k : kCases) {
-    const Outcome without = run_engine(c, k.dp, 1, data);
-    expect_within(compare(c, without, run_engine(c, k.dp, k.ep, data)),
-                  str("dp", k.dp, " ep", k.ep, " vs dp", k.dp, " (aux 0.01)"));
+    const Outcome without = run_engine(c, k.dp, 1, data, k.pp);
+    expect_within(compare(c, without, run_engine(c, k.dp, k.ep, data, k.pp)),
+                  str("dp", k.dp, " ep", k.ep, " pp", k.pp, " vs dp", k.dp, " (aux 0.01)"));
   }
 }
 
