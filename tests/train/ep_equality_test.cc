@@ -28,6 +28,7 @@
 #include "dtrain/core/check.h"
 #include "dtrain/train/engine.h"
 #include "dtrain/train/layout.h"
+#include "dtrain/train/layout_report.h"
 #include "e2e/equality_support.h"
 #include "reference/serial_engine.h"
 
@@ -107,8 +108,22 @@ Outcome run_engine(const StepConfig& c, int dp, int ep, const std::vector<data::
     Engine engine(config, comm);
     std::vector<float>& mine = losses[static_cast<size_t>(comm.rank())];
     for (const data::Batch& b : data) mine.push_back(engine.train_step(b, kLr).loss);
+    LayoutReport report = gather_layout_report(engine, comm, o);  // the training steps'
     mine.push_back(engine.eval_loss(data[0]));
     states[static_cast<size_t>(comm.rank())] = engine.export_state();
+    if (comm.rank() == 0) {
+      // The report's rows: model states, DP bytes (dense pieces over DP, expert pieces over the
+      // expert-DP group) and EP bytes, each equal to its plan/ figure.
+      EXPECT_EQ(report.ep, ep);
+      EXPECT_EQ(report.expert_dp, dp / ep);
+      EXPECT_EQ(report.experts_per_rank, c.model.moe.experts / ep);
+      for (const RankRow& k : report.ranks) {
+        SCOPED_TRACE(testing::Message() << "rank " << k.rank);
+        for (const StateRow& st : k.state) EXPECT_EQ(st.current_bytes, st.formula_bytes);
+        EXPECT_EQ(k.dp, k.dp_formula);
+        EXPECT_EQ(k.ep, k.ep_formula);
+      }
+    }
     if (ep == 1) return;
     // Counters = formulas: every exchange's bytes beside plan::ep_*_bytes fed with the routing
     // the EP group measured, over the training steps.

@@ -11,6 +11,7 @@
 #include "dtrain/core/bf16.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
+#include "dtrain/parallel/expert_parallel.h"
 
 namespace dtrain::parallel {
 namespace {
@@ -300,28 +301,14 @@ void DataParallel::submit_sync(int b) {
 
 void DataParallel::submit_expert_split_sync(int b) {
   const Bucket bucket = buckets_[static_cast<size_t>(b)];
-  // The bucket cut at the expert ranges' edges: (offset, count, expert) pieces in flat order.
-  struct Piece {
-    int64_t offset, count;
-    bool expert;
-  };
-  std::vector<Piece> pieces;
-  int64_t at = bucket.offset;
-  const int64_t end = bucket.offset + bucket.count;
-  for (const comm::Chunk& e : config_.expert_ranges) {
-    const int64_t lo = std::max(at, e.offset), hi = std::min(end, e.offset + e.count);
-    if (lo >= hi) continue;
-    if (lo > at) pieces.push_back({at, lo - at, false});
-    pieces.push_back({lo, hi - lo, true});
-    at = hi;
-  }
-  if (at < end) pieces.push_back({at, end - at, false});
+  const std::vector<BucketPiece> pieces =
+      split_at_experts({bucket.offset, bucket.count}, config_.expert_ranges);
   float* grads = model_.grads().data();
   comm::Communicator* expert_dp = expert_dp_.get();
   const comm::Algorithm algo = config_.algorithm;
   const float inv_ep = 1.0f / static_cast<float>(config_.ep);
   comm_->submit("all_reduce " + bucket_name(b), [=](comm::Communicator& c) {
-    for (const Piece& p : pieces) {
+    for (const BucketPiece& p : pieces) {
       float* g = grads + p.offset;
       if (!p.expert) {
         comm::all_reduce<float>(c, g, p.count, comm::ReduceOp::avg, algo);

@@ -2,6 +2,8 @@
 // groups' members.
 #include "dtrain/parallel/expert_parallel.h"
 
+#include <algorithm>
+
 #include "dtrain/comm/all_to_all.h"
 #include "dtrain/core/check.h"
 
@@ -19,6 +21,22 @@ std::vector<int> expert_dp_group_members(int dp, int ep, int dp_rank) {
   std::vector<int> out;
   for (int r = dp_rank % ep; r < dp; r += ep) out.push_back(r);
   return out;
+}
+
+std::vector<BucketPiece> split_at_experts(comm::Chunk bucket,
+                                          std::span<const comm::Chunk> expert_ranges) {
+  std::vector<BucketPiece> pieces;
+  int64_t at = bucket.offset;
+  const int64_t end = bucket.offset + bucket.count;
+  for (const comm::Chunk& e : expert_ranges) {
+    const int64_t lo = std::max(at, e.offset), hi = std::min(end, e.offset + e.count);
+    if (lo >= hi) continue;
+    if (lo > at) pieces.push_back({at, lo - at, false});
+    pieces.push_back({lo, hi - lo, true});
+    at = hi;
+  }
+  if (at < end) pieces.push_back({at, end - at, false});
+  return pieces;
 }
 
 comm::Traffic EpCounters::total() const {

@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "dtrain/comm/chunks.h"
 #include "dtrain/comm/communicator.h"
 #include "dtrain/model/ep_hooks.h"
 
@@ -20,6 +21,16 @@ namespace dtrain::parallel {
 // The DP ranks (indices into the DP group) of dp_rank's EP group and of its expert-DP group.
 std::vector<int> ep_group_members(int dp, int ep, int dp_rank);
 std::vector<int> expert_dp_group_members(int dp, int ep, int dp_rank);
+
+// A gradient bucket [offset, offset + count) cut at the edges of the expert tensors' flat ranges
+// (ascending): its pieces in flat order, each dense (averaged over DP) or expert (over the
+// expert-DP group). DataParallel syncs these pieces; the report's DP formula prices them.
+struct BucketPiece {
+  int64_t offset = 0, count = 0;
+  bool expert = false;
+};
+std::vector<BucketPiece> split_at_experts(comm::Chunk bucket,
+                                          std::span<const comm::Chunk> expert_ranges);
 
 // Bytes (and calls) of each exchange site on this rank, summed over the calls.
 struct EpCounters {

@@ -9,6 +9,7 @@
 #include "dtrain/core/bf16.h"
 #include "dtrain/core/check.h"
 #include "dtrain/model/gpt_stage.h"
+#include "dtrain/model/moe_dispatch.h"
 #include "dtrain/model/param_table.h"
 #include "dtrain/model/tp_shard.h"
 #include "dtrain/parallel/pipeline_checker.h"
@@ -364,6 +365,32 @@ RankRow measure_rank(const Engine& e) {
   r.dp_formula = static_cast<double>(
       plan::stage_dp_bytes_sent(exact, dp_grad_wire_bytes(c), dp_param_wire_bytes(c), dp_algo,
                                 e.data_parallel().direct_slot_bytes()));
+  if (c.ep > 1) {
+    // EP (ZeRO 0): each bucket's dense pieces all-reduced over DP, its expert pieces over the
+    // expert-DP group (ring), each piece one all-reduce.
+    std::vector<comm::Chunk> expert_ranges;
+    for (const model::ParamTensor& tensor : model.param_table().tensors()) {
+      if (model::is_expert_tensor(tensor.name)) {
+        expert_ranges.push_back({tensor.offset, tensor.count});
+      }
+    }
+    plan::StageDataParallelRank dense = exact, experts = exact;
+    dense.buckets.clear();
+    experts.buckets.clear();
+    dense.deferred_bucket = experts.deferred_bucket = -1;
+    experts.ranks = c.dp / c.ep;
+    experts.rank = me.dp / c.ep;
+    for (const comm::Chunk& bucket : exact.buckets) {
+      for (const parallel::BucketPiece& p : parallel::split_at_experts(bucket, expert_ranges)) {
+        (p.expert ? experts : dense).buckets.push_back({p.offset, p.count});
+      }
+    }
+    r.dp_formula = static_cast<double>(
+        plan::stage_dp_bytes_sent(dense, dp_grad_wire_bytes(c), dp_param_wire_bytes(c), dp_algo,
+                                  e.data_parallel().direct_slot_bytes()) +
+        plan::stage_dp_bytes_sent(experts, dp_grad_wire_bytes(c), dp_param_wire_bytes(c),
+                                  comm::Algorithm::ring));
+  }
   if (e.has_embedding_group()) {
     const model::ParamTable& table = model.param_table();
     const double wte_bytes =
