@@ -3,8 +3,9 @@
 # E=4, k=2). A dp 4 ep 2 run reports EP 2, expert-DP 2 and 2 experts per rank, and every rank's
 # all-to-all and DP bytes equal plan/'s figures in the JSON; its losses equal the same run
 # without EP to 1e-5; a checkpoint saved under EP resumes without EP (and one saved without EP
-# resumes under EP) ending where the uninterrupted run ends; bad --ep values are refused naming
-# the flag.
+# resumes under EP) ending where the uninterrupted run ends; a model whose replicated experts
+# exceed --max-rank-memory is refused and trains with --ep 2 (and --ep 2 --pp 2 under a cap
+# --pp 2 alone exceeds); bad --ep values are refused naming the flag.
 # Usage: ep_train.sh path/to/dtrain
 source "$(dirname "$0")/lib/expect.bash"
 tmp=$(mktemp -d)
@@ -56,6 +57,17 @@ echo -n "saved at --ep 2, resumed at --dp 2: " && losses_close "$tmp/r1.json" "$
   > "$tmp/r2.json" 2> /dev/null || fail "resume of a dense-layout checkpoint under EP exited $?"
 echo -n "saved at --dp 2, resumed at --ep 2: " && losses_close "$tmp/r2.json" "$tmp/full.json" ||
   fail "non-EP -> EP resume"
+
+# A run that only fits because of EP: 16 experts of C=64 on 2 blocks replicated need 17.4 MiB a
+# rank by the plan/ formulas (8.8 MiB with --pp 2); with --ep 2 each rank holds 8 of them.
+big=(train --layers 2 --channels 64 --heads 4 --context 16 --batch 4 --eval-every 0 --experts 16
+  --top-k 2 --steps 2 --dp 2)
+expect_error '--max-rank-memory 12.0 MiB: a rank of pipeline stage 0 needs' "${big[@]}" \
+  --max-rank-memory 12MiB
+expect_output 'at end' "${big[@]}" --ep 2 --max-rank-memory 12MiB
+expect_error '--max-rank-memory 6.0 MiB: a rank of pipeline stage 0 needs' "${big[@]}" --pp 2 \
+  --microbatches 2 --max-rank-memory 6MiB
+expect_output 'at end' "${big[@]}" --ep 2 --pp 2 --microbatches 2 --max-rank-memory 6MiB
 
 # Bad values, each naming the flag.
 expect_error '--ep 3 does not divide --dp 4' "${moe[@]}" --dp 4 --ep 3 --steps 1

@@ -532,8 +532,10 @@ StageParamCounts stage_param_counts(const parallel::StageUnits& units, int64_t t
 StageParamCounts stage_param_counts(const EngineConfig& c, int stage) {
   model::GptConfig one_block = c.step.model;
   one_block.layers = 1;
-  const model::ParamTable t =
-      model::tp_local_table(model::gpt_param_table(one_block), one_block, c.tp);
+  // EP: the rank holds E/ep experts of each routed block.
+  const model::ParamTable t = model::ep_local_table(
+      model::tp_local_table(model::gpt_param_table(one_block), one_block, c.tp), one_block.moe,
+      c.ep);
   const auto count = [&](int index) { return t[static_cast<size_t>(index)].count; };
   int64_t block = 0;
   for (int k = 0; k < model::kLayerParamCount; ++k) {
