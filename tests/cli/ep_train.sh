@@ -5,13 +5,14 @@
 # without EP to 1e-5; a checkpoint saved under EP resumes without EP (and one saved without EP
 # resumes under EP) ending where the uninterrupted run ends; a model whose replicated experts
 # exceed --max-rank-memory is refused and trains with --ep 2 (and --ep 2 --pp 2 under a cap
-# --pp 2 alone exceeds); bad --ep values are refused naming the flag.
+# --pp 2 alone exceeds); under mpirun two EP layouts give the threads backend's losses bit for
+# bit; bad --ep values are refused naming the flag.
 # Usage: ep_train.sh path/to/dtrain
 source "$(dirname "$0")/lib/expect.bash"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-moe=(train --layers 2 --channels 32 --heads 4 --context 16 --batch 4 --eval-every 0 --experts 4
-  --top-k 2)
+moe=(train --layers 2 --channels 32 --heads 4 --context 16 --eval-every 0 --experts 4 --top-k 2)
+m4=("${moe[@]}" --batch 4)
 
 # losses_close A.json B.json: the train losses of two runs agree to 1e-5; prints the max diff.
 losses_close() {
@@ -26,7 +27,7 @@ assert d <= 1e-5, (a, b)
 PY
 }
 
-"$DTRAIN" "${moe[@]}" --dp 4 --ep 2 --steps 6 --json > "$tmp/ep.json" 2> /dev/null ||
+"$DTRAIN" "${m4[@]}" --dp 4 --ep 2 --steps 6 --json > "$tmp/ep.json" 2> /dev/null ||
   fail "--dp 4 --ep 2 exited $?"
 python3 - "$tmp/ep.json" <<'PY' || fail "EP report"
 import json, sys
@@ -39,21 +40,21 @@ for r in l["ranks"]:
 print("ep 2 of dp 4: EP bytes/step per rank", [r["bytes_per_step"]["ep"] for r in l["ranks"]],
       "= plan; DP bytes = plan")
 PY
-expect_output 'EP\(2\) expert-DP\(2\) 2 experts/rank' "${moe[@]}" --dp 4 --ep 2 --steps 2
-"$DTRAIN" "${moe[@]}" --dp 4 --steps 6 --json > "$tmp/dp.json" 2> /dev/null || fail "--dp 4 exited"
+expect_output 'EP\(2\) expert-DP\(2\) 2 experts/rank' "${m4[@]}" --dp 4 --ep 2 --steps 2
+"$DTRAIN" "${m4[@]}" --dp 4 --steps 6 --json > "$tmp/dp.json" 2> /dev/null || fail "--dp 4 exited"
 echo -n "dp 4 ep 2 vs dp 4: " && losses_close "$tmp/ep.json" "$tmp/dp.json" || fail "EP losses"
 
 # Checkpoints reshard between EP and non-EP layouts.
-"$DTRAIN" "${moe[@]}" --dp 2 --ep 2 --steps 6 --save "$tmp/a" --save-every 3 > /dev/null 2>&1 ||
+"$DTRAIN" "${m4[@]}" --dp 2 --ep 2 --steps 6 --save "$tmp/a" --save-every 3 > /dev/null 2>&1 ||
   fail "--save under --ep exited $?"
-"$DTRAIN" "${moe[@]}" --dp 2 --steps 6 --resume "$tmp/a/step-00000003" --json > "$tmp/r1.json" \
+"$DTRAIN" "${m4[@]}" --dp 2 --steps 6 --resume "$tmp/a/step-00000003" --json > "$tmp/r1.json" \
   2> /dev/null || fail "resume of an EP checkpoint without EP exited $?"
-"$DTRAIN" "${moe[@]}" --dp 2 --steps 6 --json > "$tmp/full.json" 2> /dev/null || fail "dp 2 run"
+"$DTRAIN" "${m4[@]}" --dp 2 --steps 6 --json > "$tmp/full.json" 2> /dev/null || fail "dp 2 run"
 echo -n "saved at --ep 2, resumed at --dp 2: " && losses_close "$tmp/r1.json" "$tmp/full.json" ||
   fail "EP -> non-EP resume"
-"$DTRAIN" "${moe[@]}" --dp 2 --steps 6 --save "$tmp/b" --save-every 3 > /dev/null 2>&1 ||
+"$DTRAIN" "${m4[@]}" --dp 2 --steps 6 --save "$tmp/b" --save-every 3 > /dev/null 2>&1 ||
   fail "--save without EP exited $?"
-"$DTRAIN" "${moe[@]}" --dp 2 --ep 2 --steps 6 --resume "$tmp/b/step-00000003" --json \
+"$DTRAIN" "${m4[@]}" --dp 2 --ep 2 --steps 6 --resume "$tmp/b/step-00000003" --json \
   > "$tmp/r2.json" 2> /dev/null || fail "resume of a dense-layout checkpoint under EP exited $?"
 echo -n "saved at --dp 2, resumed at --ep 2: " && losses_close "$tmp/r2.json" "$tmp/full.json" ||
   fail "non-EP -> EP resume"
@@ -69,15 +70,34 @@ expect_error '--max-rank-memory 6.0 MiB: a rank of pipeline stage 0 needs' "${bi
   --microbatches 2 --max-rank-memory 6MiB
 expect_output 'at end' "${big[@]}" --ep 2 --pp 2 --microbatches 2 --max-rank-memory 6MiB
 
+# Under mpirun the same layouts give the threads backend's losses bit for bit (the same
+# algorithms in the same order: pairwise all-to-alls, the DP syncs).
+if command -v mpirun > /dev/null; then
+  run=("${moe[@]}" --batch 8 --steps 3 --json)
+  for layout in "--dp 4 --ep 2" "--dp 2 --ep 2 --pp 2 --microbatches 2"; do
+    # shellcheck disable=SC2086
+    threads=$("$DTRAIN" "${run[@]}" $layout 2> /dev/null | tr -d ' \n' |
+      grep -o '"train_losses":\[[^]]*\]')
+    # shellcheck disable=SC2086
+    mpi=$(mpirun --allow-run-as-root --oversubscribe -np 4 "$DTRAIN" "${run[@]}" $layout \
+      --backend mpi 2> /dev/null | tr -d ' \n' | grep -o '"train_losses":\[[^]]*\]')
+    if [ -n "$threads" ] && [ "$threads" = "$mpi" ]; then
+      echo "ok: $layout: mpirun -np 4 --backend mpi losses == threads: $mpi"
+    else
+      fail "$layout: threads $threads, mpi $mpi"
+    fi
+  done
+fi
+
 # Bad values, each naming the flag.
-expect_error '--ep 3 does not divide --dp 4' "${moe[@]}" --dp 4 --ep 3 --steps 1
+expect_error '--ep 3 does not divide --dp 4' "${m4[@]}" --dp 4 --ep 3 --steps 1
 expect_error '--ep 4 does not divide --experts 6' train --layers 2 --channels 32 --heads 4 \
   --context 16 --batch 4 --experts 6 --top-k 2 --dp 4 --ep 4 --steps 1
 expect_error '--ep 2 needs a mixture-of-experts model' train --layers 2 --channels 32 --heads 4 \
   --context 16 --batch 4 --dp 2 --ep 2 --steps 1
 expect_error '--ep must be at least 1' "${moe[@]}" --ep 0 --steps 1
-expect_error '--ep 2 with --zero 1 is not supported yet' "${moe[@]}" --dp 2 --ep 2 --zero 1 \
+expect_error '--ep 2 with --zero 1 is not supported yet' "${m4[@]}" --dp 2 --ep 2 --zero 1 \
   --steps 1
 expect_error '--ep 2 with --dp-all-reduce hierarchical or --grad-reduce bf16 is not supported' \
-  "${moe[@]}" --dp 2 --ep 2 --grad-reduce bf16 --steps 1
+  "${m4[@]}" --dp 2 --ep 2 --grad-reduce bf16 --steps 1
 finish
