@@ -89,6 +89,19 @@ if command -v mpirun > /dev/null; then
   done
 fi
 
+# bench ep (a build with benchmarks): the EP step holds less memory per rank and moves bytes.
+if "$DTRAIN" bench ep --help > /dev/null 2>&1; then
+  "$DTRAIN" bench ep --channels 32 --warmup 0 --steps 1 --rounds 1 --json > "$tmp/bench.json" \
+    2> /dev/null || fail "bench ep exited $?"
+  python3 - "$tmp/bench.json" <<'PY' || fail "bench ep figures"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert 0 < j["memory_ratio"] < 1 and j["time_ratio"] > 0, j
+assert j["expert_parallel"]["ep_bytes_per_step"] > 0 == j["replicated"]["ep_bytes_per_step"], j
+print(f"ok: bench ep: memory ratio {j['memory_ratio']:.3f}, time ratio {j['time_ratio']:.3f}")
+PY
+fi
+
 # Bad values, each naming the flag.
 expect_error '--ep 3 does not divide --dp 4' "${m4[@]}" --dp 4 --ep 3 --steps 1
 expect_error '--ep 4 does not divide --experts 6' train --layers 2 --channels 32 --heads 4 \
