@@ -2,11 +2,12 @@
 # `dtrain train --ep N`: expert parallelism carved from --dp on a tiny MoE model (L2 C32 NH4 T16,
 # E=4, k=2). A dp 4 ep 2 run reports EP 2, expert-DP 2 and 2 experts per rank, and every rank's
 # all-to-all and DP bytes equal plan/'s figures in the JSON; its losses equal the same run
-# without EP to 1e-5; a checkpoint saved under EP resumes without EP (and one saved without EP
-# resumes under EP) ending where the uninterrupted run ends; a model whose replicated experts
-# exceed --max-rank-memory is refused and trains with --ep 2 (and --ep 2 --pp 2 under a cap
-# --pp 2 alone exceeds); under mpirun two EP layouts give the threads backend's losses bit for
-# bit; bad --ep values are refused naming the flag.
+# without EP to 1e-5; --trace puts the exchanges on each rank's communication track; a
+# checkpoint saved under EP resumes without EP (and one saved without EP resumes under EP)
+# ending where the uninterrupted run ends; a model whose replicated experts exceed
+# --max-rank-memory is refused and trains with --ep 2 (and --ep 2 --pp 2 under a cap --pp 2
+# alone exceeds); under mpirun two EP layouts give the threads backend's losses bit for bit;
+# bench ep runs; bad --ep values are refused naming the flag.
 # Usage: ep_train.sh path/to/dtrain
 source "$(dirname "$0")/lib/expect.bash"
 tmp=$(mktemp -d)
@@ -43,6 +44,22 @@ PY
 expect_output 'EP\(2\) expert-DP\(2\) 2 experts/rank' "${m4[@]}" --dp 4 --ep 2 --steps 2
 "$DTRAIN" "${m4[@]}" --dp 4 --steps 6 --json > "$tmp/dp.json" 2> /dev/null || fail "--dp 4 exited"
 echo -n "dp 4 ep 2 vs dp 4: " && losses_close "$tmp/ep.json" "$tmp/dp.json" || fail "EP losses"
+
+# --trace: each rank's dispatch and combine (forward and backward) and row-count exchanges on its
+# communication track (tid 3r+1): 5 per routed block of the last step.
+"$DTRAIN" "${m4[@]}" --dp 2 --ep 2 --steps 2 --trace "$tmp/trace.json" > /dev/null 2>&1 ||
+  fail "--trace under --ep exited $?"
+python3 - "$tmp/trace.json" <<'PY' || fail "EP spans in the trace"
+import json, sys
+t = json.load(open(sys.argv[1]))
+ev = t["traceEvents"] if isinstance(t, dict) else t
+ep = [e for e in ev if "EP" in str(e.get("name"))]
+for r in (0, 1):
+    mine = [e for e in ep if e.get("tid") == 3 * r + 1]
+    assert len(mine) == 10, (r, len(mine))
+print("ok: trace: 10 EP exchanges per rank on the communication track:",
+      sorted({e["name"] for e in ep}))
+PY
 
 # Checkpoints reshard between EP and non-EP layouts.
 "$DTRAIN" "${m4[@]}" --dp 2 --ep 2 --steps 6 --save "$tmp/a" --save-every 3 > /dev/null 2>&1 ||

@@ -6,6 +6,7 @@
 
 #include "dtrain/comm/all_to_all.h"
 #include "dtrain/core/check.h"
+#include "dtrain/core/timer.h"
 
 namespace dtrain::parallel {
 
@@ -64,9 +65,32 @@ comm::Traffic& ExpertParallelGroup::counter_of(Site site) {
   return counters_.counts;
 }
 
+namespace {
+
+const char* label_of(model::ExpertParallelHooks::Site site) {
+  using Site = model::ExpertParallelHooks::Site;
+  switch (site) {
+    case Site::counts:
+      return "all_to_all EP row counts";
+    case Site::dispatch_forward:
+      return "all_to_all_v EP dispatch";
+    case Site::combine_forward:
+      return "all_to_all_v EP combine";
+    case Site::combine_backward:
+      return "all_to_all_v EP combine (backward)";
+    case Site::dispatch_backward:
+      return "all_to_all_v EP dispatch (backward)";
+  }
+  return "all_to_all EP";
+}
+
+}  // namespace
+
 void ExpertParallelGroup::exchange_counts(int64_t* recv, const int64_t* send, int64_t per_rank) {
+  const double start = spans_ != nullptr ? now_us() : 0;
   counter_of(Site::counts) +=
       comm::all_to_all<int64_t>(comm_, send, recv, per_rank, comm::Algorithm::pairwise);
+  if (spans_ != nullptr) spans_->push_back({label_of(Site::counts), start, now_us()});
 }
 
 void ExpertParallelGroup::exchange_rows(float* recv, std::span<const int64_t> recv_rows,
@@ -83,8 +107,10 @@ void ExpertParallelGroup::exchange_rows(float* recv, std::span<const int64_t> re
     s += sc;
     r += rc;
   }
+  const double start = spans_ != nullptr ? now_us() : 0;
   counter_of(site) += comm::all_to_all_v<float>(comm_, send, send_parts, recv, recv_parts,
                                                 comm::Algorithm::pairwise);
+  if (spans_ != nullptr) spans_->push_back({label_of(site), start, now_us()});
 }
 
 }  // namespace dtrain::parallel

@@ -15,6 +15,7 @@
 #include "dtrain/comm/chunks.h"
 #include "dtrain/comm/communicator.h"
 #include "dtrain/model/ep_hooks.h"
+#include "dtrain/parallel/tensor_parallel.h"
 
 namespace dtrain::parallel {
 
@@ -47,11 +48,15 @@ class ExpertParallelGroup final : public model::ExpertParallelHooks {
   void exchange_rows(float* recv, std::span<const int64_t> recv_rows, const float* send,
                      std::span<const int64_t> send_rows, int64_t row_elems, Site site) override;
   const EpCounters& counters() const { return counters_; }
+  // While set, every exchange is appended there (for traces: dispatch and combine on the
+  // compute thread's communication track); null stops recording.
+  void record_spans(std::vector<TpSpan>* spans) { spans_ = spans; }
 
  private:
   comm::Traffic& counter_of(Site site);
   comm::Communicator& comm_;
   EpCounters counters_;
+  std::vector<TpSpan>* spans_ = nullptr;
 };
 
 }  // namespace dtrain::parallel

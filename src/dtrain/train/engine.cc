@@ -249,8 +249,10 @@ StepStats Engine::train_step(const data::Batch& batch, float lr) {
   const parallel::EpCounters ep_start =
       ep_hooks_ != nullptr ? ep_hooks_->counters() : parallel::EpCounters{};
   // Every step's TP collectives are timed: the clock's TP phase (and, kept, the trace's spans).
-  std::vector<parallel::TpSpan> tp_spans;
+  std::vector<parallel::TpSpan> tp_spans, ep_spans;
   hooks_->record_spans(&tp_spans);
+  // EP's exchanges go to the trace only (the clock counts them inside forward and backward).
+  if (ep_hooks_ != nullptr && config_.record_collectives) ep_hooks_->record_spans(&ep_spans);
   (void)dp_->take_events();  // drop what evaluations between steps recorded
   (void)dp_->take_waits();
 
@@ -273,9 +275,12 @@ StepStats Engine::train_step(const data::Batch& batch, float lr) {
   if (ep_hooks_ != nullptr) add_ep_plan_bytes(record.moe);
   finalize_and_update(stats, lr);
   hooks_->record_spans(nullptr);
-  for (const parallel::TpSpan& s : tp_spans) {
-    if (!config_.record_collectives) break;
-    last_.collectives.push_back({s.what, trace::SpanKind::collective, s.start_us, s.end_us});
+  if (ep_hooks_ != nullptr) ep_hooks_->record_spans(nullptr);
+  for (const std::vector<parallel::TpSpan>* spans : {&tp_spans, &ep_spans}) {
+    for (const parallel::TpSpan& s : *spans) {
+      if (!config_.record_collectives) break;
+      last_.collectives.push_back({s.what, trace::SpanKind::collective, s.start_us, s.end_us});
+    }
   }
 
   const EngineTraffic end = snapshot();
