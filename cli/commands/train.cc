@@ -260,6 +260,10 @@ void add_train(CLI::App& app) {
   cmd->add_option("--dp", l.dp,
                   "Data-parallel ranks; each takes --batch / N sequences of every step")
       ->capture_default_str();
+  cmd->add_option("--ep", l.ep,
+                  "Expert-parallel ranks, carved from --dp: each holds --experts / N experts "
+                  "and the routed rows travel to them by all-to-all")
+      ->capture_default_str();
   cmd->add_option("--zero", l.zero_stage,
                   "ZeRO stage over the DP ranks: 0 plain DP, 1 optimizer state, 2 + gradients, "
                   "3 + parameters sharded (with any --tp and --pp)")

@@ -391,6 +391,15 @@ std::string manifest_to_json(const Manifest& m) {
         {"batches_drawn", p.sampler.batches_drawn}}},
       {"files", files},
       {"tensors", tensors}};
+  if (m.model.moe.enabled()) {
+    // The MoE shape (its tensors) and routing settings; absent for a dense model.
+    const model::MoeConfig& e = m.model.moe;
+    out["model"]["moe"] = {{"experts", e.experts},
+                           {"top_k", e.top_k},
+                           {"every", e.every},
+                           {"capacity_factor", e.capacity_factor},
+                           {"aux_loss_coef", e.aux_loss_coef}};
+  }
   if (m.run) out["run"] = run_record_to_json(*m.run);
   return out.dump(1) + "\n";
 }
@@ -418,6 +427,18 @@ Manifest parse_manifest(std::string_view text, std::string_view source) {
   m.model.channels = get_int(model, "channels", "model", source, 1, 1 << 16);
   DTRAIN_CHECK(m.model.channels % m.model.heads == 0, source, ": model.heads ", m.model.heads,
                " does not divide model.channels ", m.model.channels);
+  if (model.contains("moe")) {
+    const json& e = field(model, "moe", "model", source);
+    m.model.moe.experts = get_int(e, "experts", "model.moe", source, 1, 1 << 20);
+    m.model.moe.top_k = get_int(e, "top_k", "model.moe", source, 1, m.model.moe.experts);
+    m.model.moe.every = get_int(e, "every", "model.moe", source, 1, m.model.layers);
+    for (const char* key : {"capacity_factor", "aux_loss_coef"}) {
+      DTRAIN_CHECK(e.contains(key) && e[key].is_number() && e[key].get<double>() >= 0, source,
+                   ": model.moe.", key, " must be a non-negative number");
+    }
+    m.model.moe.capacity_factor = e["capacity_factor"].get<double>();
+    m.model.moe.aux_loss_coef = e["aux_loss_coef"].get<double>();
+  }
   const json& layout = field(doc, "layout", "manifest", source);
   m.layout.dp = static_cast<int>(get_int(layout, "dp", "layout", source, 1, 1 << 20));
   m.layout.tp = static_cast<int>(get_int(layout, "tp", "layout", source, 1, 1 << 20));

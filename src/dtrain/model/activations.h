@@ -15,6 +15,7 @@
 #include "dtrain/core/recompute.h"
 #include "dtrain/model/gpt_config.h"
 #include "dtrain/model/gpt_stage.h"
+#include "dtrain/model/moe_dispatch.h"
 #include "dtrain/model/ops/moe.h"
 
 namespace dtrain::model {
@@ -73,7 +74,8 @@ struct HeadActivations {
 // block's fc and fc_gelu, which an MoE block leaves unused, still are).
 struct MoeLayerState {
   MoeRouting routing;
-  MoeExpertCache cache;
+  MoeExpertCache cache;  // under EP: this rank's experts' received rows (moe_dispatch.h)
+  MoeEpState ep;
 };
 
 class GptActivations {

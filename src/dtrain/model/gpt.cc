@@ -9,6 +9,7 @@
 
 #include "dtrain/core/check.h"
 #include "dtrain/core/rng.h"
+#include "dtrain/model/moe_dispatch.h"
 #include "dtrain/model/ops/attention.h"
 #include "dtrain/model/ops/crossentropy.h"
 #include "dtrain/model/ops/encoder.h"
@@ -73,17 +74,20 @@ void matmul_backward_or_keep(float* dinp, float* dweight, float* dbias, const fl
 }  // namespace
 
 GptModel::GptModel(const GptConfig& config, MemoryTracker* tracker, TensorParallelHooks* tp,
-                   ThreadTeam* team, Recompute recompute)
-    : GptModel(config, whole_model(config), tracker, tp, team, recompute) {}
+                   ThreadTeam* team, Recompute recompute, ExpertParallelHooks* ep)
+    : GptModel(config, whole_model(config), tracker, tp, team, recompute, ep) {}
 
 GptModel::GptModel(const GptConfig& config, const GptStage& stage, MemoryTracker* tracker,
-                   TensorParallelHooks* tp, ThreadTeam* team, Recompute recompute)
+                   TensorParallelHooks* tp, ThreadTeam* team, Recompute recompute,
+                   ExpertParallelHooks* ep)
     : config_(config),
       recompute_(recompute),
-      table_(tp_local_table(gpt_stage_param_table(config, stage), config,
-                            tp != nullptr ? tp->size() : 1)),
+      table_(ep_local_table(tp_local_table(gpt_stage_param_table(config, stage), config,
+                                           tp != nullptr ? tp->size() : 1),
+                            config.moe, ep != nullptr ? ep->size() : 1)),
       tracker_(tracker),
       tp_(tp != nullptr ? tp : &serial_tp_),
+      ep_(ep != nullptr ? ep : &serial_ep_),
       params_(table_.total_count(), MemoryTag::params, tracker),
       grads_(table_.total_count(), MemoryTag::grads, tracker),
       stage_(stage) {
@@ -219,13 +223,16 @@ void GptModel::init_params(uint64_t seed) {
   }
   // TP: a sharded tensor is drawn whole (its serial shape) and sliced.
   const int tp = tp_->size();
-  const ParamTable serial = tp > 1 ? gpt_stage_param_table(config_, stage_) : ParamTable{};
+  const ParamTable serial =
+      tp > 1 || ep_->size() > 1 ? gpt_stage_param_table(config_, stage_) : ParamTable{};
   std::vector<float> whole;
   for (size_t i = 0; i < table_.size(); ++i) {
     const ParamTensor& t = table_[i];
     Rng rng(whole_index_.empty() ? seeder.next_u64()
                                  : stage_seeds[static_cast<size_t>(whole_index_[i])]);
-    const bool sharded = tp > 1 && tp_split_of(t.name) != TpSplit::replicated;
+    // EP: a stacked expert tensor is drawn whole too and the rank keeps its experts' rows.
+    const bool expert_cut = ep_->size() > 1 && is_expert_tensor(t.name);
+    const bool sharded = (tp > 1 && tp_split_of(t.name) != TpSplit::replicated) || expert_cut;
     if (sharded) whole.assign(static_cast<size_t>(serial[i].count), 0.0f);
     std::span<float> p = sharded ? std::span<float>(whole) : param(static_cast<int>(i));
     const bool is_bias = t.name.ends_with(".b");
@@ -241,7 +248,10 @@ void GptModel::init_params(uint64_t seed) {
       const double stddev = residual ? std_residual : std_base;
       for (float& x : p) x = static_cast<float>(stddev * rng.normal());
     }
-    if (sharded) {
+    if (expert_cut) {
+      const int64_t count = t.count, first = count * ep_->rank();
+      std::copy_n(whole.begin() + first, count, param(static_cast<int>(i)).begin());
+    } else if (sharded) {
       const std::vector<float> slice = tp_slice(serial[i], whole, config_, tp, tp_->rank());
       std::copy(slice.begin(), slice.end(), param(static_cast<int>(i)).begin());
     }
@@ -761,6 +771,11 @@ void GptModel::moe_mlp_forward(const GptActivations& acts, int64_t l, const Laye
   // The MoE state is the activations' own (one per micro-batch in flight); forward fills it.
   MoeLayerState& s = const_cast<GptActivations&>(acts).moe_layer(l);
   moe_route(s.routing, a.ln2_out, w.moe_router_w, N, C, config_.moe, cx_);
+  if (ep_->size() > 1) {
+    moe_ep_forward(delta, s.ep, s.cache, s.routing, a.ln2_out, moe_weights(w), C, config_.moe, *ep_,
+                   cx_);
+    return;
+  }
   moe_forward(delta, s.cache, s.routing, a.ln2_out, moe_weights(w), N, C, config_.moe, cx_);
 }
 
@@ -772,6 +787,11 @@ void GptModel::moe_mlp_backward(const GptActivations& acts, int64_t l, const Lay
   const MoeLayerState& s = acts.moe_layer(l);
   const MoeGrads g{dw.moe_router_w, dw.fc_w, dw.fc_b, dw.fc_proj_w, dw.fc_proj_b};
   const double aux_scale = config_.moe.aux_loss_coef * acts.loss_scale;
+  if (ep_->size() > 1) {
+    moe_ep_backward(dln, g, dres, s.ep, s.cache, s.routing, a.ln2_out, moe_weights(w), C,
+                    config_.moe, aux_scale, *ep_, cx_);
+    return;
+  }
   moe_backward(dln, g, dres, s.cache, s.routing, a.ln2_out, moe_weights(w), N, C, config_.moe,
                aux_scale, cx_);
 }

@@ -17,6 +17,7 @@
 #include "dtrain/core/buffer.h"
 #include "dtrain/model/activations.h"
 #include "dtrain/model/cp_hooks.h"
+#include "dtrain/model/ep_hooks.h"
 #include "dtrain/model/gemm.h"
 #include "dtrain/model/gpt_config.h"
 #include "dtrain/model/gpt_stage.h"
@@ -59,8 +60,11 @@ class GptModel {
   // without). All three must outlive the model. Parameters start at zero: call init_params.
   // `recompute`: what each block keeps for its backward; the GptActivations and GptWorkspace
   // the model runs on must be built with the same mode (set_batch_shape's are).
+  // `ep` (expert parallelism, ep_hooks.h): with size() > 1 the model holds its EP rank's E/size
+  // experts of each routed layer (ep_local_table) and its routed layers exchange rows over it.
   GptModel(const GptConfig& config, MemoryTracker* tracker, TensorParallelHooks* tp = nullptr,
-           ThreadTeam* team = nullptr, Recompute recompute = Recompute::none);
+           ThreadTeam* team = nullptr, Recompute recompute = Recompute::none,
+           ExpertParallelHooks* ep = nullptr);
   // A pipeline stage's model: only `stage`'s tensors (gpt_stage_param_table: the whole
   // model's names and order), so its memory is the stage's. Run it piece by piece
   // (embedding_forward, block_forward of its blocks, head_forward, ...); the whole passes are
@@ -69,7 +73,7 @@ class GptModel {
   // the tied wte start equal.
   GptModel(const GptConfig& config, const GptStage& stage, MemoryTracker* tracker,
            TensorParallelHooks* tp = nullptr, ThreadTeam* team = nullptr,
-           Recompute recompute = Recompute::none);
+           Recompute recompute = Recompute::none, ExpertParallelHooks* ep = nullptr);
   GptModel(const GptModel&) = delete;
   GptModel& operator=(const GptModel&) = delete;
 
@@ -85,6 +89,7 @@ class GptModel {
   // model. Null: the serial hooks (CP = 1).
   void set_context_parallel(ContextParallelHooks* cp) { cp_ = cp != nullptr ? cp : &serial_cp_; }
   const ContextParallelHooks& cp() const { return *cp_; }
+  const ExpertParallelHooks& ep() const { return *ep_; }
   int64_t param_count() const { return table_.total_count(); }
   std::span<float> params() { return params_.span(); }
   std::span<const float> params() const { return params_.span(); }
@@ -228,10 +233,12 @@ class GptModel {
   ContextParallelHooks serial_cp_;
   ContextParallelHooks* cp_ = &serial_cp_;
   std::vector<float> cp_wpe_, cp_dwpe_;  // (T/N, C): position_rows' copies
-  Buffer<float> params_;                 // (param_count) tag params
-  Buffer<float> grads_;                  // (param_count) tag grads
-  GptWeights w_;                         // views into params_
-  GptWeights dw_;                        // views into grads_
+  ExpertParallelHooks serial_ep_;
+  ExpertParallelHooks* ep_;
+  Buffer<float> params_;  // (param_count) tag params
+  Buffer<float> grads_;   // (param_count) tag grads
+  GptWeights w_;          // views into params_
+  GptWeights dw_;         // views into grads_
   std::unique_ptr<GptActivations> acts_;
   std::unique_ptr<GptWorkspace> ws_;
   Compute cx_;  // the team and the GEMM counters every op gets

@@ -11,6 +11,7 @@
 #include "dtrain/core/bf16.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
+#include "dtrain/parallel/expert_parallel.h"
 
 namespace dtrain::parallel {
 namespace {
@@ -64,6 +65,16 @@ DataParallel::DataParallel(const DataParallelConfig& config, model::GptModel& mo
     work_grads_.resize(static_cast<size_t>(n));
     model.release_params();
     model.release_grads();
+  }
+  if (config.ep > 1) {
+    DTRAIN_CHECK(config.zero_stage == 0, "--ep ", config.ep, " with --zero ", config.zero_stage,
+                 " is not supported yet (expert state sharded over the expert-DP group)");
+    DTRAIN_CHECK(!config.mixed_precision, "--ep ", config.ep,
+                 " with --precision bf16 is not supported yet");
+    DTRAIN_CHECK(!config.hierarchical && !config.bf16_grad_reduce, "--ep ", config.ep,
+                 " with --dp-all-reduce hierarchical or --grad-reduce bf16 is not supported yet");
+    expert_dp_ = dp.subgroup(config.expert_dp_members, "expert-dp");
+    expert_dp_->set_memory_tracker(&tracker);
   }
   if (dp.size() == 1 && config.zero_stage == 0) return;  // nothing to average or shard
 
@@ -238,6 +249,10 @@ void DataParallel::submit_sync(int b) {
     submit_mixed_sync(b, accumulate, span);
     return;
   }
+  if (config_.zero_stage == 0 && config_.ep > 1) {
+    submit_expert_split_sync(b);
+    return;
+  }
   if (config_.zero_stage == 0) {
     float* grads = model_.grads().data() + bucket.offset;
     if (node_groups_ != nullptr) {
@@ -281,6 +296,30 @@ void DataParallel::submit_sync(int b) {
   comm_->submit("reduce_scatter " + span, [=](comm::Communicator& c) {
     reduce_scatter_to_shard(c, layout, bucket.offset, bucket.count, owned->data(), shard,
                             accumulate, *scratch, bf16_wire, algo);
+  });
+}
+
+void DataParallel::submit_expert_split_sync(int b) {
+  const Bucket bucket = buckets_[static_cast<size_t>(b)];
+  const std::vector<BucketPiece> pieces =
+      split_at_experts({bucket.offset, bucket.count}, config_.expert_ranges);
+  float* grads = model_.grads().data();
+  comm::Communicator* expert_dp = expert_dp_.get();
+  const comm::Algorithm algo = config_.algorithm;
+  const float inv_ep = 1.0f / static_cast<float>(config_.ep);
+  comm_->submit("all_reduce " + bucket_name(b), [=](comm::Communicator& c) {
+    for (const BucketPiece& p : pieces) {
+      float* g = grads + p.offset;
+      if (!p.expert) {
+        comm::all_reduce<float>(c, g, p.count, comm::ReduceOp::avg, algo);
+        continue;
+      }
+      // avg over dp/ep holders, times 1/ep: the sum over them divided by dp.
+      if (expert_dp->size() > 1) {
+        comm::all_reduce<float>(*expert_dp, g, p.count, comm::ReduceOp::avg, comm::Algorithm::ring);
+      }
+      for (int64_t i = 0; i < p.count; ++i) g[i] *= inv_ep;
+    }
   });
 }
 
@@ -446,6 +485,7 @@ comm::Traffic DataParallel::traffic() const {
     t += node_groups_->node->traffic();
     t += node_groups_->across->traffic();
   }
+  if (expert_dp_ != nullptr) t += expert_dp_->traffic();
   return t;
 }
 
@@ -453,6 +493,7 @@ comm::LinkBytes DataParallel::link_bytes() const {
   if (!active()) return {};
   comm::LinkBytes out = comm::link_bytes_sent(comm_->communicator(), config_.topology);
   if (node_groups_ != nullptr) out += node_groups_->link_bytes_sent(config_.topology);
+  if (expert_dp_ != nullptr) out += comm::link_bytes_sent(*expert_dp_, config_.topology);
   return out;
 }
 

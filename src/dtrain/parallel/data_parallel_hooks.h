@@ -72,6 +72,13 @@ struct DataParallelConfig {
   // memory: comm/algorithms/direct.cc) or automatic (direct where it can, else ring). Not the
   // hierarchical path's.
   comm::Algorithm algorithm = comm::Algorithm::ring;
+  // Expert parallelism (parallel/expert_parallel.h): the flat ranges of the stage's table that
+  // hold this rank's experts (ascending) and the DP ranks of its expert-data-parallel group. Their
+  // gradients are summed over that group and divided by the DP size (the owner's gradient already
+  // sums its EP group's tokens), the rest averaged over the whole DP group. ZeRO 0, fp32.
+  int ep = 1;
+  std::vector<comm::Chunk> expert_ranges;
+  std::vector<int> expert_dp_members;
 };
 
 // The gradient a rank holds after the syncs: `grads` is flat element `first` onwards.
@@ -159,6 +166,9 @@ class DataParallel final : public UnitHooks {
  private:
   bool active() const { return comm_ != nullptr; }
   void submit_sync(int bucket);
+  // Expert parallelism, stage 0: bucket b's dense parts averaged over DP, its expert parts
+  // summed over the expert-DP group and divided by the DP size.
+  void submit_expert_split_sync(int bucket);
   void submit_mixed_sync(int bucket, bool accumulate, const std::string& span);
   // Mixed precision, stages 0-1: adds a unit's fp32 working gradient into the bf16 gradient and
   // frees it.
@@ -196,6 +206,7 @@ class DataParallel final : public UnitHooks {
   std::unique_ptr<GatheredUnits> gathered_;  // stage 3 (runs on comm_)
   int64_t direct_slot_bytes_ = 0;
   std::unique_ptr<comm::NodeGroups> node_groups_;  // hierarchical: subgroups of comm_'s group
+  std::unique_ptr<comm::Communicator> expert_dp_;  // EP: used by the communication thread only
   // Last: destroyed first, so the thread stops before the buffers its tasks write go away.
   std::unique_ptr<CommThread> comm_;
 };

@@ -10,6 +10,7 @@
 #include "dtrain/comm/collectives.h"
 #include "dtrain/comm/rank_order.h"
 #include "dtrain/core/check.h"
+#include "dtrain/model/moe_dispatch.h"
 #include "dtrain/model/tp_shard.h"
 #include "dtrain/optim/grad_clip.h"
 
@@ -83,11 +84,14 @@ std::vector<comm::Chunk> counted_grad_ranges(const model::ParamTable& table,
   if (owner.zero_stage > 0) {
     begin = owner.zero_shard.offset;
     end = owner.zero_shard.offset + owner.zero_shard.count;
-  } else if (owner.coord.dp != 0) {
-    return {};  // a DP replica of DP rank 0's averaged gradient
   }
   std::vector<comm::Chunk> out;
   for (const model::ParamTensor& t : table.tensors()) {
+    if (owner.zero_stage == 0) {
+      // A DP replica of DP rank 0's averaged gradient (of the expert-DP group's first replica's).
+      const bool expert = owner.ep > 1 && model::is_expert_tensor(t.name);
+      if (owner.coord.dp >= (expert ? owner.ep : 1)) continue;
+    }
     if (owner.coord.tp != 0 && model::tp_split_of(t.name) == model::TpSplit::replicated) continue;
     if (owner.tied_copy && t.name == "wte") continue;
     const int64_t lo = std::max(t.offset, begin), hi = std::min(t.offset + t.count, end);

@@ -63,6 +63,9 @@ struct GradOwnership {
   int zero_stage = 0;      // 0..3
   comm::Chunk zero_shard;  // stages 1-3: the flat elements this DP rank owns (ShardLayout::owned)
   bool tied_copy = false;  // the stage holds the last stage's copy of the tied wte
+  // Expert parallelism (ZeRO 0): the expert tensors (model::is_expert_tensor) are counted by the
+  // first expert-DP replica, the DP ranks below `ep` (each its own experts), not DP rank 0 alone.
+  int ep = 1;
 };
 
 // Whether `stage` holds the copy of the tied wte that another stage counts: the head without the

@@ -163,6 +163,47 @@ MoeA2aRank combine_bytes(const MoeDispatch& d, int rank) {
   return r;
 }
 
+MoeA2aRank ep_dispatch_bytes(std::span<const std::vector<int64_t>> kept, int64_t hidden,
+                             int64_t bytes_per_element, int rank) {
+  const int ep = static_cast<int>(kept.size());
+  DTRAIN_CHECK(ep >= 1 && rank >= 0 && rank < ep, "ep_dispatch_bytes: rank ", rank, " of ", ep);
+  const int64_t experts = static_cast<int64_t>(kept[0].size());
+  DTRAIN_CHECK(experts > 0 && experts % ep == 0, "ep_dispatch_bytes: ", experts,
+               " experts over ep ", ep);
+  const int64_t local = experts / ep;
+  const double row = static_cast<double>(hidden * bytes_per_element);
+  MoeA2aRank r;
+  r.sent.assign(static_cast<size_t>(ep), 0.0);
+  r.received.assign(static_cast<size_t>(ep), 0.0);
+  for (int q = 0; q < ep; ++q) {
+    DTRAIN_CHECK(static_cast<int64_t>(kept[static_cast<size_t>(q)].size()) == experts,
+                 "ep_dispatch_bytes: rank ", q, " routed to ", kept[static_cast<size_t>(q)].size(),
+                 " experts, rank 0 to ", experts);
+    if (q == rank) continue;
+    for (int64_t j = 0; j < local; ++j) {
+      r.sent[static_cast<size_t>(q)] +=
+          row *
+          static_cast<double>(kept[static_cast<size_t>(rank)][static_cast<size_t>(q * local + j)]);
+      r.received[static_cast<size_t>(q)] +=
+          row *
+          static_cast<double>(kept[static_cast<size_t>(q)][static_cast<size_t>(rank * local + j)]);
+    }
+  }
+  return r;
+}
+
+MoeA2aRank ep_combine_bytes(std::span<const std::vector<int64_t>> kept, int64_t hidden,
+                            int64_t bytes_per_element, int rank) {
+  MoeA2aRank r = ep_dispatch_bytes(kept, hidden, bytes_per_element, rank);
+  std::swap(r.sent, r.received);
+  return r;
+}
+
+double ep_counts_bytes(int64_t experts, int ep) {
+  DTRAIN_CHECK(ep >= 1 && experts % ep == 0, "ep_counts_bytes: ", experts, " experts over ep ", ep);
+  return static_cast<double>((ep - 1) * (experts / ep) * 8);
+}
+
 int busiest_ep_rank(const MoeDispatch& d) {
   const std::vector<double> share = rank_shares(d);
   // A rank sends (1 - share_r) and receives (ep - 1) share_r of its routed bytes.

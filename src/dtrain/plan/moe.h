@@ -115,6 +115,24 @@ struct MoeDispatch {
 MoeA2aRank dispatch_bytes(const MoeDispatch& d, int rank);
 // The combine of the same routing: dispatch_bytes with sent and received swapped.
 MoeA2aRank combine_bytes(const MoeDispatch& d, int rank);
+// The exact bytes of one EP rank's exchanges in one routed layer, one micro-batch, from the
+// routing every rank of the EP group measured (what the engine's counters are set beside):
+// kept[r][e] = the rows EP rank r's tokens sent expert e (after capacity: a dropped copy moves
+// nowhere), E = kept[r].size() experts, expert e on EP rank e / (E / ep). In the dispatch rank
+// r sends kept[r][e] rows of `hidden` elements to each other rank's experts e and receives
+// kept[q][e] rows from each other rank q for its own experts e; rows for its own experts stay.
+// The combine moves the same rows back (sent and received swapped). The backward moves the
+// outputs' gradients as the dispatch (the combine's gradient) and the inputs' gradients as the
+// combine (the dispatch's gradient). Throws Error unless kept has ep rows of E entries, ep
+// dividing E.
+MoeA2aRank ep_dispatch_bytes(std::span<const std::vector<int64_t>> kept, int64_t hidden,
+                             int64_t bytes_per_element, int rank);
+MoeA2aRank ep_combine_bytes(std::span<const std::vector<int64_t>> kept, int64_t hidden,
+                            int64_t bytes_per_element, int rank);
+// Before each dispatch the ranks exchange their row counts: E / ep int64 to (and from) every
+// other rank, so (ep - 1) E / ep * 8 bytes each way per exchange.
+double ep_counts_bytes(int64_t experts, int ep);
+
 // The EP rank whose dispatch moves the most bytes (sent or received): whose all-to-all the
 // others wait for.
 int busiest_ep_rank(const MoeDispatch& d);

@@ -11,7 +11,9 @@
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
 #include "dtrain/model/bf16_gemm.h"
+#include "dtrain/model/moe_dispatch.h"
 #include "dtrain/model/tp_shard.h"
+#include "dtrain/plan/moe.h"
 #include "dtrain/train/step_update.h"
 
 namespace dtrain::train {
@@ -72,7 +74,8 @@ double tp_sent(const parallel::TpCounter& c) {
 
 // The DP configuration of this rank's stage: under a pipeline the end stages' tied wte (the
 // embeddings unit, last in backward order) waits for its sum with the other end stage.
-parallel::DataParallelConfig dp_config(const EngineConfig& c, const parallel::StageUnits& units) {
+parallel::DataParallelConfig dp_config(const EngineConfig& c, const parallel::StageUnits& units,
+                                       const model::ParamTable& table, int dp_rank) {
   parallel::DataParallelConfig d;
   d.zero_stage = c.zero_stage;
   d.bucket_bytes = c.bucket_bytes;
@@ -82,7 +85,20 @@ parallel::DataParallelConfig dp_config(const EngineConfig& c, const parallel::St
   d.mixed_precision = c.step.precision == model::Precision::bf16;
   d.topology = c.topology;
   d.deferred_unit = c.pp > 1 ? units.embeddings() : -1;
+  if (c.ep > 1) {
+    d.ep = c.ep;
+    d.expert_dp_members = parallel::expert_dp_group_members(c.dp, c.ep, dp_rank);
+    for (const model::ParamTensor& t : table.tensors()) {
+      if (model::is_expert_tensor(t.name)) d.expert_ranges.push_back({t.offset, t.count});
+    }
+  }
   return d;
+}
+
+// The EP group of this rank's DP group (null without EP).
+std::unique_ptr<comm::Communicator> ep_group(comm::Communicator& dp, const EngineConfig& c) {
+  if (c.ep == 1) return nullptr;
+  return dp.subgroup(parallel::ep_group_members(c.dp, c.ep, dp.rank()), "ep");
 }
 
 }  // namespace
@@ -96,13 +112,16 @@ Engine::Engine(const EngineConfig& config, comm::Communicator& world)
       pp_comm_(group_of(world, mesh_, Axis::pp)),
       dp_comm_(data_group_of(world, mesh_)),
       cp_comm_(group_of(world, mesh_, Axis::cp)),
+      ep_comm_(ep_group(*dp_comm_, config)),
       team_(config.step.threads),
       hooks_(std::make_unique<parallel::TensorParallelGroup>(*tp_comm_, config.sequence_parallel)),
       cp_hooks_(config.cp > 1 ? std::make_unique<parallel::ContextParallelGroup>(
                                     *cp_comm_, config.cp_algorithm, &tracker_, config.cp_split)
                               : nullptr),
+      ep_hooks_(ep_comm_ != nullptr ? std::make_unique<parallel::ExpertParallelGroup>(*ep_comm_)
+                                    : nullptr),
       model_(config.step.model, parallel::stage_of(config.partition, coord_.pp), &tracker_,
-             hooks_.get(), &team_, config.step.recompute),
+             hooks_.get(), &team_, config.step.recompute, ep_hooks_.get()),
       units_(model_.param_table(), model_.stage()),
       adamw_(0, config.step.adamw, &tracker_) {
   DTRAIN_CHECK(world.size() == mesh_.world_size(), "the mesh DP(", config.dp, ")-CP(", config.cp,
@@ -121,8 +140,9 @@ Engine::Engine(const EngineConfig& config, comm::Communicator& world)
     const int members[] = {mesh_.rank_of(first), mesh_.rank_of(last)};
     embedding_comm_ = world.subgroup(members, "embedding");
   }
-  dp_ = std::make_unique<parallel::DataParallel>(dp_config(config, units_), model_, units_,
-                                                 *dp_comm_, tracker_);
+  dp_ = std::make_unique<parallel::DataParallel>(
+      dp_config(config, units_, model_.param_table(), coord_.dp), model_, units_, *dp_comm_,
+      tracker_);
   // The moments of what this rank updates: sized once the shard is known.
   adamw_ = optim::AdamW(config.zero_stage == 0 ? model_.param_count() : dp_->layout().shard,
                         config.step.adamw, &tracker_);
@@ -136,6 +156,10 @@ Engine::~Engine() = default;
 std::string Engine::describe() const {
   std::string s = mesh_.describe(world_.rank());
   if (config_.cp > 1) s += str(" CP ", plan::name(config_.cp_algorithm));
+  if (config_.ep > 1) {
+    s += str(" EP(", config_.ep, ") expert-DP(", config_.dp / config_.ep, ") ",
+             config_.step.model.moe.experts / config_.ep, " experts/rank");
+  }
   if (config_.zero_stage > 0) s += str(" ZeRO-", config_.zero_stage);
   if (config_.sequence_parallel && config_.tp > 1) s += " SP";
   if (config_.step.recompute != Recompute::none)
@@ -175,6 +199,7 @@ parallel::GradOwnership Engine::grad_ownership() const {
   owner.zero_stage = config_.zero_stage;
   owner.zero_shard = dp_->owned();
   owner.tied_copy = config_.pp > 1 && parallel::holds_tied_copy(model_.stage());
+  owner.ep = config_.ep;
   return owner;
 }
 
@@ -211,6 +236,34 @@ void Engine::gather_routing(StepStats& stats, const model::MoeCounts& mine) {
   }
 }
 
+void Engine::add_ep_plan_bytes(const model::MoeCounts& mine) {
+  const int64_t E = config_.step.model.moe.experts;
+  const auto row = [&](int rank) { return static_cast<size_t>(rank * E); };
+  std::vector<double> v(row(world_.size()), 0.0);
+  for (size_t e = 0; e < mine.expert_tokens.size(); ++e) {
+    v[row(world_.rank()) + e] = static_cast<double>(mine.expert_tokens[e]);
+  }
+  v = comm::sum_in_rank_order(world_, std::span<const double>(v));
+  std::vector<std::vector<int64_t>> kept;
+  for (int member : parallel::ep_group_members(config_.dp, config_.ep, coord_.dp)) {
+    parallel::MeshCoord c = coord_;
+    c.dp = member;
+    const size_t first = row(mesh_.rank_of(c));
+    kept.emplace_back(v.begin() + static_cast<std::ptrdiff_t>(first),
+                      v.begin() + static_cast<std::ptrdiff_t>(first + static_cast<size_t>(E)));
+  }
+  const int64_t C = config_.step.model.channels;
+  const auto bytes = static_cast<int64_t>(sizeof(float));
+  traffic_.ep_plan_dispatch += plan::ep_dispatch_bytes(kept, C, bytes, ep_rank()).sent_total();
+  traffic_.ep_plan_combine += plan::ep_combine_bytes(kept, C, bytes, ep_rank()).sent_total();
+  int64_t routed = 0;  // routed layers of this stage: one counts exchange each per micro-batch
+  for (int64_t l = 0; l < config_.step.model.layers; ++l) {
+    if (model_.stage().has_layer(l) && model::is_moe_layer(config_.step.model.moe, l)) ++routed;
+  }
+  traffic_.ep_plan_counts +=
+      static_cast<double>(routed * config_.microbatches) * plan::ep_counts_bytes(E, config_.ep);
+}
+
 StepStats Engine::train_step(const data::Batch& batch, float lr) {
   DTRAIN_CHECK(batch.batch == config_.step.batch && batch.seq == config_.step.seq,
                "engine: batch (", batch.batch, ", ", batch.seq, ") differs from the configured (",
@@ -238,9 +291,13 @@ StepStats Engine::train_step(const data::Batch& batch, float lr) {
   const EngineTraffic start = snapshot();
   const parallel::ContextParallelCounters cp_start =
       cp_hooks_ != nullptr ? cp_hooks_->counters() : parallel::ContextParallelCounters{};
+  const parallel::EpCounters ep_start =
+      ep_hooks_ != nullptr ? ep_hooks_->counters() : parallel::EpCounters{};
   // Every step's TP collectives are timed: the clock's TP phase (and, kept, the trace's spans).
-  std::vector<parallel::TpSpan> tp_spans;
+  std::vector<parallel::TpSpan> tp_spans, ep_spans;
   hooks_->record_spans(&tp_spans);
+  // EP's exchanges go to the trace only (the clock counts them inside forward and backward).
+  if (ep_hooks_ != nullptr && config_.record_collectives) ep_hooks_->record_spans(&ep_spans);
   (void)dp_->take_events();  // drop what evaluations between steps recorded
   (void)dp_->take_waits();
 
@@ -260,11 +317,15 @@ StepStats Engine::train_step(const data::Batch& batch, float lr) {
   last_.peak_inflight_bytes = record.peak_inflight_bytes;
   stats.loss = record.loss;
   gather_routing(stats, record.moe);
+  if (ep_hooks_ != nullptr) add_ep_plan_bytes(record.moe);
   finalize_and_update(stats, lr);
   hooks_->record_spans(nullptr);
-  for (const parallel::TpSpan& s : tp_spans) {
-    if (!config_.record_collectives) break;
-    last_.collectives.push_back({s.what, trace::SpanKind::collective, s.start_us, s.end_us});
+  if (ep_hooks_ != nullptr) ep_hooks_->record_spans(nullptr);
+  for (const std::vector<parallel::TpSpan>* spans : {&tp_spans, &ep_spans}) {
+    for (const parallel::TpSpan& s : *spans) {
+      if (!config_.record_collectives) break;
+      last_.collectives.push_back({s.what, trace::SpanKind::collective, s.start_us, s.end_us});
+    }
   }
 
   const EngineTraffic end = snapshot();
@@ -276,6 +337,14 @@ StepStats Engine::train_step(const data::Batch& batch, float lr) {
   traffic_.dp += end.dp - start.dp;
   traffic_.embedding += end.embedding - start.embedding;
   traffic_.other += end.other - start.other;
+  if (ep_hooks_ != nullptr) {
+    const parallel::EpCounters& e = ep_hooks_->counters();
+    traffic_.ep.counts += e.counts - ep_start.counts;
+    traffic_.ep.dispatch_forward += e.dispatch_forward - ep_start.dispatch_forward;
+    traffic_.ep.combine_forward += e.combine_forward - ep_start.combine_forward;
+    traffic_.ep.combine_backward += e.combine_backward - ep_start.combine_backward;
+    traffic_.ep.dispatch_backward += e.dispatch_backward - ep_start.dispatch_backward;
+  }
   traffic_.links += end.links - start.links;
   traffic_.model_links += end.model_links - start.model_links;
   if (cp_hooks_ != nullptr) add_difference(cp_counters_, cp_hooks_->counters(), cp_start);
@@ -481,8 +550,13 @@ checkpoint::RankState Engine::export_state() {
     if (coord_.tp != 0 && model::tp_split_of(local.name) == model::TpSplit::replicated) continue;
     if (tied_copy && local.name == "wte") continue;
     const model::ParamTensor& whole = serial[static_cast<size_t>(serial.index_of(local.name))];
+    // EP (ZeRO 0, no TP): a rank's experts are one run of the stacked tensor, written by the
+    // first expert-DP replica (DP ranks below ep), each its own experts.
+    const bool experts = config_.ep > 1 && model::is_expert_tensor(local.name);
+    const bool writer = experts ? coord_.dp < config_.ep : dp_comm_->rank() == 0;
     const std::vector<model::FlatRange> ranges =
-        model::tp_slice_ranges(whole, g, config_.tp, coord_.tp);
+        experts ? std::vector<model::FlatRange>{{ep_rank() * local.count, local.count}}
+                : model::tp_slice_ranges(whole, g, config_.tp, coord_.tp);
     int64_t real = 0;  // the shard's elements that are serial elements (no vocabulary padding)
     for (const model::FlatRange& r : ranges) real += r.count;
     // The tensor's local elements [lo, hi) inside the held range, as positions in the tensor.
@@ -492,12 +566,12 @@ checkpoint::RankState Engine::export_state() {
     std::vector<std::pair<checkpoint::StateKind, std::span<const float>>> held_kinds;
     if (config_.zero_stage == 3 && !mixed)
       held_kinds.emplace_back(checkpoint::StateKind::param, params);
-    if (config_.zero_stage > 0 || dp_comm_->rank() == 0) {
+    if (config_.zero_stage > 0 || writer) {
       if (mixed) held_kinds.emplace_back(checkpoint::StateKind::param, params);
       held_kinds.emplace_back(checkpoint::StateKind::adam_m, adamw_.m());
       held_kinds.emplace_back(checkpoint::StateKind::adam_v, adamw_.v());
     }
-    if (!sharded_params && dp_comm_->rank() == 0) {
+    if (!sharded_params && writer) {
       checkpoint::StatePiece p{local.name, checkpoint::StateKind::param, ranges, {}};
       p.data.assign(params.begin() + local.offset, params.begin() + local.offset + real);
       s.pieces.push_back(std::move(p));
@@ -525,8 +599,16 @@ void Engine::import_state(const checkpoint::SerialState& state) {
     const model::ParamTensor& whole = state.table[static_cast<size_t>(index)];
     for (checkpoint::StateKind kind : {checkpoint::StateKind::param, checkpoint::StateKind::adam_m,
                                        checkpoint::StateKind::adam_v}) {
-      const std::vector<float> slice =
-          model::tp_slice(whole, state.tensor(whole, kind), g, config_.tp, coord_.tp);
+      std::vector<float> slice;
+      if (config_.ep > 1 && model::is_expert_tensor(local.name)) {
+        // EP: this rank's experts, one run of the stacked tensor.
+        const std::span<const float> all = state.tensor(whole, kind);
+        const auto first = static_cast<size_t>(ep_rank() * local.count);
+        slice.assign(all.begin() + static_cast<std::ptrdiff_t>(first),
+                     all.begin() + static_cast<std::ptrdiff_t>(first + local.count));
+      } else {
+        slice = model::tp_slice(whole, state.tensor(whole, kind), g, config_.tp, coord_.tp);
+      }
       DTRAIN_CHECK(static_cast<int64_t>(slice.size()) == local.count, "checkpoint: tensor ",
                    local.name, " slices to ", slice.size(), " elements, the rank holds ",
                    local.count);

@@ -43,6 +43,7 @@
 #include "dtrain/optim/adamw.h"
 #include "dtrain/parallel/context_parallel.h"
 #include "dtrain/parallel/data_parallel_hooks.h"
+#include "dtrain/parallel/expert_parallel.h"
 #include "dtrain/parallel/finalize_grads.h"
 #include "dtrain/parallel/mesh.h"
 #include "dtrain/parallel/pipeline_executor.h"
@@ -65,6 +66,8 @@ struct EngineConfig {
   int cp = 1;
   plan::CpAlgorithm cp_algorithm = plan::CpAlgorithm::ring;
   model::CpTokenSplit cp_split = model::CpTokenSplit::balanced;  // ulysses: always contiguous
+  // Expert parallelism: EP groups of ep consecutive DP ranks (parallel/expert_parallel.h).
+  int ep = 1;
   parallel::RankOrder rank_order = parallel::kDefaultRankOrder;
   int zero_stage = 0;  // 0..3 over the DP axis
   bool sequence_parallel = false;
@@ -86,15 +89,20 @@ struct EngineConfig {
 
 // Bytes this rank sent during the training steps, summed over them, per kind.
 struct EngineTraffic {
-  double tp_block = 0;          // f and g of the blocks (all-reduces, or SP's gathers/scatters)
-  double tp_vocab = 0;          // the vocabulary-parallel embedding and cross-entropy
-  double tp_regather = 0;       // SP: backward's re-gathers of the LN outputs
-  double tp_recompute = 0;      // full recompute: the forward reruns' f and g
-  double tp_norms = 0;          // SP: the LayerNorm gradients' sum over TP (finalization)
-  double pp = 0;                // activations and gradients between stages
-  double dp = 0;                // every DP collective (buckets, ZeRO gathers, parameter gathers)
-  double embedding = 0;         // the tied wte's sum between the end stages
-  double other = 0;             // the loss and norm exchange over the world
+  double tp_block = 0;      // f and g of the blocks (all-reduces, or SP's gathers/scatters)
+  double tp_vocab = 0;      // the vocabulary-parallel embedding and cross-entropy
+  double tp_regather = 0;   // SP: backward's re-gathers of the LN outputs
+  double tp_recompute = 0;  // full recompute: the forward reruns' f and g
+  double tp_norms = 0;      // SP: the LayerNorm gradients' sum over TP (finalization)
+  double pp = 0;            // activations and gradients between stages
+  double dp = 0;            // every DP collective (buckets, ZeRO gathers, parameter gathers)
+  double embedding = 0;     // the tied wte's sum between the end stages
+  double other = 0;         // the loss and norm exchange over the world
+  parallel::EpCounters ep;  // EP: the routed layers' all-to-alls by site (counts included)
+  // EP: bytes sent by the formulas for the same exchanges, fed with the routing the EP group
+  // measured (plan::ep_dispatch_bytes: dispatch forward and the combine's gradient;
+  // ep_combine_bytes: combine forward and the dispatch's gradient; ep_counts_bytes).
+  double ep_plan_counts = 0, ep_plan_dispatch = 0, ep_plan_combine = 0;
   comm::LinkBytes links;        // every communicator, by link class
   comm::LinkBytes model_links;  // the TP, PP, DP and embedding groups' only
 };
@@ -168,6 +176,8 @@ class Engine final : public StepEngine {
   const parallel::ContextParallelGroup* context_parallel() const { return cp_hooks_.get(); }
   // The CP counters of the training steps only (evaluations run forwards too), summed.
   const parallel::ContextParallelCounters& cp_counters() const { return cp_counters_; }
+  const parallel::ExpertParallelGroup& expert_parallel() const { return *ep_hooks_; }
+  int ep_rank() const { return coord_.dp % config_.ep; }
   bool has_embedding_group() const { return embedding_comm_ != nullptr; }
   int64_t steps() const { return steps_; }
   const EngineTraffic& traffic() const { return traffic_; }
@@ -191,6 +201,10 @@ class Engine final : public StepEngine {
   float mean_loss(float last_stage_loss);  // a collective over the world
   // MoE: every rank's routing counts summed into the step's stats (a collective over the world).
   void gather_routing(StepStats& stats, const model::MoeCounts& mine);
+  // EP: the step's exchange bytes by the plan/ formulas, from every EP rank's routing (each
+  // rank's kept rows per expert summed over its routed layers and micro-batches: the bytes are
+  // linear in them). A collective over the world.
+  void add_ep_plan_bytes(const model::MoeCounts& mine);
   void finalize_and_update(StepStats& stats, float lr);
   void measure_step(const parallel::PipelineStepRecord& record,
                     const std::vector<parallel::TpSpan>& tp_spans);
@@ -200,12 +214,14 @@ class Engine final : public StepEngine {
   parallel::DeviceMesh mesh_;
   parallel::MeshCoord coord_;
   // dp_comm_: the DP x CP group (the DP group without CP), which averages the gradients.
-  std::unique_ptr<comm::Communicator> tp_comm_, pp_comm_, dp_comm_, embedding_comm_, cp_comm_;
+  std::unique_ptr<comm::Communicator> tp_comm_, pp_comm_, dp_comm_, embedding_comm_, cp_comm_,
+      ep_comm_;
   MemoryTracker tracker_;  // declared before the buffers it accounts for
   model::ThreadTeam team_;
   std::unique_ptr<parallel::TensorParallelGroup> hooks_;
   std::unique_ptr<parallel::ContextParallelGroup> cp_hooks_;
   std::vector<int32_t> cp_inputs_, cp_targets_;  // my_rows' copies under CP
+  std::unique_ptr<parallel::ExpertParallelGroup> ep_hooks_;
   model::GptModel model_;
   parallel::StageUnits units_;
   std::unique_ptr<parallel::DataParallel> dp_;

@@ -96,6 +96,27 @@ EngineConfig make_engine_config(const StepConfig& step, const LayoutOptions& o) 
   }
   const int64_t seq_local = step.seq / o.cp;
 
+  // Expert parallelism, carved from DP: --ep ranks of each DP group hold the experts once.
+  DTRAIN_CHECK(o.ep >= 1, "--ep must be at least 1 (got ", o.ep, ")");
+  if (o.ep > 1) {
+    DTRAIN_CHECK(m.moe.enabled(), "--ep ", o.ep, " needs a mixture-of-experts model (--experts)");
+    DTRAIN_CHECK(o.dp % o.ep == 0, "--ep ", o.ep, " does not divide --dp ", o.dp,
+                 " (EP ranks are carved from the DP ranks)");
+    DTRAIN_CHECK(m.moe.experts % o.ep == 0, "--ep ", o.ep, " does not divide --experts ",
+                 m.moe.experts);
+    DTRAIN_CHECK(o.cp == 1, "--ep ", o.ep, " with --cp ", o.cp, " is not supported yet");
+    DTRAIN_CHECK(o.zero_stage == 0, "--ep ", o.ep, " with --zero ", o.zero_stage,
+                 " is not supported yet");
+    DTRAIN_CHECK(step.precision == model::Precision::fp32, "--ep ", o.ep,
+                 " with --precision bf16 is not supported yet");
+    DTRAIN_CHECK(o.dp_all_reduce == DpAllReduce::flat && o.grad_reduce == model::Precision::fp32,
+                 "--ep ", o.ep,
+                 " with --dp-all-reduce hierarchical or --grad-reduce bf16 is not supported yet");
+    DTRAIN_CHECK(step.recompute != Recompute::full, "--ep ", o.ep,
+                 " with --recompute full is not supported yet");
+  }
+  c.ep = o.ep;
+
   // Tensor and sequence parallelism.
   DTRAIN_CHECK(!o.sequence_parallel || o.tp > 1,
                "--sequence-parallel needs --tp of at least 2 (got --tp ", o.tp, ")");

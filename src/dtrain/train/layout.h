@@ -31,6 +31,7 @@ struct LayoutOptions {
   plan::CpAlgorithm cp_algorithm = plan::CpAlgorithm::ring;  // --cp-algo
   bool cp_contiguous = false;      // --cp-split contiguous: ring / all-gather without the balance
   int zero_stage = 0;              // --zero 0..3 over the DP axis
+  int ep = 1;                      // --ep: expert parallelism, carved from --dp
   bool sequence_parallel = false;  // --sequence-parallel (needs --tp 2 or more)
   int64_t bucket_bytes = int64_t{1} << 20;     // --bucket-size
   int64_t grad_accum = 1;                      // --grad-accum: micro-batches per step without --pp

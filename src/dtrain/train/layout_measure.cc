@@ -9,6 +9,7 @@
 #include "dtrain/core/bf16.h"
 #include "dtrain/core/check.h"
 #include "dtrain/model/gpt_stage.h"
+#include "dtrain/model/moe_dispatch.h"
 #include "dtrain/model/param_table.h"
 #include "dtrain/model/tp_shard.h"
 #include "dtrain/parallel/pipeline_checker.h"
@@ -264,6 +265,8 @@ RankRow measure_rank(const Engine& e) {
   r.pp = t.pp / n;
   r.dp = t.dp / n;
   r.embedding = t.embedding / n;
+  r.ep = static_cast<double>(t.ep.total().bytes_sent) / n;
+  r.ep_formula = (t.ep_plan_counts + 2 * (t.ep_plan_dispatch + t.ep_plan_combine)) / n;
   r.other = t.other / n;
   r.intra_node_bytes = static_cast<double>(t.links.intra_node) / n;
   r.inter_node_bytes = static_cast<double>(t.links.inter_node) / n;
@@ -366,6 +369,32 @@ RankRow measure_rank(const Engine& e) {
   r.dp_formula = static_cast<double>(
       plan::stage_dp_bytes_sent(exact, dp_grad_wire_bytes(c), dp_param_wire_bytes(c), dp_algo,
                                 e.data_parallel().direct_slot_bytes()));
+  if (c.ep > 1) {
+    // EP (ZeRO 0): each bucket's dense pieces all-reduced over DP, its expert pieces over the
+    // expert-DP group (ring), each piece one all-reduce.
+    std::vector<comm::Chunk> expert_ranges;
+    for (const model::ParamTensor& tensor : model.param_table().tensors()) {
+      if (model::is_expert_tensor(tensor.name)) {
+        expert_ranges.push_back({tensor.offset, tensor.count});
+      }
+    }
+    plan::StageDataParallelRank dense = exact, experts = exact;
+    dense.buckets.clear();
+    experts.buckets.clear();
+    dense.deferred_bucket = experts.deferred_bucket = -1;
+    experts.ranks = c.dp / c.ep;
+    experts.rank = me.dp / c.ep;
+    for (const comm::Chunk& bucket : exact.buckets) {
+      for (const parallel::BucketPiece& p : parallel::split_at_experts(bucket, expert_ranges)) {
+        (p.expert ? experts : dense).buckets.push_back({p.offset, p.count});
+      }
+    }
+    r.dp_formula = static_cast<double>(
+        plan::stage_dp_bytes_sent(dense, dp_grad_wire_bytes(c), dp_param_wire_bytes(c), dp_algo,
+                                  e.data_parallel().direct_slot_bytes()) +
+        plan::stage_dp_bytes_sent(experts, dp_grad_wire_bytes(c), dp_param_wire_bytes(c),
+                                  comm::Algorithm::ring));
+  }
   if (e.has_embedding_group()) {
     const model::ParamTable& table = model.param_table();
     const double wte_bytes =
@@ -512,8 +541,10 @@ StageParamCounts stage_param_counts(const parallel::StageUnits& units, int64_t t
 StageParamCounts stage_param_counts(const EngineConfig& c, int stage) {
   model::GptConfig one_block = c.step.model;
   one_block.layers = 1;
-  const model::ParamTable t =
-      model::tp_local_table(model::gpt_param_table(one_block), one_block, c.tp);
+  // EP: the rank holds E/ep experts of each routed block.
+  const model::ParamTable t = model::ep_local_table(
+      model::tp_local_table(model::gpt_param_table(one_block), one_block, c.tp), one_block.moe,
+      c.ep);
   const auto count = [&](int index) { return t[static_cast<size_t>(index)].count; };
   int64_t block = 0;
   for (int k = 0; k < model::kLayerParamCount; ++k) {

@@ -306,6 +306,9 @@ LayoutReport gather_layout_report(const Engine& engine, comm::Communicator& worl
   r.tp = c.tp;
   r.pp = c.pp;
   r.zero_stage = c.zero_stage;
+  r.ep = c.ep;
+  r.expert_dp = c.dp / c.ep;
+  r.experts_per_rank = c.step.model.moe.experts / c.ep;
   r.sequence_parallel = c.sequence_parallel && c.tp > 1;
   r.recompute = c.step.recompute;
   r.schedule = std::string(plan::name(c.schedule));

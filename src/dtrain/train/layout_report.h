@@ -71,6 +71,9 @@ struct RankRow {
   double tp_block_formula = 0, tp_vocab_formula = 0, tp_regather_formula = 0;
   double tp_recompute_formula = 0, tp_norms_formula = 0, pp_formula = 0, dp_formula = 0;
   double embedding_formula = 0;
+  // EP: the routed layers' all-to-alls (counts, dispatch and combine, forward and backward),
+  // and plan::ep_*_bytes fed with the routing the EP group measured.
+  double ep = 0, ep_formula = 0;
   // By link class, per step: every communicator; the model's groups only, measured and
   // predicted (each formula's bytes sent where its algorithm sends them).
   double intra_node_bytes = 0, inter_node_bytes = 0;
@@ -121,6 +124,8 @@ struct LayoutReport {
   // Busiest over mean CP rank of the pairs: the split's measured (counted) and the other
   // split's by plan::causal_work_imbalance; and of the measured attention times.
   double cp_imbalance = 0, cp_other_imbalance = 0, cp_time_imbalance = 0;
+  int ep = 1, expert_dp = 1;  // --ep, and the ranks holding the same experts (dp / ep)
+  int64_t experts_per_rank = 0;
   bool sequence_parallel = false;
   Recompute recompute = Recompute::none;
   std::string schedule, backend, rank_order, dp_all_reduce;

@@ -56,6 +56,7 @@ json row_to_json(const RankRow& k) {
             {"pp", k.pp},
             {"dp", k.dp},
             {"embedding", k.embedding},
+            {"ep", k.ep},
             {"loss_and_norm", k.other},
             {"intra_node", k.intra_node_bytes},
             {"inter_node", k.inter_node_bytes},
@@ -70,6 +71,7 @@ json row_to_json(const RankRow& k) {
             {"pp", k.pp_formula},
             {"dp", k.dp_formula},
             {"embedding", k.embedding_formula},
+            {"ep", k.ep_formula},
             {"model_intra_node", k.predicted_intra_node_bytes},
             {"model_inter_node", k.predicted_inter_node_bytes}}},
           {"predicted_comm_ms", k.predicted_comm_ms},
@@ -114,6 +116,7 @@ RankRow row_from_json(const json& j) {
   k.pp = m.at("pp");
   k.dp = m.at("dp");
   k.embedding = m.at("embedding");
+  k.ep = m.at("ep");
   k.other = m.at("loss_and_norm");
   k.intra_node_bytes = m.at("intra_node");
   k.inter_node_bytes = m.at("inter_node");
@@ -128,6 +131,7 @@ RankRow row_from_json(const json& j) {
   k.pp_formula = p.at("pp");
   k.dp_formula = p.at("dp");
   k.embedding_formula = p.at("embedding");
+  k.ep_formula = p.at("ep");
   k.predicted_intra_node_bytes = p.at("model_intra_node");
   k.predicted_inter_node_bytes = p.at("model_inter_node");
   k.predicted_comm_ms = j.at("predicted_comm_ms");
@@ -229,6 +233,14 @@ void print_layout_report(std::ostream& out, const LayoutReport& r) {
          "and SP's re-gathers and LayerNorm sums) and the vocabulary reductions; PP = the "
          "schedule's sends; DP = plan::stage_dp_bytes_sent, this rank's ring pieces exactly; DP "
          "hidden = the share of the DP communication thread's time that ran inside compute)\n";
+  if (r.ep > 1) {
+    out << "  expert parallelism: EP " << r.ep << ", expert-DP " << r.expert_dp << ", "
+        << r.experts_per_rank << " experts per rank; all-to-all bytes sent per step:";
+    for (const RankRow& k : r.ranks) out << " rank " << k.rank << " " << beside(k.ep, k.ep_formula);
+    out << " (dispatch and combine, forward and backward, and the row counts; \"(plan X)\" "
+           "where plan::ep_dispatch_bytes / ep_combine_bytes / ep_counts_bytes of the measured "
+           "routing differ)\n";
+  }
   if (r.pp > 1) {
     out << "  pipeline bubble: " << percent(r.bubble.measured) << " of the last step's "
         << fixed(r.bubble.makespan_ms, 2) << " ms (mean over the steps after the first "
@@ -307,6 +319,9 @@ json layout_report_to_json(const LayoutReport& r) {
   j["tp"] = r.tp;
   j["pp"] = r.pp;
   j["zero_stage"] = r.zero_stage;
+  j["ep"] = r.ep;
+  j["expert_dp"] = r.expert_dp;
+  j["experts_per_rank"] = r.experts_per_rank;
   j["sequence_parallel"] = r.sequence_parallel;
   j["recompute"] = name(r.recompute);
   j["schedule"] = r.schedule;

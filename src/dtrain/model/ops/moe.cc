@@ -1,6 +1,6 @@
 // The MoE MLP's route, forward and backward on one rank's N tokens (the serial layer; expert
-// parallelism would move each expert's rows to the rank holding it between route and the
-// expert MLPs). Every sum over a token's assignments runs in choice order, so the result does
+// parallelism, model/moe_dispatch.h, moves each expert's rows to the rank holding it between
+// the pieces). Every sum over a token's assignments runs in choice order, so the result does
 // not depend on how the experts' rows are grouped.
 #include "dtrain/model/ops/moe.h"
 
@@ -95,19 +95,25 @@ void moe_route(MoeRouting& r, const float* x, const float* router_w, int64_t N, 
   r.aux_loss = N > 0 ? aux * static_cast<double>(E) / (static_cast<double>(N * k) * N) : 0.0;
 }
 
-void moe_forward(float* out, MoeExpertCache& cache, const MoeRouting& r, const float* x,
-                 const MoeWeights& w, int64_t N, int64_t C, const MoeConfig& m, const Compute& cx) {
-  const int64_t E = m.experts, k = m.top_k, H = 4 * C;
-  const int64_t rows = r.row_begin[at(E)];
-  cache.x.assign(at(rows * C), 0.0f);
+void moe_gather_rows(float* x_rows, const MoeRouting& r, const float* x, int64_t C) {
+  for (size_t i = 0; i < r.row_token.size(); ++i) {
+    std::memcpy(x_rows + static_cast<int64_t>(i) * C, x + r.row_token[i] * C,
+                at(C) * sizeof(float));
+  }
+}
+
+void moe_experts_forward(MoeExpertCache& cache, std::span<const int64_t> row_begin,
+                         const MoeWeights& w, int64_t C, const Compute& cx) {
+  const int64_t H = 4 * C, experts = static_cast<int64_t>(row_begin.size()) - 1;
+  const int64_t rows = row_begin.back();
+  DTRAIN_CHECK(static_cast<int64_t>(cache.x.size()) == rows * C,
+               "moe_experts_forward: ", cache.x.size(), " input elements for ", rows, " rows of ",
+               C);
   cache.fc.assign(at(rows * H), 0.0f);
   cache.fc_gelu.assign(at(rows * H), 0.0f);
   cache.y.assign(at(rows * C), 0.0f);
-  for (int64_t i = 0; i < rows; ++i) {
-    std::memcpy(cache.x.data() + i * C, x + r.row_token[at(i)] * C, at(C) * sizeof(float));
-  }
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t first = r.row_begin[at(e)], n_e = r.row_begin[at(e + 1)] - first;
+  for (int64_t e = 0; e < experts; ++e) {
+    const int64_t first = row_begin[at(e)], n_e = row_begin[at(e + 1)] - first;
     if (n_e == 0) continue;  // an expert without tokens computes nothing
     matmul_forward(cache.fc.data() + first * H, cache.x.data() + first * C, w.fc_w + e * H * C,
                    w.fc_b + e * H, n_e, C, H, cx);
@@ -115,26 +121,36 @@ void moe_forward(float* out, MoeExpertCache& cache, const MoeRouting& r, const f
     matmul_forward(cache.y.data() + first * C, cache.fc_gelu.data() + first * H,
                    w.proj_w + e * C * H, w.proj_b + e * C, n_e, H, C, cx);
   }
+}
+
+void moe_combine(float* out, const MoeRouting& r, const float* y, int64_t C) {
+  const int64_t N = r.tokens, k = static_cast<int64_t>(r.expert.size()) / std::max<int64_t>(N, 1);
   std::memset(out, 0, at(N * C) * sizeof(float));
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t j = 0; j < k; ++j) {
       const int64_t i = n * k + j;
       if (r.slot[at(i)] < 0) continue;  // dropped: contributes nothing
       const float g = r.gate[at(i)];
-      const float* y = cache.y.data() + (r.row_begin[at(r.expert[at(i)])] + r.slot[at(i)]) * C;
-      for (int64_t c = 0; c < C; ++c) out[n * C + c] += g * y[c];
+      const float* yr = y + (r.row_begin[at(r.expert[at(i)])] + r.slot[at(i)]) * C;
+      for (int64_t c = 0; c < C; ++c) out[n * C + c] += g * yr[c];
     }
   }
 }
 
-void moe_backward(float* dx, const MoeGrads& dw, const float* dout, const MoeExpertCache& cache,
-                  const MoeRouting& r, const float* x, const MoeWeights& w, int64_t N, int64_t C,
-                  const MoeConfig& m, double aux_scale, const Compute& cx) {
-  const int64_t E = m.experts, k = m.top_k, H = 4 * C;
-  const int64_t rows = r.row_begin[at(E)];
+void moe_forward(float* out, MoeExpertCache& cache, const MoeRouting& r, const float* x,
+                 const MoeWeights& w, int64_t /*N*/, int64_t C, const MoeConfig& /*m*/,
+                 const Compute& cx) {
+  cache.x.assign(at(r.row_begin.back() * C), 0.0f);
+  moe_gather_rows(cache.x.data(), r, x, C);
+  moe_experts_forward(cache, r.row_begin, w, C, cx);
+  moe_combine(out, r, cache.y.data(), C);
+}
+
+void moe_combine_backward(float* dy, std::vector<double>& dgate, const MoeRouting& r,
+                          const float* dout, const float* y, int64_t C) {
+  const int64_t N = r.tokens, k = static_cast<int64_t>(r.expert.size()) / std::max<int64_t>(N, 1);
   // Each kept assignment: d expert output = gate * dout; d gate = <dout, expert output>.
-  std::vector<float> dy(at(rows * C), 0.0f);
-  std::vector<double> dgate(at(N * k), 0.0);
+  dgate.assign(at(N * k), 0.0);
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t j = 0; j < k; ++j) {
       const int64_t i = n * k + j;
@@ -143,27 +159,39 @@ void moe_backward(float* dx, const MoeGrads& dw, const float* dout, const MoeExp
       const float g = r.gate[at(i)];
       double dot = 0;
       for (int64_t c = 0; c < C; ++c) {
-        dy[at(row * C + c)] = g * dout[n * C + c];
-        dot += static_cast<double>(dout[n * C + c]) * cache.y[at(row * C + c)];
+        dy[row * C + c] = g * dout[n * C + c];
+        dot += static_cast<double>(dout[n * C + c]) * y[row * C + c];
       }
       dgate[at(i)] = dot;
     }
   }
-  // The experts' MLP backward on their own rows.
+}
+
+void moe_experts_backward(float* dx_rows, const MoeGrads& dw, const float* dy,
+                          const MoeExpertCache& cache, std::span<const int64_t> row_begin,
+                          const MoeWeights& w, int64_t C, const Compute& cx) {
+  const int64_t H = 4 * C, experts = static_cast<int64_t>(row_begin.size()) - 1;
+  const int64_t rows = row_begin.back();
   std::vector<float> dfc_gelu(at(rows * H), 0.0f), dfc(at(rows * H), 0.0f);
-  std::vector<float> dx_rows(at(rows * C), 0.0f);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t first = r.row_begin[at(e)], n_e = r.row_begin[at(e + 1)] - first;
+  for (int64_t e = 0; e < experts; ++e) {
+    const int64_t first = row_begin[at(e)], n_e = row_begin[at(e + 1)] - first;
     if (n_e == 0) continue;
     matmul_backward(dfc_gelu.data() + first * H, dw.proj_w + e * C * H, dw.proj_b + e * C,
-                    dy.data() + first * C, cache.fc_gelu.data() + first * H, w.proj_w + e * C * H,
-                    n_e, H, C, cx);
+                    dy + first * C, cache.fc_gelu.data() + first * H, w.proj_w + e * C * H, n_e, H,
+                    C, cx);
     gelu_backward(dfc.data() + first * H, cache.fc.data() + first * H, dfc_gelu.data() + first * H,
                   n_e * H, cx);
-    matmul_backward(dx_rows.data() + first * C, dw.fc_w + e * H * C, dw.fc_b + e * H,
+    matmul_backward(dx_rows + first * C, dw.fc_w + e * H * C, dw.fc_b + e * H,
                     dfc.data() + first * H, cache.x.data() + first * C, w.fc_w + e * H * C, n_e, C,
                     H, cx);
   }
+}
+
+void moe_router_backward(float* dx, const MoeGrads& dw, const float* dx_rows,
+                         const std::vector<double>& dgate, const MoeRouting& r, const float* x,
+                         const MoeWeights& w, int64_t C, const MoeConfig& m, double aux_scale,
+                         const Compute& cx) {
+  const int64_t N = r.tokens, E = m.experts, k = m.top_k;
   // Back to the tokens, in choice order; and the router probabilities' gradient through the
   // renormalised gates: g_j = p_j / S, so dp_j = (dg_j - sum_i dg_i g_i) / S over the chosen.
   std::vector<float> dlogits(at(N * E), 0.0f);
@@ -177,7 +205,7 @@ void moe_backward(float* dx, const MoeGrads& dw, const float* dout, const MoeExp
       weighted += dgate[at(i)] * r.gate[at(i)];
       if (r.slot[at(i)] < 0) continue;
       const int64_t row = r.row_begin[at(r.expert[at(i)])] + r.slot[at(i)];
-      for (int64_t c = 0; c < C; ++c) dx[n * C + c] += dx_rows[at(row * C + c)];
+      for (int64_t c = 0; c < C; ++c) dx[n * C + c] += dx_rows[row * C + c];
     }
     for (int64_t j = 0; j < k; ++j) {
       const int64_t i = n * k + j;
@@ -198,6 +226,17 @@ void moe_backward(float* dx, const MoeGrads& dw, const float* dout, const MoeExp
   if (N > 0) {
     matmul_backward(dx, dw.router_w, nullptr, dlogits.data(), x, w.router_w, N, C, E, cx);
   }
+}
+
+void moe_backward(float* dx, const MoeGrads& dw, const float* dout, const MoeExpertCache& cache,
+                  const MoeRouting& r, const float* x, const MoeWeights& w, int64_t /*N*/,
+                  int64_t C, const MoeConfig& m, double aux_scale, const Compute& cx) {
+  const int64_t rows = r.row_begin.back();
+  std::vector<float> dy(at(rows * C), 0.0f), dx_rows(at(rows * C), 0.0f);
+  std::vector<double> dgate;
+  moe_combine_backward(dy.data(), dgate, r, dout, cache.y.data(), C);
+  moe_experts_backward(dx_rows.data(), dw, dy.data(), cache, r.row_begin, w, C, cx);
+  moe_router_backward(dx, dw, dx_rows.data(), dgate, r, x, w, C, m, aux_scale, cx);
 }
 
 }  // namespace dtrain::model

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "dtrain/model/gemm.h"
@@ -89,5 +90,33 @@ void moe_backward(float* dx,  // (N, C)
                   const float* x,  // (N, C)
                   const MoeWeights& w, int64_t N, int64_t C, const MoeConfig& m, double aux_scale,
                   const Compute& cx = {});
+
+// --- the layer's pieces, which moe_forward and moe_backward run in a row and expert parallelism
+// (model/moe_dispatch.h) runs with its exchanges between them. `row_begin` (experts + 1) is
+// where each of the experts in `w` starts in the rows: the routing's for the serial layer, the
+// received rows' for an expert-parallel rank's own experts.
+
+// x_rows (rows, C) = the token of each of the routing's expert rows.
+void moe_gather_rows(float* x_rows, const MoeRouting& r, const float* x, int64_t C);
+// The experts' MLPs on cache.x (rows, C), filled by the caller: cache.fc, fc_gelu and y.
+void moe_experts_forward(MoeExpertCache& cache, std::span<const int64_t> row_begin,
+                         const MoeWeights& w, int64_t C, const Compute& cx = {});
+// out (N, C) = sum over each token's kept assignments, in choice order, of gate * y (the
+// routing's rows).
+void moe_combine(float* out, const MoeRouting& r, const float* y, int64_t C);
+// The combine's backward: dy (rows, C) = gate * dout per kept assignment, dgate (N*k) =
+// <dout, y>.
+void moe_combine_backward(float* dy, std::vector<double>& dgate, const MoeRouting& r,
+                          const float* dout, const float* y, int64_t C);
+// The experts' MLP backward: dx_rows (rows, C) and the experts' weight gradients (accumulated).
+void moe_experts_backward(float* dx_rows, const MoeGrads& dw, const float* dy,
+                          const MoeExpertCache& cache, std::span<const int64_t> row_begin,
+                          const MoeWeights& w, int64_t C, const Compute& cx = {});
+// Back to the tokens: dx (N, C) += each token's kept rows of dx_rows in choice order, then the
+// router's backward through the gates (dgate) and the aux loss (aux_scale).
+void moe_router_backward(float* dx, const MoeGrads& dw, const float* dx_rows,
+                         const std::vector<double>& dgate, const MoeRouting& r, const float* x,
+                         const MoeWeights& w, int64_t C, const MoeConfig& m, double aux_scale,
+                         const Compute& cx = {});
 
 }  // namespace dtrain::model

@@ -1,0 +1,254 @@
+// Expert parallelism (--ep) in the engine equals the runs without it: 3 steps of a small MoE
+// model (4 experts, top-2, every block routed) with ep 2 and 4 alone (dp = ep), with DP (dp 4,
+// ep 2) and with a pipeline (dp 2 ep 2 pp 2), each compared with (a) the serial run of the same
+// global batch, with the load-balancing loss off (its value is a per-rank statistic: each DP rank's
+// aux is of its own tokens, as in Megatron, so with it on only the same dp without EP computes the
+// same loss), and (b) the run of the same dp without EP, with the aux loss on. Compared: the loss
+// of every step and the evaluation loss after, every parameter and both AdamW moments, assembled
+// from what each rank exports for a checkpoint (each element written by exactly one rank). Every EP
+// rank's exchange bytes equal plan::ep_dispatch_bytes / ep_combine_bytes / ep_counts_bytes of the
+// routing the run measured.
+//
+// Tolerances are layout_equality_test's, for the same reasons: an expert's weight gradient sums
+// the rows of its whole EP group in one product (then over the expert-DP group) where DP sums
+// each rank's rows and averages over the ranks, so the sums differ by float rounding (~1e-7
+// relative); AdamW's first steps move a weight by a fraction of lr in which such differences
+// cancel to first order: parameters 1e-5, losses 4e-6, moments 1e-4 of their tensor's largest
+// |value|. The max differences are printed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dtrain/comm/threads/backend.h"
+#include "dtrain/core/check.h"
+#include "dtrain/train/engine.h"
+#include "dtrain/train/layout.h"
+#include "dtrain/train/layout_report.h"
+#include "e2e/equality_support.h"
+#include "reference/serial_engine.h"
+
+namespace dtrain::train {
+namespace {
+
+constexpr int kSteps = 3;
+constexpr float kLr = 1e-3f;
+constexpr double kParamTol = 1e-5;
+constexpr double kLossTol = 4e-6;
+constexpr double kMomentTol = 1e-4;
+
+StepConfig moe_config(double aux_loss_coef) {
+  StepConfig c;
+  c.model = model::gpt_preset("tiny").config;
+  c.model.layers = 2;
+  c.model.moe = {.experts = 4, .top_k = 2, .every = 1, .aux_loss_coef = aux_loss_coef};
+  c.batch = 8;
+  c.seq = 16;
+  c.adamw = {0.9f, 0.95f, 1e-8f, 0.1f};
+  c.grad_clip = 1.0f;
+  c.init_seed = 42;
+  return c;
+}
+
+struct Outcome {
+  std::vector<float> losses;  // every step, then the evaluation loss
+  std::vector<float> state[checkpoint::kStateKindCount];
+  std::vector<int> writes[checkpoint::kStateKindCount];
+};
+
+Outcome empty_outcome(const model::GptConfig& g) {
+  Outcome o;
+  const auto n = static_cast<size_t>(model::gpt_param_count(g));
+  for (int k = 0; k < checkpoint::kStateKindCount; ++k) {
+    o.state[k].assign(n, 0.0f);
+    o.writes[k].assign(n, 0);
+  }
+  return o;
+}
+
+void add_pieces(const model::ParamTable& serial, const checkpoint::RankState& s, Outcome& out) {
+  for (const checkpoint::StatePiece& p : s.pieces) {
+    const model::ParamTensor& t = serial[static_cast<size_t>(serial.index_of(p.tensor))];
+    size_t at = 0;
+    for (const model::FlatRange& r : p.ranges) {
+      for (int64_t i = 0; i < r.count; ++i) {
+        const auto e = static_cast<size_t>(t.offset + r.offset + i);
+        out.state[static_cast<int>(p.kind)][e] = p.data[at++];
+        ++out.writes[static_cast<int>(p.kind)][e];
+      }
+    }
+  }
+}
+
+Outcome run_serial(const StepConfig& c, const std::vector<data::Batch>& data) {
+  SerialEngine engine(c);
+  Outcome o = empty_outcome(c.model);
+  for (const data::Batch& b : data) o.losses.push_back(engine.train_step(b, kLr).loss);
+  o.losses.push_back(engine.eval_loss(data[0]));
+  add_pieces(model::gpt_param_table(c.model), engine.export_state(), o);
+  return o;
+}
+
+Outcome run_engine(const StepConfig& c, int dp, int ep, const std::vector<data::Batch>& data,
+                   int pp = 1) {
+  LayoutOptions o;
+  o.dp = dp;
+  o.ep = ep;
+  o.pp = pp;
+  o.microbatches = pp > 1 ? 2 : 1;
+  const EngineConfig config = make_engine_config(c, o);
+  const int world = dp * pp;
+  std::vector<checkpoint::RankState> states(static_cast<size_t>(world));
+  std::vector<std::vector<float>> losses(static_cast<size_t>(world));
+  comm::threads::run_ranks(world, [&](comm::Communicator& comm) {
+    Engine engine(config, comm);
+    std::vector<float>& mine = losses[static_cast<size_t>(comm.rank())];
+    for (const data::Batch& b : data) mine.push_back(engine.train_step(b, kLr).loss);
+    LayoutReport report = gather_layout_report(engine, comm, o);  // the training steps'
+    mine.push_back(engine.eval_loss(data[0]));
+    states[static_cast<size_t>(comm.rank())] = engine.export_state();
+    if (comm.rank() == 0) {
+      // The report's rows: model states, DP bytes (dense pieces over DP, expert pieces over the
+      // expert-DP group) and EP bytes, each equal to its plan/ figure.
+      EXPECT_EQ(report.ep, ep);
+      EXPECT_EQ(report.expert_dp, dp / ep);
+      EXPECT_EQ(report.experts_per_rank, c.model.moe.experts / ep);
+      for (const RankRow& k : report.ranks) {
+        SCOPED_TRACE(testing::Message() << "rank " << k.rank);
+        for (const StateRow& st : k.state) EXPECT_EQ(st.current_bytes, st.formula_bytes);
+        EXPECT_EQ(k.dp, k.dp_formula);
+        EXPECT_EQ(k.ep, k.ep_formula);
+      }
+    }
+    if (ep == 1) return;
+    // Counters = formulas: every exchange's bytes beside plan::ep_*_bytes fed with the routing
+    // the EP group measured, over the training steps.
+    const EngineTraffic& t = engine.traffic();
+    EXPECT_GT(t.ep.dispatch_forward.bytes_sent + t.ep.combine_forward.bytes_sent, 0);
+    EXPECT_EQ(static_cast<double>(t.ep.dispatch_forward.bytes_sent), t.ep_plan_dispatch);
+    EXPECT_EQ(static_cast<double>(t.ep.combine_backward.bytes_sent), t.ep_plan_dispatch);
+    EXPECT_EQ(static_cast<double>(t.ep.combine_forward.bytes_sent), t.ep_plan_combine);
+    EXPECT_EQ(static_cast<double>(t.ep.dispatch_backward.bytes_sent), t.ep_plan_combine);
+    EXPECT_EQ(static_cast<double>(t.ep.counts.bytes_sent), t.ep_plan_counts);
+    if (comm.rank() == 0) {
+      std::printf(
+          "dp%d ep%d pp%d rank 0, %d steps: dispatch %lld B sent (plan %.0f), combine %lld B "
+          "(plan %.0f), counts %lld B (plan %.0f)\n",
+          dp, ep, pp, kSteps, static_cast<long long>(t.ep.dispatch_forward.bytes_sent),
+          t.ep_plan_dispatch, static_cast<long long>(t.ep.combine_forward.bytes_sent),
+          t.ep_plan_combine, static_cast<long long>(t.ep.counts.bytes_sent), t.ep_plan_counts);
+    }
+  });
+  Outcome out = empty_outcome(c.model);
+  out.losses = losses[0];
+  for (int r = 1; r < world; ++r) {
+    EXPECT_EQ(losses[static_cast<size_t>(r)], out.losses) << "rank " << r << "'s losses";
+  }
+  for (const checkpoint::RankState& s : states) add_pieces(model::gpt_param_table(c.model), s, out);
+  return out;
+}
+
+struct Worst {
+  double loss = 0, state[checkpoint::kStateKindCount] = {0, 0, 0};
+};
+
+Worst compare(const StepConfig& c, const Outcome& want, const Outcome& got) {
+  Worst w;
+  EXPECT_EQ(got.losses.size(), want.losses.size());
+  for (size_t s = 0; s < std::min(got.losses.size(), want.losses.size()); ++s) {
+    w.loss = std::max(w.loss, static_cast<double>(std::fabs(got.losses[s] - want.losses[s])));
+  }
+  const model::ParamTable serial = model::gpt_param_table(c.model);
+  for (int k = 0; k < checkpoint::kStateKindCount; ++k) {
+    for (const model::ParamTensor& t : serial.tensors()) {
+      double scale = 0, diff = 0;
+      for (int64_t i = t.offset; i < t.offset + t.count; ++i) {
+        const auto e = static_cast<size_t>(i);
+        EXPECT_EQ(got.writes[k][e], 1) << name(static_cast<checkpoint::StateKind>(k)) << " of "
+                                       << t.name << " element " << i - t.offset;
+        if (got.writes[k][e] != 1) return w;
+        scale = std::max(scale, static_cast<double>(std::fabs(want.state[k][e])));
+        diff = std::max(diff, static_cast<double>(std::fabs(got.state[k][e] - want.state[k][e])));
+      }
+      w.state[k] = std::max(w.state[k], k == 0 ? diff : (scale > 0 ? diff / scale : diff));
+    }
+  }
+  return w;
+}
+
+void expect_within(const Worst& w, const std::string& what) {
+  std::printf("%-34s loss %.2e  param %.2e  adam m %.2e  adam v %.2e\n", what.c_str(), w.loss,
+              w.state[0], w.state[1], w.state[2]);
+  EXPECT_LE(w.loss, kLossTol) << what;
+  EXPECT_LE(w.state[0], kParamTol) << what;
+  EXPECT_LE(w.state[1], kMomentTol) << what;
+  EXPECT_LE(w.state[2], kMomentTol) << what;
+}
+
+struct Case {
+  int dp, ep, pp;
+};
+// ep 2 and 4 alone (dp = ep), with DP (dp 4 ep 2), and in a 2-stage pipeline (each stage's DP
+// group carved into EP groups; 2 micro-batches, 1F1B).
+constexpr Case kCases[] = {{2, 2, 1}, {4, 4, 1}, {4, 2, 1}, {2, 2, 2}};
+
+TEST(ExpertParallelEquality, EqualsTheSerialRunWithoutTheAuxLoss) {
+  const StepConfig c = moe_config(0.0);
+  const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
+  const Outcome serial = run_serial(c, data);
+  for (const Case& k : kCases) {
+    expect_within(compare(c, serial, run_engine(c, k.dp, k.ep, data, k.pp)),
+                  str("dp", k.dp, " ep", k.ep, " pp", k.pp, " vs serial (aux 0)"));
+  }
+}
+
+TEST(ExpertParallelEquality, EqualsTheSameDataParallelRunWithTheAuxLoss) {
+  const StepConfig c = moe_config(0.01);
+  const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
+  for (const Case& k : kCases) {
+    const Outcome without = run_engine(c, k.dp, 1, data, k.pp);
+    expect_within(compare(c, without, run_engine(c, k.dp, k.ep, data, k.pp)),
+                  str("dp", k.dp, " ep", k.ep, " pp", k.pp, " vs dp", k.dp, " (aux 0.01)"));
+  }
+}
+
+TEST(ExpertParallelEquality, RefusesLayoutsItDoesNotRun) {
+  const StepConfig c = moe_config(0.01);
+  auto refused = [&](LayoutOptions o, const char* words) {
+    try {
+      (void)make_engine_config(c, o);
+      ADD_FAILURE() << "accepted: " << words;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  refused({.dp = 4, .ep = 3}, "--ep 3 does not divide --dp 4");
+  refused({.dp = 2, .ep = 0}, "--ep must be at least 1");
+  refused({.dp = 2, .zero_stage = 1, .ep = 2}, "--ep 2 with --zero 1 is not supported yet");
+  StepConfig six = c;
+  six.model.moe.experts = 6;
+  six.model.moe.top_k = 2;
+  try {
+    (void)make_engine_config(six, {.dp = 4, .ep = 4});
+    ADD_FAILURE() << "accepted --ep 4 with 6 experts";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--ep 4 does not divide --experts 6"), std::string::npos)
+        << e.what();
+  }
+  StepConfig dense = c;
+  dense.model.moe = {};
+  try {
+    (void)make_engine_config(dense, {.dp = 2, .ep = 2});
+    ADD_FAILURE() << "accepted --ep on a dense model";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs a mixture-of-experts model"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::train
