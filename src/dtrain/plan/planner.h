@@ -266,6 +266,13 @@ MemoryBreakdown stage_memory(const PlanInput& input, const Layout& layout, int s
 // layout that does not fit is valid (memory.fits() says so).
 Plan evaluate(const PlanInput& input, const Layout& layout);
 
+// What search ranks by before it replays a schedule: evaluate with the pipeline's makespan
+// replaced by pipeline_makespan_lower_bound (pipeline_simulation.h). The memory is evaluate's
+// to the bit; time.step_s is never above evaluate's (the step is the makespan plus terms that
+// do not depend on it; on the engine clock it is 0 unless --step-time or --achieved-tflops set
+// it); the other pipeline figures (bubble, pipeline sends) are not filled in.
+Plan evaluate_lower_bound(const PlanInput& input, const Layout& layout);
+
 // What a search may vary: each axis set here is fixed to that value (the user's --tp 8 with
 // --search), the others range over every valid value.
 struct SearchConstraints {
@@ -291,6 +298,9 @@ std::string describe(const SearchConstraints& c);
 struct SearchOptions {
   int top = 5;  // plans to keep
   SearchConstraints fixed;
+  // Replay every fitting layout's schedule instead of only those a lower bound cannot rule
+  // out: the same result, slower (tests compare the two).
+  bool exhaustive = false;
 };
 // What a search costs, estimated before it starts: a layout takes about 1.3 us to evaluate,
 // plus about 3.8 ns per rank of its DP, TP and PP groups (the placement walks each group), on
@@ -324,7 +334,10 @@ struct SearchResult {
   int64_t splits = 0;                     // (dp, cp, tp, pp) splits of the GPUs considered
   int64_t evaluated = 0;                  // full layouts evaluated
   int64_t fitting = 0;                    // of which fit in memory
-  SearchConstraints fixed;                // the axes the search held fixed
+  // Of those, how many had their schedule replayed (evaluate); the rest were ruled out by
+  // evaluate_lower_bound, their step's lower bound being slower than every ranked plan.
+  int64_t simulated = 0;
+  SearchConstraints fixed;  // the axes the search held fixed
 };
 
 // Every valid layout with the Megatron rank order and the 1F1B schedule (interleaved for v > 1).
