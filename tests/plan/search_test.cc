@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include "dtrain/core/check.h"
+#include "dtrain/plan/engine_clock.h"
+#include "dtrain/plan/measured_rates.h"
 #include "dtrain/plan/planner.h"
 
 namespace dtrain::plan {
@@ -200,7 +202,7 @@ TEST(Search, PrunedIsTheExhaustiveSearch) {
       {"megatron-1.7b", "2x8xA100", 64, 3, {}},
       {"llama2-70b", "8x8xH100", 1024, 5, {}},
       {"llama2-70b", "8x8xH100", 1024, 4, SearchConstraints{.tp = 8, .zero_stage = 1}},
-      {"gpt3-175b", "16x8xA100", 256, 2, {}},
+      {"llama2-13b", "2x8xH100", 128, 2, {}},
   };
   int64_t simulated = 0, fitting = 0;
   for (const Case& k : cases) {
@@ -234,6 +236,39 @@ TEST(Search, PrunedIsTheExhaustiveSearch) {
   }
   // Most fitting layouts never had their schedule replayed.
   EXPECT_LT(simulated * 4, fitting) << simulated << " of " << fitting << " replayed";
+}
+
+// On a cluster file with measured rates the engine clock prices the step with its own replay,
+// which the search does not bound: it replays every fitting layout and ranks as before.
+TEST(Search, EngineClockReplaysEveryFittingLayout) {
+  PlanInput in = input("megatron-1.7b", "1x8xA100", 32);
+  MeasuredRates& r = in.cluster.gpu.measured;
+  r.present = true;
+  r.cpu = "unit";
+  r.cores = 64;
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    for (int threads : {1, 2}) r.gemm.push_back({p, threads, 64, 64, 64, 2.0 * 64 * 64 * 64 / 1e9});
+  }
+  for (int i = 0; i < kKernelOpCount; ++i) {
+    const auto op = static_cast<KernelOp>(i);
+    r.kernels.push_back({op, Precision::fp32, kernel_bytes_per_element(op) * 1e9, 1e-6});
+  }
+  for (const char* c : {"all_reduce", "reduce_scatter", "all_gather"}) {
+    r.collectives.push_back({c, "ring", "intra_node", 2, 1e-5, 1e9});
+  }
+  r.collectives.push_back({"send_recv", "direct", "intra_node", 2, 1e-5, 1e9});
+  ASSERT_TRUE(has_measured_rates(in.cluster));
+  const SearchResult pruned = search(in, {3});
+  const SearchResult all = search(in, {3, {}, true});
+  ASSERT_FALSE(pruned.top.empty());
+  EXPECT_EQ(pruned.simulated, pruned.fitting);
+  EXPECT_EQ(pruned.top.front().plan.time.clock, "engine (measured rates)");
+  ASSERT_EQ(pruned.top.size(), all.top.size());
+  for (size_t i = 0; i < all.top.size(); ++i) {
+    EXPECT_EQ(describe(pruned.top[i].plan.layout), describe(all.top[i].plan.layout));
+    EXPECT_EQ(pruned.top[i].plan.time.step_s, all.top[i].plan.time.step_s);
+  }
+  EXPECT_EQ(pruned.explanations, all.explanations);
 }
 
 TEST(Search, TopIsHonoured) {
