@@ -1,8 +1,11 @@
 // The clock's pipeline simulation on hand-worked cases: equal stages give pipeline_model.h's
 // closed forms for GPipe and 1F1B; interleaved, ZB-H1, a slow head stage and the send time give
 // the step worked out by hand below (each action's [start, end] written out in the comments).
-// (tests/parallel/pipeline_simulation_test.cc compares it with the checker's simulation.)
+// (tests/parallel/pipeline_simulation_test.cc compares it with the checker's simulation.) The
+// makespan's lower bound stays under the replay on random stage times, and is tight on equal ones.
 #include "dtrain/plan/pipeline_simulation.h"
+
+#include <random>
 
 #include <gtest/gtest.h>
 
@@ -151,6 +154,87 @@ TEST(PipelineSimulation, RefusesTimesThatDoNotFitTheSchedule) {
   PipelineSchedule broken = make_1f1b(2, 1);
   broken.per_rank[0].clear();  // rank 1 waits for an activation nobody sends
   EXPECT_THROW(simulate_pipeline(broken, {uniform(2, {1, 1, 1})}), Error);
+}
+
+// The bound search ranks by is never above the replay, for every schedule, on stage times drawn
+// at random (zeros included), with and without sends, held by them or not.
+TEST(PipelineSimulation, LowerBoundNeverExceedsTheReplay) {
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<double> time(0.0, 2.0);
+  auto draw = [&] { return time(rng) < 0.2 ? 0.0 : time(rng); };
+  int cases = 0;
+  for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b,
+                            ScheduleKind::interleaved, ScheduleKind::zero_bubble_h1}) {
+    for (int p : {1, 2, 3, 4, 8}) {
+      for (int m : {1, 2, 3, 4, 5, 8, 12}) {
+        for (int v :
+             kind == ScheduleKind::interleaved ? std::vector<int>{1, 2, 3} : std::vector<int>{1}) {
+          for (int trial = 0; trial < 6; ++trial) {
+            PipelineSimulationInput in;
+            for (int vs = 0; vs < p * v; ++vs) {
+              in.virtual_stage_times.push_back({draw(), draw(), draw()});
+            }
+            in.send_s = trial % 3 == 0 ? 0.0 : draw();
+            in.send_wait = trial % 2 == 0 ? SendWait::sender_waits : SendWait::overlapped;
+            const double makespan = simulate_pipeline(make_schedule(kind, p, m, v), in).makespan_s;
+            const double bound = pipeline_makespan_lower_bound(kind, p, m, v, in);
+            EXPECT_LE(bound, makespan)
+                << name(kind) << " P " << p << " M " << m << " v " << v << " trial " << trial;
+            EXPECT_GE(bound, 0);
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, (3 * 5 * 7 + 5 * 7 * 3) * 6);
+}
+
+// On equal stages the forward chain before the last rank and the gradient chain after it are
+// the whole bubble of GPipe and 1F1B, so without sends the bound is the makespan (less its
+// rounding slack). (With sends the replay also waits for sends the bound does not count.)
+TEST(PipelineSimulation, LowerBoundIsTightOnEqualStages) {
+  for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b}) {
+    for (int p : {1, 2, 4, 8}) {
+      for (int m : {1, 4, 16}) {
+        const PipelineSimulationInput in{uniform(p, {1.0, 2.0, 0.5})};
+        const double makespan = simulate_pipeline(make_schedule(kind, p, m), in).makespan_s;
+        SCOPED_TRACE(testing::Message() << name(kind) << " P " << p << " M " << m);
+        EXPECT_NEAR(pipeline_makespan_lower_bound(kind, p, m, 1, in), makespan, 1e-5 * makespan);
+      }
+    }
+  }
+  // A fast first stage and a slow last one: rank 1's own work and the forward before it.
+  const PipelineSimulationInput in{{StageTimes{1, 1, 0}, StageTimes{3, 3, 0}}, 0};
+  const double makespan =
+      simulate_pipeline(make_schedule(ScheduleKind::one_f_one_b, 2, 4), in).makespan_s;
+  EXPECT_DOUBLE_EQ(makespan, 1 + 4 * 6 + 1);  // rank 1 [1, 25], then rank 0's last B [25, 26]
+  EXPECT_NEAR(pipeline_makespan_lower_bound(ScheduleKind::one_f_one_b, 2, 4, 1, in), 26, 1e-4);
+}
+
+// The compiled replay, cached per (schedule, P, M, v), gives the replay of a freshly built
+// schedule to the last bit, and is built once.
+TEST(PipelineSimulation, CachedReplayIsTheFreshOne) {
+  PipelineSimulationInput in;
+  for (int vs = 0; vs < 8; ++vs) in.virtual_stage_times.push_back({0.1 * vs + 0.3, 0.7, 0.2});
+  in.send_s = 0.05;
+  const auto replay = cached_pipeline_replay(ScheduleKind::interleaved, 4, 8, 2);
+  EXPECT_EQ(replay.get(), cached_pipeline_replay(ScheduleKind::interleaved, 4, 8, 2).get());
+  EXPECT_EQ(replay->stages(), 4);
+  EXPECT_EQ(replay->microbatches(), 8);
+  EXPECT_EQ(replay->chunks(), 2);
+  const PipelineSimulation cached = replay->run(in);
+  const PipelineSimulation fresh = simulate_pipeline(make_interleaved_1f1b(4, 8, 2), in);
+  EXPECT_EQ(cached.makespan_s, fresh.makespan_s);
+  EXPECT_EQ(cached.critical_rank, fresh.critical_rank);
+  ASSERT_EQ(cached.ranks.size(), 4u);
+  for (size_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(cached.ranks[r].busy_s, fresh.ranks[r].busy_s);
+    EXPECT_EQ(cached.ranks[r].sending_s, fresh.ranks[r].sending_s);
+    EXPECT_EQ(cached.ranks[r].finish_s, fresh.ranks[r].finish_s);
+  }
+  EXPECT_THROW(replay->run({uniform(7, {1, 1, 1})}), Error);
+  EXPECT_THROW(cached_pipeline_replay(ScheduleKind::one_f_one_b, 2, 4, 2), Error);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // search: ranks only valid, fitting layouts, misses none (checked against a brute-force
 // enumeration on a small cluster), and explains its rejections, the node boundary among them.
+// Pruned by the pipeline's lower bound, it returns what replaying every layout returns.
 #include <algorithm>
 #include <string>
 #include <tuple>
@@ -8,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include "dtrain/core/check.h"
+#include "dtrain/plan/engine_clock.h"
+#include "dtrain/plan/measured_rates.h"
 #include "dtrain/plan/planner.h"
 
 namespace dtrain::plan {
@@ -180,6 +183,92 @@ TEST(Search, TooLargeIsRefusedBeforeItStarts) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--search would evaluate"), std::string::npos) << e.what();
   }
+}
+
+// The pruned search (replaying only what its lower bound cannot rule out) against the
+// exhaustive one (every fitting layout replayed): the same ranked layouts with the same step
+// times to the bit, the same reasons and the same families' best members; and it does prune.
+TEST(Search, PrunedIsTheExhaustiveSearch) {
+  struct Case {
+    const char* model;
+    const char* cluster;
+    int64_t batch;
+    int top;
+    SearchConstraints fixed;
+  };
+  const Case cases[] = {
+      {"megatron-1.7b", "1x8xA100", 32, 1, {}},
+      {"megatron-1.7b", "1x8xA100", 32, 5, {}},
+      {"megatron-1.7b", "2x8xA100", 64, 3, {}},
+      {"llama2-70b", "8x8xH100", 1024, 5, {}},
+      {"llama2-70b", "8x8xH100", 1024, 4, SearchConstraints{.tp = 8, .zero_stage = 1}},
+      {"llama2-13b", "2x8xH100", 128, 2, {}},
+  };
+  int64_t simulated = 0, fitting = 0;
+  for (const Case& k : cases) {
+    SCOPED_TRACE(testing::Message()
+                 << k.model << " on " << k.cluster << " top " << k.top << " " << describe(k.fixed));
+    const PlanInput in = input(k.model, k.cluster, k.batch);
+    const SearchResult pruned = search(in, {k.top, k.fixed});
+    const SearchResult all = search(in, {k.top, k.fixed, true});
+    EXPECT_EQ(all.simulated, all.fitting);
+    EXPECT_LE(pruned.simulated, all.simulated);
+    simulated += pruned.simulated;
+    fitting += pruned.fitting;
+    EXPECT_EQ(pruned.evaluated, all.evaluated);
+    EXPECT_EQ(pruned.fitting, all.fitting);
+    EXPECT_EQ(pruned.splits, all.splits);
+    ASSERT_EQ(pruned.top.size(), all.top.size());
+    ASSERT_FALSE(all.top.empty());
+    for (size_t i = 0; i < all.top.size(); ++i) {
+      const Plan& a = pruned.top[i].plan;
+      const Plan& b = all.top[i].plan;
+      EXPECT_EQ(describe(a.layout), describe(b.layout)) << "#" << i + 1;
+      EXPECT_EQ(a.time.step_s, b.time.step_s) << "#" << i + 1;
+      EXPECT_EQ(a.time.bubble_s, b.time.bubble_s) << "#" << i + 1;
+      EXPECT_EQ(a.memory.total(), b.memory.total()) << "#" << i + 1;
+      EXPECT_EQ(pruned.top[i].why, all.top[i].why);
+      // And both are what evaluate says of the layout.
+      EXPECT_EQ(evaluate(in, a.layout).time.step_s, a.time.step_s);
+    }
+    // The families' best members and the closest misses, with their figures, are in these.
+    EXPECT_EQ(pruned.explanations, all.explanations);
+  }
+  // Most fitting layouts never had their schedule replayed.
+  EXPECT_LT(simulated * 4, fitting) << simulated << " of " << fitting << " replayed";
+}
+
+// On a cluster file with measured rates the engine clock prices the step with its own replay,
+// which the search does not bound: it replays every fitting layout and ranks as before.
+TEST(Search, EngineClockReplaysEveryFittingLayout) {
+  PlanInput in = input("megatron-1.7b", "1x8xA100", 32);
+  MeasuredRates& r = in.cluster.gpu.measured;
+  r.present = true;
+  r.cpu = "unit";
+  r.cores = 64;
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    for (int threads : {1, 2}) r.gemm.push_back({p, threads, 64, 64, 64, 2.0 * 64 * 64 * 64 / 1e9});
+  }
+  for (int i = 0; i < kKernelOpCount; ++i) {
+    const auto op = static_cast<KernelOp>(i);
+    r.kernels.push_back({op, Precision::fp32, kernel_bytes_per_element(op) * 1e9, 1e-6});
+  }
+  for (const char* c : {"all_reduce", "reduce_scatter", "all_gather"}) {
+    r.collectives.push_back({c, "ring", "intra_node", 2, 1e-5, 1e9});
+  }
+  r.collectives.push_back({"send_recv", "direct", "intra_node", 2, 1e-5, 1e9});
+  ASSERT_TRUE(has_measured_rates(in.cluster));
+  const SearchResult pruned = search(in, {3});
+  const SearchResult all = search(in, {3, {}, true});
+  ASSERT_FALSE(pruned.top.empty());
+  EXPECT_EQ(pruned.simulated, pruned.fitting);
+  EXPECT_EQ(pruned.top.front().plan.time.clock, "engine (measured rates)");
+  ASSERT_EQ(pruned.top.size(), all.top.size());
+  for (size_t i = 0; i < all.top.size(); ++i) {
+    EXPECT_EQ(describe(pruned.top[i].plan.layout), describe(all.top[i].plan.layout));
+    EXPECT_EQ(pruned.top[i].plan.time.step_s, all.top[i].plan.time.step_s);
+  }
+  EXPECT_EQ(pruned.explanations, all.explanations);
 }
 
 TEST(Search, TopIsHonoured) {

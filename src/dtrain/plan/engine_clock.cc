@@ -623,7 +623,7 @@ EngineClock engine_clock(const EngineClockInput& in, const Cluster& c) {
   // simulation.h): L / (P v) blocks with their TP collectives, the embedding on the first, the
   // head on the last; a rank is held by its sends (one message per chunk each way).
   const ScheduleKind kind = in.chunks > 1 ? ScheduleKind::interleaved : in.schedule;
-  const PipelineSchedule schedule = make_schedule(kind, in.pp, in.microbatches, in.chunks);
+  const auto schedule = cached_pipeline_replay(kind, in.pp, in.microbatches, in.chunks);
   const TpSeconds tp_blocks = engine_tp_seconds(in, c, false, false);
   const TpSeconds tp_embedding = engine_tp_seconds(in, c, true, false);
   const TpSeconds tp_head = engine_tp_seconds(in, c, false, true);
@@ -642,7 +642,7 @@ EngineClock engine_clock(const EngineClockInput& in, const Cluster& c) {
         stage_times(engine_head_seconds(in, r), stretch, tp_head.forward_s - tp_blocks.forward_s,
                     tp_head.backward_s - tp_blocks.backward_s));
     sim.send_s = clock.send_s / in.chunks;
-    return simulate_pipeline(schedule, sim);
+    return schedule->run(sim);
   };
   const PipelineSimulation pipeline = simulate(clock.stretch);
   const double own_sends_s = pipeline.ranks[static_cast<size_t>(pipeline.critical_rank)].sending_s;

@@ -10,8 +10,15 @@
 // waited for as a whole); with SendWait::overlapped a send costs its rank nothing. So a forward
 // of micro-batch m on virtual stage s waits for s-1's forward of m plus the send, a backward for
 // s+1's backward of m plus the send, and with one rank (P = 1) the list order alone orders them.
+//
+// A search replays thousands of layouts on a handful of (schedule, P, M, v): PipelineReplay
+// compiles a schedule once into a flat program that replays in one pass, and
+// pipeline_makespan_lower_bound bounds the makespan without any schedule, so a search can
+// rule out layouts before replaying them.
 #pragma once
 
+#include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "dtrain/plan/pipeline_model.h"
@@ -48,9 +55,61 @@ struct PipelineSimulation {
   BubbleEstimate bubble() const;
 };
 
-// Replays `schedule`; throws Error when the times do not match it (one entry per virtual stage,
-// every time and send_s >= 0) or when the lists cannot finish (a receive never sent).
+// A schedule compiled for replay. Which rank can advance past which group depends only on which
+// messages have been posted, never on the times, so the order in which the replay visits the
+// actions is found once (the constructor) and kept as a flat program: compute (the rank's clock
+// and busy time grow by one duration), post (a group's sends get their arrival times) and
+// complete (the group is left at the latest of its receives, and its own send when held).
+// run() walks that program: no allocation per action, and the very additions, maxima and
+// their order of the replay described above, so its figures are the same to the last bit.
+class PipelineReplay {
+ public:
+  // Throws Error when the lists cannot finish (a receive that no rank sends).
+  explicit PipelineReplay(const PipelineSchedule& schedule);
+
+  // Throws Error when the times do not match the schedule (one entry per virtual stage, every
+  // time and send_s >= 0).
+  PipelineSimulation run(const PipelineSimulationInput& input) const;
+
+  ScheduleKind kind() const { return kind_; }
+  int stages() const { return stages_; }
+  int microbatches() const { return microbatches_; }
+  int chunks() const { return chunks_; }
+  size_t operations() const { return ops_.size(); }
+
+ private:
+  enum class OpKind : uint8_t { compute, post, complete };
+  struct Op {
+    OpKind kind = OpKind::compute;
+    bool has_send = false;  // complete: the group holds a send (the rank waits for it)
+    int32_t rank = 0;
+    // compute: index into the (virtual stage x 4) duration table; post / complete: the range
+    // [begin, end) of slots_ holding the group's sends / receives.
+    uint32_t begin = 0;
+    uint32_t end = 0;
+  };
+  ScheduleKind kind_ = ScheduleKind::one_f_one_b;
+  int stages_ = 1, microbatches_ = 1, chunks_ = 1;
+  std::vector<Op> ops_;
+  std::vector<uint32_t> slots_;  // message slots: activations (mb, vs), then gradients (mb, vs)
+};
+
+// Replays `schedule` (PipelineReplay's errors).
 PipelineSimulation simulate_pipeline(const PipelineSchedule& schedule,
+                                     const PipelineSimulationInput& input);
+
+// The compiled make_schedule(kind, stages, microbatches, chunks), built once per process and
+// shared (thread-safe): a search meets the same few schedules on thousands of layouts, and
+// building one at P = 64, M = 512 costs milliseconds.
+std::shared_ptr<const PipelineReplay> cached_pipeline_replay(ScheduleKind kind, int stages,
+                                                             int microbatches, int chunks = 1);
+
+// A lower bound on simulate_pipeline(make_schedule(kind, stages, microbatches, chunks),
+// input).makespan_s, in O(P v) with no schedule built: the largest, over the ranks, of the
+// forward chain before the rank's first action, its own compute and the sends it is held by,
+// and (fused backward) the gradient chain after its last backward. The proof is beside the
+// code; tests/plan/pipeline_simulation_test.cc checks it on random stage times.
+double pipeline_makespan_lower_bound(ScheduleKind kind, int stages, int microbatches, int chunks,
                                      const PipelineSimulationInput& input);
 
 // v chunks of a stage whose layers split evenly: each virtual stage gets 1/v of `stage`, and

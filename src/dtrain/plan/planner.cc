@@ -1024,8 +1024,13 @@ void engine_clock_times(const PlanInput& in, const Layout& l, int64_t microbatch
   t->threads = e.threads;
 }
 
+// How evaluate_local times the pipeline: the schedule replayed (evaluate), or a lower bound on
+// its makespan (evaluate_lower_bound, what search ranks by before it replays).
+enum class PipelineTiming { simulated, lower_bound };
+
 // evaluate on the per-rank shape `in.model`; `real_model` gives the model FLOPs.
-Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const Layout& l) {
+Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const Layout& l,
+                    PipelineTiming timing) {
   // Collectives are priced at the share of the links' bandwidth they reach (rates.h).
   PlanInput in = given;
   in.cluster = effective_links(given.cluster);
@@ -1075,17 +1080,25 @@ Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const 
       {sc.embedding.forward_s, sc.embedding.backward_input_s, sc.embedding.backward_weight_s},
       {sc.head.forward_s, sc.head.backward_input_s, sc.head.backward_weight_s});
   simulation.send_s = pp_send_s / l.vp;
-  const PipelineSimulation pipeline = simulate_pipeline(
-      make_schedule(schedule_of(l), l.pp, static_cast<int>(microbatches), l.vp), simulation);
   TimeBreakdown& t = plan.time;
+  if (timing == PipelineTiming::simulated) {
+    const PipelineSimulation pipeline =
+        cached_pipeline_replay(schedule_of(l), l.pp, static_cast<int>(microbatches), l.vp)
+            ->run(simulation);
+    t.bubble = pipeline.bubble();
+    t.pp_s = pipeline.ranks[static_cast<size_t>(pipeline.critical_rank)].sending_s;
+  } else {
+    // Only the makespan: the step below grows with it (a sum of it and terms that do not
+    // depend on the pipeline), so the step is bounded as the makespan is.
+    t.bubble.total_time = pipeline_makespan_lower_bound(
+        schedule_of(l), l.pp, static_cast<int>(microbatches), l.vp, simulation);
+  }
   t.stage_times = times;
   t.virtual_stage_times = simulation.virtual_stage_times;
   t.pp_message_s = simulation.send_s;
-  t.bubble = pipeline.bubble();
   t.compute_s = mb * (sc.forward_s + sc.backward_s);
   t.recompute_s = mb * sc.recompute_s;
   t.tp_s = mb * (tp_forward_s + tp_backward_s);
-  t.pp_s = pipeline.ranks[static_cast<size_t>(pipeline.critical_rank)].sending_s;
   t.bubble_s = t.bubble.bubble_time;
   dp_times(in, l, microbatches, sc, place_data_group(sizes, l.order, c.gpus_per_node),
            &plan.traffic, &t);
@@ -1093,7 +1106,15 @@ Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const 
   t.optimizer_s = sc.optimizer_s;
   t.step_no_overlap_s = t.bubble.total_time + t.dp_s + t.optimizer_s;
   t.step_s = t.bubble.total_time + t.dp_exposed_s + t.optimizer_s;
-  if (has_measured_rates(c)) engine_clock_times(in, l, microbatches, &t);
+  if (has_measured_rates(c)) {
+    // The engine clock's step has its own replay; its bound is only that a step is not
+    // negative (search then replays every fitting layout of such a cluster: they are few).
+    if (timing == PipelineTiming::simulated) {
+      engine_clock_times(in, l, microbatches, &t);
+    } else {
+      t.step_s = 0;
+    }
+  }
   t.predicted_step_s = t.step_s;
   const double gpus = static_cast<double>(c.world());
   t.model_flops = sc.total.model;
@@ -1183,16 +1204,28 @@ MemoryBreakdown stage_memory(const PlanInput& in, const Layout& given, int stage
   return memory_of_stage(per_rank_input(in, l), l, microbatches, stage);
 }
 
-Plan evaluate(const PlanInput& in, const Layout& given) {
+namespace {
+
+Plan evaluate_timed(const PlanInput& in, const Layout& given, PipelineTiming timing) {
   const std::string error = layout_error(in, given);
   if (!error.empty()) throw Error(error);
   std::string why;
   const Layout l = resolve_cp(in, given, &why);
   Plan p = in.model.kv_heads_or_heads() >= l.tp
-               ? evaluate_local(in, in.model, l)
-               : evaluate_local(per_rank_input(in, l), in.model, l);
+               ? evaluate_local(in, in.model, l, timing)
+               : evaluate_local(per_rank_input(in, l), in.model, l, timing);
   p.cp.why = why;
   return p;
+}
+
+}  // namespace
+
+Plan evaluate(const PlanInput& in, const Layout& given) {
+  return evaluate_timed(in, given, PipelineTiming::simulated);
+}
+
+Plan evaluate_lower_bound(const PlanInput& in, const Layout& given) {
+  return evaluate_timed(in, given, PipelineTiming::lower_bound);
 }
 
 }  // namespace dtrain::plan

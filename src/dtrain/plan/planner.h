@@ -266,6 +266,13 @@ MemoryBreakdown stage_memory(const PlanInput& input, const Layout& layout, int s
 // layout that does not fit is valid (memory.fits() says so).
 Plan evaluate(const PlanInput& input, const Layout& layout);
 
+// What search ranks by before it replays a schedule: evaluate with the pipeline's makespan
+// replaced by pipeline_makespan_lower_bound (pipeline_simulation.h). The memory is evaluate's
+// to the bit; time.step_s is never above evaluate's (the step is the makespan plus terms that
+// do not depend on it; on the engine clock it is 0 unless --step-time or --achieved-tflops set
+// it); the other pipeline figures (bubble, pipeline sends) are not filled in.
+Plan evaluate_lower_bound(const PlanInput& input, const Layout& layout);
+
 // What a search may vary: each axis set here is fixed to that value (the user's --tp 8 with
 // --search), the others range over every valid value.
 struct SearchConstraints {
@@ -291,13 +298,18 @@ std::string describe(const SearchConstraints& c);
 struct SearchOptions {
   int top = 5;  // plans to keep
   SearchConstraints fixed;
+  // Replay every fitting layout's schedule instead of only those a lower bound cannot rule
+  // out: the same result, slower (tests compare the two).
+  bool exhaustive = false;
 };
-// What a search costs, estimated before it starts: a layout takes about 1.3 us to evaluate,
-// plus about 3.8 ns per rank of its DP, TP and PP groups (the placement walks each group), on
-// one core of the machine these were measured on. A search estimated past kMaxSearchSeconds
-// is refused rather than left running for minutes.
-inline constexpr double kSecondsPerLayout = 1.3e-6;
-inline constexpr double kSecondsPerGroupRank = 3.8e-9;
+// What a search costs, estimated before it starts: a layout takes about 3.4 us to evaluate with
+// its pipeline's lower bound (the few replayed add little), plus about 86 ns per rank of its
+// DP, TP, PP and CP groups (the placement walks each group); fitted to six full searches (the
+// 1T model on 3072 A100s, GPT-3 on 128 and 1024, Llama 2 70B on 64 and 512 H100s, 1.7B on 16
+// A100s: within 25% of each) on one core of the build machine. A search estimated past
+// kMaxSearchSeconds is refused rather than left running for minutes.
+inline constexpr double kSecondsPerLayout = 3.4e-6;
+inline constexpr double kSecondsPerGroupRank = 8.6e-8;
 inline constexpr double kMaxSearchSeconds = 30;
 struct SearchSize {
   int64_t layouts = 0;  // what search() would evaluate
@@ -322,9 +334,12 @@ struct SearchResult {
   std::vector<std::string> explanations;  // why the main alternatives lost
   std::vector<Rejection> invalid_splits;  // (dp, tp, pp) splits that cannot run, by reason
   int64_t splits = 0;                     // (dp, cp, tp, pp) splits of the GPUs considered
-  int64_t evaluated = 0;                  // full layouts evaluated
+  int64_t evaluated = 0;                  // layouts evaluated (memory, a bound on the step)
   int64_t fitting = 0;                    // of which fit in memory
-  SearchConstraints fixed;                // the axes the search held fixed
+  // Of those, how many had their schedule replayed (evaluate); the rest were ruled out by
+  // evaluate_lower_bound, their step's lower bound being slower than every ranked plan.
+  int64_t simulated = 0;
+  SearchConstraints fixed;  // the axes the search held fixed
 };
 
 // Every valid layout with the Megatron rank order and the 1F1B schedule (interleaved for v > 1).

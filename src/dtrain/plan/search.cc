@@ -1,7 +1,9 @@
 // search: enumerates every (dp, tp, pp) split of the GPUs, then every micro-batch, interleave
 // factor, ZeRO stage, recompute mode and sequence-parallel switch that the split allows; keeps
 // the fastest plans, and for each family of alternatives (tp across nodes, no pipeline, ZeRO-3,
-// no recompute, ...) its best member, to say why it lost.
+// no recompute, ...) its best member, to say why it lost. Every layout is first evaluated with a
+// lower bound on its pipeline (no schedule replayed); only those the bound cannot rule out are
+// replayed, in ascending order of the bound, so the result is the exhaustive search's.
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -26,9 +28,26 @@ std::vector<int64_t> divisors(int64_t n) {
   return out;
 }
 
-bool better(const Plan& a, const Plan& b) {
-  if (a.time.step_s != b.time.step_s) return a.time.step_s < b.time.step_s;
-  return a.memory.total() < b.memory.total();
+// A replayed plan with its place in the enumeration (for_each_layout's order).
+struct Ranked {
+  Plan plan;
+  int64_t index = 0;
+};
+
+// Faster first, then less memory, then earlier in the enumeration: the exhaustive search kept
+// the first of equals, and the pruned one replays out of that order.
+bool better(const Ranked& a, const Ranked& b) {
+  if (a.plan.time.step_s != b.plan.time.step_s) return a.plan.time.step_s < b.plan.time.step_s;
+  if (a.plan.memory.total() != b.plan.memory.total()) {
+    return a.plan.memory.total() < b.plan.memory.total();
+  }
+  return a.index < b.index;
+}
+
+// Whether no layout whose step is at least `bound` can improve `best`: it is strictly faster
+// (a layout as fast could still win on memory).
+bool settled(const std::optional<Ranked>& best, double bound) {
+  return best && best->plan.time.step_s < bound;
 }
 
 // A family of alternatives, with its best fitting member and its least-overfull one.
@@ -37,17 +56,20 @@ struct Family {
   std::function<bool(const Layout&)> member;
   int64_t count = 0;
   int64_t fitting = 0;
-  std::optional<Plan> best;
-  std::optional<Plan> closest;
+  std::optional<Ranked> best;   // replayed
+  std::optional<Plan> closest;  // memory only (evaluate_lower_bound) until it is reported
 
-  void offer(const Plan& p) {
+  // Memory decisions need no step time: every member is offered here, bound or replayed.
+  void count_member(const Plan& p) {
     ++count;
     if (p.memory.fits()) {
       ++fitting;
-      if (!best || better(p, *best)) best = p;
     } else if (!closest || p.memory.headroom() > closest->memory.headroom()) {
       closest = p;
     }
+  }
+  void offer_replayed(const Ranked& r) {
+    if (!best || better(r, *best)) best = r;
   }
 };
 
@@ -323,7 +345,6 @@ SearchResult search(const PlanInput& in, const SearchOptions& options) {
   SearchResult result;
   std::vector<Family> families = make_families(c);
   std::map<std::string, Rejection> invalid;
-  std::vector<Plan> top;
   std::optional<Plan> closest;
 
   auto reject = [&](const std::string& reason, const Layout& l) {
@@ -334,26 +355,65 @@ SearchResult search(const PlanInput& in, const SearchOptions& options) {
     }
   };
 
+  // First every layout with the lower bound on its pipeline (no replay): memory, which fit,
+  // the least-overfull ones, and a bound on each fitting layout's step.
+  struct Candidate {
+    Layout layout;
+    int64_t index = 0;      // enumeration order
+    double step_s = 0;      // evaluate_lower_bound's: never above evaluate's
+    uint32_t families = 0;  // bit f: a member of families[f]
+  };
+  DTRAIN_CHECK(families.size() <= 32, "search: ", families.size(), " families, at most 32");
+  std::vector<Candidate> fitting;
   result.fixed = options.fixed;
   for_each_layout(
       in, options.fixed,
       [&](const Layout& l) {
-        Plan p = evaluate(in, l);
-        ++result.evaluated;
-        for (Family& f : families) {
-          if (f.member(l)) f.offer(p);
+        const Plan p = evaluate_lower_bound(in, l);
+        const int64_t index = result.evaluated++;
+        uint32_t member_of = 0;
+        for (size_t f = 0; f < families.size(); ++f) {
+          if (!families[f].member(l)) continue;
+          families[f].count_member(p);
+          member_of |= uint32_t{1} << f;
         }
         if (!p.memory.fits()) {
           if (!closest || p.memory.headroom() > closest->memory.headroom()) closest = p;
           return;
         }
         ++result.fitting;
-        if (static_cast<int>(top.size()) < options.top || better(p, top.back())) {
-          top.insert(std::upper_bound(top.begin(), top.end(), p, better), std::move(p));
-          if (static_cast<int>(top.size()) > options.top) top.pop_back();
-        }
+        fitting.push_back({l, index, p.time.step_s, member_of});
       },
       reject, &result.splits);
+
+  // Then the fitting layouts in ascending order of their bound, each replayed only while it
+  // could still enter the top list or be its family's best: once the slowest kept plan (or a
+  // family's best) is faster than a layout's bound, it is faster than that layout's step and
+  // than every later one's, whose bounds are no lower.
+  std::sort(fitting.begin(), fitting.end(), [](const Candidate& a, const Candidate& b) {
+    return a.step_s != b.step_s ? a.step_s < b.step_s : a.index < b.index;
+  });
+  std::vector<Ranked> top;
+  const auto top_count = static_cast<size_t>(options.top);
+  for (const Candidate& candidate : fitting) {
+    bool needed = options.exhaustive || top.size() < top_count ||
+                  !(top.back().plan.time.step_s < candidate.step_s);
+    for (size_t f = 0; !needed && f < families.size(); ++f) {
+      needed = (candidate.families >> f & 1) != 0 && !settled(families[f].best, candidate.step_s);
+    }
+    if (!needed) continue;
+    Ranked r{evaluate(in, candidate.layout), candidate.index};
+    ++result.simulated;
+    DTRAIN_CHECK(r.plan.memory.fits(), "search: ", describe(candidate.layout),
+                 " fit under its bound but not replayed");
+    for (size_t f = 0; f < families.size(); ++f) {
+      if ((candidate.families >> f & 1) != 0) families[f].offer_replayed(r);
+    }
+    if (top.size() < top_count || better(r, top.back())) {
+      top.insert(std::upper_bound(top.begin(), top.end(), r, better), std::move(r));
+      if (top.size() > top_count) top.pop_back();
+    }
+  }
 
   DTRAIN_CHECK(result.evaluated > 0 || !options.fixed.any(), "--search: no valid layout has ",
                describe(options.fixed), " on ", in.cluster.world(), " GPUs",
@@ -364,6 +424,7 @@ SearchResult search(const PlanInput& in, const SearchOptions& options) {
 
   if (top.empty()) {
     if (closest) {
+      closest = evaluate(in, closest->layout);  // what is reported comes from a replay
       result.explanations.push_back(str("no layout fits in ", format_gb(c.gpu.memory_bytes),
                                         " per GPU; the closest, ", describe(closest->layout),
                                         ", needs ", format_gb(closest->memory.total()),
@@ -371,12 +432,13 @@ SearchResult search(const PlanInput& in, const SearchOptions& options) {
     }
     return result;
   }
-  const Plan& winner = top.front();
+  const Plan& winner = top.front().plan;
   for (size_t i = 0; i < top.size(); ++i) {
-    RankedPlan r{top[i], {}};
-    r.why = i == 0 ? why_winner(top[i], c)
-                   : str(slower(top[i], winner), " than #1: ", main_cause(top[i], winner, c), "; ",
-                         format_gb(top[i].memory.total()));
+    const Plan& p = top[i].plan;
+    RankedPlan r{p, {}};
+    r.why = i == 0 ? why_winner(p, c)
+                   : str(slower(p, winner), " than #1: ", main_cause(p, winner, c), "; ",
+                         format_gb(p.memory.total()));
     result.top.push_back(std::move(r));
   }
   if (result.evaluated > result.fitting) {
@@ -384,13 +446,15 @@ SearchResult search(const PlanInput& in, const SearchOptions& options) {
                                       " layouts do not fit in ", format_gb(c.gpu.memory_bytes),
                                       " per GPU"));
   }
-  for (const Family& f : families) {
+  for (Family& f : families) {
     if (f.count == 0 || f.member(winner.layout)) continue;
     if (f.best) {
-      result.explanations.push_back(str(f.label(f.best->layout), ": best is ",
-                                        describe(f.best->layout), ", ", slower(*f.best, winner),
-                                        ": ", main_cause(*f.best, winner, c)));
+      const Plan& best = f.best->plan;
+      result.explanations.push_back(str(f.label(best.layout), ": best is ", describe(best.layout),
+                                        ", ", slower(best, winner), ": ",
+                                        main_cause(best, winner, c)));
     } else if (f.closest) {
+      f.closest = evaluate(in, f.closest->layout);  // what is reported comes from a replay
       result.explanations.push_back(str(f.label(f.closest->layout), ": none of ", f.count,
                                         " fits; closest is ", describe(f.closest->layout), " at ",
                                         format_gb(f.closest->memory.total()), " (over by ",
