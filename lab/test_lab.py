@@ -495,8 +495,13 @@ def test_bubble_equals_dtrain_plan(m):
     mine = lab.pipeline_bubble(8, m)
     plan = dtrain.plan(model="gpt3-175b", cluster="8x8xA100", tp=8, pp=8, dp=1, global_batch=m)
     assert plan["plan"]["microbatches"] == m
-    theirs = plan["plan"]["bubble"]["fraction_of_total"]
-    expect(mine, theirs, f"dtrain plan's bubble at P=8, M={m} is {theirs}")
+    # The closed form on equal stages; the plan's own fraction_of_total is the schedule
+    # simulated on its real stages (the head makes the last one slower), a little below it.
+    theirs = plan["plan"]["bubble"]["formula_fraction_of_total"]
+    expect(mine, theirs, f"dtrain plan's bubble formula at P=8, M={m} is {theirs}")
+    simulated = plan["plan"]["bubble"]["fraction_of_total"]
+    assert 0.9 * theirs < simulated <= theirs, (
+        f"the simulated bubble {simulated} sits just below the formula {theirs}")
 
 
 @engine
@@ -743,8 +748,8 @@ def test_scenario_gpipe_vs_1f1b_equals_dtrain_scenario():
         m = int(row["M"])
         if row["schedule"] not in ("gpipe", "1f1b"):
             continue  # interleaved: beyond the lab
-        expect(got[m]["bubble"], row["bubble / step"], f"dtrain's {row['schedule']} at M={m}")
-        expect(got[m]["bubble_of_ideal"], row["bubble / ideal"], f"dtrain's bubble/ideal, M={m}")
+        expect(got[m]["bubble"], row["formula / step"], f"dtrain's {row['schedule']} at M={m}")
+        expect(got[m]["bubble_of_ideal"], row["formula / ideal"], f"dtrain's bubble/ideal, M={m}")
         key = "gpipe_in_flight" if row["schedule"] == "gpipe" else "one_f_one_b_in_flight"
         expect(got[m][key], row["in flight (stage 0)"],
                f"dtrain's {row['schedule']} holds {row['in flight (stage 0)']} at M={m}")

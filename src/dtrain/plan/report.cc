@@ -438,6 +438,9 @@ json plan_json(const Plan& p) {
     moe["ep_s"] = t.ep_s;
     moe["flops_convention"] = "active parameters";
   }
+  const ScheduleKind kind = p.layout.vp > 1 ? ScheduleKind::interleaved : p.layout.schedule;
+  const BubbleEstimate formula_bubble =
+      pipeline_bubble(kind, p.layout.pp, static_cast<int>(p.microbatches), p.layout.vp);
   return {{"layout", layout_json(p.layout)},
           {"context_parallel", cp},
           {"moe", moe},
@@ -463,7 +466,11 @@ json plan_json(const Plan& p) {
           {"bubble",
            {{"fraction_of_total", t.bubble.fraction_of_total},
             {"fraction_of_ideal", t.bubble.fraction_of_ideal},
-            {"bubble_s", t.bubble_s}}},
+            {"bubble_s", t.bubble_s},
+            // The closed form on equal stages ((P-1)/(M+P-1) for GPipe and 1F1B), beside the
+            // schedule simulated on the real stages above.
+            {"formula_fraction_of_total", formula_bubble.fraction_of_total},
+            {"formula_fraction_of_ideal", formula_bubble.fraction_of_ideal}}},
           {"time",
            {{"compute_s", t.compute_s},
             {"recompute_s", t.recompute_s},
