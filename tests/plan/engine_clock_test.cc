@@ -437,6 +437,7 @@ TEST(EngineClock, ZeroThreePricesTheGathersOnTheCriticalPath) {
 // (4 compute + 4 communication threads).
 TEST(EngineClock, OversubscribedCollectivesWaitForTheirPartner) {
   EngineClockInput in = tiny();
+  in.price_partner_waits = true;
   in.tp = 2;
   in.dp = 2;
   in.dp_pieces = 3;
@@ -453,6 +454,7 @@ TEST(EngineClock, OversubscribedCollectivesWaitForTheirPartner) {
   // DP 2 alone on 2 cores: its buckets wait beside backward (2 compute + 2 communication
   // threads), the last one, with compute done, does not (2 communication threads).
   EngineClockInput dp = tiny();
+  dp.price_partner_waits = true;
   dp.dp = 2;
   dp.dp_pieces = 3;
   c.gpu.measured.oversubscribed_wait_s = 0;
@@ -468,6 +470,10 @@ TEST(EngineClock, OversubscribedCollectivesWaitForTheirPartner) {
   EXPECT_NEAR(engine_clock(in, c).tp_forward_s, roomy_before.tp_forward_s, 1e-15);
   EXPECT_DOUBLE_EQ(partner_wait_seconds(c.gpu.measured, 3), 2e-3);
   EXPECT_DOUBLE_EQ(partner_wait_seconds(c.gpu.measured, 2), 0);
+  // Off (the default): the measured wait is not priced.
+  EngineClockInput off = dp;
+  off.price_partner_waits = false;
+  EXPECT_NEAR(engine_clock(off, c).dp_comm_s, dp_before.dp_comm_s, 1e-15);
 }
 
 // DP 4 over 2 nodes of 2 (the unit cluster's links: inside 10 us + B / 1e9 B/s measured, across
@@ -519,6 +525,20 @@ TEST(EngineClock, RefusesAClusterWithoutMeasuredRates) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("gpu.measured"), std::string::npos) << e.what();
   }
+}
+
+// Cache residency is priced only when asked (price_cache_residency): by default every product is
+// cold, whatever caches the file knows, and asking for it makes the step faster on a file whose
+// warm samples are twice as fast and whose cache holds everything.
+TEST(EngineClock, CacheResidencyIsPricedOnlyWhenAsked) {
+  EngineClockInput in = tiny();
+  Cluster cold = unit_cluster();
+  cold.gpu.measured = warm_rates(0);
+  Cluster cached = cold;
+  cached.gpu.measured.cache.l3_bytes = 1e12;
+  EXPECT_DOUBLE_EQ(engine_clock(in, cached).phases.step_s, engine_clock(in, cold).phases.step_s);
+  in.price_cache_residency = true;
+  EXPECT_LT(engine_clock(in, cached).phases.step_s, engine_clock(in, cold).phases.step_s);
 }
 
 }  // namespace

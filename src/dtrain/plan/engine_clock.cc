@@ -585,6 +585,20 @@ EngineClock engine_clock(const EngineClockInput& in, const Cluster& c) {
     on_nodes.ranks_per_node = c.gpus_per_node;
     return engine_clock(on_nodes, c);
   }
+  const bool has_cache = r.cache.l1d_bytes > 0 || r.cache.l2_bytes > 0 || r.cache.l3_bytes > 0;
+  if ((!in.price_cache_residency && has_cache) ||
+      (!in.price_partner_waits && r.oversubscribed_wait_s > 0)) {
+    // The effects left unpriced are taken out of the rates once: no caches known prices every
+    // product cold, and no wait prices collectives at their idle-machine rates.
+    Cluster plain = c;
+    if (!in.price_cache_residency) {
+      plain.gpu.measured.cache.l1d_bytes = 0;
+      plain.gpu.measured.cache.l2_bytes = 0;
+      plain.gpu.measured.cache.l3_bytes = 0;
+    }
+    if (!in.price_partner_waits) plain.gpu.measured.oversubscribed_wait_s = 0;
+    return engine_clock(in, plain);
+  }
   EngineClock clock;
   // Threads beyond the cores wait for one (oversubscription); those that have one share the
   // cache and memory bus with the others (corun_factor).

@@ -54,6 +54,15 @@ struct EngineClockInput {
   // Ranks on one node (their last-level caches shared among them); 0: every rank on one node.
   // engine_clock fills it from the cluster's gpus_per_node when 0.
   int ranks_per_node = 0;
+  // Two effects calibrate measures and the clock can price, both off by default: on the
+  // development set (scripts/clock-dev-set, a quiet machine) each made the step predictions
+  // worse, so neither is applied until it is modelled better (docs/clock.md, "Off by default").
+  // price_cache_residency: products between their warm and cold samples by where their operands
+  // live (cache_model.h); off, every product is priced on operands from memory.
+  bool price_cache_residency = false;
+  // price_partner_waits: oversubscribed_wait_s added to each collective whose threads outnumber
+  // the cores; off, collectives cost their idle-machine rates.
+  bool price_partner_waits = false;
 };
 
 // Seconds of one step on the critical rank, by phase. forward and backward are compute only
