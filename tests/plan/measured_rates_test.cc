@@ -208,9 +208,9 @@ std::string refusal(const json& j) {
 
 TEST(MeasuredRates, RefusesAMissingField) {
   const json good = to_json(tiny_rates());
-  for (const char* key : {"cpu", "cores", "comm_interference", "corun_slowdown",
-                          "oversubscribed_wait_s", "gemm", "gemm_warm", "cache", "kernels",
-                          "collectives"}) {
+  for (const char* key :
+       {"cpu", "cores", "comm_interference", "corun_slowdown", "oversubscribed_wait_s", "gemm",
+        "gemm_warm", "cache", "kernels", "collectives"}) {
     json j = good;
     j.erase(key);
     EXPECT_NE(refusal(j).find(std::string("cluster file 'x.json': missing field 'gpu.measured.") +
