@@ -32,6 +32,14 @@ namespace {
 
 constexpr int kSteps = 3;
 constexpr float kLr = 1e-3f;
+
+using e2e::add_pieces;
+using e2e::empty_outcome;
+using e2e::Outcome;
+
+Outcome run_serial(const StepConfig& c, const std::vector<data::Batch>& data) {
+  return e2e::run_serial(c, data, kLr);
+}
 constexpr double kParamTol = 1e-5;
 constexpr double kLossTol = 4e-6;
 constexpr double kMomentTol = 1e-4;  // relative to the tensor's largest |value|
@@ -48,45 +56,6 @@ StepConfig base_config(Recompute recompute = Recompute::none) {
   c.init_seed = 5;
   c.recompute = recompute;
   return c;
-}
-
-struct Outcome {
-  std::vector<float> losses;  // every step, then the evaluation loss
-  std::vector<float> state[checkpoint::kStateKindCount];
-  std::vector<int> writes[checkpoint::kStateKindCount];
-};
-
-Outcome empty_outcome(const model::GptConfig& g) {
-  Outcome o;
-  const auto n = static_cast<size_t>(model::gpt_param_count(g));
-  for (int k = 0; k < checkpoint::kStateKindCount; ++k) {
-    o.state[k].assign(n, 0.0f);
-    o.writes[k].assign(n, 0);
-  }
-  return o;
-}
-
-void add_pieces(const model::ParamTable& serial, const checkpoint::RankState& s, Outcome& out) {
-  for (const checkpoint::StatePiece& p : s.pieces) {
-    const model::ParamTensor& t = serial[static_cast<size_t>(serial.index_of(p.tensor))];
-    size_t at = 0;
-    for (const model::FlatRange& r : p.ranges) {
-      for (int64_t i = 0; i < r.count; ++i) {
-        const auto e = static_cast<size_t>(t.offset + r.offset + i);
-        out.state[static_cast<int>(p.kind)][e] = p.data[at++];
-        ++out.writes[static_cast<int>(p.kind)][e];
-      }
-    }
-  }
-}
-
-Outcome run_serial(const StepConfig& c, const std::vector<data::Batch>& data) {
-  SerialEngine engine(c);
-  Outcome o = empty_outcome(c.model);
-  for (const data::Batch& b : data) o.losses.push_back(engine.train_step(b, kLr).loss);
-  o.losses.push_back(engine.eval_loss(data[0]));
-  add_pieces(model::gpt_param_table(c.model), engine.export_state(), o);
-  return o;
 }
 
 struct Case {

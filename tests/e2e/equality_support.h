@@ -1,12 +1,17 @@
-// What the end-to-end tests share: the random batches every run is compared on.
+// What the equality tests share: the random batches every run is compared on, and the serial
+// run's outcome (losses, then every parameter and both moments gathered from the ranks' pieces).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "dtrain/checkpoint/train_state.h"
 #include "dtrain/core/rng.h"
 #include "dtrain/data/data.h"
+#include "dtrain/model/gpt_config.h"
+#include "dtrain/model/param_table.h"
 #include "dtrain/train/step_config.h"
+#include "reference/serial_engine.h"
 
 namespace dtrain::train::e2e {
 
@@ -20,6 +25,51 @@ inline std::vector<data::Batch> random_batches(const StepConfig& c, int steps) {
     for (int32_t& t : b.targets) t = static_cast<int32_t>(rng.uniform_int(c.model.vocab));
   }
   return out;
+}
+
+// A run's losses (every step, then the evaluation loss) and its state as the serial model's flat
+// tensors, with how many ranks wrote each element (each must be written exactly once).
+struct Outcome {
+  std::vector<float> losses;
+  std::vector<float> state[checkpoint::kStateKindCount];
+  std::vector<int> writes[checkpoint::kStateKindCount];
+};
+
+inline Outcome empty_outcome(const model::GptConfig& g) {
+  Outcome o;
+  const auto n = static_cast<size_t>(model::gpt_param_count(g));
+  for (int k = 0; k < checkpoint::kStateKindCount; ++k) {
+    o.state[k].assign(n, 0.0f);
+    o.writes[k].assign(n, 0);
+  }
+  return o;
+}
+
+// Writes one rank's exported pieces into the serial layout.
+inline void add_pieces(const model::ParamTable& serial, const checkpoint::RankState& s,
+                       Outcome& out) {
+  for (const checkpoint::StatePiece& p : s.pieces) {
+    const model::ParamTensor& t = serial[static_cast<size_t>(serial.index_of(p.tensor))];
+    size_t at = 0;
+    for (const model::FlatRange& r : p.ranges) {
+      for (int64_t i = 0; i < r.count; ++i) {
+        const auto e = static_cast<size_t>(t.offset + r.offset + i);
+        out.state[static_cast<int>(p.kind)][e] = p.data[at++];
+        ++out.writes[static_cast<int>(p.kind)][e];
+      }
+    }
+  }
+}
+
+// The serial reference: one step per batch at learning rate `lr`, then the evaluation loss on
+// the first batch.
+inline Outcome run_serial(const StepConfig& c, const std::vector<data::Batch>& data, float lr) {
+  SerialEngine engine(c);
+  Outcome o = empty_outcome(c.model);
+  for (const data::Batch& b : data) o.losses.push_back(engine.train_step(b, lr).loss);
+  o.losses.push_back(engine.eval_loss(data[0]));
+  add_pieces(model::gpt_param_table(c.model), engine.export_state(), o);
+  return o;
 }
 
 }  // namespace dtrain::train::e2e

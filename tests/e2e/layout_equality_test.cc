@@ -42,6 +42,14 @@ namespace {
 
 constexpr int kSteps = 3;
 constexpr float kLr = 1e-3f;
+
+using e2e::add_pieces;
+using e2e::empty_outcome;
+using e2e::Outcome;
+
+Outcome run_serial(const StepConfig& c, const std::vector<data::Batch>& data) {
+  return e2e::run_serial(c, data, kLr);
+}
 constexpr double kParamTol = 1e-5;
 constexpr double kLossTol = 4e-6;
 constexpr double kMomentTol[] = {0, 1e-4, 1e-4};  // by StateKind: param (kParamTol), m, v
@@ -60,47 +68,6 @@ StepConfig base_config(Recompute recompute) {
 }
 
 // The serial state a run ends with: losses, then the three per-element arrays.
-struct Outcome {
-  std::vector<float> losses;  // every step, then the evaluation loss
-  std::vector<float> state[checkpoint::kStateKindCount];
-  std::vector<int> writes[checkpoint::kStateKindCount];  // how many ranks wrote each element
-};
-
-void add_pieces(const model::ParamTable& serial, const checkpoint::RankState& s, Outcome& out) {
-  for (const checkpoint::StatePiece& p : s.pieces) {
-    const model::ParamTensor& t = serial[static_cast<size_t>(serial.index_of(p.tensor))];
-    std::vector<float>& dst = out.state[static_cast<int>(p.kind)];
-    std::vector<int>& writes = out.writes[static_cast<int>(p.kind)];
-    size_t at = 0;
-    for (const model::FlatRange& r : p.ranges) {
-      for (int64_t i = 0; i < r.count; ++i) {
-        const auto e = static_cast<size_t>(t.offset + r.offset + i);
-        dst[e] = p.data[at++];
-        ++writes[e];
-      }
-    }
-  }
-}
-
-Outcome empty_outcome(const model::GptConfig& g) {
-  Outcome o;
-  const auto n = static_cast<size_t>(model::gpt_param_count(g));
-  for (int k = 0; k < checkpoint::kStateKindCount; ++k) {
-    o.state[k].assign(n, 0.0f);
-    o.writes[k].assign(n, 0);
-  }
-  return o;
-}
-
-Outcome run_serial(const StepConfig& c, const std::vector<data::Batch>& data) {
-  SerialEngine engine(c);
-  Outcome o = empty_outcome(c.model);
-  for (const data::Batch& b : data) o.losses.push_back(engine.train_step(b, kLr).loss);
-  o.losses.push_back(engine.eval_loss(data[0]));
-  add_pieces(model::gpt_param_table(c.model), engine.export_state(), o);
-  return o;
-}
-
 struct Layout {
   int dp = 1, tp = 1, pp = 1;
   int zero = 0;
