@@ -31,7 +31,7 @@ expect_error "--output $tmp/none/c.json: no directory" calibrate --ranks 4 --ran
   --output "$tmp/none/c.json"
 
 expect_output "inter-node .* 2 " calibrate --ranks 4 --ranks-per-node 2 --seconds 0.02 --trials 1 \
-  --iterations 10 --size 64KiB --output "$tmp/c.json"
+  --iterations 10 --size 1MiB --output "$tmp/c.json"
 expect_output '"name": "measured inter-node"' plan --cluster "$tmp/c.json" --print-cluster
 # A link measured below the bounds plan reads a file with: calibrate refuses to write it, naming
 # the field, its value and what to do. 1-byte exchanges between thread ranks read well under the
@@ -43,5 +43,5 @@ expect_error "field 'intra_node.bandwidth_bytes_per_s' is [0-9.e+]+ bytes/s, out
 expect_error "nothing was written" calibrate --ranks 4 --ranks-per-node 2 --seconds 0.01 \
   --trials 1 --iterations 5 --size 1 --json
 expect_output '"gpus_per_node": 2' calibrate --ranks 6 --ranks-per-node 2 --seconds 0.02 \
-  --trials 1 --iterations 10 --size 64KiB --json
+  --trials 1 --iterations 10 --size 1MiB --json
 finish
