@@ -33,15 +33,17 @@ constexpr double kAssumedComputeEfficiency = 0.6;
 // The clock's four efficiency parameters (rates.h), shared by every GPU preset. Fitted once, by
 // `dtrain bench clock --fit`, on the full-recompute column of Korthikanti et al. 2022 Table 5
 // (22B, 175B, 530B, 1T on A100s: 1.42, 18.13, 49.05, 94.42 s per iteration, the layouts of
-// their Table 3) and frozen here; never refitted on anything else. The H100 preset reuses them
+// their Table 3) and frozen here; never fitted on anything else. Refitted once on that same
+// column when the simulated pipeline replaced the closed form (0.87 / 42 us before; the fit is
+// of the clock, so it follows the clock's model: docs/clock.md). The H100 preset reuses them
 // untested. What each stands for:
 //   kGemmEfficiency    large matrix products' share of the tensor-core peak (cuBLAS on big tiles)
 //   kKernelOverheadUs  fixed cost per kernel call: launch, tail wave, stream synchronisation;
 //                      also the products' small-shape falloff
 //   kMemoryEfficiency  memory-bound kernels' share of the HBM datasheet bandwidth
 //   kLinkEfficiency    collectives' share of a link's nominal bandwidth (NCCL busbw / datasheet)
-constexpr double kGemmEfficiency = 0.87;
-constexpr double kKernelOverheadUs = 42;
+constexpr double kGemmEfficiency = 0.82;
+constexpr double kKernelOverheadUs = 30;
 constexpr double kMemoryEfficiency = 0.50;
 constexpr double kLinkEfficiency = 1.00;
 
