@@ -322,6 +322,19 @@ void summarize_layouts(LayoutsBenchReport& r) {
     g.measured_best = g.members[static_cast<size_t>(best)];
     g.top_pick_slower_pct =
         100 * (r.results[g.top_pick].measured / r.results[g.measured_best].measured - 1);
+    double pairs = 0, sum = 0;
+    for (int a = 0; a < r.repeats; ++a) {
+      for (int b = a + 1; b < r.repeats; ++b) {
+        std::vector<double> ma, mb;
+        for (int i : g.members) {
+          ma.push_back(r.results[i].measured_ms.at(static_cast<size_t>(a)));
+          mb.push_back(r.results[i].measured_ms.at(static_cast<size_t>(b)));
+        }
+        sum += spearman(ma, mb);
+        ++pairs;
+      }
+    }
+    g.repeat_rank_correlation = pairs > 0 ? sum / pairs : 0;
   }
 }
 
@@ -357,7 +370,7 @@ void print_layouts_bench(std::ostream& out, const LayoutsBenchReport& r) {
   }
   out << "\n  repeat spread (max - min over median): median " << fixed(r.median_spread_pct, 1)
       << " %, largest " << fixed(r.max_spread_pct, 1) << " %\n";
-  out << "\n  group (model, ranks)  layouts  Spearman  top pick (least predicted)"
+  out << "\n  group (model, ranks)  layouts  Spearman  repeats  top pick (least predicted)"
          "              measured best                          top pick slower\n";
   for (const LayoutGroup& g : r.groups) {
     std::string pick = str("#", g.top_pick + 1, " ", describe(r.results[g.top_pick].spec));
@@ -368,14 +381,15 @@ void print_layouts_bench(std::ostream& out, const LayoutsBenchReport& r) {
     std::string name = g.model + ", " + std::to_string(g.ranks);
     name.resize(std::max<size_t>(name.size(), 20), ' ');
     out << "  " << name << lpad(std::to_string(g.members.size()), 9)
-        << lpad(fixed(g.rank_correlation, 2), 10) << "  " << pick << best
-        << lpad(fixed(g.top_pick_slower_pct, 1) + " %", 10) << "\n";
+        << lpad(fixed(g.rank_correlation, 2), 10) << lpad(fixed(g.repeat_rank_correlation, 2), 9)
+        << "  " << pick << best << lpad(fixed(g.top_pick_slower_pct, 1) + " %", 10) << "\n";
   }
   out << "\n  error: 100 (predicted - measured) / measured; predicted: the clock's step for the "
          "layout from the rates in the cluster file, before the run; measured: the run's median "
          "step.\n  Spearman: rank correlation of predicted and measured within the group; top "
          "pick slower: how much slower the least-predicted layout measures than the fastest "
-         "measured.\n";
+         "measured.\n  repeats: Spearman of one repeat's measured steps against another's, "
+         "mean over pairs of repeats: how well the machine reproduces its own ranking.\n";
 }
 
 nlohmann::json layouts_bench_to_json(const LayoutsBenchReport& r) {
@@ -433,7 +447,8 @@ nlohmann::json layouts_bench_to_json(const LayoutsBenchReport& r) {
                       {"rank_correlation", g.rank_correlation},
                       {"top_pick", g.top_pick},
                       {"measured_best", g.measured_best},
-                      {"top_pick_slower_pct", g.top_pick_slower_pct}});
+                      {"top_pick_slower_pct", g.top_pick_slower_pct},
+                      {"repeat_rank_correlation", g.repeat_rank_correlation}});
   }
   j["groups"] = groups;
   return j;

@@ -63,6 +63,11 @@ struct LayoutGroup {
   int top_pick = -1;               // the member with the least predicted time
   int measured_best = -1;          // the member with the least measured time
   double top_pick_slower_pct = 0;  // 100 (measured[top_pick] / measured[best] - 1)
+  // The machine against itself: Spearman's of one repeat's measured steps against another's,
+  // averaged over every pair of repeats (0 with fewer than 2). How well the group's ranking
+  // reproduces from run to run, a ceiling the clock's rank_correlation cannot be held above
+  // (the medians are steadier than single repeats, so it is a conservative one).
+  double repeat_rank_correlation = 0;
 };
 
 struct LayoutsBenchReport {

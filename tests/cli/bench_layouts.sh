@@ -1,5 +1,6 @@
 # `dtrain bench layouts --quick`: the report's structure, and every error, spread and group figure
-# recomputed here from the per-repeat predicted and measured numbers it prints (not from timing);
+# (the repeat-to-repeat rank correlation included) recomputed here from the per-repeat predicted and
+# measured numbers it prints (not from timing);
 # no --cluster, one that is not a cluster file, or one without measured rates is refused with how
 # to make one.
 source "$(dirname "$0")/lib/expect.bash"
@@ -68,6 +69,12 @@ rp, rm = ranks(pred), ranks(meas)
 n = len(rp)
 rho = 1 - 6 * sum((a - b) ** 2 for a, b in zip(rp, rm)) / (n * (n * n - 1))
 assert close(g["rank_correlation"], rho), (g["rank_correlation"], rho)
+def spearman(x, y):
+    rx, ry = ranks(x), ranks(y)
+    return 1 - 6 * sum((a - b) ** 2 for a, b in zip(rx, ry)) / (n * (n * n - 1))
+rep = [L[i]["repeats_measured_ms"] for i in g["layouts"]]
+pairs = [spearman([x[a] for x in rep], [x[b] for x in rep]) for a in range(3) for b in range(a + 1, 3)]
+assert close(g["repeat_rank_correlation"], sum(pairs) / len(pairs)), (g["repeat_rank_correlation"], pairs)
 PY
 
 finish
