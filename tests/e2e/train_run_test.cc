@@ -24,6 +24,7 @@
 
 #include "dtrain/plan/pipeline_model.h"
 #include "dtrain/plan/pipeline_schedule.h"
+#include "dtrain/trace/chrome_trace.h"
 #include "dtrain/train/run.h"
 
 namespace dtrain::train {
@@ -228,14 +229,21 @@ TEST(TrainRun, PipelineReportsTheBubbleAndEveryLayoutWritesATraceAndTimeline) {
     if (e["ph"] != "X") continue;
     const int tid = e["tid"].get<int>();
     const std::string kind = e["cat"];
-    if (kind == "forward" || kind == "backward") ++compute_events[tid / 3];
-    if (kind == "send" || kind == "recv") ++comm_events[tid / 3];
+    const int rank = tid / trace::kTracksPerRank;
+    if (kind == "forward" || kind == "backward") {
+      EXPECT_EQ(tid, trace::compute_track(rank));
+      ++compute_events[rank];
+    }
+    if (kind == "send" || kind == "recv") {
+      EXPECT_EQ(tid, trace::communication_track(rank));
+      ++comm_events[rank];
+    }
     if (kind == "collective") {
-      EXPECT_EQ(tid % 3, 1);
+      EXPECT_EQ(tid, trace::communication_track(rank));
     }
     if (kind == "async_collective") {
-      EXPECT_EQ(tid % 3, 2);
-      ++async_events[tid / 3];
+      EXPECT_EQ(tid, trace::async_track(rank));
+      ++async_events[rank];
     }
     EXPECT_GE(e["dur"].get<double>(), 0.0);
   }
