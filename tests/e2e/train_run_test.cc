@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dtrain/plan/context_parallel.h"
 #include "dtrain/plan/pipeline_model.h"
 #include "dtrain/plan/pipeline_schedule.h"
 #include "dtrain/trace/chrome_trace.h"
@@ -95,6 +96,39 @@ TEST(TrainRun, DataParallelAtEveryZeroStageFollowsTheSingleRankRun) {
       ASSERT_TRUE(s.layout.has_value());
       EXPECT_EQ(s.layout->ranks.size(), static_cast<size_t>(dp));
       expect_counters_match_plan(*s.layout, str("dp ", dp, " zero ", stage));
+    }
+  }
+}
+
+// Context parallelism beside ZeRO-1 and ZeRO-2 (dp 2: the state sharded over the dp x cp
+// ranks): the losses follow the single-rank run, every counter its formula (the DP group's
+// bytes and the model states over DP x CP, and each CP rank's bytes per step).
+TEST(TrainRun, ContextParallelWithZero1And2CountersEqualThePlan) {
+  const TrainSummary serial = run_training(options(), nullptr);
+  struct CpCase {
+    int cp, stage;
+    plan::CpAlgorithm algo;
+  };
+  for (const CpCase& k :
+       {CpCase{2, 1, plan::CpAlgorithm::ring}, CpCase{2, 2, plan::CpAlgorithm::all_gather},
+        CpCase{2, 2, plan::CpAlgorithm::ulysses}, CpCase{4, 1, plan::CpAlgorithm::all_gather},
+        CpCase{4, 2, plan::CpAlgorithm::ring}}) {
+    TrainOptions o = dp_options(2, k.stage);
+    o.layout.cp = k.cp;
+    o.layout.cp_algorithm = k.algo;
+    const std::string what = str("dp 2 cp ", k.cp, " ", plan::name(k.algo), " zero ", k.stage);
+    const TrainSummary s = run_training(o, nullptr);
+    const double worst = worst_loss_diff(s, serial);
+    std::printf("  %s: max |loss diff| %.1e\n", what.c_str(), worst);
+    EXPECT_LE(worst, 1e-4) << what;
+    ASSERT_TRUE(s.layout.has_value());
+    EXPECT_EQ(s.layout->ranks.size(), static_cast<size_t>(2 * k.cp));
+    expect_counters_match_plan(*s.layout, what);
+    ASSERT_EQ(s.layout->cp_ranks.size(), static_cast<size_t>(2 * k.cp)) << what;
+    for (const CpRankRow& r : s.layout->cp_ranks) {
+      EXPECT_GT(r.bytes, 0) << what;
+      EXPECT_EQ(r.bytes, r.bytes_formula) << what << " rank " << r.rank;
+      EXPECT_EQ(r.messages, r.messages_formula) << what << " rank " << r.rank;
     }
   }
 }
