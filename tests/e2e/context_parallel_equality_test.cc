@@ -83,7 +83,8 @@ struct CpMeasure {
 };
 
 Outcome run_case(const StepConfig& c, const Case& k, const std::vector<data::Batch>& data,
-                 std::vector<CpMeasure>* measures = nullptr) {
+                 std::vector<CpMeasure>* measures = nullptr,
+                 parallel::CpWire wire = parallel::CpWire::by_precision) {
   LayoutOptions o;
   o.dp = k.dp;
   o.tp = k.tp;
@@ -97,7 +98,8 @@ Outcome run_case(const StepConfig& c, const Case& k, const std::vector<data::Bat
     o.microbatches = 2;
     o.schedule = k.schedule;
   }
-  const EngineConfig config = make_engine_config(c, o);
+  EngineConfig config = make_engine_config(c, o);
+  config.cp_wire = wire;
   const int world = config.world();
   std::vector<checkpoint::RankState> states(static_cast<size_t>(world));
   std::vector<std::vector<float>> losses(static_cast<size_t>(world));
@@ -284,7 +286,7 @@ TEST(ContextParallelEquality, WithRecomputeMatchesTheSerialRun) {
 // CP ranks' DP x CP gradient average folds one more bf16 rounding per rank; so, like
 // layout_equality_test.cc's bf16 grid, the tolerance is bf16's, not fp32's: the loss within
 // 1e-4 + 4 layers' roundings (2^-8) of it, the first moment norm-wise within 8 roundings, the
-// parameters within 2 lr a step.
+// parameters within 2 lr a step. And bit for bit the same run with K/V on the wire in fp32.
 TEST(ContextParallelEquality, Bf16MatchesTheBf16SerialRun) {
   StepConfig c = base_config();
   c.precision = model::Precision::bf16;
@@ -314,6 +316,18 @@ TEST(ContextParallelEquality, Bf16MatchesTheBf16SerialRun) {
         EXPECT_LE(loss, 1e-4 + 4 * c.model.layers * u * serial.losses.front());
         EXPECT_LE(m_rel, 8 * u);
         EXPECT_LE(param, 2 * kSteps * kLr);
+        // K/V (Ulysses: Q, K, V, O) in bf16 on the wire change no bit: every product reading
+        // them rounds them to bf16 anyway (the gradients travel in fp32 either way).
+        const Outcome fp32_wire = run_case(c, k, data, nullptr, parallel::CpWire::fp32);
+        EXPECT_EQ(std::memcmp(got.losses.data(), fp32_wire.losses.data(),
+                              got.losses.size() * sizeof(float)),
+                  0);
+        for (int kind = 0; kind < checkpoint::kStateKindCount; ++kind) {
+          EXPECT_EQ(std::memcmp(got.state[kind].data(), fp32_wire.state[kind].data(),
+                                got.state[kind].size() * sizeof(float)),
+                    0)
+              << name(static_cast<checkpoint::StateKind>(kind));
+        }
       }
     }
   }

@@ -116,7 +116,8 @@ Engine::Engine(const EngineConfig& config, comm::Communicator& world)
       team_(config.step.threads),
       hooks_(std::make_unique<parallel::TensorParallelGroup>(*tp_comm_, config.sequence_parallel)),
       cp_hooks_(config.cp > 1 ? std::make_unique<parallel::ContextParallelGroup>(
-                                    *cp_comm_, config.cp_algorithm, &tracker_, config.cp_split)
+                                    *cp_comm_, config.cp_algorithm, &tracker_, config.cp_split,
+                                    config.cp_wire)
                               : nullptr),
       ep_hooks_(ep_comm_ != nullptr ? std::make_unique<parallel::ExpertParallelGroup>(*ep_comm_)
                                     : nullptr),

@@ -66,6 +66,9 @@ struct EngineConfig {
   int cp = 1;
   plan::CpAlgorithm cp_algorithm = plan::CpAlgorithm::ring;
   model::CpTokenSplit cp_split = model::CpTokenSplit::balanced;  // ulysses: always contiguous
+  // K/V's element size on the CP wire: the precision's (bf16 under bf16), or fp32 always (for
+  // the test that sets the two side by side; no flag sets it).
+  parallel::CpWire cp_wire = parallel::CpWire::by_precision;
   // Expert parallelism: EP groups of ep consecutive DP ranks (parallel/expert_parallel.h).
   int ep = 1;
   parallel::RankOrder rank_order = parallel::kDefaultRankOrder;
