@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -101,30 +102,42 @@ TEST(TrainRun, DataParallelAtEveryZeroStageFollowsTheSingleRankRun) {
 }
 
 // Context parallelism beside ZeRO-1 and ZeRO-2 (dp 2: the state sharded over the dp x cp
-// ranks): the losses follow the single-rank run, every counter its formula (the DP group's
-// bytes and the model states over DP x CP, and each CP rank's bytes per step).
+// ranks), alone and on pp 2 under zb-h1 and interleaved: the losses follow the single-rank run,
+// every counter its formula (the DP group's bytes and the model states over DP x CP, the
+// pipeline's bytes, and each CP rank's bytes and messages per step).
 TEST(TrainRun, ContextParallelWithZero1And2CountersEqualThePlan) {
   const TrainSummary serial = run_training(options(), nullptr);
   struct CpCase {
     int cp, stage;
     plan::CpAlgorithm algo;
+    std::optional<plan::ScheduleKind> schedule;  // pp 2, 2 micro-batches
   };
   for (const CpCase& k :
-       {CpCase{2, 1, plan::CpAlgorithm::ring}, CpCase{2, 2, plan::CpAlgorithm::all_gather},
-        CpCase{2, 2, plan::CpAlgorithm::ulysses}, CpCase{4, 1, plan::CpAlgorithm::all_gather},
-        CpCase{4, 2, plan::CpAlgorithm::ring}}) {
+       {CpCase{2, 1, plan::CpAlgorithm::ring, {}}, CpCase{2, 2, plan::CpAlgorithm::all_gather, {}},
+        CpCase{2, 2, plan::CpAlgorithm::ulysses, {}},
+        CpCase{4, 1, plan::CpAlgorithm::all_gather, {}}, CpCase{4, 2, plan::CpAlgorithm::ring, {}},
+        CpCase{2, 1, plan::CpAlgorithm::ring, plan::ScheduleKind::zero_bubble_h1},
+        CpCase{2, 2, plan::CpAlgorithm::ulysses, plan::ScheduleKind::interleaved}}) {
     TrainOptions o = dp_options(2, k.stage);
     o.layout.cp = k.cp;
     o.layout.cp_algorithm = k.algo;
-    const std::string what = str("dp 2 cp ", k.cp, " ", plan::name(k.algo), " zero ", k.stage);
+    const int pp = k.schedule.has_value() ? 2 : 1;
+    if (k.schedule.has_value()) {
+      o.layout.pp = pp;
+      o.layout.microbatches = 2;
+      o.layout.schedule = k.schedule;
+    }
+    const std::string what =
+        str("dp 2 cp ", k.cp, " ", plan::name(k.algo), " zero ", k.stage,
+            k.schedule.has_value() ? str(" pp 2 ", plan::name(*k.schedule)) : "");
     const TrainSummary s = run_training(o, nullptr);
     const double worst = worst_loss_diff(s, serial);
     std::printf("  %s: max |loss diff| %.1e\n", what.c_str(), worst);
     EXPECT_LE(worst, 1e-4) << what;
     ASSERT_TRUE(s.layout.has_value());
-    EXPECT_EQ(s.layout->ranks.size(), static_cast<size_t>(2 * k.cp));
+    EXPECT_EQ(s.layout->ranks.size(), static_cast<size_t>(2 * k.cp * pp));
     expect_counters_match_plan(*s.layout, what);
-    ASSERT_EQ(s.layout->cp_ranks.size(), static_cast<size_t>(2 * k.cp)) << what;
+    ASSERT_EQ(s.layout->cp_ranks.size(), static_cast<size_t>(2 * k.cp * pp)) << what;
     for (const CpRankRow& r : s.layout->cp_ranks) {
       EXPECT_GT(r.bytes, 0) << what;
       EXPECT_EQ(r.bytes, r.bytes_formula) << what << " rank " << r.rank;
