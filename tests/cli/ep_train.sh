@@ -46,7 +46,7 @@ expect_output 'EP\(2\) expert-DP\(2\) 2 experts/rank' "${m4[@]}" --dp 4 --ep 2 -
 echo -n "dp 4 ep 2 vs dp 4: " && losses_close "$tmp/ep.json" "$tmp/dp.json" || fail "EP losses"
 
 # --trace: each rank's dispatch and combine (forward and backward) and row-count exchanges on its
-# communication track (tid 3r+1): 5 per routed block of the last step.
+# communication track (tid 4r+1): 5 per routed block of the last step.
 "$DTRAIN" "${m4[@]}" --dp 2 --ep 2 --steps 2 --trace "$tmp/trace.json" > /dev/null 2>&1 ||
   fail "--trace under --ep exited $?"
 python3 - "$tmp/trace.json" <<'PY' || fail "EP spans in the trace"
@@ -55,7 +55,7 @@ t = json.load(open(sys.argv[1]))
 ev = t["traceEvents"] if isinstance(t, dict) else t
 ep = [e for e in ev if "EP" in str(e.get("name"))]
 for r in (0, 1):
-    mine = [e for e in ep if e.get("tid") == 3 * r + 1]
+    mine = [e for e in ep if e.get("tid") == 4 * r + 1]
     assert len(mine) == 10, (r, len(mine))
 print("ok: trace: 10 EP exchanges per rank on the communication track:",
       sorted({e["name"] for e in ep}))

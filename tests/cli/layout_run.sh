@@ -2,7 +2,7 @@
 # `dtrain train` on any layout prints one report (and one JSON schema, "layout", version 1):
 # the layout line, per rank its blocks, model states and activations beside the plan, its bytes
 # per step beside the plan on every axis, a pipeline's bubble, the DP overlap, the node
-# topology's split and its TP warning; --trace writes a Chrome trace with three tracks per rank
+# topology's split and its TP warning; --trace writes a Chrome trace with four tracks per rank
 # and --timeline an SVG for any layout; every layout's losses equal the single-rank run's; and
 # the layout flags' bad input is refused naming the flag. Usage: layout_run.sh path/to/dtrain
 source "$(dirname "$0")/lib/expect.bash"
@@ -68,7 +68,7 @@ for path, ranks, kinds in ((sys.argv[1], 4, {"forward", "backward", "send", "rec
                            (sys.argv[2], 4, {"forward", "backward", "collective", "async_collective"})):
     spans = [e for e in json.load(open(path))["traceEvents"] if e["ph"] == "X"]
     tids = {e["tid"] for e in spans}
-    assert tids <= set(range(3 * ranks)) and all(3 * r in tids for r in range(ranks)), (path, tids)
+    assert tids <= set(range(4 * ranks)) and all(4 * r in tids for r in range(ranks)), (path, tids)
     assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans), path
     assert {e["cat"] for e in spans} >= kinds, (path, {e["cat"] for e in spans})
 PY

@@ -64,12 +64,15 @@ struct Case {
   int dp = 1, tp = 1;
   bool sp = false;
   int zero = 0;
-  int pp = 1;               // with 2 micro-batches of 2 rows
-  bool contiguous = false;  // --cp-split contiguous
+  int pp = 1;                                                     // with 2 micro-batches of 2 rows
+  bool contiguous = false;                                        // --cp-split contiguous
+  plan::ScheduleKind schedule = plan::ScheduleKind::one_f_one_b;  // with pp > 1
   std::string name() const {
-    return str("cp", cp, " ", plan::name(algo), " dp", dp, " tp", tp, sp ? " sp" : "",
-               zero > 0 ? str(" zero", zero) : "", pp > 1 ? str(" pp", pp) : "",
-               contiguous ? " contiguous" : "");
+    return str(
+        "cp", cp, " ", plan::name(algo), " dp", dp, " tp", tp, sp ? " sp" : "",
+        zero > 0 ? str(" zero", zero) : "", pp > 1 ? str(" pp", pp) : "",
+        pp > 1 && schedule != plan::ScheduleKind::one_f_one_b ? str(" ", plan::name(schedule)) : "",
+        contiguous ? " contiguous" : "");
   }
 };
 
@@ -80,7 +83,8 @@ struct CpMeasure {
 };
 
 Outcome run_case(const StepConfig& c, const Case& k, const std::vector<data::Batch>& data,
-                 std::vector<CpMeasure>* measures = nullptr) {
+                 std::vector<CpMeasure>* measures = nullptr,
+                 parallel::CpWire wire = parallel::CpWire::by_precision) {
   LayoutOptions o;
   o.dp = k.dp;
   o.tp = k.tp;
@@ -90,8 +94,12 @@ Outcome run_case(const StepConfig& c, const Case& k, const std::vector<data::Bat
   o.zero_stage = k.zero;
   o.pp = k.pp;
   o.cp_contiguous = k.contiguous;
-  if (k.pp > 1) o.microbatches = 2;
-  const EngineConfig config = make_engine_config(c, o);
+  if (k.pp > 1) {
+    o.microbatches = 2;
+    o.schedule = k.schedule;
+  }
+  EngineConfig config = make_engine_config(c, o);
+  config.cp_wire = wire;
   const int world = config.world();
   std::vector<checkpoint::RankState> states(static_cast<size_t>(world));
   std::vector<std::vector<float>> losses(static_cast<size_t>(world));
@@ -152,8 +160,10 @@ Worst compare(const StepConfig& c, const Case& k, const Outcome& want, const Out
   return w;
 }
 
-void expect_equal_to_serial(const std::vector<Case>& cases, Recompute recompute = Recompute::none) {
-  const StepConfig c = base_config(recompute);
+void expect_equal_to_serial(const std::vector<Case>& cases, Recompute recompute = Recompute::none,
+                            int layers = 2) {
+  StepConfig c = base_config(recompute);
+  c.model.layers = layers;
   const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
   const Outcome serial = run_serial(c, data);
   for (const Case& k : cases) {
@@ -222,6 +232,42 @@ TEST(ContextParallelEquality, WithPipelineAndZero3MatchesTheSerialRun) {
   expect_equal_to_serial(cases);
 }
 
+// ZeRO-1 and ZeRO-2 shard the optimizer state (ZeRO-2 the gradients too) over DP x CP: with
+// dp 2 a shard per each of the dp x cp ranks.
+TEST(ContextParallelEquality, WithZero1And2MatchesTheSerialRun) {
+  std::vector<Case> cases;
+  for (int cp : {2, 4}) {
+    for (int zero : {1, 2}) {
+      for (plan::CpAlgorithm a : kAlgorithms) {
+        Case k{cp, a, 2};
+        k.zero = zero;
+        cases.push_back(k);
+      }
+    }
+  }
+  expect_equal_to_serial(cases);
+}
+
+// The zero-bubble schedule splits each backward into B (input gradients) and W (weight
+// gradients): the CP attention backward has no weights, so it runs whole in B (its dQ, dK, dV
+// are input gradients) and W finds nothing of CP's to do. The interleaved schedule runs two
+// model chunks per stage (4 layers on pp 2), each block's CP state held under its own key.
+TEST(ContextParallelEquality, WithZeroBubbleAndInterleavedSchedulesMatchesTheSerialRun) {
+  std::vector<Case> cases;
+  for (int cp : {2, 4}) {
+    for (plan::ScheduleKind schedule :
+         {plan::ScheduleKind::zero_bubble_h1, plan::ScheduleKind::interleaved}) {
+      for (plan::CpAlgorithm a : kAlgorithms) {
+        Case k{cp, a};
+        k.pp = 2;
+        k.schedule = schedule;
+        cases.push_back(k);
+      }
+    }
+  }
+  expect_equal_to_serial(cases, Recompute::none, 4);
+}
+
 // Full recompute reruns each block's forward (its CP communication too); selective has nothing
 // to rerun under CP (the blockwise backward recomputes the probabilities from the log-sum-exp).
 TEST(ContextParallelEquality, WithRecomputeMatchesTheSerialRun) {
@@ -240,7 +286,7 @@ TEST(ContextParallelEquality, WithRecomputeMatchesTheSerialRun) {
 // CP ranks' DP x CP gradient average folds one more bf16 rounding per rank; so, like
 // layout_equality_test.cc's bf16 grid, the tolerance is bf16's, not fp32's: the loss within
 // 1e-4 + 4 layers' roundings (2^-8) of it, the first moment norm-wise within 8 roundings, the
-// parameters within 2 lr a step.
+// parameters within 2 lr a step. And bit for bit the same run with K/V on the wire in fp32.
 TEST(ContextParallelEquality, Bf16MatchesTheBf16SerialRun) {
   StepConfig c = base_config();
   c.precision = model::Precision::bf16;
@@ -270,6 +316,18 @@ TEST(ContextParallelEquality, Bf16MatchesTheBf16SerialRun) {
         EXPECT_LE(loss, 1e-4 + 4 * c.model.layers * u * serial.losses.front());
         EXPECT_LE(m_rel, 8 * u);
         EXPECT_LE(param, 2 * kSteps * kLr);
+        // K/V (Ulysses: Q, K, V, O) in bf16 on the wire change no bit: every product reading
+        // them rounds them to bf16 anyway (the gradients travel in fp32 either way).
+        const Outcome fp32_wire = run_case(c, k, data, nullptr, parallel::CpWire::fp32);
+        EXPECT_EQ(std::memcmp(got.losses.data(), fp32_wire.losses.data(),
+                              got.losses.size() * sizeof(float)),
+                  0);
+        for (int kind = 0; kind < checkpoint::kStateKindCount; ++kind) {
+          EXPECT_EQ(std::memcmp(got.state[kind].data(), fp32_wire.state[kind].data(),
+                                got.state[kind].size() * sizeof(float)),
+                    0)
+              << name(static_cast<checkpoint::StateKind>(kind));
+        }
       }
     }
   }

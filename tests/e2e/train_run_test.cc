@@ -17,13 +17,16 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "dtrain/plan/context_parallel.h"
 #include "dtrain/plan/pipeline_model.h"
 #include "dtrain/plan/pipeline_schedule.h"
+#include "dtrain/trace/chrome_trace.h"
 #include "dtrain/train/run.h"
 
 namespace dtrain::train {
@@ -94,6 +97,51 @@ TEST(TrainRun, DataParallelAtEveryZeroStageFollowsTheSingleRankRun) {
       ASSERT_TRUE(s.layout.has_value());
       EXPECT_EQ(s.layout->ranks.size(), static_cast<size_t>(dp));
       expect_counters_match_plan(*s.layout, str("dp ", dp, " zero ", stage));
+    }
+  }
+}
+
+// Context parallelism beside ZeRO-1 and ZeRO-2 (dp 2: the state sharded over the dp x cp
+// ranks), alone and on pp 2 under zb-h1 and interleaved: the losses follow the single-rank run,
+// every counter its formula (the DP group's bytes and the model states over DP x CP, the
+// pipeline's bytes, and each CP rank's bytes and messages per step).
+TEST(TrainRun, ContextParallelWithZero1And2CountersEqualThePlan) {
+  const TrainSummary serial = run_training(options(), nullptr);
+  struct CpCase {
+    int cp, stage;
+    plan::CpAlgorithm algo;
+    std::optional<plan::ScheduleKind> schedule;  // pp 2, 2 micro-batches
+  };
+  for (const CpCase& k :
+       {CpCase{2, 1, plan::CpAlgorithm::ring, {}}, CpCase{2, 2, plan::CpAlgorithm::all_gather, {}},
+        CpCase{2, 2, plan::CpAlgorithm::ulysses, {}},
+        CpCase{4, 1, plan::CpAlgorithm::all_gather, {}}, CpCase{4, 2, plan::CpAlgorithm::ring, {}},
+        CpCase{2, 1, plan::CpAlgorithm::ring, plan::ScheduleKind::zero_bubble_h1},
+        CpCase{2, 2, plan::CpAlgorithm::ulysses, plan::ScheduleKind::interleaved}}) {
+    TrainOptions o = dp_options(2, k.stage);
+    o.layout.cp = k.cp;
+    o.layout.cp_algorithm = k.algo;
+    const int pp = k.schedule.has_value() ? 2 : 1;
+    if (k.schedule.has_value()) {
+      o.layout.pp = pp;
+      o.layout.microbatches = 2;
+      o.layout.schedule = k.schedule;
+    }
+    const std::string what =
+        str("dp 2 cp ", k.cp, " ", plan::name(k.algo), " zero ", k.stage,
+            k.schedule.has_value() ? str(" pp 2 ", plan::name(*k.schedule)) : "");
+    const TrainSummary s = run_training(o, nullptr);
+    const double worst = worst_loss_diff(s, serial);
+    std::printf("  %s: max |loss diff| %.1e\n", what.c_str(), worst);
+    EXPECT_LE(worst, 1e-4) << what;
+    ASSERT_TRUE(s.layout.has_value());
+    EXPECT_EQ(s.layout->ranks.size(), static_cast<size_t>(2 * k.cp * pp));
+    expect_counters_match_plan(*s.layout, what);
+    ASSERT_EQ(s.layout->cp_ranks.size(), static_cast<size_t>(2 * k.cp * pp)) << what;
+    for (const CpRankRow& r : s.layout->cp_ranks) {
+      EXPECT_GT(r.bytes, 0) << what;
+      EXPECT_EQ(r.bytes, r.bytes_formula) << what << " rank " << r.rank;
+      EXPECT_EQ(r.messages, r.messages_formula) << what << " rank " << r.rank;
     }
   }
 }
@@ -228,14 +276,21 @@ TEST(TrainRun, PipelineReportsTheBubbleAndEveryLayoutWritesATraceAndTimeline) {
     if (e["ph"] != "X") continue;
     const int tid = e["tid"].get<int>();
     const std::string kind = e["cat"];
-    if (kind == "forward" || kind == "backward") ++compute_events[tid / 3];
-    if (kind == "send" || kind == "recv") ++comm_events[tid / 3];
+    const int rank = tid / trace::kTracksPerRank;
+    if (kind == "forward" || kind == "backward") {
+      EXPECT_EQ(tid, trace::compute_track(rank));
+      ++compute_events[rank];
+    }
+    if (kind == "send" || kind == "recv") {
+      EXPECT_EQ(tid, trace::communication_track(rank));
+      ++comm_events[rank];
+    }
     if (kind == "collective") {
-      EXPECT_EQ(tid % 3, 1);
+      EXPECT_EQ(tid, trace::communication_track(rank));
     }
     if (kind == "async_collective") {
-      EXPECT_EQ(tid % 3, 2);
-      ++async_events[tid / 3];
+      EXPECT_EQ(tid, trace::async_track(rank));
+      ++async_events[rank];
     }
     EXPECT_GE(e["dur"].get<double>(), 0.0);
   }

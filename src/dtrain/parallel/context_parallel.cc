@@ -9,6 +9,7 @@
 
 #include "dtrain/comm/all_to_all.h"
 #include "dtrain/comm/collectives.h"
+#include "dtrain/core/bf16.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
 #include "dtrain/model/ops/blockwise_attention.h"
@@ -25,6 +26,26 @@ constexpr int kTagRing = 0x4350;  // "CP": the ring's hops (the group's own comm
 
 int64_t bytes_of(int64_t floats) {
   return floats * static_cast<int64_t>(sizeof(float));
+}
+
+// n floats into `wire` at e bytes each (2: rounded to bf16, to nearest even), and back.
+void to_wire(uint8_t* wire, const float* src, int64_t n, int64_t e) {
+  if (e == 2) {
+    std::vector<bf16> rounded(static_cast<size_t>(n));
+    to_bf16(src, rounded.data(), n);
+    std::memcpy(wire, rounded.data(), static_cast<size_t>(n) * sizeof(bf16));
+  } else {
+    std::memcpy(wire, src, static_cast<size_t>(n) * sizeof(float));
+  }
+}
+void from_wire(float* dst, const uint8_t* wire, int64_t n, int64_t e) {
+  if (e == 2) {
+    std::vector<bf16> rounded(static_cast<size_t>(n));
+    std::memcpy(rounded.data(), wire, static_cast<size_t>(n) * sizeof(bf16));
+    to_float(rounded.data(), dst, n);
+  } else {
+    std::memcpy(dst, wire, static_cast<size_t>(n) * sizeof(float));
+  }
 }
 
 // [K|V] (B, T, 2C) packed from qkv (B, T, 3C): one message per ring hop, one gather's input.
@@ -47,17 +68,39 @@ void add_dkv(float* dqkv, const float* dkv, const Dims& d) {
 }  // namespace
 
 ContextParallelGroup::ContextParallelGroup(comm::Communicator& comm, plan::CpAlgorithm algorithm,
-                                           MemoryTracker* tracker, model::CpTokenSplit split)
+                                           MemoryTracker* tracker, model::CpTokenSplit split,
+                                           CpWire wire)
     : comm_(comm),
       algorithm_(algorithm),
       tracker_(tracker),
-      split_(algorithm == plan::CpAlgorithm::ulysses ? model::CpTokenSplit::contiguous : split) {
+      split_(algorithm == plan::CpAlgorithm::ulysses ? model::CpTokenSplit::contiguous : split),
+      wire_(wire) {
   DTRAIN_CHECK(algorithm != plan::CpAlgorithm::automatic,
                "ContextParallelGroup: resolve --cp-algo auto before building the group");
 }
 
+// K and V (and Ulysses's Q and O) go on the wire at plan::cp_wire_bytes's element size for the
+// run's precision: bf16 when the model computes in bf16, whose products round them to bf16
+// anyway (blockwise_attention.cc's sgemm calls with cx.precision), so the bf16 wire changes no
+// bit. Gradients stay fp32 (plan/context_parallel.h says why).
+int64_t ContextParallelGroup::activation_wire_bytes(const model::Compute& cx) const {
+  if (wire_ == CpWire::fp32) return static_cast<int64_t>(sizeof(float));
+  return plan::cp_wire_bytes(cx.precision == model::Precision::bf16 ? plan::Precision::bf16
+                                                                    : plan::Precision::fp32)
+      .activations;
+}
+
 model::CpTokenSplit ContextParallelGroup::split() const {
   return split_;
+}
+
+void ContextParallelGroup::count_message(const char* what, double start_us, int64_t sent_before) {
+  ++current_->messages;
+  if (spans_ == nullptr) return;
+  const char* pass = current_ == &counters_.forward    ? "forward"
+                     : current_ == &counters_.backward ? "backward"
+                                                       : "recompute";
+  spans_->push_back({what, pass, start_us, now_us(), bytes_sent() - sent_before});
 }
 
 std::vector<int64_t> ContextParallelGroup::positions(int owner, int64_t T) const {
@@ -124,6 +167,9 @@ void ContextParallelGroup::ring_forward(Saved& s, float* out, const float* qkv, 
   const int64_t block = d.B * d.T * 2 * d.C;  // floats of one [K|V]
   const BlockShape shape{d.B, d.NH, d.C / d.NH};
   std::vector<float> cur(static_cast<size_t>(block)), next(static_cast<size_t>(block));
+  const int64_t e = activation_wire_bytes(cx), wire_bytes = block * e;
+  std::vector<uint8_t> send_wire(static_cast<size_t>(wire_bytes)),
+      recv_wire(static_cast<size_t>(wire_bytes));
   pack_kv(cur.data(), qkv, d);
   const std::vector<int64_t> mine = positions(r, d.T);
   const ConstTokenBlock q{qkv, 3 * d.C, d.T * 3 * d.C, mine.data(), d.T};
@@ -135,9 +181,12 @@ void ContextParallelGroup::ring_forward(Saved& s, float* out, const float* qkv, 
   for (int i = 0; i < N; ++i) {
     const std::vector<int64_t> pos = positions((r - i + N) % N, d.T);
     comm::RequestPtr send, recv;
+    const double hop_start = span_start();
+    const int64_t sent_before = bytes_sent();
     if (i + 1 < N) {
-      send = comm_.isend(cur.data(), bytes_of(block), (r + 1) % N, kTagRing);
-      recv = comm_.irecv(next.data(), bytes_of(block), (r - 1 + N) % N, kTagRing);
+      to_wire(send_wire.data(), cur.data(), block, e);
+      send = comm_.isend(send_wire.data(), wire_bytes, (r + 1) % N, kTagRing);
+      recv = comm_.irecv(recv_wire.data(), wire_bytes, (r - 1 + N) % N, kTagRing);
     }
     const ConstTokenBlock k{cur.data(), 2 * d.C, d.T * 2 * d.C, pos.data(), d.T};
     const ConstTokenBlock v{cur.data() + d.C, 2 * d.C, d.T * 2 * d.C, pos.data(), d.T};
@@ -151,7 +200,8 @@ void ContextParallelGroup::ring_forward(Saved& s, float* out, const float* qkv, 
       send->wait();
       recv->wait();
       comm_.add_steps(1);
-      ++current_->messages;
+      count_message("ring hop K/V", hop_start, sent_before);
+      from_wire(next.data(), recv_wire.data(), block, e);
       std::swap(cur, next);
     }
   }
@@ -169,6 +219,11 @@ void ContextParallelGroup::ring_backward(const Saved& s, float* dqkv, const floa
   const BlockShape shape{d.B, d.NH, d.C / d.NH};
   std::vector<float> cur(static_cast<size_t>(2 * block), 0.0f),
       next(static_cast<size_t>(2 * block));
+  // A hop's message: [K|V] at the wire's element size, then [dK|dV] in fp32.
+  const int64_t e = activation_wire_bytes(cx), kv_bytes = block * e;
+  const int64_t message = kv_bytes + bytes_of(block);
+  std::vector<uint8_t> send_wire(static_cast<size_t>(message)),
+      recv_wire(static_cast<size_t>(message));
   pack_kv(cur.data(), qkv, d);
   const std::vector<int64_t> mine = positions(r, d.T);
   const ConstTokenBlock q{qkv, 3 * d.C, d.T * 3 * d.C, mine.data(), d.T};
@@ -179,10 +234,18 @@ void ContextParallelGroup::ring_backward(const Saved& s, float* dqkv, const floa
   const TokenBlock dq{dqkv, 3 * d.C, d.T * 3 * d.C};
   for (int i = 0; i < N; ++i) {
     if (i > 0) {
-      comm_.send_recv(cur.data(), bytes_of(2 * block), (r + 1) % N, next.data(),
-                      bytes_of(2 * block), (r - 1 + N) % N, kTagRing);
+      const double hop_start = span_start();
+      const int64_t sent_before = bytes_sent();
+      to_wire(send_wire.data(), cur.data(), block, e);
+      std::memcpy(send_wire.data() + kv_bytes, cur.data() + block,
+                  static_cast<size_t>(bytes_of(block)));
+      comm_.send_recv(send_wire.data(), message, (r + 1) % N, recv_wire.data(), message,
+                      (r - 1 + N) % N, kTagRing);
       comm_.add_steps(1);
-      ++current_->messages;
+      count_message("ring hop K/V/dK/dV", hop_start, sent_before);
+      from_wire(next.data(), recv_wire.data(), block, e);
+      std::memcpy(next.data() + block, recv_wire.data() + kv_bytes,
+                  static_cast<size_t>(bytes_of(block)));
       std::swap(cur, next);
     }
     const std::vector<int64_t> pos = positions((r - i + N) % N, d.T);
@@ -193,10 +256,12 @@ void ContextParallelGroup::ring_backward(const Saved& s, float* dqkv, const floa
     model::attention_block_backward(dq, dk, dv, go, q, k, v, s.lse.data(), rowdot.data(), shape,
                                     cx);
   }
+  const double home_start = span_start();
+  const int64_t home_before = bytes_sent();
   comm_.send_recv(cur.data() + block, bytes_of(block), (r + 1) % N, next.data(), bytes_of(block),
                   (r - 1 + N) % N, kTagRing);
   comm_.add_steps(1);
-  ++current_->messages;
+  count_message("ring hop dK/dV home", home_start, home_before);
   add_dkv(dqkv, next.data(), d);
 }
 
@@ -209,8 +274,19 @@ void ContextParallelGroup::all_gather_forward(Saved& s, float* out, const float*
   std::vector<float> kv(static_cast<size_t>(block));
   pack_kv(kv.data(), qkv, d);
   s.gathered = Buffer<float>(N * block, MemoryTag::activations, tracker_);
-  comm::all_gather<float>(comm_, kv.data(), s.gathered.data(), N * block, comm::Algorithm::ring);
-  ++current_->messages;
+  const double gather_start = span_start();
+  const int64_t gather_before = bytes_sent();
+  if (activation_wire_bytes(cx) == 2) {
+    std::vector<bf16> mine_h(static_cast<size_t>(block)),
+        gathered_h(static_cast<size_t>(N * block));
+    to_bf16(kv.data(), mine_h.data(), block);
+    comm::all_gather<bf16>(comm_, mine_h.data(), gathered_h.data(), N * block,
+                           comm::Algorithm::ring);
+    to_float(gathered_h.data(), s.gathered.data(), N * block);
+  } else {
+    comm::all_gather<float>(comm_, kv.data(), s.gathered.data(), N * block, comm::Algorithm::ring);
+  }
+  count_message("all_gather K/V", gather_start, gather_before);
   const std::vector<int64_t> mine = positions(r, d.T);
   const ConstTokenBlock q{qkv, 3 * d.C, d.T * 3 * d.C, mine.data(), d.T};
   const TokenBlock o{out, d.C, d.T * d.C};
@@ -258,14 +334,19 @@ void ContextParallelGroup::all_gather_backward(const Saved& s, float* dqkv, cons
     model::attention_block_backward(dq, dk, dv, go, q, k, v, s.lse.data(), rowdot.data(), shape,
                                     cx);
   }
+  const double scatter_start = span_start();
+  const int64_t scatter_before = bytes_sent();
   comm::reduce_scatter<float>(comm_, dkv_all.data(), dkv.data(), N * block, comm::ReduceOp::sum,
                               comm::Algorithm::ring);
-  ++current_->messages;
+  count_message("reduce_scatter dK/dV", scatter_start, scatter_before);
   add_dkv(dqkv, dkv.data(), d);
 }
 
 // --- ulysses --------------------------------------------------------------------------------
 namespace {
+
+constexpr const char* kQkvToHeads[3] = {"all_to_all Q", "all_to_all K", "all_to_all V"};
+constexpr const char* kGradsToTokens[3] = {"all_to_all dQ", "all_to_all dK", "all_to_all dV"};
 
 // Sequence split -> head split: rank j gets this rank's T tokens of head group j (columns
 // [column + j*Ch, column + (j+1)*Ch) of src's rows), packed as (B, T, Ch) blocks in rank order.
@@ -296,6 +377,19 @@ void unpack_head_groups(float* dst, int64_t dst_stride, int64_t column, const fl
 
 }  // namespace
 
+void ContextParallelGroup::exchange_activations(const float* send, float* recv, int64_t part,
+                                                const model::Compute& cx) {
+  if (activation_wire_bytes(cx) != 2) {
+    comm::all_to_all<float>(comm_, send, recv, part, comm::Algorithm::pairwise);
+    return;
+  }
+  const int64_t n = part * size();
+  std::vector<bf16> send_h(static_cast<size_t>(n)), recv_h(static_cast<size_t>(n));
+  to_bf16(send, send_h.data(), n);
+  comm::all_to_all<bf16>(comm_, send_h.data(), recv_h.data(), part, comm::Algorithm::pairwise);
+  to_float(recv_h.data(), recv, n);
+}
+
 void ContextParallelGroup::ulysses_forward(Saved& s, float* out, const float* qkv, const Dims& d,
                                            const model::Compute& cx) {
   const int N = size();
@@ -308,8 +402,10 @@ void ContextParallelGroup::ulysses_forward(Saved& s, float* out, const float* qk
   std::vector<float> send(static_cast<size_t>(local));
   for (int x = 0; x < 3; ++x) {  // Q, K, V
     pack_head_groups(send.data(), qkv, 3 * d.C, x * d.C, N, d);
-    comm::all_to_all<float>(comm_, send.data(), qh + x * local, part, comm::Algorithm::pairwise);
-    ++current_->messages;
+    const double start = span_start();
+    const int64_t before = bytes_sent();
+    exchange_activations(send.data(), qh + x * local, part, cx);
+    count_message(kQkvToHeads[x], start, before);
   }
   std::vector<std::vector<int64_t>> pos;
   for (int j = 0; j < N; ++j) pos.push_back(positions(j, d.T));
@@ -335,8 +431,10 @@ void ContextParallelGroup::ulysses_forward(Saved& s, float* out, const float* qk
     }
     model::attention_merge_finish(o, m, m, l.data(), shape, d.T);
   }
-  comm::all_to_all<float>(comm_, oh, send.data(), part, comm::Algorithm::pairwise);
-  ++current_->messages;
+  const double out_start = span_start();
+  const int64_t out_before = bytes_sent();
+  exchange_activations(oh, send.data(), part, cx);
+  count_message("all_to_all O", out_start, out_before);
   unpack_head_groups(out, d.C, 0, send.data(), N, d, false);
 }
 
@@ -350,8 +448,10 @@ void ContextParallelGroup::ulysses_backward(const Saved& s, float* dqkv, const f
   const float* oh = qh + 3 * local;
   std::vector<float> send(static_cast<size_t>(local)), doh(static_cast<size_t>(local));
   pack_head_groups(send.data(), dout, d.C, 0, N, d);
+  const double dout_start = span_start();
+  const int64_t dout_before = bytes_sent();
   comm::all_to_all<float>(comm_, send.data(), doh.data(), part, comm::Algorithm::pairwise);
-  ++current_->messages;
+  count_message("all_to_all dO", dout_start, dout_before);
   std::vector<std::vector<int64_t>> pos;
   for (int j = 0; j < N; ++j) pos.push_back(positions(j, d.T));
   auto block = [&](const float* base, int j) {
@@ -373,8 +473,10 @@ void ContextParallelGroup::ulysses_backward(const Saved& s, float* dqkv, const f
     }
   }
   for (int x = 0; x < 3; ++x) {  // dQ, dK, dV back to the sequence split
+    const double start = span_start();
+    const int64_t before = bytes_sent();
     comm::all_to_all<float>(comm_, dqh + x * local, send.data(), part, comm::Algorithm::pairwise);
-    ++current_->messages;
+    count_message(kGradsToTokens[x], start, before);
     unpack_head_groups(dqkv, 3 * d.C, x * d.C, send.data(), N, d, true);
   }
 }

@@ -4,6 +4,8 @@
 // softmax merged with the running max and log-sum-exp, model/ops/blockwise_attention.h):
 //   ring        [K|V] blocks passed to rank r+1 N-1 times in forward; in backward [K|V|dK|dV]
 //               N-1 times and a last [dK|dV] hop home. Balanced split (chunks r and 2N-1-r).
+// Under bf16 K and V (and Ulysses's Q, O) travel as bf16, the gradients as fp32
+// (plan::cp_wire_bytes; plan/context_parallel.h says why).
 //   all-gather  one all-gather of [K|V] per layer (kept for the backward), one reduce-scatter of
 //               the whole sequence's [dK|dV] in backward. Balanced split.
 //   ulysses     all-to-alls from the sequence split to a head split (Q, K, V), local attention on
@@ -19,6 +21,7 @@
 
 #include "dtrain/comm/communicator.h"
 #include "dtrain/core/buffer.h"
+#include "dtrain/core/timer.h"
 #include "dtrain/model/cp_hooks.h"
 #include "dtrain/plan/context_parallel.h"
 
@@ -40,6 +43,20 @@ struct ContextParallelCounters {
   double attention_us = 0;
 };
 
+// One CP exchange as it ran (core/timer.h now_us() clock), for traces: a ring hop (posted until
+// both its send and its receive completed), or one collective call; `bytes` this rank sent in it.
+struct CpSpan {
+  const char* what = "";  // "ring hop K/V", "all_gather K/V", "all_to_all Q", ...
+  const char* pass = "";  // "forward", "backward", "recompute"
+  double start_us = 0, end_us = 0;
+  int64_t bytes = 0;
+};
+
+// The element size K and V (and Ulysses's Q, O) travel at: the model's precision's
+// (plan::cp_wire_bytes: bf16 under bf16), or fp32 whatever the precision (for the test that sets
+// the bf16 wire beside it, bit for bit).
+enum class CpWire { by_precision, fp32 };
+
 class ContextParallelGroup final : public model::ContextParallelHooks {
  public:
   // `algorithm`: ring, all_gather or ulysses (automatic is resolved by the caller). `tracker` is
@@ -48,7 +65,8 @@ class ContextParallelGroup final : public model::ContextParallelHooks {
   // unless contiguous is asked for, to measure the imbalance it removes).
   ContextParallelGroup(comm::Communicator& comm, plan::CpAlgorithm algorithm,
                        MemoryTracker* tracker,
-                       model::CpTokenSplit split = model::CpTokenSplit::balanced);
+                       model::CpTokenSplit split = model::CpTokenSplit::balanced,
+                       CpWire wire = CpWire::by_precision);
 
   int size() const override { return comm_.size(); }
   int rank() const override { return comm_.rank(); }
@@ -63,6 +81,8 @@ class ContextParallelGroup final : public model::ContextParallelHooks {
   void set_recomputing(bool on) override { recomputing_ = on; }
 
   const ContextParallelCounters& counters() const { return counters_; }
+  // While set, every exchange (one per counted message) is appended there; null stops it.
+  void record_spans(std::vector<CpSpan>* spans) { spans_ = spans; }
   comm::Communicator& communicator() { return comm_; }
 
   // One layer's local shape, as the algorithms see it.
@@ -91,15 +111,28 @@ class ContextParallelGroup final : public model::ContextParallelHooks {
                        const model::Compute& cx);
   void ulysses_backward(const Saved& s, float* dqkv, const float* dout, const Dims& d,
                         const model::Compute& cx);
+  // Ulysses's all-to-all of Q, K, V or O (`part` floats per rank), in bf16 when the model
+  // computes in bf16.
+  void exchange_activations(const float* send, float* recv, int64_t part, const model::Compute& cx);
 
   comm::Communicator& comm_;
   plan::CpAlgorithm algorithm_;
   MemoryTracker* tracker_;
   model::CpTokenSplit split_;
+  CpWire wire_;
   bool recomputing_ = false;
   std::map<const void*, Saved> saved_;
   ContextParallelCounters counters_;
   CpCounter* current_ = nullptr;  // the pass being counted
+  std::vector<CpSpan>* spans_ = nullptr;
+
+  // Counts one message of the current pass and, when recording, its span from `start_us` with
+  // the bytes sent since `sent_before`.
+  void count_message(const char* what, double start_us, int64_t sent_before);
+  // Bytes per element of K and V on the wire for a pass computed with `cx`.
+  int64_t activation_wire_bytes(const model::Compute& cx) const;
+  double span_start() const { return spans_ != nullptr ? now_us() : 0; }
+  int64_t bytes_sent() const { return comm_.traffic().bytes_sent; }
 };
 
 }  // namespace dtrain::parallel

@@ -20,10 +20,13 @@ void check_shape(const CpShape& s) {
   DTRAIN_CHECK(s.seq % s.cp == 0, "--cp ", s.cp, " does not divide --seq-length ", s.seq);
 }
 
-// b (T/N) x d x e: one head's worth of one rank's local tokens.
-double head_slice_bytes(const CpShape& s) {
+// b (T/N) x d x e: one head's worth of one rank's local tokens, at `bytes_per_element`.
+double head_slice_bytes(const CpShape& s, int64_t bytes_per_element) {
   const double d = static_cast<double>(s.hidden) / static_cast<double>(s.heads);
-  return static_cast<double>(cp_local_tokens(s)) * d * static_cast<double>(s.bytes_per_element);
+  return static_cast<double>(cp_local_tokens(s)) * d * static_cast<double>(bytes_per_element);
+}
+double head_slice_bytes(const CpShape& s) {
+  return head_slice_bytes(s, s.bytes_per_element);
 }
 
 CpPassTraffic collective_pass(const std::vector<CollectiveCall>& calls, bool forward, int cp) {
@@ -83,6 +86,22 @@ double cp_kv_block_bytes(const CpShape& s) {
   return 2.0 * static_cast<double>(cp_kv_heads_per_tp_rank(s)) * head_slice_bytes(s);
 }
 
+double cp_dkv_block_bytes(const CpShape& s) {
+  return 2.0 * static_cast<double>(cp_kv_heads_per_tp_rank(s)) *
+         head_slice_bytes(s, s.grad_bytes());
+}
+
+CpWireBytes cp_wire_bytes(Precision precision) {
+  return {precision == Precision::bf16 ? 2 : 4, 4};
+}
+
+CpShape with_engine_wire(CpShape s, Precision precision) {
+  const CpWireBytes wire = cp_wire_bytes(precision);
+  s.bytes_per_element = wire.activations;
+  s.grad_bytes_per_element = wire.gradients;
+  return s;
+}
+
 std::string cp_layout_error(const CpShape& s, CpAlgorithm algo) {
   if (s.cp < 1) return str("--cp must be >= 1, got ", s.cp);
   if (s.cp == 1) return {};
@@ -114,8 +133,10 @@ CpLayerTraffic cp_ring_traffic_per_layer(const CpShape& s, Recompute recompute) 
   const int64_t hops = s.cp - 1;
   // forward: N-1 hops of [K|V]
   t.forward = {hops, hops, static_cast<double>(hops) * block, static_cast<double>(hops) * block};
-  // backward: N-1 hops of [K|V|dK|dV], then one of [dK|dV] home: (2N-1) blocks in N messages
-  const double backward = static_cast<double>(2 * s.cp - 1) * block;
+  // backward: N-1 hops of [K|V|dK|dV], then one of [dK|dV] home: N-1 K/V blocks and N dK/dV
+  // blocks in N messages
+  const double backward =
+      static_cast<double>(hops) * block + static_cast<double>(s.cp) * cp_dkv_block_bytes(s);
   t.backward = {s.cp, s.cp, backward, backward};
   if (recompute == Recompute::full) {  // the forward's hops again, before the backward
     t.backward.messages += hops;
@@ -136,8 +157,9 @@ std::vector<CollectiveCall> cp_collectives_per_layer(const CpShape& s, CpAlgorit
     // S = 2 b T g_t d e: the gathered [K|V] (the all-gather's output per rank, the
     // reduce-scatter's input per rank).
     const double gathered = cp_kv_block_bytes(s) * static_cast<double>(s.cp);
+    const double gradients = cp_dkv_block_bytes(s) * static_cast<double>(s.cp);
     calls.push_back({comm::CollectiveOp::all_gather, gathered, 1, "K, V (forward)", true});
-    calls.push_back({comm::CollectiveOp::reduce_scatter, gathered, 1, "dK, dV (backward)", false});
+    calls.push_back({comm::CollectiveOp::reduce_scatter, gradients, 1, "dK, dV (backward)", false});
     if (reruns > 0) {
       calls.push_back(
           {comm::CollectiveOp::all_gather, gathered, reruns, "K, V (recompute)", false});
@@ -145,12 +167,16 @@ std::vector<CollectiveCall> cp_collectives_per_layer(const CpShape& s, CpAlgorit
     return calls;
   }
   DTRAIN_CHECK(algo == CpAlgorithm::ulysses, "cp_collectives_per_layer: resolve --cp-algo auto");
-  const double q = head_slice_bytes(s) * static_cast<double>(s.heads / s.tp);  // Q, O, dQ, dO
-  const double kv = head_slice_bytes(s) * static_cast<double>(cp_kv_heads_per_tp_rank(s));
+  const double q_heads = static_cast<double>(s.heads / s.tp);
+  const double kv_heads = static_cast<double>(cp_kv_heads_per_tp_rank(s));
+  const double q = head_slice_bytes(s) * q_heads;  // Q, O
+  const double kv = head_slice_bytes(s) * kv_heads;
+  const double dq = head_slice_bytes(s, s.grad_bytes()) * q_heads;  // dO, dQ
+  const double dkv = head_slice_bytes(s, s.grad_bytes()) * kv_heads;
   calls.push_back({comm::CollectiveOp::all_to_all, q, 2, "Q, O (forward)", true});
   calls.push_back({comm::CollectiveOp::all_to_all, kv, 2, "K, V (forward)", true});
-  calls.push_back({comm::CollectiveOp::all_to_all, q, 2, "dO, dQ (backward)", false});
-  calls.push_back({comm::CollectiveOp::all_to_all, kv, 2, "dK, dV (backward)", false});
+  calls.push_back({comm::CollectiveOp::all_to_all, dq, 2, "dO, dQ (backward)", false});
+  calls.push_back({comm::CollectiveOp::all_to_all, dkv, 2, "dK, dV (backward)", false});
   if (reruns > 0) {
     calls.push_back({comm::CollectiveOp::all_to_all, q, 2, "Q, O (recompute)", false});
     calls.push_back({comm::CollectiveOp::all_to_all, kv, 2, "K, V (recompute)", false});

@@ -22,21 +22,33 @@
 //             holding the contributions of every rank it visited, this one's added); after the
 //             last block's contribution one more hop sends [dK|dV] alone, which lands at the
 //             block's owner: (N-1) hops of K/V and N hops of dK/dV,
-//             (2N-1) x kv_block_bytes sent, N steps. The gradients travel at e bytes too.
+//             (N-1) x kv_block_bytes + N x kv_block_bytes at e_g, N steps ((2N-1) blocks when
+//             e_g = e). e_g: the gradients' bytes per element (below).
 //   Full recompute reruns the layer's forward (its N-1 hops) before the backward; selective
 //   recompute adds nothing (blockwise attention never keeps the scores: the backward recomputes
 //   each block's probabilities from Q, K and the saved log-sum-exp).
 // all-gather (Llama 3, Dubey et al. 2024 §3.3.2): forward one all-gather of [K|V] over the CP
 //   group, S = 2 b T g_t d e (the gathered output), (N-1)/N x S sent; the gathered K and V are
 //   kept for the backward, whose dK and dV of the whole sequence are reduce-scattered back to
-//   their owners: one reduce-scatter of S. Full recompute gathers once more (its forward rerun).
+//   their owners: one reduce-scatter of S at e_g. Full recompute gathers once more (its forward
+//   rerun).
 //   The causal split is the balanced one too (rank r computes its chunks r and 2N-1-r).
 // ulysses (Jacobs et al. 2023, DeepSpeed-Ulysses): all-to-alls turn the sequence split into a
 //   head split and back: forward 4 all-to-alls (Q, K, V: sequence -> heads; the attention
 //   output: heads -> sequence), backward 4 (dO: sequence -> heads; dQ, dK, dV: heads ->
 //   sequence). Each all-to-all sends (N-1)/N of the rank's local tensor: Q, O, dQ, dO are
-//   b (T/N) (a/t) d elements, K, V, dK, dV b (T/N) g_t d. Needs a and g divisible by N x t (every
+//   b (T/N) (a/t) d elements, K, V, dK, dV b (T/N) g_t d; Q, K, V, O at e, dO, dQ, dK, dV at
+//   e_g. Needs a and g divisible by N x t (every
 //   rank gets whole heads). Full recompute adds the forward's 4.
+//
+// Bytes per element on the wire, e and e_g (cp_wire_bytes, the engine's choice): K and V (and
+// Ulysses's Q and O) at the precision's element size, 2 under bf16: every product that reads
+// them rounds them to bf16 anyway, so the bf16 wire changes no bit of the result. The gradients
+// dK, dV (and Ulysses's dO, dQ) at 4 bytes: the ring's dK, dV are partial sums that each hop adds
+// to and the all-gather's are summed by a reduce-scatter, which the serial run accumulates in
+// fp32; dO feeds the backward's fp32 row sum (dO . O) and dQ, dK, dV the qkv bias gradient, an
+// fp32 column sum. Rounding them would make the CP run differ from the serial one. The planner,
+// pricing GPU runs that send gradients at the activations' precision, leaves e_g = e.
 //
 // Activations per rank (per layer, one micro-batch): every per-token tensor of
 // activation_memory.h at T/N tokens; the attention's s x s term as each algorithm holds it:
@@ -60,6 +72,7 @@
 
 #include "dtrain/plan/activation_memory.h"
 #include "dtrain/plan/comm_model.h"
+#include "dtrain/plan/rates.h"
 
 namespace dtrain::plan {
 
@@ -71,16 +84,30 @@ inline constexpr std::string_view kCpAlgorithmNames = "ring, all-gather, ulysses
 
 // One layer's attention as one CP rank (on one TP rank) sees it.
 struct CpShape {
-  int64_t seq = 0;                // T: the whole sequence
-  int64_t micro_batch = 1;        // b
-  int64_t hidden = 0;             // h
-  int64_t heads = 0;              // a
-  int64_t kv_heads = 0;           // g; 0 = heads
-  int tp = 1;                     // t
-  int cp = 1;                     // N
-  int64_t bytes_per_element = 2;  // e
+  int64_t seq = 0;                     // T: the whole sequence
+  int64_t micro_batch = 1;             // b
+  int64_t hidden = 0;                  // h
+  int64_t heads = 0;                   // a
+  int64_t kv_heads = 0;                // g; 0 = heads
+  int tp = 1;                          // t
+  int cp = 1;                          // N
+  int64_t bytes_per_element = 2;       // e: K, V (and Ulysses's Q, O)
+  int64_t grad_bytes_per_element = 0;  // e_g: dK, dV (and Ulysses's dO, dQ); 0 = e
   int64_t kv_heads_or_heads() const { return kv_heads > 0 ? kv_heads : heads; }
+  int64_t grad_bytes() const {
+    return grad_bytes_per_element > 0 ? grad_bytes_per_element : bytes_per_element;
+  }
 };
+
+// The engine's CP wire for a run's precision: {e, e_g} = {2, 4} under bf16, {4, 4} under fp32
+// (the header comment says why the gradients stay fp32).
+struct CpWireBytes {
+  int64_t activations = 4;  // e
+  int64_t gradients = 4;    // e_g
+};
+CpWireBytes cp_wire_bytes(Precision precision);
+// `s` with the engine's wire for `precision`.
+CpShape with_engine_wire(CpShape s, Precision precision);
 
 // g_t: key/value heads per TP rank (1 when tp exceeds them: a copy of one head).
 int64_t cp_kv_heads_per_tp_rank(const CpShape& s);
@@ -88,6 +115,8 @@ int64_t cp_kv_heads_per_tp_rank(const CpShape& s);
 int64_t cp_local_tokens(const CpShape& s);
 // 2 b (T/N) g_t d e: one rank's K and V.
 double cp_kv_block_bytes(const CpShape& s);
+// 2 b (T/N) g_t d e_g: one rank's dK and dV.
+double cp_dkv_block_bytes(const CpShape& s);
 
 // Empty when `algo` can run `s`; else why not, naming the flags. Every algorithm needs T
 // divisible by N; ring (and all-gather, which computes the same balanced causal split) T

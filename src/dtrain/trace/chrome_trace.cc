@@ -34,22 +34,29 @@ nlohmann::json chrome_trace(const Timeline& timeline, const ChromeTraceOptions& 
         metadata("thread_name", options.pid, async_track(rank), {{"name", row + " comm thread"}}));
     events.push_back(metadata("thread_sort_index", options.pid, async_track(rank),
                               {{"sort_index", async_track(rank)}}));
+    events.push_back(metadata("thread_name", options.pid, context_parallel_track(rank),
+                              {{"name", row + " cp"}}));
+    events.push_back(metadata("thread_sort_index", options.pid, context_parallel_track(rank),
+                              {{"sort_index", context_parallel_track(rank)}}));
   }
   for (size_t r = 0; r < timeline.rows.size(); ++r) {
     const int rank = static_cast<int>(r);
     for (const Span& s : timeline.rows[r].spans) {
-      const int tid = s.kind == SpanKind::async_collective ? async_track(rank)
-                      : is_communication(s.kind)           ? communication_track(rank)
-                                                           : compute_track(rank);
-      events.push_back(
-          {{"name", s.label},
-           {"cat", name(s.kind)},
-           {"ph", "X"},
-           {"ts", s.start * options.us_per_time_unit},
-           {"dur", (s.end - s.start) * options.us_per_time_unit},
-           {"pid", options.pid},
-           {"tid", tid},
-           {"args", {{"kind", name(s.kind)}, {"microbatch", s.microbatch}, {"chunk", s.chunk}}}});
+      const int tid = s.kind == SpanKind::async_collective   ? async_track(rank)
+                      : s.kind == SpanKind::context_parallel ? context_parallel_track(rank)
+                      : is_communication(s.kind)             ? communication_track(rank)
+                                                             : compute_track(rank);
+      nlohmann::json args = {
+          {"kind", name(s.kind)}, {"microbatch", s.microbatch}, {"chunk", s.chunk}};
+      if (s.bytes >= 0) args["bytes"] = s.bytes;
+      events.push_back({{"name", s.label},
+                        {"cat", name(s.kind)},
+                        {"ph", "X"},
+                        {"ts", s.start * options.us_per_time_unit},
+                        {"dur", (s.end - s.start) * options.us_per_time_unit},
+                        {"pid", options.pid},
+                        {"tid", tid},
+                        {"args", args}});
     }
   }
   return {{"traceEvents", events}, {"displayTimeUnit", "ms"}};

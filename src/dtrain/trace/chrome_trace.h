@@ -1,6 +1,7 @@
 // Chrome trace event JSON (loads in Perfetto and chrome://tracing) from a Timeline: one
-// process, and per rank three tracks, compute, communication and the communication thread's, so
-// waiting on a receive shows beside the work it delays and DP syncs beside what hides them.
+// process, and per rank four tracks, compute, communication, the communication thread's and
+// context parallelism's, so waiting on a receive shows beside the work it delays, DP syncs beside
+// what hides them, and the CP ring's hops beside the attention they feed.
 #pragma once
 
 #include <string>
@@ -17,21 +18,28 @@ struct ChromeTraceOptions {
   std::string process_name = "dtrain";
 };
 
-// Track ids: rank r's compute spans (and the step's other phases) go on tid 3r, its compute
-// thread's sends, receives and collectives on 3r+1, its communication thread's collectives on
-// 3r+2 (they overlap the other two).
+// Track ids: rank r's compute spans (and the step's other phases) go on tid 4r, its compute
+// thread's sends, receives and collectives on 4r+1, its communication thread's collectives on
+// 4r+2 (they overlap the other two), its CP attention exchanges (ring hops, K/V gathers and
+// dK/dV reduce-scatters, Ulysses all-to-alls) on 4r+3: a ring hop is in flight while the block
+// before it is computed, so it would overlap the TP collectives on the communication track.
+inline constexpr int kTracksPerRank = 4;
 constexpr int compute_track(int rank) {
-  return 3 * rank;
+  return kTracksPerRank * rank;
 }
 constexpr int communication_track(int rank) {
-  return 3 * rank + 1;
+  return kTracksPerRank * rank + 1;
 }
 constexpr int async_track(int rank) {
-  return 3 * rank + 2;
+  return kTracksPerRank * rank + 2;
+}
+constexpr int context_parallel_track(int rank) {
+  return kTracksPerRank * rank + 3;
 }
 
 // {"traceEvents": [...], "displayTimeUnit": "ms"}: a complete ("X") event per span with
-// args {microbatch, chunk, kind}, and metadata events naming the process and each track.
+// args {microbatch, chunk, kind} (and bytes, where the span measured them), and metadata events
+// naming the process and each track.
 nlohmann::json chrome_trace(const Timeline& timeline, const ChromeTraceOptions& options = {});
 
 // Writes chrome_trace(timeline) to `path`; throws dtrain::Error naming the path if it cannot.

@@ -4,6 +4,7 @@
 // the same.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,6 +21,7 @@ enum class SpanKind {
   recv,              // posting a receive until the data arrived (waiting shows here)
   collective,        // a collective the compute thread runs (TP's f and g, vocabulary reductions)
   async_collective,  // a collective the communication thread runs (DP buckets, ZeRO gathers)
+  context_parallel,  // a CP attention exchange: a ring hop, the K/V gather, a Ulysses all-to-all
   other,             // anything else the engine measures (gradient norm, optimizer step, ...)
 };
 
@@ -28,13 +30,15 @@ constexpr bool is_compute(SpanKind kind) {
          kind == SpanKind::backward_input || kind == SpanKind::backward_weight;
 }
 
-// The compute thread's communication: drawn on the rank's communication lane.
+// The compute thread's communication: drawn on the rank's communication lane (the Chrome trace
+// gives context_parallel a track of its own).
 constexpr bool is_communication(SpanKind kind) {
-  return kind == SpanKind::send || kind == SpanKind::recv || kind == SpanKind::collective;
+  return kind == SpanKind::send || kind == SpanKind::recv || kind == SpanKind::collective ||
+         kind == SpanKind::context_parallel;
 }
 
 // "forward", "backward", "backward_input", "backward_weight", "send", "recv", "collective",
-// "async_collective", "other".
+// "async_collective", "context_parallel", "other".
 constexpr std::string_view name(SpanKind kind) {
   switch (kind) {
     case SpanKind::forward:
@@ -53,6 +57,8 @@ constexpr std::string_view name(SpanKind kind) {
       return "collective";
     case SpanKind::async_collective:
       return "async_collective";
+    case SpanKind::context_parallel:
+      return "context_parallel";
     case SpanKind::other:
       return "other";
   }
@@ -78,6 +84,8 @@ constexpr char letter(SpanKind kind) {
       return 'c';
     case SpanKind::async_collective:
       return 'a';
+    case SpanKind::context_parallel:
+      return 'p';
     case SpanKind::other:
       return 'o';
   }
@@ -91,6 +99,7 @@ struct Span {
   int chunk = -1;       // model chunk on this rank (interleaving), or -1
   double start = 0;     // in Timeline::time_unit, from the step's start
   double end = 0;
+  int64_t bytes = -1;  // bytes this rank sent in the span, when measured (CP exchanges); else -1
 };
 
 struct TimelineRow {

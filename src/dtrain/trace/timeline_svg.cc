@@ -42,6 +42,8 @@ std::string_view colour(SpanKind kind) {
       return "#e15759";
     case SpanKind::async_collective:
       return "#76b7b2";
+    case SpanKind::context_parallel:
+      return "#edc948";
     case SpanKind::other:
       return "#79706e";
   }
@@ -66,6 +68,8 @@ std::string_view legend_text(SpanKind kind) {
       return "collective (TP)";
     case SpanKind::async_collective:
       return "DP / ZeRO (comm thread)";
+    case SpanKind::context_parallel:
+      return "CP attention exchange";
     case SpanKind::other:
       return "other";
   }

@@ -116,7 +116,8 @@ Engine::Engine(const EngineConfig& config, comm::Communicator& world)
       team_(config.step.threads),
       hooks_(std::make_unique<parallel::TensorParallelGroup>(*tp_comm_, config.sequence_parallel)),
       cp_hooks_(config.cp > 1 ? std::make_unique<parallel::ContextParallelGroup>(
-                                    *cp_comm_, config.cp_algorithm, &tracker_, config.cp_split)
+                                    *cp_comm_, config.cp_algorithm, &tracker_, config.cp_split,
+                                    config.cp_wire)
                               : nullptr),
       ep_hooks_(ep_comm_ != nullptr ? std::make_unique<parallel::ExpertParallelGroup>(*ep_comm_)
                                     : nullptr),
@@ -298,6 +299,9 @@ StepStats Engine::train_step(const data::Batch& batch, float lr) {
   hooks_->record_spans(&tp_spans);
   // EP's exchanges go to the trace only (the clock counts them inside forward and backward).
   if (ep_hooks_ != nullptr && config_.record_collectives) ep_hooks_->record_spans(&ep_spans);
+  // CP's exchanges too, on their own track (with the bytes each sent).
+  std::vector<parallel::CpSpan> cp_spans;
+  if (cp_hooks_ != nullptr && config_.record_collectives) cp_hooks_->record_spans(&cp_spans);
   (void)dp_->take_events();  // drop what evaluations between steps recorded
   (void)dp_->take_waits();
 
@@ -321,11 +325,16 @@ StepStats Engine::train_step(const data::Batch& batch, float lr) {
   finalize_and_update(stats, lr);
   hooks_->record_spans(nullptr);
   if (ep_hooks_ != nullptr) ep_hooks_->record_spans(nullptr);
+  if (cp_hooks_ != nullptr) cp_hooks_->record_spans(nullptr);
   for (const std::vector<parallel::TpSpan>* spans : {&tp_spans, &ep_spans}) {
     for (const parallel::TpSpan& s : *spans) {
       if (!config_.record_collectives) break;
       last_.collectives.push_back({s.what, trace::SpanKind::collective, s.start_us, s.end_us});
     }
+  }
+  for (const parallel::CpSpan& s : cp_spans) {
+    last_.collectives.push_back({str(s.what, " (", s.pass, ")"), trace::SpanKind::context_parallel,
+                                 s.start_us, s.end_us, s.bytes});
   }
 
   const EngineTraffic end = snapshot();

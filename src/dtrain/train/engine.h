@@ -66,6 +66,9 @@ struct EngineConfig {
   int cp = 1;
   plan::CpAlgorithm cp_algorithm = plan::CpAlgorithm::ring;
   model::CpTokenSplit cp_split = model::CpTokenSplit::balanced;  // ulysses: always contiguous
+  // K/V's element size on the CP wire: the precision's (bf16 under bf16), or fp32 always (for
+  // the test that sets the two side by side; no flag sets it).
+  parallel::CpWire cp_wire = parallel::CpWire::by_precision;
   // Expert parallelism: EP groups of ep consecutive DP ranks (parallel/expert_parallel.h).
   int ep = 1;
   parallel::RankOrder rank_order = parallel::kDefaultRankOrder;
@@ -112,14 +115,15 @@ struct MeasuredSpan {
   std::string what;
   trace::SpanKind kind = trace::SpanKind::other;
   double start_us = 0, end_us = 0;
+  int64_t bytes = -1;  // bytes this rank sent in it, where measured (CP exchanges); else -1
 };
 
 // The last training step as it ran on this rank, for the timeline and the bubble.
 struct StepTrace {
   std::vector<parallel::MeasuredAction> actions;  // the schedule's compute and sends/receives
-  std::vector<MeasuredSpan> collectives;          // TP collectives (with record_collectives)
-  std::vector<MeasuredSpan> data_parallel;        // DP syncs and ZeRO gathers (comm thread)
-  std::vector<MeasuredSpan> finalize;             // the step after the schedule, phase by phase
+  std::vector<MeasuredSpan> collectives;    // TP, EP and CP exchanges (with record_collectives)
+  std::vector<MeasuredSpan> data_parallel;  // DP syncs and ZeRO gathers (comm thread)
+  std::vector<MeasuredSpan> finalize;       // the step after the schedule, phase by phase
   int64_t peak_inflight_bytes = 0;
 };
 

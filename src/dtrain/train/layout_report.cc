@@ -37,7 +37,7 @@ constexpr int kTagReport = 701;
 json spans_to_json(const std::vector<MeasuredSpan>& spans) {
   json out = json::array();
   for (const MeasuredSpan& s : spans) {
-    out.push_back({s.what, static_cast<int>(s.kind), s.start_us, s.end_us});
+    out.push_back({s.what, static_cast<int>(s.kind), s.start_us, s.end_us, s.bytes});
   }
   return out;
 }
@@ -45,7 +45,8 @@ json spans_to_json(const std::vector<MeasuredSpan>& spans) {
 std::vector<MeasuredSpan> spans_from_json(const json& j) {
   std::vector<MeasuredSpan> out;
   for (const json& s : j) {
-    out.push_back({s.at(0), static_cast<trace::SpanKind>(s.at(1).get<int>()), s.at(2), s.at(3)});
+    out.push_back(
+        {s.at(0), static_cast<trace::SpanKind>(s.at(1).get<int>()), s.at(2), s.at(3), s.at(4)});
   }
   return out;
 }
@@ -73,7 +74,8 @@ json cp_piece(const Engine& e) {
   s.heads = c.step.model.heads;
   s.tp = c.tp;
   s.cp = c.cp;
-  s.bytes_per_element = 4;
+  s = plan::with_engine_wire(s, c.step.precision == model::Precision::bf16 ? plan::Precision::bf16
+                                                                           : plan::Precision::fp32);
   const double layers = static_cast<double>(e.model().stage().layer_count()) * c.microbatches;
   const plan::CpSplit split = cp->split() == model::CpTokenSplit::balanced
                                   ? plan::CpSplit::balanced
@@ -85,13 +87,19 @@ json cp_piece(const Engine& e) {
       c.cp_algorithm == plan::CpAlgorithm::ulysses
           ? static_cast<double>(c.step.seq) * static_cast<double>(c.step.seq + 1) / 2.0 / c.cp
           : static_cast<double>(plan::causal_attention_pairs(c.step.seq, c.cp, cp->rank(), split));
+  const plan::CpLayerTraffic formula =
+      plan::cp_traffic_per_layer(s, c.cp_algorithm, c.step.recompute);
   return {
       {"cp_rank", cp->rank()},
+      {"messages",
+       static_cast<double>(k.forward.messages + k.backward.messages + k.recompute.messages) /
+           steps},
+      {"messages_formula",
+       static_cast<double>(formula.forward.messages + formula.backward.messages) * layers},
       {"bytes", static_cast<double>(k.forward.traffic.bytes_sent + k.backward.traffic.bytes_sent +
                                     k.recompute.traffic.bytes_sent) /
                     steps},
-      {"bytes_formula",
-       plan::cp_traffic_per_layer(s, c.cp_algorithm, c.step.recompute).bytes_sent() * layers},
+      {"bytes_formula", formula.bytes_sent() * layers},
       {"pairs", static_cast<double>(k.attention_pairs) / steps},
       {"pairs_formula", pairs_per_head * heads * static_cast<double>(c.micro_batch()) * layers},
       {"attention_ms", k.attention_us * 1e-3 / steps}};
@@ -133,8 +141,9 @@ RankPiece piece_from_json(const json& j) {
   for (const json& t : j.at("timings")) p.timings.push_back({t.at(0), t.at(1), t.at(2)});
   const json& cp = j.at("cp");
   if (!cp.empty()) {
-    p.cp = {p.row.rank,     cp.at("cp_rank"),       cp.at("bytes"),       cp.at("bytes_formula"),
-            cp.at("pairs"), cp.at("pairs_formula"), cp.at("attention_ms")};
+    p.cp = {p.row.rank,           cp.at("cp_rank"),          cp.at("bytes"), cp.at("bytes_formula"),
+            cp.at("messages"),    cp.at("messages_formula"), cp.at("pairs"), cp.at("pairs_formula"),
+            cp.at("attention_ms")};
   }
   return p;
 }
@@ -226,7 +235,7 @@ trace::Timeline timeline_of(const LayoutReport& report, const EngineConfig& c,
     for (const std::vector<MeasuredSpan>* spans : {&p.collectives, &p.data_parallel, &p.finalize}) {
       for (const MeasuredSpan& s : *spans) {
         timeline.rows[r].spans.push_back(
-            {s.what, s.kind, -1, -1, s.start_us - origin, s.end_us - origin});
+            {s.what, s.kind, -1, -1, s.start_us - origin, s.end_us - origin, s.bytes});
       }
     }
   }

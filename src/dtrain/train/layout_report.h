@@ -110,6 +110,7 @@ struct BubbleReport {
 struct CpRankRow {
   int rank = 0, cp_rank = 0;
   double bytes = 0, bytes_formula = 0;
+  double messages = 0, messages_formula = 0;  // ring hops or collective calls (one trace span)
   double pairs = 0, pairs_formula = 0;
   double attention_ms = 0;
 };

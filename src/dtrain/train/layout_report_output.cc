@@ -337,6 +337,8 @@ json layout_report_to_json(const LayoutReport& r) {
                     {"cp_rank", k.cp_rank},
                     {"bytes_per_step", k.bytes},
                     {"bytes_per_step_formula", k.bytes_formula},
+                    {"messages_per_step", k.messages},
+                    {"messages_per_step_formula", k.messages_formula},
                     {"attention_pairs_per_step", k.pairs},
                     {"attention_pairs_per_step_formula", k.pairs_formula},
                     {"attention_ms_per_step", k.attention_ms}});
