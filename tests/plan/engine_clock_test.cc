@@ -541,5 +541,94 @@ TEST(EngineClock, CacheResidencyIsPricedOnlyWhenAsked) {
   EXPECT_LT(engine_clock(in, cached).phases.step_s, engine_clock(in, cold).phases.step_s);
 }
 
+// --- context parallelism: tiny() at T 8 over cp 2, so each rank holds 4 tokens (B T = 4, as
+// tiny() at T 4 without CP).
+EngineClockInput tiny_cp(CpAlgorithm algo) {
+  EngineClockInput in = tiny();
+  in.model.seq = 8;
+  in.cp = 2;
+  in.cp_algorithm = algo;
+  return in;
+}
+
+TEST(EngineClock, ContextParallelRingPricesBlocksAndHops) {
+  const Cluster c = unit_cluster();
+  const CpAttention a = engine_cp_attention_seconds(tiny_cp(CpAlgorithm::ring), c);
+  // Balanced: rank r's chunks r and 3 - r reach a key of both ranks' blocks: 2 blocks of 4 x 4
+  // scores, each for 2 heads: 4 (block, head) calls. Forward per call Q K^T (4 x 4 x 4) and P V
+  // (4 x 4 x 4): 256 FLOPs; the online softmax over 16 scores; the K/V pack and the output's
+  // merge init and finish: 3 x 32 elements in one call.
+  EXPECT_EQ(a.visible_blocks, 2);
+  const double forward_compute = 4 * 256e-9 + 4 * 16e-9 + 4 * kCallS + 96e-9 + kCallS;
+  // One hop's [K|V]: 2 x 4 tokens x 8 channels x 4 bytes = 256 bytes, 10 us + 256 ns; it hides
+  // behind one block's compute (half the forward's) only in part.
+  const double hop = 1e-5 + 256e-9;
+  EXPECT_NEAR(a.comm_forward_s, hop - forward_compute / 2, 1e-15);
+  EXPECT_NEAR(a.forward_s, forward_compute + hop - forward_compute / 2, 1e-15);
+  // Backward: per call P again, dP (4 x 4 x 4 each) and dV, dQ, dK (4 x 4 x 4 each): 640 FLOPs,
+  // the exp and dS over 16 scores, the row dot and dK, dV added back (96 elements, one call);
+  // one blocking hop of [K|V|dK|dV] (512 bytes) and the last of [dK|dV] (256).
+  const double backward_compute = 4 * 640e-9 + 4 * 16e-9 + 4 * kCallS + 96e-9 + kCallS;
+  EXPECT_NEAR(a.comm_backward_s, (1e-5 + 512e-9) + hop, 1e-15);
+  EXPECT_NEAR(a.backward_s, backward_compute + a.comm_backward_s, 1e-15);
+
+  // The block: tiny()'s (4 tokens) with its attention core (512 FLOPs, the softmax's 20
+  // elements in 2 calls) replaced by the blockwise one; the exchanges inside it.
+  const PassTimes dense = engine_layer_seconds(tiny(), unit_rates());
+  const PassTimes block = engine_block_seconds(tiny_cp(CpAlgorithm::ring), c);
+  EXPECT_NEAR(block.forward_s,
+              dense.forward_s - (512e-9 + 20e-9 + 2 * kCallS) + forward_compute + a.comm_forward_s,
+              1e-15);
+  // The contiguous split's last rank also computes both blocks (blockwise attention computes a
+  // partly masked block whole): the same seconds.
+  EngineClockInput contiguous = tiny_cp(CpAlgorithm::ring);
+  contiguous.cp_split = CpSplit::contiguous;
+  EXPECT_NEAR(engine_cp_attention_seconds(contiguous, c).forward_s, a.forward_s, 1e-15);
+}
+
+TEST(EngineClock, ContextParallelAllGatherAndUlysses) {
+  const Cluster c = unit_cluster();
+  // all-gather: one all-gather of the whole [K|V] (S = 512 bytes, 256 sent on 2 ranks) forward,
+  // one reduce-scatter of [dK|dV] backward, neither overlapped; the blocks as the ring's.
+  const CpAttention ag = engine_cp_attention_seconds(tiny_cp(CpAlgorithm::all_gather), c);
+  EXPECT_NEAR(ag.comm_forward_s, 1e-5 + 256e-9, 1e-15);
+  EXPECT_NEAR(ag.comm_backward_s, 1e-5 + 256e-9, 1e-15);
+  EXPECT_EQ(ag.visible_blocks, 2);
+  // ulysses: the head split leaves 1 head per rank over the whole sequence, in 2 contiguous
+  // blocks: (0, 0), (1, 0), (1, 1) visible, 3 calls of 256 FLOPs; 16 scores each; the pack and
+  // merge copies plus the head-split packing, 7 x 32 elements.
+  const CpAttention u = engine_cp_attention_seconds(tiny_cp(CpAlgorithm::ulysses), c);
+  EXPECT_EQ(u.visible_blocks, 3);
+  EXPECT_NEAR(u.forward_s - u.comm_forward_s, 3 * 256e-9 + 3 * 16e-9 + 3 * kCallS + 224e-9 + kCallS,
+              1e-15);
+  // Each all-to-all moves half of a (4 tokens x 8 channels) fp32 tensor, 64 bytes, as one
+  // exchange at the send_recv rate (no all_to_all rate measured): Q, K, V, O forward; dO, dQ,
+  // dK, dV backward.
+  EXPECT_NEAR(u.comm_forward_s, 4 * (1e-5 + 64e-9), 1e-15);
+  EXPECT_NEAR(u.comm_backward_s, 4 * (1e-5 + 64e-9), 1e-15);
+  // Full recompute reruns the forward's exchanges too.
+  EngineClockInput full = tiny_cp(CpAlgorithm::ulysses);
+  full.recompute = Recompute::full;
+  const PassTimes none = engine_block_seconds(tiny_cp(CpAlgorithm::ulysses), c);
+  const PassTimes rerun = engine_block_seconds(full, c);
+  EXPECT_NEAR(rerun.recompute_s, none.forward_s, 1e-15);
+}
+
+TEST(EngineClock, ContextParallelRanksReduceGradientsWithDataParallel) {
+  // CP ranks hold replicas: cp 2 reduces the same gradients over 2 ranks as dp 2 does.
+  EngineClockInput cp = tiny_cp(CpAlgorithm::ring);
+  EngineClockInput dp = tiny();
+  dp.dp = 2;
+  const EngineClock with_cp = engine_clock(cp, unit_cluster());
+  const EngineClock with_dp = engine_clock(dp, unit_cluster());
+  EXPECT_GT(with_cp.dp_comm_s, 0);
+  EXPECT_NEAR(with_cp.dp_comm_s, with_dp.dp_comm_s, 1e-15);
+  // ZeRO-1 shards the optimizer over dp x cp.
+  cp.zero_stage = 1;
+  dp.zero_stage = 1;
+  EXPECT_NEAR(engine_clock(cp, unit_cluster()).phases.optimizer_s,
+              engine_clock(dp, unit_cluster()).phases.optimizer_s, 1e-15);
+}
+
 }  // namespace
 }  // namespace dtrain::plan

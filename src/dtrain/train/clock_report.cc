@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "dtrain/plan/moe.h"
 #include "dtrain/train/layout_report.h"
 
 namespace dtrain::train {
@@ -32,8 +33,32 @@ plan::EngineClockInput engine_clock_input(const EngineConfig& c, int64_t buckets
   in.precision =
       c.step.precision == model::Precision::bf16 ? plan::Precision::bf16 : plan::Precision::fp32;
   in.threads = c.step.threads;
+  in.cp = c.cp;
+  in.cp_algorithm = c.cp_algorithm;
+  in.cp_split = c.cp_split == model::CpTokenSplit::contiguous ? plan::CpSplit::contiguous
+                                                              : plan::CpSplit::balanced;
+  // The engine's routed blocks (model::is_moe_layer: blocks every-1, 2 every-1, ...) are the
+  // plan's with the first every-1 blocks dense. The clock assumes uniform routing: the run's
+  // measured routing is reported beside it, never fed into its own prediction.
+  const model::MoeConfig& moe = g.moe;
+  if (moe.enabled()) {
+    in.model.moe.experts = moe.experts;
+    in.model.moe.top_k = moe.top_k;
+    in.model.moe.every = moe.every;
+    in.model.moe.first_dense = moe.every - 1;
+  }
+  in.ep = c.ep;
+  int64_t largest = -1;
   for (int stage = 0; stage < c.pp; ++stage) {
-    in.stage_params = std::max(in.stage_params, stage_param_counts(c, stage).params);
+    const int64_t params = stage_param_counts(c, stage).params;
+    if (params <= in.stage_params) continue;
+    in.stage_params = params;
+    largest = stage;
+  }
+  if (c.ep > 1 && largest >= 0) {
+    const int64_t layers = g.layers / c.pp;
+    in.stage_expert_params = plan::moe_layers_in(in.model, largest * layers, layers) *
+                             plan::engine_moe_expert_param_count(in.model, c.ep);
   }
   in.dp_pieces = std::max<int64_t>(1, buckets);
   in.dp_algorithm = dp_algorithm;
