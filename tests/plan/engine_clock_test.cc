@@ -630,5 +630,87 @@ TEST(EngineClock, ContextParallelRanksReduceGradientsWithDataParallel) {
               engine_clock(dp, unit_cluster()).phases.optimizer_s, 1e-15);
 }
 
+// --- mixture of experts: tiny() with 4 experts, top 2, every block routed (4 tokens, C 8, F 32).
+EngineClockInput tiny_moe(int dp, int ep) {
+  EngineClockInput in = tiny();
+  in.model.moe.experts = 4;
+  in.model.moe.top_k = 2;
+  in.dp = dp;
+  in.ep = ep;
+  return in;
+}
+
+TEST(EngineClock, MixtureOfExpertsLayer) {
+  const Cluster c = unit_cluster();
+  // Uniform routing, no EP: 4 tokens x 2 copies over 4 experts, 2 rows each. Per expert fc
+  // (2 x 32 x 8) and proj (2 x 8 x 32): 1024 FLOPs each, GELU over 64 elements. The router's
+  // logits (4 x 4 x 8): 256 FLOPs, its softmax over 16 probabilities; the rows gathered and
+  // combined: 2 x 4 x 2 x 8 = 128 elements in one call.
+  const MoeMlp moe = engine_moe_mlp_seconds(tiny_moe(1, 1), c);
+  EXPECT_EQ(moe.busiest_rows, 8);
+  EXPECT_NEAR(moe.pass.forward_s, (4 * 2048 + 256) * 1e-9 + (256 + 16 + 128) * 1e-9 + 6 * kCallS,
+              1e-15);
+  // Backward: each expert's two input gradients (1024 FLOPs each) and GELU's; the router's
+  // softmax (16) and input gradient (4 x 8 x 4: 256 FLOPs); the combine's and the gather's
+  // gradients, 3 x 64 elements in one call. W: each expert's 2 x 1024, the router's 256.
+  EXPECT_NEAR(moe.pass.backward_input_s,
+              (4 * 2048 + 256) * 1e-9 + (256 + 16 + 192) * 1e-9 + 6 * kCallS, 1e-15);
+  EXPECT_NEAR(moe.pass.backward_weight_s, (4 * 2048 + 256) * 1e-9, 1e-15);
+  EXPECT_EQ(moe.comm_forward_s, 0);
+  // The routed block: tiny()'s with its MLP (fc and fc_proj 2048 FLOPs each, GELU 128 elements
+  // in one call) replaced.
+  const PassTimes dense = engine_layer_seconds(tiny(), unit_rates());
+  const PassTimes block = engine_block_seconds(tiny_moe(1, 1), c);
+  EXPECT_NEAR(block.forward_s, dense.forward_s - (4096e-9 + 128e-9 + kCallS) + moe.pass.forward_s,
+              1e-15);
+
+  // EP 2 of DP 2: rank 0 holds experts 0 and 1 and computes both ranks' rows for them, 4 rows
+  // each: the same FLOPs in 2 GELU calls. Exchanges: the row counts (2 int64 to the peer, 16
+  // bytes), the dispatch and the combine (4 tokens x 2 x 8 x 4 bytes, half to the peer: 128),
+  // each one exchange at the send_recv rate; backward the dispatch and combine again.
+  const MoeMlp ep = engine_moe_mlp_seconds(tiny_moe(2, 2), c);
+  EXPECT_EQ(ep.busiest_rows, 8);
+  EXPECT_NEAR(ep.comm_forward_s, (1e-5 + 16e-9) + 2 * (1e-5 + 128e-9), 1e-15);
+  EXPECT_NEAR(ep.comm_backward_s, 2 * (1e-5 + 128e-9), 1e-15);
+  EXPECT_NEAR(ep.pass.forward_s - ep.comm_forward_s,
+              (4 * 2048 + 256) * 1e-9 + (256 + 16 + 128) * 1e-9 + 4 * kCallS, 1e-15);
+  // A measured routing: experts 0..3 took 3:1:1:1 of the tokens. Rank 0's experts get
+  // 2 x 4 x 2 x 3/6 = 8 and 8/3 rows, rank 1's 8/3 each: rank 0 computes the most.
+  EngineClockInput skewed = tiny_moe(2, 2);
+  skewed.tokens_per_expert = {3, 1, 1, 1};
+  EXPECT_NEAR(engine_moe_mlp_seconds(skewed, c).busiest_rows, 8 + 8.0 / 3, 1e-12);
+  EXPECT_GT(engine_moe_mlp_seconds(skewed, c).pass.forward_s, ep.pass.forward_s);
+}
+
+TEST(EngineClock, MixtureOfExpertsParametersAndGradientGroups) {
+  // A routed block: tiny()'s 872 parameters less the MLP's 2 x 8 x 32 + 32 + 8 = 552, the
+  // router's 4 x 8 = 32, and E / ep experts of 552.
+  const ModelShape m = tiny_moe(1, 1).model;
+  EXPECT_EQ(engine_layer_param_count(m, 1), 872);
+  EXPECT_EQ(engine_moe_layer_param_count(m, 1), 872 - 552 + 32 + 4 * 552);
+  EXPECT_EQ(engine_moe_layer_param_count(m, 2), 872 - 552 + 32 + 2 * 552);
+  EXPECT_EQ(engine_moe_expert_param_count(m, 2), 2 * 552);
+  // DP 2, EP 2: the experts' gradients have no replica to reduce with (expert-DP 1), so the
+  // DP all-reduce carries only the dense part: less than without EP's split.
+  const Cluster c = unit_cluster();
+  EngineClockInput ep = tiny_moe(2, 2);
+  ep.stage_params = 2000;
+  ep.stage_expert_params = 1000;
+  EngineClockInput replicated = ep;
+  replicated.stage_expert_params = 0;
+  // One bucket, a ring all-reduce on 2 ranks sending its S: 1000 dense parameters (4000 bytes)
+  // against 2000 (8000).
+  EXPECT_NEAR(engine_clock(ep, c).dp_comm_s, 1e-5 + 4000e-9, 1e-15);
+  EXPECT_NEAR(engine_clock(replicated, c).dp_comm_s, 1e-5 + 8000e-9, 1e-15);
+  // DP 4, EP 2: the experts' part reduced over their 2 replicas as well (a second collective).
+  EngineClockInput four = ep;
+  four.dp = 4;
+  four.model.moe.experts = 4;
+  EXPECT_GT(engine_clock(four, c).dp_comm_s, engine_clock(ep, c).dp_comm_s);
+  // The step's EP exchanges: 2 layers x (forward + backward).
+  const MoeMlp moe = engine_moe_mlp_seconds(ep, c);
+  EXPECT_NEAR(engine_clock(ep, c).ep_s, 2 * (moe.comm_forward_s + moe.comm_backward_s), 1e-15);
+}
+
 }  // namespace
 }  // namespace dtrain::plan

@@ -650,20 +650,29 @@ MoeMlp engine_moe_mlp_seconds(const EngineClockInput& in, const Cluster& c) {
   d.ep = in.ep;
   d.bytes_per_element = 4;  // the engine's rows travel in fp32
   d.tokens_per_expert = in.tokens_per_expert;
-  // The critical rank's experts and their rows: every expert's share of the EP group's ep N k
-  // routed rows (one rank's N k without EP).
-  const int rank = in.ep > 1 ? busiest_ep_rank(d) : 0;
+  // The critical rank: the EP rank whose experts take the most rows, each expert its share of
+  // the EP group's ep N k routed rows (one rank's N k without EP).
   const int64_t per_rank = m.moe.experts / in.ep;
   double routed = 0;
   for (const double t : in.tokens_per_expert) routed += t;
-  PassTimes experts;
-  for (int64_t e = rank * per_rank; e < (rank + 1) * per_rank; ++e) {
+  auto rows_of = [&](int64_t e) {
     const double share = in.tokens_per_expert.empty()
                              ? 1 / E
                              : in.tokens_per_expert[static_cast<size_t>(e)] / routed;
-    const double rows = in.ep * N * top_k * share;
-    out.busiest_rows += rows;
-    experts += mlp_seconds(in, s, r, rows);
+    return in.ep * N * top_k * share;
+  };
+  int rank = 0;
+  for (int q = 0; q < in.ep; ++q) {
+    double rows = 0;
+    for (int64_t e = q * per_rank; e < (q + 1) * per_rank; ++e) rows += rows_of(e);
+    if (rows > out.busiest_rows) {
+      out.busiest_rows = rows;
+      rank = q;
+    }
+  }
+  PassTimes experts;
+  for (int64_t e = rank * per_rank; e < (rank + 1) * per_rank; ++e) {
+    experts += mlp_seconds(in, s, r, rows_of(e));
   }
   // The router: logits (N x E x C), softmax and top-k over the E probabilities; backward the
   // probabilities' gradient and the logits' input and weight gradients. The rows: gathered and
@@ -680,8 +689,9 @@ MoeMlp engine_moe_mlp_seconds(const EngineClockInput& in, const Cluster& c) {
   if (in.ep > 1) {
     // model/moe_dispatch.cc: the row counts, the dispatch and the combine forward; backward the
     // outputs' gradients as the dispatch and the inputs' as the combine. Each waits for the
-    // busiest rank's bytes, sent or received.
-    const MoeA2aRank dispatch = dispatch_bytes(d, rank), combine = combine_bytes(d, rank);
+    // rank that moves the most bytes, sent or received.
+    const int movers = busiest_ep_rank(d);
+    const MoeA2aRank dispatch = dispatch_bytes(d, movers), combine = combine_bytes(d, movers);
     const double dispatch_s = engine_all_to_all_seconds(
         c, std::max(dispatch.sent_total(), dispatch.received_total()), in.ep, in.inter_node_dp);
     const double combine_s = engine_all_to_all_seconds(
