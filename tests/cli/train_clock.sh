@@ -66,6 +66,8 @@ expect_output 'CP communication .*exposed' plan "${shape[@]}" --cluster "$tmp/cp
 expect_output 'clock: engine \(measured rates\)' plan "${shape[@]}" --cluster "$tmp/cpu.json" --dp 4 --experts 4 --top-k 2 --ep 2
 expect_error '--tp 2 with --experts: dtrain.s engine .* runs its MoE layer without TP' \
   plan "${shape[@]}" --cluster "$tmp/cpu.json" --dp 2 --tp 2 --experts 4 --top-k 2
+# --search on the file skips the MoE layouts the engine cannot run (no TP, EP at ZeRO 0 only).
+expect_output 'search .* layouts from .* splits' plan "${shape[@]}" --cluster "$tmp/cpu.json" --experts 4 --top-k 2 --search
 expect_error '--ep 2: dtrain.s engine .* runs EP at --zero 0' \
   plan "${shape[@]}" --cluster "$tmp/cpu.json" --dp 4 --experts 4 --top-k 2 --ep 2 --zero 1
 finish
