@@ -818,7 +818,14 @@ DpOverlap zero3_overlap(const EngineClockInput& in, const Cluster& c, bool head,
   vocab.backward_s += std::max(0.0, stage_tp.backward_s - block_tp.backward_s);
   // Parameters: blocks as the engine cuts them, the final LayerNorm (2C), the embeddings the rest
   // of the stage's.
-  const double block_params = static_cast<double>(engine_layer_param_count(in.model, in.tp));
+  // A routed block holds its router and E / ep experts: the stage's mean block.
+  double block_params = static_cast<double>(engine_layer_param_count(in.model, in.tp));
+  if (in.model.moe.enabled() && z.blocks > 0) {
+    const double routed = static_cast<double>(busiest_stage_moe_layers(in));
+    block_params += routed / z.blocks *
+                    static_cast<double>(engine_moe_layer_param_count(in.model, in.ep) -
+                                        engine_layer_param_count(in.model, in.tp));
+  }
   const double norm_params = z.head ? 2.0 * static_cast<double>(in.model.hidden) : 0;
   const double embedding_params =
       std::max(0.0, static_cast<double>(in.stage_params) - z.blocks * block_params - norm_params);
