@@ -3,8 +3,9 @@
 // It mirrors the kernels the engine runs (model/gpt.cc, model/ops, parallel/, optim/adamw.cc)
 // call by call; the collectives' bytes come from comm_model.h and the pipeline's step from the
 // schedule simulated on each virtual stage's times (pipeline_simulation.h), as the GPU clock's
-// do (time_model.h, planner.cc). docs/clock.md, "The
-// engine's clock", lists the operations, what is assumed and where it misses.
+// do (time_model.h, planner.cc). Context parallelism (blockwise attention and its exchanges) and
+// the MoE layer (router, experts, EP's all-to-alls) are priced as the engine runs them.
+// docs/clock.md, "The engine's clock", lists the operations, what is assumed and where it misses.
 #pragma once
 
 #include <cstdint>
