@@ -37,6 +37,11 @@ std::vector<std::string> layout_args(const LayoutModel& model, const LayoutSpec&
                                 "--schedule",     spec.schedule,
                                 "--precision",    spec.precision};
   if (spec.sequence_parallel) a.emplace_back("--sequence-parallel");
+  if (spec.cp > 1) a.insert(a.end(), {"--cp", std::to_string(spec.cp), "--cp-algo", spec.cp_algo});
+  if (spec.experts > 0) {
+    a.insert(a.end(), {"--experts", std::to_string(spec.experts), "--top-k",
+                       std::to_string(spec.top_k), "--ep", std::to_string(spec.ep)});
+  }
   return a;
 }
 
@@ -126,6 +131,23 @@ LayoutSpec layout(int model, bool mpi, int dp, int tp, int pp, int zero = 0) {
   return s;
 }
 
+LayoutSpec cp_layout(int dp, int tp, int cp, const std::string& algo) {
+  LayoutSpec s = layout(0, false, dp, tp, 1);
+  s.cp = cp;
+  s.cp_algo = algo;
+  return s;
+}
+
+// 4 experts, top 2, every block routed.
+LayoutSpec moe_layout(int dp, int pp, int ep, int microbatches) {
+  LayoutSpec s = layout(0, false, dp, 1, pp);
+  s.experts = 4;
+  s.top_k = 2;
+  s.ep = ep;
+  s.microbatches = microbatches;
+  return s;
+}
+
 LayoutSpec with(LayoutSpec s, const std::string& recompute, int microbatches,
                 const std::string& schedule, const std::string& precision, bool sp = false) {
   s.recompute = recompute;
@@ -144,6 +166,9 @@ std::string describe(const LayoutSpec& s) {
   if (s.dp > 1) word("dp" + std::to_string(s.dp));
   if (s.tp > 1) word("tp" + std::to_string(s.tp));
   if (s.pp > 1) word("pp" + std::to_string(s.pp));
+  if (s.cp > 1) word("cp" + std::to_string(s.cp) + " " + s.cp_algo);
+  if (s.experts > 0) word("E" + std::to_string(s.experts) + "k" + std::to_string(s.top_k));
+  if (s.ep > 1) word("ep" + std::to_string(s.ep));
   if (s.zero > 0) word("z" + std::to_string(s.zero));
   if (s.sequence_parallel) word("sp");
   if (s.recompute != "none") word(s.recompute == "selective" ? "sel" : s.recompute);
@@ -173,10 +198,31 @@ std::vector<LayoutModel> layout_models() {
   return {small, large};
 }
 
-std::vector<LayoutSpec> layout_grid(bool quick, bool mpi) {
+namespace {
+
+// The grid's layouts of the groups `only` names (every group when empty).
+std::vector<LayoutSpec> keep_groups(const std::vector<LayoutSpec>& grid,
+                                    const std::vector<std::string>& only) {
+  for (const std::string& g : only) {
+    DTRAIN_CHECK(g == "dense" || g == "cp" || g == "moe", "--only ", g, ": no such group (",
+                 kLayoutGroups, ")");
+  }
+  if (only.empty()) return grid;
+  std::vector<LayoutSpec> kept;
+  for (const LayoutSpec& s : grid) {
+    if (std::find(only.begin(), only.end(), s.group()) != only.end()) kept.push_back(s);
+  }
+  return kept;
+}
+
+}  // namespace
+
+std::vector<LayoutSpec> layout_grid(bool quick, bool mpi, const std::vector<std::string>& only) {
   if (quick) {
-    return {layout(0, false, 2, 1, 1), layout(0, false, 1, 2, 1),
-            with(layout(0, false, 1, 1, 2), "none", 2, "1f1b", "fp32")};
+    return keep_groups({layout(0, false, 2, 1, 1), layout(0, false, 1, 2, 1),
+                        with(layout(0, false, 1, 1, 2), "none", 2, "1f1b", "fp32"),
+                        cp_layout(1, 1, 2, "ring"), moe_layout(2, 1, 2, 1)},
+                       only.empty() ? std::vector<std::string>{"dense"} : only);
   }
   std::vector<LayoutSpec> grid;
   for (int m = 0; m < 2; ++m) {
@@ -211,7 +257,20 @@ std::vector<LayoutSpec> layout_grid(bool quick, bool mpi) {
       grid.push_back(with(layout(m, true, 1, 2, 2), "none", 2, "zb-h1", "fp32"));
     }
   }
-  return grid;
+  // Context parallelism on the bench model (64 tokens): cp 2 by each algorithm, alone and with
+  // dp or tp; cp 4 by the ring.
+  for (const char* algo : {"ring", "all-gather", "ulysses"})
+    grid.push_back(cp_layout(1, 1, 2, algo));
+  grid.push_back(cp_layout(2, 1, 2, "ring"));
+  grid.push_back(cp_layout(1, 2, 2, "all-gather"));
+  grid.push_back(cp_layout(1, 1, 4, "ring"));
+  // A mixture of experts (4 experts, top 2) on the bench model: dp 2 with the experts replicated
+  // and with ep 2; ep 2 with pp 2, and dp 4 with ep 2.
+  grid.push_back(moe_layout(2, 1, 1, 1));
+  grid.push_back(moe_layout(2, 1, 2, 1));
+  grid.push_back(with(moe_layout(2, 2, 2, 2), "none", 2, "1f1b", "fp32"));
+  grid.push_back(moe_layout(4, 1, 2, 1));
+  return keep_groups(grid, only);
 }
 
 LayoutsBenchReport run_layouts_bench(const LayoutsBenchOptions& options) {
@@ -220,7 +279,7 @@ LayoutsBenchReport run_layouts_bench(const LayoutsBenchOptions& options) {
   DTRAIN_CHECK(o.steps >= 1, "--steps must be at least 1 (got ", o.steps, ")");
   if (o.quick) o.steps = 1;
   if (o.dtrain.empty()) o.dtrain = std::filesystem::read_symlink("/proc/self/exe").string();
-  const std::vector<LayoutSpec> grid = layout_grid(o.quick, o.mpi);
+  const std::vector<LayoutSpec> grid = layout_grid(o.quick, o.mpi, o.only);
   std::string mpirun;
   const bool any_mpi =
       std::any_of(grid.begin(), grid.end(), [](const LayoutSpec& s) { return s.mpi; });
@@ -301,10 +360,10 @@ void summarize_layouts(LayoutsBenchReport& r) {
     const LayoutSpec& s = r.results[i].spec;
     const std::string& model = r.models.at(static_cast<size_t>(s.model)).name;
     auto g = std::find_if(r.groups.begin(), r.groups.end(), [&](const LayoutGroup& x) {
-      return x.model == model && x.ranks == s.ranks();
+      return x.model == model && x.ranks == s.ranks() && x.kind == s.group();
     });
     if (g == r.groups.end()) {
-      r.groups.push_back(LayoutGroup{model, s.ranks(), {}, 0, -1, -1, 0});
+      r.groups.push_back(LayoutGroup{model, s.ranks(), s.group(), {}, 0, -1, -1, 0});
       g = r.groups.end() - 1;
     }
     g->members.push_back(static_cast<int>(i));
@@ -370,7 +429,7 @@ void print_layouts_bench(std::ostream& out, const LayoutsBenchReport& r) {
   }
   out << "\n  repeat spread (max - min over median): median " << fixed(r.median_spread_pct, 1)
       << " %, largest " << fixed(r.max_spread_pct, 1) << " %\n";
-  out << "\n  group (model, ranks)  layouts  Spearman  repeats  top pick (least predicted)"
+  out << "\n  group (model, ranks, kind)  layouts  Spearman  repeats  top pick (least predicted)"
          "              measured best                          top pick slower\n";
   for (const LayoutGroup& g : r.groups) {
     std::string pick = str("#", g.top_pick + 1, " ", describe(r.results[g.top_pick].spec));
@@ -378,8 +437,8 @@ void print_layouts_bench(std::ostream& out, const LayoutsBenchReport& r) {
         str("#", g.measured_best + 1, " ", describe(r.results[g.measured_best].spec));
     pick.resize(std::max<size_t>(pick.size(), 39), ' ');
     best.resize(std::max<size_t>(best.size(), 39), ' ');
-    std::string name = g.model + ", " + std::to_string(g.ranks);
-    name.resize(std::max<size_t>(name.size(), 20), ' ');
+    std::string name = g.model + ", " + std::to_string(g.ranks) + ", " + g.kind;
+    name.resize(std::max<size_t>(name.size(), 26), ' ');
     out << "  " << name << lpad(std::to_string(g.members.size()), 9)
         << lpad(fixed(g.rank_correlation, 2), 10) << lpad(fixed(g.repeat_rank_correlation, 2), 9)
         << "  " << pick << best << lpad(fixed(g.top_pick_slower_pct, 1) + " %", 10) << "\n";
@@ -426,6 +485,12 @@ nlohmann::json layouts_bench_to_json(const LayoutsBenchReport& r) {
                        {"microbatches", s.microbatches},
                        {"schedule", s.schedule},
                        {"precision", s.precision},
+                       {"group", s.group()},
+                       {"cp", s.cp},
+                       {"cp_algo", s.cp > 1 ? s.cp_algo : ""},
+                       {"experts", s.experts},
+                       {"top_k", s.experts > 0 ? s.top_k : 0},
+                       {"ep", s.ep},
                        {"predicted_ms", res.predicted},
                        {"measured_ms", res.measured},
                        {"error_pct", res.error_pct},
@@ -443,6 +508,7 @@ nlohmann::json layouts_bench_to_json(const LayoutsBenchReport& r) {
   for (const LayoutGroup& g : r.groups) {
     groups.push_back({{"model", g.model},
                       {"ranks", g.ranks},
+                      {"kind", g.kind},
                       {"layouts", g.members},
                       {"rank_correlation", g.rank_correlation},
                       {"top_pick", g.top_pick},

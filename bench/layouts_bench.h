@@ -30,10 +30,19 @@ struct LayoutSpec {
   int microbatches = 1;
   std::string schedule = "1f1b";  // gpipe, 1f1b, interleaved, zb-h1
   std::string precision = "fp32";
-  int ranks() const { return dp * tp * pp; }
+  // Context parallelism (--cp, --cp-algo) and a mixture of experts (--experts, --top-k, --ep).
+  int cp = 1;
+  std::string cp_algo = "ring";  // ring, all-gather, ulysses
+  int experts = 0, top_k = 2, ep = 1;
+  int ranks() const { return dp * cp * tp * pp; }
+  // The layout's group of the grid: "dense", "cp" (context parallelism) or "moe". Rankings are
+  // per (model, ranks, group).
+  std::string group() const { return experts > 0 ? "moe" : cp > 1 ? "cp" : "dense"; }
 };
+inline constexpr const char* kLayoutGroups = "dense, cp, moe";
 
-// "dp2 tp2 z1 sp sel m4 1f1b bf16": the non-default settings of a layout, one word each.
+// "dp2 tp2 z1 sp sel m4 1f1b bf16": the non-default settings of a layout, one word each
+// ("cp2 ring", "E4k2 ep2" for CP and MoE).
 std::string describe(const LayoutSpec& spec);
 
 struct LayoutsBenchOptions {
@@ -43,6 +52,8 @@ struct LayoutsBenchOptions {
   int steps = 4;        // per repeat; the first is warm-up (skipped) when there are two or more
   bool mpi = true;      // include the MPI layouts (needs mpirun)
   std::string dtrain;   // the dtrain binary the runs start (default: this process's)
+  // The groups to run (LayoutSpec::group): empty is every group, or dense alone with --quick.
+  std::vector<std::string> only;
 };
 
 struct LayoutResult {
@@ -58,6 +69,7 @@ struct LayoutResult {
 struct LayoutGroup {
   std::string model;
   int ranks = 0;
+  std::string kind;                // LayoutSpec::group
   std::vector<int> members;        // indices into results
   double rank_correlation = 0;     // Spearman's, predicted vs measured
   int top_pick = -1;               // the member with the least predicted time
@@ -81,9 +93,13 @@ struct LayoutsBenchReport {
   double median_spread_pct = 0, max_spread_pct = 0;
 };
 
-// The default grid (>= 30 layouts, each (model, ranks) group >= 5) or the quick one.
+// The default grid (>= 30 dense layouts, each (model, ranks) group >= 5; a handful of CP and MoE
+// layouts of the bench model in groups of their own) or the quick one (3 dense layouts, one CP
+// and one MoE), keeping the groups `only` names (empty: every group; with quick, dense alone).
+// Throws Error naming --only for a group that does not exist.
 std::vector<LayoutModel> layout_models();
-std::vector<LayoutSpec> layout_grid(bool quick, bool mpi);
+std::vector<LayoutSpec> layout_grid(bool quick, bool mpi,
+                                    const std::vector<std::string>& only = {});
 
 LayoutsBenchReport run_layouts_bench(const LayoutsBenchOptions& options);
 // Errors, spreads, groups and the overall figures from each result's repeats (no timing: the

@@ -63,7 +63,14 @@ void add_bench_layouts(CLI::App& bench_app) {
   cmd->add_option("--steps", o.steps, "Training steps per repeat; the first is skipped as warm-up")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
-  cmd->add_flag("--quick", o.quick, "3 layouts of the bench model on 2 ranks, 1 step each (tests)");
+  cmd->add_flag("--quick", o.quick,
+                "3 dense layouts of the bench model on 2 ranks (with --only, one layout per group "
+                "named), 1 step each (tests)");
+  cmd->add_option("--only", o.only,
+                  std::string("Run only these groups of layouts, comma-separated: ") +
+                      bench::kLayoutGroups +
+                      " (cp: context parallelism, moe: mixture of experts; default: all)")
+      ->delimiter(',');
   cmd->add_flag("--no-mpi", f->no_mpi, "Leave out the layouts that run under mpirun");
   cmd->add_flag("--json", f->json, "Print the same figures as JSON");
   cmd->callback([f] {

@@ -77,4 +77,20 @@ pairs = [spearman([x[a] for x in rep], [x[b] for x in rep]) for a in range(3) fo
 assert close(g["repeat_rank_correlation"], sum(pairs) / len(pairs)), (g["repeat_rank_correlation"], pairs)
 PY
 
+# --only: the CP and MoE groups alone (quick: one layout each), ranked in groups of their own; an
+# unknown group is refused by name.
+expect_error "--only xyz: no such group \(dense, cp, moe\)" bench layouts --quick --only xyz --cluster "$dir/cluster.json"
+"$DTRAIN" bench layouts --quick --only cp,moe --cluster "$dir/cluster.json" --json >"$dir/g.json" 2>"$dir/err.txt" ||
+  fail "bench layouts --quick --only cp,moe failed: $(tail -3 "$dir/err.txt")"
+python3 - "$dir/g.json" <<'PY' || fail "--only cp,moe: wrong layouts or groups"
+import json, sys
+r = json.load(open(sys.argv[1]))
+L = r["layouts"]
+assert [l["group"] for l in L] == ["cp", "moe"], L
+assert L[0]["cp"] == 2 and L[0]["cp_algo"] == "ring" and L[0]["layout"].startswith("cp2 ring"), L[0]
+assert L[1]["experts"] == 4 and L[1]["ep"] == 2 and "ep2" in L[1]["layout"], L[1]
+assert all(l["predicted_ms"] > 0 and l["predicted_by"] == "clock" for l in L), L
+assert [(g["kind"], g["layouts"]) for g in r["groups"]] == [("cp", [0]), ("moe", [1])], r["groups"]
+PY
+
 finish

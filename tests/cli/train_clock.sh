@@ -25,7 +25,8 @@ if ! "$DTRAIN" calibrate "${links[@]}" --compute -o "$tmp/cpu.json" >"$tmp/calib
   fail "dtrain calibrate --compute -o cpu.json: $(tail -3 "$tmp/calibrate.log")"
   finish
 fi
-for layout in "--dp 2" "--tp 2" "--pp 2 --microbatches 2"; do
+for layout in "--dp 2" "--tp 2" "--pp 2 --microbatches 2" "--cp 2" "--cp 2 --cp-algo ulysses" \
+  "--dp 2 --experts 4 --top-k 2 --ep 2"; do
   # shellcheck disable=SC2086
   expect_output 'Clock: predicted from .*cpu.json.* beside measured on rank' \
     "${run[@]}" $layout --cluster "$tmp/cpu.json"
@@ -58,4 +59,15 @@ if python3 -c 'import json,sys; c=json.load(sys.stdin)["clock"]; sys.exit(0 if c
 else
   fail "--tp 2: TP collectives missing from the clock"
 fi
+# `plan` on the same file prices CP and MoE layouts with the engine clock (no refusal), and
+# refuses what the engine cannot run, naming the flags.
+shape=(--layers 2 --hidden 64 --heads 4 --vocab 512 --seq-length 64 --global-batch 8)
+expect_output 'CP communication .*exposed' plan "${shape[@]}" --cluster "$tmp/cpu.json" --dp 2 --cp 2 --cp-algo ring
+expect_output 'clock: engine \(measured rates\)' plan "${shape[@]}" --cluster "$tmp/cpu.json" --dp 4 --experts 4 --top-k 2 --ep 2
+expect_error '--tp 2 with --experts: dtrain.s engine .* runs its MoE layer without TP' \
+  plan "${shape[@]}" --cluster "$tmp/cpu.json" --dp 2 --tp 2 --experts 4 --top-k 2
+# --search on the file skips the MoE layouts the engine cannot run (no TP, EP at ZeRO 0 only).
+expect_output 'search .* layouts from .* splits' plan "${shape[@]}" --cluster "$tmp/cpu.json" --experts 4 --top-k 2 --search
+expect_error '--ep 2: dtrain.s engine .* runs EP at --zero 0' \
+  plan "${shape[@]}" --cluster "$tmp/cpu.json" --dp 4 --experts 4 --top-k 2 --ep 2 --zero 1
 finish

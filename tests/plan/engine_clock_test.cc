@@ -541,5 +541,176 @@ TEST(EngineClock, CacheResidencyIsPricedOnlyWhenAsked) {
   EXPECT_LT(engine_clock(in, cached).phases.step_s, engine_clock(in, cold).phases.step_s);
 }
 
+// --- context parallelism: tiny() at T 8 over cp 2, so each rank holds 4 tokens (B T = 4, as
+// tiny() at T 4 without CP).
+EngineClockInput tiny_cp(CpAlgorithm algo) {
+  EngineClockInput in = tiny();
+  in.model.seq = 8;
+  in.cp = 2;
+  in.cp_algorithm = algo;
+  return in;
+}
+
+TEST(EngineClock, ContextParallelRingPricesBlocksAndHops) {
+  const Cluster c = unit_cluster();
+  const CpAttention a = engine_cp_attention_seconds(tiny_cp(CpAlgorithm::ring), c);
+  // Balanced: rank r's chunks r and 3 - r reach a key of both ranks' blocks: 2 blocks of 4 x 4
+  // scores, each for 2 heads: 4 (block, head) calls. Forward per call Q K^T (4 x 4 x 4) and P V
+  // (4 x 4 x 4): 256 FLOPs; the online softmax over 16 scores; the K/V pack and the output's
+  // merge init and finish: 3 x 32 elements in one call.
+  EXPECT_EQ(a.visible_blocks, 2);
+  const double forward_compute = 4 * 256e-9 + 4 * 16e-9 + 4 * kCallS + 96e-9 + kCallS;
+  // One hop's [K|V]: 2 x 4 tokens x 8 channels x 4 bytes = 256 bytes, 10 us + 256 ns; it hides
+  // behind one block's compute (half the forward's) only in part.
+  const double hop = 1e-5 + 256e-9;
+  EXPECT_NEAR(a.comm_forward_s, hop - forward_compute / 2, 1e-15);
+  EXPECT_NEAR(a.forward_s, forward_compute + hop - forward_compute / 2, 1e-15);
+  // Backward: per call P again, dP (4 x 4 x 4 each) and dV, dQ, dK (4 x 4 x 4 each): 640 FLOPs,
+  // the exp and dS over 16 scores, the row dot and dK, dV added back (96 elements, one call);
+  // one blocking hop of [K|V|dK|dV] (512 bytes) and the last of [dK|dV] (256).
+  const double backward_compute = 4 * 640e-9 + 4 * 16e-9 + 4 * kCallS + 96e-9 + kCallS;
+  EXPECT_NEAR(a.comm_backward_s, (1e-5 + 512e-9) + hop, 1e-15);
+  EXPECT_NEAR(a.backward_s, backward_compute + a.comm_backward_s, 1e-15);
+
+  // The block: tiny()'s (4 tokens) with its attention core (512 FLOPs, the softmax's 20
+  // elements in 2 calls) replaced by the blockwise one; the exchanges inside it.
+  const PassTimes dense = engine_layer_seconds(tiny(), unit_rates());
+  const PassTimes block = engine_block_seconds(tiny_cp(CpAlgorithm::ring), c);
+  EXPECT_NEAR(block.forward_s,
+              dense.forward_s - (512e-9 + 20e-9 + 2 * kCallS) + forward_compute + a.comm_forward_s,
+              1e-15);
+  // The contiguous split's last rank also computes both blocks (blockwise attention computes a
+  // partly masked block whole): the same seconds.
+  EngineClockInput contiguous = tiny_cp(CpAlgorithm::ring);
+  contiguous.cp_split = CpSplit::contiguous;
+  EXPECT_NEAR(engine_cp_attention_seconds(contiguous, c).forward_s, a.forward_s, 1e-15);
+}
+
+TEST(EngineClock, ContextParallelAllGatherAndUlysses) {
+  const Cluster c = unit_cluster();
+  // all-gather: one all-gather of the whole [K|V] (S = 512 bytes, 256 sent on 2 ranks) forward,
+  // one reduce-scatter of [dK|dV] backward, neither overlapped; the blocks as the ring's.
+  const CpAttention ag = engine_cp_attention_seconds(tiny_cp(CpAlgorithm::all_gather), c);
+  EXPECT_NEAR(ag.comm_forward_s, 1e-5 + 256e-9, 1e-15);
+  EXPECT_NEAR(ag.comm_backward_s, 1e-5 + 256e-9, 1e-15);
+  EXPECT_EQ(ag.visible_blocks, 2);
+  // ulysses: the head split leaves 1 head per rank over the whole sequence, in 2 contiguous
+  // blocks: (0, 0), (1, 0), (1, 1) visible, 3 calls of 256 FLOPs; 16 scores each; the pack and
+  // merge copies plus the head-split packing, 7 x 32 elements.
+  const CpAttention u = engine_cp_attention_seconds(tiny_cp(CpAlgorithm::ulysses), c);
+  EXPECT_EQ(u.visible_blocks, 3);
+  EXPECT_NEAR(u.forward_s - u.comm_forward_s, 3 * 256e-9 + 3 * 16e-9 + 3 * kCallS + 224e-9 + kCallS,
+              1e-15);
+  // Each all-to-all moves half of a (4 tokens x 8 channels) fp32 tensor, 64 bytes, as one
+  // exchange at the send_recv rate (no all_to_all rate measured): Q, K, V, O forward; dO, dQ,
+  // dK, dV backward.
+  EXPECT_NEAR(u.comm_forward_s, 4 * (1e-5 + 64e-9), 1e-15);
+  EXPECT_NEAR(u.comm_backward_s, 4 * (1e-5 + 64e-9), 1e-15);
+  // Full recompute reruns the forward's exchanges too.
+  EngineClockInput full = tiny_cp(CpAlgorithm::ulysses);
+  full.recompute = Recompute::full;
+  const PassTimes none = engine_block_seconds(tiny_cp(CpAlgorithm::ulysses), c);
+  const PassTimes rerun = engine_block_seconds(full, c);
+  EXPECT_NEAR(rerun.recompute_s, none.forward_s, 1e-15);
+}
+
+TEST(EngineClock, ContextParallelRanksReduceGradientsWithDataParallel) {
+  // CP ranks hold replicas: cp 2 reduces the same gradients over 2 ranks as dp 2 does.
+  EngineClockInput cp = tiny_cp(CpAlgorithm::ring);
+  EngineClockInput dp = tiny();
+  dp.dp = 2;
+  const EngineClock with_cp = engine_clock(cp, unit_cluster());
+  const EngineClock with_dp = engine_clock(dp, unit_cluster());
+  EXPECT_GT(with_cp.dp_comm_s, 0);
+  EXPECT_NEAR(with_cp.dp_comm_s, with_dp.dp_comm_s, 1e-15);
+  // ZeRO-1 shards the optimizer over dp x cp.
+  cp.zero_stage = 1;
+  dp.zero_stage = 1;
+  EXPECT_NEAR(engine_clock(cp, unit_cluster()).phases.optimizer_s,
+              engine_clock(dp, unit_cluster()).phases.optimizer_s, 1e-15);
+}
+
+// --- mixture of experts: tiny() with 4 experts, top 2, every block routed (4 tokens, C 8, F 32).
+EngineClockInput tiny_moe(int dp, int ep) {
+  EngineClockInput in = tiny();
+  in.model.moe.experts = 4;
+  in.model.moe.top_k = 2;
+  in.dp = dp;
+  in.ep = ep;
+  return in;
+}
+
+TEST(EngineClock, MixtureOfExpertsLayer) {
+  const Cluster c = unit_cluster();
+  // Uniform routing, no EP: 4 tokens x 2 copies over 4 experts, 2 rows each. Per expert fc
+  // (2 x 32 x 8) and proj (2 x 8 x 32): 1024 FLOPs each, GELU over 64 elements. The router's
+  // logits (4 x 4 x 8): 256 FLOPs, its softmax over 16 probabilities; the rows gathered and
+  // combined: 2 x 4 x 2 x 8 = 128 elements in one call.
+  const MoeMlp moe = engine_moe_mlp_seconds(tiny_moe(1, 1), c);
+  EXPECT_EQ(moe.busiest_rows, 8);
+  EXPECT_NEAR(moe.pass.forward_s, (4 * 2048 + 256) * 1e-9 + (256 + 16 + 128) * 1e-9 + 6 * kCallS,
+              1e-15);
+  // Backward: each expert's two input gradients (1024 FLOPs each) and GELU's; the router's
+  // softmax (16) and input gradient (4 x 8 x 4: 256 FLOPs); the combine's and the gather's
+  // gradients, 3 x 64 elements in one call. W: each expert's 2 x 1024, the router's 256.
+  EXPECT_NEAR(moe.pass.backward_input_s,
+              (4 * 2048 + 256) * 1e-9 + (256 + 16 + 192) * 1e-9 + 6 * kCallS, 1e-15);
+  EXPECT_NEAR(moe.pass.backward_weight_s, (4 * 2048 + 256) * 1e-9, 1e-15);
+  EXPECT_EQ(moe.comm_forward_s, 0);
+  // The routed block: tiny()'s with its MLP (fc and fc_proj 2048 FLOPs each, GELU 128 elements
+  // in one call) replaced.
+  const PassTimes dense = engine_layer_seconds(tiny(), unit_rates());
+  const PassTimes block = engine_block_seconds(tiny_moe(1, 1), c);
+  EXPECT_NEAR(block.forward_s, dense.forward_s - (4096e-9 + 128e-9 + kCallS) + moe.pass.forward_s,
+              1e-15);
+
+  // EP 2 of DP 2: rank 0 holds experts 0 and 1 and computes both ranks' rows for them, 4 rows
+  // each: the same FLOPs in 2 GELU calls. Exchanges: the row counts (2 int64 to the peer, 16
+  // bytes), the dispatch and the combine (4 tokens x 2 x 8 x 4 bytes, half to the peer: 128),
+  // each one exchange at the send_recv rate; backward the dispatch and combine again.
+  const MoeMlp ep = engine_moe_mlp_seconds(tiny_moe(2, 2), c);
+  EXPECT_EQ(ep.busiest_rows, 8);
+  EXPECT_NEAR(ep.comm_forward_s, (1e-5 + 16e-9) + 2 * (1e-5 + 128e-9), 1e-15);
+  EXPECT_NEAR(ep.comm_backward_s, 2 * (1e-5 + 128e-9), 1e-15);
+  EXPECT_NEAR(ep.pass.forward_s - ep.comm_forward_s,
+              (4 * 2048 + 256) * 1e-9 + (256 + 16 + 128) * 1e-9 + 4 * kCallS, 1e-15);
+  // A measured routing: experts 0..3 took 3:1:1:1 of the tokens. Rank 0's experts get
+  // 2 x 4 x 2 x 3/6 = 8 and 8/3 rows, rank 1's 8/3 each: rank 0 computes the most.
+  EngineClockInput skewed = tiny_moe(2, 2);
+  skewed.tokens_per_expert = {3, 1, 1, 1};
+  EXPECT_NEAR(engine_moe_mlp_seconds(skewed, c).busiest_rows, 8 + 8.0 / 3, 1e-12);
+  EXPECT_GT(engine_moe_mlp_seconds(skewed, c).pass.forward_s, ep.pass.forward_s);
+}
+
+TEST(EngineClock, MixtureOfExpertsParametersAndGradientGroups) {
+  // A routed block: tiny()'s 872 parameters less the MLP's 2 x 8 x 32 + 32 + 8 = 552, the
+  // router's 4 x 8 = 32, and E / ep experts of 552.
+  const ModelShape m = tiny_moe(1, 1).model;
+  EXPECT_EQ(engine_layer_param_count(m, 1), 872);
+  EXPECT_EQ(engine_moe_layer_param_count(m, 1), 872 - 552 + 32 + 4 * 552);
+  EXPECT_EQ(engine_moe_layer_param_count(m, 2), 872 - 552 + 32 + 2 * 552);
+  EXPECT_EQ(engine_moe_expert_param_count(m, 2), 2 * 552);
+  // DP 2, EP 2: the experts' gradients have no replica to reduce with (expert-DP 1), so the
+  // DP all-reduce carries only the dense part: less than without EP's split.
+  const Cluster c = unit_cluster();
+  EngineClockInput ep = tiny_moe(2, 2);
+  ep.stage_params = 2000;
+  ep.stage_expert_params = 1000;
+  EngineClockInput replicated = ep;
+  replicated.stage_expert_params = 0;
+  // One bucket, a ring all-reduce on 2 ranks sending its S: 1000 dense parameters (4000 bytes)
+  // against 2000 (8000).
+  EXPECT_NEAR(engine_clock(ep, c).dp_comm_s, 1e-5 + 4000e-9, 1e-15);
+  EXPECT_NEAR(engine_clock(replicated, c).dp_comm_s, 1e-5 + 8000e-9, 1e-15);
+  // DP 4, EP 2: the experts' part reduced over their 2 replicas as well (a second collective).
+  EngineClockInput four = ep;
+  four.dp = 4;
+  four.model.moe.experts = 4;
+  EXPECT_GT(engine_clock(four, c).dp_comm_s, engine_clock(ep, c).dp_comm_s);
+  // The step's EP exchanges: 2 layers x (forward + backward).
+  const MoeMlp moe = engine_moe_mlp_seconds(ep, c);
+  EXPECT_NEAR(engine_clock(ep, c).ep_s, 2 * (moe.comm_forward_s + moe.comm_backward_s), 1e-15);
+}
+
 }  // namespace
 }  // namespace dtrain::plan

@@ -1,8 +1,11 @@
 // The train report's clock table (train/clock_report.h): the error column against hand-worked
-// values, and the phases it leaves without a percentage.
+// values, the phases it leaves without a percentage, and the clock's inputs read off a CP and an
+// MoE layout.
 #include <gtest/gtest.h>
 
+#include "dtrain/plan/moe.h"
 #include "dtrain/train/clock_report.h"
+#include "dtrain/train/layout.h"
 
 namespace dtrain::train {
 namespace {
@@ -26,6 +29,59 @@ TEST(ClockReport, NearZeroPhasesCarryNoPercent) {
   EXPECT_EQ(phase_error_text(1e-3, 0.001e-3, 20e-3), "over");
   // Above the floor the ratio is printed: 0.6 / 0.5 = +20.0%.
   EXPECT_EQ(phase_error_text(0.6e-3, 0.5e-3, 20e-3), "+20.0%");
+}
+
+StepConfig tiny_step() {
+  StepConfig c;
+  c.model = model::gpt_preset("tiny").config;
+  c.model.layers = 4;
+  c.batch = 8;
+  c.seq = 16;
+  return c;
+}
+
+TEST(ClockReport, ContextParallelLayoutReachesTheClock) {
+  LayoutOptions o;
+  o.dp = 2;
+  o.cp = 2;
+  o.cp_algorithm = plan::CpAlgorithm::ulysses;
+  const plan::EngineClockInput in =
+      engine_clock_input(make_engine_config(tiny_step(), o), 1, comm::Algorithm::ring);
+  EXPECT_EQ(in.cp, 2);
+  EXPECT_EQ(in.cp_algorithm, plan::CpAlgorithm::ulysses);
+  EXPECT_EQ(in.data_ranks(), 4);  // gradients over dp x cp
+  EXPECT_EQ(in.model.seq, 16);    // the whole sequence: the clock splits it
+}
+
+TEST(ClockReport, MixtureOfExpertsLayoutReachesTheClock) {
+  // Every second block routed (model::is_moe_layer: blocks 1 and 3), 4 experts, top 2; dp 2,
+  // ep 2, pp 2: each stage holds one routed block, 2 of its experts.
+  StepConfig step = tiny_step();
+  step.model.moe = {.experts = 4, .top_k = 2, .every = 2};
+  LayoutOptions o;
+  o.dp = 2;
+  o.ep = 2;
+  o.pp = 2;
+  o.microbatches = 2;
+  const plan::EngineClockInput in =
+      engine_clock_input(make_engine_config(step, o), 1, comm::Algorithm::ring);
+  EXPECT_EQ(in.model.moe.experts, 4);
+  EXPECT_EQ(in.model.moe.top_k, 2);
+  EXPECT_EQ(in.ep, 2);
+  // The plan's routed layers are the engine's: 1 and 3.
+  for (int64_t l = 0; l < 4; ++l) {
+    EXPECT_EQ(plan::is_moe_layer(in.model, l), model::is_moe_layer(step.model.moe, l)) << l;
+  }
+  // One routed block per stage, 2 experts of 8C^2 + 5C parameters each; the busiest stage's
+  // parameters the plan's engine counts: the first's dense and routed block, wte and wpe (the
+  // last holds the final LayerNorm, 2C, and the tied wte: fewer than wpe).
+  const int64_t C = step.model.channels;
+  EXPECT_EQ(in.stage_expert_params, 2 * (8 * C * C + 5 * C));
+  const int64_t V = step.model.vocab;
+  EXPECT_EQ(in.stage_params, plan::engine_layer_param_count(in.model, 1) +
+                                 plan::engine_moe_layer_param_count(in.model, 2) + V * C +
+                                 step.model.context * C);
+  EXPECT_TRUE(in.tokens_per_expert.empty());  // the prediction assumes uniform routing
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "dtrain/plan/collective_cost.h"
 #include "dtrain/plan/comm_model.h"
 #include "dtrain/plan/memory_model.h"
+#include "dtrain/plan/moe.h"
 #include "dtrain/plan/pipeline_schedule.h"
 #include "dtrain/plan/pipeline_simulation.h"
 
@@ -43,9 +44,11 @@ Shape shape_of(const EngineClockInput& in) {
   const ModelShape& m = in.model;
   DTRAIN_CHECK(in.tp >= 1 && m.heads % in.tp == 0, "engine clock: --tp ", in.tp,
                " must divide the heads ", m.heads);
+  DTRAIN_CHECK(in.cp >= 1 && m.seq % in.cp == 0, "engine clock: --cp ", in.cp,
+               " must divide the sequence ", m.seq);
   Shape s{};
   s.B = static_cast<double>(in.micro_batch);
-  s.T = static_cast<double>(m.seq);
+  s.T = static_cast<double>(m.seq / in.cp);  // a CP rank's tokens of each sequence
   s.C = static_cast<double>(m.hidden);
   s.NH = static_cast<double>(m.heads);
   s.HS = s.C / s.NH;
@@ -119,6 +122,73 @@ Attention attention_seconds(const EngineClockInput& in, const Shape& s, const Me
   return a;
 }
 
+// A dense MLP of the engine's shape on `rows` rows (fc: C -> F_local, GELU, proj: F_local -> C):
+// what engine_layer_seconds prices for the block's MLP, and what each expert runs on its rows.
+PassTimes mlp_seconds(const EngineClockInput& in, const Shape& s, const MeasuredRates& r,
+                      double rows) {
+  PassTimes p;
+  if (rows <= 0) return p;
+  const Kernels k{r};
+  const Products product(in, r);
+  auto gemm = [&](double m, double n, double kk) {
+    return product(in.threads, m, n, kk, kFreshA | kFreshC);
+  };
+  auto gemm_backward = [&](double m, double n, double kk) {
+    return product(in.threads, m, n, kk, kFreshA);
+  };
+  p.forward_s = gemm(rows, s.F_local, s.C) + k.seconds(KernelOp::gelu_forward, rows * s.F_local) +
+                gemm(rows, s.C, s.F_local);
+  p.backward_input_s = gemm_backward(rows, s.F_local, s.C) +
+                       k.seconds(KernelOp::gelu_backward, rows * s.F_local) +
+                       gemm_backward(rows, s.C, s.F_local);
+  p.backward_weight_s = gemm_backward(s.C, s.F_local, rows) + gemm_backward(s.F_local, s.C, rows);
+  return p;
+}
+
+// Context parallelism's blockwise attention (model/ops/blockwise_attention.cc) on the critical
+// CP rank: `blocks` (query block, key block) pairs with a visible key, each computed in full for
+// `pairs` (batch row, head) pairs of T/cp queries and keys, on one thread. ring and all-gather:
+// balanced, rank r's chunks r and 2N-1-r reach a key of every rank's first chunk, so all N
+// blocks; contiguous, rank r computes blocks 0..r and the last rank all N. ulysses: N query
+// blocks against the key blocks at or before them, over NH_local / N heads.
+struct CpBlocks {
+  double blocks = 0, pairs = 0;
+};
+CpBlocks cp_blocks(const EngineClockInput& in, const Shape& s) {
+  const double N = in.cp;
+  if (in.cp_algorithm == CpAlgorithm::ulysses) return {N * (N + 1) / 2, s.B * s.NH_local / N};
+  return {N, s.B * s.NH_local};
+}
+
+// The blockwise attention's compute: per (block, pair) forward Q K^T (Tq x Tk x HS) and P V
+// (Tq x HS x Tk) and the masked online softmax over the block's Tq x Tk scores; backward P
+// recomputed (Q K^T), dV, dP, dQ, dK and the elementwise exp and dS. Around them the memory-bound
+// copies: K/V packed for the exchange, the output's merge init and finish (forward), the row dot
+// and dK/dV added back (backward), ulysses' head-split packing (4 tensors each way).
+Attention cp_attention_compute(const EngineClockInput& in, const Shape& s, const MeasuredRates& r) {
+  const CpBlocks b = cp_blocks(in, s);
+  const double calls = b.blocks * b.pairs;
+  const Kernels k{r};
+  const Products product(in, r);
+  auto gemm1 = [&](double m, double n, double kk) {
+    return product(1, m, n, kk, kFreshA | kFreshB | kFreshC);
+  };
+  const double T = s.T, scores = T * T;
+  const double local = s.BT * s.C_local;  // one (B, T/cp, C_local) tensor
+  const double copies_forward =
+      3 * local + (in.cp_algorithm == CpAlgorithm::ulysses ? 4 * local : 0);
+  const double copies_backward =
+      3 * local + (in.cp_algorithm == CpAlgorithm::ulysses ? 4 * local : 0);
+  Attention a;
+  a.forward_s = calls * (gemm1(T, T, s.HS) + gemm1(T, s.HS, T)) +
+                k.seconds(KernelOp::softmax_forward, calls * scores, calls) +
+                k.seconds(KernelOp::residual_forward, copies_forward);
+  a.backward_s = calls * (2 * gemm1(T, T, s.HS) + 3 * gemm1(T, s.HS, T)) +
+                 k.seconds(KernelOp::softmax_backward, calls * scores, calls) +
+                 k.seconds(KernelOp::residual_forward, copies_backward);
+  return a;
+}
+
 }  // namespace
 
 double engine_pass_bytes(const EngineClockInput& in) {
@@ -134,7 +204,7 @@ double engine_pass_bytes(const EngineClockInput& in) {
 }
 
 double engine_cache_bytes(const EngineClockInput& in, const MeasuredRates& r) {
-  const int ranks = in.dp * in.tp * in.pp;
+  const int ranks = in.ranks();
   const int on_node = in.ranks_per_node > 0 ? std::min(ranks, in.ranks_per_node) : ranks;
   return rank_cache_bytes(r.cache, in.threads, ranks_per_l3(r.cache, r.cores, on_node));
 }
@@ -153,7 +223,8 @@ PassTimes engine_layer_seconds(const EngineClockInput& in, const MeasuredRates& 
   auto gemm_backward = [&](double m, double n, double kk) {
     return product(in.threads, m, n, kk, kFreshA);
   };
-  const Attention attention = attention_seconds(in, s, r);
+  const Attention attention =
+      in.cp > 1 ? cp_attention_compute(in, s, r) : attention_seconds(in, s, r);
   // block_forward_dense / _sp: LN1, QKV, attention, projection, residual, LN2, fc, GELU,
   // fc_proj, residual (sgemm(M = rows of the output, N = its columns, K = the inner size)).
   double forward =
@@ -184,7 +255,9 @@ PassTimes engine_layer_seconds(const EngineClockInput& in, const MeasuredRates& 
       gemm_backward(s.C, s.F_local, s.BT) + gemm_backward(s.F_local, s.C, s.BT) +
       gemm_backward(s.C, s.C_local, s.BT) + gemm_backward(3 * s.C_local, s.C, s.BT);
   double recompute = 0;
-  if (in.recompute == Recompute::selective) recompute = attention.forward_s;
+  // Selective recompute reruns the attention core; under CP the blockwise attention keeps no
+  // scores (its backward recomputes them from the log-sum-exp), so nothing reruns.
+  if (in.recompute == Recompute::selective && in.cp == 1) recompute = attention.forward_s;
   if (in.recompute == Recompute::full) recompute = forward;
   PassTimes p;
   p.forward_s = forward + conversions;
@@ -281,9 +354,8 @@ TpSeconds engine_tp_seconds(const EngineClockInput& in, const Cluster& c, bool e
   // vocabulary's reductions always in fp32.
   const int64_t e = in.precision == Precision::bf16 ? 2 : 4;
   // With more compute threads than cores each collective also waits for its partner's turn.
-  const double wait = c.gpu.measured.present
-                          ? partner_wait_seconds(c.gpu.measured, in.dp * in.tp * in.pp * in.threads)
-                          : 0;
+  const double wait =
+      c.gpu.measured.present ? partner_wait_seconds(c.gpu.measured, in.ranks() * in.threads) : 0;
   auto price_as = [&](const CollectiveCall& call, Precision precision) {
     return engine_collective_seconds(c, call.op, comm::Algorithm::ring, call.bytes, in.tp,
                                      in.inter_node_tp, precision) +
@@ -291,7 +363,7 @@ TpSeconds engine_tp_seconds(const EngineClockInput& in, const Cluster& c, bool e
   };
   auto price = [&](const CollectiveCall& call) { return price_as(call, in.precision); };
   for (const CollectiveCall& call :
-       tp_collectives_per_layer(in.micro_batch, m.seq, m.hidden, e, sp, in.recompute)) {
+       tp_collectives_per_layer(in.micro_batch, m.seq / in.cp, m.hidden, e, sp, in.recompute)) {
     // Two of each kind run in the forward (attention's and the MLP's), the rest in backward
     // (their conjugates, and full recompute's rerun).
     const double one = price(call) * layers;
@@ -299,7 +371,8 @@ TpSeconds engine_tp_seconds(const EngineClockInput& in, const Cluster& c, bool e
     out.backward_s += static_cast<double>(call.count - 2) * one;
   }
   if (sp) {
-    for (const CollectiveCall& call : sp_regather_collectives(in.micro_batch, m.seq, m.hidden, e))
+    for (const CollectiveCall& call :
+         sp_regather_collectives(in.micro_batch, m.seq / in.cp, m.hidden, e))
       out.backward_s += price(call) * static_cast<double>(call.count) * layers;
   }
   // The vocabulary: the embedding's partial sums (forward), the cross-entropy's max and
@@ -307,10 +380,11 @@ TpSeconds engine_tp_seconds(const EngineClockInput& in, const Cluster& c, bool e
   // the activation-sized ones are a reduce-scatter, and the head's input and the embedding's
   // output gradient are all-gathered (the same bytes each way).
   const std::vector<CollectiveCall> vocab =
-      tp_vocab_collectives(in.micro_batch, m.seq, m.hidden, 4, embedding, head);
+      tp_vocab_collectives(in.micro_batch, m.seq / in.cp, m.hidden, 4, embedding, head);
   for (size_t i = 0; i < vocab.size(); ++i) {
     CollectiveCall call = vocab[i];
-    const bool activation_sized = call.bytes >= static_cast<double>(in.micro_batch * m.seq) * 4 * 3;
+    const bool activation_sized =
+        call.bytes >= static_cast<double>(in.micro_batch * (m.seq / in.cp)) * 4 * 3;
     if (sp && activation_sized) call.op = CollectiveOp::reduce_scatter;
     const bool backward = head && i + 1 == vocab.size();  // the LM head's input gradient
     const double seconds = price_as(call, Precision::fp32);
@@ -326,11 +400,12 @@ TpSeconds engine_tp_seconds(const EngineClockInput& in, const Cluster& c, bool e
 
 double engine_dp_collective_seconds(const EngineClockInput& in, const Cluster& c, CollectiveOp op,
                                     comm::Algorithm algo, double bytes) {
-  const int per_node = in.dp_ranks_per_node > 0 ? std::min(in.dp_ranks_per_node, in.dp) : in.dp;
-  if (!in.inter_node_dp || per_node >= in.dp) {
-    return engine_collective_seconds(c, op, algo, bytes, in.dp, in.inter_node_dp, in.precision);
+  const int group = in.data_ranks();
+  const int per_node = in.dp_ranks_per_node > 0 ? std::min(in.dp_ranks_per_node, group) : group;
+  if (!in.inter_node_dp || per_node >= group) {
+    return engine_collective_seconds(c, op, algo, bytes, group, in.inter_node_dp, in.precision);
   }
-  const int nodes = in.dp / per_node;
+  const int nodes = group / per_node;
   if (in.dp_hierarchical && op == CollectiveOp::all_reduce) {
     // comm::hierarchical_all_reduce: three rings, fp32.
     const double inside = engine_collective_seconds(c, CollectiveOp::reduce_scatter,
@@ -342,14 +417,14 @@ double engine_dp_collective_seconds(const EngineClockInput& in, const Cluster& c
                         .time_s;
   }
   if (has_collective_rate(c.gpu.measured, comm::name(op), comm::name(algo), "inter_node")) {
-    return engine_collective_seconds(c, op, algo, bytes, in.dp, true, in.precision);
+    return engine_collective_seconds(c, op, algo, bytes, group, true, in.precision);
   }
   // A flat ring: its slowest hop is the one crossing a node link, one flow per DP group there.
   Link flow = c.inter_node;
   flow.bandwidth_bytes_per_s =
       std::min(c.inter_node.bandwidth_bytes_per_s * per_node,
                std::max(c.intra_node.bandwidth_bytes_per_s, c.inter_node.bandwidth_bytes_per_s));
-  return collective_cost(op, algo, bytes, in.dp, flow).time_s;
+  return collective_cost(op, algo, bytes, group, flow).time_s;
 }
 
 double partner_wait_seconds(const MeasuredRates& r, int busy_threads) {
@@ -478,6 +553,208 @@ CommTimeline run_comm_timeline(const std::vector<CommStep>& steps, PartnerWaits 
   return t;
 }
 
+namespace {
+
+// Routed blocks on the stage that holds the most of them.
+int64_t busiest_stage_moe_layers(const EngineClockInput& in) {
+  const int64_t layers = in.model.layers / in.pp;
+  int64_t routed = 0;
+  for (int stage = 0; stage < in.pp; ++stage) {
+    routed = std::max(routed, moe_layers_in(in.model, stage * layers, layers));
+  }
+  return routed;
+}
+
+}  // namespace
+
+CpAttention engine_cp_attention_seconds(const EngineClockInput& in, const Cluster& c) {
+  CpAttention out;
+  if (in.cp == 1) return out;
+  const Shape s = shape_of(in);
+  const Attention compute = cp_attention_compute(in, s, c.gpu.measured);
+  const CpBlocks blocks = cp_blocks(in, s);
+  out.visible_blocks = static_cast<int>(blocks.blocks);
+  // The engine exchanges fp32 buffers whatever the precision.
+  CpShape cs;
+  cs.seq = in.model.seq;
+  cs.micro_batch = in.micro_batch;
+  cs.hidden = in.model.hidden;
+  cs.heads = in.model.heads;
+  cs.tp = in.tp;
+  cs.cp = in.cp;
+  cs.bytes_per_element = 4;
+  const double N = in.cp;
+  if (in.cp_algorithm == CpAlgorithm::ring) {
+    // Forward: hop i's [K|V] is in flight while block i is merged, waited for after it; what the
+    // hop takes beyond the block shows. Backward: each hop (send_recv) blocks before its block.
+    const double kv = cp_kv_block_bytes(cs);
+    const double hop_s = engine_send_seconds(c, kv, in.inter_node_cp);
+    const double block_s = compute.forward_s / blocks.blocks;
+    out.comm_forward_s = (N - 1) * std::max(0.0, hop_s - block_s);
+    out.comm_backward_s = (N - 1) * engine_send_seconds(c, 2 * kv, in.inter_node_cp) +
+                          engine_send_seconds(c, kv, in.inter_node_cp);
+    out.comm_total_s = (N - 1) * hop_s + out.comm_backward_s;
+  } else {
+    for (const CollectiveCall& call :
+         cp_collectives_per_layer(cs, in.cp_algorithm, Recompute::none)) {
+      const double one =
+          call.op == CollectiveOp::all_to_all
+              ? engine_all_to_all_seconds(c, call.bytes * (N - 1) / N, in.cp, in.inter_node_cp)
+              : engine_collective_seconds(c, call.op, comm::Algorithm::ring, call.bytes, in.cp,
+                                          in.inter_node_cp);
+      (call.overlaps_forward ? out.comm_forward_s : out.comm_backward_s) +=
+          one * static_cast<double>(call.count);
+    }
+  }
+  if (in.cp_algorithm != CpAlgorithm::ring)
+    out.comm_total_s = out.comm_forward_s + out.comm_backward_s;
+  out.forward_s = compute.forward_s + out.comm_forward_s;
+  out.backward_s = compute.backward_s + out.comm_backward_s;
+  return out;
+}
+
+double engine_all_to_all_seconds(const Cluster& c, double bytes, int ranks, bool inter_node) {
+  if (ranks <= 1 || bytes <= 0) return 0;
+  const MeasuredRates& r = c.gpu.measured;
+  const std::string_view link = link_name(inter_node);
+  if (r.present && has_collective_rate(r, "all_to_all", "pairwise", link)) {
+    return collective_seconds(r, "all_to_all", "pairwise", link, ranks, bytes);
+  }
+  // Pairwise: ranks - 1 rounds, each a send to one peer and a receive from another.
+  if (r.present && has_collective_rate(r, "send_recv", "direct", link)) {
+    return (ranks - 1) * engine_send_seconds(c, bytes / (ranks - 1), inter_node);
+  }
+  const Link& l = inter_node ? c.inter_node : c.intra_node;
+  return collective_cost(CollectiveOp::all_to_all, comm::Algorithm::pairwise,
+                         bytes * ranks / (ranks - 1), ranks, l)
+      .time_s;
+}
+
+MoeMlp engine_moe_mlp_seconds(const EngineClockInput& in, const Cluster& c) {
+  MoeMlp out;
+  const ModelShape& m = in.model;
+  if (!m.moe.enabled()) return out;
+  DTRAIN_CHECK(in.tp == 1, "engine clock: the engine's MoE layer runs without TP (--tp ", in.tp,
+               ")");
+  const MeasuredRates& r = c.gpu.measured;
+  const Shape s = shape_of(in);
+  const Kernels k{r};
+  const Products product(in, r);
+  const double N = s.BT, E = static_cast<double>(m.moe.experts);
+  const double top_k = static_cast<double>(m.moe.top_k);
+  MoeDispatch d;
+  d.tokens = N;
+  d.hidden = m.hidden;
+  d.top_k = m.moe.top_k;
+  d.experts = m.moe.experts;
+  d.ep = in.ep;
+  d.bytes_per_element = 4;  // the engine's rows travel in fp32
+  d.tokens_per_expert = in.tokens_per_expert;
+  // The critical rank: the EP rank whose experts take the most rows, each expert its share of
+  // the EP group's ep N k routed rows (one rank's N k without EP).
+  const int64_t per_rank = m.moe.experts / in.ep;
+  double routed = 0;
+  for (const double t : in.tokens_per_expert) routed += t;
+  auto rows_of = [&](int64_t e) {
+    const double share = in.tokens_per_expert.empty()
+                             ? 1 / E
+                             : in.tokens_per_expert[static_cast<size_t>(e)] / routed;
+    return in.ep * N * top_k * share;
+  };
+  int rank = 0;
+  for (int q = 0; q < in.ep; ++q) {
+    double rows = 0;
+    for (int64_t e = q * per_rank; e < (q + 1) * per_rank; ++e) rows += rows_of(e);
+    if (rows > out.busiest_rows) {
+      out.busiest_rows = rows;
+      rank = q;
+    }
+  }
+  PassTimes experts;
+  for (int64_t e = rank * per_rank; e < (rank + 1) * per_rank; ++e) {
+    experts += mlp_seconds(in, s, r, rows_of(e));
+  }
+  // The router: logits (N x E x C), softmax and top-k over the E probabilities; backward the
+  // probabilities' gradient and the logits' input and weight gradients. The rows: gathered and
+  // combined (N k rows of C) forward, the combine's and the gather's gradients backward.
+  const double assignments = N * top_k * s.C;
+  PassTimes p = experts;
+  p.forward_s += product(in.threads, N, E, s.C, kFreshA | kFreshC) +
+                 k.seconds(KernelOp::softmax_forward, N * E) +
+                 k.seconds(KernelOp::residual_forward, 2 * assignments);
+  p.backward_input_s += k.seconds(KernelOp::softmax_backward, N * E) +
+                        product(in.threads, N, s.C, E, kFreshA) +
+                        k.seconds(KernelOp::residual_forward, 3 * assignments);
+  p.backward_weight_s += product(in.threads, E, s.C, N, kFreshA);
+  if (in.ep > 1) {
+    // model/moe_dispatch.cc: the row counts, the dispatch and the combine forward; backward the
+    // outputs' gradients as the dispatch and the inputs' as the combine. Each waits for the
+    // rank that moves the most bytes, sent or received.
+    const int movers = busiest_ep_rank(d);
+    const MoeA2aRank dispatch = dispatch_bytes(d, movers), combine = combine_bytes(d, movers);
+    const double dispatch_s = engine_all_to_all_seconds(
+        c, std::max(dispatch.sent_total(), dispatch.received_total()), in.ep, in.inter_node_dp);
+    const double combine_s = engine_all_to_all_seconds(
+        c, std::max(combine.sent_total(), combine.received_total()), in.ep, in.inter_node_dp);
+    const double counts_s = engine_all_to_all_seconds(c, ep_counts_bytes(m.moe.experts, in.ep),
+                                                      in.ep, in.inter_node_dp);
+    out.comm_forward_s = counts_s + dispatch_s + combine_s;
+    out.comm_backward_s = dispatch_s + combine_s;
+    p.forward_s += out.comm_forward_s;
+    p.backward_input_s += out.comm_backward_s;
+  }
+  out.pass = p;
+  return out;
+}
+
+PassTimes engine_block_seconds(const EngineClockInput& in, const Cluster& c) {
+  const MeasuredRates& r = c.gpu.measured;
+  PassTimes dense = engine_layer_seconds(in, r);
+  if (in.cp > 1) {
+    const CpAttention a = engine_cp_attention_seconds(in, c);
+    dense.forward_s += a.comm_forward_s;
+    dense.backward_input_s += a.comm_backward_s;
+    if (in.recompute == Recompute::full) {  // the forward rerun exchanges again
+      dense.recompute_s += a.comm_forward_s;
+      dense.backward_input_s += a.comm_forward_s;
+    }
+  }
+  const ModelShape& m = in.model;
+  if (!m.moe.enabled()) return dense;
+  const int64_t layers = m.layers / in.pp;
+  const int64_t routed = busiest_stage_moe_layers(in);
+  if (routed == 0) return dense;
+  // A routed block: the dense block with its MLP replaced (the forward rerun under full
+  // recompute too).
+  const Shape s = shape_of(in);
+  const PassTimes mlp = mlp_seconds(in, s, r, s.BT);
+  const MoeMlp moe = engine_moe_mlp_seconds(in, c);
+  PassTimes routed_block = dense;
+  const double forward_delta = moe.pass.forward_s - mlp.forward_s;
+  routed_block.forward_s += forward_delta;
+  routed_block.backward_input_s += moe.pass.backward_input_s - mlp.backward_input_s;
+  routed_block.backward_weight_s += moe.pass.backward_weight_s - mlp.backward_weight_s;
+  if (in.recompute == Recompute::full) {
+    routed_block.recompute_s += forward_delta;
+    routed_block.backward_input_s += forward_delta;
+  }
+  const double share = static_cast<double>(routed) / static_cast<double>(layers);
+  PassTimes mean = dense.scaled(1 - share);
+  mean += routed_block.scaled(share);
+  return mean;
+}
+
+int64_t engine_moe_expert_param_count(const ModelShape& m, int ep) {
+  const int64_t h = m.hidden, ffn = m.ffn_or_default();
+  return m.moe.experts / std::max(1, ep) * (2 * h * ffn + ffn + h);
+}
+
+int64_t engine_moe_layer_param_count(const ModelShape& m, int ep) {
+  const int64_t h = m.hidden, ffn = m.ffn_or_default();
+  return engine_layer_param_count(m, 1) - (2 * h * ffn + ffn + h) + m.moe.experts * h +
+         engine_moe_expert_param_count(m, ep);
+}
+
 int64_t engine_layer_param_count(const ModelShape& m, int tp) {
   const int64_t h = m.hidden, ffn = m.ffn_or_default();
   const int64_t split = 3 * h * h + 3 * h + h * h + ffn * h + ffn + h * ffn;
@@ -519,7 +796,7 @@ DpOverlap zero3_overlap(const EngineClockInput& in, const Cluster& c, bool head,
   z.embeddings_deferred = in.pp > 1;
   z.blocks = in.model.layers / in.pp;
   const double layers = std::max(1, z.blocks);
-  const PassTimes block = engine_layer_seconds(in, r).scaled(stretch);
+  const PassTimes block = engine_block_seconds(in, c).scaled(stretch);
   const TpSeconds block_tp = engine_tp_seconds(in, c, false, false);
   z.block.forward_s = block.forward_s + block_tp.forward_s / layers;
   z.block.backward_s =
@@ -541,7 +818,14 @@ DpOverlap zero3_overlap(const EngineClockInput& in, const Cluster& c, bool head,
   vocab.backward_s += std::max(0.0, stage_tp.backward_s - block_tp.backward_s);
   // Parameters: blocks as the engine cuts them, the final LayerNorm (2C), the embeddings the rest
   // of the stage's.
-  const double block_params = static_cast<double>(engine_layer_param_count(in.model, in.tp));
+  // A routed block holds its router and E / ep experts: the stage's mean block.
+  double block_params = static_cast<double>(engine_layer_param_count(in.model, in.tp));
+  if (in.model.moe.enabled() && z.blocks > 0) {
+    const double routed = static_cast<double>(busiest_stage_moe_layers(in));
+    block_params += routed / z.blocks *
+                    static_cast<double>(engine_moe_layer_param_count(in.model, in.ep) -
+                                        engine_layer_param_count(in.model, in.tp));
+  }
   const double norm_params = z.head ? 2.0 * static_cast<double>(in.model.hidden) : 0;
   const double embedding_params =
       std::max(0.0, static_cast<double>(in.stage_params) - z.blocks * block_params - norm_params);
@@ -602,14 +886,14 @@ EngineClock engine_clock(const EngineClockInput& in, const Cluster& c) {
   EngineClock clock;
   // Threads beyond the cores wait for one (oversubscription); those that have one share the
   // cache and memory bus with the others (corun_factor).
-  const int compute_threads = in.dp * in.tp * in.pp * in.threads;
-  const double over = oversubscription(in.dp * in.tp * in.pp, in.threads, r.cores);
+  const int compute_threads = in.ranks() * in.threads;
+  const double over = oversubscription(in.ranks(), in.threads, r.cores);
   clock.stretch = over * corun_factor(r, compute_threads);
 
   // The busiest stage per micro-batch: its blocks, plus the embedding on the first and the
   // head on the last (both with one stage).
   const double layers = static_cast<double>(in.model.layers / in.pp);
-  const PassTimes block = engine_layer_seconds(in, r).scaled(layers);
+  const PassTimes block = engine_block_seconds(in, c).scaled(layers);
   PassTimes first = block, last = block;
   first += engine_embedding_seconds(in, r);
   last += engine_head_seconds(in, r);
@@ -629,8 +913,8 @@ EngineClock engine_clock(const EngineClockInput& in, const Cluster& c) {
   // Pipeline sends: one per chunk each way per micro-batch (in the engine's fp32 or bf16).
   const int64_t e = in.precision == Precision::bf16 ? 2 : 4;
   if (in.pp > 1) {
-    const double bytes = pp_bytes_per_microbatch(in.micro_batch, in.model.seq, in.model.hidden, e,
-                                                 in.tp, in.sequence_parallel);
+    const double bytes = pp_bytes_per_microbatch(in.micro_batch, in.model.seq / in.cp,
+                                                 in.model.hidden, e, in.tp, in.sequence_parallel);
     clock.send_s = engine_send_seconds(c, bytes, in.inter_node_pp) * in.chunks;
   }
   // The schedule the executor runs, replayed on each virtual stage's times (pipeline_
@@ -668,8 +952,8 @@ EngineClock engine_clock(const EngineClockInput& in, const Cluster& c) {
   // the executor's order (zero3_steps). With more threads than cores (each DP rank's
   // communication thread beside the compute threads) every collective waits for its partner.
   DpOverlap forward_overlap, backward_overlap;
-  if (in.dp > 1) {
-    const int ranks = in.dp * in.tp * in.pp;
+  if (in.data_ranks() > 1) {
+    const int ranks = in.ranks();
     // Beside compute the ranks' compute and communication threads want the cores; while the
     // compute threads wait for a collective, only the communication threads do.
     const PartnerWaits waits{partner_wait_seconds(r, compute_threads + ranks),
@@ -686,13 +970,34 @@ EngineClock engine_clock(const EngineClockInput& in, const Cluster& c) {
     } else {
       const StateBytes bytes{in.precision == Precision::bf16 ? 2 : 4, 4, 8};
       double backward_comm = 0, backward_piece = 0, after_update = 0;
+      // Under EP (ZeRO 0) each bucket's dense part is reduced over DP and its experts' part over
+      // the expert-data-parallel group (dp / ep ranks: nothing when dp = ep), one after the other
+      // on the communication thread.
+      const int64_t expert_params = in.ep > 1 ? in.stage_expert_params : 0;
+      EngineClockInput expert_group = in;
+      expert_group.dp = in.dp / std::max(1, in.ep);
+      expert_group.cp = 1;
+      expert_group.dp_ranks_per_node = std::min(in.dp_ranks_per_node, expert_group.dp);
+      std::vector<std::pair<CollectiveCall, bool>> calls;  // (call, on the expert group)
       for (const CollectiveCall& call :
-           dp_collectives(in.stage_params, in.zero_stage, bytes, in.microbatches,
+           dp_collectives(in.stage_params - expert_params, in.zero_stage, bytes, in.microbatches,
                           std::max<int64_t>(1, in.dp_pieces), 1)) {
+        calls.emplace_back(call, false);
+      }
+      if (expert_params > 0 && expert_group.dp > 1) {
+        for (const CollectiveCall& call :
+             dp_collectives(expert_params, in.zero_stage, bytes, in.microbatches,
+                            std::max<int64_t>(1, in.dp_pieces), 1)) {
+          calls.emplace_back(call, true);
+        }
+      }
+      for (const auto& [call, experts] : calls) {
         const comm::Algorithm algo =
             call.op == CollectiveOp::all_reduce ? in.dp_algorithm : comm::Algorithm::ring;
         // Under bf16 the gradients and the gathered weights travel and reduce as bf16.
-        const double idle = dp_seconds(call.op, algo, call.bytes);
+        const double idle =
+            experts ? engine_dp_collective_seconds(expert_group, c, call.op, algo, call.bytes)
+                    : dp_seconds(call.op, algo, call.bytes);
         const auto count = static_cast<double>(call.count);
         if (call.overlaps_forward) {
           // ZeRO 1-2: the engine gathers the updated weights at once, compute waiting.
@@ -715,7 +1020,23 @@ EngineClock engine_clock(const EngineClockInput& in, const Cluster& c) {
 
   // The optimizer on this rank's part: its ZeRO shard at stages 1-3, everything at 0; the
   // norm's sum of squares over the gradients it owns (the same part).
-  const double owned = static_cast<double>(in.stage_params) / (in.zero_stage >= 1 ? in.dp : 1);
+  const double owned =
+      static_cast<double>(in.stage_params) / (in.zero_stage >= 1 ? in.data_ranks() : 1);
+
+  // CP's and EP's share of forward and backward, for the reports: per block, the stage's blocks
+  // (the routed ones for EP), every micro-batch; full recompute runs the forward's again.
+  const double reruns = in.recompute == Recompute::full ? 2 : 1;
+  if (in.cp > 1) {
+    const CpAttention a = engine_cp_attention_seconds(in, c);
+    const double per_step = M * layers * clock.stretch;
+    clock.cp_s = per_step * (reruns * a.comm_forward_s + a.comm_backward_s);
+    clock.cp_total_s = per_step * (a.comm_total_s + (reruns - 1) * a.comm_forward_s);
+  }
+  if (in.ep > 1 && in.model.moe.enabled()) {
+    const MoeMlp moe = engine_moe_mlp_seconds(in, c);
+    clock.ep_s = M * static_cast<double>(busiest_stage_moe_layers(in)) * clock.stretch *
+                 (reruns * moe.comm_forward_s + moe.comm_backward_s);
+  }
   clock.phases.optimizer_s =
       engine_optimizer_seconds(owned, owned, in.precision, r) * clock.stretch;
 

@@ -3,8 +3,9 @@
 // It mirrors the kernels the engine runs (model/gpt.cc, model/ops, parallel/, optim/adamw.cc)
 // call by call; the collectives' bytes come from comm_model.h and the pipeline's step from the
 // schedule simulated on each virtual stage's times (pipeline_simulation.h), as the GPU clock's
-// do (time_model.h, planner.cc). docs/clock.md, "The
-// engine's clock", lists the operations, what is assumed and where it misses.
+// do (time_model.h, planner.cc). Context parallelism (blockwise attention and its exchanges) and
+// the MoE layer (router, experts, EP's all-to-alls) are priced as the engine runs them.
+// docs/clock.md, "The engine's clock", lists the operations, what is assumed and where it misses.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 
 #include "dtrain/comm/collective_kind.h"
 #include "dtrain/core/recompute.h"
+#include "dtrain/plan/context_parallel.h"
 #include "dtrain/plan/hardware.h"
 #include "dtrain/plan/measured_rates.h"
 #include "dtrain/plan/model_presets.h"
@@ -63,6 +65,25 @@ struct EngineClockInput {
   // price_partner_waits: oversubscribed_wait_s added to each collective whose threads outnumber
   // the cores; off, collectives cost their idle-machine rates.
   bool price_partner_waits = false;
+  // Context parallelism (parallel/context_parallel.h): each of the cp ranks holds seq / cp tokens
+  // of every sequence through the whole model, attention runs across them by cp_algorithm
+  // (ring and all-gather on the cp_split token split; ulysses always contiguous). The parameters
+  // are replicated over CP, so the gradient syncs and ZeRO run over dp x cp ranks.
+  int cp = 1;
+  bool inter_node_cp = false;  // the CP group spans nodes
+  CpAlgorithm cp_algorithm = CpAlgorithm::ring;
+  CpSplit cp_split = CpSplit::balanced;
+  // Mixture of experts (model.moe; the engine's routed MLP: E experts of the dense MLP's shape,
+  // no TP): ep ranks of the DP group hold E / ep experts each. tokens_per_expert: the routing's
+  // share per expert (E entries, plan/moe.h's MoeDispatch); empty is uniform top-k routing.
+  int ep = 1;
+  std::vector<double> tokens_per_expert;
+  // The routed experts' parameters within stage_params (E / ep per routed layer): at ep > 1
+  // their gradients are reduced over the expert-data-parallel group (dp / ep ranks), the rest
+  // over DP.
+  int64_t stage_expert_params = 0;
+  int data_ranks() const { return dp * cp; }       // the group the gradients are reduced over
+  int ranks() const { return dp * cp * tp * pp; }  // every rank of the layout
 };
 
 // Seconds of one step on the critical rank, by phase. forward and backward are compute only
@@ -86,6 +107,11 @@ struct EngineClock {
   // and sends, bubble the rest of its wait; and the time its own sends hold it.
   BubbleEstimate bubble;
   double pipeline_sends_s = 0;
+  // CP's and EP's exchanges of the step on the critical rank, inside forward and backward (the
+  // engine runs them inside its attention and MoE layers), stretched as the compute around them:
+  // cp_s what the ring's overlap leaves exposed (all of all-gather's and ulysses'), cp_total_s
+  // every exchange; ep_s the counts, dispatch and combine all-to-alls.
+  double cp_s = 0, cp_total_s = 0, ep_s = 0;
 };
 
 // Bytes one rank touches between two uses of a weight: one pass over its stage, i.e. the
@@ -96,8 +122,49 @@ double engine_pass_bytes(const EngineClockInput& in);
 double engine_cache_bytes(const EngineClockInput& in, const MeasuredRates& r);
 
 // Compute of one transformer block (forward, B with any recompute, W) for one micro-batch on
-// one TP rank, collectives excluded.
+// one TP rank, collectives excluded (with CP: the blockwise attention's compute, its exchanges
+// excluded; a routed MLP is not in it: engine_block_seconds).
 PassTimes engine_layer_seconds(const EngineClockInput& in, const MeasuredRates& r);
+// The mean block of the busiest stage for one micro-batch with what runs inside the engine's
+// block besides compute: CP's attention exchanges (engine_cp_attention_seconds) and, for a
+// routed MLP (engine_moe_mlp_seconds, EP's exchanges in), the stage's dense and routed blocks
+// averaged (the stage holding the most routed layers). Without CP or MoE: engine_layer_seconds.
+PassTimes engine_block_seconds(const EngineClockInput& in, const Cluster& c);
+
+// Context parallelism's attention on the critical CP rank for one micro-batch, as
+// parallel/context_parallel.cc runs it. Blockwise attention (model/ops/blockwise_attention.cc)
+// computes every (query block, key block) pair that has any visible key in full, one (row, head)
+// pair after another on one thread: ring and all-gather compute cp blocks of (T/cp)^2 scores
+// over NH_local heads on every rank (balanced: every block pair has visible keys; contiguous:
+// the last rank's cp blocks are the busiest), ulysses cp (cp + 1) / 2 visible blocks over
+// NH_local / cp heads. Exchanges: the ring's forward hops each overlapped with one block's
+// compute (isend/irecv, waited after the block), its backward hops blocking; all-gather's gather
+// and reduce-scatter, ulysses' all-to-alls, on the critical path. Forward and backward seconds,
+// and the exchanges' share of them (comm_*_s).
+struct CpAttention {
+  double forward_s = 0, backward_s = 0;
+  double comm_forward_s = 0, comm_backward_s = 0;  // the exchanges' exposed seconds in them
+  double comm_total_s = 0;                         // every exchange, hidden or not
+  int visible_blocks = 0;                          // block pairs computed by the critical rank
+};
+CpAttention engine_cp_attention_seconds(const EngineClockInput& in, const Cluster& c);
+
+// A routed MLP on the critical rank for one micro-batch of B x T / cp tokens (model/ops/moe.cc,
+// model/moe_dispatch.cc): the router's product and softmax/top-k, the rows gathered, each
+// expert's two products on its rows (rows_e = ep x tokens x k x share_e for the busiest EP
+// rank's experts; uniform routing: tokens x k / (E / ep)), GELU, the gated combine; backward the
+// same in reverse with the weight gradients; under EP the counts exchange and the dispatch and
+// combine all-to-all-v forward and backward (plan/moe.h's dispatch_bytes of the busiest rank).
+struct MoeMlp {
+  PassTimes pass;                                  // the MLP's part of a block, exchanges in
+  double comm_forward_s = 0, comm_backward_s = 0;  // EP's exchanges within pass
+  double busiest_rows = 0;                         // expert rows the critical rank computes
+};
+MoeMlp engine_moe_mlp_seconds(const EngineClockInput& in, const Cluster& c);
+// An all-to-all (pairwise) in which this rank sends and receives at most `bytes` in all, on
+// `ranks` ranks: the measured all_to_all rate when calibrate measured one, else ranks - 1
+// exchanges of bytes / (ranks - 1) at the measured send_recv rate, else the link formula.
+double engine_all_to_all_seconds(const Cluster& c, double bytes, int ranks, bool inter_node);
 // The head (final LayerNorm, logits, cross-entropy, vocabulary-parallel with TP) and the
 // embedding (token + position rows; vocabulary-parallel with TP), one micro-batch.
 PassTimes engine_head_seconds(const EngineClockInput& in, const MeasuredRates& r);
@@ -193,6 +260,10 @@ CommTimeline run_comm_timeline(const std::vector<CommStep>& steps, PartnerWaits 
 // column- and row-parallel weights and the column-parallel biases split, the LayerNorms and the
 // two biases added after g whole.
 int64_t engine_layer_param_count(const ModelShape& m, int tp);
+// A routed block on one rank (no TP): the dense block less its MLP (8C^2 + 5C), the router (E C)
+// and the E / ep experts it holds, each an MLP of the dense shape; and the experts' part alone.
+int64_t engine_moe_layer_param_count(const ModelShape& m, int ep);
+int64_t engine_moe_expert_param_count(const ModelShape& m, int ep);
 
 // Oversubscription: `ranks` x `threads` compute threads on `cores` cores. The rates were measured
 // on an otherwise idle machine; when the threads exceed the cores every rank's compute runs at

@@ -94,8 +94,19 @@ int64_t engine_embedding_params(const ModelShape& m, const Layout& l, int stage)
   return stage == l.pp - 1 ? wte_rows : 0;
 }
 
+// One block as the engine cuts it: a routed block holds the router and its E / ep experts
+// (engine_clock.h's engine_moe_layer_param_count), a dense one its TP share.
+int64_t engine_block_param_count(const ModelShape& m, const Layout& l, int64_t layer) {
+  return is_moe_layer(m, layer) ? engine_moe_layer_param_count(m, l.ep)
+                                : engine_layer_param_count(m, l.tp);
+}
+
 int64_t engine_stage_param_count(const ModelShape& m, const Layout& l, int stage) {
-  int64_t params = m.layers / l.pp * engine_layer_param_count(m, l.tp);
+  const int64_t layers = m.layers / l.pp;
+  int64_t params = 0;
+  for (int64_t i = stage * layers; i < (stage + 1) * layers; ++i) {
+    params += engine_block_param_count(m, l, i);
+  }
   params += engine_embedding_params(m, l, stage);
   if (stage == l.pp - 1) params += head_param_count(m);  // the final LayerNorm, whole
   return scaled_to_override(m, params);
@@ -110,7 +121,10 @@ int64_t engine_dp_pieces(const PlanInput& in, const Layout& l, int stage) {
   const ModelShape& m = in.model;
   std::vector<int64_t> units;
   if (stage == l.pp - 1) units.push_back(head_param_count(m));
-  for (int64_t i = 0; i < m.layers / l.pp; ++i) units.push_back(engine_layer_param_count(m, l.tp));
+  const int64_t layers = m.layers / l.pp;
+  for (int64_t i = (stage + 1) * layers - 1; i >= stage * layers; --i) {
+    units.push_back(engine_block_param_count(m, l, i));
+  }
   int64_t deferred = engine_embedding_params(m, l, stage);
   if (l.zero_stage == 3) return static_cast<int64_t>(units.size()) + (deferred > 0 ? 1 : 0);
   if (deferred > 0 && l.pp == 1) {
@@ -391,13 +405,21 @@ void validate(const PlanInput& in) {
                in.training.bucket_bytes);
   const StateBytes& sb = in.training.state_bytes;
   if (in.model.moe.enabled()) {
-    DTRAIN_CHECK(!has_measured_rates(in.cluster), "--model ", in.model.name,
-                 ": a cluster file with measured CPU rates (gpu.measured) prices dtrain's own "
-                 "engine, whose MoE layer the engine clock cannot time yet; plan MoE models on a "
-                 "GPU cluster (e.g. --cluster 8x8xH100)");
-    DTRAIN_CHECK(in.training.activation_count == ActivationCount::paper,
-                 "an MoE model (--experts) is sized with the paper's activation count: dtrain's "
-                 "engine has no MoE layer to count yet");
+    // The engine's routed layer keeps what moe_mlp_activation_bytes counts (the router's
+    // probabilities, each routed row's input, GELU input and output, and output: model/ops/moe.h's
+    // MoeExpertCache), so the engine's activation count covers it. The engine clock prices the
+    // engine's MoE layer: GPT experts of the dense MLP's shape, no shared experts, no TP.
+    if (has_measured_rates(in.cluster)) {
+      const MoeShape& moe = in.model.moe;
+      DTRAIN_CHECK(in.model.family == ModelFamily::gpt && moe.shared_experts == 0 &&
+                       (moe.expert_ffn == 0 || moe.expert_ffn == in.model.ffn_or_default()) &&
+                       !in.model.mla.enabled(),
+                   "--model ", in.model.name,
+                   ": a cluster file with measured CPU rates (gpu.measured) prices dtrain's own "
+                   "engine, whose MoE layer has GPT experts of the dense MLP's shape (no "
+                   "--shared-experts, --expert-ffn, MLA); plan this model on a GPU cluster (e.g. "
+                   "--cluster 8x8xH100)");
+    }
     if (!in.training.tokens_per_expert.empty()) {
       MoeDispatch d;  // checks the routing's length and entries
       d.tokens = 1;
@@ -452,10 +474,18 @@ std::string layout_error(const PlanInput& in, const Layout& l) {
   }
   if (m.heads % l.tp != 0) return str("--tp ", l.tp, " does not divide --heads ", m.heads);
   if (m.moe.enabled() && has_measured_rates(in.cluster)) {
-    return str("--model ", m.name,
-               ": the engine clock (a cluster file with gpu.measured) prices dtrain's engine, "
-               "whose MoE layer it cannot time yet; plan MoE models on a GPU cluster (e.g. "
-               "--cluster 8x8xH100)");
+    // What dtrain's engine runs (train/layout.cc refuses the rest).
+    if (l.tp > 1) {
+      return str("--tp ", l.tp,
+                 " with --experts: dtrain's engine (a cluster file with "
+                 "gpu.measured) runs its MoE layer without TP");
+    }
+    if (l.ep > 1 &&
+        (l.zero_stage != 0 || l.recompute == Recompute::full || in.training.activation_bytes < 4)) {
+      return str("--ep ", l.ep,
+                 ": dtrain's engine (a cluster file with gpu.measured) runs EP at "
+                 "--zero 0, fp32, without full recompute");
+    }
   }
   if (l.ep > 1) {
     if (!m.moe.enabled()) return str("--ep ", l.ep, " needs an MoE model (--experts E)");
@@ -478,12 +508,6 @@ std::string layout_error(const PlanInput& in, const Layout& l) {
                " does not divide --layers ", m.layers);
   }
   if (l.cp > 1) {
-    if (has_measured_rates(in.cluster)) {
-      return str("--cp ", l.cp,
-                 ": the engine clock (a cluster file with gpu.measured) prices "
-                 "dtrain's engine, which has no context parallelism yet; plan CP layouts on a "
-                 "GPU cluster (e.g. --cluster 8x8xH100)");
-    }
     const CpShape cs = cp_shape(in, l);
     if (l.cp_algo == CpAlgorithm::automatic) {
       // auto needs one algorithm that can run: the sequence divides, then ring's 2 x cp or
@@ -989,16 +1013,29 @@ void engine_clock_times(const PlanInput& in, const Layout& l, int64_t microbatch
   e.microbatches = static_cast<int>(microbatches);
   e.precision = in.training.activation_bytes >= 4 ? Precision::fp32 : Precision::bf16;
   e.threads = std::max(1, in.training.engine_threads);
+  e.cp = l.cp;
+  e.cp_algorithm = l.cp_algo;  // resolved (resolve_cp) before the layout is evaluated
+  e.ep = l.ep;
+  e.tokens_per_expert = in.training.tokens_per_expert;
   const int largest =
       l.pp > 1 && stage_params_of(in, l, l.pp - 1) > stage_params_of(in, l, 0) ? l.pp - 1 : 0;
   e.stage_params = stage_params_of(in, l, largest);
+  if (l.ep > 1) {
+    const int64_t layers = in.model.layers / l.pp;
+    e.stage_expert_params =
+        scaled_to_override(in.model, moe_layers_in(in.model, largest * layers, layers) *
+                                         engine_moe_expert_param_count(in.model, l.ep));
+  }
   e.dp_pieces = engine_dp_pieces(in, l, largest);
-  const AxisSizes sizes{l.dp, l.tp, l.pp};
-  const auto dp_group = place_group(Axis::dp, sizes, l.order, c.gpus_per_node);
+  const AxisSizes sizes{l.dp, l.tp, l.pp, l.cp};
+  // The gradients are reduced over the DP x CP group (the parameters' replicas).
+  const auto dp_group = l.cp > 1 ? place_data_group(sizes, l.order, c.gpus_per_node)
+                                 : place_group(Axis::dp, sizes, l.order, c.gpus_per_node);
   e.inter_node_dp = dp_group.nodes > 1;
   e.dp_ranks_per_node = dp_group.ranks_per_node;
   e.inter_node_tp = place_group(Axis::tp, sizes, l.order, c.gpus_per_node).nodes > 1;
   e.inter_node_pp = place_group(Axis::pp, sizes, l.order, c.gpus_per_node).nodes > 1;
+  e.inter_node_cp = place_group(Axis::cp, sizes, l.order, c.gpus_per_node).nodes > 1;
   // The engine's automatic choice: direct where the DP group shares memory (one node).
   e.dp_algorithm = e.inter_node_dp ? comm::Algorithm::ring : comm::Algorithm::direct;
   const EngineClock clock = engine_clock(e, c);
@@ -1009,7 +1046,11 @@ void engine_clock_times(const PlanInput& in, const Layout& l, int64_t microbatch
   times.backward_weight = clock.stage.backward_weight_s;
   t->stage_times = times;
   t->bubble = clock.bubble;  // the simulated schedule (engine_clock.h)
-  t->compute_s = clock.phases.forward_s + clock.phases.backward_s;
+  // CP's and EP's exchanges run inside the engine's forward and backward: their own rows.
+  t->cp_s = clock.cp_s;
+  t->cp_total_s = clock.cp_total_s;
+  t->ep_s = clock.ep_s;
+  t->compute_s = clock.phases.forward_s + clock.phases.backward_s - clock.cp_s - clock.ep_s;
   t->recompute_s = mb * clock.stage.recompute_s;
   t->tp_s = clock.phases.tp_comm_s;
   t->pp_s = clock.pipeline_sends_s;

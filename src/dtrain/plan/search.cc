@@ -172,9 +172,12 @@ void for_each_layout(const PlanInput& in, const SearchConstraints& fixed,
   const ModelShape& m = in.model;
   const int64_t gpus = in.cluster.world();
   const int64_t batch = in.training.global_batch;
-  // Context parallelism is searched on GPU clusters only: the engine clock (measured rates) has
-  // no CP.
+  // Context parallelism is searched on GPU clusters only: the engine clock (measured rates)
+  // prices a CP layout given with --cp, but its search over CP is not done yet.
   const bool cp_searched = !has_measured_rates(in.cluster);
+  // dtrain's engine (what measured rates price) runs its MoE layer without TP, and EP at ZeRO 0,
+  // fp32, without full recompute (planner.cc's layout_error says so for a given layout).
+  const bool engine_moe = has_measured_rates(in.cluster) && m.moe.enabled();
   for (int64_t tp : divisors(gpus)) {
     if (fixed.tp && *fixed.tp != tp) continue;
     for (int64_t pp : divisors(gpus / tp)) {
@@ -219,6 +222,10 @@ void for_each_layout(const PlanInput& in, const SearchConstraints& fixed,
         }
         if (m.heads % tp != 0) {
           reject(str("tp not dividing the ", m.heads, " attention heads"), base);
+          continue;
+        }
+        if (engine_moe && tp > 1) {
+          reject("tp with an MoE model (dtrain's engine runs its MoE layer without TP)", base);
           continue;
         }
         if (m.kv_heads_or_heads() % tp != 0 && tp % m.kv_heads_or_heads() != 0) {
@@ -270,6 +277,10 @@ void for_each_layout(const PlanInput& in, const SearchConstraints& fixed,
                     l.recompute = rc;
                     l.sequence_parallel = sp == 1;
                     l.schedule = v > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
+                    if (engine_moe && ep > 1 &&
+                        (zero > 0 || rc == Recompute::full || in.training.activation_bytes < 4)) {
+                      continue;
+                    }
                     if (fixed.admits(l, batch)) visit(l);
                   }
               }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "dtrain/plan/moe.h"
 #include "dtrain/train/layout_report.h"
 
 namespace dtrain::train {
@@ -32,8 +33,48 @@ plan::EngineClockInput engine_clock_input(const EngineConfig& c, int64_t buckets
   in.precision =
       c.step.precision == model::Precision::bf16 ? plan::Precision::bf16 : plan::Precision::fp32;
   in.threads = c.step.threads;
+  in.cp = c.cp;
+  in.cp_algorithm = c.cp_algorithm;
+  in.cp_split = c.cp_split == model::CpTokenSplit::contiguous ? plan::CpSplit::contiguous
+                                                              : plan::CpSplit::balanced;
+  // The engine's routed blocks (model::is_moe_layer: blocks every-1, 2 every-1, ...) are the
+  // plan's with the first every-1 blocks dense. The clock assumes uniform routing: the run's
+  // measured routing is reported beside it, never fed into its own prediction.
+  const model::MoeConfig& moe = g.moe;
+  if (moe.enabled()) {
+    in.model.moe.experts = moe.experts;
+    in.model.moe.top_k = moe.top_k;
+    in.model.moe.every = moe.every;
+    in.model.moe.first_dense = moe.every - 1;
+  }
+  in.ep = c.ep;
+  // stage_param_counts takes every block to be alike (and a routed one without its router): with
+  // an MoE model the stage is counted dense, and each routed block adds what plan/'s engine count
+  // of a routed block (router and E / ep experts; the engine's MoE runs without TP) has beyond a
+  // dense one.
+  EngineConfig dense_blocks = c;
+  dense_blocks.step.model.moe = {};
+  dense_blocks.ep = 1;
+  int64_t largest = -1;
   for (int stage = 0; stage < c.pp; ++stage) {
-    in.stage_params = std::max(in.stage_params, stage_param_counts(c, stage).params);
+    int64_t params = 0;
+    if (moe.enabled()) {
+      const int64_t layers = g.layers / c.pp;
+      const int64_t routed_layers = plan::moe_layers_in(in.model, stage * layers, layers);
+      params = stage_param_counts(dense_blocks, stage).params +
+               routed_layers * (plan::engine_moe_layer_param_count(in.model, c.ep) -
+                                plan::engine_layer_param_count(in.model, 1));
+    } else {
+      params = stage_param_counts(c, stage).params;
+    }
+    if (params <= in.stage_params) continue;
+    in.stage_params = params;
+    largest = stage;
+  }
+  if (c.ep > 1 && largest >= 0) {
+    const int64_t layers = g.layers / c.pp;
+    in.stage_expert_params = plan::moe_layers_in(in.model, largest * layers, layers) *
+                             plan::engine_moe_expert_param_count(in.model, c.ep);
   }
   in.dp_pieces = std::max<int64_t>(1, buckets);
   in.dp_algorithm = dp_algorithm;
