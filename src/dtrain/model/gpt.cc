@@ -473,6 +473,11 @@ void GptModel::recompute_block(const GptActivations& acts, GptWorkspace& ws, int
       // The output equals the next block's kept input (which a pipeline may be sending), so it
       // goes to scratch: a buffer the forward body has finished with before its last residual.
       const RecomputingScope scope(*tp_, *cp_);
+      rerunning_ = true;
+      struct Done {
+        bool& flag;
+        ~Done() { flag = false; }
+      } done{rerunning_};
       if (sp()) {
         block_forward_sp(acts, ws, l, a, ws.d_btc1);
       } else {
@@ -719,7 +724,11 @@ void GptModel::attention_core_forward(const GptActivations& acts, int64_t l,
                                       const LayerActivations& a, int64_t B, int64_t T,
                                       int64_t C_local, int64_t NH_local) {
   if (cp_->size() > 1) {
-    cp_->attention_forward(a.atty, a.qkv, &acts.layer(l), B, T, C_local, NH_local, cx_);
+    // Under full recompute the first forward's state would never be read: the rerun in backward
+    // computes it again, so the group keeps it only then (plan::cp_activation_bytes_per_layer).
+    const bool kept = recompute_ != Recompute::full || rerunning_;
+    cp_->attention_forward(a.atty, a.qkv, kept ? &acts.layer(l) : nullptr, B, T, C_local, NH_local,
+                           cx_);
     return;
   }
   attention_forward(a.atty, a.att, a.qkv, B, T, C_local, NH_local, cx_);
