@@ -25,8 +25,10 @@ constexpr float kLr = 1e-3f;
 constexpr int64_t kBatch = 2, kSeq = 16, kChannels = 32, kHeads = 8;
 
 // NH 8: Ulysses splits heads over cp x tp = 8; T 16: the balanced split at cp 4 cuts 8 chunks.
-StepConfig config(int layers, Recompute recompute) {
+StepConfig config(int layers, Recompute recompute,
+                  model::Precision precision = model::Precision::fp32) {
   StepConfig c;
+  c.precision = precision;
   c.model = {
       .vocab = 64, .context = kSeq, .layers = layers, .heads = kHeads, .channels = kChannels};
   c.batch = kBatch;
@@ -41,9 +43,11 @@ struct Case {
   plan::CpAlgorithm algo = plan::CpAlgorithm::ring;
   int tp = 1;  // with SP when 2
   Recompute recompute = Recompute::none;
+  model::Precision precision = model::Precision::fp32;
   std::string name() const {
     return str("cp", cp, " ", cp > 1 ? plan::name(algo) : "-", tp > 1 ? " tp2+sp" : "",
-               " recompute ", name_of(recompute));
+               " recompute ", name_of(recompute),
+               precision == model::Precision::bf16 ? " bf16" : "");
   }
   static std::string name_of(Recompute r) { return std::string(dtrain::name(r)); }
 };
@@ -58,7 +62,7 @@ struct Measured {
 
 // Rank 0's figures; every rank of the grid holds the same (balanced split, equal shards).
 Measured run(const Case& k, int layers) {
-  const StepConfig c = config(layers, k.recompute);
+  const StepConfig c = config(layers, k.recompute, k.precision);
   LayoutOptions o;
   o.cp = k.cp;
   o.cp_algorithm = k.algo;
@@ -99,6 +103,10 @@ plan::ActivationShape whole_shape(const Case& k) {
   s.bytes_per_element = 4;
   s.dropout = false;
   s.count_layernorm_stats = true;
+  if (k.precision == model::Precision::bf16) {  // matmul inputs bf16, the rest fp32
+    s.bytes_per_element = 2;
+    s.elementwise_bytes_per_element = 4;
+  }
   return s;
 }
 
@@ -157,6 +165,25 @@ TEST(ContextParallelMemory, EngineBlockBytesEqualTheFormula) {
     }
   }
   EXPECT_EQ(cases, 36);
+}
+
+// Mixed precision: a block's matrix-product inputs bf16, the rest fp32, and the CP group's state
+// (log-sum-exp, gathered K/V, head-split tensors) fp32: the formula's elementwise element size.
+TEST(ContextParallelMemory, MixedPrecisionBlockBytesEqualTheFormula) {
+  for (const plan::CpAlgorithm algo :
+       {plan::CpAlgorithm::ring, plan::CpAlgorithm::all_gather, plan::CpAlgorithm::ulysses}) {
+    for (const Recompute recompute : {Recompute::none, Recompute::full}) {
+      const Case k{2, algo, 2, recompute, model::Precision::bf16};
+      SCOPED_TRACE(k.name());
+      const Block b = measure_block(k);
+      EXPECT_EQ(static_cast<double>(b.measured),
+                plan::cp_activation_bytes_per_layer(whole_shape(k), 2, algo));
+      EXPECT_EQ(static_cast<double>(b.two.peak), b.two.planned_peak);
+      std::printf("  %-40s block %7lld bytes, rank peak %7lld (plan %7.0f)\n", k.name().c_str(),
+                  static_cast<long long>(b.measured), static_cast<long long>(b.two.peak),
+                  b.two.planned_peak);
+    }
+  }
 }
 
 }  // namespace
