@@ -159,23 +159,26 @@ TEST(ContextParallel, ActivationsPerRankByAlgorithm) {
   ActivationShape local = a;
   local.seq = 4;
   EXPECT_DOUBLE_EQ(activation_bytes_per_layer(local), 1152);
-  // ring: no scores kept, the log-sum-exp instead: 4 bytes x 4 heads x 4 rows = 64.
+  // Every algorithm computes blockwise: no scores kept, the log-sum-exp (4 bytes x 4 heads x 4
+  // rows = 64) in their place. ring: nothing more.
   EXPECT_DOUBLE_EQ(cp_activation_bytes_per_layer(a, 2, CpAlgorithm::ring), 1152 - 128 + 64);
-  // ulysses: scores of all 8 queries x 8 keys over 2 heads = 2 blocks: + 128.
-  EXPECT_DOUBLE_EQ(cp_activation_bytes_per_layer(a, 2, CpAlgorithm::ulysses), 1280);
-  // ...exactly half of the whole layer without CP (2560): every term splits over cp.
+  EXPECT_DOUBLE_EQ(cp_attention_state_bytes_per_layer(a, 2, CpAlgorithm::ring), 64);
+  // ulysses: Q, K, V and O again, split by heads: 4 x 4 tokens x 8 x 2 bytes = 256 more.
+  EXPECT_DOUBLE_EQ(cp_activation_bytes_per_layer(a, 2, CpAlgorithm::ulysses), 1024 + 64 + 256);
+  // all-gather: the gathered K, V of both ranks, 2 x 2 x 4 tokens x 8 x 2 bytes = 256 more.
+  EXPECT_DOUBLE_EQ(cp_activation_bytes_per_layer(a, 2, CpAlgorithm::all_gather), 1024 + 64 + 256);
+  // The whole layer without CP keeps its 8 x 8 scores: 2560, more than twice the ring's.
   EXPECT_DOUBLE_EQ(activation_bytes_per_layer(a), 2560);
-  // all-gather: the 4 local queries x 8 keys (+ 128), and the gathered K, V: the other rank's
-  // 2 x 4 tokens x 8 x 2 bytes = 128 more.
-  EXPECT_DOUBLE_EQ(cp_activation_bytes_per_layer(a, 2, CpAlgorithm::all_gather), 1408);
-  // Selective recompute drops the score terms; full keeps the layer input at T/N tokens.
+  // Selective recompute changes nothing under CP (no score term to drop); full keeps the layer
+  // input at T/N tokens.
   ActivationShape sel = a;
   sel.recompute = Recompute::selective;
-  EXPECT_DOUBLE_EQ(cp_activation_bytes_per_layer(sel, 2, CpAlgorithm::ulysses), 1152 - 128);
+  EXPECT_DOUBLE_EQ(cp_activation_bytes_per_layer(sel, 2, CpAlgorithm::ulysses), 1024 + 64 + 256);
   EXPECT_DOUBLE_EQ(cp_activation_bytes_per_layer(sel, 2, CpAlgorithm::ring), 1152 - 128 + 64);
   ActivationShape full = a;
   full.recompute = Recompute::full;
   EXPECT_DOUBLE_EQ(cp_activation_bytes_per_layer(full, 2, CpAlgorithm::ring), 2 * 32);
+  EXPECT_DOUBLE_EQ(cp_activation_bytes_per_layer(full, 2, CpAlgorithm::all_gather), 2 * 32);
   // The ring's transient block: 4 heads x 4 x 4 x 2 bytes.
   EXPECT_DOUBLE_EQ(cp_ring_block_bytes(a, 2), 128);
   EXPECT_DOUBLE_EQ(cp_activation_bytes_per_layer(a, 1, CpAlgorithm::ring), 2560);

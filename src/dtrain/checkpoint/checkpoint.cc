@@ -16,6 +16,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
 
 #include "dtrain/checkpoint/save_directory.h"
 #include "dtrain/core/check.h"
@@ -370,27 +371,34 @@ std::string manifest_to_json(const Manifest& m) {
     tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"dtype", "f32"}, {"pieces", list}});
   }
   const TrainerPosition& p = m.position;
-  json out = {
-      {"format", "dtrain-checkpoint"},
-      {"version", kCheckpointVersion},
-      {"step", p.step},
-      {"adam_step", m.adam_step},
-      {"model",
-       {{"vocab", m.model.vocab},
-        {"context", m.model.context},
-        {"layers", m.model.layers},
-        {"heads", m.model.heads},
-        {"channels", m.model.channels}}},
-      {"layout",
-       {{"dp", m.layout.dp}, {"tp", m.layout.tp}, {"pp", m.layout.pp}, {"zero", m.layout.zero}}},
-      {"trainer",
-       {{"batch", p.batch},
-        {"seq", p.seq},
-        {"data_seed", p.data_seed},
-        {"sampler_rng_state", p.sampler.rng_state},
-        {"batches_drawn", p.sampler.batches_drawn}}},
-      {"files", files},
-      {"tensors", tensors}};
+  json out = {{"format", "dtrain-checkpoint"},
+              {"version", kCheckpointVersion},
+              {"step", p.step},
+              {"adam_step", m.adam_step},
+              {"model",
+               {{"vocab", m.model.vocab},
+                {"context", m.model.context},
+                {"layers", m.model.layers},
+                {"heads", m.model.heads},
+                {"channels", m.model.channels}}},
+              {"layout",
+               {{"dp", m.layout.dp},
+                {"cp", m.layout.cp},
+                {"tp", m.layout.tp},
+                {"pp", m.layout.pp},
+                {"zero", m.layout.zero}}},
+              {"trainer",
+               {{"batch", p.batch},
+                {"seq", p.seq},
+                {"data_seed", p.data_seed},
+                {"sampler_rng_state", p.sampler.rng_state},
+                {"batches_drawn", p.sampler.batches_drawn}}},
+              {"files", files},
+              {"tensors", tensors}};
+  if (m.layout.cp > 1) {
+    out["layout"]["cp_algo"] = m.layout.cp_algo;
+    out["layout"]["cp_split"] = m.layout.cp_split;
+  }
   if (m.model.moe.enabled()) {
     // The MoE shape (its tensors) and routing settings; absent for a dense model.
     const model::MoeConfig& e = m.model.moe;
@@ -444,6 +452,18 @@ Manifest parse_manifest(std::string_view text, std::string_view source) {
   m.layout.tp = static_cast<int>(get_int(layout, "tp", "layout", source, 1, 1 << 20));
   m.layout.pp = static_cast<int>(get_int(layout, "pp", "layout", source, 1, 1 << 20));
   m.layout.zero = static_cast<int>(get_int(layout, "zero", "layout", source, 0, 3));
+  // cp: absent before context parallelism (cp 1); with cp > 1 its algorithm and split.
+  if (layout.contains("cp")) {
+    m.layout.cp = static_cast<int>(get_int(layout, "cp", "layout", source, 1, 1 << 20));
+  }
+  if (m.layout.cp > 1) {
+    for (auto [key, value] :
+         {std::pair{"cp_algo", &m.layout.cp_algo}, std::pair{"cp_split", &m.layout.cp_split}}) {
+      DTRAIN_CHECK(layout.contains(key) && layout[key].is_string(), source, ": layout.", key,
+                   " must be a string when layout.cp is ", m.layout.cp);
+      *value = layout[key].get<std::string>();
+    }
+  }
   const json& trainer = field(doc, "trainer", "manifest", source);
   m.position.batch = get_int(trainer, "batch", "trainer", source, 1, big);
   m.position.seq = get_int(trainer, "seq", "trainer", source, 1, big);

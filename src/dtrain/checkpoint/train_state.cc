@@ -38,7 +38,8 @@ std::span<const float> SerialState::tensor(const model::ParamTensor& t, StateKin
 }
 
 std::string describe(const StateLayout& l) {
-  return str("dp=", l.dp, " tp=", l.tp, " pp=", l.pp, " zero=", l.zero);
+  const std::string cp = l.cp > 1 ? str(" cp=", l.cp, " (", l.cp_algo, ", ", l.cp_split, ")") : "";
+  return str("dp=", l.dp, cp, " tp=", l.tp, " pp=", l.pp, " zero=", l.zero);
 }
 
 void append_flat_range(const model::ParamTable& table, StateKind kind, int64_t offset,

@@ -53,9 +53,16 @@ struct SerialState {
 // The layout a checkpoint was written with, for the manifest and messages.
 struct StateLayout {
   int dp = 1, tp = 1, pp = 1, zero = 0;
+  // Context parallelism: the ranks a sequence's tokens were split over, and (cp > 1) the
+  // attention algorithm ("ring", "all-gather", "ulysses") and token split ("balanced",
+  // "contiguous") the run used. Recorded for the reader; the state itself is replicated over CP,
+  // so any layout resumes it. Manifests written before CP have none: cp 1.
+  int cp = 1;
+  std::string cp_algo, cp_split;
   bool operator==(const StateLayout&) const = default;
 };
-std::string describe(const StateLayout& layout);  // "dp=2 tp=1 pp=1 zero=3"
+// "dp=2 tp=1 pp=1 zero=3"; with CP "dp=1 cp=2 (ring, balanced) tp=1 pp=1 zero=0".
+std::string describe(const StateLayout& layout);
 
 // Helpers shared by the engines' export_state / import_state.
 

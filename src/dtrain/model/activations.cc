@@ -33,9 +33,11 @@ using Carver = BasicCarver<float>;
 enum class Part { kept, dropped, kept_fp32 };
 
 // `rows`: the token rows of the residual-stream tensors (B*T, or B*T/tp under sequence
-// parallelism).
+// parallelism). `blockwise`: attention runs blockwise across a CP group (cp_hooks.h), which keeps
+// no softmax output at all (its backward recomputes each block's probabilities from Q, K and the
+// log-sum-exp the group keeps), so `att` is carved in no part.
 void carve_layer(LayerActivations& a, Carver& c, const GptConfig& g, int64_t B, int64_t T, int tp,
-                 int64_t rows, Recompute recompute, Part part) {
+                 int64_t rows, Recompute recompute, Part part, bool blockwise) {
   const int64_t BT = B * T, C = g.channels;
   const int64_t C_local = C / tp, NH_local = g.heads / tp;
   const bool full = recompute == Recompute::full;
@@ -53,7 +55,7 @@ void carve_layer(LayerActivations& a, Carver& c, const GptConfig& g, int64_t B, 
   take(a.ln1_mean, rows, full, false);
   take(a.ln1_rstd, rows, full, false);
   take(a.qkv, BT * 3 * C_local, full);
-  take(a.att, B * NH_local * T * T, scores, false);
+  if (!blockwise) take(a.att, B * NH_local * T * T, scores, false);
   take(a.atty, BT * C_local, full);
   take(a.ln2_in, rows * C, full, false);
   take(a.ln2_out, rows * C, full);
@@ -99,7 +101,8 @@ GptActivations::GptActivations(const GptConfig& g, int64_t B, int64_t T, MemoryT
 
 GptActivations::GptActivations(const GptConfig& g, int64_t B, int64_t T, MemoryTracker* tracker,
                                LayerRange range, bool embedding, bool head, int tp,
-                               bool sequence_parallel, Recompute recompute, bool bf16_storage)
+                               bool sequence_parallel, Recompute recompute, bool bf16_storage,
+                               bool blockwise_attention)
     : B_(B),
       T_(T),
       range_(range),
@@ -117,7 +120,7 @@ GptActivations::GptActivations(const GptConfig& g, int64_t B, int64_t T, MemoryT
   const Part part = packed_ ? Part::kept_fp32 : Part::kept;
   LayerActivations probe;
   Carver counter(nullptr);
-  carve_layer(probe, counter, g, B, T, tp, rows, recompute, part);
+  carve_layer(probe, counter, g, B, T, tp, rows, recompute, part, blockwise_attention);
   PackedLayer packed_probe;
   BasicCarver<bf16> packed_counter(nullptr);
   if (packed_) carve_packed(packed_probe, packed_counter, g, B, T, tp, rows);
@@ -127,7 +130,8 @@ GptActivations::GptActivations(const GptConfig& g, int64_t B, int64_t T, MemoryT
   for (int64_t l = range.first; l < range.end(); ++l) {
     layer_storage_.emplace_back(counter.used(), MemoryTag::activations, tracker);
     Carver c(layer_storage_.back().data());
-    carve_layer(layers_[static_cast<size_t>(l)], c, g, B, T, tp, rows, recompute, part);
+    carve_layer(layers_[static_cast<size_t>(l)], c, g, B, T, tp, rows, recompute, part,
+                blockwise_attention);
     if (!packed_) continue;
     packed_storage_.emplace_back(packed_counter.used(), MemoryTag::activations, tracker);
     BasicCarver<bf16> pc(packed_storage_.back().data());
@@ -155,7 +159,8 @@ GptActivations::GptActivations(const GptConfig& g, int64_t B, int64_t T, MemoryT
 }
 
 GptWorkspace::GptWorkspace(const GptConfig& g, int64_t B, int64_t T, MemoryTracker* tracker,
-                           int team_threads, int tp, bool sp, Recompute mode, bool bf16)
+                           int team_threads, int tp, bool sp, Recompute mode, bool bf16,
+                           bool blockwise_attention)
     : batch(B),
       seq(T),
       threads(team_threads),
@@ -176,9 +181,10 @@ GptWorkspace::GptWorkspace(const GptConfig& g, int64_t B, int64_t T, MemoryTrack
     dqkv = c.take(3 * BTC_local);
     dfc = c.take(4 * BTC_local);
     dfc_gelu = c.take(4 * BTC_local);
-    datt = c.take(team_threads * T * T);
+    // A CP group's blockwise backward works on block pairs in its own temporaries.
+    if (!blockwise_attention) datt = c.take(team_threads * T * T);
     carve_layer(dropped, c, g, B, T, tp, rows, bf16_storage ? Recompute::full : recompute,
-                Part::dropped);
+                Part::dropped, blockwise_attention);
   };
   Carver counter(nullptr);
   carve(counter);

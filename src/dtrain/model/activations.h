@@ -95,11 +95,13 @@ class GptActivations {
   // `recompute` leaves out of each block what the mode drops (LayerActivations): the model
   // that runs these activations must be built with the same mode. `bf16_storage` (mixed
   // precision) keeps a block's other tensors in PackedLayer instead (a no-op under full
-  // recompute, which keeps only the fp32 block input).
+  // recompute, which keeps only the fp32 block input). `blockwise_attention` (a CP group runs
+  // the attention core, cp_hooks.h): no block keeps `att` in any mode; what the group keeps per
+  // block (log-sum-exp, gathered K/V or head-split tensors) it charges to the tracker itself.
   GptActivations(const GptConfig& config, int64_t B, int64_t T, MemoryTracker* tracker,
                  LayerRange layers, bool embedding, bool head, int tp = 1,
                  bool sequence_parallel = false, Recompute recompute = Recompute::none,
-                 bool bf16_storage = false);
+                 bool bf16_storage = false, bool blockwise_attention = false);
 
   int64_t batch() const { return B_; }
   int64_t seq() const { return T_; }
@@ -153,10 +155,12 @@ struct GptWorkspace {
   // `tp` > 1: dqkv, dfc and dfc_gelu are a TP rank's (3*C_local, 4*C_local wide).
   // `sequence_parallel` and `recompute`: the model's, for the size of `dropped`; with
   // `bf16_storage` `dropped` holds every block tensor but the input (full recompute's set): the
-  // fp32 working copies of a block's packed tensors.
+  // fp32 working copies of a block's packed tensors. `blockwise_attention` (CP): no datt and no
+  // dropped att (null).
   GptWorkspace(const GptConfig& config, int64_t B, int64_t T, MemoryTracker* tracker,
                int threads = 1, int tp = 1, bool sequence_parallel = false,
-               Recompute recompute = Recompute::none, bool bf16_storage = false);
+               Recompute recompute = Recompute::none, bool bf16_storage = false,
+               bool blockwise_attention = false);
 
   int64_t batch = 0, seq = 0;
   int threads = 1;

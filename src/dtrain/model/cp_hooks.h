@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "dtrain/core/recompute.h"
 #include "dtrain/model/gemm.h"
 
 namespace dtrain::model {
@@ -39,7 +40,8 @@ class ContextParallelHooks {
   // Attention across the group on this rank's T_local tokens: qkv (B, T_local, 3*C_local) as the
   // model's, out (B, T_local, C_local). `key` names the (block, micro-batch) whose backward will
   // follow: what the algorithm keeps for it (log-sum-exp, gathered K/V, head-split tensors) is held
-  // under that key until attention_backward takes it. dqkv accumulates.
+  // under that key until attention_backward takes it; a null key keeps nothing (a forward no
+  // backward reads: full recompute's first pass, which the rerun repeats). dqkv accumulates.
   virtual void attention_forward(float* /*out*/, const float* /*qkv*/, const void* /*key*/,
                                  int64_t /*B*/, int64_t /*T_local*/, int64_t /*C_local*/,
                                  int64_t /*NH_local*/, const Compute& /*cx*/) {}
@@ -50,6 +52,15 @@ class ContextParallelHooks {
   // Full recompute's rerun of a block forward is on between set_recomputing(true) and (false),
   // so an implementation can count its communication apart.
   virtual void set_recomputing(bool /*on*/) {}
+  // Bytes attention_forward keeps (charged to the activations tag) per block and micro-batch for
+  // the backward under `recompute`, at this local shape: the engine's per-micro-batch figure adds
+  // them to the blocks' own tensors (plan::cp_activation_bytes_per_layer is tested against both).
+  virtual int64_t kept_bytes_per_block(int64_t /*B*/, int64_t /*T_local*/, int64_t /*C_local*/,
+                                       int64_t /*NH_local*/, Recompute /*recompute*/) const {
+    return 0;
+  }
+  // Drops whatever forwards have kept (an evaluation's, which no backward takes).
+  virtual void release_all() {}
 };
 
 }  // namespace dtrain::model

@@ -37,17 +37,21 @@ void check_batch(std::span<const int32_t> ids, int64_t BT, int64_t V, const char
   }
 }
 
-// Full recompute's rerun of a block forward, for the TP hooks to count its f and g apart; off
-// again however the rerun ends.
+// Full recompute's rerun of a block forward, for the TP hooks to count its f and g apart (and
+// the model's `rerunning` flag: the CP group keeps its state from the rerun only); off again
+// however the rerun ends.
 class RecomputingScope {
  public:
-  RecomputingScope(TensorParallelHooks& tp, ContextParallelHooks& cp) : tp_(tp), cp_(cp) {
+  RecomputingScope(TensorParallelHooks& tp, ContextParallelHooks& cp, bool& rerunning)
+      : tp_(tp), cp_(cp), rerunning_(rerunning) {
     tp_.set_recomputing(true);
     cp_.set_recomputing(true);
+    rerunning_ = true;
   }
   ~RecomputingScope() {
     tp_.set_recomputing(false);
     cp_.set_recomputing(false);
+    rerunning_ = false;
   }
   RecomputingScope(const RecomputingScope&) = delete;
   RecomputingScope& operator=(const RecomputingScope&) = delete;
@@ -55,6 +59,7 @@ class RecomputingScope {
  private:
   TensorParallelHooks& tp_;
   ContextParallelHooks& cp_;
+  bool& rerunning_;
 };
 
 // One linear's backward over BT rows: fused (matmul_backward) when `kept` is null; else only its
@@ -472,7 +477,7 @@ void GptModel::recompute_block(const GptActivations& acts, GptWorkspace& ws, int
       // The block forward again from its kept input, every op and collective as in forward.
       // The output equals the next block's kept input (which a pipeline may be sending), so it
       // goes to scratch: a buffer the forward body has finished with before its last residual.
-      const RecomputingScope scope(*tp_, *cp_);
+      const RecomputingScope scope(*tp_, *cp_, rerunning_);
       if (sp()) {
         block_forward_sp(acts, ws, l, a, ws.d_btc1);
       } else {
@@ -719,7 +724,11 @@ void GptModel::attention_core_forward(const GptActivations& acts, int64_t l,
                                       const LayerActivations& a, int64_t B, int64_t T,
                                       int64_t C_local, int64_t NH_local) {
   if (cp_->size() > 1) {
-    cp_->attention_forward(a.atty, a.qkv, &acts.layer(l), B, T, C_local, NH_local, cx_);
+    // Under full recompute the first forward's state would never be read: the rerun in backward
+    // computes it again, so the group keeps it only then (plan::cp_activation_bytes_per_layer).
+    const bool kept = recompute_ != Recompute::full || rerunning_;
+    cp_->attention_forward(a.atty, a.qkv, kept ? &acts.layer(l) : nullptr, B, T, C_local, NH_local,
+                           cx_);
     return;
   }
   attention_forward(a.atty, a.att, a.qkv, B, T, C_local, NH_local, cx_);

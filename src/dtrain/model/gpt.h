@@ -89,6 +89,8 @@ class GptModel {
   // model. Null: the serial hooks (CP = 1).
   void set_context_parallel(ContextParallelHooks* cp) { cp_ = cp != nullptr ? cp : &serial_cp_; }
   const ContextParallelHooks& cp() const { return *cp_; }
+  // After a forward no backward follows (evaluation): the CP group drops what it kept.
+  void release_attention_state() { cp_->release_all(); }
   const ExpertParallelHooks& ep() const { return *ep_; }
   int64_t param_count() const { return table_.total_count(); }
   std::span<float> params() { return params_.span(); }
@@ -233,6 +235,7 @@ class GptModel {
   ContextParallelHooks serial_cp_;
   ContextParallelHooks* cp_ = &serial_cp_;
   std::vector<float> cp_wpe_, cp_dwpe_;  // (T/N, C): position_rows' copies
+  bool rerunning_ = false;               // inside full recompute's rerun of a block forward
   ExpertParallelHooks serial_ep_;
   ExpertParallelHooks* ep_;
   Buffer<float> params_;  // (param_count) tag params

@@ -115,7 +115,11 @@ void ContextParallelGroup::attention_forward(float* out, const float* qkv, const
                                              int64_t B, int64_t T_local, int64_t C_local,
                                              int64_t NH_local, const model::Compute& cx) {
   const Dims d{B, T_local, C_local, NH_local};
-  Saved& s = saved_[key];  // a rerun (full recompute) replaces what the first forward kept
+  // A null key keeps nothing: the state lives for this call only. Otherwise a key's earlier
+  // state (an evaluation's, or a rerun's predecessor) is freed before the new one is allocated.
+  Saved transient;
+  Saved& s = key == nullptr ? transient : saved_[key];
+  s = Saved{};
   current_ = recomputing_ ? &counters_.recompute : &counters_.forward;
   const comm::Traffic before = comm_.traffic();
   switch (algorithm_) {
@@ -156,6 +160,26 @@ void ContextParallelGroup::attention_backward(float* dqkv, const float* dout, co
   }
   current_->traffic += comm_.traffic() - before;
   saved_.erase(it);
+}
+
+int64_t ContextParallelGroup::kept_bytes_per_block(int64_t B, int64_t T_local, int64_t C_local,
+                                                   int64_t NH_local, Recompute recompute) const {
+  if (recompute == Recompute::full) return 0;  // the rerun keeps it, one block at a time
+  const int64_t lse = B * NH_local * T_local;  // every algorithm: one per query row and head
+  switch (algorithm_) {
+    case plan::CpAlgorithm::ring:
+      return bytes_of(lse);
+    case plan::CpAlgorithm::all_gather:
+      return bytes_of(lse + size() * B * T_local * 2 * C_local);  // + the gathered [K|V]
+    case plan::CpAlgorithm::ulysses:
+    case plan::CpAlgorithm::automatic:
+      return bytes_of(lse + 4 * B * T_local * C_local);  // + Q, K, V, O split by heads
+  }
+  return 0;
+}
+
+void ContextParallelGroup::release_all() {
+  saved_.clear();
 }
 
 // --- ring -----------------------------------------------------------------------------------

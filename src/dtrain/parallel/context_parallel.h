@@ -79,6 +79,10 @@ class ContextParallelGroup final : public model::ContextParallelHooks {
                           const void* key, int64_t B, int64_t T_local, int64_t C_local,
                           int64_t NH_local, const model::Compute& cx) override;
   void set_recomputing(bool on) override { recomputing_ = on; }
+  // Saved's buffers below for one block: lse, and all-gather's gathered or ulysses' heads.
+  int64_t kept_bytes_per_block(int64_t B, int64_t T_local, int64_t C_local, int64_t NH_local,
+                               Recompute recompute) const override;
+  void release_all() override;
 
   const ContextParallelCounters& counters() const { return counters_; }
   // While set, every exchange (one per counted message) is appended there; null stops it.

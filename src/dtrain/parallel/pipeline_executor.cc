@@ -22,17 +22,19 @@ void copy_floats(float* dst, const float* src, int64_t count) {
 }
 
 // What one micro-batch of a chunk allocates (with `split`, its weight-gradient stash too),
-// measured on a scratch tracker: the figure the in-flight accounting multiplies (tests compare
-// it with the plan/ formulas).
+// measured on a scratch tracker, plus what a CP group keeps per block for its backward
+// (`cp_kept_bytes_per_block`, the group's own buffer sizes): the figure the in-flight accounting
+// multiplies (tests compare it with the plan/ formulas).
 int64_t measure_chunk_bytes(const model::GptConfig& g, int64_t b, int64_t T,
                             model::LayerRange layers, bool embedding, bool head, bool split, int tp,
-                            bool sequence_parallel, Recompute recompute, bool bf16_storage) {
+                            bool sequence_parallel, Recompute recompute, bool bf16_storage,
+                            bool blockwise_attention, int64_t cp_kept_bytes_per_block) {
   MemoryTracker scratch;
   model::GptActivations acts(g, b, T, &scratch, layers, embedding, head, tp, sequence_parallel,
-                             recompute, bf16_storage);
+                             recompute, bf16_storage, blockwise_attention);
   const std::unique_ptr<model::WeightGradStash> stash =
       split ? std::make_unique<model::WeightGradStash>(g, b, T, &scratch, layers, tp) : nullptr;
-  return scratch.current_bytes(MemoryTag::activations);
+  return scratch.current_bytes(MemoryTag::activations) + layers.count * cp_kept_bytes_per_block;
 }
 
 }  // namespace
@@ -59,7 +61,7 @@ PipelineExecutor::PipelineExecutor(comm::Communicator& comm, model::GptModel& mo
       rank_(comm.rank()),
       workspace_(model.config(), config_.micro_batch, config_.seq, tracker, model.threads(),
                  model.tp().size(), model.tp().sequence_parallel(), model.recompute(),
-                 model.bf16_activations()) {
+                 model.bf16_activations(), model.cp().size() > 1) {
   const plan::PipelineSchedule& s = config_.schedule;
   const StagePartition& p = config_.partition;
   DTRAIN_CHECK(comm.size() == s.stages, "pipeline executor: the communicator has ", comm.size(),
@@ -93,9 +95,11 @@ PipelineExecutor::PipelineExecutor(comm::Communicator& comm, model::GptModel& mo
     const int vs = p.virtual_stage(rank_, c);
     info.embedding = vs == 0;
     info.head = vs == p.virtual_stages() - 1;
-    info.activation_bytes = measure_chunk_bytes(g, config_.micro_batch, config_.seq, info.layers,
-                                                info.embedding, info.head, split_, tp_, sp,
-                                                model.recompute(), model.bf16_activations());
+    info.activation_bytes = measure_chunk_bytes(
+        g, config_.micro_batch, config_.seq, info.layers, info.embedding, info.head, split_, tp_,
+        sp, model.recompute(), model.bf16_activations(), model.cp().size() > 1,
+        model.cp().kept_bytes_per_block(config_.micro_batch, config_.seq, g.channels / tp_,
+                                        g.heads / tp_, model.recompute()));
     chunks_.push_back(info);
   }
   const size_t slots = static_cast<size_t>(s.chunks * s.microbatches);
@@ -127,7 +131,8 @@ std::unique_ptr<model::GptActivations> PipelineExecutor::take_activations(int ch
   const ChunkInfo& c = chunks_[static_cast<size_t>(chunk)];
   return std::make_unique<model::GptActivations>(
       model_.config(), config_.micro_batch, config_.seq, tracker_, c.layers, c.embedding, c.head,
-      tp_, model_.tp().sequence_parallel(), model_.recompute(), model_.bf16_activations());
+      tp_, model_.tp().sequence_parallel(), model_.recompute(), model_.bf16_activations(),
+      model_.cp().size() > 1);
 }
 
 void PipelineExecutor::give_back(int chunk, std::unique_ptr<model::GptActivations> acts) {
@@ -487,6 +492,7 @@ float PipelineExecutor::evaluate(std::span<const int32_t> tokens,
     if (send != nullptr) send->wait();
   }
   for (int c = 0; c < s.chunks; ++c) give_back(c, std::move(acts[static_cast<size_t>(c)]));
+  model_.release_attention_state();  // no backward follows: a CP group's kept state goes
   return model_.stage().head ? static_cast<float>(loss_sum / static_cast<double>(s.microbatches))
                              : 0.0f;
 }

@@ -210,6 +210,38 @@ CpLayerTraffic cp_traffic_per_layer(const CpShape& s, CpAlgorithm algo, Recomput
   throw Error("cp_traffic_per_layer: resolve --cp-algo auto with choose_cp_algorithm first");
 }
 
+double cp_attention_state_bytes_per_layer(const ActivationShape& whole, int cp, CpAlgorithm algo) {
+  DTRAIN_CHECK(cp >= 1 && whole.seq % cp == 0, "--cp ", cp, " does not divide --seq-length ",
+               whole.seq);
+  if (cp == 1) return 0;
+  DTRAIN_CHECK(algo != CpAlgorithm::automatic,
+               "cp_attention_state_bytes_per_layer: resolve --cp-algo auto first");
+  const double s = static_cast<double>(whole.seq / cp), b = static_cast<double>(whole.micro_batch);
+  const double t = static_cast<double>(whole.tp), n = static_cast<double>(cp);
+  const double heads_local = static_cast<double>(whole.heads) / t;
+  const double ew = whole.elementwise_bytes_per_element > 0
+                        ? static_cast<double>(whole.elementwise_bytes_per_element)
+                        : static_cast<double>(whole.bytes_per_element);
+  // One rank's K and V (its T/N tokens), and its Q (= its output's size), in elements.
+  const double kv_ratio =
+      whole.kv_heads > 0 ? static_cast<double>(whole.kv_heads) / static_cast<double>(whole.heads)
+                         : 1.0;
+  const double q = s * b * static_cast<double>(whole.hidden) / t;
+  const double kv = 2 * kv_ratio * q;
+  const double lse = 4.0 * heads_local * s * b;  // fp32, one per query row and head
+  switch (algo) {
+    case CpAlgorithm::ring:
+      return lse;
+    case CpAlgorithm::all_gather:
+      return lse + ew * n * kv;  // the gathered [K|V], the rank's own block included
+    case CpAlgorithm::ulysses:
+      return lse + ew * (2 * q + kv);  // Q, K, V and O again, split by heads
+    case CpAlgorithm::automatic:
+      break;
+  }
+  return 0;
+}
+
 double cp_activation_bytes_per_layer(const ActivationShape& whole, int cp, CpAlgorithm algo) {
   DTRAIN_CHECK(cp >= 1 && whole.seq % cp == 0, "--cp ", cp, " does not divide --seq-length ",
                whole.seq);
@@ -218,40 +250,13 @@ double cp_activation_bytes_per_layer(const ActivationShape& whole, int cp, CpAlg
                "cp_activation_bytes_per_layer: resolve --cp-algo auto first");
   ActivationShape local = whole;
   local.seq = whole.seq / cp;
-  double bytes = activation_bytes_per_layer(local);
-  if (whole.recompute == Recompute::full) return bytes;  // the layer input alone, at T/N tokens
-  const double s = static_cast<double>(local.seq), b = static_cast<double>(whole.micro_batch);
-  const double heads_local = static_cast<double>(whole.heads) / static_cast<double>(whole.tp);
-  const double e = static_cast<double>(whole.bytes_per_element);
-  const double ew = whole.elementwise_bytes_per_element > 0
-                        ? static_cast<double>(whole.elementwise_bytes_per_element)
-                        : e;
-  // The score term as activation_bytes_per_layer counts it at T/N tokens: the softmax output,
-  // and with dropout its mask (1 byte) and output (e).
-  const double block = heads_local * s * s * b;
-  const double block_bytes =
-      whole.recompute == Recompute::none ? block * (ew + (whole.dropout ? 1 + e : 0)) : 0;
-  const double n = static_cast<double>(cp);
-  switch (algo) {
-    case CpAlgorithm::ring:
-      // No score matrix kept: the log-sum-exp (fp32) per query row and head instead.
-      return bytes - block_bytes + 4.0 * heads_local * s * b;
-    case CpAlgorithm::all_gather: {
-      // Local queries against all T keys (N blocks), and the gathered K and V kept.
-      const double kv = whole.kv_heads > 0
-                            ? static_cast<double>(whole.kv_heads) / static_cast<double>(whole.heads)
-                            : 1.0;
-      const double local_kv_bytes =
-          e * 2 * kv * s * b * static_cast<double>(whole.hidden) / static_cast<double>(whole.tp);
-      return bytes + (n - 1) * block_bytes + (n - 1) * local_kv_bytes;
-    }
-    case CpAlgorithm::ulysses:
-      // All T queries against all T keys over heads/N: N blocks' worth.
-      return bytes + (n - 1) * block_bytes;
-    case CpAlgorithm::automatic:
-      break;
+  if (whole.recompute == Recompute::full) {
+    return activation_bytes_per_layer(local);  // the layer input alone, at T/N tokens
   }
-  return bytes;
+  // Every per-token tensor at T/N tokens but no score term in any mode (selective's set), and
+  // the state the algorithm keeps in its place.
+  local.recompute = Recompute::selective;
+  return activation_bytes_per_layer(local) + cp_attention_state_bytes_per_layer(whole, cp, algo);
 }
 
 double cp_ring_block_bytes(const ActivationShape& whole, int cp) {

@@ -50,15 +50,23 @@
 // fp32 column sum. Rounding them would make the CP run differ from the serial one. The planner,
 // pricing GPU runs that send gradients at the activations' precision, leaves e_g = e.
 //
-// Activations per rank (per layer, one micro-batch): every per-token tensor of
-// activation_memory.h at T/N tokens; the attention's s x s term as each algorithm holds it:
-//   ring        none kept: the log-sum-exp, 4 bytes x b x (a/t) x (T/N), in its place; one
-//               block pair's scores, b (a/t) (T/N)^2 elements, live while a block is computed
-//               (cp_ring_block_bytes: the planner's temporary memory counts two, P and dP)
-//   all-gather  the local queries against the whole sequence, b (a/t) (T/N) T: N x the
-//               T/N-token layer's score term; and the gathered K, V: (N-1) x the local K, V more
-//   ulysses     the whole sequence over a/(t N) heads, b (a/(t N)) T^2: the same N x
-// Selective recompute drops the score terms (as without CP), full keeps only the layer input.
+// Activations per rank (per layer, one micro-batch): all three algorithms compute attention
+// blockwise (a block pair's scores live only while that pair is computed, the backward recomputes
+// them from Q, K and the log-sum-exp), so no s x s term is kept in any recompute mode: every
+// per-token tensor of activation_memory.h at T/N tokens as selective recompute keeps them, plus
+// the state the algorithm keeps for the backward (cp_attention_state_bytes_per_layer):
+//   every algorithm  the log-sum-exp, 4 bytes x b x (a/t) x (T/N)
+//   ring             nothing more: the K/V blocks come round again in the backward
+//   all-gather       the gathered [K|V] of the whole sequence, N x 2 b (T/N) g_t d elements (the
+//                    rank's own block included: the gather's output is one buffer)
+//   ulysses          Q, K, V and O split by heads, b (T/N) (2 h/t + 2 g_t d) elements (the same
+//                    counts as the sequence split's, over T tokens and a/(tN) heads)
+// at the element size elementwise ops read (ew; the engine's mixed precision keeps them fp32).
+// One block pair's scores, b (a/t) (T/N)^2 elements (cp_ring_block_bytes), are temporary (the
+// planner's temporary memory counts two for the ring, P and dP). Full recompute keeps only the
+// layer input; the rerun holds the state above for one layer at a time (the recompute scratch).
+// docs/planner.md "Context parallelism" works an example; the engine's measured bytes per rank
+// equal these (tests/e2e/context_parallel_memory_test.cc).
 //
 // Gradients are reduced over DP x CP and ZeRO shards over DP x CP (the parameters are
 // replicated over CP): dp_collectives and model_state_bytes with dp x cp ranks.
@@ -152,6 +160,9 @@ std::vector<CollectiveCall> cp_collectives_per_layer(const CpShape& s, CpAlgorit
 // Activation bytes one layer keeps per CP rank for one micro-batch; `whole` is the layer at the
 // whole sequence (its seq is T) and cp = 1 is activation_bytes_per_layer(whole).
 double cp_activation_bytes_per_layer(const ActivationShape& whole, int cp, CpAlgorithm algo);
+// The algorithm's own kept state of one layer (log-sum-exp, gathered K/V or head-split tensors),
+// whatever the recompute mode (full recompute holds it during a layer's rerun only); 0 at cp = 1.
+double cp_attention_state_bytes_per_layer(const ActivationShape& whole, int cp, CpAlgorithm algo);
 // One block pair's scores in the ring: b (a/t) (T/N)^2 elements of the scores' element size.
 double cp_ring_block_bytes(const ActivationShape& whole, int cp);
 

@@ -33,7 +33,7 @@ double workspace_activation_bytes(const HeadActivationShape& x) {
   const double h = static_cast<double>(x.hidden);
   const double f = x.ffn_hidden > 0 ? static_cast<double>(x.ffn_hidden) : 4.0 * h;
   const double e = static_cast<double>(x.bytes_per_element);
-  const double n = static_cast<double>(x.threads);
+  const double n = x.blockwise_attention ? 0.0 : static_cast<double>(x.threads);
   const double t = static_cast<double>(x.tp);
   return e * ((1 + 2) * s * b * h + 3 * s * b * h / t + 2 * f * s * b + n * s * s);
 }

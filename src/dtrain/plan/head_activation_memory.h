@@ -18,7 +18,9 @@
 //   qkv gradient                          3*s*b*h/t (a TP rank's Q, K, V columns)
 //   MLP gradients, GELU input and output  2*f*s*b   (f = 4h)
 //   attention-score gradients             n*s*s     (one (batch row, head) at a time on each
-//                                                    of the rank's n compute threads)
+//                                                    of the rank's n compute threads; none with
+//                                                    blockwise attention under CP, whose
+//                                                    backward works on block pairs in temporaries)
 //
 // Pipeline-stage boundaries (the engine's count; per micro-batch in flight, all v chunks of one
 // rank of a P-stage pipeline; none when P = 1, where the head holds the ids):
@@ -42,6 +44,7 @@ struct HeadActivationShape {
   // t: TP ranks, for the qkv gradient (workspace only; vocab and ffn_hidden above are given
   // per rank already). Appended, so existing initialisers keep their meaning.
   int64_t tp = 1;
+  bool blockwise_attention = false;  // CP: no attention-score gradients (workspace only)
 };
 
 // Bytes of the head's activations (see the list above).

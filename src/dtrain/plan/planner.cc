@@ -283,6 +283,7 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
   head.ffn_hidden = shard_count(m.ffn_or_default(), l.tp);
   head.bytes_per_element = mixed ? 4 : in.training.activation_bytes;
   head.tp = l.tp;
+  head.blockwise_attention = l.cp > 1;
   if (stage == l.pp - 1) {
     mem.head_activations = mem.inflight_microbatches * head_activation_bytes(head);
     mem.activations += mem.head_activations;

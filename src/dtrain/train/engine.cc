@@ -519,7 +519,13 @@ std::vector<float> Engine::gather_params() {
 }
 
 checkpoint::StateLayout Engine::state_layout() const {
-  return {config_.dp, config_.tp, config_.pp, config_.zero_stage};
+  checkpoint::StateLayout l{config_.dp, config_.tp, config_.pp, config_.zero_stage};
+  l.cp = config_.cp;
+  if (cp_hooks_ != nullptr) {  // the split the group runs (ulysses: contiguous, whatever asked)
+    l.cp_algo = std::string(plan::name(cp_hooks_->algorithm()));
+    l.cp_split = cp_hooks_->split() == model::CpTokenSplit::balanced ? "balanced" : "contiguous";
+  }
+  return l;
 }
 
 namespace {

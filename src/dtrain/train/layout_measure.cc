@@ -16,6 +16,7 @@
 #include "dtrain/plan/activation_memory.h"
 #include "dtrain/plan/collective_cost.h"
 #include "dtrain/plan/comm_model.h"
+#include "dtrain/plan/context_parallel.h"
 #include "dtrain/plan/head_activation_memory.h"
 #include "dtrain/plan/link_traffic.h"
 #include "dtrain/plan/memory_model.h"
@@ -77,10 +78,33 @@ plan::ActivationShape fp32_layer_shape(const EngineConfig& c) {
   s.elementwise_bytes_per_element = 0;
   return s;
 }
+// Under CP no score term is dropped (none is kept: blockwise attention), and full recompute's
+// rerun holds the CP group's state of one layer on top (plan::cp_attention_state_bytes_per_layer).
 double planned_block_scratch(const EngineConfig& c) {
   plan::ActivationShape s = fp32_layer_shape(c);
   if (c.step.precision == model::Precision::bf16) s.recompute = Recompute::full;
-  return plan::recompute_scratch_bytes(s);
+  double bytes = plan::recompute_scratch_bytes(s);
+  if (c.cp == 1) return bytes;
+  if (s.recompute != Recompute::none) {
+    plan::ActivationShape none = s, selective = s;
+    none.recompute = Recompute::none;
+    selective.recompute = Recompute::selective;
+    bytes -= plan::activation_bytes_per_layer(none) - plan::activation_bytes_per_layer(selective);
+  }
+  if (c.step.recompute == Recompute::full) {
+    plan::ActivationShape whole = s;
+    whole.seq = c.step.seq;
+    bytes += plan::cp_attention_state_bytes_per_layer(whole, c.cp, c.cp_algorithm);
+  }
+  return bytes;
+}
+
+// One block of one micro-batch: plan::cp_activation_bytes_per_layer over the whole sequence (at
+// cp = 1 activation_bytes_per_layer).
+double planned_layer_bytes(const EngineConfig& c) {
+  plan::ActivationShape whole = layer_shape(c);
+  whole.seq = c.step.seq;
+  return plan::cp_activation_bytes_per_layer(whole, c.cp, c.cp_algorithm);
 }
 
 // One micro-batch of every chunk of `rank`'s stage, by the plan/ formulas: its blocks, the
@@ -96,7 +120,7 @@ double planned_microbatch_bytes(const EngineConfig& c, int pp_rank, bool split) 
   for (int chunk = 0; chunk < p.chunks(); ++chunk) {
     const int vs = p.virtual_stage(pp_rank, chunk);
     const double blocks = p.layer_count(pp_rank, chunk);
-    sum += blocks * plan::activation_bytes_per_layer(shape);
+    sum += blocks * planned_layer_bytes(c);
     if (split) sum += blocks * plan::weight_grad_stash_bytes_per_layer(fp32_layer_shape(c));
     if (vs == p.virtual_stages() - 1) {
       sum += plan::head_activation_bytes({.seq = T, .micro_batch = b, .hidden = C, .vocab = vocab});
@@ -121,7 +145,8 @@ double planned_activations_peak(const EngineConfig& c, double inflight, double m
                                      .ffn_hidden = 4 * c.step.model.channels / c.tp,
                                      .bytes_per_element = 4,
                                      .threads = c.step.threads,
-                                     .tp = c.tp};
+                                     .tp = c.tp,
+                                     .blockwise_attention = c.cp > 1};
   return inflight * microbatch + plan::workspace_activation_bytes(ws) + planned_block_scratch(c);
 }
 

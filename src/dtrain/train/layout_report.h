@@ -43,7 +43,9 @@ struct RankRow {
   int64_t param_count = 0;      // elements of the stage this rank holds (its TP shards)
   std::vector<StateRow> state;  // params, grads, optimizer
   // Activations: the tracker's peak; one micro-batch of every chunk as allocated and as planned
-  // (plan::activation_bytes_per_layer per block, the head's or the stage output's tensors);
+  // (plan::cp_activation_bytes_per_layer per block, at cp 1 activation_bytes_per_layer; the
+  // head's or the stage output's tensors; under CP the allocated figure adds what the CP group
+  // keeps per block, ContextParallelHooks::kept_bytes_per_block);
   // the most held at once in the last step, in micro-batches, beside the checker's count.
   int64_t activations_peak_bytes = 0;
   int64_t microbatch_activation_bytes = 0;

@@ -72,7 +72,10 @@ void print_summary(std::ostream& out, const TrainSummary& s) {
         << right_aligned(format_bytes(static_cast<double>(m.peak_bytes)), 14) << "\n";
   }
   out << "  " << left_aligned("total (peak)", 16) << right_aligned("", 12)
-      << right_aligned(format_bytes(static_cast<double>(s.peak_total_bytes)), 14) << "\n";
+      << right_aligned(format_bytes(static_cast<double>(s.peak_total_bytes)), 14) << "   (plan/ "
+      << format_bytes(s.planned_peak_total_bytes)
+      << ": model states, activations, ZeRO-3's gathered units; the figure --max-rank-memory "
+         "is checked against)\n";
   out << "  activations planned by plan/ (micro-batches in flight x blocks, head and stage "
          "boundary, + workspace): "
       << format_bytes(s.planned_activation_bytes) << "; recompute " << name(c.recompute) << "\n";
@@ -137,6 +140,7 @@ nlohmann::json summary_to_json(const TrainSummary& s) {
   }
   mem["peak_total_bytes"] = s.peak_total_bytes;
   mem["planned_activation_bytes"] = s.planned_activation_bytes;
+  mem["planned_peak_total_bytes"] = s.planned_peak_total_bytes;
   j["memory"] = mem;
   j["moe"] =
       s.moe_steps.empty() ? nlohmann::json(nullptr) : moe_report_to_json(c.model.moe, s.moe_steps);

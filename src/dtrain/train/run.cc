@@ -196,11 +196,13 @@ void check_memory(const EngineConfig& c, const LayoutOptions& o) {
       largest_stage = stage;
     }
   }
-  DTRAIN_CHECK(o.max_rank_memory == 0 || largest <= static_cast<double>(o.max_rank_memory),
-               "--max-rank-memory ", format_gib(static_cast<double>(o.max_rank_memory)),
-               ": a rank of pipeline stage ", largest_stage, " needs ", format_gib(largest),
-               " by the plan/ formulas (model states, activations in flight, ZeRO-3's gathered "
-               "units); shard it with --zero, --pp or --tp, or use a smaller --batch or model");
+  DTRAIN_CHECK(
+      o.max_rank_memory == 0 || largest <= static_cast<double>(o.max_rank_memory),
+      "--max-rank-memory ", format_gib(static_cast<double>(o.max_rank_memory)),
+      ": a rank of pipeline stage ", largest_stage, " needs ", format_gib(largest),
+      " by the plan/ formulas (model states, activations in flight, ZeRO-3's gathered "
+      "units); shard it with --zero, --pp, --tp or (long sequences) --cp, or use a smaller "
+      "--batch or model");
   const bool mpi = o.backend == comm::Backend::mpi;
   double needed = mpi ? largest : all;
   const std::optional<AvailableMemory> room = available_memory();
@@ -378,6 +380,7 @@ TrainSummary run_training(const TrainOptions& options, TrainObserver* observer, 
         LayoutReport report = gather_layout_report(engine, world, setup.layout);
         if (world.rank() == 0) {
           s.planned_activation_bytes = report.ranks.front().planned_activations_peak_bytes;
+          s.planned_peak_total_bytes = planned_rank_peak_bytes(engine.config(), engine.coord().pp);
           s.layout = std::move(report);
           summary = std::move(s);
         } else if (setup.layout.backend == comm::Backend::mpi) {

@@ -95,6 +95,9 @@ struct TrainSummary {
   // Rank 0's activations by the plan/ formulas: its peak in-flight micro-batches (the
   // checker's count) x one micro-batch of its chunks, + the workspace and recompute's scratch.
   double planned_activation_bytes = 0;
+  // Rank 0's whole peak by the plan/ formulas (what --max-rank-memory is checked against before
+  // the run): model states, activations as above, ZeRO-3's working set.
+  double planned_peak_total_bytes = 0;
   std::optional<LayoutReport> layout;  // every rank's figures beside plan/ (one schema)
   std::vector<MoeStepRow> moe_steps;   // an MoE model's routing, one row per step (else empty)
 };

@@ -1,0 +1,77 @@
+// `dtrain bench cp`: parses the flags into bench::CpBenchOptions, runs the benchmark and prints
+// its table (or JSON).
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "bench/cp_bench.h"
+#include "build_info.h"
+#include "command_registry.h"
+#include "dtrain/core/check.h"
+#include "validators.h"
+
+namespace dtrain::cli {
+namespace {
+
+struct BenchCpFlags {
+  bench::CpBenchOptions options;
+  std::string algorithm = "ring";
+  bool json = false;
+};
+
+void add_bench_cp(CLI::App& bench) {
+  auto f = std::make_shared<BenchCpFlags>();
+  bench::CpBenchOptions& o = f->options;
+  CLI::App* cmd = bench.add_subcommand(
+      "cp",
+      "A training step at a long sequence with --cp N vs --dp N on the same N ranks and global "
+      "batch: step time, activation and total peak memory per rank as ratios, and the CP bytes");
+  cmd->add_option("--ranks", o.ranks, "Ranks (= DP ranks of the baseline, CP ranks of the CP run)")
+      ->capture_default_str()
+      ->check(whole_number(2, kMaxRanks));
+  cmd->add_option("--seq", o.seq, "Sequence length T (divisible by 2 x ranks for ring/all-gather)")
+      ->capture_default_str()
+      ->check(whole_number(2, 1 << 20));
+  cmd->add_option("--layers", o.layers, "Transformer blocks L")
+      ->capture_default_str()
+      ->check(whole_number(1, 1024));
+  cmd->add_option("--channels", o.channels, "Model width C")
+      ->capture_default_str()
+      ->check(whole_number(8, 4096));
+  cmd->add_option("--heads", o.heads, "Attention heads (dividing --channels)")
+      ->capture_default_str()
+      ->check(whole_number(1, 1024));
+  cmd->add_option("--batch", o.batch, "Global batch in sequences (divisible by --ranks)")
+      ->capture_default_str()
+      ->check(whole_number(1, kMaxBatch));
+  cmd->add_option("--cp-algo", f->algorithm, "The CP run's attention: ring, all-gather or ulysses")
+      ->capture_default_str();
+  cmd->add_option("--warmup", o.warmup, "Untimed steps first")
+      ->capture_default_str()
+      ->check(whole_number(0, kMaxSteps));
+  cmd->add_option("--steps", o.steps, "Timed steps (median)")
+      ->capture_default_str()
+      ->check(whole_number(1, kMaxSteps));
+  cmd->add_option("--rounds", o.rounds, "Rounds over both layouts; each keeps its fastest")
+      ->capture_default_str()
+      ->check(whole_number(1, kMaxTrials));
+  cmd->add_flag("--json", f->json, "Print the same figures as JSON");
+  cmd->callback([f] {
+    const std::optional<plan::CpAlgorithm> algo = plan::parse_cp_algorithm(f->algorithm);
+    DTRAIN_CHECK(algo.has_value() && *algo != plan::CpAlgorithm::automatic, "--cp-algo \"",
+                 f->algorithm, "\" is not one of ring, all-gather, ulysses");
+    f->options.algorithm = *algo;
+    const bench::CpBenchReport report = bench::run_cp_bench(f->options);
+    if (f->json) {
+      std::cout << with_build(bench::cp_bench_to_json(report)).dump(2) << "\n";
+    } else {
+      bench::print_cp_bench(std::cout, report);
+    }
+  });
+}
+
+const CommandRegistration kRegistration("bench", add_bench_cp);
+
+}  // namespace
+}  // namespace dtrain::cli
