@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/plan/memory_model.h"
+
 namespace dtrain::plan {
 
 struct ModelShape;
@@ -83,6 +85,14 @@ int64_t rank_routed_expert_params(const ModelShape& m, int64_t moe_layers, int e
 inline int64_t stage_routed_expert_params(const ModelShape& m, int64_t moe_layers, int tp) {
   return rank_routed_expert_params(m, moe_layers, 1, tp);
 }
+
+// One rank's model state under EP (and ZeRO `zero_stage`): its `dense_params` (everything but
+// the routed experts) sharded over the `data_ranks` of its data-parallel group (dp x cp), its
+// `expert_params` (its E / ep experts of each routed layer) over the data_ranks / ep ranks of
+// its expert-data-parallel group, each part by model_state_bytes (ceil per group). ep = 1:
+// model_state_bytes of the sum.
+ModelStateBytes ep_model_state_bytes(int64_t dense_params, int64_t expert_params, int data_ranks,
+                                     int ep, int zero_stage, StateBytes bytes);
 
 // What one rank sends and receives in one dispatch all-to-all of one routed layer, one
 // micro-batch. `tokens` is the rank's tokens entering the layer (b s), each sent to k experts,

@@ -211,17 +211,10 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
   // expert-data-parallel group, dp x cp / ep.
   mem.moe_layers = stage_moe_layers(m, l, stage);
   mem.expert_params = l.ep > 1 ? stage_expert_params(m, l, stage) : 0;
-  ModelStateBytes states =
-      model_state_bytes(mem.stage_params - mem.expert_params, l.dp * l.cp, l.zero_stage, sb);
-  if (mem.expert_params > 0) {
-    const ModelStateBytes experts =
-        model_state_bytes(mem.expert_params, l.dp * l.cp / l.ep, l.zero_stage, sb);
-    states.params += experts.params;
-    states.grads += experts.grads;
-    states.optimizer += experts.optimizer;
-  } else {
-    mem.expert_params = stage_expert_params(m, l, stage);
-  }
+  const ModelStateBytes states =
+      ep_model_state_bytes(mem.stage_params - mem.expert_params, mem.expert_params, l.dp * l.cp,
+                           mem.expert_params > 0 ? l.ep : 1, l.zero_stage, sb);
+  if (mem.expert_params == 0) mem.expert_params = stage_expert_params(m, l, stage);
   mem.params = static_cast<double>(states.params);
   mem.grads = static_cast<double>(states.grads);
   mem.optimizer = static_cast<double>(states.optimizer);

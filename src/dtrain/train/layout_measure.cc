@@ -19,6 +19,7 @@
 #include "dtrain/plan/head_activation_memory.h"
 #include "dtrain/plan/link_traffic.h"
 #include "dtrain/plan/memory_model.h"
+#include "dtrain/plan/moe.h"
 #include "dtrain/train/layout_report.h"
 
 namespace dtrain::train {
@@ -213,8 +214,14 @@ RankRow measure_rank(const Engine& e) {
   r.layers = parallel::layer_ranges(c.partition, me.pp);
   r.param_count = model.param_count();
   r.phases = median_phases(e.phases());
+  // Under EP the rank's experts are sharded over the expert-DP group, the rest over DP x CP.
+  int64_t expert_params = 0;
+  for (const model::ParamTensor& t : model.param_table().tensors()) {
+    if (c.ep > 1 && model::is_expert_tensor(t.name)) expert_params += t.count;
+  }
   const plan::ModelStateBytes formula =
-      plan::model_state_bytes(r.param_count, c.dp * c.cp, c.zero_stage, engine_state_bytes(c));
+      plan::ep_model_state_bytes(r.param_count - expert_params, expert_params, c.dp * c.cp, c.ep,
+                                 c.zero_stage, engine_state_bytes(c));
   for (const auto& [tag, bytes] :
        {std::pair{MemoryTag::params, formula.params}, std::pair{MemoryTag::grads, formula.grads},
         std::pair{MemoryTag::optimizer, formula.optimizer}}) {
@@ -370,8 +377,10 @@ RankRow measure_rank(const Engine& e) {
       plan::stage_dp_bytes_sent(exact, dp_grad_wire_bytes(c), dp_param_wire_bytes(c), dp_algo,
                                 e.data_parallel().direct_slot_bytes()));
   if (c.ep > 1) {
-    // EP (ZeRO 0): each bucket's dense pieces all-reduced over DP, its expert pieces over the
-    // expert-DP group (ring), each piece one all-reduce.
+    // EP: each bucket's dense pieces all-reduced (ZeRO 0) or reduce-scattered (1-3) over DP,
+    // its expert pieces over the expert-DP group (ring), each piece one collective; with ZeRO
+    // each kind is sharded in its own packed index space, and the parameter gathers (after the
+    // update at 1-2, per unit at 3) move each run of the flat buffer over its own group.
     std::vector<comm::Chunk> expert_ranges;
     for (const model::ParamTensor& tensor : model.param_table().tensors()) {
       if (model::is_expert_tensor(tensor.name)) {
@@ -384,10 +393,34 @@ RankRow measure_rank(const Engine& e) {
     dense.deferred_bucket = experts.deferred_bucket = -1;
     experts.ranks = c.dp / c.ep;
     experts.rank = me.dp / c.ep;
-    for (const comm::Chunk& bucket : exact.buckets) {
-      for (const parallel::BucketPiece& p : parallel::split_at_experts(bucket, expert_ranges)) {
-        (p.expert ? experts : dense).buckets.push_back({p.offset, p.count});
+    dense.forward_gathers.clear();
+    dense.backward_gathers.clear();
+    dense.rerun_gathers.clear();
+    experts.forward_gathers.clear();
+    experts.backward_gathers.clear();
+    experts.rerun_gathers.clear();
+    const bool packed = c.zero_stage > 0;
+    if (packed) {
+      experts.params = expert_params;
+      dense.params = r.param_count - expert_params;
+    }
+    // A piece in its kind's index space: flat at ZeRO 0 (no shards), packed with ZeRO.
+    auto add = [&](auto member, const comm::Chunk& range) {
+      for (const parallel::BucketPiece& p : parallel::split_at_experts(range, expert_ranges)) {
+        ((p.expert ? experts : dense).*member).push_back({packed ? p.packed : p.offset, p.count});
       }
+    };
+    using Rank = plan::StageDataParallelRank;
+    for (const comm::Chunk& bucket : exact.buckets) add(&Rank::buckets, bucket);
+    for (const comm::Chunk& u : exact.forward_gathers) add(&Rank::forward_gathers, u);
+    for (const comm::Chunk& u : exact.backward_gathers) add(&Rank::backward_gathers, u);
+    for (const comm::Chunk& u : exact.rerun_gathers) add(&Rank::rerun_gathers, u);
+    if (c.zero_stage == 1 || c.zero_stage == 2) {
+      add(&Rank::update_gathers, comm::Chunk{0, r.param_count});
+    }
+    // The deferred tied wte (dense, one piece) is the last bucket of both lists.
+    if (exact.deferred_bucket >= 0) {
+      dense.deferred_bucket = static_cast<int>(dense.buckets.size()) - 1;
     }
     r.dp_formula = static_cast<double>(
         plan::stage_dp_bytes_sent(dense, dp_grad_wire_bytes(c), dp_param_wire_bytes(c), dp_algo,
