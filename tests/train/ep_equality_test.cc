@@ -26,6 +26,7 @@
 
 #include "dtrain/comm/threads/backend.h"
 #include "dtrain/core/check.h"
+#include "dtrain/plan/moe.h"
 #include "dtrain/train/engine.h"
 #include "dtrain/train/layout.h"
 #include "dtrain/train/layout_report.h"
@@ -97,21 +98,25 @@ Outcome run_engine(const StepConfig& c, int dp, int ep, const std::vector<data::
     if (ep == 1) return;
     // Counters = formulas: every exchange's bytes beside plan::ep_*_bytes fed with the routing
     // the EP group measured, over the training steps.
+    // Full recompute's rerun of each block forward redoes its forward exchanges.
     const EngineTraffic& t = engine.traffic();
+    const double forward = plan::ep_forward_exchanges(c.recompute);
     EXPECT_GT(t.ep.dispatch_forward.bytes_sent + t.ep.combine_forward.bytes_sent, 0);
-    EXPECT_EQ(static_cast<double>(t.ep.dispatch_forward.bytes_sent), t.ep_plan_dispatch);
+    EXPECT_EQ(static_cast<double>(t.ep.dispatch_forward.bytes_sent), forward * t.ep_plan_dispatch);
     EXPECT_EQ(static_cast<double>(t.ep.combine_backward.bytes_sent), t.ep_plan_dispatch);
-    EXPECT_EQ(static_cast<double>(t.ep.combine_forward.bytes_sent), t.ep_plan_combine);
+    EXPECT_EQ(static_cast<double>(t.ep.combine_forward.bytes_sent), forward * t.ep_plan_combine);
     EXPECT_EQ(static_cast<double>(t.ep.dispatch_backward.bytes_sent), t.ep_plan_combine);
-    EXPECT_EQ(static_cast<double>(t.ep.counts.bytes_sent), t.ep_plan_counts);
+    EXPECT_EQ(static_cast<double>(t.ep.counts.bytes_sent), forward * t.ep_plan_counts);
     if (comm.rank() == 0) {
       std::printf(
-          "dp%d ep%d pp%d zero %d rank 0, %d steps: dispatch %lld B sent (plan %.0f), combine %lld "
+          "dp%d ep%d pp%d zero %d recompute %s rank 0, %d steps: dispatch %lld B sent (plan %.0f), "
+          "combine %lld "
           "B "
           "(plan %.0f), counts %lld B (plan %.0f)\n",
-          dp, ep, pp, zero, kSteps, static_cast<long long>(t.ep.dispatch_forward.bytes_sent),
-          t.ep_plan_dispatch, static_cast<long long>(t.ep.combine_forward.bytes_sent),
-          t.ep_plan_combine, static_cast<long long>(t.ep.counts.bytes_sent), t.ep_plan_counts);
+          dp, ep, pp, zero, std::string(name(c.recompute)).c_str(), kSteps,
+          static_cast<long long>(t.ep.dispatch_forward.bytes_sent), t.ep_plan_dispatch,
+          static_cast<long long>(t.ep.combine_forward.bytes_sent), t.ep_plan_combine,
+          static_cast<long long>(t.ep.counts.bytes_sent), t.ep_plan_counts);
     }
   });
   Outcome out = empty_outcome(c.model);
@@ -204,6 +209,23 @@ TEST(ExpertParallelEquality, WithZeroEqualsTheSerialRun) {
   // In a pipeline: the tied wte's deferred bucket, per-micro-batch reduce-scatters (ZeRO-2).
   expect_within(compare(c, serial, run_engine(c, 2, 2, data, 2, 2)),
                 "dp2 ep2 pp2 zero 2 vs serial (aux 0)");
+}
+
+// Full recompute under EP reruns each block's forward in its backward, all-to-alls included
+// (plan::ep_forward_exchanges: the forward's exchanges twice, the report's EP row and the
+// counters above say so), and equals the serial run without recompute; with ZeRO-3 too.
+TEST(ExpertParallelEquality, WithFullRecomputeEqualsTheSerialRun) {
+  const StepConfig c = moe_config(0.0);
+  const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
+  const Outcome serial = run_serial(c, data);
+  StepConfig full = c;
+  full.recompute = Recompute::full;
+  for (const Case& k : kCases) {
+    expect_within(compare(c, serial, run_engine(full, k.dp, k.ep, data, k.pp)),
+                  str("dp", k.dp, " ep", k.ep, " pp", k.pp, " recompute full vs serial"));
+  }
+  expect_within(compare(c, serial, run_engine(full, 4, 2, data, 1, 3)),
+                "dp4 ep2 zero 3 recompute full vs serial");
 }
 
 TEST(ExpertParallelEquality, RefusesLayoutsItDoesNotRun) {

@@ -214,6 +214,10 @@ ModelStateBytes ep_model_state_bytes(int64_t dense_params, int64_t expert_params
   return out;
 }
 
+int ep_forward_exchanges(Recompute recompute) {
+  return recompute == Recompute::full ? 2 : 1;
+}
+
 double ep_counts_bytes(int64_t experts, int ep) {
   DTRAIN_CHECK(ep >= 1 && experts % ep == 0, "ep_counts_bytes: ", experts, " experts over ep ", ep);
   return static_cast<double>((ep - 1) * (experts / ep) * 8);

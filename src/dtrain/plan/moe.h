@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/core/recompute.h"
 #include "dtrain/plan/memory_model.h"
 
 namespace dtrain::plan {
@@ -139,6 +140,13 @@ MoeA2aRank ep_dispatch_bytes(std::span<const std::vector<int64_t>> kept, int64_t
                              int64_t bytes_per_element, int rank);
 MoeA2aRank ep_combine_bytes(std::span<const std::vector<int64_t>> kept, int64_t hidden,
                             int64_t bytes_per_element, int rank);
+// The forward exchanges (the row counts, the dispatch, the combine) a routed layer runs per
+// micro-batch: 1, or 2 under full recompute, whose rerun of the block's forward redoes them (as
+// Megatron's recomputed forward re-runs its token dispatcher) instead of keeping the received
+// rows past the forward; the backward's two (the combine's and the dispatch's gradients) run
+// once either way. Selective recompute reruns attention only.
+int ep_forward_exchanges(Recompute recompute);
+
 // Before each dispatch the ranks exchange their row counts: E / ep int64 to (and from) every
 // other rank, so (ep - 1) E / ep * 8 bytes each way per exchange.
 double ep_counts_bytes(int64_t experts, int ep);

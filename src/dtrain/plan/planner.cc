@@ -841,7 +841,8 @@ std::pair<double, double> ep_times(const PlanInput& in, const Layout& l, int64_t
                                               r.dispatch.received, r.busiest_rank, link);
   const CommCost combine = all_to_all_v_cost(comm::Algorithm::pairwise, r.combine.sent,
                                              r.combine.received, r.busiest_rank, link);
-  const double forward_calls = l.recompute == Recompute::full ? 2 : 1;  // per direction, backward
+  // The forward's exchanges, run again in the backward under full recompute.
+  const double forward_calls = ep_forward_exchanges(l.recompute);
   const double layers = static_cast<double>(r.moe_layers), mb = static_cast<double>(microbatches);
   r.bytes_per_layer = (1 + forward_calls) * (r.dispatch.sent_total() + r.combine.sent_total());
   r.bytes_per_step = r.bytes_per_layer * layers * mb;

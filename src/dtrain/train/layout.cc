@@ -110,8 +110,6 @@ EngineConfig make_engine_config(const StepConfig& step, const LayoutOptions& o) 
     DTRAIN_CHECK(o.dp_all_reduce == DpAllReduce::flat && o.grad_reduce == model::Precision::fp32,
                  "--ep ", o.ep,
                  " with --dp-all-reduce hierarchical or --grad-reduce bf16 is not supported yet");
-    DTRAIN_CHECK(step.recompute != Recompute::full, "--ep ", o.ep,
-                 " with --recompute full is not supported yet");
   }
   c.ep = o.ep;
 

@@ -273,7 +273,9 @@ RankRow measure_rank(const Engine& e) {
   r.dp = t.dp / n;
   r.embedding = t.embedding / n;
   r.ep = static_cast<double>(t.ep.total().bytes_sent) / n;
-  r.ep_formula = (t.ep_plan_counts + 2 * (t.ep_plan_dispatch + t.ep_plan_combine)) / n;
+  const double forward = plan::ep_forward_exchanges(c.step.recompute);
+  r.ep_formula =
+      (forward * t.ep_plan_counts + (forward + 1) * (t.ep_plan_dispatch + t.ep_plan_combine)) / n;
   r.other = t.other / n;
   r.intra_node_bytes = static_cast<double>(t.links.intra_node) / n;
   r.inter_node_bytes = static_cast<double>(t.links.inter_node) / n;
