@@ -64,8 +64,9 @@ StepConfig moe_config(double aux_loss_coef) {
 }
 
 Outcome run_engine(const StepConfig& c, int dp, int ep, const std::vector<data::Batch>& data,
-                   int pp = 1, int zero = 0) {
+                   int pp = 1, int zero = 0, bool bf16_grads = false) {
   LayoutOptions o;
+  if (bf16_grads) o.grad_reduce = model::Precision::bf16;
   o.dp = dp;
   o.ep = ep;
   o.pp = pp;
@@ -226,6 +227,44 @@ TEST(ExpertParallelEquality, WithFullRecomputeEqualsTheSerialRun) {
   }
   expect_within(compare(c, serial, run_engine(full, 4, 2, data, 1, 3)),
                 "dp4 ep2 zero 3 recompute full vs serial");
+}
+
+// The first moments' norm-wise relative difference, ||m_got - m_want|| / ||m_want||.
+double relative_moment_diff(const Outcome& want, const Outcome& got) {
+  double diff = 0, norm = 0;
+  const std::vector<float>& w = want.state[1];
+  const std::vector<float>& g = got.state[1];
+  for (size_t i = 0; i < w.size(); ++i) {
+    diff += (static_cast<double>(g[i]) - w[i]) * (static_cast<double>(g[i]) - w[i]);
+    norm += static_cast<double>(w[i]) * w[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+// --grad-reduce bf16 under EP: the dense pieces' syncs over DP and the expert pieces' over the
+// expert-DP group both on bf16 copies (the report's DP row = plan with 2-byte gradients, checked
+// in run_engine). Against the fp32 serial run the bound of layout_equality_test's bf16 case,
+// (N + 1) 2^-8 on the first moment norm-wise (N = dp), and more than 1e-4 (bf16 was used).
+// Every token takes all 4 experts (top-k 4) so that no routing decision can flip: with top-2
+// the bf16 rounding flips near-tied choices and the moments move past the dense bound even
+// without EP (measured 2.4e-2 at dp 2, ep 1).
+TEST(ExpertParallelEquality, WithBf16GradientReduceStaysWithinTheBf16Bound) {
+  StepConfig c = moe_config(0.0);
+  c.model.moe.top_k = 4;
+  const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
+  const Outcome serial = run_serial(c, data);
+  for (const Case& k : {Case{2, 2, 1}, Case{4, 2, 1}}) {
+    for (int zero = 0; zero <= 3; ++zero) {
+      const Outcome got = run_engine(c, k.dp, k.ep, data, k.pp, zero, true);
+      const Worst w = compare(c, serial, got);
+      const double m = relative_moment_diff(serial, got);
+      std::printf("dp%d ep%d zero %d bf16 grad reduce vs serial: loss %.2e, m norm-wise %.2e\n",
+                  k.dp, k.ep, zero, w.loss, m);
+      EXPECT_LE(w.loss, 1e-4);
+      EXPECT_LE(m, (k.dp + 1) * std::ldexp(1.0, -8));
+      EXPECT_GT(m, 1e-4) << "the gradients were not reduced in bf16";
+    }
+  }
 }
 
 TEST(ExpertParallelEquality, RefusesLayoutsItDoesNotRun) {

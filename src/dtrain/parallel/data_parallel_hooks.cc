@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dtrain/comm/collectives.h"
+#include "dtrain/comm/collectives_v.h"
 #include "dtrain/core/bf16.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
@@ -20,6 +21,35 @@ std::unique_ptr<comm::Communicator> async_group(comm::Communicator& dp) {
   std::vector<int> all(static_cast<size_t>(dp.size()));
   for (int r = 0; r < dp.size(); ++r) all[static_cast<size_t>(r)] = r;
   return dp.subgroup(all, "dp-async");
+}
+
+// EP: a piece's average over `comm`, on a bf16 copy with `bf16_wire` (every ring hop rounds)
+// widened back, as the syncs without EP do.
+void all_reduce_piece(comm::Communicator& comm, float* g, int64_t n, bool bf16_wire,
+                      comm::Algorithm algo) {
+  if (!bf16_wire) {
+    comm::all_reduce<float>(comm, g, n, comm::ReduceOp::avg, algo);
+    return;
+  }
+  thread_local std::vector<bf16> wire;  // the communication thread's
+  wire.resize(static_cast<size_t>(n));
+  to_bf16(g, wire.data(), n);
+  comm::all_reduce<bf16>(comm, wire.data(), n, comm::ReduceOp::avg, algo);
+  to_float(wire.data(), g, n);
+}
+
+// EP with ZeRO-1: reduce_scatter_in_place over a bf16 wire (the range rounded to bf16, this
+// rank's piece widened back in place).
+void reduce_scatter_in_place_bf16(comm::Communicator& comm, const ShardLayout& layout,
+                                  int64_t offset, int64_t n, float* range, comm::Algorithm algo) {
+  const std::vector<comm::Chunk> pieces = layout.pieces(offset, n);
+  const comm::Chunk mine = pieces[static_cast<size_t>(comm.rank())];
+  thread_local std::vector<bf16> wire, piece;
+  wire.resize(static_cast<size_t>(n));
+  piece.resize(static_cast<size_t>(mine.count));
+  to_bf16(range, wire.data(), n);
+  comm::reduce_scatter_v<bf16>(comm, wire.data(), piece.data(), pieces, comm::ReduceOp::avg, algo);
+  to_float(piece.data(), range + mine.offset, mine.count);
 }
 
 // EP with ZeRO: the runs of the flat buffer (`psi` elements) this rank's two shards cover, in
@@ -90,8 +120,8 @@ DataParallel::DataParallel(const DataParallelConfig& config, model::GptModel& mo
   if (config.ep > 1) {
     DTRAIN_CHECK(!config.mixed_precision, "--ep ", config.ep,
                  " with --precision bf16 is not supported yet");
-    DTRAIN_CHECK(!config.hierarchical && !config.bf16_grad_reduce, "--ep ", config.ep,
-                 " with --dp-all-reduce hierarchical or --grad-reduce bf16 is not supported yet");
+    DTRAIN_CHECK(!config.hierarchical, "--ep ", config.ep,
+                 " with --dp-all-reduce hierarchical is not supported yet");
     expert_dp_ = dp.subgroup(config.expert_dp_members, "expert-dp");
     expert_dp_->set_memory_tracker(&tracker);
     if (config.zero_stage > 0) {
@@ -368,20 +398,22 @@ void DataParallel::submit_expert_split_sync(int b) {
   comm::Communicator* expert_dp = expert_dp_.get();
   const comm::Algorithm algo = config_.algorithm;
   const float inv_ep = 1.0f / static_cast<float>(config_.ep);
-  comm_->submit("all_reduce " + bucket_name(b), [=](comm::Communicator& c) {
-    for (const BucketPiece& p : pieces) {
-      float* g = grads + p.offset;
-      if (!p.expert) {
-        comm::all_reduce<float>(c, g, p.count, comm::ReduceOp::avg, algo);
-        continue;
-      }
-      // avg over dp/ep holders, times 1/ep: the sum over them divided by dp.
-      if (expert_dp->size() > 1) {
-        comm::all_reduce<float>(*expert_dp, g, p.count, comm::ReduceOp::avg, comm::Algorithm::ring);
-      }
-      for (int64_t i = 0; i < p.count; ++i) g[i] *= inv_ep;
-    }
-  });
+  const bool bf16_wire = config_.bf16_grad_reduce;
+  comm_->submit((bf16_wire ? "all_reduce bf16 " : "all_reduce ") + bucket_name(b),
+                [=](comm::Communicator& c) {
+                  for (const BucketPiece& p : pieces) {
+                    float* g = grads + p.offset;
+                    if (!p.expert) {
+                      all_reduce_piece(c, g, p.count, bf16_wire, algo);
+                      continue;
+                    }
+                    // avg over dp/ep holders, times 1/ep: the sum over them divided by dp.
+                    if (expert_dp->size() > 1) {
+                      all_reduce_piece(*expert_dp, g, p.count, bf16_wire, comm::Algorithm::ring);
+                    }
+                    for (int64_t i = 0; i < p.count; ++i) g[i] *= inv_ep;
+                  }
+                });
 }
 
 // The expert pieces are scaled by 1/ep before their average over the expert-DP group: the sum
@@ -396,18 +428,21 @@ void DataParallel::submit_split_shard_sync(int b, bool accumulate) {
   auto scale = [inv_ep](float* g, int64_t n) {
     for (int64_t i = 0; i < n; ++i) g[i] *= inv_ep;
   };
+  const bool bf16_wire = config_.bf16_grad_reduce;
   if (config_.zero_stage == 1) {
     float* grads = model_.grads().data();
     comm_->submit("reduce_scatter " + bucket_name(b), [=](comm::Communicator& c) {
       for (const BucketPiece& p : pieces) {
         float* g = grads + p.offset;
-        if (!p.expert) {
-          reduce_scatter_in_place(c, split->dense, p.packed, p.count, g, algo);
-          continue;
+        if (p.expert) scale(g, p.count);
+        comm::Communicator& group = p.expert ? *split->expert_comm : c;
+        const ShardLayout& layout = p.expert ? split->expert : split->dense;
+        const comm::Algorithm a = p.expert ? comm::Algorithm::ring : algo;
+        if (bf16_wire) {
+          reduce_scatter_in_place_bf16(group, layout, p.packed, p.count, g, a);
+        } else {
+          reduce_scatter_in_place(group, layout, p.packed, p.count, g, a);
         }
-        scale(g, p.count);
-        reduce_scatter_in_place(*split->expert_comm, split->expert, p.packed, p.count, g,
-                                comm::Algorithm::ring);
       }
     });
     return;
@@ -422,12 +457,12 @@ void DataParallel::submit_split_shard_sync(int b, bool accumulate) {
       float* g = owned->data() + (p.offset - bucket.offset);
       if (!p.expert) {
         reduce_scatter_to_shard(c, split->dense, p.packed, p.count, g, shard, accumulate, *scratch,
-                                false, algo);
+                                bf16_wire, algo);
         continue;
       }
       scale(g, p.count);
       reduce_scatter_to_shard(*split->expert_comm, split->expert, p.packed, p.count, g,
-                              shard + split->dense.shard, accumulate, *scratch, false,
+                              shard + split->dense.shard, accumulate, *scratch, bf16_wire,
                               comm::Algorithm::ring);
     }
   });
