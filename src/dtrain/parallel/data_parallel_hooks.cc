@@ -57,7 +57,7 @@ void reduce_scatter_in_place_bf16(comm::Communicator& comm, const ShardLayout& l
 struct OwnedRun {
   int64_t flat = 0, moment = 0, count = 0;
 };
-std::vector<OwnedRun> owned_runs(const SplitShards& s, int64_t psi, int dense_rank,
+std::vector<OwnedRun> split_runs(const SplitShards& s, int64_t psi, int dense_rank,
                                  int expert_rank) {
   std::vector<OwnedRun> out;
   for (const BucketPiece& p : split_at_experts({0, psi}, s.expert_ranges)) {
@@ -217,7 +217,7 @@ std::vector<UpdatePiece> DataParallel::update_pieces() {
   // both (3): the shard buffers index as the moments do.
   std::vector<UpdatePiece> out;
   const int expert_rank = expert_dp_->rank();
-  for (const OwnedRun& r : owned_runs(*split_, layout_.count, rank_, expert_rank)) {
+  for (const OwnedRun& r : split_runs(*split_, layout_.count, rank_, expert_rank)) {
     float* params = config_.zero_stage == 3 && !param_shard_.empty()
                         ? param_shard_.data() + r.moment
                         : model_.params().data() + r.flat;
@@ -225,6 +225,15 @@ std::vector<UpdatePiece> DataParallel::update_pieces() {
                                                                    : model_.grads().data() + r.flat;
     const auto n = static_cast<size_t>(r.count);
     out.push_back({r.flat, r.moment, {params, n}, {grads, n}});
+  }
+  return out;
+}
+
+std::vector<comm::Chunk> DataParallel::owned_runs() const {
+  if (split_ == nullptr) return {owned()};
+  std::vector<comm::Chunk> out;
+  for (const OwnedRun& r : split_runs(*split_, layout_.count, rank_, expert_dp_->rank())) {
+    out.push_back({r.flat, r.count});
   }
   return out;
 }

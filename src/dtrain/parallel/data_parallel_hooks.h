@@ -135,6 +135,8 @@ class DataParallel final : public UnitHooks {
   int64_t moment_count() const;
   // fp32, after the syncs: what the optimizer updates, piece by piece (every layout).
   std::vector<UpdatePiece> update_pieces();
+  // The flat runs those pieces cover: {owned()} but under split_shards().
+  std::vector<comm::Chunk> owned_runs() const;
 
   // --- one step: begin_step, the schedule (the hooks), wait_for_syncs, the deferred unit, then
   // the update on update_params() / update_grads() and gather_updated_params().

@@ -312,16 +312,19 @@ RankRow measure_rank(const Engine& e) {
   if (sp) {
     // The LayerNorm gradients' sum over TP after the DP sync: each LN tensor's elements this
     // rank holds (all of them at ZeRO 0, its shard's at 1-3), one exact ring all-reduce each.
-    const comm::Chunk held = e.data_parallel().owned();
-    for (const model::ParamTensor& x : model.param_table().tensors()) {
-      const bool layernorm = x.name.find("ln1.") != std::string::npos ||
-                             x.name.find("ln2.") != std::string::npos || x.name.starts_with("lnf.");
-      const int64_t lo = std::max(held.offset, x.offset);
-      const int64_t hi = std::min(held.offset + held.count, x.offset + x.count);
-      if (!layernorm || lo >= hi) continue;
-      r.tp_norms_formula += static_cast<double>(
-          plan::flat_ring_all_reduce_link_traffic(hi - lo, sizeof(float), c.tp, 1, me.tp)
-              .total_bytes());
+    // Under EP with ZeRO each run of the rank's two shards is summed on its own.
+    for (const comm::Chunk& held : e.data_parallel().owned_runs()) {
+      for (const model::ParamTensor& x : model.param_table().tensors()) {
+        const bool layernorm = x.name.find("ln1.") != std::string::npos ||
+                               x.name.find("ln2.") != std::string::npos ||
+                               x.name.starts_with("lnf.");
+        const int64_t lo = std::max(held.offset, x.offset);
+        const int64_t hi = std::min(held.offset + held.count, x.offset + x.count);
+        if (!layernorm || lo >= hi) continue;
+        r.tp_norms_formula += static_cast<double>(
+            plan::flat_ring_all_reduce_link_traffic(hi - lo, sizeof(float), c.tp, 1, me.tp)
+                .total_bytes());
+      }
     }
   }
   r.tp_vocab_formula =
