@@ -126,8 +126,6 @@ expect_error '--ep 4 does not divide --experts 6' train --layers 2 --channels 32
 expect_error '--ep 2 needs a mixture-of-experts model' train --layers 2 --channels 32 --heads 4 \
   --context 16 --batch 4 --dp 2 --ep 2 --steps 1
 expect_error '--ep must be at least 1' "${moe[@]}" --ep 0 --steps 1
-expect_error '--ep 2 with --zero 1 is not supported yet' "${m4[@]}" --dp 2 --ep 2 --zero 1 \
-  --steps 1
-expect_error '--ep 2 with --dp-all-reduce hierarchical or --grad-reduce bf16 is not supported' \
-  "${m4[@]}" --dp 2 --ep 2 --grad-reduce bf16 --steps 1
+expect_error '--ep 2 with --dp-all-reduce hierarchical is not supported' \
+  "${m4[@]}" --dp 2 --ep 2 --dp-all-reduce hierarchical --ranks-per-node 1 --steps 1
 finish

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dtrain/comm/collectives_v.h"
+#include "dtrain/core/bf16.h"
 #include "harness.h"
 
 namespace dtrain::comm {
@@ -143,6 +144,33 @@ TEST(CollectivesV, ReduceScatterOverCallerChunks) {
       check_reduce_scatter<float>(world, pattern, ReduceOp::sum, false, Algorithm::direct);
       check_reduce_scatter<float>(world, pattern, ReduceOp::avg, true, Algorithm::direct);
       check_reduce_scatter<int64_t>(world, pattern, ReduceOp::sum, true, Algorithm::direct);
+    }
+  }
+}
+
+// bf16 is not a std floating-point type, and its ring average once came back as the sum: small
+// integers on 1, 2 and 4 ranks, whose sums and averages bf16 holds exactly, ring and direct.
+TEST(CollectivesV, Bf16ReduceScatterAverages) {
+  for (int world : {1, 2, 4}) {
+    for (Algorithm algo : {Algorithm::ring, Algorithm::direct}) {
+      SCOPED_TRACE(::testing::Message() << "world " << world << " " << name(algo));
+      const std::vector<Chunk> chunks = layout(world, 0);
+      const int64_t count = total(chunks);
+      testing::run_group(world, [&](Communicator& comm) {
+        const int r = comm.rank();
+        std::vector<bf16> input(static_cast<size_t>(count));
+        for (int64_t i = 0; i < count; ++i)
+          input[static_cast<size_t>(i)] = to_bf16(value<float>(r, i));
+        const Chunk mine = chunks[static_cast<size_t>(r)];
+        std::vector<bf16> output(static_cast<size_t>(mine.count));
+        reduce_scatter_v<bf16>(comm, input.data(), output.data(), chunks, ReduceOp::avg, algo);
+        for (int64_t k = 0; k < mine.count; ++k) {
+          float sum = 0;
+          for (int q = 0; q < world; ++q) sum += value<float>(q, mine.offset + k);
+          ASSERT_EQ(to_float(output[static_cast<size_t>(k)]), sum / static_cast<float>(world))
+              << "rank " << r << " element " << mine.offset + k;
+        }
+      });
     }
   }
 }

@@ -96,6 +96,26 @@ TEST(MoeMemory, ExpertStateOverTheExpertDataParallelGroup) {
                    12.0 * static_cast<double>(shard_count(replicated.stage_params, 32)));
 }
 
+// The engine's per-rank state under EP and ZeRO, by hand (fp32 AdamW: 4 + 4 + 8 bytes): 1001
+// dense elements over 4 ranks (shard 251), 333 expert elements over 2 (shard 167).
+TEST(MoeMemory, EpModelStateBytesByHand) {
+  const ModelStateBytes z3 = ep_model_state_bytes(1001, 333, 4, 2, 3, kFp32Adam);
+  EXPECT_EQ(z3.params, 4 * (251 + 167));
+  EXPECT_EQ(z3.grads, 4 * (251 + 167));
+  EXPECT_EQ(z3.optimizer, 8 * (251 + 167));
+  const ModelStateBytes z1 = ep_model_state_bytes(1001, 333, 4, 2, 1, kFp32Adam);
+  EXPECT_EQ(z1.params, 4 * 1334);
+  EXPECT_EQ(z1.grads, 4 * 1334);
+  EXPECT_EQ(z1.optimizer, 8 * (251 + 167));
+  // ep 1: one group, ceil(1334 / 4) = 334.
+  EXPECT_EQ(ep_model_state_bytes(1001, 333, 4, 1, 3, kFp32Adam).optimizer, 8 * 334);
+  EXPECT_THROW((void)ep_model_state_bytes(1001, 333, 4, 3, 1, kFp32Adam), Error);
+  // Full recompute reruns the forward's exchanges; selective does not.
+  EXPECT_EQ(ep_forward_exchanges(Recompute::none), 1);
+  EXPECT_EQ(ep_forward_exchanges(Recompute::selective), 1);
+  EXPECT_EQ(ep_forward_exchanges(Recompute::full), 2);
+}
+
 // All-to-all bytes, by hand: 4096 tokens, k 2, h 4096, bf16: 67,108,864 bytes of routed copies
 // per rank; uniform over ep 8 each rank sends 1/8 of them to each of the 7 others (8,388,608
 // each, 58,720,256 in all) and receives as much.

@@ -61,9 +61,14 @@ Traffic reduce_scatter_v(Communicator& comm, const T* input, T* output,
   }
   detail::ring_reduce_scatter_chunks(comm, scope, input, output, chunks, op,
                                      detail::kTagReduceScatterV);
-  if constexpr (std::is_floating_point_v<T>) {
-    if (op == ReduceOp::avg)
+  // bf16 is not a std floating-point type: its average scales by a float factor, as
+  // all_reduce's does (before, a ring reduce_scatter_v<bf16> with avg returned the sum).
+  if (op == ReduceOp::avg) {
+    if constexpr (std::is_same_v<T, bf16>) {
+      detail::scale(output, mine.count, 1.0f / static_cast<float>(n));
+    } else if constexpr (std::is_floating_point_v<T>) {
       detail::scale(output, mine.count, static_cast<T>(1) / static_cast<T>(n));
+    }
   }
   return scope.traffic();
 }

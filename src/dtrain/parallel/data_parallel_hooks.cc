@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dtrain/comm/collectives.h"
+#include "dtrain/comm/collectives_v.h"
 #include "dtrain/core/bf16.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
@@ -20,6 +21,56 @@ std::unique_ptr<comm::Communicator> async_group(comm::Communicator& dp) {
   std::vector<int> all(static_cast<size_t>(dp.size()));
   for (int r = 0; r < dp.size(); ++r) all[static_cast<size_t>(r)] = r;
   return dp.subgroup(all, "dp-async");
+}
+
+// EP: a piece's average over `comm`, on a bf16 copy with `bf16_wire` (every ring hop rounds)
+// widened back, as the syncs without EP do.
+void all_reduce_piece(comm::Communicator& comm, float* g, int64_t n, bool bf16_wire,
+                      comm::Algorithm algo) {
+  if (!bf16_wire) {
+    comm::all_reduce<float>(comm, g, n, comm::ReduceOp::avg, algo);
+    return;
+  }
+  thread_local std::vector<bf16> wire;  // the communication thread's
+  wire.resize(static_cast<size_t>(n));
+  to_bf16(g, wire.data(), n);
+  comm::all_reduce<bf16>(comm, wire.data(), n, comm::ReduceOp::avg, algo);
+  to_float(wire.data(), g, n);
+}
+
+// EP with ZeRO-1: reduce_scatter_in_place over a bf16 wire (the range rounded to bf16, this
+// rank's piece widened back in place).
+void reduce_scatter_in_place_bf16(comm::Communicator& comm, const ShardLayout& layout,
+                                  int64_t offset, int64_t n, float* range, comm::Algorithm algo) {
+  const std::vector<comm::Chunk> pieces = layout.pieces(offset, n);
+  const comm::Chunk mine = pieces[static_cast<size_t>(comm.rank())];
+  thread_local std::vector<bf16> wire, piece;
+  wire.resize(static_cast<size_t>(n));
+  piece.resize(static_cast<size_t>(mine.count));
+  to_bf16(range, wire.data(), n);
+  comm::reduce_scatter_v<bf16>(comm, wire.data(), piece.data(), pieces, comm::ReduceOp::avg, algo);
+  to_float(piece.data(), range + mine.offset, mine.count);
+}
+
+// EP with ZeRO: the runs of the flat buffer (`psi` elements) this rank's two shards cover, in
+// flat order, with their index in the shard buffer (the dense shard, then the expert shard).
+struct OwnedRun {
+  int64_t flat = 0, moment = 0, count = 0;
+};
+std::vector<OwnedRun> split_runs(const SplitShards& s, int64_t psi, int dense_rank,
+                                 int expert_rank) {
+  std::vector<OwnedRun> out;
+  for (const BucketPiece& p : split_at_experts({0, psi}, s.expert_ranges)) {
+    const ShardLayout& layout = p.expert ? s.expert : s.dense;
+    const int r = p.expert ? expert_rank : dense_rank;
+    const comm::Chunk mine = layout.pieces(p.packed, p.count)[static_cast<size_t>(r)];
+    if (mine.count == 0) continue;
+    const int64_t base = p.expert ? s.dense.shard : 0;
+    out.push_back({p.offset + mine.offset,
+                   base + p.packed + mine.offset - static_cast<int64_t>(r) * layout.shard,
+                   mine.count});
+  }
+  return out;
 }
 
 }  // namespace
@@ -67,14 +118,19 @@ DataParallel::DataParallel(const DataParallelConfig& config, model::GptModel& mo
     model.release_grads();
   }
   if (config.ep > 1) {
-    DTRAIN_CHECK(config.zero_stage == 0, "--ep ", config.ep, " with --zero ", config.zero_stage,
-                 " is not supported yet (expert state sharded over the expert-DP group)");
     DTRAIN_CHECK(!config.mixed_precision, "--ep ", config.ep,
                  " with --precision bf16 is not supported yet");
-    DTRAIN_CHECK(!config.hierarchical && !config.bf16_grad_reduce, "--ep ", config.ep,
-                 " with --dp-all-reduce hierarchical or --grad-reduce bf16 is not supported yet");
+    DTRAIN_CHECK(!config.hierarchical, "--ep ", config.ep,
+                 " with --dp-all-reduce hierarchical is not supported yet");
     expert_dp_ = dp.subgroup(config.expert_dp_members, "expert-dp");
     expert_dp_->set_memory_tracker(&tracker);
+    if (config.zero_stage > 0) {
+      int64_t experts = 0;
+      for (const comm::Chunk& r : config.expert_ranges) experts += r.count;
+      split_ = std::make_unique<SplitShards>(SplitShards{
+          shard_layout(model.param_count() - experts, dp.size()),
+          shard_layout(experts, expert_dp_->size()), expert_dp_.get(), config.expert_ranges});
+    }
   }
   if (dp.size() == 1 && config.zero_stage == 0) return;  // nothing to average or shard
 
@@ -95,14 +151,15 @@ DataParallel::DataParallel(const DataParallelConfig& config, model::GptModel& mo
   syncs_.assign(buckets_.size(), 0);
 
   if (config.zero_stage >= 2 && !config.mixed_precision) {
-    grad_shard_ = Buffer<float>(layout_.shard, MemoryTag::grads, &tracker);
+    grad_shard_ = Buffer<float>(moment_count(), MemoryTag::grads, &tracker);
     model.release_grads();
   }
   if (config.zero_stage == 3 && !config.mixed_precision) {
-    param_shard_ = Buffer<float>(layout_.shard, MemoryTag::params, &tracker);
-    const comm::Chunk own = layout_.owned(rank_);
-    std::memcpy(param_shard_.data(), model.params().data() + own.offset,
-                static_cast<size_t>(own.count) * sizeof(float));
+    param_shard_ = Buffer<float>(moment_count(), MemoryTag::params, &tracker);
+    for (const UpdatePiece& p : update_pieces()) {
+      std::memcpy(param_shard_.data() + p.moment, model.params().data() + p.flat,
+                  p.params.size() * sizeof(float));
+    }
     model.release_params();
   }
   std::unique_ptr<comm::Communicator> async = async_group(dp);
@@ -124,7 +181,11 @@ DataParallel::DataParallel(const DataParallelConfig& config, model::GptModel& mo
   }
   if (config_.algorithm == comm::Algorithm::automatic) config_.algorithm = comm::Algorithm::ring;
   comm_ = std::make_unique<CommThread>(std::move(async));
-  if (config.zero_stage == 3) {
+  if (config.zero_stage == 3 && split_ != nullptr) {
+    gathered_ = std::make_unique<GatheredUnits>(*split_, units.units(),
+                                                static_cast<const float*>(param_shard_.data()),
+                                                *comm_, tracker, config_.algorithm);
+  } else if (config.zero_stage == 3) {
     gathered_ = config.mixed_precision
                     ? std::make_unique<GatheredUnits>(layout_, units.units(),
                                                       static_cast<const bf16*>(param16_.data()),
@@ -138,8 +199,43 @@ DataParallel::DataParallel(const DataParallelConfig& config, model::GptModel& mo
 DataParallel::~DataParallel() = default;
 
 comm::Chunk DataParallel::owned() const {
+  DTRAIN_CHECK(split_ == nullptr, "DataParallel: EP with ZeRO owns several runs (update_pieces)");
   if (config_.zero_stage == 0) return {0, layout_.count};
   return layout_.owned(rank_);
+}
+
+int64_t DataParallel::moment_count() const {
+  if (config_.zero_stage == 0) return layout_.count;
+  if (split_ != nullptr) return split_->dense.shard + split_->expert.shard;
+  return layout_.shard;
+}
+
+std::vector<UpdatePiece> DataParallel::update_pieces() {
+  DTRAIN_CHECK(!config_.mixed_precision, "DataParallel: mixed precision updates mixed_update()");
+  if (split_ == nullptr) return {{owned().offset, 0, update_params(), update_grads()}};
+  // The parameters and gradients are flat (stage 1), the gradients packed in the shard (2), or
+  // both (3): the shard buffers index as the moments do.
+  std::vector<UpdatePiece> out;
+  const int expert_rank = expert_dp_->rank();
+  for (const OwnedRun& r : split_runs(*split_, layout_.count, rank_, expert_rank)) {
+    float* params = config_.zero_stage == 3 && !param_shard_.empty()
+                        ? param_shard_.data() + r.moment
+                        : model_.params().data() + r.flat;
+    float* grads = config_.zero_stage >= 2 && !grad_shard_.empty() ? grad_shard_.data() + r.moment
+                                                                   : model_.grads().data() + r.flat;
+    const auto n = static_cast<size_t>(r.count);
+    out.push_back({r.flat, r.moment, {params, n}, {grads, n}});
+  }
+  return out;
+}
+
+std::vector<comm::Chunk> DataParallel::owned_runs() const {
+  if (split_ == nullptr) return {owned()};
+  std::vector<comm::Chunk> out;
+  for (const OwnedRun& r : split_runs(*split_, layout_.count, rank_, expert_dp_->rank())) {
+    out.push_back({r.flat, r.count});
+  }
+  return out;
 }
 
 void DataParallel::begin_step() {
@@ -253,6 +349,10 @@ void DataParallel::submit_sync(int b) {
     submit_expert_split_sync(b);
     return;
   }
+  if (split_ != nullptr) {
+    submit_split_shard_sync(b, accumulate);
+    return;
+  }
   if (config_.zero_stage == 0) {
     float* grads = model_.grads().data() + bucket.offset;
     if (node_groups_ != nullptr) {
@@ -307,18 +407,72 @@ void DataParallel::submit_expert_split_sync(int b) {
   comm::Communicator* expert_dp = expert_dp_.get();
   const comm::Algorithm algo = config_.algorithm;
   const float inv_ep = 1.0f / static_cast<float>(config_.ep);
-  comm_->submit("all_reduce " + bucket_name(b), [=](comm::Communicator& c) {
+  const bool bf16_wire = config_.bf16_grad_reduce;
+  comm_->submit((bf16_wire ? "all_reduce bf16 " : "all_reduce ") + bucket_name(b),
+                [=](comm::Communicator& c) {
+                  for (const BucketPiece& p : pieces) {
+                    float* g = grads + p.offset;
+                    if (!p.expert) {
+                      all_reduce_piece(c, g, p.count, bf16_wire, algo);
+                      continue;
+                    }
+                    // avg over dp/ep holders, times 1/ep: the sum over them divided by dp.
+                    if (expert_dp->size() > 1) {
+                      all_reduce_piece(*expert_dp, g, p.count, bf16_wire, comm::Algorithm::ring);
+                    }
+                    for (int64_t i = 0; i < p.count; ++i) g[i] *= inv_ep;
+                  }
+                });
+}
+
+// The expert pieces are scaled by 1/ep before their average over the expert-DP group: the sum
+// over it divided by the DP size, as at stage 0 (exactly so for ep a power of two).
+void DataParallel::submit_split_shard_sync(int b, bool accumulate) {
+  const Bucket bucket = buckets_[static_cast<size_t>(b)];
+  const SplitShards* split = split_.get();
+  const std::vector<BucketPiece> pieces =
+      split_at_experts({bucket.offset, bucket.count}, split->expert_ranges);
+  const comm::Algorithm algo = config_.algorithm;
+  const float inv_ep = 1.0f / static_cast<float>(config_.ep);
+  auto scale = [inv_ep](float* g, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) g[i] *= inv_ep;
+  };
+  const bool bf16_wire = config_.bf16_grad_reduce;
+  if (config_.zero_stage == 1) {
+    float* grads = model_.grads().data();
+    comm_->submit("reduce_scatter " + bucket_name(b), [=](comm::Communicator& c) {
+      for (const BucketPiece& p : pieces) {
+        float* g = grads + p.offset;
+        if (p.expert) scale(g, p.count);
+        comm::Communicator& group = p.expert ? *split->expert_comm : c;
+        const ShardLayout& layout = p.expert ? split->expert : split->dense;
+        const comm::Algorithm a = p.expert ? comm::Algorithm::ring : algo;
+        if (bf16_wire) {
+          reduce_scatter_in_place_bf16(group, layout, p.packed, p.count, g, a);
+        } else {
+          reduce_scatter_in_place(group, layout, p.packed, p.count, g, a);
+        }
+      }
+    });
+    return;
+  }
+  std::shared_ptr<Buffer<float>> owned = std::move(bucket_grads_[static_cast<size_t>(b)]);
+  DTRAIN_CHECK(owned != nullptr, "DataParallel: bucket ", bucket_name(b),
+               " synced without a backward");
+  float* shard = grad_shard_.data();
+  Buffer<float>* scratch = &scratch_;
+  comm_->submit("reduce_scatter " + bucket_name(b), [=](comm::Communicator& c) {
     for (const BucketPiece& p : pieces) {
-      float* g = grads + p.offset;
+      float* g = owned->data() + (p.offset - bucket.offset);
       if (!p.expert) {
-        comm::all_reduce<float>(c, g, p.count, comm::ReduceOp::avg, algo);
+        reduce_scatter_to_shard(c, split->dense, p.packed, p.count, g, shard, accumulate, *scratch,
+                                bf16_wire, algo);
         continue;
       }
-      // avg over dp/ep holders, times 1/ep: the sum over them divided by dp.
-      if (expert_dp->size() > 1) {
-        comm::all_reduce<float>(*expert_dp, g, p.count, comm::ReduceOp::avg, comm::Algorithm::ring);
-      }
-      for (int64_t i = 0; i < p.count; ++i) g[i] *= inv_ep;
+      scale(g, p.count);
+      reduce_scatter_to_shard(*split->expert_comm, split->expert, p.packed, p.count, g,
+                              shard + split->dense.shard, accumulate, *scratch, bf16_wire,
+                              comm::Algorithm::ring);
     }
   });
 }
@@ -422,6 +576,7 @@ void DataParallel::sync_deferred() {
 }
 
 HeldGrads DataParallel::held_grads() {
+  DTRAIN_CHECK(split_ == nullptr, "DataParallel: EP with ZeRO holds several runs (update_pieces)");
   if (config_.mixed_precision) {
     if (config_.zero_stage == 0) return {{}, 0, grad16_.span()};
     const comm::Chunk own = layout_.owned(rank_);
@@ -439,6 +594,7 @@ HeldGrads DataParallel::held_grads() {
 
 std::span<float> DataParallel::update_params() {
   DTRAIN_CHECK(!config_.mixed_precision, "DataParallel: mixed precision updates mixed_update()");
+  DTRAIN_CHECK(split_ == nullptr, "DataParallel: EP with ZeRO updates update_pieces()");
   if (config_.zero_stage == 0) return model_.params();
   const comm::Chunk own = layout_.owned(rank_);
   if (config_.zero_stage == 3) return param_shard_.span().first(static_cast<size_t>(own.count));
@@ -470,6 +626,24 @@ void DataParallel::gather_updated_params() {
     return;
   }
   float* all = model_.params().data();
+  if (split_ != nullptr) {
+    // Each piece of the buffer from its own group's shards, in place.
+    const SplitShards* split = split_.get();
+    const std::vector<BucketPiece> pieces =
+        split_at_experts({0, layout_.count}, split->expert_ranges);
+    const comm::Algorithm algo = config_.algorithm;
+    wait_for(comm_->submit("all_gather params", [=](comm::Communicator& c) {
+      for (const BucketPiece& p : pieces) {
+        if (p.expert) {
+          gather_in_place(*split->expert_comm, split->expert, p.packed, p.count, all + p.offset,
+                          comm::Algorithm::ring);
+        } else {
+          gather_in_place(c, split->dense, p.packed, p.count, all + p.offset, algo);
+        }
+      }
+    }));
+    return;
+  }
   const float* shard = all + std::min(layout_.count, rank_ * layout_.shard);
   const ShardLayout layout = layout_;
   const comm::Algorithm algo = config_.algorithm;

@@ -75,7 +75,10 @@ struct DataParallelConfig {
   // Expert parallelism (parallel/expert_parallel.h): the flat ranges of the stage's table that
   // hold this rank's experts (ascending) and the DP ranks of its expert-data-parallel group. Their
   // gradients are summed over that group and divided by the DP size (the owner's gradient already
-  // sums its EP group's tokens), the rest averaged over the whole DP group. ZeRO 0, fp32.
+  // sums its EP group's tokens), the rest averaged over the whole DP group. fp32. With ZeRO
+  // (SplitShards in zero.h) the dense elements are sharded over DP and the expert elements over
+  // the expert-DP group, each kind in its own packed index space, as Megatron's and DeepSpeed's
+  // distributed optimizers keep two sharding groups.
   int ep = 1;
   std::vector<comm::Chunk> expert_ranges;
   std::vector<int> expert_dp_members;
@@ -87,6 +90,14 @@ struct HeldGrads {
   std::span<float> grads;
   int64_t first = 0;
   std::span<bf16> grads16;
+};
+
+// One run of flat elements whose moments, gradient and parameters this rank keeps: `flat` is
+// the first flat element, `moment` its index in the optimizer's moments (and in the parameter
+// and gradient shards where the stage has them). Without EP and ZeRO there is one piece, owned().
+struct UpdatePiece {
+  int64_t flat = 0, moment = 0;
+  std::span<float> params, grads;
 };
 
 // What the optimizer updates under mixed precision: the fp32 master weights of the owned range
@@ -116,6 +127,16 @@ class DataParallel final : public UnitHooks {
   // this rank keeps: layout().owned(dp rank); everything at stage 0.
   comm::Chunk owned() const;
   const std::vector<Bucket>& buckets() const { return buckets_; }
+  // EP with ZeRO: dense and expert elements sharded over their own groups, so a rank's shard is
+  // several runs of the flat buffer (update_pieces) and owned() / held_grads() do not apply.
+  bool split_shards() const { return split_ != nullptr; }
+  // The elements the optimizer keeps moments for: the whole stage at ZeRO 0, else the shard
+  // (the dense shard plus the expert shard under split_shards()).
+  int64_t moment_count() const;
+  // fp32, after the syncs: what the optimizer updates, piece by piece (every layout).
+  std::vector<UpdatePiece> update_pieces();
+  // The flat runs those pieces cover: {owned()} but under split_shards().
+  std::vector<comm::Chunk> owned_runs() const;
 
   // --- one step: begin_step, the schedule (the hooks), wait_for_syncs, the deferred unit, then
   // the update on update_params() / update_grads() and gather_updated_params().
@@ -169,6 +190,8 @@ class DataParallel final : public UnitHooks {
   // Expert parallelism, stage 0: bucket b's dense parts averaged over DP, its expert parts
   // summed over the expert-DP group and divided by the DP size.
   void submit_expert_split_sync(int bucket);
+  // EP with ZeRO 1-3: each piece of bucket b reduce-scattered over its own group.
+  void submit_split_shard_sync(int bucket, bool accumulate);
   void submit_mixed_sync(int bucket, bool accumulate, const std::string& span);
   // Mixed precision, stages 0-1: adds a unit's fp32 working gradient into the bf16 gradient and
   // frees it.
@@ -207,6 +230,7 @@ class DataParallel final : public UnitHooks {
   int64_t direct_slot_bytes_ = 0;
   std::unique_ptr<comm::NodeGroups> node_groups_;  // hierarchical: subgroups of comm_'s group
   std::unique_ptr<comm::Communicator> expert_dp_;  // EP: used by the communication thread only
+  std::unique_ptr<SplitShards> split_;             // EP with ZeRO
   // Last: destroyed first, so the thread stops before the buffers its tasks write go away.
   std::unique_ptr<CommThread> comm_;
 };

@@ -26,17 +26,27 @@ std::vector<int> expert_dp_group_members(int dp, int ep, int dp_rank) {
 
 std::vector<BucketPiece> split_at_experts(comm::Chunk bucket,
                                           std::span<const comm::Chunk> expert_ranges) {
+  // Expert elements of the whole buffer before flat element f.
+  auto experts_before = [&](int64_t f) {
+    int64_t n = 0;
+    for (const comm::Chunk& e : expert_ranges) n += std::clamp<int64_t>(f - e.offset, 0, e.count);
+    return n;
+  };
+  auto piece = [&](int64_t offset, int64_t count, bool expert) {
+    const int64_t before = experts_before(offset);
+    return BucketPiece{offset, count, expert, expert ? before : offset - before};
+  };
   std::vector<BucketPiece> pieces;
   int64_t at = bucket.offset;
   const int64_t end = bucket.offset + bucket.count;
   for (const comm::Chunk& e : expert_ranges) {
     const int64_t lo = std::max(at, e.offset), hi = std::min(end, e.offset + e.count);
     if (lo >= hi) continue;
-    if (lo > at) pieces.push_back({at, lo - at, false});
-    pieces.push_back({lo, hi - lo, true});
+    if (lo > at) pieces.push_back(piece(at, lo - at, false));
+    pieces.push_back(piece(lo, hi - lo, true));
     at = hi;
   }
-  if (at < end) pieces.push_back({at, end - at, false});
+  if (at < end) pieces.push_back(piece(at, end - at, false));
   return pieces;
 }
 

@@ -26,9 +26,13 @@ std::vector<int> expert_dp_group_members(int dp, int ep, int dp_rank);
 // A gradient bucket [offset, offset + count) cut at the edges of the expert tensors' flat ranges
 // (ascending): its pieces in flat order, each dense (averaged over DP) or expert (over the
 // expert-DP group). DataParallel syncs these pieces; the report's DP formula prices them.
+// `packed` is where the piece starts among the flat buffer's dense (or expert) elements taken in
+// flat order: the index space ZeRO shards each kind over its own group in (dense over DP,
+// experts over the expert-DP group), so a piece is contiguous in both spaces.
 struct BucketPiece {
   int64_t offset = 0, count = 0;
   bool expert = false;
+  int64_t packed = 0;
 };
 std::vector<BucketPiece> split_at_experts(comm::Chunk bucket,
                                           std::span<const comm::Chunk> expert_ranges);

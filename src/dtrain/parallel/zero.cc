@@ -9,6 +9,7 @@
 #include "dtrain/comm/collectives_v.h"
 #include "dtrain/core/bf16.h"
 #include "dtrain/core/check.h"
+#include "dtrain/parallel/expert_parallel.h"
 
 namespace dtrain::parallel {
 
@@ -148,6 +149,22 @@ comm::Traffic reduce_scatter_to_bf16_shard(comm::Communicator& comm, const Shard
                                 tracker, algo);
 }
 
+comm::Traffic reduce_scatter_in_place(comm::Communicator& comm, const ShardLayout& layout,
+                                      int64_t offset, int64_t n, float* range,
+                                      comm::Algorithm algo) {
+  const std::vector<comm::Chunk> pieces = layout.pieces(offset, n);
+  const comm::Chunk mine = pieces[static_cast<size_t>(comm.rank())];
+  return comm::reduce_scatter_v<float>(comm, range, range + mine.offset, pieces,
+                                       comm::ReduceOp::avg, algo);
+}
+
+comm::Traffic gather_in_place(comm::Communicator& comm, const ShardLayout& layout, int64_t offset,
+                              int64_t n, float* range, comm::Algorithm algo) {
+  const std::vector<comm::Chunk> pieces = layout.pieces(offset, n);
+  const comm::Chunk mine = pieces[static_cast<size_t>(comm.rank())];
+  return comm::all_gather_v<float>(comm, range + mine.offset, range, pieces, algo);
+}
+
 template <typename T>
 comm::Traffic gather_from_shards(comm::Communicator& comm, const ShardLayout& layout,
                                  int64_t offset, int64_t n, const T* shard, T* out,
@@ -185,6 +202,13 @@ GatheredUnits::GatheredUnits(const ShardLayout& layout, std::span<const GradUnit
       algo_(algo),
       gathered_(units.size()) {}
 
+GatheredUnits::GatheredUnits(const SplitShards& split, std::span<const GradUnit> units,
+                             const float* shard, CommThread& comm, MemoryTracker& tracker,
+                             comm::Algorithm algo)
+    : GatheredUnits(split.dense, units, shard, comm, tracker, algo) {
+  split_ = std::make_unique<SplitShards>(split);
+}
+
 void GatheredUnits::gather(int u) {
   const GradUnit& unit = units_[static_cast<size_t>(u)];
   Gathered& g = gathered_[static_cast<size_t>(u)];
@@ -204,6 +228,22 @@ void GatheredUnits::gather(int u) {
   g.buffer = std::make_unique<Buffer<float>>(unit.count, MemoryTag::params, &tracker_);
   float* out = g.buffer->data();
   const float* shard = shard_;
+  if (split_ != nullptr) {
+    const SplitShards* split = split_.get();
+    const std::vector<BucketPiece> pieces = split_at_experts({offset, count}, split->expert_ranges);
+    g.ticket = comm_.submit("all_gather " + unit.name, [=](comm::Communicator& c) {
+      for (const BucketPiece& p : pieces) {
+        float* dst = out + (p.offset - offset);
+        if (p.expert) {
+          gather_from_shards<float>(*split->expert_comm, split->expert, p.packed, p.count,
+                                    shard + split->dense.shard, dst, comm::Algorithm::ring);
+        } else {
+          gather_from_shards<float>(c, split->dense, p.packed, p.count, shard, dst, algo);
+        }
+      }
+    });
+    return;
+  }
   g.ticket = comm_.submit("all_gather " + unit.name, [=](comm::Communicator& c) {
     gather_from_shards<float>(c, layout, offset, count, shard, out, algo);
   });

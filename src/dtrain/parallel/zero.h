@@ -84,6 +84,28 @@ extern template comm::Traffic gather_from_shards<bf16>(comm::Communicator&, cons
                                                        int64_t, int64_t, const bf16*, bf16*,
                                                        comm::Algorithm);
 
+// ZeRO-1 and the parameter gathers under expert parallelism, where a rank's shard is not one
+// run of the flat buffer: `range` holds the layout's elements [offset, offset + n) (this rank's
+// n gradients, or the parameters), and this rank's piece of them is reduced (averaged over the
+// group) or gathered from in place, at its own position in `range`.
+comm::Traffic reduce_scatter_in_place(comm::Communicator& comm, const ShardLayout& layout,
+                                      int64_t offset, int64_t n, float* range,
+                                      comm::Algorithm algo = comm::Algorithm::ring);
+comm::Traffic gather_in_place(comm::Communicator& comm, const ShardLayout& layout, int64_t offset,
+                              int64_t n, float* range,
+                              comm::Algorithm algo = comm::Algorithm::ring);
+
+// Expert parallelism with ZeRO (fp32): the flat buffer's dense elements sharded over the DP
+// group (`dense`, on the communication thread's communicator), its expert elements over the
+// expert-DP group (`expert`, on `expert_comm`, ring), each in its packed index space
+// (parallel/expert_parallel.h's BucketPiece::packed). A rank's shard buffer is its dense shard
+// then its expert shard (`dense.shard + expert.shard` elements).
+struct SplitShards {
+  ShardLayout dense, expert;
+  comm::Communicator* expert_comm = nullptr;
+  std::vector<comm::Chunk> expert_ranges;  // the flat ranges of the expert tensors, ascending
+};
+
 // ZeRO-3's gathered units: gather(u) allocates a temporary buffer for unit u's weights (charged
 // as params) and queues their all-gather from the shards on the communication thread; the
 // caller waits for ticket(u) before using data(u) (data16(u) for a bf16 shard), and free(u)
@@ -98,6 +120,10 @@ class GatheredUnits {
   GatheredUnits(const ShardLayout& layout, std::span<const GradUnit> units, const bf16* shard,
                 CommThread& comm, MemoryTracker& tracker,
                 comm::Algorithm algo = comm::Algorithm::ring);
+  // Expert parallelism: each unit's dense pieces gathered over the DP group, its expert pieces
+  // over the expert-DP group, from the two parts of `shard`.
+  GatheredUnits(const SplitShards& split, std::span<const GradUnit> units, const float* shard,
+                CommThread& comm, MemoryTracker& tracker, comm::Algorithm algo);
   void gather(int unit);
   bool gathered(int unit) const;  // gather()ed and not freed since
   int64_t ticket(int unit) const;
@@ -113,6 +139,7 @@ class GatheredUnits {
   };
   const Gathered& held(int unit) const;
   ShardLayout layout_;
+  std::unique_ptr<SplitShards> split_;
   std::vector<GradUnit> units_;
   const float* shard_ = nullptr;
   const bf16* shard16_ = nullptr;

@@ -212,7 +212,8 @@ int64_t stage_dp_bytes_sent(const StageDataParallelRank& s, int64_t grad_bytes, 
     elements += all_but(shard_pieces(s, r), s.rank) * (per_microbatch ? s.microbatches : 1);
   }
   if (s.zero_stage == 1 || s.zero_stage == 2) {
-    gathered += all_but(shard_pieces(s, {0, s.params}), next);
+    if (s.update_gathers.empty()) gathered += all_but(shard_pieces(s, {0, s.params}), next);
+    for (const comm::Chunk& r : s.update_gathers) gathered += all_but(shard_pieces(s, r), next);
   }
   if (s.zero_stage == 3) {
     for (const std::vector<comm::Chunk>* list :

@@ -132,6 +132,9 @@ struct StageDataParallelRank {
   int deferred_bucket = -1;          // synced once per step whatever the stage; -1: none
   // ZeRO-3's gathers per micro-batch: before the forward, the backward, and W's rerun.
   std::vector<comm::Chunk> forward_gathers, backward_gathers, rerun_gathers;
+  // ZeRO-1/2's parameter gathers after the update, one all-gather each; empty: one of {0,
+  // params} (EP gathers each dense or expert run of the flat buffer on its own).
+  std::vector<comm::Chunk> update_gathers;
 };
 // grad_bytes: the element size of the gradient syncs (all-reduce, reduce-scatters: 2 when they
 // run in bf16); param_bytes: of the parameter gathers (ZeRO-1/2's after the update, ZeRO-3's).

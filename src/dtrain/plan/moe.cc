@@ -199,6 +199,25 @@ MoeA2aRank ep_combine_bytes(std::span<const std::vector<int64_t>> kept, int64_t 
   return r;
 }
 
+ModelStateBytes ep_model_state_bytes(int64_t dense_params, int64_t expert_params, int data_ranks,
+                                     int ep, int zero_stage, StateBytes bytes) {
+  DTRAIN_CHECK(ep >= 1 && data_ranks % ep == 0, "--ep ", ep, " does not divide the ", data_ranks,
+               " data-parallel ranks");
+  if (ep == 1)
+    return model_state_bytes(dense_params + expert_params, data_ranks, zero_stage, bytes);
+  ModelStateBytes out = model_state_bytes(dense_params, data_ranks, zero_stage, bytes);
+  const ModelStateBytes experts =
+      model_state_bytes(expert_params, data_ranks / ep, zero_stage, bytes);
+  out.params += experts.params;
+  out.grads += experts.grads;
+  out.optimizer += experts.optimizer;
+  return out;
+}
+
+int ep_forward_exchanges(Recompute recompute) {
+  return recompute == Recompute::full ? 2 : 1;
+}
+
 double ep_counts_bytes(int64_t experts, int ep) {
   DTRAIN_CHECK(ep >= 1 && experts % ep == 0, "ep_counts_bytes: ", experts, " experts over ep ", ep);
   return static_cast<double>((ep - 1) * (experts / ep) * 8);

@@ -21,6 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/core/recompute.h"
+#include "dtrain/plan/memory_model.h"
+
 namespace dtrain::plan {
 
 struct ModelShape;
@@ -84,6 +87,14 @@ inline int64_t stage_routed_expert_params(const ModelShape& m, int64_t moe_layer
   return rank_routed_expert_params(m, moe_layers, 1, tp);
 }
 
+// One rank's model state under EP (and ZeRO `zero_stage`): its `dense_params` (everything but
+// the routed experts) sharded over the `data_ranks` of its data-parallel group (dp x cp), its
+// `expert_params` (its E / ep experts of each routed layer) over the data_ranks / ep ranks of
+// its expert-data-parallel group, each part by model_state_bytes (ceil per group). ep = 1:
+// model_state_bytes of the sum.
+ModelStateBytes ep_model_state_bytes(int64_t dense_params, int64_t expert_params, int data_ranks,
+                                     int ep, int zero_stage, StateBytes bytes);
+
 // What one rank sends and receives in one dispatch all-to-all of one routed layer, one
 // micro-batch. `tokens` is the rank's tokens entering the layer (b s), each sent to k experts,
 // `hidden` wide at `bytes_per_element`. `tokens_per_expert` is the routing: how many of all
@@ -129,6 +140,13 @@ MoeA2aRank ep_dispatch_bytes(std::span<const std::vector<int64_t>> kept, int64_t
                              int64_t bytes_per_element, int rank);
 MoeA2aRank ep_combine_bytes(std::span<const std::vector<int64_t>> kept, int64_t hidden,
                             int64_t bytes_per_element, int rank);
+// The forward exchanges (the row counts, the dispatch, the combine) a routed layer runs per
+// micro-batch: 1, or 2 under full recompute, whose rerun of the block's forward redoes them (as
+// Megatron's recomputed forward re-runs its token dispatcher) instead of keeping the received
+// rows past the forward; the backward's two (the combine's and the dispatch's gradients) run
+// once either way. Selective recompute reruns attention only.
+int ep_forward_exchanges(Recompute recompute);
+
 // Before each dispatch the ranks exchange their row counts: E / ep int64 to (and from) every
 // other rank, so (ep - 1) E / ep * 8 bytes each way per exchange.
 double ep_counts_bytes(int64_t experts, int ep);

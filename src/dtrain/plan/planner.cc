@@ -225,17 +225,10 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
   // expert-data-parallel group, dp x cp / ep.
   mem.moe_layers = stage_moe_layers(m, l, stage);
   mem.expert_params = l.ep > 1 ? stage_expert_params(m, l, stage) : 0;
-  ModelStateBytes states =
-      model_state_bytes(mem.stage_params - mem.expert_params, l.dp * l.cp, l.zero_stage, sb);
-  if (mem.expert_params > 0) {
-    const ModelStateBytes experts =
-        model_state_bytes(mem.expert_params, l.dp * l.cp / l.ep, l.zero_stage, sb);
-    states.params += experts.params;
-    states.grads += experts.grads;
-    states.optimizer += experts.optimizer;
-  } else {
-    mem.expert_params = stage_expert_params(m, l, stage);
-  }
+  const ModelStateBytes states =
+      ep_model_state_bytes(mem.stage_params - mem.expert_params, mem.expert_params, l.dp * l.cp,
+                           mem.expert_params > 0 ? l.ep : 1, l.zero_stage, sb);
+  if (mem.expert_params == 0) mem.expert_params = stage_expert_params(m, l, stage);
   mem.params = static_cast<double>(states.params);
   mem.grads = static_cast<double>(states.grads);
   mem.optimizer = static_cast<double>(states.optimizer);
@@ -873,7 +866,8 @@ std::pair<double, double> ep_times(const PlanInput& in, const Layout& l, int64_t
                                               r.dispatch.received, r.busiest_rank, link);
   const CommCost combine = all_to_all_v_cost(comm::Algorithm::pairwise, r.combine.sent,
                                              r.combine.received, r.busiest_rank, link);
-  const double forward_calls = l.recompute == Recompute::full ? 2 : 1;  // per direction, backward
+  // The forward's exchanges, run again in the backward under full recompute.
+  const double forward_calls = ep_forward_exchanges(l.recompute);
   const double layers = static_cast<double>(r.moe_layers), mb = static_cast<double>(microbatches);
   r.bytes_per_layer = (1 + forward_calls) * (r.dispatch.sent_total() + r.combine.sent_total());
   r.bytes_per_step = r.bytes_per_layer * layers * mb;

@@ -145,8 +145,7 @@ Engine::Engine(const EngineConfig& config, comm::Communicator& world)
       dp_config(config, units_, model_.param_table(), coord_.dp), model_, units_, *dp_comm_,
       tracker_);
   // The moments of what this rank updates: sized once the shard is known.
-  adamw_ = optim::AdamW(config.zero_stage == 0 ? model_.param_count() : dp_->layout().shard,
-                        config.step.adamw, &tracker_);
+  adamw_ = optim::AdamW(dp_->moment_count(), config.step.adamw, &tracker_);
   executor_ = std::make_unique<parallel::PipelineExecutor>(
       *pp_comm_, model_, executor_config(config), &tracker_, dp_.get());
   tracker_.reset_peaks();  // construction held the whole stage once, to initialise it
@@ -198,7 +197,7 @@ parallel::GradOwnership Engine::grad_ownership() const {
   owner.coord = coord_;
   owner.coord.dp = dp_comm_->rank();  // DP x CP: one replica counts each element once
   owner.zero_stage = config_.zero_stage;
-  owner.zero_shard = dp_->owned();
+  if (!dp_->split_shards()) owner.zero_shard = dp_->owned();
   owner.tied_copy = config_.pp > 1 && parallel::holds_tied_copy(model_.stage());
   owner.ep = config_.ep;
   return owner;
@@ -386,6 +385,11 @@ void Engine::finalize_and_update(StepStats& stats, float lr) {
   }
   dp_->sync_deferred();
   if (config_.pp > 1) phase("DP sync of the embeddings");
+  if (dp_->split_shards()) {
+    update_split_shards(stats, lr, phase);
+    stats.optimizer_ms = watch.elapsed_us() * 1e-3;
+    return;
+  }
   const parallel::HeldGrads held = dp_->held_grads();
   const bool mixed = dp_->mixed_precision();
   const model::ParamTable& table = model_.param_table();
@@ -418,6 +422,39 @@ void Engine::finalize_and_update(StepStats& stats, float lr) {
   dp_->gather_updated_params();
   if (config_.zero_stage == 1 || config_.zero_stage == 2) phase("all_gather parameters");
   stats.optimizer_ms = watch.elapsed_us() * 1e-3;
+}
+
+// EP with ZeRO: the norm and the update over the runs of the flat buffer this rank's dense and
+// expert shards cover (each run is the shard of its own elements, so the ownership of a run is
+// the run itself).
+void Engine::update_split_shards(StepStats& stats, float lr,
+                                 const std::function<void(const char*)>& phase) {
+  const std::vector<parallel::UpdatePiece> pieces = dp_->update_pieces();
+  const model::ParamTable& table = model_.param_table();
+  const bool sp = hooks_->sequence_parallel();
+  double squares = 0;
+  for (const parallel::UpdatePiece& p : pieces) {
+    traffic_.tp_norms += static_cast<double>(parallel::all_reduce_sequence_parallel_norm_grads(
+                                                 table, p.grads, p.flat, tp_comm_.get(), sp)
+                                                 .bytes_sent);
+    parallel::GradOwnership owner = grad_ownership();
+    owner.zero_shard = {p.flat, static_cast<int64_t>(p.grads.size())};
+    squares +=
+        parallel::owned_sum_of_squares(table, owner, std::span<const float>(p.grads), p.flat);
+  }
+  const parallel::GradNorm norm =
+      parallel::global_grad_norm(squares, &world_, config_.step.grad_clip);
+  stats.grad_norm = norm.norm;
+  stats.loss = mean_loss(stats.loss);
+  phase("gradient norm and loss");
+  check_not_diverged(stats);
+  adamw_.advance();
+  for (const parallel::UpdatePiece& p : pieces) {
+    adamw_.update(p.params, p.grads, p.moment, lr, norm.clip_scale);
+  }
+  phase("AdamW");
+  dp_->gather_updated_params();
+  if (config_.zero_stage == 1 || config_.zero_stage == 2) phase("all_gather parameters");
 }
 
 // The DP communication thread's tasks of the step: their spans for the trace, and the part of
@@ -511,6 +548,8 @@ std::vector<float> Engine::gather_params() {
     return out;
   }
   if (config_.zero_stage < 3) return {model_.params().begin(), model_.params().end()};
+  DTRAIN_CHECK(!dp_->split_shards(), "gathering the parameters of --ep ", config_.ep,
+               " with --zero 3 is not supported yet (export a checkpoint instead)");
   const parallel::ShardLayout& layout = dp_->layout();
   std::vector<float> out(static_cast<size_t>(layout.count));
   parallel::gather_from_shards(*dp_comm_, layout, 0, layout.count, dp_->param_shard().data(),
@@ -544,6 +583,21 @@ std::vector<model::FlatRange> sub_ranges(const std::vector<model::FlatRange>& ra
   return out;
 }
 
+// A run of flat elements [begin, begin + count) whose moments (and, where sharded, parameters)
+// this rank holds, at index `at` of its held buffers: one run (owned()) for every layout but EP
+// with ZeRO, whose dense and expert shards cover several.
+struct HeldRun {
+  int64_t begin = 0, count = 0, at = 0;
+};
+std::vector<HeldRun> held_runs(parallel::DataParallel& dp) {
+  if (!dp.split_shards()) return {{dp.owned().offset, dp.owned().count, 0}};
+  std::vector<HeldRun> out;
+  for (const parallel::UpdatePiece& p : dp.update_pieces()) {
+    out.push_back({p.flat, static_cast<int64_t>(p.params.size()), p.moment});
+  }
+  return out;
+}
+
 }  // namespace
 
 checkpoint::RankState Engine::export_state() {
@@ -553,8 +607,7 @@ checkpoint::RankState Engine::export_state() {
   const bool tied_copy = config_.pp > 1 && parallel::holds_tied_copy(model_.stage());
   // The flat elements whose moments this rank holds (all at stage 0, the shard otherwise), and
   // at stage 3 whose parameters too; moments[i] and param_shard[i] are flat element first + i.
-  const comm::Chunk held = dp_->owned();
-  const int64_t h_begin = held.offset, h_end = held.offset + held.count;
+  const std::vector<HeldRun> runs = held_runs(*dp_);
   // Mixed precision writes the fp32 master weights, which it holds where it holds the moments.
   const bool mixed = dp_->mixed_precision();
   const bool sharded_params = config_.zero_stage == 3 || mixed;
@@ -574,10 +627,6 @@ checkpoint::RankState Engine::export_state() {
                 : model::tp_slice_ranges(whole, g, config_.tp, coord_.tp);
     int64_t real = 0;  // the shard's elements that are serial elements (no vocabulary padding)
     for (const model::FlatRange& r : ranges) real += r.count;
-    // The tensor's local elements [lo, hi) inside the held range, as positions in the tensor.
-    const int64_t lo = std::max<int64_t>(0, h_begin - local.offset);
-    const int64_t hi = std::min<int64_t>(real, h_end - local.offset);
-    const int64_t at = local.offset + lo - h_begin;  // index into the held buffers
     std::vector<std::pair<checkpoint::StateKind, std::span<const float>>> held_kinds;
     if (config_.zero_stage == 3 && !mixed)
       held_kinds.emplace_back(checkpoint::StateKind::param, params);
@@ -591,12 +640,18 @@ checkpoint::RankState Engine::export_state() {
       p.data.assign(params.begin() + local.offset, params.begin() + local.offset + real);
       s.pieces.push_back(std::move(p));
     }
-    if (lo >= hi) continue;
-    const std::vector<model::FlatRange> part = sub_ranges(ranges, lo, hi);
-    for (const auto& [kind, values] : held_kinds) {
-      checkpoint::StatePiece p{local.name, kind, part, {}};
-      p.data.assign(values.begin() + at, values.begin() + at + (hi - lo));
-      s.pieces.push_back(std::move(p));
+    for (const HeldRun& run : runs) {
+      // The tensor's local elements [lo, hi) inside the run, as positions in the tensor.
+      const int64_t lo = std::max<int64_t>(0, run.begin - local.offset);
+      const int64_t hi = std::min<int64_t>(real, run.begin + run.count - local.offset);
+      if (lo >= hi) continue;
+      const int64_t at = local.offset + lo - run.begin + run.at;  // index into the held buffers
+      const std::vector<model::FlatRange> part = sub_ranges(ranges, lo, hi);
+      for (const auto& [kind, values] : held_kinds) {
+        checkpoint::StatePiece p{local.name, kind, part, {}};
+        p.data.assign(values.begin() + at, values.begin() + at + (hi - lo));
+        s.pieces.push_back(std::move(p));
+      }
     }
   }
   s.adam_step = adamw_.step_count();
@@ -605,8 +660,7 @@ checkpoint::RankState Engine::export_state() {
 
 void Engine::import_state(const checkpoint::SerialState& state) {
   const model::GptConfig& g = config_.step.model;
-  const comm::Chunk held = dp_->owned();
-  const int64_t h_begin = held.offset, h_end = held.offset + held.count;
+  const std::vector<HeldRun> runs = held_runs(*dp_);
   const bool mixed = dp_->mixed_precision();
   const bool sharded_params = config_.zero_stage == 3 || mixed;
   for (const model::ParamTensor& local : model_.param_table().tensors()) {
@@ -636,21 +690,26 @@ void Engine::import_state(const checkpoint::SerialState& state) {
         to_bf16(slice.data(), dp_->params16().data() + local.offset, local.count);
       }
       if (kind == checkpoint::StateKind::param && mixed && config_.zero_stage == 3) {
-        const int64_t lo = std::max(local.offset, h_begin);
-        const int64_t hi = std::min(local.offset + local.count, h_end);
-        for (int64_t e = lo; e < hi; ++e) {
-          dp_->params16()[static_cast<size_t>(e - h_begin)] =
-              to_bf16(slice[static_cast<size_t>(e - local.offset)]);
+        for (const HeldRun& run : runs) {
+          const int64_t lo = std::max(local.offset, run.begin);
+          const int64_t hi = std::min(local.offset + local.count, run.begin + run.count);
+          for (int64_t e = lo; e < hi; ++e) {
+            dp_->params16()[static_cast<size_t>(e - run.begin + run.at)] =
+                to_bf16(slice[static_cast<size_t>(e - local.offset)]);
+          }
         }
       }
       std::span<float> dst = kind == checkpoint::StateKind::param
                                  ? (mixed ? dp_->master() : dp_->param_shard())
                              : kind == checkpoint::StateKind::adam_m ? adamw_.m()
                                                                      : adamw_.v();
-      const int64_t lo = std::max(local.offset, h_begin);
-      const int64_t hi = std::min(local.offset + local.count, h_end);
-      for (int64_t e = lo; e < hi; ++e) {
-        dst[static_cast<size_t>(e - h_begin)] = slice[static_cast<size_t>(e - local.offset)];
+      for (const HeldRun& run : runs) {
+        const int64_t lo = std::max(local.offset, run.begin);
+        const int64_t hi = std::min(local.offset + local.count, run.begin + run.count);
+        for (int64_t e = lo; e < hi; ++e) {
+          dst[static_cast<size_t>(e - run.begin + run.at)] =
+              slice[static_cast<size_t>(e - local.offset)];
+        }
       }
     }
   }

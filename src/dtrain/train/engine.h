@@ -28,6 +28,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -210,6 +211,8 @@ class Engine final : public StepEngine {
   // linear in them). A collective over the world.
   void add_ep_plan_bytes(const model::MoeCounts& mine);
   void finalize_and_update(StepStats& stats, float lr);
+  void update_split_shards(StepStats& stats, float lr,
+                           const std::function<void(const char*)>& phase);
   void measure_step(const parallel::PipelineStepRecord& record,
                     const std::vector<parallel::TpSpan>& tp_spans);
 

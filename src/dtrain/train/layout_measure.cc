@@ -20,6 +20,7 @@
 #include "dtrain/plan/head_activation_memory.h"
 #include "dtrain/plan/link_traffic.h"
 #include "dtrain/plan/memory_model.h"
+#include "dtrain/plan/moe.h"
 #include "dtrain/train/layout_report.h"
 
 namespace dtrain::train {
@@ -238,8 +239,14 @@ RankRow measure_rank(const Engine& e) {
   r.layers = parallel::layer_ranges(c.partition, me.pp);
   r.param_count = model.param_count();
   r.phases = median_phases(e.phases());
+  // Under EP the rank's experts are sharded over the expert-DP group, the rest over DP x CP.
+  int64_t expert_params = 0;
+  for (const model::ParamTensor& t : model.param_table().tensors()) {
+    if (c.ep > 1 && model::is_expert_tensor(t.name)) expert_params += t.count;
+  }
   const plan::ModelStateBytes formula =
-      plan::model_state_bytes(r.param_count, c.dp * c.cp, c.zero_stage, engine_state_bytes(c));
+      plan::ep_model_state_bytes(r.param_count - expert_params, expert_params, c.dp * c.cp, c.ep,
+                                 c.zero_stage, engine_state_bytes(c));
   for (const auto& [tag, bytes] :
        {std::pair{MemoryTag::params, formula.params}, std::pair{MemoryTag::grads, formula.grads},
         std::pair{MemoryTag::optimizer, formula.optimizer}}) {
@@ -291,7 +298,9 @@ RankRow measure_rank(const Engine& e) {
   r.dp = t.dp / n;
   r.embedding = t.embedding / n;
   r.ep = static_cast<double>(t.ep.total().bytes_sent) / n;
-  r.ep_formula = (t.ep_plan_counts + 2 * (t.ep_plan_dispatch + t.ep_plan_combine)) / n;
+  const double forward = plan::ep_forward_exchanges(c.step.recompute);
+  r.ep_formula =
+      (forward * t.ep_plan_counts + (forward + 1) * (t.ep_plan_dispatch + t.ep_plan_combine)) / n;
   r.other = t.other / n;
   r.intra_node_bytes = static_cast<double>(t.links.intra_node) / n;
   r.inter_node_bytes = static_cast<double>(t.links.inter_node) / n;
@@ -328,16 +337,19 @@ RankRow measure_rank(const Engine& e) {
   if (sp) {
     // The LayerNorm gradients' sum over TP after the DP sync: each LN tensor's elements this
     // rank holds (all of them at ZeRO 0, its shard's at 1-3), one exact ring all-reduce each.
-    const comm::Chunk held = e.data_parallel().owned();
-    for (const model::ParamTensor& x : model.param_table().tensors()) {
-      const bool layernorm = x.name.find("ln1.") != std::string::npos ||
-                             x.name.find("ln2.") != std::string::npos || x.name.starts_with("lnf.");
-      const int64_t lo = std::max(held.offset, x.offset);
-      const int64_t hi = std::min(held.offset + held.count, x.offset + x.count);
-      if (!layernorm || lo >= hi) continue;
-      r.tp_norms_formula += static_cast<double>(
-          plan::flat_ring_all_reduce_link_traffic(hi - lo, sizeof(float), c.tp, 1, me.tp)
-              .total_bytes());
+    // Under EP with ZeRO each run of the rank's two shards is summed on its own.
+    for (const comm::Chunk& held : e.data_parallel().owned_runs()) {
+      for (const model::ParamTensor& x : model.param_table().tensors()) {
+        const bool layernorm = x.name.find("ln1.") != std::string::npos ||
+                               x.name.find("ln2.") != std::string::npos ||
+                               x.name.starts_with("lnf.");
+        const int64_t lo = std::max(held.offset, x.offset);
+        const int64_t hi = std::min(held.offset + held.count, x.offset + x.count);
+        if (!layernorm || lo >= hi) continue;
+        r.tp_norms_formula += static_cast<double>(
+            plan::flat_ring_all_reduce_link_traffic(hi - lo, sizeof(float), c.tp, 1, me.tp)
+                .total_bytes());
+      }
     }
   }
   r.tp_vocab_formula =
@@ -395,8 +407,10 @@ RankRow measure_rank(const Engine& e) {
       plan::stage_dp_bytes_sent(exact, dp_grad_wire_bytes(c), dp_param_wire_bytes(c), dp_algo,
                                 e.data_parallel().direct_slot_bytes()));
   if (c.ep > 1) {
-    // EP (ZeRO 0): each bucket's dense pieces all-reduced over DP, its expert pieces over the
-    // expert-DP group (ring), each piece one all-reduce.
+    // EP: each bucket's dense pieces all-reduced (ZeRO 0) or reduce-scattered (1-3) over DP,
+    // its expert pieces over the expert-DP group (ring), each piece one collective; with ZeRO
+    // each kind is sharded in its own packed index space, and the parameter gathers (after the
+    // update at 1-2, per unit at 3) move each run of the flat buffer over its own group.
     std::vector<comm::Chunk> expert_ranges;
     for (const model::ParamTensor& tensor : model.param_table().tensors()) {
       if (model::is_expert_tensor(tensor.name)) {
@@ -409,10 +423,34 @@ RankRow measure_rank(const Engine& e) {
     dense.deferred_bucket = experts.deferred_bucket = -1;
     experts.ranks = c.dp / c.ep;
     experts.rank = me.dp / c.ep;
-    for (const comm::Chunk& bucket : exact.buckets) {
-      for (const parallel::BucketPiece& p : parallel::split_at_experts(bucket, expert_ranges)) {
-        (p.expert ? experts : dense).buckets.push_back({p.offset, p.count});
+    dense.forward_gathers.clear();
+    dense.backward_gathers.clear();
+    dense.rerun_gathers.clear();
+    experts.forward_gathers.clear();
+    experts.backward_gathers.clear();
+    experts.rerun_gathers.clear();
+    const bool packed = c.zero_stage > 0;
+    if (packed) {
+      experts.params = expert_params;
+      dense.params = r.param_count - expert_params;
+    }
+    // A piece in its kind's index space: flat at ZeRO 0 (no shards), packed with ZeRO.
+    auto add = [&](auto member, const comm::Chunk& range) {
+      for (const parallel::BucketPiece& p : parallel::split_at_experts(range, expert_ranges)) {
+        ((p.expert ? experts : dense).*member).push_back({packed ? p.packed : p.offset, p.count});
       }
+    };
+    using Rank = plan::StageDataParallelRank;
+    for (const comm::Chunk& bucket : exact.buckets) add(&Rank::buckets, bucket);
+    for (const comm::Chunk& u : exact.forward_gathers) add(&Rank::forward_gathers, u);
+    for (const comm::Chunk& u : exact.backward_gathers) add(&Rank::backward_gathers, u);
+    for (const comm::Chunk& u : exact.rerun_gathers) add(&Rank::rerun_gathers, u);
+    if (c.zero_stage == 1 || c.zero_stage == 2) {
+      add(&Rank::update_gathers, comm::Chunk{0, r.param_count});
+    }
+    // The deferred tied wte (dense, one piece) is the last bucket of both lists.
+    if (exact.deferred_bucket >= 0) {
+      dense.deferred_bucket = static_cast<int>(dense.buckets.size()) - 1;
     }
     r.dp_formula = static_cast<double>(
         plan::stage_dp_bytes_sent(dense, dp_grad_wire_bytes(c), dp_param_wire_bytes(c), dp_algo,
