@@ -107,8 +107,6 @@ EngineConfig make_engine_config(const StepConfig& step, const LayoutOptions& o) 
     DTRAIN_CHECK(o.cp == 1, "--ep ", o.ep, " with --cp ", o.cp, " is not supported yet");
     DTRAIN_CHECK(o.zero_stage == 0, "--ep ", o.ep, " with --zero ", o.zero_stage,
                  " is not supported yet");
-    DTRAIN_CHECK(step.precision == model::Precision::fp32, "--ep ", o.ep,
-                 " with --precision bf16 is not supported yet");
     DTRAIN_CHECK(o.dp_all_reduce == DpAllReduce::flat && o.grad_reduce == model::Precision::fp32,
                  "--ep ", o.ep,
                  " with --dp-all-reduce hierarchical or --grad-reduce bf16 is not supported yet");

@@ -19,6 +19,7 @@
 #include "dtrain/plan/head_activation_memory.h"
 #include "dtrain/plan/link_traffic.h"
 #include "dtrain/plan/memory_model.h"
+#include "dtrain/plan/moe.h"
 #include "dtrain/train/layout_report.h"
 
 namespace dtrain::train {
@@ -266,7 +267,9 @@ RankRow measure_rank(const Engine& e) {
   r.dp = t.dp / n;
   r.embedding = t.embedding / n;
   r.ep = static_cast<double>(t.ep.total().bytes_sent) / n;
-  r.ep_formula = (t.ep_plan_counts + 2 * (t.ep_plan_dispatch + t.ep_plan_combine)) / n;
+  r.ep_formula =
+      (t.ep_plan_counts + t.ep_plan_dispatch_forward + t.ep_plan_dispatch + 2 * t.ep_plan_combine) /
+      n;
   r.other = t.other / n;
   r.intra_node_bytes = static_cast<double>(t.links.intra_node) / n;
   r.inter_node_bytes = static_cast<double>(t.links.inter_node) / n;
@@ -288,7 +291,20 @@ RankRow measure_rank(const Engine& e) {
   const int64_t act = activation_wire_bytes(c);
   const double per_layer =
       plan::tp_traffic_per_layer(b, T, g.channels, act, c.tp, sp, Recompute::none).bytes_sent;
-  r.tp_block_formula = per_layer * blocks * M;
+  // Routed blocks' collectives depend on the rows their experts computed (measured per call).
+  double routed_blocks = 0;
+  for (int64_t l = 0; l < g.layers; ++l) {
+    if (model.stage().has_layer(l) && model::is_moe_layer(g.moe, l)) ++routed_blocks;
+  }
+  r.tp_block_formula = per_layer * (blocks - routed_blocks) * M;
+  if (c.tp > 1) {
+    double routed = 0;  // over the steps, as the counters; per step below
+    for (int64_t rows : t.moe_expert_rows) {
+      routed +=
+          bytes_sent(plan::moe_tp_collectives_per_layer(b, T, g.channels, act, sp, rows), c.tp);
+    }
+    r.tp_block_formula += routed / n;
+  }
   if (c.step.recompute == Recompute::full) {
     // Each rerun of a block's forward repeats its forward f and g: once before a fused
     // backward, and again before W under a split one.
