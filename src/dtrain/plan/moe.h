@@ -12,8 +12,9 @@
 // per rank (experts e in [r E/ep, (r+1) E/ep) on EP rank r). Expert gradients are reduced (and
 // ZeRO shards expert state) over the expert-data-parallel group, the dp / ep ranks that hold the
 // same experts; dense parameters over the whole DP group. Under TP every TP rank holds a 1/tp
-// slice of each of its experts (expert TP = TP) and dispatches the same tokens: the expert MLP
-// is a TP-split MLP whose collectives the dense layer's TP rows already count.
+// slice of each of its experts (expert TP = TP) and dispatches the same whole rows: the expert
+// MLP is a TP-split MLP whose all-reduces run on the experts' rows (moe_tp_collectives_per_layer;
+// the planner's step time still prices a routed layer's TP traffic as a dense layer's).
 #pragma once
 
 #include <cstdint>
