@@ -616,14 +616,20 @@ void GptModel::block_backward_weight(const GptActivations& acts, GptWorkspace& w
   float* full = ws.d_btc2;  // (B, T, C): free after B and after full recompute's rerun
   const int64_t rows = sp_rows(acts);
   using Site = TensorParallelHooks::SpSite;
-  // The dweight halves of the fused backward's four matmul_backward calls, in its order.
-  matmul_backward_weight(dw.fc_proj_w, dw.fc_proj_b, k.dfc_proj, a.fc_gelu, BT, 4 * C_local, C,
-                         cx_);
-  if (sp()) {
-    tp_->sp_all_gather(full, a.ln2_out, rows * C, Site::regather);
-    ln2_out = full;
+  // The dweight halves of the fused backward's four matmul_backward calls, in its order (a routed
+  // block's MLP: its experts' from the MoE state; the router's gradient came with B, which
+  // re-gathered the LN output for it under SP).
+  if (w_.layers[static_cast<size_t>(l)].moe_router_w != nullptr) {
+    moe_mlp_backward_weight(acts, l);
+  } else {
+    matmul_backward_weight(dw.fc_proj_w, dw.fc_proj_b, k.dfc_proj, a.fc_gelu, BT, 4 * C_local, C,
+                           cx_);
+    if (sp()) {
+      tp_->sp_all_gather(full, a.ln2_out, rows * C, Site::regather);
+      ln2_out = full;
+    }
+    matmul_backward_weight(dw.fc_w, dw.fc_b, k.dfc, ln2_out, BT, C, 4 * C_local, cx_);
   }
-  matmul_backward_weight(dw.fc_w, dw.fc_b, k.dfc, ln2_out, BT, C, 4 * C_local, cx_);
   matmul_backward_weight(dw.proj_w, dw.proj_b, k.dproj, a.atty, BT, C_local, C, cx_);
   if (sp()) {
     tp_->sp_all_gather(full, a.ln1_out, rows * C, Site::regather);
@@ -648,10 +654,9 @@ void GptModel::block_backward_dense(GptActivations& acts, GptWorkspace& ws, int6
 
   // MLP; the residual passes dres through unchanged, the LayerNorm adds to it
   if (w.moe_router_w != nullptr) {
-    DTRAIN_CHECK(keep == nullptr, "a split (zero-bubble) backward of MoE block ", l,
-                 " is not supported yet");
     zero(dln, BT * C);
-    moe_mlp_backward(acts, l, a.ln2_out, dres, dln);  // dln whole: no f here (in the experts)
+    moe_mlp_backward(acts, l, a.ln2_out, dres, dln,
+                     keep != nullptr);  // dln whole: no f here (in the experts)
     layernorm_backward(dres, dw.ln2_w, dw.ln2_b, dln, a.ln2_in, w.ln2_w, a.ln2_mean, a.ln2_rstd, B,
                        T, C);
   } else {
@@ -778,20 +783,28 @@ void GptModel::moe_mlp_forward(const GptActivations& acts, int64_t l, const floa
 }
 
 void GptModel::moe_mlp_backward(const GptActivations& acts, int64_t l, const float* x,
-                                const float* dout, float* dln) {
+                                const float* dout, float* dln, bool split) {
   const int64_t N = acts.batch() * acts.seq(), C = config_.channels;
   const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
   const LayerWeights& dw = dw_.layers[static_cast<size_t>(l)];
-  const MoeLayerState& s = acts.moe_layer(l);
+  MoeLayerState& s = const_cast<GptActivations&>(acts).moe_layer(l);
+  MoeWeightGradStash* keep = split ? &s.kept : nullptr;
   const MoeGrads g{dw.moe_router_w, dw.fc_w, dw.fc_b, dw.fc_proj_w, dw.fc_proj_b};
   const double aux_scale = config_.moe.aux_loss_coef * acts.loss_scale;
   if (ep_->size() > 1) {
     moe_ep_backward(dln, g, dout, s.ep, s.cache, s.routing, x, moe_weights(w), C, config_.moe,
-                    aux_scale, *ep_, cx_, tp_);
+                    aux_scale, *ep_, cx_, tp_, keep);
     return;
   }
   moe_backward(dln, g, dout, s.cache, s.routing, x, moe_weights(w), N, C, config_.moe, aux_scale,
-               cx_, tp_);
+               cx_, tp_, keep);
+}
+
+void GptModel::moe_mlp_backward_weight(const GptActivations& acts, int64_t l) {
+  const LayerWeights& dw = dw_.layers[static_cast<size_t>(l)];
+  const MoeLayerState& s = acts.moe_layer(l);
+  const MoeGrads g{dw.moe_router_w, dw.fc_w, dw.fc_b, dw.fc_proj_w, dw.fc_proj_b};
+  moe_experts_backward_weight(g, s.kept, s.cache, config_.channels, cx_, tp_);
 }
 
 double GptModel::moe_aux_loss(const GptActivations& acts) const {
@@ -885,15 +898,13 @@ void GptModel::block_backward_sp(GptActivations& acts, GptWorkspace& ws, int64_t
   // MLP
   tp_->sp_all_gather(full, dres, rows * C, Site::block_backward);  // g's conjugate
   if (w.moe_router_w != nullptr) {
-    DTRAIN_CHECK(keep == nullptr, "a split (zero-bubble) backward of MoE block ", l,
-                 " is not supported yet");
     // The router's backward reads all rows of the LN output: re-gathered, as the dense block's
     // fc weight gradient does. The experts all-reduce their inputs' gradients, so dln is whole
     // (no reduce-scatter): this rank's rows go to the LayerNorm.
     std::vector<float> x(static_cast<size_t>(BT * C));
     tp_->sp_all_gather(x.data(), a.ln2_out, rows * C, Site::regather);
     zero(dfull, BT * C);
-    moe_mlp_backward(acts, l, x.data(), full, dfull);
+    moe_mlp_backward(acts, l, x.data(), full, dfull, keep != nullptr);
     layernorm_backward(dres, dw.ln2_w, dw.ln2_b, dfull + tp_->rank() * rows * C, a.ln2_in, w.ln2_w,
                        a.ln2_mean, a.ln2_rstd, 1, rows, C);
   } else {

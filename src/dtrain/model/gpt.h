@@ -208,8 +208,11 @@ class GptModel {
   // routed experts in place of the dense MLP (delta (B*T, C) is what the residual adds, whole
   // on every TP rank), and its backward from dout (B*T, C) into dln (x's gradient, whole).
   void moe_mlp_forward(const GptActivations& acts, int64_t l, const float* x, float* delta);
+  // `split`: only the input halves of the experts' products, their output gradients kept in the
+  // block's MoE state for moe_mlp_backward_weight (a zero-bubble schedule's W).
   void moe_mlp_backward(const GptActivations& acts, int64_t l, const float* x, const float* dout,
-                        float* dln);
+                        float* dln, bool split = false);
+  void moe_mlp_backward_weight(const GptActivations& acts, int64_t l);
   bool sp() const { return tp_->sequence_parallel(); }
   // The attention core on block l's tensors: serial (attention.h, a.att kept) or, under CP,
   // across the group (cp_hooks.h); out is a.atty.

@@ -135,7 +135,8 @@ void moe_ep_forward(float* out, MoeEpState& st, MoeExpertCache& cache, const Moe
 void moe_ep_backward(float* dx, const MoeGrads& dw, const float* dout, const MoeEpState& st,
                      const MoeExpertCache& cache, const MoeRouting& r, const float* x,
                      const MoeWeights& w, int64_t C, const MoeConfig& m, double aux_scale,
-                     ExpertParallelHooks& ep, const Compute& cx, TensorParallelHooks* tp) {
+                     ExpertParallelHooks& ep, const Compute& cx, TensorParallelHooks* tp,
+                     MoeWeightGradStash* keep) {
   const int64_t sent = r.row_begin.back(), received = total(st.recv_rows);
   std::vector<float> dy(at(sent * C), 0.0f);
   std::vector<double> dgate;
@@ -144,7 +145,7 @@ void moe_ep_backward(float* dx, const MoeGrads& dw, const float* dout, const Moe
   ep.exchange_rows(recv.data(), st.recv_rows, dy.data(), st.send_rows, C, Site::combine_backward);
   permute_rows(rows.data(), recv.data(), st.expert_row, C, true);
   std::vector<float> dx_rows(at(received * C), 0.0f);
-  moe_experts_backward(dx_rows.data(), dw, rows.data(), cache, st.expert_begin, w, C, cx, tp);
+  moe_experts_backward(dx_rows.data(), dw, rows.data(), cache, st.expert_begin, w, C, cx, tp, keep);
   permute_rows(recv.data(), dx_rows.data(), st.expert_row, C, false);
   std::vector<float> dx_back(at(sent * C), 0.0f);
   ep.exchange_rows(dx_back.data(), st.send_rows, recv.data(), st.recv_rows, C,

@@ -66,6 +66,6 @@ void moe_ep_backward(float* dx, const MoeGrads& dw, const float* dout, const Moe
                      const MoeExpertCache& cache, const MoeRouting& r, const float* x,
                      const MoeWeights& w, int64_t C, const MoeConfig& m, double aux_scale,
                      ExpertParallelHooks& ep, const Compute& cx = {},
-                     TensorParallelHooks* tp = nullptr);
+                     TensorParallelHooks* tp = nullptr, MoeWeightGradStash* keep = nullptr);
 
 }  // namespace dtrain::model

@@ -238,8 +238,6 @@ void check_moe_layout(const TrainOptions& o) {
   // (dense blocks' f and g) does not count yet.
   DTRAIN_CHECK(l.tp == 1 || o.recompute != Recompute::full, "--experts with --tp ", l.tp,
                " and --recompute full is not supported yet");
-  DTRAIN_CHECK(l.schedule != plan::ScheduleKind::zero_bubble_h1,
-               "--experts with --schedule zb-h1 is not supported yet (a split MoE backward)");
   DTRAIN_CHECK(o.init_from.empty(), "--init-from loads a dense GPT-2: not with --experts");
 }
 

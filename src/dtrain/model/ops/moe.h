@@ -17,6 +17,8 @@
 
 namespace dtrain::model {
 
+struct MoeWeightGradStash;  // below, with the split backward's pieces
+
 // One MoE block's parameters (or, at the same offsets, gradients). H = 4*C.
 struct MoeWeights {
   const float* router_w;  // (E, C)
@@ -93,7 +95,8 @@ void moe_backward(float* dx,  // (N, C)
                   const MoeExpertCache& cache, const MoeRouting& r,
                   const float* x,  // (N, C)
                   const MoeWeights& w, int64_t N, int64_t C, const MoeConfig& m, double aux_scale,
-                  const Compute& cx = {}, TensorParallelHooks* tp = nullptr);
+                  const Compute& cx = {}, TensorParallelHooks* tp = nullptr,
+                  MoeWeightGradStash* keep = nullptr);
 
 // --- the layer's pieces, which moe_forward and moe_backward run in a row and expert parallelism
 // (model/moe_dispatch.h) runs with its exchanges between them. `row_begin` (experts + 1) is
@@ -117,6 +120,14 @@ void moe_combine(float* out, const MoeRouting& r, const float* y, int64_t C);
 // <dout, y>.
 void moe_combine_backward(float* dy, std::vector<double>& dgate, const MoeRouting& r,
                           const float* dout, const float* y, int64_t C);
+// What a split (zero-bubble) backward keeps from its input half for its weight half: the
+// experts' output gradients and their fc outputs' gradients, with the rows' expert boundaries.
+struct MoeWeightGradStash {
+  std::vector<float> dy;           // (rows, C)
+  std::vector<float> dfc;          // (rows, 4C/tp)
+  std::vector<int64_t> row_begin;  // (experts + 1)
+};
+
 // The experts' MLP backward: dx_rows (rows, C) and the experts' weight gradients (accumulated).
 // Under expert TP, dy (rows, C) is whole on every rank, so proj's bias gradient is too; the
 // column-parallel fc leaves partial input gradients, all-reduced over the group (f's conjugate),
@@ -124,7 +135,13 @@ void moe_combine_backward(float* dy, std::vector<double>& dgate, const MoeRoutin
 void moe_experts_backward(float* dx_rows, const MoeGrads& dw, const float* dy,
                           const MoeExpertCache& cache, std::span<const int64_t> row_begin,
                           const MoeWeights& w, int64_t C, const Compute& cx = {},
-                          TensorParallelHooks* tp = nullptr);
+                          TensorParallelHooks* tp = nullptr, MoeWeightGradStash* keep = nullptr);
+// With `keep` moe_experts_backward runs only the input halves of its products (dx_rows; the
+// weight and bias gradients are left for this, which adds them from `kept` and the cache): the
+// same sgemm calls on the same data, so the gradients are the fused backward's bits.
+void moe_experts_backward_weight(const MoeGrads& dw, const MoeWeightGradStash& kept,
+                                 const MoeExpertCache& cache, int64_t C, const Compute& cx = {},
+                                 TensorParallelHooks* tp = nullptr);
 // Back to the tokens: dx (N, C) += each token's kept rows of dx_rows in choice order, then the
 // router's backward through the gates (dgate) and the aux loss (aux_scale).
 void moe_router_backward(float* dx, const MoeGrads& dw, const float* dx_rows,
