@@ -2,8 +2,9 @@
 # `dtrain train --experts`: a tiny MoE model (L2 C32 NH4 T16 B2, E=4, k=2) trains serially and
 # its loss falls; the routing report's figures are consistent (per step, tokens per expert sum
 # to tokens * k * MoE blocks - dropped; dropless drops nothing, a capacity factor drops some);
-# with the load-balancing loss on vs off the per-expert spread is printed for both; bad MoE
-# flags are refused naming the flag.
+# with the load-balancing loss on vs off the per-expert spread is printed for both; expert TP
+# (+SP, +EP), bf16 (+EP) and zb-h1 runs report the same routing figures; bad MoE flags (and
+# --tp with --recompute full) are refused naming the flag.
 # Usage: moe_train.sh path/to/dtrain
 source "$(dirname "$0")/lib/expect.bash"
 tmp=$(mktemp -d)
@@ -73,7 +74,7 @@ expect_error "--experts with --tp 2 and --recompute full is not supported yet" "
 # Expert TP (+SP), with EP, and bf16 train from the CLI and report the same routing figures
 # (tests/train/moe_tp_bf16_equality_test.cc checks their numbers against the serial run).
 for layout in "--tp 2" "--tp 2 --sequence-parallel" "--dp 2 --ep 2 --tp 2 --sequence-parallel" \
-  "--precision bf16" "--dp 2 --ep 2 --precision bf16"; do
+  "--precision bf16" "--dp 2 --ep 2 --precision bf16" "--pp 2 --microbatches 2 --schedule zb-h1"; do
   # shellcheck disable=SC2086
   "$DTRAIN" "${moe[@]}" $layout --steps 3 --json > "$tmp/l.json" 2> "$tmp/l.err" ||
     fail "MoE $layout exited $?: $(tail -2 "$tmp/l.err")"
