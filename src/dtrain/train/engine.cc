@@ -324,8 +324,7 @@ StepStats Engine::train_step(const data::Batch& batch, float lr) {
   last_.peak_inflight_bytes = record.peak_inflight_bytes;
   stats.loss = record.loss;
   gather_routing(stats, record.moe);
-  traffic_.moe_expert_rows.insert(traffic_.moe_expert_rows.end(), record.moe.expert_rows.begin(),
-                                  record.moe.expert_rows.end());
+  for (int64_t rows : record.moe.expert_rows) ++traffic_.moe_expert_rows[rows];
   if (ep_hooks_ != nullptr) add_ep_plan_bytes(record.moe);
   finalize_and_update(stats, lr);
   hooks_->record_spans(nullptr);

@@ -28,6 +28,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -106,9 +107,11 @@ struct EngineTraffic {
   // The dispatch forward's own (its rows' wire bytes differ under bf16: plan::ep_row_wire_bytes);
   // ep_plan_dispatch is the combine's gradient, the same rows in fp32.
   double ep_plan_dispatch_forward = 0;
-  // Rows this rank's experts computed, per routed block and micro-batch over the steps: the
-  // expert-TP all-reduces' sizes, for plan::moe_tp_collectives_per_layer.
-  std::vector<int64_t> moe_expert_rows;
+  // How many routed blocks' forwards (per micro-batch, over the steps) had this rank's experts
+  // compute each number of rows: the expert-TP all-reduces' sizes, for
+  // plan::moe_tp_collectives_per_layer (a histogram: its size is bounded by the rows a block can
+  // take, not by the run's length).
+  std::map<int64_t, int64_t> moe_expert_rows;
   comm::LinkBytes links;        // every communicator, by link class
   comm::LinkBytes model_links;  // the TP, PP, DP and embedding groups' only
 };

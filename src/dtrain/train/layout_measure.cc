@@ -299,8 +299,9 @@ RankRow measure_rank(const Engine& e) {
   r.tp_block_formula = per_layer * (blocks - routed_blocks) * M;
   if (c.tp > 1) {
     double routed = 0;  // over the steps, as the counters; per step below
-    for (int64_t rows : t.moe_expert_rows) {
+    for (const auto& [rows, calls] : t.moe_expert_rows) {
       routed +=
+          static_cast<double>(calls) *
           bytes_sent(plan::moe_tp_collectives_per_layer(b, T, g.channels, act, sp, rows), c.tp);
     }
     r.tp_block_formula += routed / n;
