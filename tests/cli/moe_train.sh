@@ -2,8 +2,9 @@
 # `dtrain train --experts`: a tiny MoE model (L2 C32 NH4 T16 B2, E=4, k=2) trains serially and
 # its loss falls; the routing report's figures are consistent (per step, tokens per expert sum
 # to tokens * k * MoE blocks - dropped; dropless drops nothing, a capacity factor drops some);
-# with the load-balancing loss on vs off the per-expert spread is printed for both; bad MoE
-# flags are refused naming the flag.
+# with the load-balancing loss on vs off the per-expert spread is printed for both; expert TP
+# (+SP, +EP), bf16 (+EP) and zb-h1 runs report the same routing figures; bad MoE flags (and
+# --tp with --recompute full) are refused naming the flag.
 # Usage: moe_train.sh path/to/dtrain
 source "$(dirname "$0")/lib/expect.bash"
 tmp=$(mktemp -d)
@@ -67,6 +68,25 @@ expect_error "--moe-every must be in \[1, --layers 2\] \(got 3\)" "${moe[@]}" --
 expect_error "--capacity-factor must be 0 \(dropless\) or positive" "${moe[@]}" --capacity-factor -1 --steps 1
 expect_error "--aux-loss-coef must be non-negative" "${moe[@]}" --aux-loss-coef -0.5 --steps 1
 expect_error "--experts must be 0 \(dense\) or positive" "${shape[@]}" --experts -2 --steps 1
-expect_error "--experts with --tp 2 is not supported yet" "${moe[@]}" --tp 2 --steps 1
-expect_error "--experts with --precision bf16 is not supported yet" "${moe[@]}" --precision bf16 --steps 1
+expect_error "--experts with --tp 2 and --recompute full is not supported yet" "${moe[@]}" --tp 2 \
+  --recompute full --steps 1
+
+# Expert TP (+SP), with EP, and bf16 train from the CLI and report the same routing figures
+# (tests/train/moe_tp_bf16_equality_test.cc checks their numbers against the serial run).
+for layout in "--tp 2" "--tp 2 --sequence-parallel" "--dp 2 --ep 2 --tp 2 --sequence-parallel" \
+  "--precision bf16" "--dp 2 --ep 2 --precision bf16" "--pp 2 --microbatches 2 --schedule zb-h1"; do
+  # shellcheck disable=SC2086
+  "$DTRAIN" "${moe[@]}" $layout --steps 3 --json > "$tmp/l.json" 2> "$tmp/l.err" ||
+    fail "MoE $layout exited $?: $(tail -2 "$tmp/l.err")"
+  python3 - "$tmp/l.json" <<'PY' || fail "MoE $layout: routing report"
+import json, sys
+j = json.load(open(sys.argv[1]))
+rows = j["moe"]["steps"]
+tokens = j["run"]["tokens_per_step"]
+assert len(rows) == 3, rows
+for r in rows:
+    assert r["assignments"] == tokens * 2 * 2 and sum(r["expert_tokens"]) == r["assignments"], r
+PY
+  echo "MoE $layout: 3 steps, routing consistent, losses $(python3 -c "import json; print(json.load(open('$tmp/l.json'))['train_losses'])")"
+done
 finish

@@ -60,14 +60,14 @@ else
   fail "--tp 2: TP collectives missing from the clock"
 fi
 # `plan` on the same file prices CP and MoE layouts with the engine clock (no refusal), and
-# refuses what the engine cannot run, naming the flags.
+# refuses what the engine clock does not price yet, naming the flags.
 shape=(--layers 2 --hidden 64 --heads 4 --vocab 512 --seq-length 64 --global-batch 8)
 expect_output 'CP communication .*exposed' plan "${shape[@]}" --cluster "$tmp/cpu.json" --dp 2 --cp 2 --cp-algo ring
 expect_output 'clock: engine \(measured rates\)' plan "${shape[@]}" --cluster "$tmp/cpu.json" --dp 4 --experts 4 --top-k 2 --ep 2
-expect_error '--tp 2 with --experts: dtrain.s engine .* runs its MoE layer without TP' \
+expect_error '--tp 2 with --experts: the engine clock .* does not price the MoE layer under TP' \
   plan "${shape[@]}" --cluster "$tmp/cpu.json" --dp 2 --tp 2 --experts 4 --top-k 2
-# --search on the file skips the MoE layouts the engine cannot run (no TP, EP at ZeRO 0 only).
+# --search on the file skips the MoE layouts the clock does not price (no TP, EP at ZeRO 0 only).
 expect_output 'search .* layouts from .* splits' plan "${shape[@]}" --cluster "$tmp/cpu.json" --experts 4 --top-k 2 --search
-expect_error '--ep 2: dtrain.s engine .* runs EP at --zero 0' \
+expect_error '--ep 2: the engine clock .* prices EP at --zero 0' \
   plan "${shape[@]}" --cluster "$tmp/cpu.json" --dp 4 --experts 4 --top-k 2 --ep 2 --zero 1
 finish

@@ -76,6 +76,7 @@ struct MoeLayerState {
   MoeRouting routing;
   MoeExpertCache cache;  // under EP: this rank's experts' received rows (moe_dispatch.h)
   MoeEpState ep;
+  MoeWeightGradStash kept;  // a split backward's input half, for its weight half
 };
 
 class GptActivations {

@@ -105,10 +105,6 @@ GptModel::GptModel(const GptConfig& config, const GptStage& stage, MemoryTracker
       whole_index_.push_back(w);
     }
   }
-  // MoE blocks run the serial layer (model/ops/moe.h) inside block_forward_dense and
-  // block_backward_dense only: not under TP / sequence parallelism yet.
-  DTRAIN_CHECK(!config.moe.enabled() || tp_->size() == 1, "--experts with --tp ", tp_->size(),
-               " is not supported yet");
   w_ = weights_at(params_.data());
   dw_ = weights_at(grads_.data());
   cx_.team = team;
@@ -254,8 +250,9 @@ void GptModel::init_params(uint64_t seed) {
       for (float& x : p) x = static_cast<float>(stddev * rng.normal());
     }
     if (expert_cut) {
-      const int64_t count = t.count, first = count * ep_->rank();
-      std::copy_n(whole.begin() + first, count, param(static_cast<int>(i)).begin());
+      const std::vector<float> slice =
+          expert_slice(serial[i], whole, config_, tp, tp_->rank(), ep_->size(), ep_->rank());
+      std::copy(slice.begin(), slice.end(), param(static_cast<int>(i)).begin());
     } else if (sharded) {
       const std::vector<float> slice = tp_slice(serial[i], whole, config_, tp, tp_->rank());
       std::copy(slice.begin(), slice.end(), param(static_cast<int>(i)).begin());
@@ -509,7 +506,7 @@ void GptModel::block_forward_dense(const GptActivations& acts, GptWorkspace& ws,
   // MLP: x_next = ln2_in + fc_proj(gelu(fc(ln2(ln2_in))))
   layernorm_forward(a.ln2_out, a.ln2_mean, a.ln2_rstd, a.ln2_in, w.ln2_w, w.ln2_b, B, T, C, cx);
   if (w.moe_router_w != nullptr) {
-    moe_mlp_forward(acts, l, a, linear_out);
+    moe_mlp_forward(acts, l, a.ln2_out, linear_out);
     residual_forward(out, a.ln2_in, linear_out, nullptr, BT, C, cx);
     return;
   }
@@ -624,14 +621,20 @@ void GptModel::block_backward_weight(const GptActivations& acts, GptWorkspace& w
   float* full = ws.d_btc2;  // (B, T, C): free after B and after full recompute's rerun
   const int64_t rows = sp_rows(acts);
   using Site = TensorParallelHooks::SpSite;
-  // The dweight halves of the fused backward's four matmul_backward calls, in its order.
-  matmul_backward_weight(dw.fc_proj_w, dw.fc_proj_b, k.dfc_proj, a.fc_gelu, BT, 4 * C_local, C,
-                         cx_);
-  if (sp()) {
-    tp_->sp_all_gather(full, a.ln2_out, rows * C, Site::regather);
-    ln2_out = full;
+  // The dweight halves of the fused backward's four matmul_backward calls, in its order (a routed
+  // block's MLP: its experts' from the MoE state; the router's gradient came with B, which
+  // re-gathered the LN output for it under SP).
+  if (w_.layers[static_cast<size_t>(l)].moe_router_w != nullptr) {
+    moe_mlp_backward_weight(acts, l);
+  } else {
+    matmul_backward_weight(dw.fc_proj_w, dw.fc_proj_b, k.dfc_proj, a.fc_gelu, BT, 4 * C_local, C,
+                           cx_);
+    if (sp()) {
+      tp_->sp_all_gather(full, a.ln2_out, rows * C, Site::regather);
+      ln2_out = full;
+    }
+    matmul_backward_weight(dw.fc_w, dw.fc_b, k.dfc, ln2_out, BT, C, 4 * C_local, cx_);
   }
-  matmul_backward_weight(dw.fc_w, dw.fc_b, k.dfc, ln2_out, BT, C, 4 * C_local, cx_);
   matmul_backward_weight(dw.proj_w, dw.proj_b, k.dproj, a.atty, BT, C_local, C, cx_);
   if (sp()) {
     tp_->sp_all_gather(full, a.ln1_out, rows * C, Site::regather);
@@ -656,10 +659,9 @@ void GptModel::block_backward_dense(GptActivations& acts, GptWorkspace& ws, int6
 
   // MLP; the residual passes dres through unchanged, the LayerNorm adds to it
   if (w.moe_router_w != nullptr) {
-    DTRAIN_CHECK(keep == nullptr, "a split (zero-bubble) backward of MoE block ", l,
-                 " is not supported yet");
     zero(dln, BT * C);
-    moe_mlp_backward(acts, l, a, dres, dln);
+    moe_mlp_backward(acts, l, a.ln2_out, dres, dln,
+                     keep != nullptr);  // dln whole: no f here (in the experts)
     layernorm_backward(dres, dw.ln2_w, dw.ln2_b, dln, a.ln2_in, w.ln2_w, a.ln2_mean, a.ln2_rstd, B,
                        T, C);
   } else {
@@ -773,36 +775,45 @@ MoeWeights moe_weights(const LayerWeights& w) {
 
 }  // namespace
 
-void GptModel::moe_mlp_forward(const GptActivations& acts, int64_t l, const LayerActivations& a,
+void GptModel::moe_mlp_forward(const GptActivations& acts, int64_t l, const float* x,
                                float* delta) {
   const int64_t N = acts.batch() * acts.seq(), C = config_.channels;
   const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
   // The MoE state is the activations' own (one per micro-batch in flight); forward fills it.
   MoeLayerState& s = const_cast<GptActivations&>(acts).moe_layer(l);
-  moe_route(s.routing, a.ln2_out, w.moe_router_w, N, C, config_.moe, cx_);
+  // Under TP the router is replicated: every rank routes the same whole rows the same way.
+  moe_route(s.routing, x, w.moe_router_w, N, C, config_.moe, cx_);
   if (ep_->size() > 1) {
-    moe_ep_forward(delta, s.ep, s.cache, s.routing, a.ln2_out, moe_weights(w), C, config_.moe, *ep_,
-                   cx_);
+    moe_ep_forward(delta, s.ep, s.cache, s.routing, x, moe_weights(w), C, config_.moe, *ep_, cx_,
+                   tp_);
     return;
   }
-  moe_forward(delta, s.cache, s.routing, a.ln2_out, moe_weights(w), N, C, config_.moe, cx_);
+  moe_forward(delta, s.cache, s.routing, x, moe_weights(w), N, C, config_.moe, cx_, tp_);
 }
 
-void GptModel::moe_mlp_backward(const GptActivations& acts, int64_t l, const LayerActivations& a,
-                                const float* dres, float* dln) {
+void GptModel::moe_mlp_backward(const GptActivations& acts, int64_t l, const float* x,
+                                const float* dout, float* dln, bool split) {
   const int64_t N = acts.batch() * acts.seq(), C = config_.channels;
   const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
   const LayerWeights& dw = dw_.layers[static_cast<size_t>(l)];
-  const MoeLayerState& s = acts.moe_layer(l);
+  MoeLayerState& s = const_cast<GptActivations&>(acts).moe_layer(l);
+  MoeWeightGradStash* keep = split ? &s.kept : nullptr;
   const MoeGrads g{dw.moe_router_w, dw.fc_w, dw.fc_b, dw.fc_proj_w, dw.fc_proj_b};
   const double aux_scale = config_.moe.aux_loss_coef * acts.loss_scale;
   if (ep_->size() > 1) {
-    moe_ep_backward(dln, g, dres, s.ep, s.cache, s.routing, a.ln2_out, moe_weights(w), C,
-                    config_.moe, aux_scale, *ep_, cx_);
+    moe_ep_backward(dln, g, dout, s.ep, s.cache, s.routing, x, moe_weights(w), C, config_.moe,
+                    aux_scale, *ep_, cx_, tp_, keep);
     return;
   }
-  moe_backward(dln, g, dres, s.cache, s.routing, a.ln2_out, moe_weights(w), N, C, config_.moe,
-               aux_scale, cx_);
+  moe_backward(dln, g, dout, s.cache, s.routing, x, moe_weights(w), N, C, config_.moe, aux_scale,
+               cx_, tp_, keep);
+}
+
+void GptModel::moe_mlp_backward_weight(const GptActivations& acts, int64_t l) {
+  const LayerWeights& dw = dw_.layers[static_cast<size_t>(l)];
+  const MoeLayerState& s = acts.moe_layer(l);
+  const MoeGrads g{dw.moe_router_w, dw.fc_w, dw.fc_b, dw.fc_proj_w, dw.fc_proj_b};
+  moe_experts_backward_weight(g, s.kept, s.cache, config_.channels, cx_, tp_);
 }
 
 double GptModel::moe_aux_loss(const GptActivations& acts) const {
@@ -815,6 +826,11 @@ double GptModel::moe_aux_loss(const GptActivations& acts) const {
 
 const MoeRouting* GptModel::moe_routing(const GptActivations& acts, int64_t l) const {
   return is_moe_layer(config_.moe, l) ? &acts.moe_layer(l).routing : nullptr;
+}
+
+int64_t GptModel::moe_expert_rows(const GptActivations& acts, int64_t l) const {
+  if (!is_moe_layer(config_.moe, l)) return 0;
+  return static_cast<int64_t>(acts.moe_layer(l).cache.x.size()) / config_.channels;
 }
 
 int64_t GptModel::sp_rows(const GptActivations& acts) const {
@@ -849,6 +865,14 @@ void GptModel::block_forward_sp(const GptActivations& acts, GptWorkspace& ws, in
   // MLP: x_next = ln2_in + fc_proj(gelu(fc(ln2(ln2_in))))
   layernorm_forward(a.ln2_out, a.ln2_mean, a.ln2_rstd, a.ln2_in, w.ln2_w, w.ln2_b, 1, rows, C, cx);
   tp_->sp_all_gather(full, a.ln2_out, rows * C, Site::block_forward);  // f
+  if (w.moe_router_w != nullptr) {
+    // Routed: the replicated router and the TP-split experts on the gathered rows; the experts'
+    // g (an all-reduce of their rows) leaves the combined output whole, so this rank's rows are
+    // taken from it where a dense block reduce-scatters.
+    moe_mlp_forward(acts, l, full, linear_out);
+    residual_forward(out, a.ln2_in, linear_out + tp_->rank() * rows * C, nullptr, rows, C, cx);
+    return;
+  }
   matmul_forward(a.fc, full, w.fc_w, w.fc_b, BT, C, 4 * C_local, cx);
   gelu_forward(a.fc_gelu, a.fc, BT * 4 * C_local, cx);
   matmul_forward(linear_out, a.fc_gelu, w.fc_proj_w, nullptr, BT, 4 * C_local, C, cx);
@@ -882,18 +906,30 @@ void GptModel::block_backward_sp(GptActivations& acts, GptWorkspace& ws, int64_t
   // the re-gathers (block_backward_weight).
   // MLP
   tp_->sp_all_gather(full, dres, rows * C, Site::block_backward);  // g's conjugate
-  zero(ws.dfc_gelu, BT * 4 * C_local);
-  matmul_backward_or_keep(ws.dfc_gelu, dw.fc_proj_w, dw.fc_proj_b, full, a.fc_gelu, w.fc_proj_w, BT,
-                          4 * C_local, C, keep != nullptr ? keep->dfc_proj : nullptr, cx);
-  zero(ws.dfc, BT * 4 * C_local);
-  gelu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT * 4 * C_local, cx);
-  if (keep == nullptr) tp_->sp_all_gather(full, a.ln2_out, rows * C, Site::regather);
-  zero(dfull, BT * C);
-  matmul_backward_or_keep(dfull, dw.fc_w, dw.fc_b, ws.dfc, full, w.fc_w, BT, C, 4 * C_local,
-                          keep != nullptr ? keep->dfc : nullptr, cx);
-  tp_->sp_reduce_scatter(full, dfull, rows * C, Site::block_backward);  // f's conjugate
-  layernorm_backward(dres, dw.ln2_w, dw.ln2_b, full, a.ln2_in, w.ln2_w, a.ln2_mean, a.ln2_rstd, 1,
-                     rows, C);
+  if (w.moe_router_w != nullptr) {
+    // The router's backward reads all rows of the LN output: re-gathered, as the dense block's
+    // fc weight gradient does. The experts all-reduce their inputs' gradients, so dln is whole
+    // (no reduce-scatter): this rank's rows go to the LayerNorm.
+    std::vector<float> x(static_cast<size_t>(BT * C));
+    tp_->sp_all_gather(x.data(), a.ln2_out, rows * C, Site::regather);
+    zero(dfull, BT * C);
+    moe_mlp_backward(acts, l, x.data(), full, dfull, keep != nullptr);
+    layernorm_backward(dres, dw.ln2_w, dw.ln2_b, dfull + tp_->rank() * rows * C, a.ln2_in, w.ln2_w,
+                       a.ln2_mean, a.ln2_rstd, 1, rows, C);
+  } else {
+    zero(ws.dfc_gelu, BT * 4 * C_local);
+    matmul_backward_or_keep(ws.dfc_gelu, dw.fc_proj_w, dw.fc_proj_b, full, a.fc_gelu, w.fc_proj_w,
+                            BT, 4 * C_local, C, keep != nullptr ? keep->dfc_proj : nullptr, cx);
+    zero(ws.dfc, BT * 4 * C_local);
+    gelu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT * 4 * C_local, cx);
+    if (keep == nullptr) tp_->sp_all_gather(full, a.ln2_out, rows * C, Site::regather);
+    zero(dfull, BT * C);
+    matmul_backward_or_keep(dfull, dw.fc_w, dw.fc_b, ws.dfc, full, w.fc_w, BT, C, 4 * C_local,
+                            keep != nullptr ? keep->dfc : nullptr, cx);
+    tp_->sp_reduce_scatter(full, dfull, rows * C, Site::block_backward);  // f's conjugate
+    layernorm_backward(dres, dw.ln2_w, dw.ln2_b, full, a.ln2_in, w.ln2_w, a.ln2_mean, a.ln2_rstd, 1,
+                       rows, C);
+  }
 
   // attention
   tp_->sp_all_gather(full, dres, rows * C, Site::block_backward);  // g's conjugate

@@ -164,6 +164,9 @@ class GptModel {
   // routing (null for a dense block).
   double moe_aux_loss(const GptActivations& acts) const;
   const MoeRouting* moe_routing(const GptActivations& acts, int64_t l) const;
+  // The rows block l's experts on this rank computed in the last forward on `acts` (0 for a
+  // dense block).
+  int64_t moe_expert_rows(const GptActivations& acts, int64_t l) const;
 
   // When set, every sgemm call is timed and counted there (null turns counting off).
   void set_gemm_stats(GemmStats* stats) { cx_.gemm_stats = stats; }
@@ -203,12 +206,15 @@ class GptModel {
   // the four linears' output gradients there (block_backward_input).
   void block_backward_dense(GptActivations& acts, GptWorkspace& ws, int64_t l,
                             BlockOutputGrads* keep);
-  // An MoE block's MLP half: routed experts in place of the dense MLP (delta (B*T, C) is what
-  // the residual adds), and its backward from dres into dln (the LN output's gradient).
-  void moe_mlp_forward(const GptActivations& acts, int64_t l, const LayerActivations& a,
-                       float* delta);
-  void moe_mlp_backward(const GptActivations& acts, int64_t l, const LayerActivations& a,
-                        const float* dres, float* dln);
+  // An MoE block's MLP half on all B*T rows of the LN output x (under SP the gathered rows):
+  // routed experts in place of the dense MLP (delta (B*T, C) is what the residual adds, whole
+  // on every TP rank), and its backward from dout (B*T, C) into dln (x's gradient, whole).
+  void moe_mlp_forward(const GptActivations& acts, int64_t l, const float* x, float* delta);
+  // `split`: only the input halves of the experts' products, their output gradients kept in the
+  // block's MoE state for moe_mlp_backward_weight (a zero-bubble schedule's W).
+  void moe_mlp_backward(const GptActivations& acts, int64_t l, const float* x, const float* dout,
+                        float* dln, bool split = false);
+  void moe_mlp_backward_weight(const GptActivations& acts, int64_t l);
   bool sp() const { return tp_->sequence_parallel(); }
   // The attention core on block l's tensors: serial (attention.h, a.att kept) or, under CP,
   // across the group (cp_hooks.h); out is a.atty.

@@ -52,6 +52,35 @@ ParamTable ep_local_table(const ParamTable& whole, const MoeConfig& m, int ep) {
   return out;
 }
 
+std::vector<FlatRange> expert_slice_ranges(const ParamTensor& whole, const GptConfig& config,
+                                           int tp, int tp_rank, int ep, int ep_rank) {
+  DTRAIN_CHECK(is_expert_tensor(whole.name), "expert_slice_ranges: ", whole.name,
+               " is not a stacked expert tensor");
+  DTRAIN_CHECK(ep_rank >= 0 && ep_rank < ep, "expert_slice_ranges: ep_rank ", ep_rank,
+               " outside [0, ", ep, ")");
+  // The EP rank's experts as a tensor of their own (E/ep experts), then its TP cut, shifted to
+  // where those experts start in the serial tensor.
+  ParamTensor mine = whole;
+  mine.shape[0] = experts_per_rank(config.moe, ep);
+  mine.count = whole.count / ep;
+  const int64_t first = ep_rank * mine.count;
+  if (tp == 1) return {{first, mine.count}};
+  std::vector<FlatRange> out = tp_slice_ranges(mine, config, tp, tp_rank);
+  for (FlatRange& r : out) r.offset += first;
+  return out;
+}
+
+std::vector<float> expert_slice(const ParamTensor& whole, std::span<const float> values,
+                                const GptConfig& config, int tp, int tp_rank, int ep, int ep_rank) {
+  DTRAIN_CHECK(static_cast<int64_t>(values.size()) == whole.count, "expert_slice: ", whole.name,
+               " has ", whole.count, " elements, got ", values.size());
+  std::vector<float> out;
+  for (const FlatRange& r : expert_slice_ranges(whole, config, tp, tp_rank, ep, ep_rank)) {
+    out.insert(out.end(), values.begin() + r.offset, values.begin() + r.offset + r.count);
+  }
+  return out;
+}
+
 int64_t experts_per_rank(const MoeConfig& m, int ep) {
   DTRAIN_CHECK(ep >= 1 && m.experts % ep == 0, "--ep ", ep, " does not divide --experts ",
                m.experts);
@@ -60,7 +89,7 @@ int64_t experts_per_rank(const MoeConfig& m, int ep) {
 
 void moe_ep_forward(float* out, MoeEpState& st, MoeExpertCache& cache, const MoeRouting& r,
                     const float* x, const MoeWeights& w, int64_t C, const MoeConfig& m,
-                    ExpertParallelHooks& ep, const Compute& cx) {
+                    ExpertParallelHooks& ep, const Compute& cx, TensorParallelHooks* tp) {
   const int n = ep.size();
   const int64_t local = experts_per_rank(m, n);
   // Rows per (source, own expert): every rank learns how many rows each source sends each of
@@ -96,7 +125,7 @@ void moe_ep_forward(float* out, MoeEpState& st, MoeExpertCache& cache, const Moe
   ep.exchange_rows(recv.data(), st.recv_rows, rows.data(), st.send_rows, C, Site::dispatch_forward);
   cache.x.assign(at(received * C), 0.0f);
   permute_rows(cache.x.data(), recv.data(), st.expert_row, C, true);
-  moe_experts_forward(cache, st.expert_begin, w, C, cx);
+  moe_experts_forward(cache, st.expert_begin, w, C, cx, tp);
   permute_rows(recv.data(), cache.y.data(), st.expert_row, C, false);
   st.y.assign(at(sent * C), 0.0f);
   ep.exchange_rows(st.y.data(), st.send_rows, recv.data(), st.recv_rows, C, Site::combine_forward);
@@ -106,7 +135,8 @@ void moe_ep_forward(float* out, MoeEpState& st, MoeExpertCache& cache, const Moe
 void moe_ep_backward(float* dx, const MoeGrads& dw, const float* dout, const MoeEpState& st,
                      const MoeExpertCache& cache, const MoeRouting& r, const float* x,
                      const MoeWeights& w, int64_t C, const MoeConfig& m, double aux_scale,
-                     ExpertParallelHooks& ep, const Compute& cx) {
+                     ExpertParallelHooks& ep, const Compute& cx, TensorParallelHooks* tp,
+                     MoeWeightGradStash* keep) {
   const int64_t sent = r.row_begin.back(), received = total(st.recv_rows);
   std::vector<float> dy(at(sent * C), 0.0f);
   std::vector<double> dgate;
@@ -115,7 +145,7 @@ void moe_ep_backward(float* dx, const MoeGrads& dw, const float* dout, const Moe
   ep.exchange_rows(recv.data(), st.recv_rows, dy.data(), st.send_rows, C, Site::combine_backward);
   permute_rows(rows.data(), recv.data(), st.expert_row, C, true);
   std::vector<float> dx_rows(at(received * C), 0.0f);
-  moe_experts_backward(dx_rows.data(), dw, rows.data(), cache, st.expert_begin, w, C, cx);
+  moe_experts_backward(dx_rows.data(), dw, rows.data(), cache, st.expert_begin, w, C, cx, tp, keep);
   permute_rows(recv.data(), dx_rows.data(), st.expert_row, C, false);
   std::vector<float> dx_back(at(sent * C), 0.0f);
   ep.exchange_rows(dx_back.data(), st.send_rows, recv.data(), st.recv_rows, C,

@@ -13,12 +13,14 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
 #include "dtrain/model/ep_hooks.h"
 #include "dtrain/model/ops/moe.h"
 #include "dtrain/model/param_table.h"
+#include "dtrain/model/tp_shard.h"
 
 namespace dtrain::model {
 
@@ -39,18 +41,31 @@ bool is_expert_tensor(std::string_view name);
 // `whole`.
 ParamTable ep_local_table(const ParamTable& whole, const MoeConfig& m, int ep);
 
+// A stacked expert tensor's elements that the rank at (ep_rank, tp_rank) holds, in its order:
+// its experts' run of the serial tensor [ep_rank E/ep, (ep_rank + 1) E/ep), each expert cut for
+// TP as tp_slice cuts it (model/tp_shard.h). ep = tp = 1: the whole tensor. (Initialisation
+// and checkpoints.)
+std::vector<FlatRange> expert_slice_ranges(const ParamTensor& whole, const GptConfig& config,
+                                           int tp, int tp_rank, int ep, int ep_rank);
+std::vector<float> expert_slice(const ParamTensor& whole, std::span<const float> values,
+                                const GptConfig& config, int tp, int tp_rank, int ep, int ep_rank);
+
 // Experts on each EP rank; throws Error naming --ep and --experts unless ep divides E.
 int64_t experts_per_rank(const MoeConfig& m, int ep);
 
 // The layer's forward after moe_route on this rank's tokens: out (N, C); `w` holds the router
-// (E, C) and this rank's E/n experts.
+// (E, C) and this rank's E/n experts. Under TP (`tp`, size > 1) the EP group is the ranks with
+// this tp_rank: every TP rank routes the same tokens and exchanges the same whole rows with its
+// peers of the same tp_rank, and its experts' slices run as moe_experts_forward's expert TP.
 void moe_ep_forward(float* out, MoeEpState& st, MoeExpertCache& cache, const MoeRouting& r,
                     const float* x, const MoeWeights& w, int64_t C, const MoeConfig& m,
-                    ExpertParallelHooks& ep, const Compute& cx = {});
+                    ExpertParallelHooks& ep, const Compute& cx = {},
+                    TensorParallelHooks* tp = nullptr);
 // Its backward: dx (N, C) accumulated, the router's and the own experts' gradients accumulated.
 void moe_ep_backward(float* dx, const MoeGrads& dw, const float* dout, const MoeEpState& st,
                      const MoeExpertCache& cache, const MoeRouting& r, const float* x,
                      const MoeWeights& w, int64_t C, const MoeConfig& m, double aux_scale,
-                     ExpertParallelHooks& ep, const Compute& cx = {});
+                     ExpertParallelHooks& ep, const Compute& cx = {},
+                     TensorParallelHooks* tp = nullptr, MoeWeightGradStash* keep = nullptr);
 
 }  // namespace dtrain::model

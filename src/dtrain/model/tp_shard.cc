@@ -15,6 +15,21 @@ int64_t row_length(const std::vector<int64_t>& shape) {
   return n;
 }
 
+// A stacked expert tensor's slice, expert by expert: expert_rows cuts dimension 1 (each expert's
+// 4C rows, or its 4C bias entries), expert_columns the last (each of the E*C rows' 4C columns).
+std::vector<FlatRange> expert_ranges(const ParamTensor& whole, int tp, int tp_rank) {
+  std::vector<FlatRange> out;
+  if (tp_split_of(whole.name) == TpSplit::expert_rows) {
+    const int64_t experts = whole.shape[0], per_expert = whole.count / experts;
+    const int64_t local = per_expert / tp;
+    for (int64_t e = 0; e < experts; ++e) out.push_back({e * per_expert + tp_rank * local, local});
+    return out;
+  }
+  const int64_t width = whole.shape.back(), local = width / tp, rows = whole.count / width;
+  for (int64_t r = 0; r < rows; ++r) out.push_back({r * width + tp_rank * local, local});
+  return out;
+}
+
 }  // namespace
 
 TpSplit tp_split_of(std::string_view name) {
@@ -22,6 +37,8 @@ TpSplit tp_split_of(std::string_view name) {
   if (name.ends_with("attn.qkv.w") || name.ends_with("attn.qkv.b")) return TpSplit::qkv_rows;
   if (name.ends_with("mlp.fc.w") || name.ends_with("mlp.fc.b")) return TpSplit::rows;
   if (name.ends_with("attn.proj.w") || name.ends_with("mlp.proj.w")) return TpSplit::columns;
+  if (name.ends_with("moe.fc.w") || name.ends_with("moe.fc.b")) return TpSplit::expert_rows;
+  if (name.ends_with("moe.proj.w")) return TpSplit::expert_columns;
   return TpSplit::replicated;
 }
 
@@ -71,6 +88,12 @@ ParamTable tp_local_table(const ParamTable& whole, const GptConfig& config, int 
       case TpSplit::vocab_rows:
         shape[0] = tp_vocab_local(config.vocab, tp);
         break;
+      case TpSplit::expert_rows:
+        shape[1] /= tp;
+        break;
+      case TpSplit::expert_columns:
+        shape.back() /= tp;
+        break;
     }
     local.add(t.name, std::move(shape));
   }
@@ -119,6 +142,13 @@ std::vector<float> tp_slice(const ParamTensor& whole, std::span<const float> val
       out.resize(static_cast<size_t>(V_local * row), 0.0f);
       break;
     }
+    case TpSplit::expert_rows:
+    case TpSplit::expert_columns:
+      for (const FlatRange& r : expert_ranges(whole, tp, tp_rank)) {
+        const auto begin = values.begin() + r.offset;
+        out.insert(out.end(), begin, begin + r.count);
+      }
+      break;
   }
   return out;
 }
@@ -155,6 +185,10 @@ std::vector<FlatRange> tp_slice_ranges(const ParamTensor& whole, const GptConfig
       take_rows(first, std::clamp<int64_t>(rows - first, 0, tp_vocab_local(config.vocab, tp)));
       break;
     }
+    case TpSplit::expert_rows:
+    case TpSplit::expert_columns:
+      out = expert_ranges(whole, tp, tp_rank);
+      break;
   }
   return out;
 }

@@ -21,6 +21,10 @@ enum class TpSplit {
   qkv_rows,    // attn.qkv.w/b: the rows of each of Q, K, V cut by heads: nh_local heads each
   columns,     // row-parallel linear (attn.proj.w, mlp.proj.w): rank r holds columns r*K/N ..
   vocab_rows,  // wte: rank r holds padded_vocab/N rows from r*padded_vocab/N; rows >= V are 0
+  // A routed layer's stacked experts (expert tensor parallelism: each expert's MLP cut as the
+  // dense MLP is; the router and moe.proj.b, added after the reduction, are replicated):
+  expert_rows,     // moe.fc.w (E, 4C, C), moe.fc.b (E, 4C): each expert's rows r*4C/N ..
+  expert_columns,  // moe.proj.w (E, C, 4C): each expert's columns r*4C/N ..
 };
 TpSplit tp_split_of(std::string_view name);
 

@@ -118,8 +118,12 @@ DataParallel::DataParallel(const DataParallelConfig& config, model::GptModel& mo
     model.release_grads();
   }
   if (config.ep > 1) {
-    DTRAIN_CHECK(!config.mixed_precision, "--ep ", config.ep,
-                 " with --precision bf16 is not supported yet");
+    // Mixed precision syncs EP's two groups on the ZeRO-0 fp32 wire only (submit_mixed_sync);
+    // the split shards of ZeRO 1-3 and the bf16 wire keep fp32 gradients.
+    DTRAIN_CHECK(!config.mixed_precision || (config.zero_stage == 0 && !config.bf16_grad_reduce),
+                 "--ep ", config.ep, " with --precision bf16 needs --zero 0 and --grad-reduce fp32",
+                 " (got --zero ", config.zero_stage,
+                 config.bf16_grad_reduce ? ", --grad-reduce bf16)" : ")");
     DTRAIN_CHECK(!config.hierarchical, "--ep ", config.ep,
                  " with --dp-all-reduce hierarchical is not supported yet");
     expert_dp_ = dp.subgroup(config.expert_dp_members, "expert-dp");
@@ -491,6 +495,12 @@ void DataParallel::submit_mixed_sync(int b, bool accumulate, const std::string& 
   if (config_.zero_stage == 0) {
     bf16* g = grads + bucket.offset;
     comm::NodeGroups* groups = node_groups_.get();
+    comm::Communicator* expert_dp = expert_dp_.get();
+    const std::vector<BucketPiece> pieces =
+        expert_dp != nullptr
+            ? split_at_experts({bucket.offset, bucket.count}, config_.expert_ranges)
+            : std::vector<BucketPiece>{};
+    const float inv_ep = 1.0f / static_cast<float>(config_.ep);
     comm_->submit(
         (bf16_wire ? "all_reduce bf16 " : "all_reduce ") + span, [=](comm::Communicator& c) {
           if (bf16_wire) {
@@ -499,7 +509,22 @@ void DataParallel::submit_mixed_sync(int b, bool accumulate, const std::string& 
           }
           Buffer<float> wire(bucket.count, MemoryTag::communication, tracker);
           to_float(g, wire.data(), bucket.count);
-          if (groups != nullptr) {
+          if (expert_dp != nullptr) {
+            // EP: the fp32 wire's dense pieces averaged over DP, expert pieces over the
+            // expert-DP group (as submit_expert_split_sync), then rounded once.
+            for (const BucketPiece& p : pieces) {
+              float* w = wire.data() + (p.offset - bucket.offset);
+              if (!p.expert) {
+                comm::all_reduce<float>(c, w, p.count, comm::ReduceOp::avg, algo);
+                continue;
+              }
+              if (expert_dp->size() > 1) {
+                comm::all_reduce<float>(*expert_dp, w, p.count, comm::ReduceOp::avg,
+                                        comm::Algorithm::ring);
+              }
+              for (int64_t i = 0; i < p.count; ++i) w[i] *= inv_ep;
+            }
+          } else if (groups != nullptr) {
             comm::hierarchical_all_reduce<float>(*groups, wire.data(), bucket.count,
                                                  comm::ReduceOp::avg);
           } else {

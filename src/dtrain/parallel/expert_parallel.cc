@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "dtrain/comm/all_to_all.h"
+#include "dtrain/core/bf16.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
 
@@ -118,8 +119,16 @@ void ExpertParallelGroup::exchange_rows(float* recv, std::span<const int64_t> re
     r += rc;
   }
   const double start = spans_ != nullptr ? now_us() : 0;
-  counter_of(site) += comm::all_to_all_v<float>(comm_, send, send_parts, recv, recv_parts,
-                                                comm::Algorithm::pairwise);
+  if (bf16_dispatch_ && site == Site::dispatch_forward) {
+    std::vector<bf16> send16(static_cast<size_t>(s)), recv16(static_cast<size_t>(r));
+    to_bf16(send, send16.data(), s);
+    counter_of(site) += comm::all_to_all_v<bf16>(comm_, send16.data(), send_parts, recv16.data(),
+                                                 recv_parts, comm::Algorithm::pairwise);
+    to_float(recv16.data(), recv, r);
+  } else {
+    counter_of(site) += comm::all_to_all_v<float>(comm_, send, send_parts, recv, recv_parts,
+                                                  comm::Algorithm::pairwise);
+  }
   if (spans_ != nullptr) spans_->push_back({label_of(site), start, now_us()});
 }
 

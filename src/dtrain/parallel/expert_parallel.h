@@ -52,6 +52,11 @@ class ExpertParallelGroup final : public model::ExpertParallelHooks {
   void exchange_rows(float* recv, std::span<const int64_t> recv_rows, const float* send,
                      std::span<const int64_t> send_rows, int64_t row_elems, Site site) override;
   const EpCounters& counters() const { return counters_; }
+  // --precision bf16: the dispatch forward's rows travel as bf16 (plan::ep_row_wire_bytes). The
+  // experts' fc rounds them to bf16 as its operand anyway (model/bf16_gemm.h), and the rows are
+  // read nowhere else, so the run is the one without EP; every other exchange carries fp32 values
+  // the serial run keeps in fp32 (outputs, gradients, and dy, whose sum is proj's bias gradient).
+  void set_bf16_dispatch(bool on) { bf16_dispatch_ = on; }
   // While set, every exchange is appended there (for traces: dispatch and combine on the
   // compute thread's communication track); null stops recording.
   void record_spans(std::vector<TpSpan>* spans) { spans_ = spans; }
@@ -61,6 +66,7 @@ class ExpertParallelGroup final : public model::ExpertParallelHooks {
   comm::Communicator& comm_;
   EpCounters counters_;
   std::vector<TpSpan>* spans_ = nullptr;
+  bool bf16_dispatch_ = false;
 };
 
 }  // namespace dtrain::parallel

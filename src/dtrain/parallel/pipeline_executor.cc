@@ -305,7 +305,10 @@ void PipelineExecutor::forward(const plan::Action& a, std::span<const int32_t> t
                 c.head ? rows(targets, a.microbatch, bt) : targets, &loss_sum_);
   if (model_.config().moe.enabled()) {
     for (int64_t l = c.layers.first; l < c.layers.end(); ++l) {
-      if (const model::MoeRouting* r = model_.moe_routing(acts, l)) moe_.add(*r);
+      if (const model::MoeRouting* r = model_.moe_routing(acts, l)) {
+        moe_.add(*r);
+        moe_.expert_rows.push_back(model_.moe_expert_rows(acts, l));
+      }
     }
     moe_.aux_loss_sum += model_.moe_aux_loss(acts);
     if (c.embedding) ++moe_.microbatches;  // once per micro-batch, on its first chunk

@@ -218,6 +218,27 @@ int ep_forward_exchanges(Recompute recompute) {
   return recompute == Recompute::full ? 2 : 1;
 }
 
+std::vector<CollectiveCall> moe_tp_collectives_per_layer(int64_t micro_batch, int64_t seq,
+                                                         int64_t hidden, int64_t bytes_per_element,
+                                                         bool sequence_parallel,
+                                                         int64_t expert_rows) {
+  using comm::CollectiveOp;
+  const double e = static_cast<double>(bytes_per_element);
+  const double activation = static_cast<double>(micro_batch * seq * hidden) * e;
+  const double rows = static_cast<double>(expert_rows * hidden) * e;
+  const CollectiveCall experts{CollectiveOp::all_reduce, rows, 2, "expert outputs and input grads"};
+  if (!sequence_parallel) {
+    return {{CollectiveOp::all_reduce, activation, 2, "attention activations"}, experts};
+  }
+  return {{CollectiveOp::reduce_scatter, activation, 2, "attention (sequence parallel)"},
+          {CollectiveOp::all_gather, activation, 4, "LN outputs and output grads (sp)"},
+          experts};
+}
+
+int64_t ep_row_wire_bytes(EpExchange exchange, bool bf16) {
+  return bf16 && exchange == EpExchange::dispatch_forward ? 2 : 4;
+}
+
 double ep_counts_bytes(int64_t experts, int ep) {
   DTRAIN_CHECK(ep >= 1 && experts % ep == 0, "ep_counts_bytes: ", experts, " experts over ep ", ep);
   return static_cast<double>((ep - 1) * (experts / ep) * 8);

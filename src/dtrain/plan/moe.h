@@ -12,8 +12,9 @@
 // per rank (experts e in [r E/ep, (r+1) E/ep) on EP rank r). Expert gradients are reduced (and
 // ZeRO shards expert state) over the expert-data-parallel group, the dp / ep ranks that hold the
 // same experts; dense parameters over the whole DP group. Under TP every TP rank holds a 1/tp
-// slice of each of its experts (expert TP = TP) and dispatches the same tokens: the expert MLP
-// is a TP-split MLP whose collectives the dense layer's TP rows already count.
+// slice of each of its experts (expert TP = TP) and dispatches the same whole rows: the expert
+// MLP is a TP-split MLP whose all-reduces run on the experts' rows (moe_tp_collectives_per_layer;
+// the planner's step time still prices a routed layer's TP traffic as a dense layer's).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "dtrain/core/recompute.h"
+#include "dtrain/plan/comm_model.h"
 #include "dtrain/plan/memory_model.h"
 
 namespace dtrain::plan {
@@ -146,10 +148,31 @@ MoeA2aRank ep_combine_bytes(std::span<const std::vector<int64_t>> kept, int64_t 
 // rows past the forward; the backward's two (the combine's and the dispatch's gradients) run
 // once either way. Selective recompute reruns attention only.
 int ep_forward_exchanges(Recompute recompute);
+// The exchanges of a routed layer under EP, and the bytes per element of their rows on the wire:
+// 4 (fp32), except the dispatch forward's under bf16, 2: the experts' first linear rounds those
+// rows to bf16 as its operand in the run without EP too, so sending them rounded changes nothing;
+// the expert outputs, the gradients and the combine's gradient dy (whose sum is proj's bias
+// gradient, fp32 in the serial bf16 run) stay fp32.
+enum class EpExchange { dispatch_forward, combine_forward, combine_backward, dispatch_backward };
+int64_t ep_row_wire_bytes(EpExchange exchange, bool bf16);
 
 // Before each dispatch the ranks exchange their row counts: E / ep int64 to (and from) every
 // other rank, so (ep - 1) E / ep * 8 bytes each way per exchange.
 double ep_counts_bytes(int64_t experts, int ep);
+
+// Tensor parallelism's collectives in one routed block for one micro-batch of b sequences of s
+// tokens (expert TP: each expert's fc column-parallel and proj row-parallel across the TP group,
+// the router replicated), when this rank's experts computed `expert_rows` rows (the routed
+// copies kept; under EP the rows received). The attention half's f and g as a dense block's; the
+// experts' g all-reduces their outputs (expert_rows x h) forward and their f' their inputs'
+// gradients backward. Sequence parallel: the LN output is all-gathered before the router (and
+// the output gradient in backward, g's conjugate) as a dense block's, and no reduce-scatter
+// follows: the combined output is whole on every rank, which keeps its own rows. Full recompute
+// is not counted here (refused with TP).
+std::vector<CollectiveCall> moe_tp_collectives_per_layer(int64_t micro_batch, int64_t seq,
+                                                         int64_t hidden, int64_t bytes_per_element,
+                                                         bool sequence_parallel,
+                                                         int64_t expert_rows);
 
 // The EP rank whose dispatch moves the most bytes (sent or received): whose all-to-all the
 // others wait for.

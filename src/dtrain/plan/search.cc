@@ -175,7 +175,7 @@ void for_each_layout(const PlanInput& in, const SearchConstraints& fixed,
   // Context parallelism is searched on GPU clusters only: the engine clock (measured rates)
   // prices a CP layout given with --cp, but its search over CP is not done yet.
   const bool cp_searched = !has_measured_rates(in.cluster);
-  // dtrain's engine (what measured rates price) runs its MoE layer without TP, and EP at ZeRO 0,
+  // The engine clock (measured rates) prices dtrain's MoE layer without TP, and EP at ZeRO 0,
   // fp32, without full recompute (planner.cc's layout_error says so for a given layout).
   const bool engine_moe = has_measured_rates(in.cluster) && m.moe.enabled();
   for (int64_t tp : divisors(gpus)) {
@@ -225,7 +225,8 @@ void for_each_layout(const PlanInput& in, const SearchConstraints& fixed,
           continue;
         }
         if (engine_moe && tp > 1) {
-          reject("tp with an MoE model (dtrain's engine runs its MoE layer without TP)", base);
+          reject("tp with an MoE model (the engine clock does not price the MoE layer under TP)",
+                 base);
           continue;
         }
         if (m.kv_heads_or_heads() % tp != 0 && tp % m.kv_heads_or_heads() != 0) {

@@ -134,6 +134,9 @@ Engine::Engine(const EngineConfig& config, comm::Communicator& world)
   model_.init_params(config.step.init_seed);
   model_.set_precision(config.step.precision);
   hooks_->set_bf16_activations(config.step.precision == model::Precision::bf16, &tracker_);
+  if (ep_hooks_ != nullptr) {
+    ep_hooks_->set_bf16_dispatch(config.step.precision == model::Precision::bf16);
+  }
   if (config.pp > 1 && (coord_.pp == 0 || coord_.pp == config.pp - 1)) {
     parallel::MeshCoord first = coord_, last = coord_;
     first.pp = 0;
@@ -253,9 +256,13 @@ void Engine::add_ep_plan_bytes(const model::MoeCounts& mine) {
                       v.begin() + static_cast<std::ptrdiff_t>(first + static_cast<size_t>(E)));
   }
   const int64_t C = config_.step.model.channels;
-  const auto bytes = static_cast<int64_t>(sizeof(float));
-  traffic_.ep_plan_dispatch += plan::ep_dispatch_bytes(kept, C, bytes, ep_rank()).sent_total();
-  traffic_.ep_plan_combine += plan::ep_combine_bytes(kept, C, bytes, ep_rank()).sent_total();
+  const bool bf16 = config_.step.precision == model::Precision::bf16;
+  const int64_t dispatch = plan::ep_row_wire_bytes(plan::EpExchange::dispatch_forward, bf16);
+  const int64_t other = plan::ep_row_wire_bytes(plan::EpExchange::combine_forward, bf16);
+  traffic_.ep_plan_dispatch_forward +=
+      plan::ep_dispatch_bytes(kept, C, dispatch, ep_rank()).sent_total();
+  traffic_.ep_plan_dispatch += plan::ep_dispatch_bytes(kept, C, other, ep_rank()).sent_total();
+  traffic_.ep_plan_combine += plan::ep_combine_bytes(kept, C, other, ep_rank()).sent_total();
   int64_t routed = 0;  // routed layers of this stage: one counts exchange each per micro-batch
   for (int64_t l = 0; l < config_.step.model.layers; ++l) {
     if (model_.stage().has_layer(l) && model::is_moe_layer(config_.step.model.moe, l)) ++routed;
@@ -320,6 +327,7 @@ StepStats Engine::train_step(const data::Batch& batch, float lr) {
   last_.peak_inflight_bytes = record.peak_inflight_bytes;
   stats.loss = record.loss;
   gather_routing(stats, record.moe);
+  for (int64_t rows : record.moe.expert_rows) ++traffic_.moe_expert_rows[rows];
   if (ep_hooks_ != nullptr) add_ep_plan_bytes(record.moe);
   finalize_and_update(stats, lr);
   hooks_->record_spans(nullptr);
@@ -618,12 +626,12 @@ checkpoint::RankState Engine::export_state() {
     if (coord_.tp != 0 && model::tp_split_of(local.name) == model::TpSplit::replicated) continue;
     if (tied_copy && local.name == "wte") continue;
     const model::ParamTensor& whole = serial[static_cast<size_t>(serial.index_of(local.name))];
-    // EP (ZeRO 0, no TP): a rank's experts are one run of the stacked tensor, written by the
-    // first expert-DP replica (DP ranks below ep), each its own experts.
+    // EP (ZeRO 0): a rank's experts are one run of the stacked tensor (each expert cut for TP),
+    // written by the first expert-DP replica (DP ranks below ep), each its own experts.
     const bool experts = config_.ep > 1 && model::is_expert_tensor(local.name);
     const bool writer = experts ? coord_.dp < config_.ep : dp_comm_->rank() == 0;
     const std::vector<model::FlatRange> ranges =
-        experts ? std::vector<model::FlatRange>{{ep_rank() * local.count, local.count}}
+        experts ? model::expert_slice_ranges(whole, g, config_.tp, coord_.tp, config_.ep, ep_rank())
                 : model::tp_slice_ranges(whole, g, config_.tp, coord_.tp);
     int64_t real = 0;  // the shard's elements that are serial elements (no vocabulary padding)
     for (const model::FlatRange& r : ranges) real += r.count;
@@ -670,11 +678,9 @@ void Engine::import_state(const checkpoint::SerialState& state) {
                                        checkpoint::StateKind::adam_v}) {
       std::vector<float> slice;
       if (config_.ep > 1 && model::is_expert_tensor(local.name)) {
-        // EP: this rank's experts, one run of the stacked tensor.
-        const std::span<const float> all = state.tensor(whole, kind);
-        const auto first = static_cast<size_t>(ep_rank() * local.count);
-        slice.assign(all.begin() + static_cast<std::ptrdiff_t>(first),
-                     all.begin() + static_cast<std::ptrdiff_t>(first + local.count));
+        // EP: this rank's experts, one run of the stacked tensor (each cut for TP).
+        slice = model::expert_slice(whole, state.tensor(whole, kind), g, config_.tp, coord_.tp,
+                                    config_.ep, ep_rank());
       } else {
         slice = model::tp_slice(whole, state.tensor(whole, kind), g, config_.tp, coord_.tp);
       }

@@ -29,6 +29,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -107,6 +108,14 @@ struct EngineTraffic {
   // measured (plan::ep_dispatch_bytes: dispatch forward and the combine's gradient;
   // ep_combine_bytes: combine forward and the dispatch's gradient; ep_counts_bytes).
   double ep_plan_counts = 0, ep_plan_dispatch = 0, ep_plan_combine = 0;
+  // The dispatch forward's own (its rows' wire bytes differ under bf16: plan::ep_row_wire_bytes);
+  // ep_plan_dispatch is the combine's gradient, the same rows in fp32.
+  double ep_plan_dispatch_forward = 0;
+  // How many routed blocks' forwards (per micro-batch, over the steps) had this rank's experts
+  // compute each number of rows: the expert-TP all-reduces' sizes, for
+  // plan::moe_tp_collectives_per_layer (a histogram: its size is bounded by the rows a block can
+  // take, not by the run's length).
+  std::map<int64_t, int64_t> moe_expert_rows;
   comm::LinkBytes links;        // every communicator, by link class
   comm::LinkBytes model_links;  // the TP, PP, DP and embedding groups' only
 };

@@ -105,8 +105,6 @@ EngineConfig make_engine_config(const StepConfig& step, const LayoutOptions& o) 
     DTRAIN_CHECK(m.moe.experts % o.ep == 0, "--ep ", o.ep, " does not divide --experts ",
                  m.moe.experts);
     DTRAIN_CHECK(o.cp == 1, "--ep ", o.ep, " with --cp ", o.cp, " is not supported yet");
-    DTRAIN_CHECK(step.precision == model::Precision::fp32, "--ep ", o.ep,
-                 " with --precision bf16 is not supported yet");
     DTRAIN_CHECK(o.dp_all_reduce == DpAllReduce::flat, "--ep ", o.ep,
                  " with --dp-all-reduce hierarchical is not supported yet");
   }

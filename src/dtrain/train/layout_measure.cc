@@ -298,9 +298,12 @@ RankRow measure_rank(const Engine& e) {
   r.dp = t.dp / n;
   r.embedding = t.embedding / n;
   r.ep = static_cast<double>(t.ep.total().bytes_sent) / n;
+  // The forward's exchanges (counts, dispatch, combine) run once, or twice under full
+  // recompute; the backward's two (the combine's gradient, the dispatch's) once.
   const double forward = plan::ep_forward_exchanges(c.step.recompute);
-  r.ep_formula =
-      (forward * t.ep_plan_counts + (forward + 1) * (t.ep_plan_dispatch + t.ep_plan_combine)) / n;
+  r.ep_formula = (forward * (t.ep_plan_counts + t.ep_plan_dispatch_forward + t.ep_plan_combine) +
+                  t.ep_plan_dispatch + t.ep_plan_combine) /
+                 n;
   r.other = t.other / n;
   r.intra_node_bytes = static_cast<double>(t.links.intra_node) / n;
   r.inter_node_bytes = static_cast<double>(t.links.inter_node) / n;
@@ -322,7 +325,21 @@ RankRow measure_rank(const Engine& e) {
   const int64_t act = activation_wire_bytes(c);
   const double per_layer =
       plan::tp_traffic_per_layer(b, T, g.channels, act, c.tp, sp, Recompute::none).bytes_sent;
-  r.tp_block_formula = per_layer * blocks * M;
+  // Routed blocks' collectives depend on the rows their experts computed (measured per call).
+  double routed_blocks = 0;
+  for (int64_t l = 0; l < g.layers; ++l) {
+    if (model.stage().has_layer(l) && model::is_moe_layer(g.moe, l)) ++routed_blocks;
+  }
+  r.tp_block_formula = per_layer * (blocks - routed_blocks) * M;
+  if (c.tp > 1) {
+    double routed = 0;  // over the steps, as the counters; per step below
+    for (const auto& [rows, calls] : t.moe_expert_rows) {
+      routed +=
+          static_cast<double>(calls) *
+          bytes_sent(plan::moe_tp_collectives_per_layer(b, T, g.channels, act, sp, rows), c.tp);
+    }
+    r.tp_block_formula += routed / n;
+  }
   if (c.step.recompute == Recompute::full) {
     // Each rerun of a block's forward repeats its forward f and g: once before a fused
     // backward, and again before W under a split one.

@@ -103,8 +103,10 @@ void moe_gather_rows(float* x_rows, const MoeRouting& r, const float* x, int64_t
 }
 
 void moe_experts_forward(MoeExpertCache& cache, std::span<const int64_t> row_begin,
-                         const MoeWeights& w, int64_t C, const Compute& cx) {
-  const int64_t H = 4 * C, experts = static_cast<int64_t>(row_begin.size()) - 1;
+                         const MoeWeights& w, int64_t C, const Compute& cx,
+                         TensorParallelHooks* tp) {
+  const int n = tp != nullptr ? tp->size() : 1;
+  const int64_t H = 4 * C / n, experts = static_cast<int64_t>(row_begin.size()) - 1;
   const int64_t rows = row_begin.back();
   DTRAIN_CHECK(static_cast<int64_t>(cache.x.size()) == rows * C,
                "moe_experts_forward: ", cache.x.size(), " input elements for ", rows, " rows of ",
@@ -119,7 +121,16 @@ void moe_experts_forward(MoeExpertCache& cache, std::span<const int64_t> row_beg
                    w.fc_b + e * H, n_e, C, H, cx);
     gelu_forward(cache.fc_gelu.data() + first * H, cache.fc.data() + first * H, n_e * H, cx);
     matmul_forward(cache.y.data() + first * C, cache.fc_gelu.data() + first * H,
-                   w.proj_w + e * C * H, w.proj_b + e * C, n_e, H, C, cx);
+                   w.proj_w + e * C * H, n > 1 ? nullptr : w.proj_b + e * C, n_e, H, C, cx);
+  }
+  if (n == 1) return;
+  // g: the row-parallel partial sums whole, then proj's bias once (as the dense MLP's after g).
+  tp->g_forward(cache.y.data(), rows * C);
+  for (int64_t e = 0; e < experts; ++e) {
+    for (int64_t i = row_begin[at(e)]; i < row_begin[at(e + 1)]; ++i) {
+      float* yr = cache.y.data() + i * C;
+      for (int64_t c = 0; c < C; ++c) yr[c] += w.proj_b[e * C + c];
+    }
   }
 }
 
@@ -139,10 +150,10 @@ void moe_combine(float* out, const MoeRouting& r, const float* y, int64_t C) {
 
 void moe_forward(float* out, MoeExpertCache& cache, const MoeRouting& r, const float* x,
                  const MoeWeights& w, int64_t /*N*/, int64_t C, const MoeConfig& /*m*/,
-                 const Compute& cx) {
+                 const Compute& cx, TensorParallelHooks* tp) {
   cache.x.assign(at(r.row_begin.back() * C), 0.0f);
   moe_gather_rows(cache.x.data(), r, x, C);
-  moe_experts_forward(cache, r.row_begin, w, C, cx);
+  moe_experts_forward(cache, r.row_begin, w, C, cx, tp);
   moe_combine(out, r, cache.y.data(), C);
 }
 
@@ -169,21 +180,55 @@ void moe_combine_backward(float* dy, std::vector<double>& dgate, const MoeRoutin
 
 void moe_experts_backward(float* dx_rows, const MoeGrads& dw, const float* dy,
                           const MoeExpertCache& cache, std::span<const int64_t> row_begin,
-                          const MoeWeights& w, int64_t C, const Compute& cx) {
-  const int64_t H = 4 * C, experts = static_cast<int64_t>(row_begin.size()) - 1;
+                          const MoeWeights& w, int64_t C, const Compute& cx,
+                          TensorParallelHooks* tp, MoeWeightGradStash* keep) {
+  const int n = tp != nullptr ? tp->size() : 1;
+  const int64_t H = 4 * C / n, experts = static_cast<int64_t>(row_begin.size()) - 1;
   const int64_t rows = row_begin.back();
   std::vector<float> dfc_gelu(at(rows * H), 0.0f), dfc(at(rows * H), 0.0f);
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t first = row_begin[at(e)], n_e = row_begin[at(e + 1)] - first;
     if (n_e == 0) continue;
-    matmul_backward(dfc_gelu.data() + first * H, dw.proj_w + e * C * H, dw.proj_b + e * C,
-                    dy + first * C, cache.fc_gelu.data() + first * H, w.proj_w + e * C * H, n_e, H,
-                    C, cx);
+    if (keep != nullptr) {
+      matmul_backward_input(dfc_gelu.data() + first * H, dy + first * C, w.proj_w + e * C * H, n_e,
+                            H, C, cx);
+    } else {
+      matmul_backward(dfc_gelu.data() + first * H, dw.proj_w + e * C * H, dw.proj_b + e * C,
+                      dy + first * C, cache.fc_gelu.data() + first * H, w.proj_w + e * C * H, n_e,
+                      H, C, cx);
+    }
     gelu_backward(dfc.data() + first * H, cache.fc.data() + first * H, dfc_gelu.data() + first * H,
                   n_e * H, cx);
-    matmul_backward(dx_rows + first * C, dw.fc_w + e * H * C, dw.fc_b + e * H,
-                    dfc.data() + first * H, cache.x.data() + first * C, w.fc_w + e * H * C, n_e, C,
-                    H, cx);
+    if (keep != nullptr) {
+      matmul_backward_input(dx_rows + first * C, dfc.data() + first * H, w.fc_w + e * H * C, n_e, C,
+                            H, cx);
+    } else {
+      matmul_backward(dx_rows + first * C, dw.fc_w + e * H * C, dw.fc_b + e * H,
+                      dfc.data() + first * H, cache.x.data() + first * C, w.fc_w + e * H * C, n_e,
+                      C, H, cx);
+    }
+  }
+  if (keep != nullptr) {
+    keep->dy.assign(dy, dy + rows * C);
+    keep->dfc = std::move(dfc);
+    keep->row_begin.assign(row_begin.begin(), row_begin.end());
+  }
+  if (n > 1) tp->f_backward(dx_rows, rows * C);  // f's conjugate: each rank's fc rows' share
+}
+
+void moe_experts_backward_weight(const MoeGrads& dw, const MoeWeightGradStash& kept,
+                                 const MoeExpertCache& cache, int64_t C, const Compute& cx,
+                                 TensorParallelHooks* tp) {
+  const int n = tp != nullptr ? tp->size() : 1;
+  const int64_t H = 4 * C / n, experts = static_cast<int64_t>(kept.row_begin.size()) - 1;
+  // The weight halves of moe_experts_backward's two matmul_backward calls per expert, in order.
+  for (int64_t e = 0; e < experts; ++e) {
+    const int64_t first = kept.row_begin[at(e)], n_e = kept.row_begin[at(e + 1)] - first;
+    if (n_e == 0) continue;
+    matmul_backward_weight(dw.proj_w + e * C * H, dw.proj_b + e * C, kept.dy.data() + first * C,
+                           cache.fc_gelu.data() + first * H, n_e, H, C, cx);
+    matmul_backward_weight(dw.fc_w + e * H * C, dw.fc_b + e * H, kept.dfc.data() + first * H,
+                           cache.x.data() + first * C, n_e, C, H, cx);
   }
 }
 
@@ -230,12 +275,13 @@ void moe_router_backward(float* dx, const MoeGrads& dw, const float* dx_rows,
 
 void moe_backward(float* dx, const MoeGrads& dw, const float* dout, const MoeExpertCache& cache,
                   const MoeRouting& r, const float* x, const MoeWeights& w, int64_t /*N*/,
-                  int64_t C, const MoeConfig& m, double aux_scale, const Compute& cx) {
+                  int64_t C, const MoeConfig& m, double aux_scale, const Compute& cx,
+                  TensorParallelHooks* tp, MoeWeightGradStash* keep) {
   const int64_t rows = r.row_begin.back();
   std::vector<float> dy(at(rows * C), 0.0f), dx_rows(at(rows * C), 0.0f);
   std::vector<double> dgate;
   moe_combine_backward(dy.data(), dgate, r, dout, cache.y.data(), C);
-  moe_experts_backward(dx_rows.data(), dw, dy.data(), cache, r.row_begin, w, C, cx);
+  moe_experts_backward(dx_rows.data(), dw, dy.data(), cache, r.row_begin, w, C, cx, tp, keep);
   moe_router_backward(dx, dw, dx_rows.data(), dgate, r, x, w, C, m, aux_scale, cx);
 }
 

@@ -13,8 +13,11 @@
 
 #include "dtrain/model/gemm.h"
 #include "dtrain/model/moe_config.h"
+#include "dtrain/model/tp_hooks.h"
 
 namespace dtrain::model {
+
+struct MoeWeightGradStash;  // below, with the split backward's pieces
 
 // One MoE block's parameters (or, at the same offsets, gradients). H = 4*C.
 struct MoeWeights {
@@ -54,7 +57,10 @@ struct MoeCounts {
   int64_t dropped = 0;                 // choices past an expert's capacity
   double aux_loss_sum = 0;             // sum of each micro-batch's aux (summed over its blocks)
   int64_t microbatches = 0;            // micro-batches whose aux is in aux_loss_sum
-  void add(const MoeRouting& r);       // one block of one micro-batch (not the aux)
+  // Rows this rank's experts computed, one entry per block and micro-batch (the routed copies
+  // kept, or under EP the rows received): what expert TP all-reduces (plan/moe.h).
+  std::vector<int64_t> expert_rows;
+  void add(const MoeRouting& r);  // one block of one micro-batch (not the aux)
 };
 
 // Routes x: logits, softmax, top-k, gates, capacity, aux loss.
@@ -78,7 +84,7 @@ void moe_forward(float* out,  // (N, C)
                  MoeExpertCache& cache, const MoeRouting& r,
                  const float* x,  // (N, C)
                  const MoeWeights& w, int64_t N, int64_t C, const MoeConfig& m,
-                 const Compute& cx = {});
+                 const Compute& cx = {}, TensorParallelHooks* tp = nullptr);
 
 // Accumulates dx (N, C) and the parameter gradients of L, where dout = dL/dout and the loss
 // also holds aux_scale * aux (aux_scale = a * dloss). An expert that took no rows adds nothing
@@ -89,7 +95,8 @@ void moe_backward(float* dx,  // (N, C)
                   const MoeExpertCache& cache, const MoeRouting& r,
                   const float* x,  // (N, C)
                   const MoeWeights& w, int64_t N, int64_t C, const MoeConfig& m, double aux_scale,
-                  const Compute& cx = {});
+                  const Compute& cx = {}, TensorParallelHooks* tp = nullptr,
+                  MoeWeightGradStash* keep = nullptr);
 
 // --- the layer's pieces, which moe_forward and moe_backward run in a row and expert parallelism
 // (model/moe_dispatch.h) runs with its exchanges between them. `row_begin` (experts + 1) is
@@ -99,8 +106,13 @@ void moe_backward(float* dx,  // (N, C)
 // x_rows (rows, C) = the token of each of the routing's expert rows.
 void moe_gather_rows(float* x_rows, const MoeRouting& r, const float* x, int64_t C);
 // The experts' MLPs on cache.x (rows, C), filled by the caller: cache.fc, fc_gelu and y.
+// Expert tensor parallelism (a `tp` group of n > 1): `w` holds each expert's 4C/n rows of fc
+// and columns of proj (model/tp_shard.h), cache.fc and fc_gelu are (rows, 4C/n), and y, the
+// row-parallel partial sums, is all-reduced over the group (g) before proj's bias is added:
+// whole and the same on every rank. Every rank of the group must call with the same rows.
 void moe_experts_forward(MoeExpertCache& cache, std::span<const int64_t> row_begin,
-                         const MoeWeights& w, int64_t C, const Compute& cx = {});
+                         const MoeWeights& w, int64_t C, const Compute& cx = {},
+                         TensorParallelHooks* tp = nullptr);
 // out (N, C) = sum over each token's kept assignments, in choice order, of gate * y (the
 // routing's rows).
 void moe_combine(float* out, const MoeRouting& r, const float* y, int64_t C);
@@ -108,10 +120,28 @@ void moe_combine(float* out, const MoeRouting& r, const float* y, int64_t C);
 // <dout, y>.
 void moe_combine_backward(float* dy, std::vector<double>& dgate, const MoeRouting& r,
                           const float* dout, const float* y, int64_t C);
+// What a split (zero-bubble) backward keeps from its input half for its weight half: the
+// experts' output gradients and their fc outputs' gradients, with the rows' expert boundaries.
+struct MoeWeightGradStash {
+  std::vector<float> dy;           // (rows, C)
+  std::vector<float> dfc;          // (rows, 4C/tp)
+  std::vector<int64_t> row_begin;  // (experts + 1)
+};
+
 // The experts' MLP backward: dx_rows (rows, C) and the experts' weight gradients (accumulated).
+// Under expert TP, dy (rows, C) is whole on every rank, so proj's bias gradient is too; the
+// column-parallel fc leaves partial input gradients, all-reduced over the group (f's conjugate),
+// so dx_rows must hold zeros on entry.
 void moe_experts_backward(float* dx_rows, const MoeGrads& dw, const float* dy,
                           const MoeExpertCache& cache, std::span<const int64_t> row_begin,
-                          const MoeWeights& w, int64_t C, const Compute& cx = {});
+                          const MoeWeights& w, int64_t C, const Compute& cx = {},
+                          TensorParallelHooks* tp = nullptr, MoeWeightGradStash* keep = nullptr);
+// With `keep` moe_experts_backward runs only the input halves of its products (dx_rows; the
+// weight and bias gradients are left for this, which adds them from `kept` and the cache): the
+// same sgemm calls on the same data, so the gradients are the fused backward's bits.
+void moe_experts_backward_weight(const MoeGrads& dw, const MoeWeightGradStash& kept,
+                                 const MoeExpertCache& cache, int64_t C, const Compute& cx = {},
+                                 TensorParallelHooks* tp = nullptr);
 // Back to the tokens: dx (N, C) += each token's kept rows of dx_rows in choice order, then the
 // router's backward through the gates (dgate) and the aux loss (aux_scale).
 void moe_router_backward(float* dx, const MoeGrads& dw, const float* dx_rows,

@@ -1,0 +1,239 @@
+// Mixture of experts under tensor parallelism and under --precision bf16.
+//
+// Tensor parallelism (expert TP: each expert's fc column-parallel and proj row-parallel across
+// the TP group, the router replicated), with and without sequence parallelism and expert
+// parallelism, equals the serial MoE run: 3 steps of a small MoE model
+// (4 experts, top-2, every block routed), loss per step and after, every parameter and both
+// AdamW moments, assembled from what each rank exports for a checkpoint (each element written by
+// exactly one rank). tp 2 and tp 2 + SP run with the load-balancing loss on (every TP rank routes
+// the same tokens, so the aux loss is the serial one); with EP (dp 2 ep 2 tp 2, +SP) each DP
+// rank's aux loss is of its own tokens, so those compare with the aux loss off.
+//
+// Counters = formulas on every rank: the blocks' TP bytes (routed blocks by
+// plan::moe_tp_collectives_per_layer with the rows each rank's experts computed), SP's
+// re-gathers, and EP's exchange bytes by plan::ep_*_bytes with the measured routing.
+//
+// Tolerances are ep_equality_test's (float rounding of reordered sums: the row-parallel
+// all-reduce sums each expert's output in two halves): parameters 1e-5, losses 4e-6, moments
+// 1e-4 of their tensor's largest |value|. The max differences are printed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "dtrain/comm/threads/backend.h"
+#include "dtrain/core/check.h"
+#include "dtrain/train/engine.h"
+#include "dtrain/train/layout.h"
+#include "dtrain/train/layout_report.h"
+#include "e2e/equality_support.h"
+#include "reference/serial_engine.h"
+
+namespace dtrain::train {
+namespace {
+
+constexpr int kSteps = 3;
+constexpr float kLr = 1e-3f;
+constexpr double kParamTol = 1e-5;
+constexpr double kLossTol = 4e-6;
+constexpr double kMomentTol = 1e-4;
+
+using e2e::add_pieces;
+using e2e::empty_outcome;
+using e2e::Outcome;
+
+StepConfig moe_config(double aux_loss_coef) {
+  StepConfig c;
+  c.model = model::gpt_preset("tiny").config;
+  c.model.layers = 2;
+  c.model.moe = {.experts = 4, .top_k = 2, .every = 1, .aux_loss_coef = aux_loss_coef};
+  c.batch = 8;
+  c.seq = 16;
+  c.adamw = {0.9f, 0.95f, 1e-8f, 0.1f};
+  c.grad_clip = 1.0f;
+  c.init_seed = 42;
+  return c;
+}
+
+struct Case {
+  int dp, ep, tp;
+  bool sp;
+  int pp = 1;  // > 1: 4 micro-batches under ZB-H1 (the split MoE backward)
+};
+
+std::string label(const Case& k) {
+  return str("dp", k.dp, " ep", k.ep, " tp", k.tp, k.sp ? " +SP" : "",
+             k.pp > 1 ? str(" pp", k.pp, " zb-h1") : "");
+}
+
+Outcome run_engine(const StepConfig& c, const Case& k, const std::vector<data::Batch>& data) {
+  LayoutOptions o;
+  o.dp = k.dp;
+  o.ep = k.ep;
+  o.tp = k.tp;
+  o.sequence_parallel = k.sp;
+  o.pp = k.pp;
+  if (k.pp > 1) {
+    o.microbatches = 4;
+    o.schedule = plan::ScheduleKind::zero_bubble_h1;
+  }
+  const EngineConfig config = make_engine_config(c, o);
+  const int world = k.dp * k.tp * k.pp;
+  std::vector<checkpoint::RankState> states(static_cast<size_t>(world));
+  std::vector<std::vector<float>> losses(static_cast<size_t>(world));
+  comm::threads::run_ranks(world, [&](comm::Communicator& comm) {
+    Engine engine(config, comm);
+    std::vector<float>& mine = losses[static_cast<size_t>(comm.rank())];
+    for (const data::Batch& b : data) mine.push_back(engine.train_step(b, kLr).loss);
+    LayoutReport report = gather_layout_report(engine, comm, o);
+    mine.push_back(engine.eval_loss(data[0]));
+    states[static_cast<size_t>(comm.rank())] = engine.export_state();
+    if (comm.rank() == 0) {
+      for (const RankRow& r : report.ranks) {
+        SCOPED_TRACE(testing::Message() << label(k) << " rank " << r.rank);
+        if (k.tp > 1) {
+          EXPECT_GT(r.tp_block, 0);
+        }
+        EXPECT_EQ(r.tp_block, r.tp_block_formula);
+        EXPECT_EQ(r.tp_regather, r.tp_regather_formula);
+        EXPECT_EQ(r.dp, r.dp_formula);
+        EXPECT_EQ(r.ep, r.ep_formula);
+        for (const StateRow& st : r.state) EXPECT_EQ(st.current_bytes, st.formula_bytes);
+      }
+      const RankRow& r0 = report.ranks[0];
+      std::printf(
+          "%-22s rank 0 per step: tp block %.0f B (plan %.0f), regather %.0f (plan %.0f), "
+          "ep %.0f (plan %.0f)\n",
+          label(k).c_str(), r0.tp_block, r0.tp_block_formula, r0.tp_regather,
+          r0.tp_regather_formula, r0.ep, r0.ep_formula);
+    }
+    if (k.ep == 1) return;
+    const EngineTraffic& t = engine.traffic();
+    if (c.precision == model::Precision::bf16) {
+      EXPECT_EQ(2 * t.ep_plan_dispatch_forward, t.ep_plan_dispatch);  // 2-byte rows vs 4-byte
+    }
+    EXPECT_EQ(static_cast<double>(t.ep.dispatch_forward.bytes_sent), t.ep_plan_dispatch_forward);
+    EXPECT_EQ(static_cast<double>(t.ep.combine_forward.bytes_sent), t.ep_plan_combine);
+    EXPECT_EQ(static_cast<double>(t.ep.combine_backward.bytes_sent), t.ep_plan_dispatch);
+    EXPECT_EQ(static_cast<double>(t.ep.dispatch_backward.bytes_sent), t.ep_plan_combine);
+  });
+  Outcome out = empty_outcome(c.model);
+  out.losses = losses[0];
+  for (int r = 1; r < world; ++r) {
+    EXPECT_EQ(losses[static_cast<size_t>(r)], out.losses) << "rank " << r << "'s losses";
+  }
+  for (const checkpoint::RankState& s : states) add_pieces(model::gpt_param_table(c.model), s, out);
+  return out;
+}
+
+struct Worst {
+  double loss = 0, state[checkpoint::kStateKindCount] = {0, 0, 0};
+};
+
+Worst compare(const StepConfig& c, const Outcome& want, const Outcome& got) {
+  Worst w;
+  EXPECT_EQ(got.losses.size(), want.losses.size());
+  for (size_t s = 0; s < std::min(got.losses.size(), want.losses.size()); ++s) {
+    w.loss = std::max(w.loss, static_cast<double>(std::fabs(got.losses[s] - want.losses[s])));
+  }
+  const model::ParamTable serial = model::gpt_param_table(c.model);
+  for (int k = 0; k < checkpoint::kStateKindCount; ++k) {
+    for (const model::ParamTensor& t : serial.tensors()) {
+      double scale = 0, diff = 0;
+      for (int64_t i = t.offset; i < t.offset + t.count; ++i) {
+        const auto e = static_cast<size_t>(i);
+        EXPECT_EQ(got.writes[k][e], 1) << name(static_cast<checkpoint::StateKind>(k)) << " of "
+                                       << t.name << " element " << i - t.offset;
+        if (got.writes[k][e] != 1) return w;
+        scale = std::max(scale, static_cast<double>(std::fabs(want.state[k][e])));
+        diff = std::max(diff, static_cast<double>(std::fabs(got.state[k][e] - want.state[k][e])));
+      }
+      w.state[k] = std::max(w.state[k], k == 0 ? diff : (scale > 0 ? diff / scale : diff));
+    }
+  }
+  return w;
+}
+
+void expect_within(const Worst& w, const std::string& what) {
+  std::printf("%-34s loss %.2e  param %.2e  adam m %.2e  adam v %.2e\n", what.c_str(), w.loss,
+              w.state[0], w.state[1], w.state[2]);
+  EXPECT_LE(w.loss, kLossTol) << what;
+  EXPECT_LE(w.state[0], kParamTol) << what;
+  EXPECT_LE(w.state[1], kMomentTol) << what;
+  EXPECT_LE(w.state[2], kMomentTol) << what;
+}
+
+TEST(MoeTensorParallelEquality, TpEqualsTheSerialRunWithTheAuxLoss) {
+  const StepConfig c = moe_config(0.01);
+  const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
+  const Outcome serial = e2e::run_serial(c, data, kLr);
+  for (const Case& k : {Case{1, 1, 2, false}, Case{1, 1, 2, true}}) {
+    expect_within(compare(c, serial, run_engine(c, k, data)), label(k) + " vs serial (aux .01)");
+  }
+}
+
+TEST(MoeTensorParallelEquality, EpWithTpEqualsTheSerialRunWithoutTheAuxLoss) {
+  const StepConfig c = moe_config(0.0);
+  const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
+  const Outcome serial = e2e::run_serial(c, data, kLr);
+  for (const Case& k : {Case{2, 2, 2, false}, Case{2, 2, 2, true}}) {
+    expect_within(compare(c, serial, run_engine(c, k, data)), label(k) + " vs serial (aux 0)");
+  }
+}
+
+// --schedule zb-h1 splits each routed block's backward: B runs the experts' input-gradient
+// products (and the router's backward), W their weight gradients from the output gradients B
+// kept (model/ops/moe.h MoeWeightGradStash): the same sgemm calls as the fused backward. 2
+// stages, 4 micro-batches, against the serial run with the aux loss off (a micro-batch's aux is
+// of its own tokens): alone, with EP, and with TP + SP.
+TEST(MoeZeroBubbleEquality, SplitBackwardEqualsTheSerialRun) {
+  const StepConfig c = moe_config(0.0);
+  const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
+  const Outcome serial = e2e::run_serial(c, data, kLr);
+  for (const Case& k : {Case{1, 1, 1, false, 2}, Case{2, 2, 1, false, 2}, Case{1, 1, 2, true, 2}}) {
+    expect_within(compare(c, serial, run_engine(c, k, data)), label(k) + " vs serial (aux 0)");
+  }
+}
+
+// --precision bf16 (mixed-precision Adam, bf16 matrix products and stored activations) against
+// the bf16 serial MoE run (tests/reference/serial_engine.h), aux loss off (DP splits it). The
+// engine's serial layout is the reference's computation: equal bits. Each other layout rounds
+// more, every rounding within u = 2^-8 (layout_equality_test's accounting): DP averages each
+// rank's bf16 gradient and rounds the average once more; TP's block all-reduces travel as bf16
+// (about 2 tp roundings per all-reduce, 4 per block); EP's dispatch rows go as bf16, which the
+// experts' fc rounds them to anyway (no rounding added), the other exchanges fp32. The bounds
+// below are stated per tensor (max elementwise difference over the tensor's largest |value| for
+// the moments): parameters within 2 lr a step (Adam moves a weight whose gradient is near zero by
+// about lr whatever its sign), losses within 1e-3, moments within 0.25 of their largest value
+// (a moment element near zero can change sign with one rounding). Measured: printed. The EP
+// dispatch forward's bytes equal plan::ep_dispatch_bytes at plan::ep_row_wire_bytes (2 bytes),
+// half the combine gradient's (4 bytes) for the same rows.
+TEST(MoeBf16Equality, MatchesTheBf16SerialRun) {
+  StepConfig c = moe_config(0.0);
+  c.precision = model::Precision::bf16;
+  const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
+  const Outcome serial = e2e::run_serial(c, data, kLr);
+  for (const Case& k : {Case{1, 1, 1, false}, Case{2, 2, 1, false}, Case{4, 4, 1, false},
+                        Case{1, 1, 2, false}, Case{2, 2, 2, true}}) {
+    const Worst w = compare(c, serial, run_engine(c, k, data));
+    std::printf("%-34s loss %.2e  param %.2e  adam m %.2e  adam v %.2e\n",
+                (label(k) + " bf16 vs serial bf16").c_str(), w.loss, w.state[0], w.state[1],
+                w.state[2]);
+    if (k.dp == 1 && k.tp == 1) {
+      EXPECT_EQ(w.loss, 0.0) << "the serial layout is the reference's computation";
+      EXPECT_EQ(w.state[0], 0.0);
+      EXPECT_EQ(w.state[1], 0.0);
+      EXPECT_EQ(w.state[2], 0.0);
+    }
+    EXPECT_LE(w.loss, 1e-3) << label(k);
+    EXPECT_LE(w.state[0], 2 * kSteps * kLr) << label(k);
+    EXPECT_LE(w.state[1], 0.25) << label(k);
+    EXPECT_LE(w.state[2], 0.25) << label(k);
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::train
