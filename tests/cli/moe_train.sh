@@ -89,4 +89,22 @@ for r in rows:
 PY
   echo "MoE $layout: 3 steps, routing consistent, losses $(python3 -c "import json; print(json.load(open('$tmp/l.json'))['train_losses'])")"
 done
+
+# Routed and dense blocks mixed (--moe-every 2: blocks 1 and 3 route): the planned rank peak
+# counts each block's own tensors, so the serial run's measured peak equals it, and the pipeline
+# split runs.
+for layout in "" "--pp 2"; do
+  # shellcheck disable=SC2086
+  "$DTRAIN" train --model tiny --layers 4 --experts 4 --top-k 2 --moe-every 2 --steps 2 \
+    --eval-every 0 $layout --json > "$tmp/e.json" 2> "$tmp/e.err" ||
+    fail "--moe-every 2 $layout exited $?: $(tail -2 "$tmp/e.err")"
+done
+"$DTRAIN" train --model tiny --layers 4 --experts 4 --top-k 2 --moe-every 2 --steps 2 \
+  --eval-every 0 --json > "$tmp/e.json" 2> "$tmp/e.err" || fail "--moe-every 2 exited $?"
+python3 - "$tmp/e.json" <<'PY' || fail "--moe-every 2: measured peak differs from the plan"
+import json, sys
+m = json.load(open(sys.argv[1]))["memory"]
+assert m["peak_total_bytes"] == m["planned_peak_total_bytes"], m
+print("ok: --moe-every 2 measured peak", m["peak_total_bytes"], "= plan")
+PY
 finish

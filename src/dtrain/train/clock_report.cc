@@ -48,25 +48,11 @@ plan::EngineClockInput engine_clock_input(const EngineConfig& c, int64_t buckets
     in.model.moe.first_dense = moe.every - 1;
   }
   in.ep = c.ep;
-  // stage_param_counts takes every block to be alike (and a routed one without its router): with
-  // an MoE model the stage is counted dense, and each routed block adds what plan/'s engine count
-  // of a routed block (router and E / ep experts; the engine's MoE runs without TP) has beyond a
-  // dense one.
-  EngineConfig dense_blocks = c;
-  dense_blocks.step.model.moe = {};
-  dense_blocks.ep = 1;
+  // stage_param_counts counts each block as the engine holds it (a routed one: its router and
+  // E / ep experts, TP-local).
   int64_t largest = -1;
   for (int stage = 0; stage < c.pp; ++stage) {
-    int64_t params = 0;
-    if (moe.enabled()) {
-      const int64_t layers = g.layers / c.pp;
-      const int64_t routed_layers = plan::moe_layers_in(in.model, stage * layers, layers);
-      params = stage_param_counts(dense_blocks, stage).params +
-               routed_layers * (plan::engine_moe_layer_param_count(in.model, c.ep) -
-                                plan::engine_layer_param_count(in.model, 1));
-    } else {
-      params = stage_param_counts(c, stage).params;
-    }
+    const int64_t params = stage_param_counts(c, stage).params;
     if (params <= in.stage_params) continue;
     in.stage_params = params;
     largest = stage;

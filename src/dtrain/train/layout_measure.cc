@@ -619,27 +619,58 @@ StageParamCounts stage_param_counts(const parallel::StageUnits& units, int64_t t
 }
 
 StageParamCounts stage_param_counts(const EngineConfig& c, int stage) {
-  model::GptConfig one_block = c.step.model;
-  one_block.layers = 1;
-  // EP: the rank holds E/ep experts of each routed block.
-  const model::ParamTable t = model::ep_local_table(
-      model::tp_local_table(model::gpt_param_table(one_block), one_block, c.tp), one_block.moe,
-      c.ep);
+  // A block is dense or routed (model::is_moe_layer): a one-block model of each kind's TP- and
+  // EP-local table (the rank holds E / ep experts of a routed block, router included) gives its
+  // count. Dense blocks are the dense model's; routed ones every = 1's.
+  const auto one_block = [&](bool routed) {
+    model::GptConfig one = c.step.model;
+    one.layers = 1;
+    if (routed) {
+      one.moe.every = 1;
+    } else {
+      one.moe = {};
+    }
+    return one;
+  };
+  const auto local_table = [&](const model::GptConfig& one) {
+    return model::ep_local_table(model::tp_local_table(model::gpt_param_table(one), one, c.tp),
+                                 one.moe, c.ep);
+  };
+  const auto block_count = [&](const model::GptConfig& one, const model::ParamTable& t) {
+    int64_t n = 0;
+    const int first = model::gpt_layer_param(one, 0, model::LayerParam{});
+    for (int k = 0; k < model::gpt_layer_param_count(one, 0); ++k) {
+      n += t[static_cast<size_t>(first + k)].count;
+    }
+    return n;
+  };
+  const model::GptConfig dense = one_block(false);
+  const model::ParamTable t = local_table(dense);
   const auto count = [&](int index) { return t[static_cast<size_t>(index)].count; };
-  int64_t block = 0;
-  for (int k = 0; k < model::kLayerParamCount; ++k) {
-    block += count(model::gpt_layer_param(0, static_cast<model::LayerParam>(k)));
+  const int64_t dense_block = block_count(dense, t);
+  int64_t routed_block = dense_block;
+  if (c.step.model.moe.enabled()) {
+    const model::GptConfig routed = one_block(true);
+    routed_block = block_count(routed, local_table(routed));
   }
-  const int64_t final_norm = count(model::gpt_lnf_w_index(1)) + count(model::gpt_lnf_b_index(1));
+  const int64_t final_norm =
+      count(model::gpt_lnf_w_index(dense)) + count(model::gpt_lnf_b_index(dense));
 
   // The units as parallel::StageUnits lists them: the final LayerNorm with the head, the
-  // blocks, then the embeddings (wte and wpe, or the tied wte alone on a head-only stage).
+  // blocks from the last to the first, then the embeddings (wte and wpe, or the tied wte alone
+  // on a head-only stage). Work per distinct layer range, not per tensor of a table.
   const model::GptStage gs = parallel::stage_of(c.partition, stage);
   StageParamCounts counts;
   if (gs.head) counts.units.push_back(final_norm);
   if (gs.head) counts.final_norm = final_norm;
-  if (gs.layer_count() > 0) counts.block = block;
-  counts.units.insert(counts.units.end(), static_cast<size_t>(gs.layer_count()), block);
+  int64_t layers = 0;
+  for (const model::LayerRange& r : gs.chunks) layers = std::max(layers, r.end());
+  for (int64_t l = layers - 1; l >= 0; --l) {
+    if (!gs.has_layer(l)) continue;
+    const int64_t block = model::is_moe_layer(c.step.model.moe, l) ? routed_block : dense_block;
+    counts.units.push_back(block);
+    counts.block = std::max(counts.block, block);  // the largest: ZeRO-3's gather buffer
+  }
   if (gs.embedding || gs.head) {
     counts.embeddings = count(model::kWteIndex) + (gs.embedding ? count(model::kWpeIndex) : 0);
   }

@@ -159,15 +159,16 @@ struct StageParamCounts {
   int64_t params = 0;
   int64_t embeddings = 0;
   std::vector<int64_t> units;
-  int64_t block = 0;       // one block's parameters (0 when the stage holds none)
+  int64_t block = 0;       // the largest block's parameters (0 when the stage holds none)
   int64_t final_norm = 0;  // the final LayerNorm's, on the head's stage
   bool operator==(const StageParamCounts&) const = default;
 };
 // Read off the stage's table (the engine's model holds it; `total` its total_count()).
 StageParamCounts stage_param_counts(const parallel::StageUnits& units, int64_t total);
-// Without a table: every block of a GPT has the same tensors, so a one-block model's TP-local
-// table (model::tp_local_table, the shapes' one description) gives each unit's count, and the
-// stage's layout says how many of each it holds. Constant work in the layers, where a table of
+// Without a table: a block of a GPT is dense or routed (MoE), each kind with the same tensors,
+// so a one-block model's TP- and EP-local table of each kind (model::tp_local_table,
+// ep_local_table, the shapes' one description) gives each unit's count, and the stage's layout
+// says which blocks it holds. Constant work in the layers, where a table of
 // a 100,000-block model holds 1.2 million named tensors.
 StageParamCounts stage_param_counts(const EngineConfig& config, int stage);
 
