@@ -1,13 +1,13 @@
 // Expert parallelism (--ep) in the engine equals the runs without it: 3 steps of a small MoE
 // model (4 experts, top-2, every block routed) with ep 2 and 4 alone (dp = ep), with DP (dp 4,
-// ep 2), with a pipeline (dp 2 ep 2 pp 2) and with ZeRO 1-3, each compared with (a) the serial run
-// of the same global batch, with the load-balancing loss off (its value is a per-rank statistic:
-// each DP rank's aux is of its own tokens, as in Megatron, so with it on only the same dp without
-// EP computes the same loss), and (b) the run of the same dp without EP, with the aux loss on.
-// Compared: the loss of every step and the evaluation loss after, every parameter and both AdamW
-// moments, assembled from what each rank exports for a checkpoint (each element written by exactly
-// one rank). Every EP rank's exchange bytes equal plan::ep_dispatch_bytes / ep_combine_bytes /
-// ep_counts_bytes of the routing the run measured.
+// ep 2), with a pipeline (dp 2 ep 2 pp 2, dp 4 ep 4 pp 2) and with ZeRO 1-3, each compared with (a)
+// the serial run of the same global batch, with the load-balancing loss off (its value is a
+// per-rank statistic: each DP rank's aux is of its own tokens, as in Megatron, so with it on only
+// the same dp without EP computes the same loss), and (b) the run of the same dp without EP, with
+// the aux loss on. Compared: the loss of every step and the evaluation loss after, every parameter
+// and both AdamW moments, assembled from what each rank exports for a checkpoint (each element
+// written by exactly one rank). Every EP rank's exchange bytes equal plan::ep_dispatch_bytes /
+// ep_combine_bytes / ep_counts_bytes of the routing the run measured.
 //
 // Tolerances are layout_equality_test's, for the same reasons: an expert's weight gradient sums
 // the rows of its whole EP group in one product (then over the expert-DP group) where DP sums
@@ -171,7 +171,7 @@ struct Case {
 };
 // ep 2 and 4 alone (dp = ep), with DP (dp 4 ep 2), and in a 2-stage pipeline (each stage's DP
 // group carved into EP groups; 2 micro-batches, 1F1B).
-constexpr Case kCases[] = {{2, 2, 1}, {4, 4, 1}, {4, 2, 1}, {2, 2, 2}};
+constexpr Case kCases[] = {{2, 2, 1}, {4, 4, 1}, {4, 2, 1}, {2, 2, 2}, {4, 4, 2}};
 
 TEST(ExpertParallelEquality, EqualsTheSerialRunWithoutTheAuxLoss) {
   const StepConfig c = moe_config(0.0);

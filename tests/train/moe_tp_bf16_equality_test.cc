@@ -179,7 +179,7 @@ TEST(MoeTensorParallelEquality, EpWithTpEqualsTheSerialRunWithoutTheAuxLoss) {
   const StepConfig c = moe_config(0.0);
   const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
   const Outcome serial = e2e::run_serial(c, data, kLr);
-  for (const Case& k : {Case{2, 2, 2, false}, Case{2, 2, 2, true}}) {
+  for (const Case& k : {Case{2, 2, 2, false}, Case{2, 2, 2, true}, Case{4, 4, 2, true}}) {
     expect_within(compare(c, serial, run_engine(c, k, data)), label(k) + " vs serial (aux 0)");
   }
 }
