@@ -3,8 +3,9 @@
 # its loss falls; the routing report's figures are consistent (per step, tokens per expert sum
 # to tokens * k * MoE blocks - dropped; dropless drops nothing, a capacity factor drops some);
 # with the load-balancing loss on vs off the per-expert spread is printed for both; expert TP
-# (+SP, +EP), bf16 (+EP) and zb-h1 runs report the same routing figures; bad MoE flags (and
-# --tp with --recompute full) are refused naming the flag.
+# (+SP, +EP, and with --recompute full: every rank's TP and EP bytes equal to plan/'s), bf16
+# (+EP) and zb-h1 runs report the same routing figures; bad MoE flags are refused naming the
+# flag.
 # Usage: moe_train.sh path/to/dtrain
 source "$(dirname "$0")/lib/expect.bash"
 tmp=$(mktemp -d)
@@ -68,8 +69,6 @@ expect_error "--moe-every must be in \[1, --layers 2\] \(got 3\)" "${moe[@]}" --
 expect_error "--capacity-factor must be 0 \(dropless\) or positive" "${moe[@]}" --capacity-factor -1 --steps 1
 expect_error "--aux-loss-coef must be non-negative" "${moe[@]}" --aux-loss-coef -0.5 --steps 1
 expect_error "--experts must be 0 \(dense\) or positive" "${shape[@]}" --experts -2 --steps 1
-expect_error "--experts with --tp 2 and --recompute full is not supported yet" "${moe[@]}" --tp 2 \
-  --recompute full --steps 1
 
 # Expert TP (+SP), with EP, and bf16 train from the CLI and report the same routing figures
 # (tests/train/moe_tp_bf16_equality_test.cc checks their numbers against the serial run).
@@ -88,6 +87,27 @@ for r in rows:
     assert r["assignments"] == tokens * 2 * 2 and sum(r["expert_tokens"]) == r["assignments"], r
 PY
   echo "MoE $layout: 3 steps, routing consistent, losses $(python3 -c "import json; print(json.load(open('$tmp/l.json'))['train_losses'])")"
+done
+
+# Expert TP with full recompute: the rerun forward repeats attention's and the experts'
+# all-reduces (and under EP its exchanges); every rank's bytes equal plan/'s, the recompute row's
+# included (plan::moe_tp_rerun_collectives_per_layer with the rows the forward routed).
+for layout in "--tp 2" "--tp 2 --sequence-parallel" "--dp 2 --ep 2 --tp 2 --sequence-parallel"; do
+  # shellcheck disable=SC2086
+  "$DTRAIN" "${moe[@]}" $layout --recompute full --steps 3 --json > "$tmp/r.json" 2> "$tmp/r.err" ||
+    fail "MoE $layout --recompute full exited $?: $(tail -2 "$tmp/r.err")"
+  python3 - "$tmp/r.json" "$layout" <<'PY' || fail "MoE $layout --recompute full: bytes vs plan"
+import json, sys
+j = json.load(open(sys.argv[1]))
+for r in j["layout"]["ranks"]:
+    m, p = r["bytes_per_step"], r["plan_bytes_per_step"]
+    for k in ("tp_block", "tp_regather", "tp_recompute", "ep", "dp"):
+        assert m[k] == p[k], (r["rank"], k, m[k], p[k])
+    assert m["tp_recompute"] > 0, r["rank"]
+r0 = j["layout"]["ranks"][0]["bytes_per_step"]
+print(f"MoE {sys.argv[2]} --recompute full: rank 0 tp_recompute {r0['tp_recompute']:.0f} B/step"
+      f" = plan, losses {j['train_losses']}")
+PY
 done
 
 # Routed and dense blocks mixed (--moe-every 2: blocks 1 and 3 route): the planned rank peak

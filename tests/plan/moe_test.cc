@@ -1,6 +1,7 @@
 // The MoE formulas of plan/moe.h against hand-worked values: the presets' parameter counts
-// against the published totals, the routed-layer pattern, EP's per-rank expert state, and the
-// all-to-all bytes of a dispatch and combine, uniform and with a measured routing.
+// against the published totals, the routed-layer pattern, EP's per-rank expert state, the
+// all-to-all bytes of a dispatch and combine (uniform and with a measured routing), and the TP
+// collectives full recompute repeats in a routed block.
 #include "dtrain/plan/moe.h"
 
 #include <gtest/gtest.h>
@@ -114,6 +115,26 @@ TEST(MoeMemory, EpModelStateBytesByHand) {
   EXPECT_EQ(ep_forward_exchanges(Recompute::none), 1);
   EXPECT_EQ(ep_forward_exchanges(Recompute::selective), 1);
   EXPECT_EQ(ep_forward_exchanges(Recompute::full), 2);
+}
+
+// Full recompute's rerun of a routed block under TP, by hand: b 2, s 4, h 8, 4-byte elements:
+// 256 bytes of activations; 12 expert rows: 384 bytes. On tp 2 a ring all-reduce sends its
+// buffer's bytes, a reduce-scatter or all-gather half. Without SP the rerun repeats attention's g
+// and the experts' g: 256 + 384 = 640 bytes; with SP attention's reduce-scatter (128), the two
+// LN outputs' all-gathers (2 x 128) and the experts' g (384): 768. Each is the forward half of
+// the block's collectives (whose backward mirrors its forward): half moe_tp_collectives_per_layer.
+TEST(MoeTensorParallel, RerunRepeatsTheForwardCollectives) {
+  auto sent = [](const std::vector<CollectiveCall>& calls) {
+    return traffic_of(calls, 2).bytes_sent;
+  };
+  EXPECT_DOUBLE_EQ(sent(moe_tp_rerun_collectives_per_layer(2, 4, 8, 4, false, 12)), 640);
+  EXPECT_DOUBLE_EQ(sent(moe_tp_rerun_collectives_per_layer(2, 4, 8, 4, true, 12)), 768);
+  for (const bool sp : {false, true}) {
+    EXPECT_DOUBLE_EQ(2 * sent(moe_tp_rerun_collectives_per_layer(2, 4, 8, 4, sp, 12)),
+                     sent(moe_tp_collectives_per_layer(2, 4, 8, 4, sp, 12)));
+  }
+  // No rows routed to this rank's experts: attention's collectives only.
+  EXPECT_DOUBLE_EQ(sent(moe_tp_rerun_collectives_per_layer(2, 4, 8, 4, false, 0)), 256);
 }
 
 // All-to-all bytes, by hand: 4096 tokens, k 2, h 4096, bf16: 67,108,864 bytes of routed copies

@@ -11,7 +11,8 @@
 //
 // Counters = formulas on every rank: the blocks' TP bytes (routed blocks by
 // plan::moe_tp_collectives_per_layer with the rows each rank's experts computed), SP's
-// re-gathers, and EP's exchange bytes by plan::ep_*_bytes with the measured routing.
+// re-gathers, full recompute's reruns (routed blocks by plan::moe_tp_rerun_collectives_per_layer
+// with the same rows), and EP's exchange bytes by plan::ep_*_bytes with the measured routing.
 //
 // Tolerances are ep_equality_test's (float rounding of reordered sums: the row-parallel
 // all-reduce sums each expert's output in two halves): parameters 1e-5, losses 4e-6, moments
@@ -26,6 +27,7 @@
 
 #include "dtrain/comm/threads/backend.h"
 #include "dtrain/core/check.h"
+#include "dtrain/plan/moe.h"
 #include "dtrain/train/engine.h"
 #include "dtrain/train/layout.h"
 #include "dtrain/train/layout_report.h"
@@ -62,14 +64,16 @@ struct Case {
   int dp, ep, tp;
   bool sp;
   int pp = 1;  // > 1: 4 micro-batches under ZB-H1 (the split MoE backward)
+  bool recompute_full = false;
 };
 
 std::string label(const Case& k) {
   return str("dp", k.dp, " ep", k.ep, " tp", k.tp, k.sp ? " +SP" : "",
-             k.pp > 1 ? str(" pp", k.pp, " zb-h1") : "");
+             k.pp > 1 ? str(" pp", k.pp, " zb-h1") : "", k.recompute_full ? " recompute full" : "");
 }
 
-Outcome run_engine(const StepConfig& c, const Case& k, const std::vector<data::Batch>& data) {
+Outcome run_engine(StepConfig c, const Case& k, const std::vector<data::Batch>& data) {
+  if (k.recompute_full) c.recompute = Recompute::full;
   LayoutOptions o;
   o.dp = k.dp;
   o.ep = k.ep;
@@ -98,6 +102,10 @@ Outcome run_engine(const StepConfig& c, const Case& k, const std::vector<data::B
           EXPECT_GT(r.tp_block, 0);
         }
         EXPECT_EQ(r.tp_block, r.tp_block_formula);
+        if (k.tp > 1 && k.recompute_full) {
+          EXPECT_GT(r.tp_recompute, 0);
+        }
+        EXPECT_EQ(r.tp_recompute, r.tp_recompute_formula);
         EXPECT_EQ(r.tp_regather, r.tp_regather_formula);
         EXPECT_EQ(r.dp, r.dp_formula);
         EXPECT_EQ(r.ep, r.ep_formula);
@@ -105,18 +113,22 @@ Outcome run_engine(const StepConfig& c, const Case& k, const std::vector<data::B
       }
       const RankRow& r0 = report.ranks[0];
       std::printf(
-          "%-22s rank 0 per step: tp block %.0f B (plan %.0f), regather %.0f (plan %.0f), "
-          "ep %.0f (plan %.0f)\n",
-          label(k).c_str(), r0.tp_block, r0.tp_block_formula, r0.tp_regather,
-          r0.tp_regather_formula, r0.ep, r0.ep_formula);
+          "%-22s rank 0 per step: tp block %.0f B (plan %.0f), recompute %.0f (plan %.0f), "
+          "regather %.0f (plan %.0f), ep %.0f (plan %.0f)\n",
+          label(k).c_str(), r0.tp_block, r0.tp_block_formula, r0.tp_recompute,
+          r0.tp_recompute_formula, r0.tp_regather, r0.tp_regather_formula, r0.ep, r0.ep_formula);
     }
     if (k.ep == 1) return;
     const EngineTraffic& t = engine.traffic();
     if (c.precision == model::Precision::bf16) {
       EXPECT_EQ(2 * t.ep_plan_dispatch_forward, t.ep_plan_dispatch);  // 2-byte rows vs 4-byte
     }
-    EXPECT_EQ(static_cast<double>(t.ep.dispatch_forward.bytes_sent), t.ep_plan_dispatch_forward);
-    EXPECT_EQ(static_cast<double>(t.ep.combine_forward.bytes_sent), t.ep_plan_combine);
+    // Full recompute's rerun of each block forward redoes its forward exchanges.
+    const double forward = plan::ep_forward_exchanges(c.recompute);
+    EXPECT_EQ(static_cast<double>(t.ep.dispatch_forward.bytes_sent),
+              forward * t.ep_plan_dispatch_forward);
+    EXPECT_EQ(static_cast<double>(t.ep.combine_forward.bytes_sent), forward * t.ep_plan_combine);
+    EXPECT_EQ(static_cast<double>(t.ep.counts.bytes_sent), forward * t.ep_plan_counts);
     EXPECT_EQ(static_cast<double>(t.ep.combine_backward.bytes_sent), t.ep_plan_dispatch);
     EXPECT_EQ(static_cast<double>(t.ep.dispatch_backward.bytes_sent), t.ep_plan_combine);
   });
@@ -181,6 +193,26 @@ TEST(MoeTensorParallelEquality, EpWithTpEqualsTheSerialRunWithoutTheAuxLoss) {
   const Outcome serial = e2e::run_serial(c, data, kLr);
   for (const Case& k : {Case{2, 2, 2, false}, Case{2, 2, 2, true}, Case{4, 4, 2, true}}) {
     expect_within(compare(c, serial, run_engine(c, k, data)), label(k) + " vs serial (aux 0)");
+  }
+}
+
+// Full recompute reruns each block's forward before its backward: a routed block's rerun routes
+// the same tokens and repeats attention's and the experts' all-reduces (and under EP its
+// exchanges), counted in the TP recompute row (and EP's bytes) by their formulas; the run equals
+// the serial run without recompute. tp 2 and tp 2 + SP with the aux loss, dp 2 ep 2 tp 2 + SP
+// without; and tp 2 + SP under zb-h1, whose W reruns the forward once more.
+TEST(MoeTensorParallelEquality, FullRecomputeEqualsTheSerialRun) {
+  for (const double aux : {0.01, 0.0}) {
+    const StepConfig c = moe_config(aux);
+    const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
+    const Outcome serial = e2e::run_serial(c, data, kLr);
+    const std::vector<Case> cases =
+        aux > 0 ? std::vector<Case>{{1, 1, 2, false, 1, true}, {1, 1, 2, true, 1, true}}
+                : std::vector<Case>{{2, 2, 2, true, 1, true}, {1, 1, 2, true, 2, true}};
+    for (const Case& k : cases) {
+      expect_within(compare(c, serial, run_engine(c, k, data)),
+                    label(k) + str(" vs serial (aux ", aux, ")"));
+    }
   }
 }
 

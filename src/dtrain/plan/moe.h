@@ -14,7 +14,8 @@
 // same experts; dense parameters over the whole DP group. Under TP every TP rank holds a 1/tp
 // slice of each of its experts (expert TP = TP) and dispatches the same whole rows: the expert
 // MLP is a TP-split MLP whose all-reduces run on the experts' rows (moe_tp_collectives_per_layer;
-// the planner's step time still prices a routed layer's TP traffic as a dense layer's).
+// full recompute's rerun: moe_tp_rerun_collectives_per_layer; the planner's step time still
+// prices a routed layer's TP traffic as a dense layer's).
 #pragma once
 
 #include <cstdint>
@@ -167,12 +168,22 @@ double ep_counts_bytes(int64_t experts, int ep);
 // experts' g all-reduces their outputs (expert_rows x h) forward and their f' their inputs'
 // gradients backward. Sequence parallel: the LN output is all-gathered before the router (and
 // the output gradient in backward, g's conjugate) as a dense block's, and no reduce-scatter
-// follows: the combined output is whole on every rank, which keeps its own rows. Full recompute
-// is not counted here (refused with TP).
+// follows: the combined output is whole on every rank, which keeps its own rows. Full
+// recompute's rerun is counted apart (moe_tp_rerun_collectives_per_layer).
 std::vector<CollectiveCall> moe_tp_collectives_per_layer(int64_t micro_batch, int64_t seq,
                                                          int64_t hidden, int64_t bytes_per_element,
                                                          bool sequence_parallel,
                                                          int64_t expert_rows);
+// What full recompute's rerun of a routed block's forward repeats (one micro-batch): the forward
+// half of moe_tp_collectives_per_layer, attention's g (under SP its all-gather and
+// reduce-scatter, and the LN output's all-gather before the router) and the experts' g on
+// `expert_rows` rows. The rerun routes the same rows as the first forward (the same inputs and
+// weights, the same tie-breaking), so expert_rows is the forward's count.
+std::vector<CollectiveCall> moe_tp_rerun_collectives_per_layer(int64_t micro_batch, int64_t seq,
+                                                               int64_t hidden,
+                                                               int64_t bytes_per_element,
+                                                               bool sequence_parallel,
+                                                               int64_t expert_rows);
 
 // The EP rank whose dispatch moves the most bytes (sent or received): whose all-to-all the
 // others wait for.

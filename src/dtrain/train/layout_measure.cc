@@ -342,10 +342,21 @@ RankRow measure_rank(const Engine& e) {
   }
   if (c.step.recompute == Recompute::full) {
     // Each rerun of a block's forward repeats its forward f and g: once before a fused
-    // backward, and again before W under a split one.
+    // backward, and again before W under a split one. A routed block's rerun routes the rows its
+    // forward routed, so its experts' g is priced with the forward's measured rows.
+    const double reruns = split ? 2 : 1;
     const double full =
         plan::tp_traffic_per_layer(b, T, g.channels, act, c.tp, sp, Recompute::full).bytes_sent;
-    r.tp_recompute_formula = (full - per_layer) * blocks * M * (split ? 2 : 1);
+    r.tp_recompute_formula = (full - per_layer) * (blocks - routed_blocks) * M * reruns;
+    if (c.tp > 1) {
+      double routed = 0;  // over the steps, as the counters; per step below
+      for (const auto& [rows, calls] : t.moe_expert_rows) {
+        routed += static_cast<double>(calls) * bytes_sent(plan::moe_tp_rerun_collectives_per_layer(
+                                                              b, T, g.channels, act, sp, rows),
+                                                          c.tp);
+      }
+      r.tp_recompute_formula += reruns * routed / n;
+    }
   }
   if (sp) {
     r.tp_regather_formula =

@@ -232,14 +232,9 @@ void check_memory(const EngineConfig& c, const LayoutOptions& o) {
                room->address_space ? ", or raise ulimit -v" : "");
 }
 
-// What MoE blocks do not run under yet.
+// What an MoE model does not run with.
 void check_moe_layout(const TrainOptions& o) {
   if (!o.moe.enabled()) return;
-  const LayoutOptions& l = o.layout;
-  // A rerun routed block repeats its experts' all-reduces, which the TP recompute row's formula
-  // (dense blocks' f and g) does not count yet.
-  DTRAIN_CHECK(l.tp == 1 || o.recompute != Recompute::full, "--experts with --tp ", l.tp,
-               " and --recompute full is not supported yet");
   DTRAIN_CHECK(o.init_from.empty(), "--init-from loads a dense GPT-2: not with --experts");
 }
 
