@@ -65,11 +65,14 @@ struct Case {
   bool sp;
   int pp = 1;  // > 1: 4 micro-batches under ZB-H1 (the split MoE backward)
   bool recompute_full = false;
+  int zero = 0;
+  bool bf16_grad_reduce = false;
 };
 
 std::string label(const Case& k) {
   return str("dp", k.dp, " ep", k.ep, " tp", k.tp, k.sp ? " +SP" : "",
-             k.pp > 1 ? str(" pp", k.pp, " zb-h1") : "", k.recompute_full ? " recompute full" : "");
+             k.pp > 1 ? str(" pp", k.pp, " zb-h1") : "", k.recompute_full ? " recompute full" : "",
+             k.zero > 0 ? str(" zero ", k.zero) : "", k.bf16_grad_reduce ? " bf16 wire" : "");
 }
 
 Outcome run_engine(StepConfig c, const Case& k, const std::vector<data::Batch>& data) {
@@ -80,6 +83,8 @@ Outcome run_engine(StepConfig c, const Case& k, const std::vector<data::Batch>& 
   o.tp = k.tp;
   o.sequence_parallel = k.sp;
   o.pp = k.pp;
+  o.zero_stage = k.zero;
+  if (k.bf16_grad_reduce) o.grad_reduce = model::Precision::bf16;
   if (k.pp > 1) {
     o.microbatches = 4;
     o.schedule = plan::ScheduleKind::zero_bubble_h1;
@@ -264,6 +269,53 @@ TEST(MoeBf16Equality, MatchesTheBf16SerialRun) {
     EXPECT_LE(w.state[0], 2 * kSteps * kLr) << label(k);
     EXPECT_LE(w.state[1], 0.25) << label(k);
     EXPECT_LE(w.state[2], 0.25) << label(k);
+  }
+}
+
+// EP under --precision bf16 with ZeRO 1-3: dense state sharded over DP, expert state over the
+// expert-DP group, both as bf16 weights / gradients with the fp32 master beside the moments.
+// Against the bf16 serial run with MatchesTheBf16SerialRun's bounds, and against the same layout
+// at the other stages. ZeRO moves where the state lives; what it changes in the arithmetic is
+// where the gradient is rounded: stages 0 and 1 round each rank's accumulated gradient to bf16
+// before the (fp32-wire) average and round the average (stage 1 only reduce-scatters where stage
+// 0 all-reduces, the same ring sums): equal bits. Stages 2 and 3 average each rank's fp32 bucket
+// and round once (as the serial run rounds its one gradient): equal bits to each other, and
+// closer to the serial run than stages 0-1. The state and DP-byte counters equal plan/'s
+// formulas on every rank (run_engine). --grad-reduce bf16 (every hop rounds) at stages 0 and 2
+// is held to the serial bounds.
+TEST(MoeBf16Equality, EpWithZeroMatchesTheBf16SerialRun) {
+  StepConfig c = moe_config(0.0);
+  c.precision = model::Precision::bf16;
+  const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
+  const Outcome serial = e2e::run_serial(c, data, kLr);
+  auto within_serial = [&](const Worst& w, const std::string& what) {
+    std::printf("%-40s loss %.2e  param %.2e  adam m %.2e  adam v %.2e\n", what.c_str(), w.loss,
+                w.state[0], w.state[1], w.state[2]);
+    EXPECT_LE(w.loss, 1e-3) << what;
+    EXPECT_LE(w.state[0], 2 * kSteps * kLr) << what;
+    EXPECT_LE(w.state[1], 0.25) << what;
+    EXPECT_LE(w.state[2], 0.25) << what;
+  };
+  auto equal_bits = [&](const Worst& w, const std::string& what) {
+    std::printf("%-40s loss %.2e  param %.2e  adam m %.2e  adam v %.2e\n", what.c_str(), w.loss,
+                w.state[0], w.state[1], w.state[2]);
+    EXPECT_EQ(w.loss, 0.0) << what;
+    for (double d : w.state) EXPECT_EQ(d, 0.0) << what;
+  };
+  for (const Case& base : {Case{2, 2, 1, false}, Case{4, 2, 1, false}, Case{4, 4, 1, false}}) {
+    std::vector<Outcome> runs;
+    for (int zero = 0; zero <= 3; ++zero) {
+      Case k = base;
+      k.zero = zero;
+      runs.push_back(run_engine(c, k, data));
+      within_serial(compare(c, serial, runs.back()), label(k) + " vs serial bf16");
+    }
+    equal_bits(compare(c, runs[0], runs[1]), label(base) + " zero 1 vs zero 0");
+    equal_bits(compare(c, runs[2], runs[3]), label(base) + " zero 3 vs zero 2");
+  }
+  for (int zero : {0, 2}) {
+    const Case k{4, 2, 1, false, 1, false, zero, true};
+    within_serial(compare(c, serial, run_engine(c, k, data)), label(k) + " vs serial bf16");
   }
 }
 

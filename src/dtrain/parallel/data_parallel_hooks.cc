@@ -54,12 +54,9 @@ void reduce_scatter_in_place_bf16(comm::Communicator& comm, const ShardLayout& l
 
 // EP with ZeRO: the runs of the flat buffer (`psi` elements) this rank's two shards cover, in
 // flat order, with their index in the shard buffer (the dense shard, then the expert shard).
-struct OwnedRun {
-  int64_t flat = 0, moment = 0, count = 0;
-};
-std::vector<OwnedRun> split_runs(const SplitShards& s, int64_t psi, int dense_rank,
+std::vector<ShardRun> split_runs(const SplitShards& s, int64_t psi, int dense_rank,
                                  int expert_rank) {
-  std::vector<OwnedRun> out;
+  std::vector<ShardRun> out;
   for (const BucketPiece& p : split_at_experts({0, psi}, s.expert_ranges)) {
     const ShardLayout& layout = p.expert ? s.expert : s.dense;
     const int r = p.expert ? expert_rank : dense_rank;
@@ -93,37 +90,7 @@ DataParallel::DataParallel(const DataParallelConfig& config, model::GptModel& mo
   DTRAIN_CHECK(
       config.deferred_unit < 0 || config.deferred_unit == n - 1,
       "DataParallel: only the last unit in backward order (the embeddings) can be deferred");
-  if (config.mixed_precision) {
-    // The optimizer's fp32 master of the owned range, the bf16 weights and gradients at rest;
-    // the model's fp32 buffers go (its kernels run on the units' working copies).
-    const int64_t psi = model.param_count();
-    const comm::Chunk own = owned();
-    const float* initial = model.params().data();
-    master_ =
-        Buffer<float>(config.zero_stage == 0 ? psi : layout_.shard, MemoryTag::optimizer, &tracker);
-    std::memcpy(master_.data(), initial + own.offset,
-                static_cast<size_t>(own.count) * sizeof(float));
-    if (config.zero_stage == 3) {
-      param16_ = Buffer<bf16>(layout_.shard, MemoryTag::params, &tracker);
-      to_bf16(initial + own.offset, param16_.data(), own.count);
-    } else {
-      param16_ = Buffer<bf16>(psi, MemoryTag::params, &tracker);
-      to_bf16(initial, param16_.data(), psi);
-    }
-    grad16_ =
-        Buffer<bf16>(config.zero_stage >= 2 ? layout_.shard : psi, MemoryTag::grads, &tracker);
-    work_params_.resize(static_cast<size_t>(n));
-    work_grads_.resize(static_cast<size_t>(n));
-    model.release_params();
-    model.release_grads();
-  }
   if (config.ep > 1) {
-    // Mixed precision syncs EP's two groups on the ZeRO-0 fp32 wire only (submit_mixed_sync);
-    // the split shards of ZeRO 1-3 and the bf16 wire keep fp32 gradients.
-    DTRAIN_CHECK(!config.mixed_precision || (config.zero_stage == 0 && !config.bf16_grad_reduce),
-                 "--ep ", config.ep, " with --precision bf16 needs --zero 0 and --grad-reduce fp32",
-                 " (got --zero ", config.zero_stage,
-                 config.bf16_grad_reduce ? ", --grad-reduce bf16)" : ")");
     DTRAIN_CHECK(!config.hierarchical, "--ep ", config.ep,
                  " with --dp-all-reduce hierarchical is not supported yet");
     expert_dp_ = dp.subgroup(config.expert_dp_members, "expert-dp");
@@ -135,6 +102,32 @@ DataParallel::DataParallel(const DataParallelConfig& config, model::GptModel& mo
           shard_layout(model.param_count() - experts, dp.size()),
           shard_layout(experts, expert_dp_->size()), expert_dp_.get(), config.expert_ranges});
     }
+  }
+  if (config.mixed_precision) {
+    // The optimizer's fp32 master of the owned range (EP with ZeRO: of the owned runs, packed as
+    // the moments are), the bf16 weights and gradients at rest; the model's fp32 buffers go (its
+    // kernels run on the units' working copies).
+    const int64_t psi = model.param_count();
+    const float* initial = model.params().data();
+    const int64_t held = moment_count();
+    master_ = Buffer<float>(held, MemoryTag::optimizer, &tracker);
+    const std::vector<ShardRun> runs = shard_runs();
+    for (const ShardRun& r : runs) {
+      std::memcpy(master_.data() + r.moment, initial + r.flat,
+                  static_cast<size_t>(r.count) * sizeof(float));
+    }
+    if (config.zero_stage == 3) {
+      param16_ = Buffer<bf16>(held, MemoryTag::params, &tracker);
+      for (const ShardRun& r : runs) to_bf16(initial + r.flat, param16_.data() + r.moment, r.count);
+    } else {
+      param16_ = Buffer<bf16>(psi, MemoryTag::params, &tracker);
+      to_bf16(initial, param16_.data(), psi);
+    }
+    grad16_ = Buffer<bf16>(config.zero_stage >= 2 ? held : psi, MemoryTag::grads, &tracker);
+    work_params_.resize(static_cast<size_t>(n));
+    work_grads_.resize(static_cast<size_t>(n));
+    model.release_params();
+    model.release_grads();
   }
   if (dp.size() == 1 && config.zero_stage == 0) return;  // nothing to average or shard
 
@@ -186,9 +179,13 @@ DataParallel::DataParallel(const DataParallelConfig& config, model::GptModel& mo
   if (config_.algorithm == comm::Algorithm::automatic) config_.algorithm = comm::Algorithm::ring;
   comm_ = std::make_unique<CommThread>(std::move(async));
   if (config.zero_stage == 3 && split_ != nullptr) {
-    gathered_ = std::make_unique<GatheredUnits>(*split_, units.units(),
-                                                static_cast<const float*>(param_shard_.data()),
-                                                *comm_, tracker, config_.algorithm);
+    gathered_ = config.mixed_precision
+                    ? std::make_unique<GatheredUnits>(*split_, units.units(),
+                                                      static_cast<const bf16*>(param16_.data()),
+                                                      *comm_, tracker, config_.algorithm)
+                    : std::make_unique<GatheredUnits>(
+                          *split_, units.units(), static_cast<const float*>(param_shard_.data()),
+                          *comm_, tracker, config_.algorithm);
   } else if (config.zero_stage == 3) {
     gathered_ = config.mixed_precision
                     ? std::make_unique<GatheredUnits>(layout_, units.units(),
@@ -221,7 +218,7 @@ std::vector<UpdatePiece> DataParallel::update_pieces() {
   // both (3): the shard buffers index as the moments do.
   std::vector<UpdatePiece> out;
   const int expert_rank = expert_dp_->rank();
-  for (const OwnedRun& r : split_runs(*split_, layout_.count, rank_, expert_rank)) {
+  for (const ShardRun& r : split_runs(*split_, layout_.count, rank_, expert_rank)) {
     float* params = config_.zero_stage == 3 && !param_shard_.empty()
                         ? param_shard_.data() + r.moment
                         : model_.params().data() + r.flat;
@@ -233,10 +230,15 @@ std::vector<UpdatePiece> DataParallel::update_pieces() {
   return out;
 }
 
+std::vector<ShardRun> DataParallel::shard_runs() const {
+  if (split_ == nullptr) return {{owned().offset, 0, owned().count}};
+  return split_runs(*split_, layout_.count, rank_, expert_dp_->rank());
+}
+
 std::vector<comm::Chunk> DataParallel::owned_runs() const {
   if (split_ == nullptr) return {owned()};
   std::vector<comm::Chunk> out;
-  for (const OwnedRun& r : split_runs(*split_, layout_.count, rank_, expert_dp_->rank())) {
+  for (const ShardRun& r : split_runs(*split_, layout_.count, rank_, expert_dp_->rank())) {
     out.push_back({r.flat, r.count});
   }
   return out;
@@ -503,6 +505,23 @@ void DataParallel::submit_mixed_sync(int b, bool accumulate, const std::string& 
     const float inv_ep = 1.0f / static_cast<float>(config_.ep);
     comm_->submit(
         (bf16_wire ? "all_reduce bf16 " : "all_reduce ") + span, [=](comm::Communicator& c) {
+          if (bf16_wire && expert_dp != nullptr) {
+            // EP on the bf16 wire: each piece averaged in place over its group (every hop
+            // rounds), the expert pieces then scaled by 1/ep (exact for ep a power of two).
+            for (const BucketPiece& p : pieces) {
+              bf16* w = g + (p.offset - bucket.offset);
+              if (!p.expert) {
+                comm::all_reduce<bf16>(c, w, p.count, comm::ReduceOp::avg, algo);
+                continue;
+              }
+              if (expert_dp->size() > 1) {
+                comm::all_reduce<bf16>(*expert_dp, w, p.count, comm::ReduceOp::avg,
+                                       comm::Algorithm::ring);
+              }
+              for (int64_t i = 0; i < p.count; ++i) w[i] = to_bf16(to_float(w[i]) * inv_ep);
+            }
+            return;
+          }
           if (bf16_wire) {
             comm::all_reduce<bf16>(c, g, bucket.count, comm::ReduceOp::avg, algo);
             return;
@@ -534,6 +553,10 @@ void DataParallel::submit_mixed_sync(int b, bool accumulate, const std::string& 
         });
     return;
   }
+  if (split_ != nullptr) {
+    submit_mixed_split_shard_sync(b, accumulate, span);
+    return;
+  }
   if (config_.zero_stage == 1) {
     bf16* shard = grads + std::min(layout.count, rank_ * layout.shard);
     comm_->submit("reduce_scatter " + span, [=](comm::Communicator& c) {
@@ -549,6 +572,57 @@ void DataParallel::submit_mixed_sync(int b, bool accumulate, const std::string& 
     reduce_scatter_to_bf16_shard(c, layout, bucket.offset, bucket.count,
                                  static_cast<const float*>(owned->data()), grads, accumulate,
                                  bf16_wire, tracker, algo);
+  });
+}
+
+// EP with ZeRO 1-3 under mixed precision: each piece of bucket b reduce-scattered over its own
+// group into that group's bf16 shard (stage 1: the bf16 gradient, each rank's piece where it lies
+// in the flat buffer; stages 2-3: the fp32 bucket buffer into the packed dense / expert shard).
+// The expert pieces are scaled by 1/ep first, as submit_split_shard_sync does.
+void DataParallel::submit_mixed_split_shard_sync(int b, bool accumulate, const std::string& span) {
+  const Bucket bucket = buckets_[static_cast<size_t>(b)];
+  const SplitShards* split = split_.get();
+  const std::vector<BucketPiece> pieces =
+      split_at_experts({bucket.offset, bucket.count}, split->expert_ranges);
+  const comm::Algorithm algo = config_.algorithm;
+  const float inv_ep = 1.0f / static_cast<float>(config_.ep);
+  const bool bf16_wire = config_.bf16_grad_reduce;
+  MemoryTracker* tracker = &tracker_;
+  bf16* grads = grad16_.data();
+  if (config_.zero_stage == 1) {
+    comm_->submit("reduce_scatter " + span, [=](comm::Communicator& c) {
+      for (const BucketPiece& p : pieces) {
+        bf16* g = grads + p.offset;
+        if (p.expert) {
+          for (int64_t i = 0; i < p.count; ++i) g[i] = to_bf16(to_float(g[i]) * inv_ep);
+        }
+        comm::Communicator& group = p.expert ? *split->expert_comm : c;
+        const ShardLayout& layout = p.expert ? split->expert : split->dense;
+        // Where the rank's shard would start were the packed range flat at its own position.
+        bf16* shard = g - p.packed + group.rank() * layout.shard;
+        reduce_scatter_to_bf16_shard(group, layout, p.packed, p.count, static_cast<const bf16*>(g),
+                                     shard, false, bf16_wire, tracker,
+                                     p.expert ? comm::Algorithm::ring : algo);
+      }
+    });
+    return;
+  }
+  std::shared_ptr<Buffer<float>> owned = std::move(bucket_grads_[static_cast<size_t>(b)]);
+  DTRAIN_CHECK(owned != nullptr, "DataParallel: bucket ", span, " synced without a backward");
+  comm_->submit("reduce_scatter " + span, [=](comm::Communicator& c) {
+    for (const BucketPiece& p : pieces) {
+      float* g = owned->data() + (p.offset - bucket.offset);
+      if (!p.expert) {
+        reduce_scatter_to_bf16_shard(c, split->dense, p.packed, p.count,
+                                     static_cast<const float*>(g), grads, accumulate, bf16_wire,
+                                     tracker, algo);
+        continue;
+      }
+      for (int64_t i = 0; i < p.count; ++i) g[i] *= inv_ep;
+      reduce_scatter_to_bf16_shard(*split->expert_comm, split->expert, p.packed, p.count,
+                                   static_cast<const float*>(g), grads + split->dense.shard,
+                                   accumulate, bf16_wire, tracker, comm::Algorithm::ring);
+    }
   });
 }
 
@@ -638,8 +712,41 @@ MixedUpdate DataParallel::mixed_update() {
   return {master_.span().first(count), held_grads().grads16, param16_.span().subspan(at, count)};
 }
 
+std::vector<MixedUpdate> DataParallel::mixed_pieces() {
+  DTRAIN_CHECK(config_.mixed_precision, "DataParallel: mixed_pieces() without mixed precision");
+  std::vector<MixedUpdate> out;
+  for (const ShardRun& r : shard_runs()) {
+    const auto n = static_cast<size_t>(r.count);
+    const int64_t grad_at = config_.zero_stage >= 2 ? r.moment : r.flat;
+    const int64_t param_at = config_.zero_stage == 3 ? r.moment : r.flat;
+    out.push_back({master_.span().subspan(static_cast<size_t>(r.moment), n),
+                   grad16_.span().subspan(static_cast<size_t>(grad_at), n),
+                   param16_.span().subspan(static_cast<size_t>(param_at), n), r.flat, r.moment});
+  }
+  return out;
+}
+
 void DataParallel::gather_updated_params() {
   if (config_.zero_stage != 1 && config_.zero_stage != 2) return;
+  if (config_.mixed_precision && split_ != nullptr) {
+    // Each piece of the bf16 buffer from its own group's shards, in place: the rank's piece of
+    // the packed range lies at its flat position.
+    bf16* all16 = param16_.data();
+    const SplitShards* split = split_.get();
+    const std::vector<BucketPiece> pieces =
+        split_at_experts({0, layout_.count}, split->expert_ranges);
+    const comm::Algorithm algo = config_.algorithm;
+    wait_for(comm_->submit("all_gather params", [=](comm::Communicator& c) {
+      for (const BucketPiece& p : pieces) {
+        comm::Communicator& group = p.expert ? *split->expert_comm : c;
+        const ShardLayout& layout = p.expert ? split->expert : split->dense;
+        bf16* shard = all16 + p.offset - p.packed + group.rank() * layout.shard;
+        gather_from_shards<bf16>(group, layout, p.packed, p.count, shard, all16 + p.offset,
+                                 p.expert ? comm::Algorithm::ring : algo);
+      }
+    }));
+    return;
+  }
   if (config_.mixed_precision) {
     bf16* all16 = param16_.data();
     const bf16* shard16 = all16 + std::min(layout_.count, rank_ * layout_.shard);

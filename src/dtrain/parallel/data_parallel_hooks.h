@@ -75,7 +75,7 @@ struct DataParallelConfig {
   // Expert parallelism (parallel/expert_parallel.h): the flat ranges of the stage's table that
   // hold this rank's experts (ascending) and the DP ranks of its expert-data-parallel group. Their
   // gradients are summed over that group and divided by the DP size (the owner's gradient already
-  // sums its EP group's tokens), the rest averaged over the whole DP group. fp32. With ZeRO
+  // sums its EP group's tokens), the rest averaged over the whole DP group. With ZeRO
   // (SplitShards in zero.h) the dense elements are sharded over DP and the expert elements over
   // the expert-DP group, each kind in its own packed index space, as Megatron's and DeepSpeed's
   // distributed optimizers keep two sharding groups.
@@ -100,12 +100,20 @@ struct UpdatePiece {
   std::span<float> params, grads;
 };
 
+// A run of flat elements [flat, flat + count) this rank holds the shard state of, at index
+// `moment` of its shard buffers (moments, master weights, and the gradient and parameter shards
+// where the stage keeps them). One run but under EP with ZeRO.
+struct ShardRun {
+  int64_t flat = 0, moment = 0, count = 0;
+};
+
 // What the optimizer updates under mixed precision: the fp32 master weights of the owned range
 // (its index 0 is the moments' index 0) and the bf16 parameters it rounds them into.
 struct MixedUpdate {
   std::span<float> master;
-  std::span<const bf16> grads;
+  std::span<bf16> grads;  // mutable: sequence parallelism all-reduces its norms' gradients
   std::span<bf16> params;
+  int64_t flat = 0, moment = 0;  // the first flat element, its index in the moments
 };
 
 class DataParallel final : public UnitHooks {
@@ -137,6 +145,8 @@ class DataParallel final : public UnitHooks {
   std::vector<UpdatePiece> update_pieces();
   // The flat runs those pieces cover: {owned()} but under split_shards().
   std::vector<comm::Chunk> owned_runs() const;
+  // The same runs with their index in the shard buffers.
+  std::vector<ShardRun> shard_runs() const;
 
   // --- one step: begin_step, the schedule (the hooks), wait_for_syncs, the deferred unit, then
   // the update on update_params() / update_grads() and gather_updated_params().
@@ -161,13 +171,16 @@ class DataParallel final : public UnitHooks {
   std::span<float> update_grads();
   // Mixed precision's update_params / update_grads.
   MixedUpdate mixed_update();
+  // Mixed precision's update_pieces: one per shard run (every layout).
+  std::vector<MixedUpdate> mixed_pieces();
   // Stages 1-2: every rank updated its range; all-gather the whole parameter buffer in place.
   void gather_updated_params();
 
   // --- checkpoints (between steps): stage 3's parameter shard (owned(), then padding).
   std::span<float> param_shard() { return param_shard_.span(); }
-  // Mixed precision: the master weights of owned() (then padding), and the bf16 parameters (all
-  // of them at stages 0-2, stage 3's shard).
+  // Mixed precision: the master weights of owned() (then padding; EP with ZeRO: of the shard
+  // runs, indexed as the moments), and the bf16 parameters (all of them at stages 0-2, stage 3's
+  // shard).
   std::span<float> master() { return master_.span(); }
   std::span<bf16> params16() { return param16_.span(); }
 
@@ -193,6 +206,8 @@ class DataParallel final : public UnitHooks {
   // EP with ZeRO 1-3: each piece of bucket b reduce-scattered over its own group.
   void submit_split_shard_sync(int bucket, bool accumulate);
   void submit_mixed_sync(int bucket, bool accumulate, const std::string& span);
+  // Mixed precision under EP with ZeRO 1-3: each piece into its own group's bf16 shard.
+  void submit_mixed_split_shard_sync(int bucket, bool accumulate, const std::string& span);
   // Mixed precision, stages 0-1: adds a unit's fp32 working gradient into the bf16 gradient and
   // frees it.
   void fold_unit_grads(int unit);

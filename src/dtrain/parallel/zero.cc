@@ -209,6 +209,13 @@ GatheredUnits::GatheredUnits(const SplitShards& split, std::span<const GradUnit>
   split_ = std::make_unique<SplitShards>(split);
 }
 
+GatheredUnits::GatheredUnits(const SplitShards& split, std::span<const GradUnit> units,
+                             const bf16* shard, CommThread& comm, MemoryTracker& tracker,
+                             comm::Algorithm algo)
+    : GatheredUnits(split.dense, units, shard, comm, tracker, algo) {
+  split_ = std::make_unique<SplitShards>(split);
+}
+
 void GatheredUnits::gather(int u) {
   const GradUnit& unit = units_[static_cast<size_t>(u)];
   Gathered& g = gathered_[static_cast<size_t>(u)];
@@ -220,6 +227,23 @@ void GatheredUnits::gather(int u) {
     g.buffer16 = std::make_unique<Buffer<bf16>>(unit.count, MemoryTag::params, &tracker_);
     bf16* out = g.buffer16->data();
     const bf16* shard = shard16_;
+    if (split_ != nullptr) {
+      const SplitShards* split = split_.get();
+      const std::vector<BucketPiece> pieces =
+          split_at_experts({offset, count}, split->expert_ranges);
+      g.ticket = comm_.submit("all_gather " + unit.name, [=](comm::Communicator& c) {
+        for (const BucketPiece& p : pieces) {
+          bf16* dst = out + (p.offset - offset);
+          if (p.expert) {
+            gather_from_shards<bf16>(*split->expert_comm, split->expert, p.packed, p.count,
+                                     shard + split->dense.shard, dst, comm::Algorithm::ring);
+          } else {
+            gather_from_shards<bf16>(c, split->dense, p.packed, p.count, shard, dst, algo);
+          }
+        }
+      });
+      return;
+    }
     g.ticket = comm_.submit("all_gather " + unit.name, [=](comm::Communicator& c) {
       gather_from_shards<bf16>(c, layout, offset, count, shard, out, algo);
     });

@@ -95,11 +95,11 @@ comm::Traffic gather_in_place(comm::Communicator& comm, const ShardLayout& layou
                               int64_t n, float* range,
                               comm::Algorithm algo = comm::Algorithm::ring);
 
-// Expert parallelism with ZeRO (fp32): the flat buffer's dense elements sharded over the DP
-// group (`dense`, on the communication thread's communicator), its expert elements over the
-// expert-DP group (`expert`, on `expert_comm`, ring), each in its packed index space
-// (parallel/expert_parallel.h's BucketPiece::packed). A rank's shard buffer is its dense shard
-// then its expert shard (`dense.shard + expert.shard` elements).
+// Expert parallelism with ZeRO (fp32 or mixed precision's bf16 shards): the flat buffer's dense
+// elements sharded over the DP group (`dense`, on the communication thread's communicator), its
+// expert elements over the expert-DP group (`expert`, on `expert_comm`, ring), each in its packed
+// index space (parallel/expert_parallel.h's BucketPiece::packed). A rank's shard buffer is its
+// dense shard then its expert shard (`dense.shard + expert.shard` elements).
 struct SplitShards {
   ShardLayout dense, expert;
   comm::Communicator* expert_comm = nullptr;
@@ -123,6 +123,8 @@ class GatheredUnits {
   // Expert parallelism: each unit's dense pieces gathered over the DP group, its expert pieces
   // over the expert-DP group, from the two parts of `shard`.
   GatheredUnits(const SplitShards& split, std::span<const GradUnit> units, const float* shard,
+                CommThread& comm, MemoryTracker& tracker, comm::Algorithm algo);
+  GatheredUnits(const SplitShards& split, std::span<const GradUnit> units, const bf16* shard,
                 CommThread& comm, MemoryTracker& tracker, comm::Algorithm algo);
   void gather(int unit);
   bool gathered(int unit) const;  // gather()ed and not freed since

@@ -437,6 +437,10 @@ void Engine::finalize_and_update(StepStats& stats, float lr) {
 // the run itself).
 void Engine::update_split_shards(StepStats& stats, float lr,
                                  const std::function<void(const char*)>& phase) {
+  if (dp_->mixed_precision()) {
+    update_split_shards_mixed(stats, lr, phase);
+    return;
+  }
   const std::vector<parallel::UpdatePiece> pieces = dp_->update_pieces();
   const model::ParamTable& table = model_.param_table();
   const bool sp = hooks_->sequence_parallel();
@@ -459,6 +463,37 @@ void Engine::update_split_shards(StepStats& stats, float lr,
   adamw_.advance();
   for (const parallel::UpdatePiece& p : pieces) {
     adamw_.update(p.params, p.grads, p.moment, lr, norm.clip_scale);
+  }
+  phase("AdamW");
+  dp_->gather_updated_params();
+  if (config_.zero_stage == 1 || config_.zero_stage == 2) phase("all_gather parameters");
+}
+
+// The same under mixed precision: bf16 gradients, the fp32 master of each run updated and
+// rounded into its bf16 parameters.
+void Engine::update_split_shards_mixed(StepStats& stats, float lr,
+                                       const std::function<void(const char*)>& phase) {
+  const std::vector<parallel::MixedUpdate> pieces = dp_->mixed_pieces();
+  const model::ParamTable& table = model_.param_table();
+  const bool sp = hooks_->sequence_parallel();
+  double squares = 0;
+  for (const parallel::MixedUpdate& p : pieces) {
+    traffic_.tp_norms += static_cast<double>(parallel::all_reduce_sequence_parallel_norm_grads(
+                                                 table, p.grads, p.flat, tp_comm_.get(), sp)
+                                                 .bytes_sent);
+    parallel::GradOwnership owner = grad_ownership();
+    owner.zero_shard = {p.flat, static_cast<int64_t>(p.grads.size())};
+    squares += parallel::owned_sum_of_squares(table, owner, std::span<const bf16>(p.grads), p.flat);
+  }
+  const parallel::GradNorm norm =
+      parallel::global_grad_norm(squares, &world_, config_.step.grad_clip);
+  stats.grad_norm = norm.norm;
+  stats.loss = mean_loss(stats.loss);
+  phase("gradient norm and loss");
+  check_not_diverged(stats);
+  adamw_.advance();
+  for (const parallel::MixedUpdate& p : pieces) {
+    adamw_.update_mixed(p.master, p.grads, p.params, p.moment, lr, norm.clip_scale);
   }
   phase("AdamW");
   dp_->gather_updated_params();
@@ -548,6 +583,8 @@ std::vector<float> Engine::gather_params() {
     if (config_.zero_stage < 3) {
       std::copy_n(dp_->params16().begin(), layout.count, all.begin());
     } else {
+      DTRAIN_CHECK(!dp_->split_shards(), "gathering the parameters of --ep ", config_.ep,
+                   " with --zero 3 is not supported yet (export a checkpoint instead)");
       parallel::gather_from_shards<bf16>(*dp_comm_, layout, 0, layout.count, dp_->params16().data(),
                                          all.data());
     }
@@ -598,11 +635,8 @@ struct HeldRun {
   int64_t begin = 0, count = 0, at = 0;
 };
 std::vector<HeldRun> held_runs(parallel::DataParallel& dp) {
-  if (!dp.split_shards()) return {{dp.owned().offset, dp.owned().count, 0}};
   std::vector<HeldRun> out;
-  for (const parallel::UpdatePiece& p : dp.update_pieces()) {
-    out.push_back({p.flat, static_cast<int64_t>(p.params.size()), p.moment});
-  }
+  for (const parallel::ShardRun& r : dp.shard_runs()) out.push_back({r.flat, r.count, r.moment});
   return out;
 }
 

@@ -222,6 +222,8 @@ class Engine final : public StepEngine {
   void finalize_and_update(StepStats& stats, float lr);
   void update_split_shards(StepStats& stats, float lr,
                            const std::function<void(const char*)>& phase);
+  void update_split_shards_mixed(StepStats& stats, float lr,
+                                 const std::function<void(const char*)>& phase);
   void measure_step(const parallel::PipelineStepRecord& record,
                     const std::vector<parallel::TpSpan>& tp_spans);
 
