@@ -11,7 +11,8 @@
 # --zero 2 ending bit for bit where the uninterrupted --zero 3 run ends (the two stages compute
 # the same bits), and at --dp 2 without EP within 1e-3 of the uninterrupted dp 2 run (bf16 EP
 # rounds the expert gradients' average in another place than dp 2 does); one saved at --dp 2
-# resumes at --ep 2 --zero 1 within the same bound.
+# resumes at --ep 2 --zero 1 within the same bound. Under mpirun dp 4 ep 2 at --zero 1 and 3
+# gives the threads backend's losses bit for bit.
 # Usage: ep_bf16_zero_train.sh path/to/dtrain
 source "$(dirname "$0")/lib/expect.bash"
 tmp=$(mktemp -d)
@@ -102,4 +103,19 @@ echo -n "bf16 saved at --ep 2 --zero 3, resumed at --dp 2: " &&
   > "$tmp/r2.json" 2> /dev/null || fail "resume at --ep 2 --zero 1 --precision bf16 exited $?"
 echo -n "bf16 saved at --dp 2, resumed at --ep 2 --zero 1: " &&
   losses_close "$tmp/r2.json" "$tmp/full.json" 1e-3 || fail "dp -> bf16 EP ZeRO-1 resume"
+
+# Under mpirun the same layout gives the threads backend's losses bit for bit.
+if command -v mpirun > /dev/null; then
+  for zero in 1 3; do
+    run=("${m4[@]}" --steps 3 --json --dp 4 --ep 2 --zero $zero)
+    threads=$("$DTRAIN" "${run[@]}" 2> /dev/null | tr -d ' \n' | grep -o '"train_losses":\[[^]]*\]')
+    mpi=$(mpirun --allow-run-as-root --oversubscribe -np 4 "$DTRAIN" "${run[@]}" --backend mpi \
+      2> /dev/null | tr -d ' \n' | grep -o '"train_losses":\[[^]]*\]')
+    if [ -n "$threads" ] && [ "$threads" = "$mpi" ]; then
+      echo "ok: bf16 --dp 4 --ep 2 --zero $zero: mpirun -np 4 --backend mpi losses == threads: $mpi"
+    else
+      fail "bf16 --dp 4 --ep 2 --zero $zero: threads $threads, mpi $mpi"
+    fi
+  done
+fi
 finish

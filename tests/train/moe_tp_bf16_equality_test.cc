@@ -281,8 +281,9 @@ TEST(MoeBf16Equality, MatchesTheBf16SerialRun) {
 // 0 all-reduces, the same ring sums): equal bits. Stages 2 and 3 average each rank's fp32 bucket
 // and round once (as the serial run rounds its one gradient): equal bits to each other, and
 // closer to the serial run than stages 0-1. The state and DP-byte counters equal plan/'s
-// formulas on every rank (run_engine). --grad-reduce bf16 (every hop rounds) at stages 0 and 2
-// is held to the serial bounds.
+// formulas on every rank (run_engine). --grad-reduce bf16 (every hop rounds) at stages 0 and 2,
+// dp 2 ep 2 pp 2 (zb-h1) at stages 1 and 3 and dp 2 ep 2 tp 2 + SP at 2 and 3 are held to the
+// serial bounds.
 TEST(MoeBf16Equality, EpWithZeroMatchesTheBf16SerialRun) {
   StepConfig c = moe_config(0.0);
   c.precision = model::Precision::bf16;
@@ -315,6 +316,11 @@ TEST(MoeBf16Equality, EpWithZeroMatchesTheBf16SerialRun) {
   }
   for (int zero : {0, 2}) {
     const Case k{4, 2, 1, false, 1, false, zero, true};
+    within_serial(compare(c, serial, run_engine(c, k, data)), label(k) + " vs serial bf16");
+  }
+  // With a pipeline (the tied wte deferred) and with TP + SP.
+  for (const Case& k : {Case{2, 2, 1, false, 2, false, 1}, Case{2, 2, 1, false, 2, false, 3},
+                        Case{2, 2, 2, true, 1, false, 2}, Case{2, 2, 2, true, 1, false, 3}}) {
     within_serial(compare(c, serial, run_engine(c, k, data)), label(k) + " vs serial bf16");
   }
 }
