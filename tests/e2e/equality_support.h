@@ -1,7 +1,12 @@
-// What the equality tests share: the random batches every run is compared on, and the serial
-// run's outcome (losses, then every parameter and both moments gathered from the ranks' pieces).
+// What the equality tests share: the random batches every run is compared on, the serial run's
+// outcome (losses, then every parameter and both moments gathered from the ranks' pieces) and the
+// largest differences of another run from it.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -70,6 +75,37 @@ inline Outcome run_serial(const StepConfig& c, const std::vector<data::Batch>& d
   o.losses.push_back(engine.eval_loss(data[0]));
   add_pieces(model::gpt_param_table(c.model), engine.export_state(), o);
   return o;
+}
+
+// The largest differences of a run from the reference: the losses, the parameters (absolute)
+// and both moments (relative to each tensor's largest |value|). Every element must be written
+// exactly once (a failed expectation, and the comparison stops there).
+struct Worst {
+  double loss = 0, state[checkpoint::kStateKindCount] = {0, 0, 0};
+};
+
+inline Worst compare(const StepConfig& c, const Outcome& want, const Outcome& got) {
+  Worst w;
+  EXPECT_EQ(got.losses.size(), want.losses.size());
+  for (size_t s = 0; s < std::min(got.losses.size(), want.losses.size()); ++s) {
+    w.loss = std::max(w.loss, static_cast<double>(std::fabs(got.losses[s] - want.losses[s])));
+  }
+  const model::ParamTable serial = model::gpt_param_table(c.model);
+  for (int k = 0; k < checkpoint::kStateKindCount; ++k) {
+    for (const model::ParamTensor& t : serial.tensors()) {
+      double scale = 0, diff = 0;
+      for (int64_t i = t.offset; i < t.offset + t.count; ++i) {
+        const auto e = static_cast<size_t>(i);
+        EXPECT_EQ(got.writes[k][e], 1) << name(static_cast<checkpoint::StateKind>(k)) << " of "
+                                       << t.name << " element " << i - t.offset;
+        if (got.writes[k][e] != 1) return w;
+        scale = std::max(scale, static_cast<double>(std::fabs(want.state[k][e])));
+        diff = std::max(diff, static_cast<double>(std::fabs(got.state[k][e] - want.state[k][e])));
+      }
+      w.state[k] = std::max(w.state[k], k == 0 ? diff : (scale > 0 ? diff / scale : diff));
+    }
+  }
+  return w;
 }
 
 }  // namespace dtrain::train::e2e

@@ -40,8 +40,10 @@ constexpr int kSteps = 3;
 constexpr float kLr = 1e-3f;
 
 using e2e::add_pieces;
+using e2e::compare;
 using e2e::empty_outcome;
 using e2e::Outcome;
+using e2e::Worst;
 
 Outcome run_serial(const StepConfig& c, const std::vector<data::Batch>& data) {
   return e2e::run_serial(c, data, kLr);
@@ -127,34 +129,6 @@ Outcome run_engine(const StepConfig& c, int dp, int ep, const std::vector<data::
   }
   for (const checkpoint::RankState& s : states) add_pieces(model::gpt_param_table(c.model), s, out);
   return out;
-}
-
-struct Worst {
-  double loss = 0, state[checkpoint::kStateKindCount] = {0, 0, 0};
-};
-
-Worst compare(const StepConfig& c, const Outcome& want, const Outcome& got) {
-  Worst w;
-  EXPECT_EQ(got.losses.size(), want.losses.size());
-  for (size_t s = 0; s < std::min(got.losses.size(), want.losses.size()); ++s) {
-    w.loss = std::max(w.loss, static_cast<double>(std::fabs(got.losses[s] - want.losses[s])));
-  }
-  const model::ParamTable serial = model::gpt_param_table(c.model);
-  for (int k = 0; k < checkpoint::kStateKindCount; ++k) {
-    for (const model::ParamTensor& t : serial.tensors()) {
-      double scale = 0, diff = 0;
-      for (int64_t i = t.offset; i < t.offset + t.count; ++i) {
-        const auto e = static_cast<size_t>(i);
-        EXPECT_EQ(got.writes[k][e], 1) << name(static_cast<checkpoint::StateKind>(k)) << " of "
-                                       << t.name << " element " << i - t.offset;
-        if (got.writes[k][e] != 1) return w;
-        scale = std::max(scale, static_cast<double>(std::fabs(want.state[k][e])));
-        diff = std::max(diff, static_cast<double>(std::fabs(got.state[k][e] - want.state[k][e])));
-      }
-      w.state[k] = std::max(w.state[k], k == 0 ? diff : (scale > 0 ? diff / scale : diff));
-    }
-  }
-  return w;
 }
 
 void expect_within(const Worst& w, const std::string& what) {

@@ -598,11 +598,9 @@ void DataParallel::submit_mixed_split_shard_sync(int b, bool accumulate, const s
         }
         comm::Communicator& group = p.expert ? *split->expert_comm : c;
         const ShardLayout& layout = p.expert ? split->expert : split->dense;
-        // Where the rank's shard would start were the packed range flat at its own position.
-        bf16* shard = g - p.packed + group.rank() * layout.shard;
-        reduce_scatter_to_bf16_shard(group, layout, p.packed, p.count, static_cast<const bf16*>(g),
-                                     shard, false, bf16_wire, tracker,
-                                     p.expert ? comm::Algorithm::ring : algo);
+        // The rank's piece of the packed range lies at its own position in g.
+        reduce_scatter_in_place_to_bf16(group, layout, p.packed, p.count, g, bf16_wire, tracker,
+                                        p.expert ? comm::Algorithm::ring : algo);
       }
     });
     return;
@@ -740,9 +738,8 @@ void DataParallel::gather_updated_params() {
       for (const BucketPiece& p : pieces) {
         comm::Communicator& group = p.expert ? *split->expert_comm : c;
         const ShardLayout& layout = p.expert ? split->expert : split->dense;
-        bf16* shard = all16 + p.offset - p.packed + group.rank() * layout.shard;
-        gather_from_shards<bf16>(group, layout, p.packed, p.count, shard, all16 + p.offset,
-                                 p.expert ? comm::Algorithm::ring : algo);
+        gather_in_place<bf16>(group, layout, p.packed, p.count, all16 + p.offset,
+                              p.expert ? comm::Algorithm::ring : algo);
       }
     }));
     return;

@@ -112,6 +112,24 @@ comm::Traffic reduce_piece(comm::Communicator& comm, std::span<const comm::Chunk
   }
 }
 
+// The average of the range rounded once into `dst` (this rank's piece: pieces[rank].count
+// elements; read first when `accumulate`). The range is reduced into a separate buffer first, so
+// dst may lie inside grads.
+template <typename Src>
+comm::Traffic reduce_into_bf16(comm::Communicator& comm, std::span<const comm::Chunk> pieces,
+                               int64_t n, const Src* grads, bf16* dst, bool accumulate,
+                               bool bf16_wire, MemoryTracker* tracker, comm::Algorithm algo) {
+  const comm::Chunk mine = pieces[static_cast<size_t>(comm.rank())];
+  Buffer<float> piece(mine.count, MemoryTag::communication, tracker);
+  const comm::Traffic t =
+      bf16_wire ? reduce_piece<bf16>(comm, pieces, n, grads, piece.data(), tracker, algo)
+                : reduce_piece<float>(comm, pieces, n, grads, piece.data(), tracker, algo);
+  for (int64_t i = 0; i < mine.count; ++i) {
+    dst[i] = to_bf16(accumulate ? to_float(dst[i]) + piece[i] : piece[i]);
+  }
+  return t;
+}
+
 template <typename Src>
 comm::Traffic reduce_scatter_to_bf16(comm::Communicator& comm, const ShardLayout& layout,
                                      int64_t offset, int64_t n, const Src* grads, bf16* shard,
@@ -120,15 +138,8 @@ comm::Traffic reduce_scatter_to_bf16(comm::Communicator& comm, const ShardLayout
   const std::vector<comm::Chunk> pieces = layout.pieces(offset, n);
   const int r = comm.rank();
   const comm::Chunk mine = pieces[static_cast<size_t>(r)];
-  Buffer<float> piece(mine.count, MemoryTag::communication, tracker);
-  const comm::Traffic t =
-      bf16_wire ? reduce_piece<bf16>(comm, pieces, n, grads, piece.data(), tracker, algo)
-                : reduce_piece<float>(comm, pieces, n, grads, piece.data(), tracker, algo);
   bf16* dst = shard + (mine.count > 0 ? shard_position(layout, r, offset, mine) : 0);
-  for (int64_t i = 0; i < mine.count; ++i) {
-    dst[i] = to_bf16(accumulate ? to_float(dst[i]) + piece[i] : piece[i]);
-  }
-  return t;
+  return reduce_into_bf16(comm, pieces, n, grads, dst, accumulate, bf16_wire, tracker, algo);
 }
 
 }  // namespace
@@ -158,11 +169,26 @@ comm::Traffic reduce_scatter_in_place(comm::Communicator& comm, const ShardLayou
                                        comm::ReduceOp::avg, algo);
 }
 
+template <typename T>
 comm::Traffic gather_in_place(comm::Communicator& comm, const ShardLayout& layout, int64_t offset,
-                              int64_t n, float* range, comm::Algorithm algo) {
+                              int64_t n, T* range, comm::Algorithm algo) {
   const std::vector<comm::Chunk> pieces = layout.pieces(offset, n);
   const comm::Chunk mine = pieces[static_cast<size_t>(comm.rank())];
-  return comm::all_gather_v<float>(comm, range + mine.offset, range, pieces, algo);
+  return comm::all_gather_v<T>(comm, range + mine.offset, range, pieces, algo);
+}
+template comm::Traffic gather_in_place<float>(comm::Communicator&, const ShardLayout&, int64_t,
+                                              int64_t, float*, comm::Algorithm);
+template comm::Traffic gather_in_place<bf16>(comm::Communicator&, const ShardLayout&, int64_t,
+                                             int64_t, bf16*, comm::Algorithm);
+
+comm::Traffic reduce_scatter_in_place_to_bf16(comm::Communicator& comm, const ShardLayout& layout,
+                                              int64_t offset, int64_t n, bf16* range,
+                                              bool bf16_wire, MemoryTracker* tracker,
+                                              comm::Algorithm algo) {
+  const std::vector<comm::Chunk> pieces = layout.pieces(offset, n);
+  const comm::Chunk mine = pieces[static_cast<size_t>(comm.rank())];
+  return reduce_into_bf16(comm, pieces, n, static_cast<const bf16*>(range), range + mine.offset,
+                          false, bf16_wire, tracker, algo);
 }
 
 template <typename T>

@@ -91,9 +91,21 @@ extern template comm::Traffic gather_from_shards<bf16>(comm::Communicator&, cons
 comm::Traffic reduce_scatter_in_place(comm::Communicator& comm, const ShardLayout& layout,
                                       int64_t offset, int64_t n, float* range,
                                       comm::Algorithm algo = comm::Algorithm::ring);
+// T is float, or bf16 for mixed precision's parameters.
+template <typename T>
 comm::Traffic gather_in_place(comm::Communicator& comm, const ShardLayout& layout, int64_t offset,
-                              int64_t n, float* range,
-                              comm::Algorithm algo = comm::Algorithm::ring);
+                              int64_t n, T* range, comm::Algorithm algo = comm::Algorithm::ring);
+extern template comm::Traffic gather_in_place<float>(comm::Communicator&, const ShardLayout&,
+                                                     int64_t, int64_t, float*, comm::Algorithm);
+extern template comm::Traffic gather_in_place<bf16>(comm::Communicator&, const ShardLayout&,
+                                                    int64_t, int64_t, bf16*, comm::Algorithm);
+// Mixed precision's ZeRO-1 under expert parallelism: `range` holds the layout's elements
+// [offset, offset + n) as bf16 gradients; this rank's piece of their average (over a bf16 wire,
+// or an fp32 one widened first) is rounded once into its own position in `range`.
+comm::Traffic reduce_scatter_in_place_to_bf16(comm::Communicator& comm, const ShardLayout& layout,
+                                              int64_t offset, int64_t n, bf16* range,
+                                              bool bf16_wire, MemoryTracker* tracker,
+                                              comm::Algorithm algo = comm::Algorithm::ring);
 
 // Expert parallelism with ZeRO (fp32 or mixed precision's bf16 shards): the flat buffer's dense
 // elements sharded over the DP group (`dense`, on the communication thread's communicator), its
