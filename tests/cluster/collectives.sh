@@ -41,8 +41,16 @@ print("   ring %.0f us, hierarchical %.0f us, native %.0f us" % (ring["time_us"]
 assert ring["max_inter_node_bytes"] == 3 * hier["max_inter_node_bytes"], (ring, hier)
 PY
 
-out=$("$CLUSTER" run --bin "$DTRAIN" -- calibrate --backend mpi --seconds 0.1 --trials 1 --iterations 50 \
-  --size 1MiB --output "$tmp/cluster.json" 2>&1)
+calibrate() {
+  "$CLUSTER" run --bin "$DTRAIN" -- calibrate --backend mpi --seconds 0.1 --trials 1 --iterations 50 \
+    --size 1MiB --output "$tmp/cluster.json" 2>&1
+}
+# calibrate refuses to write a link that reads below plan's floor, which a machine busy with the
+# rest of the suite can make it read: one more try, with the first refusal printed.
+if ! out=$(calibrate); then
+  echo "calibrate refused once (a busy machine?), trying again: $(tail -2 <<<"$out")"
+  out=$(calibrate)
+fi
 if python3 - "$tmp/cluster.json" <<'PY'; then ok "calibrate (latency us, GB/s per rank, pairs, GB/s one pair): $(grep -E '^(intra|inter)-node' <<<"$out" | tr -s ' ' | tr '\n' ';')"; else fail "calibrate: $out"; fi
 import json, sys
 c = json.load(open(sys.argv[1]))
