@@ -240,17 +240,15 @@ std::vector<CollectiveCall> moe_tp_rerun_collectives_per_layer(int64_t micro_bat
                                                                int64_t bytes_per_element,
                                                                bool sequence_parallel,
                                                                int64_t expert_rows) {
-  using comm::CollectiveOp;
-  const double e = static_cast<double>(bytes_per_element);
-  const double activation = static_cast<double>(micro_batch * seq * hidden) * e;
-  const double rows = static_cast<double>(expert_rows * hidden) * e;
-  const CollectiveCall experts{CollectiveOp::all_reduce, rows, 1, "expert outputs (rerun)"};
-  if (!sequence_parallel) {
-    return {{CollectiveOp::all_reduce, activation, 1, "attention output (rerun)"}, experts};
+  // The rerun repeats the forward's half of each: every count above counts a forward and a
+  // backward collective of the same size.
+  std::vector<CollectiveCall> calls = moe_tp_collectives_per_layer(
+      micro_batch, seq, hidden, bytes_per_element, sequence_parallel, expert_rows);
+  for (CollectiveCall& c : calls) {
+    c.count /= 2;
+    c.what = "rerun forward";
   }
-  return {{CollectiveOp::reduce_scatter, activation, 1, "attention output (rerun, sp)"},
-          {CollectiveOp::all_gather, activation, 2, "LN outputs (rerun, sp)"},
-          experts};
+  return calls;
 }
 
 int64_t ep_row_wire_bytes(EpExchange exchange, bool bf16) {

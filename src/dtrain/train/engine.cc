@@ -432,6 +432,24 @@ void Engine::finalize_and_update(StepStats& stats, float lr) {
   stats.optimizer_ms = watch.elapsed_us() * 1e-3;
 }
 
+template <typename Piece>
+parallel::GradNorm Engine::split_shards_norm(const std::vector<Piece>& pieces) {
+  using Element = typename decltype(Piece::grads)::element_type;
+  const model::ParamTable& table = model_.param_table();
+  const bool sp = hooks_->sequence_parallel();
+  double squares = 0;
+  for (const Piece& p : pieces) {
+    traffic_.tp_norms += static_cast<double>(parallel::all_reduce_sequence_parallel_norm_grads(
+                                                 table, p.grads, p.flat, tp_comm_.get(), sp)
+                                                 .bytes_sent);
+    parallel::GradOwnership owner = grad_ownership();
+    owner.zero_shard = {p.flat, static_cast<int64_t>(p.grads.size())};
+    squares +=
+        parallel::owned_sum_of_squares(table, owner, std::span<const Element>(p.grads), p.flat);
+  }
+  return parallel::global_grad_norm(squares, &world_, config_.step.grad_clip);
+}
+
 // EP with ZeRO: the norm and the update over the runs of the flat buffer this rank's dense and
 // expert shards cover (each run is the shard of its own elements, so the ownership of a run is
 // the run itself).
@@ -442,20 +460,7 @@ void Engine::update_split_shards(StepStats& stats, float lr,
     return;
   }
   const std::vector<parallel::UpdatePiece> pieces = dp_->update_pieces();
-  const model::ParamTable& table = model_.param_table();
-  const bool sp = hooks_->sequence_parallel();
-  double squares = 0;
-  for (const parallel::UpdatePiece& p : pieces) {
-    traffic_.tp_norms += static_cast<double>(parallel::all_reduce_sequence_parallel_norm_grads(
-                                                 table, p.grads, p.flat, tp_comm_.get(), sp)
-                                                 .bytes_sent);
-    parallel::GradOwnership owner = grad_ownership();
-    owner.zero_shard = {p.flat, static_cast<int64_t>(p.grads.size())};
-    squares +=
-        parallel::owned_sum_of_squares(table, owner, std::span<const float>(p.grads), p.flat);
-  }
-  const parallel::GradNorm norm =
-      parallel::global_grad_norm(squares, &world_, config_.step.grad_clip);
+  const parallel::GradNorm norm = split_shards_norm(pieces);
   stats.grad_norm = norm.norm;
   stats.loss = mean_loss(stats.loss);
   phase("gradient norm and loss");
@@ -474,19 +479,7 @@ void Engine::update_split_shards(StepStats& stats, float lr,
 void Engine::update_split_shards_mixed(StepStats& stats, float lr,
                                        const std::function<void(const char*)>& phase) {
   const std::vector<parallel::MixedUpdate> pieces = dp_->mixed_pieces();
-  const model::ParamTable& table = model_.param_table();
-  const bool sp = hooks_->sequence_parallel();
-  double squares = 0;
-  for (const parallel::MixedUpdate& p : pieces) {
-    traffic_.tp_norms += static_cast<double>(parallel::all_reduce_sequence_parallel_norm_grads(
-                                                 table, p.grads, p.flat, tp_comm_.get(), sp)
-                                                 .bytes_sent);
-    parallel::GradOwnership owner = grad_ownership();
-    owner.zero_shard = {p.flat, static_cast<int64_t>(p.grads.size())};
-    squares += parallel::owned_sum_of_squares(table, owner, std::span<const bf16>(p.grads), p.flat);
-  }
-  const parallel::GradNorm norm =
-      parallel::global_grad_norm(squares, &world_, config_.step.grad_clip);
+  const parallel::GradNorm norm = split_shards_norm(pieces);
   stats.grad_norm = norm.norm;
   stats.loss = mean_loss(stats.loss);
   phase("gradient norm and loss");

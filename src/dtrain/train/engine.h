@@ -224,6 +224,10 @@ class Engine final : public StepEngine {
                            const std::function<void(const char*)>& phase);
   void update_split_shards_mixed(StepStats& stats, float lr,
                                  const std::function<void(const char*)>& phase);
+  // The global gradient norm over split shards' pieces (UpdatePiece or MixedUpdate): SP's norm
+  // gradients all-reduced first, each piece's owned squares summed.
+  template <typename Piece>
+  parallel::GradNorm split_shards_norm(const std::vector<Piece>& pieces);
   void measure_step(const parallel::PipelineStepRecord& record,
                     const std::vector<parallel::TpSpan>& tp_spans);
 
