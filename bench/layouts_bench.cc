@@ -79,11 +79,14 @@ std::optional<double> clock_predicted_ms(const nlohmann::json& report) {
   return clock["predicted"].at("step_s").get<double>() * 1e3;
 }
 
-// One repeat of one layout: predicted and measured ms.
-std::pair<double, double> run_layout_once(const LayoutsBenchOptions& o, const std::string& mpirun,
-                                          const LayoutModel& m, const LayoutSpec& s,
-                                          const std::string& metrics, const std::string& errors,
-                                          std::string& source) {
+// One repeat of one layout, ms: predicted, measured, and for MoE the clock on the run's routing.
+struct RunFigures {
+  double predicted = 0, measured = 0;
+  std::optional<double> given_routing;
+};
+RunFigures run_layout_once(const LayoutsBenchOptions& o, const std::string& mpirun,
+                           const LayoutModel& m, const LayoutSpec& s, const std::string& metrics,
+                           const std::string& errors, std::string& source) {
   std::vector<std::string> a = {"train"};
   const std::vector<std::string> layout = layout_args(m, s);
   a.insert(a.end(), layout.begin(), layout.end());
@@ -117,7 +120,11 @@ std::pair<double, double> run_layout_once(const LayoutsBenchOptions& o, const st
                ": the train report has no clock prediction (does --cluster ", o.cluster,
                " carry gpu.measured? dtrain calibrate --compute writes it)");
   source = "clock";
-  return {*clock, measured};
+  RunFigures f{*clock, measured, std::nullopt};
+  if (report["clock"].contains("given_routing")) {
+    f.given_routing = report["clock"]["given_routing"].at("step_s").get<double>() * 1e3;
+  }
+  return f;
 }
 
 LayoutSpec layout(int model, bool mpi, int dp, int tp, int pp, int zero = 0) {
@@ -310,15 +317,19 @@ LayoutsBenchReport run_layouts_bench(const LayoutsBenchOptions& options) {
       // An empty file, not none: every MPI rank checks that --metrics can be written, and
       // where it does not exist each probes by creating it, which races between the ranks.
       std::ofstream(metrics, std::ios::trunc).close();
-      const auto [predicted, measured] =
+      const RunFigures f =
           run_layout_once(o, mpirun, r.models[static_cast<size_t>(res.spec.model)], res.spec,
                           metrics, scratch.file("stderr.txt"), res.predicted_source);
-      res.predicted_ms.push_back(predicted);
-      res.measured_ms.push_back(measured);
+      res.predicted_ms.push_back(f.predicted);
+      res.measured_ms.push_back(f.measured);
+      if (f.given_routing) res.given_routing_ms.push_back(*f.given_routing);
       ++done;
       std::cerr << "[" << done << "/" << runs << "] " << r.models[res.spec.model].name << " "
-                << describe(res.spec) << ": predicted " << fixed(predicted, 2) << " ms, measured "
-                << fixed(measured, 2) << " ms\n";
+                << describe(res.spec) << ": predicted " << fixed(f.predicted, 2) << " ms, measured "
+                << fixed(f.measured, 2) << " ms"
+                << (f.given_routing ? str(", given routing ", fixed(*f.given_routing, 2), " ms")
+                                    : "")
+                << "\n";
     }
   }
   summarize_layouts(r);
@@ -340,6 +351,27 @@ void summarize_layouts(LayoutsBenchReport& r) {
     res.spread_pct = 100 * (*hi - *lo) / res.measured;
     errors.push_back(res.error_pct);
     spreads.push_back(res.spread_pct);
+    if (res.has_given_routing()) {
+      DTRAIN_CHECK(res.given_routing_ms.size() == res.measured_ms.size(),
+                   "bench layouts: ", describe(res.spec),
+                   " has a routing-given price for only some repeats");
+      res.given_routing = median(res.given_routing_ms);
+      res.given_routing_error_pct = 100 * (res.given_routing - res.measured) / res.measured;
+    }
+  }
+  std::vector<double> moe_errors, moe_given;
+  for (const LayoutResult& res : r.results) {
+    if (!res.has_given_routing()) continue;
+    moe_errors.push_back(res.error_pct);
+    moe_given.push_back(res.given_routing_error_pct);
+  }
+  r.moe_layouts = static_cast<int>(moe_errors.size());
+  if (!moe_errors.empty()) {
+    const ErrorSummary a = summarize_errors(moe_errors), g = summarize_errors(moe_given);
+    r.moe_mean_abs_error_pct = a.mean_abs;
+    r.moe_worst_abs_error_pct = a.max_abs;
+    r.moe_given_routing_mean_abs_error_pct = g.mean_abs;
+    r.moe_given_routing_worst_abs_error_pct = g.max_abs;
   }
   const ErrorSummary e = summarize_errors(errors);
   r.mean_abs_error_pct = e.mean_abs;
@@ -363,7 +395,7 @@ void summarize_layouts(LayoutsBenchReport& r) {
       return x.model == model && x.ranks == s.ranks() && x.kind == s.group();
     });
     if (g == r.groups.end()) {
-      r.groups.push_back(LayoutGroup{model, s.ranks(), s.group(), {}, 0, -1, -1, 0});
+      r.groups.push_back(LayoutGroup{model, s.ranks(), s.group(), {}, 0, -1, -1, 0, 0});
       g = r.groups.end() - 1;
     }
     g->members.push_back(static_cast<int>(i));
@@ -381,6 +413,20 @@ void summarize_layouts(LayoutsBenchReport& r) {
     g.measured_best = g.members[static_cast<size_t>(best)];
     g.top_pick_slower_pct =
         100 * (r.results[g.top_pick].measured / r.results[g.measured_best].measured - 1);
+    std::vector<double> given;
+    for (int i : g.members) {
+      const LayoutResult& res = r.results[static_cast<size_t>(i)];
+      g.given_routing |= res.has_given_routing();
+      given.push_back(res.has_given_routing() ? res.given_routing : res.predicted);
+    }
+    if (g.given_routing) {
+      g.given_routing_rank_correlation = spearman(given, measured);
+      g.given_routing_top_pick = g.members[static_cast<size_t>(
+          std::min_element(given.begin(), given.end()) - given.begin())];
+      g.given_routing_top_pick_slower_pct =
+          100 *
+          (r.results[g.given_routing_top_pick].measured / r.results[g.measured_best].measured - 1);
+    }
     double pairs = 0, sum = 0;
     for (int a = 0; a < r.repeats; ++a) {
       for (int b = a + 1; b < r.repeats; ++b) {
@@ -443,12 +489,44 @@ void print_layouts_bench(std::ostream& out, const LayoutsBenchReport& r) {
         << lpad(fixed(g.rank_correlation, 2), 10) << lpad(fixed(g.repeat_rank_correlation, 2), 9)
         << "  " << pick << best << lpad(fixed(g.top_pick_slower_pct, 1) + " %", 10) << "\n";
   }
+  if (r.moe_layouts > 0) {
+    out << "\n  MoE layouts priced again on the routing each run measured (after the run):\n"
+           "   #  layout                                    predicted ms  given routing ms"
+           "  measured ms  error %  given routing error %\n";
+    for (size_t i = 0; i < r.results.size(); ++i) {
+      const LayoutResult& res = r.results[i];
+      if (!res.has_given_routing()) continue;
+      std::string label = describe(res.spec);
+      label.resize(std::max<size_t>(label.size(), 40), ' ');
+      out << lpad(std::to_string(i + 1), 4) << "  " << label << lpad(fixed(res.predicted, 2), 14)
+          << lpad(fixed(res.given_routing, 2), 18) << lpad(fixed(res.measured, 2), 13)
+          << lpad(fixed(res.error_pct, 1), 9) << lpad(fixed(res.given_routing_error_pct, 1), 23)
+          << "\n";
+    }
+    out << "  |error| over them: before the run mean " << fixed(r.moe_mean_abs_error_pct, 1)
+        << " %, worst " << fixed(r.moe_worst_abs_error_pct, 1) << " %; given the routing mean "
+        << fixed(r.moe_given_routing_mean_abs_error_pct, 1) << " %, worst "
+        << fixed(r.moe_given_routing_worst_abs_error_pct, 1) << " %\n";
+    for (const LayoutGroup& g : r.groups) {
+      if (!g.given_routing) continue;
+      out << "  group " << g.model << ", " << g.ranks << ", " << g.kind
+          << " given the routing: Spearman " << fixed(g.given_routing_rank_correlation, 2)
+          << ", top pick #" << g.given_routing_top_pick + 1 << " "
+          << describe(r.results[g.given_routing_top_pick].spec) << ", "
+          << fixed(g.given_routing_top_pick_slower_pct, 1) << " % slower than the best\n";
+    }
+  }
   out << "\n  error: 100 (predicted - measured) / measured; predicted: the clock's step for the "
          "layout from the rates in the cluster file, before the run; measured: the run's median "
          "step.\n  Spearman: rank correlation of predicted and measured within the group; top "
          "pick slower: how much slower the least-predicted layout measures than the fastest "
          "measured.\n  repeats: Spearman of one repeat's measured steps against another's, "
          "mean over pairs of repeats: how well the machine reproduces its own ranking.\n";
+  if (r.moe_layouts > 0) {
+    out << "  given routing: the clock priced after the run on the experts' rows that run "
+           "routed in each block (uniform routing before it); the figures above it are the "
+           "prediction's.\n";
+  }
 }
 
 nlohmann::json layouts_bench_to_json(const LayoutsBenchReport& r) {
@@ -498,12 +576,25 @@ nlohmann::json layouts_bench_to_json(const LayoutsBenchReport& r) {
                        {"predicted_by", res.predicted_source},
                        {"repeats_predicted_ms", res.predicted_ms},
                        {"repeats_measured_ms", res.measured_ms}});
+    if (res.has_given_routing()) {
+      layouts.back()["given_routing_ms"] = res.given_routing;
+      layouts.back()["given_routing_error_pct"] = res.given_routing_error_pct;
+      layouts.back()["repeats_given_routing_ms"] = res.given_routing_ms;
+    }
   }
   j["layouts"] = layouts;
   j["summary"] = {
       {"mean_abs_error_pct", r.mean_abs_error_pct},   {"p90_abs_error_pct", r.p90_abs_error_pct},
       {"worst_abs_error_pct", r.worst_abs_error_pct}, {"worst_layout", r.worst},
       {"median_spread_pct", r.median_spread_pct},     {"max_spread_pct", r.max_spread_pct}};
+  if (r.moe_layouts > 0) {
+    j["summary"]["moe"] = {
+        {"layouts", r.moe_layouts},
+        {"mean_abs_error_pct", r.moe_mean_abs_error_pct},
+        {"worst_abs_error_pct", r.moe_worst_abs_error_pct},
+        {"given_routing_mean_abs_error_pct", r.moe_given_routing_mean_abs_error_pct},
+        {"given_routing_worst_abs_error_pct", r.moe_given_routing_worst_abs_error_pct}};
+  }
   nlohmann::json groups = nlohmann::json::array();
   for (const LayoutGroup& g : r.groups) {
     groups.push_back({{"model", g.model},
@@ -515,6 +606,12 @@ nlohmann::json layouts_bench_to_json(const LayoutsBenchReport& r) {
                       {"measured_best", g.measured_best},
                       {"top_pick_slower_pct", g.top_pick_slower_pct},
                       {"repeat_rank_correlation", g.repeat_rank_correlation}});
+    if (g.given_routing) {
+      groups.back()["given_routing"] = {
+          {"rank_correlation", g.given_routing_rank_correlation},
+          {"top_pick", g.given_routing_top_pick},
+          {"top_pick_slower_pct", g.given_routing_top_pick_slower_pct}};
+    }
   }
   j["groups"] = groups;
   return j;

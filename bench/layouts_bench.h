@@ -63,6 +63,11 @@ struct LayoutResult {
   double predicted = 0, measured = 0;             // medians over the repeats, ms
   double error_pct = 0;                           // 100 (predicted - measured) / measured
   double spread_pct = 0;  // 100 (max - min) / median of the measured repeats
+  // MoE: train's clock.given_routing, the same clock priced after the run on the routing that
+  // run measured (per repeat; empty for a dense layout), its median and its error.
+  std::vector<double> given_routing_ms;
+  double given_routing = 0, given_routing_error_pct = 0;
+  bool has_given_routing() const { return !given_routing_ms.empty(); }
 };
 
 // One (model, ranks) group: does the clock rank its layouts as they measure?
@@ -80,6 +85,12 @@ struct LayoutGroup {
   // reproduces from run to run, a ceiling the clock's rank_correlation cannot be held above
   // (the medians are steadier than single repeats, so it is a conservative one).
   double repeat_rank_correlation = 0;
+  // The same ranking with each MoE layout priced on its own run's routing (given_routing); the
+  // other layouts keep their prediction. Filled for groups with an MoE layout only.
+  bool given_routing = false;
+  double given_routing_rank_correlation = 0;
+  int given_routing_top_pick = -1;
+  double given_routing_top_pick_slower_pct = 0;
 };
 
 struct LayoutsBenchReport {
@@ -91,6 +102,10 @@ struct LayoutsBenchReport {
   double mean_abs_error_pct = 0, p90_abs_error_pct = 0, worst_abs_error_pct = 0;
   int worst = -1;  // index of the layout with the worst |error|
   double median_spread_pct = 0, max_spread_pct = 0;
+  // Over the MoE layouts only: |error| of the a-priori prediction and of given_routing.
+  int moe_layouts = 0;
+  double moe_mean_abs_error_pct = 0, moe_worst_abs_error_pct = 0;
+  double moe_given_routing_mean_abs_error_pct = 0, moe_given_routing_worst_abs_error_pct = 0;
 };
 
 // The default grid (>= 30 dense layouts, each (model, ranks) group >= 5; a handful of CP and MoE

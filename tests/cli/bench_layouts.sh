@@ -91,6 +91,20 @@ assert L[0]["cp"] == 2 and L[0]["cp_algo"] == "ring" and L[0]["layout"].startswi
 assert L[1]["experts"] == 4 and L[1]["ep"] == 2 and "ep2" in L[1]["layout"], L[1]
 assert all(l["predicted_ms"] > 0 and l["predicted_by"] == "clock" for l in L), L
 assert [(g["kind"], g["layouts"]) for g in r["groups"]] == [("cp", [0]), ("moe", [1])], r["groups"]
+# The MoE layout is priced again on its run's routing; the CP one is not.
+import math, statistics
+assert "given_routing_ms" not in L[0] and "given_routing" not in r["groups"][0], L[0]
+m = L[1]
+assert len(m["repeats_given_routing_ms"]) == len(m["repeats_measured_ms"]), m
+assert math.isclose(m["given_routing_ms"], statistics.median(m["repeats_given_routing_ms"]))
+e = 100 * (m["given_routing_ms"] - m["measured_ms"]) / m["measured_ms"]
+assert math.isclose(m["given_routing_error_pct"], e, rel_tol=1e-9, abs_tol=1e-9), (m, e)
+s = r["summary"]["moe"]
+assert s["layouts"] == 1 and math.isclose(s["given_routing_worst_abs_error_pct"], abs(e)), s
+assert math.isclose(s["worst_abs_error_pct"], abs(m["error_pct"])), s
+assert r["groups"][1]["given_routing"]["top_pick"] == 1, r["groups"][1]
 PY
+expect_output "MoE layouts priced again on the routing each run measured" \
+  bench layouts --quick --only moe --cluster "$dir/cluster.json"
 
 finish

@@ -32,13 +32,15 @@ for layout in "--dp 2" "--tp 2" "--pp 2 --microbatches 2" "--cp 2" "--cp 2 --cp-
     "${run[@]}" $layout --cluster "$tmp/cpu.json"
   # shellcheck disable=SC2086
   out=$("$DTRAIN" "${run[@]}" $layout --cluster "$tmp/cpu.json" --json 2>/dev/null)
-  if python3 - "$out" <<'PY'; then
+  if python3 - "$out" "$layout" <<'PY'; then
 import json, sys
 c = json.loads(sys.argv[1])["clock"]
+# MoE: the same clock priced on the run's own routing, beside the a-priori (uniform) one.
+assert ("given_routing" in c) == ("--experts" in sys.argv[2]), sorted(c)
 keys = {"forward_s", "backward_s", "tp_comm_s", "pipeline_wait_s", "exposed_dp_s", "optimizer_s",
         "step_s"}
 assert c["rates"].endswith("cpu.json"), c["rates"]
-for side in ("predicted", "measured"):
+for side in ("predicted", "measured") + (("given_routing",) if "given_routing" in c else ()):
     assert set(c[side]) == keys, (side, sorted(c[side]))
     assert all(v >= 0 for v in c[side].values()), c[side]
     assert c[side]["step_s"] > 0 and c[side]["forward_s"] > 0 and c[side]["backward_s"] > 0
@@ -50,6 +52,11 @@ PY
     fail "--json $layout: clock object incomplete: $(python3 -c 'import json,sys; print(json.load(sys.stdin).get("clock"))' <<<"$out")"
   fi
 done
+# The table sets the routing-given column beside the a-priori one for MoE only.
+expect_output 'phase +predicted ms +measured ms +error +given routing ms +error' \
+  "${run[@]}" --dp 2 --experts 4 --top-k 2 --ep 2 --cluster "$tmp/cpu.json"
+expect_output 'given routing: the same clock on the experts.* rows this run routed per block' \
+  "${run[@]}" --dp 2 --experts 4 --top-k 2 --cluster "$tmp/cpu.json"
 # A phase with no time on either side (no TP collectives under --dp 2) carries "-", not -100%.
 expect_output '  TP collectives +0\.000 +0\.000 +-$' "${run[@]}" --dp 2 --cluster "$tmp/cpu.json"
 # The TP phase is priced and measured only where there are TP collectives.

@@ -682,6 +682,52 @@ TEST(EngineClock, MixtureOfExpertsLayer) {
   EXPECT_GT(engine_moe_mlp_seconds(skewed, c).pass.forward_s, ep.pass.forward_s);
 }
 
+TEST(EngineClock, MixtureOfExpertsPricedOnARunsRouting) {
+  Cluster c = unit_cluster();
+  // EP 2 of DP 2, one block where both ranks sent all 16 of their rows to expert 0 (rank 0's):
+  // rank 0 computes fc and proj on 16 rows (2 x 16 x 32 x 8 = 8192 FLOPs each) and GELU on
+  // 16 x 32 = 512 elements in one call; expert 1 takes none. Around it the router as before.
+  EngineClockInput one = tiny_moe(2, 2);
+  one.block_routings = {{16, 0, 0, 0}};
+  const MoeMlp hot = engine_moe_mlp_seconds(one, c);
+  EXPECT_EQ(hot.busiest_rows, 16);
+  EXPECT_NEAR(hot.pass.forward_s - hot.comm_forward_s,
+              (2 * 8192 + 256) * 1e-9 + (512 + 16 + 128) * 1e-9 + 3 * kCallS, 1e-15);
+  // Several blocks: the mean of each priced on its own rows (not the rows' mean, which would be
+  // nearer uniform).
+  EngineClockInput two = tiny_moe(2, 2);
+  two.block_routings = {{16, 0, 0, 0}, {4, 4, 4, 4}};
+  EngineClockInput even = tiny_moe(2, 2);
+  even.tokens_per_expert = {4, 4, 4, 4};
+  const MoeMlp mean = engine_moe_mlp_seconds(two, c);
+  const MoeMlp uniform = engine_moe_mlp_seconds(even, c);
+  EXPECT_NEAR(mean.pass.forward_s, (hot.pass.forward_s + uniform.pass.forward_s) / 2, 1e-15);
+  EXPECT_NEAR(mean.pass.backward_weight_s,
+              (hot.pass.backward_weight_s + uniform.pass.backward_weight_s) / 2, 1e-15);
+  EXPECT_NEAR(mean.busiest_rows, (16 + 8) / 2.0, 1e-12);
+  // The uniform entry prices as the a-priori clock does.
+  EXPECT_NEAR(uniform.pass.forward_s, engine_moe_mlp_seconds(tiny_moe(2, 2), c).pass.forward_s,
+              1e-15);
+  two.model.moe.experts = 8;
+  EXPECT_THROW(engine_moe_mlp_seconds(two, c), std::exception);
+
+  // EP 4 of DP 4 on 2 cores (twice oversubscribed): rank 0's one expert takes all 32 rows, the
+  // other ranks wait and give their cores back, so rank 0 runs alone: its experts' time is the
+  // busiest's unshared, which the clock's x2 stretch will double, so half of it here; with even
+  // routing the four ranks share the cores and each expert costs its own (a quarter).
+  c.gpu.measured.cores = 2;
+  EngineClockInput ep4 = tiny_moe(4, 4);
+  ep4.block_routings = {{32, 0, 0, 0}};
+  const MoeMlp alone = engine_moe_mlp_seconds(ep4, c);
+  const double hot_experts = (2 * 16384) * 1e-9 + 1024e-9 + kCallS;
+  const double router = 256e-9 + (16 + 128) * 1e-9 + 2 * kCallS;
+  EXPECT_NEAR(alone.pass.forward_s - alone.comm_forward_s, hot_experts / 2 + router, 1e-15);
+  // On 64 cores nobody shares: the busiest's whole time.
+  c.gpu.measured.cores = 64;
+  const MoeMlp wide = engine_moe_mlp_seconds(ep4, c);
+  EXPECT_NEAR(wide.pass.forward_s - wide.comm_forward_s, hot_experts + router, 1e-15);
+}
+
 TEST(EngineClock, MixtureOfExpertsParametersAndGradientGroups) {
   // A routed block: tiny()'s 872 parameters less the MLP's 2 x 8 x 32 + 32 + 8 = 552, the
   // router's 4 x 8 = 32, and E / ep experts of 552.

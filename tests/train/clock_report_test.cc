@@ -3,9 +3,12 @@
 // MoE layout.
 #include <gtest/gtest.h>
 
+#include "dtrain/comm/threads/backend.h"
 #include "dtrain/plan/moe.h"
 #include "dtrain/train/clock_report.h"
+#include "dtrain/train/engine.h"
 #include "dtrain/train/layout.h"
+#include "e2e/equality_support.h"
 
 namespace dtrain::train {
 namespace {
@@ -82,6 +85,59 @@ TEST(ClockReport, MixtureOfExpertsLayoutReachesTheClock) {
                                  plan::engine_moe_layer_param_count(in.model, 2) + V * C +
                                  step.model.context * C);
   EXPECT_TRUE(in.tokens_per_expert.empty());  // the prediction assumes uniform routing
+}
+
+TEST(ClockReport, EngineKeepsEachRoutedBlocksRoutingForTheClock) {
+  // dp 4, ep 2, pp 2, 2 micro-batches of 1 row of 16 tokens, 4 experts top 2, every block
+  // routed: per step 2 stages x 2 EP groups x 2 blocks x 2 micro-batches = 16 entries, each the
+  // rows its group's 4 experts computed: ep x 16 tokens x 2 = 64 (no capacity: none dropped).
+  StepConfig step = tiny_step();
+  step.model.moe = {.experts = 4, .top_k = 2, .every = 1};
+  LayoutOptions o;
+  o.dp = 4;
+  o.ep = 2;
+  o.pp = 2;
+  o.microbatches = 2;
+  constexpr int kSteps = 2;
+  const std::vector<data::Batch> data = e2e::random_batches(step, kSteps);
+  for (const bool rates : {false, true}) {
+    EngineConfig config = make_engine_config(step, o);
+    plan::Cluster cluster;
+    cluster.gpu.measured.present = rates;
+    config.cluster = cluster;
+    comm::threads::run_ranks(8, [&](comm::Communicator& comm) {
+      Engine engine(config, comm);
+      std::vector<StepStats> stats;
+      for (const data::Batch& b : data) stats.push_back(engine.train_step(b, 1e-3f));
+      if (comm.rank() != 0) return;
+      // Only a clock with measured rates reads them: nothing is gathered otherwise.
+      if (!rates) {
+        EXPECT_TRUE(engine.block_routings().empty());
+        return;
+      }
+      ASSERT_EQ(engine.block_routings().size(), static_cast<size_t>(kSteps));
+      for (int s = 0; s < kSteps; ++s) {
+        const auto& entries = engine.block_routings()[static_cast<size_t>(s)];
+        ASSERT_EQ(entries.size(), 16u);
+        std::vector<double> per_expert(4, 0.0);
+        for (const std::vector<double>& rows : entries) {
+          ASSERT_EQ(rows.size(), 4u);
+          double sum = 0;
+          for (size_t e = 0; e < 4; ++e) {
+            sum += rows[e];
+            per_expert[e] += rows[e];
+          }
+          EXPECT_EQ(sum, 64);
+        }
+        // Over the entries, each expert's rows are the step's routing report (gathered apart).
+        for (size_t e = 0; e < 4; ++e) {
+          EXPECT_EQ(per_expert[e],
+                    static_cast<double>(stats[static_cast<size_t>(s)].expert_tokens[e]))
+              << "step " << s << " expert " << e;
+        }
+      }
+    });
+  }
 }
 
 }  // namespace

@@ -630,10 +630,29 @@ double engine_all_to_all_seconds(const Cluster& c, double bytes, int ranks, bool
       .time_s;
 }
 
+void MoeMlp::add_scaled(const MoeMlp& o, double w) {
+  pass += o.pass.scaled(w);
+  comm_forward_s += w * o.comm_forward_s;
+  comm_backward_s += w * o.comm_backward_s;
+  busiest_rows += w * o.busiest_rows;
+}
+
 MoeMlp engine_moe_mlp_seconds(const EngineClockInput& in, const Cluster& c) {
   MoeMlp out;
   const ModelShape& m = in.model;
   if (!m.moe.enabled()) return out;
+  if (!in.block_routings.empty()) {
+    EngineClockInput one = in;
+    one.block_routings.clear();
+    const double w = 1.0 / static_cast<double>(in.block_routings.size());
+    for (const std::vector<double>& rows : in.block_routings) {
+      DTRAIN_CHECK(static_cast<int64_t>(rows.size()) == m.moe.experts, "engine clock: a block's ",
+                   "routing has ", rows.size(), " experts; the model has ", m.moe.experts);
+      one.tokens_per_expert = rows;
+      out.add_scaled(engine_moe_mlp_seconds(one, c), w);
+    }
+    return out;
+  }
   DTRAIN_CHECK(in.tp == 1, "engine clock: the engine's MoE layer runs without TP (--tp ", in.tp,
                ")");
   const MeasuredRates& r = c.gpu.measured;
@@ -670,9 +689,28 @@ MoeMlp engine_moe_mlp_seconds(const EngineClockInput& in, const Cluster& c) {
       rank = q;
     }
   }
-  PassTimes experts;
-  for (int64_t e = rank * per_rank; e < (rank + 1) * per_rank; ++e) {
-    experts += mlp_seconds(in, s, r, rows_of(e));
+  auto rank_experts = [&](int q) {
+    PassTimes t;
+    for (int64_t e = q * per_rank; e < (q + 1) * per_rank; ++e) {
+      t += mlp_seconds(in, s, r, rows_of(e));
+    }
+    return t;
+  };
+  PassTimes experts = rank_experts(rank);
+  // Every rank of the group waits at the combine for the busiest. With more threads than cores
+  // the waiting ranks give their cores back (the engine's waits spin only microseconds), so the
+  // busiest runs unshared while the others wait: the block's experts take the longer of the
+  // busiest alone and every rank's work shared over the cores. The caller stretches by the
+  // oversubscription, so that is the busiest over it, or the mean rank.
+  const double over = oversubscription(in.ranks(), in.threads, r.cores);
+  if (in.ep > 1 && over > 1) {
+    auto total = [](const PassTimes& t) {
+      return t.forward_s + t.backward_input_s + t.backward_weight_s;
+    };
+    double mean = 0;
+    for (int q = 0; q < in.ep; ++q) mean += total(rank_experts(q)) / in.ep;
+    const double busiest = total(experts);
+    if (busiest > 0) experts = experts.scaled(std::max(1 / over, mean / busiest));
   }
   // The router: logits (N x E x C), softmax and top-k over the E probabilities; backward the
   // probabilities' gradient and the logits' input and weight gradients. The rows: gathered and

@@ -78,6 +78,11 @@ struct EngineClockInput {
   // share per expert (E entries, plan/moe.h's MoeDispatch); empty is uniform top-k routing.
   int ep = 1;
   std::vector<double> tokens_per_expert;
+  // A run's own routing, to price after it ran (train's "given the routing" column): one entry
+  // per routed block, micro-batch and EP group, the rows each of the E experts computed. The
+  // MoE MLP is then priced as the mean over the entries, each on its own rows (every block
+  // waits at its exchanges for its busiest rank); empty: tokens_per_expert, or uniform.
+  std::vector<std::vector<double>> block_routings;
   // The routed experts' parameters within stage_params (E / ep per routed layer): at ep > 1
   // their gradients are reduced over the expert-data-parallel group (dp / ep ranks), the rest
   // over DP.
@@ -159,6 +164,7 @@ struct MoeMlp {
   PassTimes pass;                                  // the MLP's part of a block, exchanges in
   double comm_forward_s = 0, comm_backward_s = 0;  // EP's exchanges within pass
   double busiest_rows = 0;                         // expert rows the critical rank computes
+  void add_scaled(const MoeMlp& o, double w);
 };
 MoeMlp engine_moe_mlp_seconds(const EngineClockInput& in, const Cluster& c);
 // An all-to-all (pairwise) in which this rank sends and receives at most `bytes` in all, on

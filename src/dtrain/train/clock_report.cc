@@ -97,16 +97,25 @@ plan::EnginePhases median_phases(const std::vector<StepPhases>& steps) {
   return p;
 }
 
-std::optional<ClockReport> clock_report(const EngineConfig& config, const std::string& rates_path,
-                                        int64_t buckets, comm::Algorithm dp_algorithm,
-                                        const std::vector<plan::EnginePhases>& rank_phases) {
+std::optional<ClockReport> clock_report(
+    const EngineConfig& config, const std::string& rates_path, int64_t buckets,
+    comm::Algorithm dp_algorithm, const std::vector<plan::EnginePhases>& rank_phases,
+    const std::vector<std::vector<std::vector<double>>>& block_routings) {
   if (!config.cluster || !plan::has_measured_rates(*config.cluster)) return std::nullopt;
   ClockReport r;
   r.rates = rates_path;
-  const plan::EngineClock clock =
-      plan::engine_clock(engine_clock_input(config, buckets, dp_algorithm), *config.cluster);
+  plan::EngineClockInput in = engine_clock_input(config, buckets, dp_algorithm);
+  const plan::EngineClock clock = plan::engine_clock(in, *config.cluster);
   r.predicted = clock.phases;
   r.stretch = clock.stretch;
+  // The steps the measured medians cover: after the first, when there are more.
+  for (size_t step = block_routings.size() > 1 ? 1 : 0; step < block_routings.size(); ++step) {
+    const auto& entries = block_routings[step];
+    in.block_routings.insert(in.block_routings.end(), entries.begin(), entries.end());
+  }
+  if (!in.block_routings.empty()) {
+    r.given_routing = plan::engine_clock(in, *config.cluster).phases;
+  }
   double longest = -1;
   for (size_t i = 0; i < rank_phases.size(); ++i) {
     const plan::EnginePhases& p = rank_phases[i];
@@ -143,11 +152,13 @@ plan::EnginePhases phases_from_json(const nlohmann::json& j) {
 }
 
 nlohmann::json clock_to_json(const ClockReport& c) {
-  return {{"rates", c.rates},
-          {"predicted", phases_to_json(c.predicted)},
-          {"measured", phases_to_json(c.measured)},
-          {"measured_rank", c.rank},
-          {"oversubscription", c.stretch}};
+  nlohmann::json j = {{"rates", c.rates},
+                      {"predicted", phases_to_json(c.predicted)},
+                      {"measured", phases_to_json(c.measured)},
+                      {"measured_rank", c.rank},
+                      {"oversubscription", c.stretch}};
+  if (c.given_routing) j["given_routing"] = phases_to_json(*c.given_routing);
+  return j;
 }
 
 std::string phase_error_text(double predicted_s, double measured_s, double measured_step_s) {
@@ -175,22 +186,36 @@ void print_clock_report(std::ostream& out, const ClockReport& c) {
     out << buf;
   }
   out << "\n";
-  out << "  phase                predicted ms   measured ms    error\n";
-  auto row = [&](const char* what, double predicted, double measured) {
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "  %-20s %12.3f %13.3f %9s\n", what, predicted * 1e3,
-                  measured * 1e3, phase_error_text(predicted, measured, c.measured.step_s).c_str());
+  out << "  phase                predicted ms   measured ms    error";
+  if (c.given_routing) out << "   given routing ms    error";
+  out << "\n";
+  using Field = double plan::EnginePhases::*;
+  auto row = [&](const char* what, Field f) {
+    char buf[200];
+    const double measured = c.measured.*f;
+    std::snprintf(buf, sizeof buf, "  %-20s %12.3f %13.3f %9s", what, c.predicted.*f * 1e3,
+                  measured * 1e3,
+                  phase_error_text(c.predicted.*f, measured, c.measured.step_s).c_str());
     out << buf;
+    if (c.given_routing) {
+      const double routed = (*c.given_routing).*f;
+      std::snprintf(buf, sizeof buf, " %18.3f %9s", routed * 1e3,
+                    phase_error_text(routed, measured, c.measured.step_s).c_str());
+      out << buf;
+    }
+    out << "\n";
   };
-  const plan::EnginePhases& p = c.predicted;
-  const plan::EnginePhases& m = c.measured;
-  row("forward", p.forward_s, m.forward_s);
-  row("backward", p.backward_s, m.backward_s);
-  row("TP collectives", p.tp_comm_s, m.tp_comm_s);
-  row("pipeline waits", p.pipeline_wait_s, m.pipeline_wait_s);
-  row("exposed DP", p.exposed_dp_s, m.exposed_dp_s);
-  row("optimizer", p.optimizer_s, m.optimizer_s);
-  row("step", p.step_s, m.step_s);
+  row("forward", &plan::EnginePhases::forward_s);
+  row("backward", &plan::EnginePhases::backward_s);
+  row("TP collectives", &plan::EnginePhases::tp_comm_s);
+  row("pipeline waits", &plan::EnginePhases::pipeline_wait_s);
+  row("exposed DP", &plan::EnginePhases::exposed_dp_s);
+  row("optimizer", &plan::EnginePhases::optimizer_s);
+  row("step", &plan::EnginePhases::step_s);
+  if (c.given_routing) {
+    out << "  predicted: uniform routing, before the run; given routing: the same clock on the "
+           "experts' rows this run routed per block\n";
+  }
   out << "\n";
 }
 

@@ -23,6 +23,10 @@ struct ClockReport {
   plan::EnginePhases measured;  // step_s: the run's median step time
   int rank = 0;                 // the rank measured
   double stretch = 1;           // the prediction's oversubscription factor
+  // MoE: the same clock priced after the run on the routing it measured (the steps after the
+  // first; plan::EngineClockInput::block_routings): what the a-priori prediction, which assumes
+  // uniform routing, would read if it had known the routing. Never a measured time.
+  std::optional<plan::EnginePhases> given_routing;
 };
 
 // The layout as the engine's clock sees it; `buckets` the DP syncs per step of a rank (stage
@@ -34,11 +38,13 @@ plan::EngineClockInput engine_clock_input(const EngineConfig& config, int64_t bu
 plan::EnginePhases median_phases(const std::vector<StepPhases>& steps);
 
 // With a --cluster file carrying measured rates: the predicted phases and those measured on the
-// rank with the longest compute (`rank_phases`, one per rank, global rank order). nullopt
-// without measured rates.
-std::optional<ClockReport> clock_report(const EngineConfig& config, const std::string& rates_path,
-                                        int64_t buckets, comm::Algorithm dp_algorithm,
-                                        const std::vector<plan::EnginePhases>& rank_phases);
+// rank with the longest compute (`rank_phases`, one per rank, global rank order); with MoE
+// `block_routings` (Engine::block_routings, one per step) adds given_routing. nullopt without
+// measured rates.
+std::optional<ClockReport> clock_report(
+    const EngineConfig& config, const std::string& rates_path, int64_t buckets,
+    comm::Algorithm dp_algorithm, const std::vector<plan::EnginePhases>& rank_phases,
+    const std::vector<std::vector<std::vector<double>>>& block_routings = {});
 
 nlohmann::json phases_to_json(const plan::EnginePhases& p);
 plan::EnginePhases phases_from_json(const nlohmann::json& j);

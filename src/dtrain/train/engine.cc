@@ -13,6 +13,7 @@
 #include "dtrain/model/bf16_gemm.h"
 #include "dtrain/model/moe_dispatch.h"
 #include "dtrain/model/tp_shard.h"
+#include "dtrain/plan/engine_clock.h"
 #include "dtrain/plan/moe.h"
 #include "dtrain/train/step_update.h"
 
@@ -365,8 +366,50 @@ StepStats Engine::train_step(const data::Batch& batch, float lr) {
   traffic_.model_links += end.model_links - start.model_links;
   if (cp_hooks_ != nullptr) add_difference(cp_counters_, cp_hooks_->counters(), cp_start);
   measure_step(record, tp_spans);
+  if (config_.step.model.moe.enabled() && config_.cluster &&
+      plan::has_measured_rates(*config_.cluster)) {
+    gather_block_routings(record.moe);
+  }
   ++steps_;
   return stats;
+}
+
+void Engine::gather_block_routings(const model::MoeCounts& mine) {
+  const int64_t E = config_.step.model.moe.experts;
+  // Each rank's slot: its entry count, then up to every block of every micro-batch and chunk.
+  const int64_t most = config_.step.model.layers * config_.microbatches * E;
+  const auto slot = [&](int rank) { return static_cast<size_t>(rank * (most + 1)); };
+  std::vector<double> v(slot(world_.size()), 0.0);
+  const int64_t mine_entries = static_cast<int64_t>(mine.block_kept.size()) / E;
+  DTRAIN_CHECK(mine_entries * E <= most, "engine: ", mine_entries, " routed blocks on rank ",
+               world_.rank(), " exceed the ", most / E, " a step can hold");
+  v[slot(world_.rank())] = static_cast<double>(mine_entries);
+  for (size_t i = 0; i < mine.block_kept.size(); ++i) {
+    v[slot(world_.rank()) + 1 + i] = static_cast<double>(mine.block_kept[i]);
+  }
+  if (world_.size() > 1) v = comm::sum_in_rank_order(world_, std::span<const double>(v));
+  std::vector<std::vector<double>> step;
+  for (int pp = 0; pp < config_.pp; ++pp) {
+    for (int cp = 0; cp < config_.cp; ++cp) {
+      for (int first = 0; first < config_.dp; first += config_.ep) {
+        std::vector<size_t> members;  // the group's slots (TP rank 0 of each)
+        for (int d : parallel::ep_group_members(config_.dp, config_.ep, first)) {
+          members.push_back(slot(mesh_.rank_of({.dp = d, .tp = 0, .pp = pp, .cp = cp})));
+        }
+        const auto entries = static_cast<int64_t>(v[members.front()]);
+        for (int64_t b = 0; b < entries; ++b) {
+          std::vector<double> rows(static_cast<size_t>(E), 0.0);
+          for (size_t m : members) {
+            for (int64_t e = 0; e < E; ++e) {
+              rows[static_cast<size_t>(e)] += v[m + 1 + static_cast<size_t>(b * E + e)];
+            }
+          }
+          step.push_back(std::move(rows));
+        }
+      }
+    }
+  }
+  block_routings_.push_back(std::move(step));
 }
 
 void Engine::finalize_and_update(StepStats& stats, float lr) {

@@ -202,6 +202,12 @@ class Engine final : public StepEngine {
   const StepTrace& last_step() const { return last_; }
   const std::vector<StepTiming>& timings() const { return timings_; }
   const std::vector<StepPhases>& phases() const { return phases_; }  // one per step
+  // MoE with a measured-rate --cluster, one per step: an entry per routed block, micro-batch and
+  // EP group (every pipeline stage, CP rank and group of --ep DP ranks; TP ranks route alike),
+  // the rows each of the E experts computed: the group's ranks' kept assignments summed.
+  const std::vector<std::vector<std::vector<double>>>& block_routings() const {
+    return block_routings_;
+  }
   // This rank's parameters after the step: the stage's TP shards (ZeRO-3: gathered, a
   // collective over the DP group every rank must call).
   std::vector<float> gather_params();
@@ -219,6 +225,10 @@ class Engine final : public StepEngine {
   // rank's kept rows per expert summed over its routed layers and micro-batches: the bytes are
   // linear in them). A collective over the world.
   void add_ep_plan_bytes(const model::MoeCounts& mine);
+  // MoE with a measured-rate --cluster: every EP group's rows per expert in each routed block and
+  // micro-batch, appended to block_routings_ (a collective over the world, outside the step's
+  // counted traffic).
+  void gather_block_routings(const model::MoeCounts& mine);
   void finalize_and_update(StepStats& stats, float lr);
   void update_split_shards(StepStats& stats, float lr,
                            const std::function<void(const char*)>& phase);
@@ -256,6 +266,7 @@ class Engine final : public StepEngine {
   StepTrace last_;
   std::vector<StepTiming> timings_;
   std::vector<StepPhases> phases_;
+  std::vector<std::vector<std::vector<double>>> block_routings_;
 };
 
 }  // namespace dtrain::train

@@ -347,7 +347,7 @@ LayoutReport gather_layout_report(const Engine& engine, comm::Communicator& worl
   std::vector<plan::EnginePhases> rank_phases(pieces.size());
   for (const RankPiece& p : pieces) rank_phases[static_cast<size_t>(p.row.rank)] = p.row.phases;
   r.clock = clock_report(c, options.cluster_path, r.buckets, engine.data_parallel().algorithm(),
-                         rank_phases);
+                         rank_phases, engine.block_routings());
   if (options.ranks_per_node > 0) {
     r.crossings = node_crossings(c);
     r.warnings = layout_warnings(c);

@@ -24,6 +24,7 @@ size_t at(int64_t i) {
 void MoeCounts::add(const MoeRouting& r) {
   if (expert_tokens.size() < r.kept.size()) expert_tokens.resize(r.kept.size(), 0);
   for (size_t e = 0; e < r.kept.size(); ++e) expert_tokens[e] += r.kept[e];
+  block_kept.insert(block_kept.end(), r.kept.begin(), r.kept.end());
   assignments += static_cast<int64_t>(r.expert.size());
   dropped += r.dropped;
 }

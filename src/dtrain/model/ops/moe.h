@@ -60,6 +60,9 @@ struct MoeCounts {
   // Rows this rank's experts computed, one entry per block and micro-batch (the routed copies
   // kept, or under EP the rows received): what expert TP all-reduces (plan/moe.h).
   std::vector<int64_t> expert_rows;
+  // Each add()'s kept counts in order: (E) per block and micro-batch, what the engine clock is
+  // priced with after the run (plan/engine_clock.h, block_routings).
+  std::vector<int64_t> block_kept;
   void add(const MoeRouting& r);  // one block of one micro-batch (not the aux)
 };
 
