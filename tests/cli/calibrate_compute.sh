@@ -18,7 +18,7 @@ out=$("$DTRAIN" calibrate "${links[@]}" --compute --quick --threads 2 -o "$tmp/x
   fail "calibrate --compute --quick exited $?"
 for pattern in "^compute: .*cores \(measured in" "^256 x 256 x 256 +fp32 +2 " \
   "^256 x 256 x 256 +bf16 +1 " "^adamw " "^bf16_convert " "^softmax_backward " \
-  "^all_reduce +hierarchical +4 " "^reduce_scatter +direct +2 " \
+  "^all_reduce +hierarchical +4 " "^reduce_scatter +direct +2 " "^all_to_all +pairwise +4 " \
   "compute beside a communication thread: x[0-9]" "wrote $tmp/x.json" \
   "^a collective's wait for its partner with more threads than cores: [0-9.]+ ms" \
   "^256 x 256 x 256 +fp32 +1 +[0-9.]+ +[0-9.]+$" "^caches: L1d ([0-9]+ KiB|unknown), L2 "; do

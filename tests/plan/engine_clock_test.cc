@@ -728,6 +728,17 @@ TEST(EngineClock, MixtureOfExpertsPricedOnARunsRouting) {
   EXPECT_NEAR(wide.pass.forward_s - wide.comm_forward_s, hot_experts + router, 1e-15);
 }
 
+TEST(EngineClock, AllToAllAtItsMeasuredRateWhenCalibrated) {
+  Cluster c = unit_cluster();
+  // Without an all_to_all rate: 3 exchanges of a third of 300 bytes at the send_recv rate.
+  EXPECT_NEAR(engine_all_to_all_seconds(c, 300, 4, false), 3 * (1e-5 + 100e-9), 1e-15);
+  // With one (pairwise, 4 ranks): its own latency and bandwidth, the nearest group size for 8.
+  c.gpu.measured.collectives.push_back({"all_to_all", "pairwise", "intra_node", 4, 3e-5, 1e8});
+  EXPECT_NEAR(engine_all_to_all_seconds(c, 300, 4, false), 3e-5 + 3e-6, 1e-15);
+  EXPECT_NEAR(engine_all_to_all_seconds(c, 300, 8, false), 3e-5 + 3e-6, 1e-15);
+  EXPECT_EQ(engine_all_to_all_seconds(c, 300, 1, false), 0);
+}
+
 TEST(EngineClock, MixtureOfExpertsParametersAndGradientGroups) {
   // A routed block: tiny()'s 872 parameters less the MLP's 2 x 8 x 32 + 32 + 8 = 552, the
   // router's 4 x 8 = 32, and E / ep experts of 552.

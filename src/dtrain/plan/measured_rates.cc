@@ -37,9 +37,10 @@ constexpr std::array<std::string_view, kKernelOpCount> kKernelOpNames = {"layern
                                                                          "grad_norm",
                                                                          "bf16_convert"};
 
-constexpr std::array<std::string_view, 4> kCollectives = {"all_reduce", "reduce_scatter",
-                                                          "all_gather", "send_recv"};
-constexpr std::array<std::string_view, 4> kAlgorithms = {"direct", "ring", "tree", "hierarchical"};
+constexpr std::array<std::string_view, 5> kCollectives = {"all_reduce", "reduce_scatter",
+                                                          "all_gather", "send_recv", "all_to_all"};
+constexpr std::array<std::string_view, 5> kAlgorithms = {"direct", "ring", "tree", "hierarchical",
+                                                         "pairwise"};
 constexpr std::array<std::string_view, 2> kLinks = {"intra_node", "inter_node"};
 
 template <size_t N>

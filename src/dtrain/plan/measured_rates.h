@@ -77,9 +77,11 @@ struct KernelRate {
 // tree and hierarchical; direct's ranks read their peers' memory, so its bytes_sent alone can
 // be 0 (reduce_scatter, all_gather) and its bytes_received carries the call.
 struct CollectiveRate {
-  std::string collective;  // "all_reduce", "reduce_scatter", "all_gather", "send_recv"
-  std::string algorithm;   // "direct", "ring", "tree", "hierarchical"
-  std::string link;        // "intra_node", "inter_node"
+  // "all_reduce", "reduce_scatter", "all_gather", "send_recv", "all_to_all" (pairwise; optional
+  // in version 4: without it the engine clock prices an all-to-all from send_recv or the link)
+  std::string collective;
+  std::string algorithm;  // "direct", "ring", "tree", "hierarchical", "pairwise"
+  std::string link;       // "intra_node", "inter_node"
   int ranks = 2;
   double latency_s = 0;
   double bytes_per_s = 0;

@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "dtrain/comm/all_to_all.h"
 #include "dtrain/comm/collectives.h"
 #include "dtrain/comm/hierarchical.h"
 #include "dtrain/comm/launch.h"
@@ -470,6 +471,12 @@ void measure_collectives(bool quick, double timeout_s, std::vector<plan::Collect
               });
             }
             if constexpr (std::is_same_v<T, float>) {
+              // The pairwise all-to-all of EP's dispatch and combine (fp32 rows) and of Ulysses'
+              // head switches: equal blocks of n / ranks elements.
+              record("all_to_all", "pairwise", [&](int64_t n) {
+                return comm::all_to_all<float>(comm, in.data(), buf.data(), n / comm.size(),
+                                               comm::Algorithm::pairwise);
+              });
               if (ranks != 4) return;
               // Two emulated nodes of two thread ranks each (fp32: the DP all-reduce that
               // --dp-all-reduce hierarchical runs).
