@@ -76,6 +76,31 @@ TEST(CommModel, BucketsAndMicroBatches) {
   EXPECT_DOUBLE_EQ(dp_traffic_per_step(psi, n, 3, kFp32Adam, m).bytes_sent, 3 * m * p * f * e);
 }
 
+TEST(CommModel, GradientBucketsCloseOnceTheyHoldTheSize) {
+  // 100 bytes at 4 per element: a bucket closes at 25 elements or more. 10 + 30 = 40 closes the
+  // first; 5 + 50 = 55 the second; the last unit is a bucket of its own, under the size.
+  const std::vector<int64_t> units = {10, 30, 5, 50, 1};
+  const std::vector<UnitRun> b = gradient_buckets(units, 100);
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[0].first, 0);
+  EXPECT_EQ(b[0].last, 1);
+  EXPECT_EQ(b[0].count, 40);
+  EXPECT_EQ(b[1].first, 2);
+  EXPECT_EQ(b[1].last, 3);
+  EXPECT_EQ(b[1].count, 55);
+  EXPECT_EQ(b[2].first, 4);
+  EXPECT_EQ(b[2].last, 4);
+  EXPECT_EQ(b[2].count, 1);
+  // 2-byte elements: 50 per bucket; 10 + 30 + 5 = 45 stays open and takes the 50.
+  const std::vector<UnitRun> half = gradient_buckets(units, 100, 2);
+  ASSERT_EQ(half.size(), 2u);
+  EXPECT_EQ(half[0].last, 3);
+  EXPECT_EQ(half[0].count, 95);
+  EXPECT_EQ(half[1].count, 1);
+  EXPECT_TRUE(gradient_buckets({}, 100).empty());
+  EXPECT_THROW(gradient_buckets(units, 0), Error);
+}
+
 TEST(CommModel, TensorParallelPerLayer) {
   // 4 all-reduces of b s h elements per layer and micro-batch: 8 b s h (t-1)/t elements sent.
   const int64_t b = 2, s = 128, h = 256, e = 2;

@@ -71,9 +71,15 @@ TEST(ComputeCalibration, QuickMeasurementIsAWholeFileTheReaderAccepts) {
   EXPECT_EQ(r.kernels.size(), size_t(plan::kKernelOpCount));
   EXPECT_GE(r.comm_interference, 1);
   EXPECT_GE(r.corun_slowdown, 1);
-  // 3 collectives x 3 algorithms x fp32 and bf16 at 2 and 4 ranks, and the (fp32) hierarchical
-  // all-reduce at 4: 2 x 18 + 1.
-  EXPECT_EQ(r.collectives.size(), 37u);
+  // 3 collectives x 3 algorithms x fp32 and bf16 at 2 and 4 ranks, the (fp32) pairwise
+  // all-to-all at 2 and 4, and the (fp32) hierarchical all-reduce at 4: 2 x 18 + 2 + 1.
+  EXPECT_EQ(r.collectives.size(), 39u);
+  EXPECT_EQ(std::count_if(r.collectives.begin(), r.collectives.end(),
+                          [](const plan::CollectiveRate& c) {
+                            return c.collective == "all_to_all" && c.algorithm == "pairwise" &&
+                                   c.precision == plan::Precision::fp32;
+                          }),
+            2);
   const auto bf16_rates = std::count_if(
       r.collectives.begin(), r.collectives.end(),
       [](const plan::CollectiveRate& c) { return c.precision == plan::Precision::bf16; });

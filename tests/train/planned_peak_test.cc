@@ -7,6 +7,7 @@
 #include <ostream>
 
 #include "dtrain/model/gpt_stage.h"
+#include "dtrain/model/moe_dispatch.h"
 #include "dtrain/model/tp_shard.h"
 #include "dtrain/parallel/data_parallel.h"
 #include "dtrain/parallel/pipeline_executor.h"
@@ -17,19 +18,25 @@ namespace dtrain::train {
 
 // A failing comparison prints the counts, not their bytes.
 void PrintTo(const StageParamCounts& c, std::ostream* os) {
-  *os << "params " << c.params << ", embeddings " << c.embeddings << ", " << c.units.size()
-      << " other units";
+  *os << "params " << c.params << ", embeddings " << c.embeddings << ", experts " << c.experts
+      << ", " << c.units.size() << " other units";
   for (size_t i = 0; i < c.units.size() && i < 4; ++i) *os << (i == 0 ? ": " : ", ") << c.units[i];
 }
 
 namespace {
 
-// The table-based counts: what the engine's model holds at `stage` on one TP rank.
+// The table-based counts: what the engine's model holds at `stage` on one TP rank (and, under
+// EP, its E / ep experts of each routed block).
 StageParamCounts counts_from_table(const EngineConfig& c, int stage) {
   const model::GptStage gs = parallel::stage_of(c.partition, stage);
-  const model::ParamTable table =
-      model::tp_local_table(model::gpt_stage_param_table(c.step.model, gs), c.step.model, c.tp);
-  return stage_param_counts(parallel::StageUnits(table, gs), table.total_count());
+  const model::ParamTable table = model::ep_local_table(
+      model::tp_local_table(model::gpt_stage_param_table(c.step.model, gs), c.step.model, c.tp),
+      c.step.model.moe, c.ep);
+  int64_t experts = 0;
+  for (const model::ParamTensor& t : table.tensors()) {
+    if (c.ep > 1 && model::is_expert_tensor(t.name)) experts += t.count;
+  }
+  return stage_param_counts(parallel::StageUnits(table, gs), table.total_count(), experts);
 }
 
 StepConfig small_step(Recompute recompute, model::Precision precision) {
@@ -95,6 +102,44 @@ TEST(PlannedPeak, TableFreeCountsGiveTheTableFigures) {
     }
   }
   EXPECT_GT(layouts, 300);
+}
+
+// Mixtures of experts: routed blocks (every block, or every second) hold their router and E / ep
+// experts, which EP shards over the expert-DP group; the counts, and the peaks they give, both
+// ways.
+TEST(PlannedPeak, ExpertCountsWithoutATable) {
+  int layouts = 0;
+  for (const int every : {1, 2}) {
+    for (const int dp : {2, 4}) {
+      for (const int ep : {1, 2}) {
+        for (const int zero : {0, 1, 2, 3}) {
+          for (const int pp : {1, 2}) {
+            StepConfig step = small_step(Recompute::none, model::Precision::fp32);
+            step.model.moe = {.experts = 4, .top_k = 2, .every = every};
+            LayoutOptions o;
+            o.dp = dp;
+            o.ep = ep;
+            o.pp = pp;
+            o.zero_stage = zero;
+            o.microbatches = pp;
+            const EngineConfig c = make_engine_config(step, o);
+            for (int stage = 0; stage < c.pp; ++stage) {
+              SCOPED_TRACE(testing::Message()
+                           << "every " << every << " dp " << dp << " ep " << ep << " zero " << zero
+                           << " pp " << pp << " stage " << stage);
+              const StageParamCounts table = counts_from_table(c, stage);
+              EXPECT_EQ(stage_param_counts(c, stage), table);
+              EXPECT_EQ(table.experts > 0, ep > 1);
+              EXPECT_EQ(planned_rank_peak_bytes(c, stage),
+                        planned_rank_peak_bytes(c, stage, table));
+              ++layouts;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(layouts, 2 * 2 * 2 * 4 * 3);
 }
 
 // The point of the table-free counts: a model of 100,000 blocks (a table of 1.2 million named

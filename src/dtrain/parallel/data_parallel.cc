@@ -5,6 +5,7 @@
 #include <string>
 
 #include "dtrain/core/check.h"
+#include "dtrain/plan/comm_model.h"
 
 namespace dtrain::parallel {
 
@@ -56,16 +57,12 @@ int StageUnits::block(int64_t layer) const {
 
 std::vector<Bucket> make_buckets(std::span<const GradUnit> units, int64_t bucket_bytes,
                                  int64_t bytes_per_element) {
-  DTRAIN_CHECK(bucket_bytes > 0, "--bucket-size must be positive (got ", bucket_bytes, " bytes)");
+  std::vector<int64_t> counts;
+  for (const GradUnit& unit : units) counts.push_back(unit.count);
   std::vector<Bucket> buckets;
-  for (int u = 0; u < static_cast<int>(units.size()); ++u) {
-    const GradUnit& unit = units[static_cast<size_t>(u)];
-    const bool open = !buckets.empty() && buckets.back().count * bytes_per_element < bucket_bytes;
-    if (!open) buckets.push_back({u, u, unit.offset + unit.count, 0});
-    Bucket& b = buckets.back();
-    b.last_unit = u;
-    b.offset = unit.offset;
-    b.count += unit.count;
+  // Units in backward order lie at decreasing offsets: a bucket starts at its last unit's.
+  for (const plan::UnitRun& r : plan::gradient_buckets(counts, bucket_bytes, bytes_per_element)) {
+    buckets.push_back({r.first, r.last, units[static_cast<size_t>(r.last)].offset, r.count});
   }
   return buckets;
 }

@@ -174,6 +174,20 @@ int64_t all_but(const std::vector<int64_t>& pieces, int skipped) {
 
 }  // namespace
 
+std::vector<UnitRun> gradient_buckets(std::span<const int64_t> unit_counts, int64_t bucket_bytes,
+                                      int64_t bytes_per_element) {
+  DTRAIN_CHECK(bucket_bytes > 0, "--bucket-size must be positive (got ", bucket_bytes, " bytes)");
+  std::vector<UnitRun> buckets;
+  for (int u = 0; u < static_cast<int>(unit_counts.size()); ++u) {
+    if (buckets.empty() || buckets.back().count * bytes_per_element >= bucket_bytes) {
+      buckets.push_back({u, u, 0});
+    }
+    buckets.back().last = u;
+    buckets.back().count += unit_counts[static_cast<size_t>(u)];
+  }
+  return buckets;
+}
+
 int64_t stage_dp_bytes_sent(const StageDataParallelRank& s, int64_t grad_bytes, int64_t param_bytes,
                             comm::Algorithm algo, int64_t slot_bytes) {
   DTRAIN_CHECK(s.ranks >= 1 && s.rank >= 0 && s.rank < s.ranks && s.microbatches >= 1 &&

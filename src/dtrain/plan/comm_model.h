@@ -122,6 +122,17 @@ std::vector<CollectiveCall> stage_dp_collectives(const StageDataParallel& stage,
 // micro-batch at 2-3 (the deferred one once); ZeRO 1-2 then all-gather the whole buffer, and
 // ZeRO-3 gathers each listed unit before each micro-batch's forward, backward and rerun. What
 // the engine's DP counter equals rank by rank; stage_dp_collectives is the group's mean of it.
+// The engine's gradient buckets (parallel::make_buckets builds its buckets with this, and the
+// plan sizes them before a run): walking the units' element counts in backward order, a bucket
+// closes as soon as it holds at least `bucket_bytes` at `bytes_per_element` (every bucket but
+// the last reaches the size; a unit larger than it is a bucket of its own).
+struct UnitRun {
+  int first = 0, last = 0;  // indices into the units, inclusive
+  int64_t count = 0;        // elements
+};
+std::vector<UnitRun> gradient_buckets(std::span<const int64_t> unit_counts, int64_t bucket_bytes,
+                                      int64_t bytes_per_element = 4);
+
 struct StageDataParallelRank {
   int64_t params = 0;  // Psi of the stage on this TP rank
   int ranks = 1;       // N

@@ -131,19 +131,8 @@ int64_t engine_dp_pieces(const PlanInput& in, const Layout& l, int stage) {
     units.push_back(deferred);  // one stage: the embeddings are the last unit, not deferred
     deferred = 0;
   }
-  int64_t pieces = 0;
-  double open = 0;
-  bool any = false;
-  for (int64_t u : units) {
-    open += static_cast<double>(u * 4);
-    any = true;
-    if (open >= in.training.bucket_bytes) {
-      ++pieces;
-      open = 0;
-      any = false;
-    }
-  }
-  if (any) ++pieces;
+  const auto pieces = static_cast<int64_t>(
+      gradient_buckets(units, static_cast<int64_t>(std::ceil(in.training.bucket_bytes))).size());
   return pieces + (deferred > 0 ? 1 : 0);
 }
 

@@ -173,20 +173,48 @@ int64_t activation_wire_bytes(const EngineConfig& c) {
                                                     : int64_t{sizeof(float)};
 }
 
+// ZeRO-2's gradient buffers, in elements (parallel::DataParallel::begin_backward binds each
+// bucket's fp32 gradient at full size from its first unit's backward until its reduce-scatter,
+// every micro-batch, in both precisions): the buckets are plan::gradient_buckets of the stage's
+// units in backward order, the embeddings last on one stage (under a pipeline a bucket of their
+// own, synced at the step's end). The embeddings' bucket is bound at the head's backward (the
+// tied wte) and held through the embedding's, so on a stage with the head it sits beside the
+// largest other bucket; on a first stage without the head it is bound at the embedding's
+// backward, right after the last block's bucket was handed to the reduce-scatter, which has
+// not finished by then, and with more micro-batches it is held through their buckets: beside
+// the largest other one too.
+int64_t zero2_bucket_grads(const StageParamCounts& stage, const EngineConfig& c) {
+  const bool deferred = c.pp > 1;
+  const int64_t emb = stage.embeddings;
+  std::vector<int64_t> order = stage.units;
+  if (emb > 0 && !deferred) order.push_back(emb);
+  const std::vector<plan::UnitRun> buckets = plan::gradient_buckets(order, c.bucket_bytes);
+  const int emb_bucket = emb > 0 && !deferred ? static_cast<int>(buckets.size()) - 1 : -1;
+  const int64_t held = emb_bucket >= 0 ? buckets.back().count : deferred ? emb : 0;
+  int64_t other = 0;
+  for (int b = 0; b < static_cast<int>(buckets.size()); ++b) {
+    if (b != emb_bucket) other = std::max(other, buckets[static_cast<size_t>(b)].count);
+  }
+  return held + other;
+}
+
 // The working set above the shards, summed as the rank's memory tracker sums it (the peak of
 // the params tag plus the peak of the grads tag): the unit weights the stage's chunks hold at
 // once, by plan::unit_weights_peak_bytes (ZeRO-3 gathers fp32 weights, or bf16 under mixed
 // precision; mixed precision computes on fp32 working copies at every stage), beside
 // plan::zero3_gathered_bytes' gradients: the embeddings' (held through the whole backward) and
 // the largest other unit's, fp32 in both precisions.
+// At ZeRO-2 the gradients above the shard are whole buckets instead (zero2_bucket_grads).
 // Not counted: a unit's gradient still being reduce-scattered by the communication thread when
-// the next unit's backward begins (overlap; the report names it, in_flight_grad_bytes).
+// the next unit's backward begins (overlap; the report names it, in_flight_grad_bytes), and at
+// ZeRO-2 a bucket still reducing when the next one binds.
 int64_t planned_working_set(const StageParamCounts& stage, const EngineConfig& c, int pp_rank) {
   const std::vector<int64_t>& units = stage.units;  // in the order backward runs them
   const int64_t largest = units.empty() ? 0 : *std::max_element(units.begin(), units.end());
   const int64_t emb = stage.embeddings;
   const bool mixed = c.step.precision == model::Precision::bf16;
-  if (!mixed && c.zero_stage < 3) return 0;
+  const int64_t zero2 = c.zero_stage == 2 ? 4 * zero2_bucket_grads(stage, c) : 0;
+  if (!mixed && c.zero_stage < 3) return zero2;
   const plan::UnitWeightBytes weights{.gathered = c.zero_stage < 3 ? 0 : (mixed ? 2 : 4),
                                       .working = mixed ? 4 : 0};
   const parallel::StagePartition& p = c.partition;
@@ -200,6 +228,7 @@ int64_t planned_working_set(const StageParamCounts& stage, const EngineConfig& c
     if (counts.head) counts.final_norm = stage.final_norm;
     params = std::max(params, plan::unit_weights_peak_bytes(counts, weights));
   }
+  if (c.zero_stage == 2) return params + zero2;
   const plan::StateBytes gradient{.param = 0, .grad = 4, .optimizer = 0};
   return params + plan::zero3_gathered_bytes(emb, gradient, 0) +
          plan::zero3_gathered_bytes(largest, gradient, 0);
@@ -274,7 +303,7 @@ RankRow measure_rank(const Engine& e) {
     r.gathered_peak_bytes = mem.peak_bytes(MemoryTag::params) - formula.params +
                             mem.peak_bytes(MemoryTag::grads) - formula.grads;
     r.gathered_formula_bytes =
-        planned_working_set(stage_param_counts(units, r.param_count), c, me.pp);
+        planned_working_set(stage_param_counts(units, r.param_count, expert_params), c, me.pp);
     // The plan's gradient part: the embeddings' and the largest unit's, fp32 in both precisions.
     int64_t emb = 0, largest = 0;
     for (int i = 0; i < units.size(); ++i) {
@@ -611,9 +640,11 @@ RankRow measure_rank(const Engine& e) {
   return r;
 }
 
-StageParamCounts stage_param_counts(const parallel::StageUnits& units, int64_t total) {
+StageParamCounts stage_param_counts(const parallel::StageUnits& units, int64_t total,
+                                    int64_t experts) {
   StageParamCounts counts;
   counts.params = total;
+  counts.experts = experts;
   for (int i = 0; i < units.size(); ++i) {
     if (i == units.embeddings()) {
       counts.embeddings = units[i].count;
@@ -622,7 +653,7 @@ StageParamCounts stage_param_counts(const parallel::StageUnits& units, int64_t t
       if (i == units.final_norm()) {
         counts.final_norm = units[i].count;
       } else {
-        counts.block = units[i].count;  // every block has the same tensors
+        counts.block = std::max(counts.block, units[i].count);  // dense and routed differ
       }
     }
   }
@@ -659,10 +690,14 @@ StageParamCounts stage_param_counts(const EngineConfig& c, int stage) {
   const model::ParamTable t = local_table(dense);
   const auto count = [&](int index) { return t[static_cast<size_t>(index)].count; };
   const int64_t dense_block = block_count(dense, t);
-  int64_t routed_block = dense_block;
+  int64_t routed_block = dense_block, routed_experts = 0;
   if (c.step.model.moe.enabled()) {
     const model::GptConfig routed = one_block(true);
-    routed_block = block_count(routed, local_table(routed));
+    const model::ParamTable rt = local_table(routed);
+    routed_block = block_count(routed, rt);
+    for (const model::ParamTensor& tensor : rt.tensors()) {
+      if (c.ep > 1 && model::is_expert_tensor(tensor.name)) routed_experts += tensor.count;
+    }
   }
   const int64_t final_norm =
       count(model::gpt_lnf_w_index(dense)) + count(model::gpt_lnf_b_index(dense));
@@ -678,7 +713,9 @@ StageParamCounts stage_param_counts(const EngineConfig& c, int stage) {
   for (const model::LayerRange& r : gs.chunks) layers = std::max(layers, r.end());
   for (int64_t l = layers - 1; l >= 0; --l) {
     if (!gs.has_layer(l)) continue;
-    const int64_t block = model::is_moe_layer(c.step.model.moe, l) ? routed_block : dense_block;
+    const bool routed = model::is_moe_layer(c.step.model.moe, l);
+    const int64_t block = routed ? routed_block : dense_block;
+    if (routed) counts.experts += routed_experts;
     counts.units.push_back(block);
     counts.block = std::max(counts.block, block);  // the largest: ZeRO-3's gather buffer
   }
@@ -695,8 +732,10 @@ double planned_rank_peak_bytes(const EngineConfig& c, int stage) {
 }
 
 double planned_rank_peak_bytes(const EngineConfig& c, int stage, const StageParamCounts& counts) {
+  // Under EP the experts are sharded over the expert-DP group, the rest over DP x CP.
   const plan::ModelStateBytes states =
-      plan::model_state_bytes(counts.params, c.dp * c.cp, c.zero_stage, engine_state_bytes(c));
+      plan::ep_model_state_bytes(counts.params - counts.experts, counts.experts, c.dp * c.cp, c.ep,
+                                 c.zero_stage, engine_state_bytes(c));
   const plan::PipelineSchedule schedule =
       plan::make_schedule(c.schedule, c.pp, c.microbatches, c.partition.chunks());
   const bool split = split_backward(schedule);

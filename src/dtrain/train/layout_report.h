@@ -161,10 +161,15 @@ struct StageParamCounts {
   std::vector<int64_t> units;
   int64_t block = 0;       // the largest block's parameters (0 when the stage holds none)
   int64_t final_norm = 0;  // the final LayerNorm's, on the head's stage
+  // Under EP (--ep > 1): the routed experts' parameters among `params` (E / ep of each routed
+  // block), sharded over the expert-DP group instead of DP; 0 without EP.
+  int64_t experts = 0;
   bool operator==(const StageParamCounts&) const = default;
 };
-// Read off the stage's table (the engine's model holds it; `total` its total_count()).
-StageParamCounts stage_param_counts(const parallel::StageUnits& units, int64_t total);
+// Read off the stage's table (the engine's model holds it; `total` its total_count(), `experts`
+// its routed experts' count under EP).
+StageParamCounts stage_param_counts(const parallel::StageUnits& units, int64_t total,
+                                    int64_t experts = 0);
 // Without a table: a block of a GPT is dense or routed (MoE), each kind with the same tensors,
 // so a one-block model's TP- and EP-local table of each kind (model::tp_local_table,
 // ep_local_table, the shapes' one description) gives each unit's count, and the stage's layout

@@ -74,8 +74,8 @@ void print_summary(std::ostream& out, const TrainSummary& s) {
   out << "  " << left_aligned("total (peak)", 16) << right_aligned("", 12)
       << right_aligned(format_bytes(static_cast<double>(s.peak_total_bytes)), 14) << "   (plan/ "
       << format_bytes(s.planned_peak_total_bytes)
-      << ": model states, activations, ZeRO-3's gathered units; the figure --max-rank-memory "
-         "is checked against)\n";
+      << ": model states, activations, ZeRO-2's bucket and ZeRO-3's gathered units; the "
+         "figure --max-rank-memory is checked against)\n";
   out << "  activations planned by plan/ (micro-batches in flight x blocks, head and stage "
          "boundary, + workspace): "
       << format_bytes(s.planned_activation_bytes) << "; recompute " << name(c.recompute) << "\n";
