@@ -140,5 +140,33 @@ TEST(ClockReport, EngineKeepsEachRoutedBlocksRoutingForTheClock) {
   }
 }
 
+TEST(ClockReport, ALongRunKeepsTheFirstAndTheLatestRoutings) {
+  // dp 2, ep 2, 2 blocks, 35 steps: the first step and the latest 32 are kept, 2 entries each.
+  StepConfig step = tiny_step();
+  step.model.layers = 2;
+  step.model.moe = {.experts = 4, .top_k = 2, .every = 1};
+  LayoutOptions o;
+  o.dp = 2;
+  o.ep = 2;
+  constexpr int kSteps = 35;
+  const std::vector<data::Batch> data = e2e::random_batches(step, kSteps);
+  EngineConfig config = make_engine_config(step, o);
+  plan::Cluster cluster;
+  cluster.gpu.measured.present = true;
+  config.cluster = cluster;
+  comm::threads::run_ranks(2, [&](comm::Communicator& comm) {
+    Engine engine(config, comm);
+    std::vector<std::vector<std::vector<double>>> first;
+    for (int s = 0; s < kSteps; ++s) {
+      engine.train_step(data[static_cast<size_t>(s)], 1e-3f);
+      if (s == 0) first = engine.block_routings();
+    }
+    if (comm.rank() != 0) return;
+    ASSERT_EQ(engine.block_routings().size(), 33u);
+    EXPECT_EQ(engine.block_routings().front(), first.front());
+    for (const auto& entries : engine.block_routings()) EXPECT_EQ(entries.size(), 2u);
+  });
+}
+
 }  // namespace
 }  // namespace dtrain::train

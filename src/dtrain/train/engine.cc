@@ -410,6 +410,11 @@ void Engine::gather_block_routings(const model::MoeCounts& mine) {
     }
   }
   block_routings_.push_back(std::move(step));
+  // A long run keeps its first step (the report leaves it out, as it does the first step's
+  // times) and its latest kRoutingSteps, so the record stays bounded.
+  constexpr size_t kRoutingSteps = 32;
+  if (block_routings_.size() > kRoutingSteps + 1)
+    block_routings_.erase(block_routings_.begin() + 1);
 }
 
 void Engine::finalize_and_update(StepStats& stats, float lr) {

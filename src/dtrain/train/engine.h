@@ -202,9 +202,10 @@ class Engine final : public StepEngine {
   const StepTrace& last_step() const { return last_; }
   const std::vector<StepTiming>& timings() const { return timings_; }
   const std::vector<StepPhases>& phases() const { return phases_; }  // one per step
-  // MoE with a measured-rate --cluster, one per step: an entry per routed block, micro-batch and
-  // EP group (every pipeline stage, CP rank and group of --ep DP ranks; TP ranks route alike),
-  // the rows each of the E experts computed: the group's ranks' kept assignments summed.
+  // MoE with a measured-rate --cluster, one per step (the first and the latest 32): an entry per
+  // routed block, micro-batch and EP group (every pipeline stage, CP rank and group of --ep DP
+  // ranks; TP ranks route alike), the rows each of the E experts computed: the group's ranks'
+  // kept assignments summed.
   const std::vector<std::vector<std::vector<double>>>& block_routings() const {
     return block_routings_;
   }
