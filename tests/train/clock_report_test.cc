@@ -87,24 +87,31 @@ TEST(ClockReport, MixtureOfExpertsLayoutReachesTheClock) {
   EXPECT_TRUE(in.tokens_per_expert.empty());  // the prediction assumes uniform routing
 }
 
+// An MoE engine config (4 experts, top 2, every block routed) on `o`'s layout, with a cluster
+// file that carries measured rates or not (the engine gathers block routings only with them).
+EngineConfig moe_clock_config(StepConfig& step, const LayoutOptions& o, bool rates) {
+  step.model.moe = {.experts = 4, .top_k = 2, .every = 1};
+  EngineConfig config = make_engine_config(step, o);
+  plan::Cluster cluster;
+  cluster.gpu.measured.present = rates;
+  config.cluster = cluster;
+  return config;
+}
+
 TEST(ClockReport, EngineKeepsEachRoutedBlocksRoutingForTheClock) {
   // dp 4, ep 2, pp 2, 2 micro-batches of 1 row of 16 tokens, 4 experts top 2, every block
   // routed: per step 2 stages x 2 EP groups x 2 blocks x 2 micro-batches = 16 entries, each the
   // rows its group's 4 experts computed: ep x 16 tokens x 2 = 64 (no capacity: none dropped).
   StepConfig step = tiny_step();
-  step.model.moe = {.experts = 4, .top_k = 2, .every = 1};
   LayoutOptions o;
   o.dp = 4;
   o.ep = 2;
   o.pp = 2;
   o.microbatches = 2;
   constexpr int kSteps = 2;
-  const std::vector<data::Batch> data = e2e::random_batches(step, kSteps);
   for (const bool rates : {false, true}) {
-    EngineConfig config = make_engine_config(step, o);
-    plan::Cluster cluster;
-    cluster.gpu.measured.present = rates;
-    config.cluster = cluster;
+    const EngineConfig config = moe_clock_config(step, o, rates);
+    const std::vector<data::Batch> data = e2e::random_batches(step, kSteps);
     comm::threads::run_ranks(8, [&](comm::Communicator& comm) {
       Engine engine(config, comm);
       std::vector<StepStats> stats;
@@ -144,16 +151,12 @@ TEST(ClockReport, ALongRunKeepsTheFirstAndTheLatestRoutings) {
   // dp 2, ep 2, 2 blocks, 35 steps: the first step and the latest 32 are kept, 2 entries each.
   StepConfig step = tiny_step();
   step.model.layers = 2;
-  step.model.moe = {.experts = 4, .top_k = 2, .every = 1};
   LayoutOptions o;
   o.dp = 2;
   o.ep = 2;
   constexpr int kSteps = 35;
+  const EngineConfig config = moe_clock_config(step, o, true);
   const std::vector<data::Batch> data = e2e::random_batches(step, kSteps);
-  EngineConfig config = make_engine_config(step, o);
-  plan::Cluster cluster;
-  cluster.gpu.measured.present = true;
-  config.cluster = cluster;
   comm::threads::run_ranks(2, [&](comm::Communicator& comm) {
     Engine engine(config, comm);
     std::vector<std::vector<std::vector<double>>> first;
