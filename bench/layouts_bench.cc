@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include "bench/clock_bench.h"
 #include "bench/scratch_dir.h"
@@ -299,6 +300,7 @@ LayoutsBenchReport run_layouts_bench(const LayoutsBenchOptions& options) {
   LayoutsBenchReport r;
   r.cluster = o.cluster;
   r.cpu = model::bf16_support().cpu_model;
+  r.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   r.repeats = o.repeats;
   r.steps = o.steps;
   r.models = layout_models();
@@ -395,7 +397,12 @@ void summarize_layouts(LayoutsBenchReport& r) {
       return x.model == model && x.ranks == s.ranks() && x.kind == s.group();
     });
     if (g == r.groups.end()) {
-      r.groups.push_back(LayoutGroup{model, s.ranks(), s.group(), {}, 0, -1, -1, 0, 0});
+      LayoutGroup fresh;
+      fresh.model = model;
+      fresh.ranks = s.ranks();
+      fresh.kind = s.group();
+      fresh.fits_cores = r.cores <= 0 || s.ranks() <= r.cores;
+      r.groups.push_back(fresh);
       g = r.groups.end() - 1;
     }
     g->members.push_back(static_cast<int>(i));
@@ -441,7 +448,145 @@ void summarize_layouts(LayoutsBenchReport& r) {
     }
     g.repeat_rank_correlation = pairs > 0 ? sum / pairs : 0;
   }
+
+  r.scopes.clear();
+  auto scope = [&](const std::string& name, auto keep) {
+    LayoutScope sc;
+    sc.name = name;
+    std::vector<double> errs;
+    for (const LayoutGroup& g : r.groups) {
+      if (!keep(g)) continue;
+      ++sc.groups;
+      for (int i : g.members) errs.push_back(r.results[static_cast<size_t>(i)].error_pct);
+      if (g.members.size() < 2) continue;
+      sc.lowest_rank_correlation = std::min(sc.lowest_rank_correlation, g.rank_correlation);
+      sc.slowest_top_pick_pct = std::max(sc.slowest_top_pick_pct, g.top_pick_slower_pct);
+      if (r.repeats >= 2) {
+        sc.repeats_below_floor += g.repeat_rank_correlation < kClockFloors.rank_correlation;
+        sc.repeats_below_goal += g.repeat_rank_correlation < kClockGoals.rank_correlation;
+      }
+    }
+    if (errs.empty()) return;
+    sc.layouts = static_cast<int>(errs.size());
+    const ErrorSummary es = summarize_errors(errs);
+    sc.mean_abs_error_pct = es.mean_abs;
+    sc.p90_abs_error_pct = es.p90_abs;
+    sc.worst_abs_error_pct = es.max_abs;
+    r.scopes.push_back(sc);
+  };
+  scope("all", [](const LayoutGroup&) { return true; });
+  const bool mixed = std::any_of(r.groups.begin(), r.groups.end(),
+                                 [](const LayoutGroup& g) { return !g.fits_cores; });
+  if (mixed) {
+    scope("ranks fit the cores", [](const LayoutGroup& g) { return g.fits_cores; });
+    scope("oversubscribed", [](const LayoutGroup& g) { return !g.fits_cores; });
+  }
 }
+
+LayoutScope::Verdict LayoutScope::against(const ClockTargets& t) const {
+  auto at_most = [](double value, double target) { return target < 0 || value <= target; };
+  Verdict v;
+  v.mean = at_most(mean_abs_error_pct, t.mean_abs_error_pct);
+  v.p90 = at_most(p90_abs_error_pct, t.p90_abs_error_pct);
+  v.worst = at_most(worst_abs_error_pct, t.worst_abs_error_pct);
+  v.rank = t.rank_correlation < 0 || lowest_rank_correlation >= t.rank_correlation;
+  v.pick = at_most(slowest_top_pick_pct, t.top_pick_slower_pct);
+  return v;
+}
+
+namespace {
+
+std::string padded(std::string text, size_t width) {
+  text.resize(std::max(text.size(), width), ' ');
+  return text;
+}
+
+// "7.7 goal", "15.0 floor", "24.8 MISSED": a figure and the best target it meets.
+std::string judged(const std::string& figure, bool goal, bool floor, bool floor_set) {
+  return figure + (goal ? " goal" : !floor_set ? " above goal" : floor ? " floor" : " MISSED");
+}
+
+std::string target_text(double floor, double goal, int digits) {
+  return (floor < 0 ? std::string("-") : fixed(floor, digits)) + " / " + fixed(goal, digits);
+}
+
+// The targets' table: each scope's figures against the floors and goals.
+void print_targets(std::ostream& out, const LayoutsBenchReport& r) {
+  if (r.scopes.empty()) return;
+  constexpr size_t kFirst = 40, kColumn = 30;
+  // Columns padded to a width, the line's trailing blanks dropped.
+  auto line = [&](std::string text) {
+    text.erase(text.find_last_not_of(' ') + 1);
+    out << text << "\n";
+  };
+  std::string head = "\n  " + padded("targets (floor / goal)", kFirst);
+  for (const LayoutScope& sc : r.scopes) {
+    const std::string name = sc.name == "ranks fit the cores" && r.cores > 0
+                                 ? str("ranks fit the ", r.cores, " cores")
+                                 : sc.name;
+    head += padded(str(name, ": ", sc.layouts, " / ", sc.groups), kColumn);
+  }
+  line(head);
+  const ClockTargets& f = kClockFloors;
+  const ClockTargets& g = kClockGoals;
+  auto row = [&](const std::string& name, auto cell) {
+    std::string text = "  " + padded(name, kFirst);
+    for (const LayoutScope& sc : r.scopes) text += padded(cell(sc), kColumn);
+    line(text);
+  };
+  row("mean |error| <= " + target_text(f.mean_abs_error_pct, g.mean_abs_error_pct, 0) + " %",
+      [&](const LayoutScope& sc) {
+        return judged(fixed(sc.mean_abs_error_pct, 1) + " %", sc.against(g).mean,
+                      sc.against(f).mean, f.mean_abs_error_pct >= 0);
+      });
+  row("90th percentile <= " + target_text(f.p90_abs_error_pct, g.p90_abs_error_pct, 0) + " %",
+      [&](const LayoutScope& sc) {
+        return judged(fixed(sc.p90_abs_error_pct, 1) + " %", sc.against(g).p90, sc.against(f).p90,
+                      f.p90_abs_error_pct >= 0);
+      });
+  row("worst |error| <= " + target_text(f.worst_abs_error_pct, g.worst_abs_error_pct, 0) + " %",
+      [&](const LayoutScope& sc) {
+        return judged(fixed(sc.worst_abs_error_pct, 1) + " %", sc.against(g).worst,
+                      sc.against(f).worst, f.worst_abs_error_pct >= 0);
+      });
+  row("each Spearman >= " + target_text(f.rank_correlation, g.rank_correlation, 1) + " (lowest)",
+      [&](const LayoutScope& sc) {
+        return judged(fixed(sc.lowest_rank_correlation, 2), sc.against(g).rank, sc.against(f).rank,
+                      f.rank_correlation >= 0);
+      });
+  row("top pick slower <= " + target_text(f.top_pick_slower_pct, g.top_pick_slower_pct, 0) +
+          " % (most)",
+      [&](const LayoutScope& sc) {
+        return judged(fixed(sc.slowest_top_pick_pct, 1) + " %", sc.against(g).pick,
+                      sc.against(f).pick, f.top_pick_slower_pct >= 0);
+      });
+  if (r.repeats >= 2) {
+    row("repeats' own Spearman < " + target_text(f.rank_correlation, g.rank_correlation, 1),
+        [&](const LayoutScope& sc) {
+          return str(sc.repeats_below_floor, " / ", sc.repeats_below_goal, " groups");
+        });
+  }
+  out << "  columns: layouts / groups; a figure is marked with the best target it meets (MISSED: "
+         "not even the floor). The last row counts the ranked groups whose measured repeats rank "
+         "each other below each target's Spearman: there the machine does not reproduce its own "
+         "ranking that well.\n";
+}
+
+nlohmann::json verdict_json(const LayoutScope::Verdict& v) {
+  return {{"mean_abs_error", v.mean},   {"p90_abs_error", v.p90},    {"worst_abs_error", v.worst},
+          {"rank_correlation", v.rank}, {"top_pick_slower", v.pick}, {"all", v.all()}};
+}
+
+nlohmann::json targets_json(const ClockTargets& t) {
+  auto opt = [](double x) { return x < 0 ? nlohmann::json(nullptr) : nlohmann::json(x); };
+  return {{"mean_abs_error_pct", opt(t.mean_abs_error_pct)},
+          {"p90_abs_error_pct", opt(t.p90_abs_error_pct)},
+          {"worst_abs_error_pct", opt(t.worst_abs_error_pct)},
+          {"rank_correlation", opt(t.rank_correlation)},
+          {"top_pick_slower_pct", opt(t.top_pick_slower_pct)}};
+}
+
+}  // namespace
 
 void print_layouts_bench(std::ostream& out, const LayoutsBenchReport& r) {
   out << "dtrain bench layouts: the clock's predicted step beside the measured one, "
@@ -489,6 +634,7 @@ void print_layouts_bench(std::ostream& out, const LayoutsBenchReport& r) {
         << lpad(fixed(g.rank_correlation, 2), 10) << lpad(fixed(g.repeat_rank_correlation, 2), 9)
         << "  " << pick << best << lpad(fixed(g.top_pick_slower_pct, 1) + " %", 10) << "\n";
   }
+  print_targets(out, r);
   if (r.moe_layouts > 0) {
     out << "\n  MoE layouts priced again on the routing each run measured (after the run):\n"
            "   #  layout                                    predicted ms  given routing ms"
@@ -534,6 +680,7 @@ nlohmann::json layouts_bench_to_json(const LayoutsBenchReport& r) {
   j["bench"] = "layouts";
   j["cluster"] = r.cluster;
   j["cpu"] = r.cpu;
+  j["cores"] = r.cores;
   j["repeats"] = r.repeats;
   j["steps"] = r.steps;
   nlohmann::json models = nlohmann::json::array();
@@ -595,11 +742,29 @@ nlohmann::json layouts_bench_to_json(const LayoutsBenchReport& r) {
         {"given_routing_mean_abs_error_pct", r.moe_given_routing_mean_abs_error_pct},
         {"given_routing_worst_abs_error_pct", r.moe_given_routing_worst_abs_error_pct}};
   }
+  j["targets"] = {{"floors", targets_json(kClockFloors)}, {"goals", targets_json(kClockGoals)}};
+  nlohmann::json scopes = nlohmann::json::array();
+  for (const LayoutScope& sc : r.scopes) {
+    scopes.push_back({{"scope", sc.name},
+                      {"layouts", sc.layouts},
+                      {"groups", sc.groups},
+                      {"mean_abs_error_pct", sc.mean_abs_error_pct},
+                      {"p90_abs_error_pct", sc.p90_abs_error_pct},
+                      {"worst_abs_error_pct", sc.worst_abs_error_pct},
+                      {"lowest_rank_correlation", sc.lowest_rank_correlation},
+                      {"slowest_top_pick_pct", sc.slowest_top_pick_pct},
+                      {"repeats_below_floor", sc.repeats_below_floor},
+                      {"repeats_below_goal", sc.repeats_below_goal},
+                      {"meets_floors", verdict_json(sc.against(kClockFloors))},
+                      {"meets_goals", verdict_json(sc.against(kClockGoals))}});
+  }
+  j["summary"]["scopes"] = scopes;
   nlohmann::json groups = nlohmann::json::array();
   for (const LayoutGroup& g : r.groups) {
     groups.push_back({{"model", g.model},
                       {"ranks", g.ranks},
                       {"kind", g.kind},
+                      {"fits_cores", g.fits_cores},
                       {"layouts", g.members},
                       {"rank_correlation", g.rank_correlation},
                       {"top_pick", g.top_pick},

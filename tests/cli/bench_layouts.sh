@@ -1,6 +1,6 @@
 # `dtrain bench layouts --quick`: the report's structure, and every error, spread and group figure
-# (the repeat-to-repeat rank correlation included) recomputed here from the per-repeat predicted and
-# measured numbers it prints (not from timing);
+# (the repeat-to-repeat rank correlation included) and the targets' verdicts recomputed here from
+# the per-repeat predicted and measured numbers it prints (not from timing);
 # no --cluster, one that is not a cluster file, or one without measured rates is refused with how
 # to make one.
 source "$(dirname "$0")/lib/expect.bash"
@@ -75,6 +75,30 @@ def spearman(x, y):
 rep = [L[i]["repeats_measured_ms"] for i in g["layouts"]]
 pairs = [spearman([x[a] for x in rep], [x[b] for x in rep]) for a in range(3) for b in range(a + 1, 3)]
 assert close(g["repeat_rank_correlation"], sum(pairs) / len(pairs)), (g["repeat_rank_correlation"], pairs)
+# The targets: the scope of every layout repeats the summary and the group, its verdicts follow
+# from the floors and goals printed beside them; a group whose ranks outnumber the machine's cores
+# would split the scopes in three.
+assert r["cores"] >= 1 and g["fits_cores"] == (g["ranks"] <= r["cores"]), (r["cores"], g)
+sc = s["scopes"]
+assert len(sc) == (1 if g["fits_cores"] else 3) and sc[0]["scope"] == "all", sc
+a = sc[0]
+assert a["layouts"] == 3 and a["groups"] == 1, a
+assert close(a["mean_abs_error_pct"], s["mean_abs_error_pct"]), a
+assert close(a["worst_abs_error_pct"], s["worst_abs_error_pct"]), a
+assert close(a["p90_abs_error_pct"], s["p90_abs_error_pct"]), a
+assert close(a["lowest_rank_correlation"], g["rank_correlation"]), a
+assert close(a["slowest_top_pick_pct"], g["top_pick_slower_pct"]), a
+assert a["repeats_below_floor"] == int(g["repeat_rank_correlation"] < 0.8), a
+for kind, verdict in (("floors", a["meets_floors"]), ("goals", a["meets_goals"])):
+    t = r["targets"][kind]
+    def at_most(x, target): return target is None or x <= target
+    want = {"mean_abs_error": at_most(a["mean_abs_error_pct"], t["mean_abs_error_pct"]),
+            "p90_abs_error": at_most(a["p90_abs_error_pct"], t["p90_abs_error_pct"]),
+            "worst_abs_error": at_most(a["worst_abs_error_pct"], t["worst_abs_error_pct"]),
+            "rank_correlation": a["lowest_rank_correlation"] >= t["rank_correlation"],
+            "top_pick_slower": at_most(a["slowest_top_pick_pct"], t["top_pick_slower_pct"])}
+    want["all"] = all(want.values())
+    assert verdict == want, (kind, verdict, want)
 PY
 
 # --only: the CP and MoE groups alone (quick: one layout each), ranked in groups of their own; an
