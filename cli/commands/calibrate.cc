@@ -37,6 +37,7 @@ struct CalibrateFlags {
   bool json = false;
   bool compute = false, quick = false;
   int threads = 1;
+  int passes = 3;             // --passes; --quick makes it 1 unless given
   bool output_given = false;  // "-o ''" is a mistake, not "no file"
 };
 
@@ -230,6 +231,7 @@ void run_calibrate(CalibrateFlags& f) {
     train::ComputeCalibrationOptions options;
     options.threads = f.threads;
     options.quick = f.quick;
+    options.passes = f.passes;
     options.timeout_s = f.timeout_s;
     if (!f.json)
       options.progress = [](std::string_view what) {
@@ -250,6 +252,7 @@ void run_calibrate(CalibrateFlags& f) {
                          {"bandwidth_bytes", f.options.bandwidth_bytes},
                          {"gpu_from_preset", f.compute ? "" : f.gpu},
                          {"compute_seconds", compute_s},
+                         {"compute_passes", f.compute ? f.passes : 0},
                          {"intra_node", link_detail(result.intra_node)},
                          {"inter_node", link_detail(result.inter_node)}};
   if (!f.output.empty()) {
@@ -327,8 +330,8 @@ void add_calibrate(CLI::App& app) {
   cmd->add_flag("--compute", f->compute,
                 "Also measure this machine's compute (matrix products by shape in fp32 and bf16, "
                 "the engine's memory-bound kernels, collectives on thread ranks, compute slowed by "
-                "a communication thread; about 20 s) and write it as the file's CPU "
-                "(\"gpu.measured\", docs/clock.md) in place of --gpu's");
+                "a communication thread; about 40 s with 3 --passes) and write it as the "
+                "file's CPU (\"gpu.measured\", docs/clock.md) in place of --gpu's");
   cmd->add_flag("--quick", f->quick,
                 "With --compute: a small product grid and two sizes per kernel (a second or two; "
                 "for tests)");
@@ -337,13 +340,22 @@ void add_calibrate(CLI::App& app) {
                   "--threads per rank)")
       ->capture_default_str()
       ->check(whole_number(1, model::kMaxTeamSize));
+  CLI::Option* passes =
+      cmd->add_option("--passes", f->passes,
+                      "With --compute: measure the products and kernels this many times over, "
+                      "each pass through the whole grid, keeping each point's median (steadier "
+                      "figures on a shared machine; 1 with --quick unless given)")
+          ->capture_default_str()
+          ->check(whole_number(1, 20));
   cmd->add_option("--name", f->name, "Cluster name in the file");
   CLI::Option* output = cmd->add_option("--output,-o", f->output, "Write the cluster file here");
   cmd->add_option("--timeout", f->timeout_s, "Seconds a rank waits for a peer before failing")
       ->capture_default_str();
   cmd->add_flag("--json", f->json, "Print the cluster file (JSON) instead of the table");
-  cmd->callback([f, output, cmd] {
+  cmd->callback([f, output, passes, cmd] {
     DTRAIN_CHECK(f->compute || !f->quick, "--quick applies to --compute only");
+    DTRAIN_CHECK(f->compute || passes->count() == 0, "--passes applies to --compute only");
+    if (f->quick && passes->count() == 0) f->passes = 1;
     f->output_given = output->count() > 0;
     if (f->output_given) refuse_outputs_that_are_inputs(*cmd, {}, {{"--output", f->output}});
     run_calibrate(*f);

@@ -12,6 +12,11 @@ model=(--layers 2 --hidden 64 --heads 4 --vocab 256 --seq-length 64 --dp 4 --glo
 expect_output "--compute .*matrix products" calibrate --help
 expect_error "--quick applies to --compute only" calibrate "${links[@]}" --quick
 expect_error "--threads: must be at most 64" calibrate "${links[@]}" --compute --threads 65
+expect_error "--passes applies to --compute only" calibrate "${links[@]}" --passes 2
+expect_error "--passes: must be at least 1" calibrate "${links[@]}" --compute --quick --passes 0
+# --quick measures once unless --passes says otherwise; the file records how many.
+expect_output '"compute_passes": 1' calibrate "${links[@]}" --compute --quick --json
+expect_output '"compute_passes": 2' calibrate "${links[@]}" --compute --quick --passes 2 --json
 
 # The table: products, every kernel, the collectives, the interference; and the file.
 out=$("$DTRAIN" calibrate "${links[@]}" --compute --quick --threads 2 -o "$tmp/x.json" 2>/dev/null) ||

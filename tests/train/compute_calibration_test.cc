@@ -50,6 +50,7 @@ TEST(ComputeCalibration, QuickMeasurementIsAWholeFileTheReaderAccepts) {
   ComputeCalibrationOptions options;
   options.quick = true;
   options.threads = 2;
+  options.passes = 2;  // the figures are medians over passes: the same points, once each
   // The products are measured with OpenBLAS single-threaded, as the engine runs it, and the
   // caller's setting comes back afterwards.
   model::set_blas_threads(2);
@@ -91,6 +92,25 @@ TEST(ComputeCalibration, QuickMeasurementIsAWholeFileTheReaderAccepts) {
   for (const plan::GemmSample& s : r.gemm) {
     EXPECT_DOUBLE_EQ(plan::gemm_seconds(r, s.precision, s.threads, s.m, s.n, s.k), s.seconds);
   }
+}
+
+// Three passes over two products: each keeps its median (1, 3, 2 -> 2; 5, 2, 9 -> 5); passes
+// that measured other points, or fewer, are refused.
+TEST(ComputeCalibration, EachProductKeepsItsMedianOverThePasses) {
+  auto pass = [](double a, double b) {
+    return std::vector<plan::GemmSample>{{plan::Precision::fp32, 1, 16, 16, 16, a},
+                                         {plan::Precision::bf16, 1, 64, 16, 256, b}};
+  };
+  const std::vector<plan::GemmSample> m = median_over_passes({pass(1, 5), pass(3, 2), pass(2, 9)});
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m[0].seconds, 2);
+  EXPECT_EQ(m[1].seconds, 5);
+  EXPECT_EQ(m[1].precision, plan::Precision::bf16);
+  EXPECT_EQ(m[1].k, 256);
+  std::vector<plan::GemmSample> other = pass(1, 1);
+  other[1].n = 32;
+  EXPECT_THROW(median_over_passes({pass(1, 5), other}), Error);
+  EXPECT_THROW(median_over_passes({pass(1, 5), {pass(1, 5)[0]}}), Error);
 }
 
 TEST(ComputeCalibration, WarmGridIsPartOfTheColdGrid) {

@@ -256,22 +256,36 @@ KernelRun kernel_run(KernelOp op, int64_t elements) {
 }
 
 // Each kernel at each size (in-cache to out-of-cache), fitted as call_s + bytes / bytes_per_s by
-// least squares over the sizes (fit_latency_bandwidth).
-std::vector<plan::KernelRate> measure_kernels(bool quick) {
+// least squares over the sizes (fit_latency_bandwidth); each (kernel, size) the median over
+// `passes` passes through all of them.
+std::vector<plan::KernelRate> measure_kernels(bool quick, int passes) {
   // Elements of the main tensor: 4 KiB, 64 KiB, 1 MiB and 16 MiB of fp32.
   const std::vector<int64_t> sizes = quick ? std::vector<int64_t>{1024, 65536}
                                            : std::vector<int64_t>{1024, 16384, 262144, 4194304};
+  const size_t points = static_cast<size_t>(plan::kKernelOpCount) * sizes.size();
+  std::vector<double> bytes(points);
+  std::vector<std::vector<double>> seconds(points);
+  for (int pass = 0; pass < passes; ++pass) {
+    for (int i = 0; i < plan::kKernelOpCount; ++i) {
+      for (size_t j = 0; j < sizes.size(); ++j) {
+        const auto op = static_cast<KernelOp>(i);
+        const KernelRun run = kernel_run(op, sizes[j]);
+        const size_t at = static_cast<size_t>(i) * sizes.size() + j;
+        bytes[at] = run.elements * plan::kernel_bytes_per_element(op);
+        seconds[at].push_back(median_seconds(run.call));
+      }
+    }
+  }
   std::vector<plan::KernelRate> out;
   for (int i = 0; i < plan::kKernelOpCount; ++i) {
-    const auto op = static_cast<KernelOp>(i);
-    std::vector<double> bytes, seconds;
-    for (int64_t n : sizes) {
-      const KernelRun run = kernel_run(op, n);
-      bytes.push_back(run.elements * plan::kernel_bytes_per_element(op));
-      seconds.push_back(median_seconds(run.call));
+    std::vector<double> b, s;
+    for (size_t j = 0; j < sizes.size(); ++j) {
+      const size_t at = static_cast<size_t>(i) * sizes.size() + j;
+      b.push_back(bytes[at]);
+      s.push_back(median(seconds[at]));
     }
-    const LinearFit fit = fit_latency_bandwidth(bytes, seconds);
-    out.push_back({op, Precision::fp32, fit.bytes_per_s, fit.intercept_s});
+    const LinearFit fit = fit_latency_bandwidth(b, s);
+    out.push_back({static_cast<KernelOp>(i), Precision::fp32, fit.bytes_per_s, fit.intercept_s});
   }
   return out;
 }
@@ -638,19 +652,27 @@ plan::MeasuredRates measure_compute_rates(const ComputeCalibrationOptions& optio
   const GemmGrid warm_grid = gemm_warm_grid(options.quick);
   std::vector<int> thread_counts = {1};
   if (options.threads > 1) thread_counts.push_back(options.threads);
-  for (Precision precision : {Precision::fp32, Precision::bf16}) {
-    for (int threads : thread_counts) {
-      say(str("matrix products, ", plan::name(precision), ", ", threads, " thread",
-              threads == 1 ? "" : "s"));
-      measure_gemm(grid, precision, threads, options.quick ? 2e-3 : 10e-3, false, r.gemm);
-      // The warm grid holds 80 of the cold grid's 392 shapes, each at half the time per point and
-      // 3 calls at least where the cold takes 5 (warm calls vary less: no page walks, no memory
-      // traffic from other work).
-      measure_gemm(warm_grid, precision, threads, options.quick ? 2e-3 : 5e-3, true, r.gemm_warm);
+  DTRAIN_CHECK(options.passes >= 1, "--passes must be at least 1 (got ", options.passes, ")");
+  std::vector<std::vector<plan::GemmSample>> cold(options.passes), warm(options.passes);
+  for (int pass = 0; pass < options.passes; ++pass) {
+    const std::string of =
+        options.passes > 1 ? str(" (pass ", pass + 1, " of ", options.passes, ")") : "";
+    for (Precision precision : {Precision::fp32, Precision::bf16}) {
+      for (int threads : thread_counts) {
+        say(str("matrix products, ", plan::name(precision), ", ", threads, " thread",
+                threads == 1 ? "" : "s", of));
+        measure_gemm(grid, precision, threads, options.quick ? 2e-3 : 10e-3, false, cold[pass]);
+        // The warm grid holds 80 of the cold grid's 392 shapes, each at half the time per point
+        // and 3 calls at least where the cold takes 5 (warm calls vary less: no page walks, no
+        // memory traffic from other work).
+        measure_gemm(warm_grid, precision, threads, options.quick ? 2e-3 : 5e-3, true, warm[pass]);
+      }
     }
   }
+  r.gemm = median_over_passes(cold);
+  r.gemm_warm = median_over_passes(warm);
   say("memory-bound kernels");
-  r.kernels = measure_kernels(options.quick);
+  r.kernels = measure_kernels(options.quick, options.passes);
   say("compute beside a communication thread");
   r.comm_interference = measure_comm_interference(options.quick, options.timeout_s);
   say("products on every core at once");
@@ -660,6 +682,26 @@ plan::MeasuredRates measure_compute_rates(const ComputeCalibrationOptions& optio
   say("collectives on thread ranks");
   measure_collectives(options.quick, options.timeout_s, r.collectives);
   return r;
+}
+
+std::vector<plan::GemmSample> median_over_passes(
+    const std::vector<std::vector<plan::GemmSample>>& passes) {
+  DTRAIN_CHECK(!passes.empty(), "median_over_passes: no passes");
+  std::vector<plan::GemmSample> out = passes.front();
+  for (size_t i = 0; i < out.size(); ++i) {
+    std::vector<double> seconds;
+    for (const auto& pass : passes) {
+      DTRAIN_CHECK(pass.size() == out.size(), "median_over_passes: passes of ", pass.size(),
+                   " and ", out.size(), " points");
+      const plan::GemmSample& s = pass[i];
+      DTRAIN_CHECK(s.precision == out[i].precision && s.threads == out[i].threads &&
+                       s.m == out[i].m && s.n == out[i].n && s.k == out[i].k,
+                   "median_over_passes: point ", i, " differs between passes");
+      seconds.push_back(s.seconds);
+    }
+    out[i].seconds = median(seconds);
+  }
+  return out;
 }
 
 }  // namespace dtrain::train

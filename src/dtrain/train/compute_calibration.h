@@ -17,8 +17,14 @@ struct ComputeCalibrationOptions {
   // Products are measured on 1 thread and, when larger, on this many (a ThreadTeam, as a run's
   // --threads gives each rank).
   int threads = 1;
-  // A small grid and fewer sizes (seconds, for tests); the default takes about 20 s on 2 cores.
+  // A small grid and fewer sizes (seconds, for tests); the default takes about 40 s on 2 cores
+  // with 3 passes (17 s with 1).
   bool quick = false;
+  // The products and the memory-bound kernels are measured this many times over, each pass
+  // through the whole grid before the next, and each point keeps its median over the passes: a
+  // slow spell of a shared machine then lands on one pass of many points, not on every call of
+  // a few, and the figures average over a longer stretch of the machine's time.
+  int passes = 3;
   // Each collective times out after this long waiting for a peer.
   double timeout_s = 60;
   // Called with a line as each part starts (null: quiet).
@@ -39,6 +45,11 @@ GemmGrid gemm_warm_grid(bool quick);
 // sysconf; a size the OS does not report stays 0 (unknown). `root` replaces the sysfs folder in
 // tests.
 plan::CacheSizes read_cache_sizes(const std::string& root = "/sys/devices/system/cpu/cpu0/cache");
+
+// Each product's median seconds over the passes that measured it (every pass the same points
+// in the same order; throws Error when they differ).
+std::vector<plan::GemmSample> median_over_passes(
+    const std::vector<std::vector<plan::GemmSample>>& passes);
 
 // Measures every rate; takes the calling thread (and `threads` more for the team).
 plan::MeasuredRates measure_compute_rates(const ComputeCalibrationOptions& options);
