@@ -342,9 +342,10 @@ void add_calibrate(CLI::App& app) {
       ->check(whole_number(1, model::kMaxTeamSize));
   CLI::Option* passes =
       cmd->add_option("--passes", f->passes,
-                      "With --compute: measure the products and kernels this many times over, "
-                      "each pass through the whole grid, keeping each point's median (steadier "
-                      "figures on a shared machine; 1 with --quick unless given)")
+                      "With --compute: measure the products, kernels and slowdowns this many "
+                      "times over, each pass through the whole grid, keeping each figure's "
+                      "median (steadier figures on a shared machine; 1 with --quick unless "
+                      "given)")
           ->capture_default_str()
           ->check(whole_number(1, 20));
   cmd->add_option("--name", f->name, "Cluster name in the file");

@@ -673,12 +673,22 @@ plan::MeasuredRates measure_compute_rates(const ComputeCalibrationOptions& optio
   r.gemm_warm = median_over_passes(warm);
   say("memory-bound kernels");
   r.kernels = measure_kernels(options.quick, options.passes);
-  say("compute beside a communication thread");
-  r.comm_interference = measure_comm_interference(options.quick, options.timeout_s);
-  say("products on every core at once");
-  r.corun_slowdown = measure_corun_slowdown(r.cores, options.quick);
-  say("collectives with more thread ranks than cores");
-  r.oversubscribed_wait_s = measure_oversubscribed_wait(r.cores, options.quick, options.timeout_s);
+  // The three slowdowns, each the median over the passes (one after the other in each pass): a
+  // single figure is a ratio of two short timings, which one burst of other work can double.
+  std::vector<double> interference, corun, wait;
+  for (int pass = 0; pass < options.passes; ++pass) {
+    const std::string of =
+        options.passes > 1 ? str(" (pass ", pass + 1, " of ", options.passes, ")") : "";
+    say("compute beside a communication thread" + of);
+    interference.push_back(measure_comm_interference(options.quick, options.timeout_s));
+    say("products on every core at once" + of);
+    corun.push_back(measure_corun_slowdown(r.cores, options.quick));
+    say("collectives with more thread ranks than cores" + of);
+    wait.push_back(measure_oversubscribed_wait(r.cores, options.quick, options.timeout_s));
+  }
+  r.comm_interference = median(interference);
+  r.corun_slowdown = median(corun);
+  r.oversubscribed_wait_s = median(wait);
   say("collectives on thread ranks");
   measure_collectives(options.quick, options.timeout_s, r.collectives);
   return r;

@@ -23,7 +23,9 @@ struct ComputeCalibrationOptions {
   // The products and the memory-bound kernels are measured this many times over, each pass
   // through the whole grid before the next, and each point keeps its median over the passes: a
   // slow spell of a shared machine then lands on one pass of many points, not on every call of
-  // a few, and the figures average over a longer stretch of the machine's time.
+  // a few, and the figures average over a longer stretch of the machine's time. The slowdowns
+  // (comm_interference, corun_slowdown, oversubscribed_wait_s) are each the median of as many
+  // measurements.
   int passes = 3;
   // Each collective times out after this long waiting for a peer.
   double timeout_s = 60;
