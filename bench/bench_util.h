@@ -37,6 +37,11 @@ inline std::string lpad(const std::string& s, size_t width) {
   return s.size() < width ? std::string(width - s.size(), ' ') + s : s;
 }
 
+// `s` left-aligned in `width` columns.
+inline std::string rpad(const std::string& s, size_t width) {
+  return s.size() < width ? s + std::string(width - s.size(), ' ') : s;
+}
+
 // The value of `key=` in a logfmt line, or "" when absent.
 inline std::string field(const std::string& line, const std::string& key) {
   std::istringstream in(line);

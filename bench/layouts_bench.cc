@@ -496,11 +496,6 @@ LayoutScope::Verdict LayoutScope::against(const ClockTargets& t) const {
 
 namespace {
 
-std::string padded(std::string text, size_t width) {
-  text.resize(std::max(text.size(), width), ' ');
-  return text;
-}
-
 // "7.7 goal", "15.0 floor", "24.8 MISSED": a figure and the best target it meets.
 std::string judged(const std::string& figure, bool goal, bool floor, bool floor_set) {
   return figure + (goal ? " goal" : !floor_set ? " above goal" : floor ? " floor" : " MISSED");
@@ -519,47 +514,49 @@ void print_targets(std::ostream& out, const LayoutsBenchReport& r) {
     text.erase(text.find_last_not_of(' ') + 1);
     out << text << "\n";
   };
-  std::string head = "\n  " + padded("targets (floor / goal)", kFirst);
+  std::string head = "\n  " + rpad("targets (floor / goal)", kFirst);
   for (const LayoutScope& sc : r.scopes) {
     const std::string name = sc.name == "ranks fit the cores" && r.cores > 0
                                  ? str("ranks fit the ", r.cores, " cores")
                                  : sc.name;
-    head += padded(str(name, ": ", sc.layouts, " / ", sc.groups), kColumn);
+    head += rpad(str(name, ": ", sc.layouts, " / ", sc.groups), kColumn);
   }
   line(head);
   const ClockTargets& f = kClockFloors;
   const ClockTargets& g = kClockGoals;
   auto row = [&](const std::string& name, auto cell) {
-    std::string text = "  " + padded(name, kFirst);
-    for (const LayoutScope& sc : r.scopes) text += padded(cell(sc), kColumn);
+    std::string text = "  " + rpad(name, kFirst);
+    for (const LayoutScope& sc : r.scopes) text += rpad(cell(sc), kColumn);
     line(text);
   };
-  row("mean |error| <= " + target_text(f.mean_abs_error_pct, g.mean_abs_error_pct, 0) + " %",
-      [&](const LayoutScope& sc) {
-        return judged(fixed(sc.mean_abs_error_pct, 1) + " %", sc.against(g).mean,
-                      sc.against(f).mean, f.mean_abs_error_pct >= 0);
-      });
-  row("90th percentile <= " + target_text(f.p90_abs_error_pct, g.p90_abs_error_pct, 0) + " %",
-      [&](const LayoutScope& sc) {
-        return judged(fixed(sc.p90_abs_error_pct, 1) + " %", sc.against(g).p90, sc.against(f).p90,
-                      f.p90_abs_error_pct >= 0);
-      });
-  row("worst |error| <= " + target_text(f.worst_abs_error_pct, g.worst_abs_error_pct, 0) + " %",
-      [&](const LayoutScope& sc) {
-        return judged(fixed(sc.worst_abs_error_pct, 1) + " %", sc.against(g).worst,
-                      sc.against(f).worst, f.worst_abs_error_pct >= 0);
-      });
-  row("each Spearman >= " + target_text(f.rank_correlation, g.rank_correlation, 1) + " (lowest)",
-      [&](const LayoutScope& sc) {
-        return judged(fixed(sc.lowest_rank_correlation, 2), sc.against(g).rank, sc.against(f).rank,
-                      f.rank_correlation >= 0);
-      });
-  row("top pick slower <= " + target_text(f.top_pick_slower_pct, g.top_pick_slower_pct, 0) +
-          " % (most)",
-      [&](const LayoutScope& sc) {
-        return judged(fixed(sc.slowest_top_pick_pct, 1) + " %", sc.against(g).pick,
-                      sc.against(f).pick, f.top_pick_slower_pct >= 0);
-      });
+  // Each target: its row's words, its figure in a scope, and whether a verdict meets it.
+  struct Target {
+    const char *before, *after;
+    int target_digits, figure_digits;
+    double ClockTargets::*target;
+    double LayoutScope::*figure;
+    bool LayoutScope::Verdict::*met;
+  };
+  const Target targets[] = {
+      {"mean |error| <= ", " %", 0, 1, &ClockTargets::mean_abs_error_pct,
+       &LayoutScope::mean_abs_error_pct, &LayoutScope::Verdict::mean},
+      {"90th percentile <= ", " %", 0, 1, &ClockTargets::p90_abs_error_pct,
+       &LayoutScope::p90_abs_error_pct, &LayoutScope::Verdict::p90},
+      {"worst |error| <= ", " %", 0, 1, &ClockTargets::worst_abs_error_pct,
+       &LayoutScope::worst_abs_error_pct, &LayoutScope::Verdict::worst},
+      {"each Spearman >= ", " (lowest)", 1, 2, &ClockTargets::rank_correlation,
+       &LayoutScope::lowest_rank_correlation, &LayoutScope::Verdict::rank},
+      {"top pick slower <= ", " % (most)", 0, 1, &ClockTargets::top_pick_slower_pct,
+       &LayoutScope::slowest_top_pick_pct, &LayoutScope::Verdict::pick},
+  };
+  for (const Target& t : targets) {
+    const std::string unit = t.figure_digits == 1 ? " %" : "";
+    row(t.before + target_text(f.*t.target, g.*t.target, t.target_digits) + t.after,
+        [&](const LayoutScope& sc) {
+          return judged(fixed(sc.*t.figure, t.figure_digits) + unit, sc.against(g).*t.met,
+                        sc.against(f).*t.met, f.*t.target >= 0);
+        });
+  }
   if (r.repeats >= 2) {
     row("repeats' own Spearman < " + target_text(f.rank_correlation, g.rank_correlation, 1),
         [&](const LayoutScope& sc) {
@@ -603,8 +600,7 @@ void print_layouts_bench(std::ostream& out, const LayoutsBenchReport& r) {
          "  error %  spread %  predicted by\n";
   for (size_t i = 0; i < r.results.size(); ++i) {
     const LayoutResult& res = r.results[i];
-    std::string label = describe(res.spec);
-    label.resize(std::max<size_t>(label.size(), 40), ' ');
+    const std::string label = rpad(describe(res.spec), 40);
     out << lpad(std::to_string(i + 1), 4) << "  " << r.models[res.spec.model].name
         << std::string(7 - std::min<size_t>(6, r.models[res.spec.model].name.size()), ' ')
         << lpad(std::to_string(res.spec.ranks()), 5) << "  " << label
@@ -623,13 +619,11 @@ void print_layouts_bench(std::ostream& out, const LayoutsBenchReport& r) {
   out << "\n  group (model, ranks, kind)  layouts  Spearman  repeats  top pick (least predicted)"
          "              measured best                          top pick slower\n";
   for (const LayoutGroup& g : r.groups) {
-    std::string pick = str("#", g.top_pick + 1, " ", describe(r.results[g.top_pick].spec));
-    std::string best =
-        str("#", g.measured_best + 1, " ", describe(r.results[g.measured_best].spec));
-    pick.resize(std::max<size_t>(pick.size(), 39), ' ');
-    best.resize(std::max<size_t>(best.size(), 39), ' ');
-    std::string name = g.model + ", " + std::to_string(g.ranks) + ", " + g.kind;
-    name.resize(std::max<size_t>(name.size(), 26), ' ');
+    const std::string pick =
+        rpad(str("#", g.top_pick + 1, " ", describe(r.results[g.top_pick].spec)), 39);
+    const std::string best =
+        rpad(str("#", g.measured_best + 1, " ", describe(r.results[g.measured_best].spec)), 39);
+    const std::string name = rpad(g.model + ", " + std::to_string(g.ranks) + ", " + g.kind, 26);
     out << "  " << name << lpad(std::to_string(g.members.size()), 9)
         << lpad(fixed(g.rank_correlation, 2), 10) << lpad(fixed(g.repeat_rank_correlation, 2), 9)
         << "  " << pick << best << lpad(fixed(g.top_pick_slower_pct, 1) + " %", 10) << "\n";
@@ -642,8 +636,7 @@ void print_layouts_bench(std::ostream& out, const LayoutsBenchReport& r) {
     for (size_t i = 0; i < r.results.size(); ++i) {
       const LayoutResult& res = r.results[i];
       if (!res.has_given_routing()) continue;
-      std::string label = describe(res.spec);
-      label.resize(std::max<size_t>(label.size(), 40), ' ');
+      const std::string label = rpad(describe(res.spec), 40);
       out << lpad(std::to_string(i + 1), 4) << "  " << label << lpad(fixed(res.predicted, 2), 14)
           << lpad(fixed(res.given_routing, 2), 18) << lpad(fixed(res.measured, 2), 13)
           << lpad(fixed(res.error_pct, 1), 9) << lpad(fixed(res.given_routing_error_pct, 1), 23)
