@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "dtrain/comm/library_version.h"
+#include "dtrain/core/malloc_info.h"
 #include "dtrain/core/version.h"
 #include "dtrain/model/blas_info.h"
 #include "dtrain/model/gemm.h"
@@ -13,9 +14,13 @@ namespace dtrain::cli {
 namespace {
 
 std::vector<std::pair<std::string, std::string>> fields() {
-  return {{"version", std::string(version())},       {"commit", std::string(git_commit())},
-          {"build_type", std::string(build_type())}, {"blas", model::blas_library_version()},
-          {"blas_kernel", model::blas_corename()},   {"mpi", comm::mpi_library_version()}};
+  return {{"version", std::string(version())},
+          {"commit", std::string(git_commit())},
+          {"build_type", std::string(build_type())},
+          {"blas", model::blas_library_version()},
+          {"blas_kernel", model::blas_corename()},
+          {"mpi", comm::mpi_library_version()},
+          {"allocator", malloc_library()}};
 }
 
 }  // namespace

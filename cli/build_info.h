@@ -1,5 +1,6 @@
 // What `dtrain --version` prints, and the "build" object every --json report carries: the
-// version, commit and build type, and the BLAS and MPI libraries with the kernel in use.
+// version, commit and build type, the BLAS and MPI libraries with the kernel in use, and the
+// malloc serving this process.
 #pragma once
 
 #include <string>

@@ -12,6 +12,16 @@
 #include "dtrain/core/check.h"
 #include "dtrain/core/system_memory.h"
 
+// jemalloc's options, read from this symbol when the executable links it (cli/CMakeLists.txt;
+// ignored under glibc's malloc; the MALLOC_CONF variable still adds to them). By default jemalloc
+// serves each request of 8 MiB or more from an arena that hands the pages straight back to the
+// kernel when freed, so a model whose micro-batch activations or pipeline stashes reach that
+// size faulted them in again every step (thousands of page faults a step, a 2x slower step on a
+// virtual machine). oversize_threshold 0 keeps them in the ordinary arenas, reused step after step.
+extern "C" {
+const char* malloc_conf = "oversize_threshold:0";
+}
+
 int main(int argc, char** argv) {
   CLI::App app;
   dtrain::cli::build_app(app);

@@ -35,7 +35,12 @@ string(APPEND dtrain_pc_libs " -ldtrain_model -ldtrain_comm -ldtrain_core")
 if(DTRAIN_HAVE_MPI)
   string(APPEND dtrain_pc_requires " ompi-c")
 endif()
+# ${CMAKE_DL_LIBS}: core's malloc_library looks jemalloc's mallctl up by name (libc itself on
+# glibc 2.34 and later; -ldl still links there).
 set(dtrain_pc_extra "-pthread")
+foreach(lib ${CMAKE_DL_LIBS})
+  string(APPEND dtrain_pc_extra " -l${lib}")
+endforeach()
 if(DTRAIN_HAVE_DNNL)
   string(APPEND dtrain_pc_extra " -ldnnl -fopenmp")
 endif()

@@ -12,6 +12,12 @@ option(DTRAIN_WERROR "Treat warnings as errors (scripts and CI turn it on)" OFF)
 option(DTRAIN_NATIVE "Compile for this machine's CPU (-march=native): faster here, may crash elsewhere" OFF)
 set(DTRAIN_WITH_MPI "AUTO" CACHE STRING "Build the OpenMPI backend: ON, OFF or AUTO (if found)")
 set(DTRAIN_WITH_DNNL "AUTO" CACHE STRING "Use oneDNN for bf16 GEMM: ON, OFF or AUTO (if found)")
+# The `dtrain` executable's malloc (the libraries and the Python module keep their process's):
+# jemalloc keeps freed memory for reuse, so the engine's per-micro-batch buffers (activations,
+# pipeline messages, ZB-H1's weight-gradient stashes, bf16 ZeRO's reduce pieces) do not fault in
+# fresh pages every step. AUTO: jemalloc when found, except under sanitizers (which bring their
+# own malloc).
+set(DTRAIN_ALLOCATOR "AUTO" CACHE STRING "The dtrain executable's malloc: jemalloc, system or AUTO")
 set(DTRAIN_SANITIZE "" CACHE STRING "Sanitizers: empty, 'address,undefined' or 'thread'")
 
 set(DTRAIN_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wno-missing-field-initializers)

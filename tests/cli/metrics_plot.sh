@@ -32,6 +32,7 @@ assert [e["val_loss"] for e in evals] == [e["val_loss"] for e in summary["val_lo
 for l in steps:
     assert l["lr"] > 0 and l["grad_norm"] > 0 and l["tokens_per_s"] > 0, l
     assert l["memory_peak_bytes"] > 0 and l["step_ms"] > 0, l
+    assert isinstance(l["page_faults"], int) and l["page_faults"] >= 0, l
 PY
 
 # check_svg FILE SERIES...: the chart's polylines against the metrics file.

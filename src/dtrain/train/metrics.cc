@@ -40,7 +40,8 @@ void MetricsWriter::step(const StepRecord& r, int64_t tokens_per_step, int64_t m
       {"grad_norm", r.stats.grad_norm},
       {"step_ms", r.step_ms},
       {"tokens_per_s", static_cast<double>(tokens_per_step) / (r.step_ms * 1e-3)},
-      {"memory_peak_bytes", memory_peak_bytes}};
+      {"memory_peak_bytes", memory_peak_bytes},
+      {"page_faults", r.page_faults}};
   write(line.dump());
 }
 

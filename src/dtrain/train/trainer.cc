@@ -6,6 +6,7 @@
 
 #include "dtrain/comm/collectives.h"
 #include "dtrain/core/check.h"
+#include "dtrain/core/malloc_info.h"
 #include "dtrain/core/system_memory.h"
 #include "dtrain/core/timer.h"
 #include "dtrain/formats/hf_gpt2.h"
@@ -142,9 +143,11 @@ TrainSummary Trainer::run() {
     StepRecord r;
     r.step = step + 1;
     r.lr = optim::learning_rate(config_.schedule, step);
+    const int64_t faults_before = minor_page_faults();
     Stopwatch watch;
     r.stats = engine_.train_step(batch_, r.lr);
     r.step_ms = watch.elapsed_us() * 1e-3;
+    r.page_faults = minor_page_faults() - faults_before;
     // --max-rank-memory is a limit, not a forecast: the rank's measured peak must stay under it.
     const int64_t peak = engine_.memory().peak_total_bytes();
     DTRAIN_CHECK(config_.max_rank_memory == 0 || peak <= config_.max_rank_memory,

@@ -55,6 +55,11 @@ struct StepRecord {
   int64_t step = 0;  // 1-based: the number of updates done
   float lr = 0;
   double step_ms = 0;
+  // Minor page faults of this process during the step (every rank thread of the threads
+  // backend; this rank's process under MPI): pages touched for the first time, each a trip into
+  // the kernel (10 us or more on some virtual machines). After the first steps a run whose
+  // allocator keeps freed memory faults next to nothing.
+  int64_t page_faults = 0;
   StepStats stats;
 };
 
