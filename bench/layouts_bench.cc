@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -55,20 +56,32 @@ std::string join_quoted(const std::vector<std::string>& words) {
   return s;
 }
 
-// The median of a run's step times after the first (its warm-up: first touches of every
-// buffer, thread start-up), from the --metrics file; all of them when the run had one step.
-double measured_step_ms(const std::string& metrics_path) {
+// A run's measured steps, from its --metrics file: the median step time and page faults of
+// the steps after the first `warmup` (first touches of every buffer, thread start-up); all of
+// them when the run had no more steps than that. Faults are -1 where the lines carry none.
+struct MeasuredSteps {
+  double step_ms = 0, page_faults = -1;
+};
+MeasuredSteps measured_steps(const std::string& metrics_path, int warmup) {
   std::ifstream in(metrics_path);
   DTRAIN_CHECK(in.good(), "bench layouts: the run wrote no metrics file ", metrics_path);
-  std::vector<double> steps;
+  std::vector<double> steps, faults;
   std::string line;
   while (std::getline(in, line)) {
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j.value("type", "") == "step") steps.push_back(j.at("step_ms"));
+    if (!j.is_object() || j.value("type", "") != "step") continue;
+    steps.push_back(j.at("step_ms"));
+    if (j.contains("page_faults")) faults.push_back(j.at("page_faults"));
   }
   DTRAIN_CHECK(!steps.empty(), "bench layouts: no step in ", metrics_path);
-  if (steps.size() > 1) steps.erase(steps.begin());
-  return median(steps);
+  const size_t skip = steps.size() > static_cast<size_t>(warmup) ? static_cast<size_t>(warmup) : 0;
+  steps.erase(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(skip));
+  MeasuredSteps m{median(steps), -1};
+  if (faults.size() == steps.size() + skip) {
+    faults.erase(faults.begin(), faults.begin() + static_cast<std::ptrdiff_t>(skip));
+    m.page_faults = median(faults);
+  }
+  return m;
 }
 
 // The clock's step for the run, ms: train's "clock.predicted.step_s", priced from the cluster
@@ -84,6 +97,7 @@ std::optional<double> clock_predicted_ms(const nlohmann::json& report) {
 struct RunFigures {
   double predicted = 0, measured = 0;
   std::optional<double> given_routing;
+  double page_faults = -1;  // per measured step (median); -1: not counted
 };
 RunFigures run_layout_once(const LayoutsBenchOptions& o, const std::string& mpirun,
                            const LayoutModel& m, const LayoutSpec& s, const std::string& metrics,
@@ -115,13 +129,13 @@ RunFigures run_layout_once(const LayoutsBenchOptions& o, const std::string& mpir
   const nlohmann::json report = nlohmann::json::parse(ran.output, nullptr, false);
   DTRAIN_CHECK(report.is_object(), "bench layouts: ", describe(s),
                " printed no JSON report: ", command);
-  const double measured = measured_step_ms(metrics);
+  const MeasuredSteps measured = measured_steps(metrics, o.warmup);
   const std::optional<double> clock = clock_predicted_ms(report);
   DTRAIN_CHECK(clock.has_value(), "bench layouts: ", describe(s),
                ": the train report has no clock prediction (does --cluster ", o.cluster,
                " carry gpu.measured? dtrain calibrate --compute writes it)");
   source = "clock";
-  RunFigures f{*clock, measured, std::nullopt};
+  RunFigures f{*clock, measured.step_ms, std::nullopt, measured.page_faults};
   if (report["clock"].contains("given_routing")) {
     f.given_routing = report["clock"]["given_routing"].at("step_s").get<double>() * 1e3;
   }
@@ -285,7 +299,14 @@ LayoutsBenchReport run_layouts_bench(const LayoutsBenchOptions& options) {
   LayoutsBenchOptions o = options;
   DTRAIN_CHECK(o.repeats >= 1, "--repeats must be at least 1 (got ", o.repeats, ")");
   DTRAIN_CHECK(o.steps >= 1, "--steps must be at least 1 (got ", o.steps, ")");
-  if (o.quick) o.steps = 1;
+  DTRAIN_CHECK(o.warmup >= 0, "--warmup must be at least 0 (got ", o.warmup, ")");
+  // One step is measured whole (nothing to skip); otherwise at least one must be left.
+  DTRAIN_CHECK(o.steps == 1 || o.warmup < o.steps, "--warmup ", o.warmup,
+               " leaves no step of --steps ", o.steps, " to measure (it must be less)");
+  if (o.quick) {
+    o.steps = 1;
+    o.warmup = 0;
+  }
   if (o.dtrain.empty()) o.dtrain = std::filesystem::read_symlink("/proc/self/exe").string();
   const std::vector<LayoutSpec> grid = layout_grid(o.quick, o.mpi, o.only);
   std::string mpirun;
@@ -303,6 +324,7 @@ LayoutsBenchReport run_layouts_bench(const LayoutsBenchOptions& options) {
   r.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   r.repeats = o.repeats;
   r.steps = o.steps;
+  r.warmup = o.steps > o.warmup ? o.warmup : 0;
   r.models = layout_models();
   for (const LayoutSpec& s : grid) r.results.push_back(LayoutResult{s, {}, {}, "", 0, 0, 0, 0});
 
@@ -325,6 +347,7 @@ LayoutsBenchReport run_layouts_bench(const LayoutsBenchOptions& options) {
       res.predicted_ms.push_back(f.predicted);
       res.measured_ms.push_back(f.measured);
       if (f.given_routing) res.given_routing_ms.push_back(*f.given_routing);
+      if (f.page_faults >= 0) res.page_faults.push_back(f.page_faults);
       ++done;
       std::cerr << "[" << done << "/" << runs << "] " << r.models[res.spec.model].name << " "
                 << describe(res.spec) << ": predicted " << fixed(f.predicted, 2) << " ms, measured "
@@ -353,6 +376,7 @@ void summarize_layouts(LayoutsBenchReport& r) {
     res.spread_pct = 100 * (*hi - *lo) / res.measured;
     errors.push_back(res.error_pct);
     spreads.push_back(res.spread_pct);
+    res.page_faults_per_step = res.page_faults.empty() ? 0 : median(res.page_faults);
     if (res.has_given_routing()) {
       DTRAIN_CHECK(res.given_routing_ms.size() == res.measured_ms.size(),
                    "bench layouts: ", describe(res.spec),
@@ -589,7 +613,10 @@ void print_layouts_bench(std::ostream& out, const LayoutsBenchReport& r) {
   out << "dtrain bench layouts: the clock's predicted step beside the measured one, "
       << r.results.size() << " layouts, median of " << r.repeats << " interleaved repeat"
       << (r.repeats == 1 ? "" : "s") << " of " << r.steps << " step" << (r.steps == 1 ? "" : "s")
-      << (r.steps > 1 ? " (the first skipped)" : "") << "\n";
+      << (r.warmup == 1  ? " (the first skipped)"
+          : r.warmup > 1 ? str(" (the first ", r.warmup, " skipped)")
+                         : "")
+      << "\n";
   out << "  CPU: " << r.cpu << "; rates: " << r.cluster << "\n";
   for (const LayoutModel& m : r.models) {
     out << "  model " << m.name << ": " << m.layers << " layers, " << m.channels << " channels, "
@@ -597,7 +624,7 @@ void print_layouts_bench(std::ostream& out, const LayoutsBenchReport& r) {
         << "\n";
   }
   out << "\n   #  model  ranks  layout                                    predicted ms  measured ms"
-         "  error %  spread %  predicted by\n";
+         "  error %  spread %  faults/step  predicted by\n";
   for (size_t i = 0; i < r.results.size(); ++i) {
     const LayoutResult& res = r.results[i];
     const std::string label = rpad(describe(res.spec), 40);
@@ -605,7 +632,8 @@ void print_layouts_bench(std::ostream& out, const LayoutsBenchReport& r) {
         << std::string(7 - std::min<size_t>(6, r.models[res.spec.model].name.size()), ' ')
         << lpad(std::to_string(res.spec.ranks()), 5) << "  " << label
         << lpad(fixed(res.predicted, 2), 14) << lpad(fixed(res.measured, 2), 13)
-        << lpad(fixed(res.error_pct, 1), 9) << lpad(fixed(res.spread_pct, 1), 10) << "  "
+        << lpad(fixed(res.error_pct, 1), 9) << lpad(fixed(res.spread_pct, 1), 10)
+        << lpad(res.page_faults.empty() ? "-" : fixed(res.page_faults_per_step, 0), 13) << "  "
         << res.predicted_source << "\n";
   }
   out << "\n  |error|: mean " << fixed(r.mean_abs_error_pct, 1) << " %, 90th percentile "
@@ -676,6 +704,7 @@ nlohmann::json layouts_bench_to_json(const LayoutsBenchReport& r) {
   j["cores"] = r.cores;
   j["repeats"] = r.repeats;
   j["steps"] = r.steps;
+  j["warmup"] = r.warmup;
   nlohmann::json models = nlohmann::json::array();
   for (const LayoutModel& m : r.models) {
     models.push_back({{"name", m.name},
@@ -716,6 +745,10 @@ nlohmann::json layouts_bench_to_json(const LayoutsBenchReport& r) {
                        {"predicted_by", res.predicted_source},
                        {"repeats_predicted_ms", res.predicted_ms},
                        {"repeats_measured_ms", res.measured_ms}});
+    if (!res.page_faults.empty()) {
+      layouts.back()["page_faults_per_step"] = res.page_faults_per_step;
+      layouts.back()["repeats_page_faults"] = res.page_faults;
+    }
     if (res.has_given_routing()) {
       layouts.back()["given_routing_ms"] = res.given_routing;
       layouts.back()["given_routing_error_pct"] = res.given_routing_error_pct;

@@ -2,7 +2,8 @@
 // x pp x ZeRO x SP x recompute x micro-batches x schedule x precision, two model sizes, the threads
 // backend and MPI) runs as a `dtrain train --cluster FILE --json` subprocess; its predicted step
 // comes from the clock (the run's "clock.predicted", priced from the cluster file's measured rates
-// before any step), its measured step is the median of the run's steps after the first. Repeats
+// before any step), its measured step is the median of the run's steps after the warm-up ones
+// (the first, unless --warmup says otherwise), beside their page faults per step. Repeats
 // go round-robin over the layouts, and each layout's figure is the median over its repeats.
 #pragma once
 
@@ -49,7 +50,8 @@ struct LayoutsBenchOptions {
   std::string cluster;  // a calibrated cluster file (measured rates)
   bool quick = false;   // 3 layouts, 1 step each: the structure, for the tests
   int repeats = 3;      // interleaved repeats per layout
-  int steps = 4;        // per repeat; the first is warm-up (skipped) when there are two or more
+  int steps = 4;        // per repeat
+  int warmup = 1;       // the first steps of each repeat, not measured (fewer than steps)
   bool mpi = true;      // include the MPI layouts (needs mpirun)
   std::string dtrain;   // the dtrain binary the runs start (default: this process's)
   // The groups to run (LayoutSpec::group): empty is every group, or dense alone with --quick.
@@ -63,6 +65,13 @@ struct LayoutResult {
   double predicted = 0, measured = 0;             // medians over the repeats, ms
   double error_pct = 0;                           // 100 (predicted - measured) / measured
   double spread_pct = 0;  // 100 (max - min) / median of the measured repeats
+  // Per repeat, the median of the measured steps' page faults (the process's minor faults in the
+  // step, train's --metrics "page_faults"; empty when the runs do not count them), and their
+  // median: a layout that still faults pages in after its warm-up was not measured in a steady
+  // state (a buffer whose size follows the routing reaching new sizes, for one), which the clock
+  // does not price.
+  std::vector<double> page_faults;
+  double page_faults_per_step = 0;
   // MoE: train's clock.given_routing, the same clock priced after the run on the routing that
   // run measured (per repeat; empty for a dense layout), its median and its error.
   std::vector<double> given_routing_ms;
@@ -128,7 +137,7 @@ struct LayoutScope {
 struct LayoutsBenchReport {
   std::string cluster, cpu;
   int cores = 0;  // the machine's cores (0: unknown, every group taken to fit)
-  int repeats = 0, steps = 0;
+  int repeats = 0, steps = 0, warmup = 0;
   std::vector<LayoutModel> models;
   std::vector<LayoutResult> results;
   std::vector<LayoutGroup> groups;

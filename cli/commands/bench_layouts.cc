@@ -60,9 +60,14 @@ void add_bench_layouts(CLI::App& bench_app) {
                   "Repeats per layout, round-robin over the layouts (each figure is their median)")
       ->capture_default_str()
       ->check(CLI::Range(1, 100));
-  cmd->add_option("--steps", o.steps, "Training steps per repeat; the first is skipped as warm-up")
+  cmd->add_option("--steps", o.steps, "Training steps per repeat")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
+  cmd->add_option("--warmup", o.warmup,
+                  "The first steps of each repeat, run but not measured (fewer than --steps); the "
+                  "faults/step column shows whether the measured ones still fault pages in")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 999));
   cmd->add_flag("--quick", o.quick,
                 "3 dense layouts of the bench model on 2 ranks (with --only, one layout per group "
                 "named), 1 step each (tests)");

@@ -21,7 +21,10 @@ expect_error "--cluster $dir/links.json: has no field 'gpu.measured'" bench layo
 "$DTRAIN" calibrate --ranks 4 --ranks-per-node 2 --seconds 0.05 --trials 1 --iterations 20 \
   --compute --quick -o "$dir/cluster.json" >/dev/null 2>&1 || fail "calibrate could not write a cluster file"
 
-expect_output "predicted ms +measured ms +error % +spread %" bench layouts --quick --cluster "$dir/cluster.json"
+expect_output "predicted ms +measured ms +error % +spread % +faults/step" bench layouts --quick --cluster "$dir/cluster.json"
+# Checked before any run (with --quick too, which then measures its one step whole).
+expect_error "--warmup 4 leaves no step of --steps 4 to measure" bench layouts --quick --steps 4 \
+  --warmup 4 --cluster "$dir/cluster.json"
 
 "$DTRAIN" bench layouts --quick --repeats 3 --cluster "$dir/cluster.json" --json >"$dir/r.json" 2>"$dir/err.txt" ||
   fail "bench layouts --quick --json failed: $(tail -3 "$dir/err.txt")"
@@ -32,7 +35,7 @@ sed -n 2p "$dir/err.txt" | grep -q 'tp2' || fail "repeats are not interleaved: $
 python3 - "$dir/r.json" <<'PY' || fail "the JSON's figures do not follow from its repeats"
 import json, math, statistics, sys
 r = json.load(open(sys.argv[1]))
-assert r["bench"] == "layouts" and r["repeats"] == 3 and r["steps"] == 1, r
+assert r["bench"] == "layouts" and r["repeats"] == 3 and r["steps"] == 1 and r["warmup"] == 0, r
 L = r["layouts"]
 assert len(L) == 3, len(L)
 def close(a, b): return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
@@ -48,6 +51,10 @@ for l in L:
     e = 100 * (l["predicted_ms"] - l["measured_ms"]) / l["measured_ms"]
     assert close(l["error_pct"], e), (l["error_pct"], e)
     assert close(l["spread_pct"], 100 * (max(m) - min(m)) / statistics.median(m)), l
+    # The measured step's page faults (train's --metrics page_faults), per repeat and their median.
+    f = l["repeats_page_faults"]
+    assert len(f) == 3 and all(x >= 0 for x in f), l
+    assert close(l["page_faults_per_step"], statistics.median(f)), l
     errs.append(abs(e))
 s = r["summary"]
 assert close(s["mean_abs_error_pct"], sum(errs) / len(errs)), s
