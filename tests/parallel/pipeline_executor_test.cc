@@ -224,6 +224,57 @@ TEST(PipelineExecutor, PeakActivationsAreTheCheckersInFlightCountTimesOneMicroBa
   }
 }
 
+// With one chunk per rank the executor keeps every set of activations a step gave back and
+// makes a set only when none is spare: after each step it holds exactly the sets of its in-flight
+// peak (one spare, as before, would hold one), the next step reuses them, and no step's peak
+// grows (each set freed and made again would fault its pages in anew). ZB-H1's weight-gradient
+// stash, freed at W, is not part of a set.
+TEST(PipelineExecutor, KeepsTheInFlightPeaksSetsForTheNextStepAndNoMore) {
+  const model::GptConfig g = config();
+  const int P = 2;
+  const StagePartition part = balanced_partition(static_cast<int>(g.layers), P, 1);
+  for (ScheduleKind kind :
+       {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::zero_bubble_h1}) {
+    for (int M : {1, 2, 4}) {
+      SCOPED_TRACE(testing::Message() << plan::name(kind) << " P " << P << " M " << M);
+      PipelineExecutorConfig ec;
+      ec.schedule = plan::make_schedule(kind, P, M, 1);
+      ec.partition = part;
+      ec.micro_batch = kBatch / M;
+      ec.seq = kSeq;
+      const Tokens data = tokens();
+      comm::threads::run_ranks(P, [&](comm::Communicator& pp) {
+        const int r = pp.rank();
+        MemoryTracker tracker;
+        model::GptModel m(g, stage_of(ec.partition, r), &tracker);
+        m.init_params(kSeed);
+        PipelineExecutor ex(pp, m, ec, &tracker);
+        const bool split = kind == ScheduleKind::zero_bubble_h1;
+        const int64_t stash = split ? static_cast<int64_t>(part.layer_count(r, 0) *
+                                                           plan::weight_grad_stash_bytes_per_layer(
+                                                               layer_shape(ec.micro_batch)))
+                                    : 0;
+        const int64_t set = ex.microbatch_activation_bytes() - stash;
+        // The most micro-batches in flight at once: GPipe M, 1F1B min(P - r, M), ZB-H1 min(P, M).
+        const int64_t sets = kind == ScheduleKind::gpipe ? M
+                             : split                     ? std::min(P, M)
+                                                         : std::min(P - r, M);
+        const int64_t before = tracker.current_bytes(MemoryTag::activations);
+        int64_t first_peak = 0;
+        for (int step = 0; step < 3; ++step) {
+          const PipelineStepRecord rec = ex.run(data.inputs, data.targets);
+          EXPECT_EQ(rec.peak_inflight_bytes, sets * (set + stash)) << "rank " << r;
+          EXPECT_EQ(tracker.current_bytes(MemoryTag::activations) - before, sets * set)
+              << "rank " << r << " step " << step;
+          if (step == 0) first_peak = tracker.peak_bytes(MemoryTag::activations);
+          EXPECT_EQ(tracker.peak_bytes(MemoryTag::activations), first_peak)
+              << "rank " << r << " step " << step;
+        }
+      });
+    }
+  }
+}
+
 TEST(PipelineExecutor, SendsActivationsAndGradientsOfThePlannedSize) {
   for (ScheduleKind kind : {ScheduleKind::one_f_one_b, ScheduleKind::interleaved}) {
     const int P = 4, M = 4, v = kind == ScheduleKind::interleaved ? 2 : 1;

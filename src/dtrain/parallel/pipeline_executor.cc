@@ -126,8 +126,12 @@ int64_t PipelineExecutor::microbatch_activation_bytes() const {
 }
 
 std::unique_ptr<model::GptActivations> PipelineExecutor::take_activations(int chunk) {
-  std::unique_ptr<model::GptActivations>& spare = spare_[static_cast<size_t>(chunk)];
-  if (spare != nullptr) return std::move(spare);
+  std::vector<std::unique_ptr<model::GptActivations>>& spares = spare_[static_cast<size_t>(chunk)];
+  if (!spares.empty()) {
+    std::unique_ptr<model::GptActivations> acts = std::move(spares.back());
+    spares.pop_back();
+    return acts;
+  }
   const ChunkInfo& c = chunks_[static_cast<size_t>(chunk)];
   return std::make_unique<model::GptActivations>(
       model_.config(), config_.micro_batch, config_.seq, tracker_, c.layers, c.embedding, c.head,
@@ -136,10 +140,13 @@ std::unique_ptr<model::GptActivations> PipelineExecutor::take_activations(int ch
 }
 
 void PipelineExecutor::give_back(int chunk, std::unique_ptr<model::GptActivations> acts) {
-  // One chunk per rank only: a spare of one chunk kept while another chunk's micro-batches peak
-  // would hold more than the in-flight peak.
-  std::unique_ptr<model::GptActivations>& spare = spare_[static_cast<size_t>(chunk)];
-  if (spare == nullptr && config_.schedule.chunks == 1) spare = std::move(acts);
+  // With one chunk per rank every set is kept: a set is made only when none is spare, so those
+  // held (spare or in flight) are as many as were ever in flight at once, and a step that frees
+  // and makes sets again would fault their pages in anew each time (a 1F1B stage with two
+  // micro-batches in flight, whose second set was made and freed every step, faulted ~2,400
+  // pages a step in an MPI rank). With more chunks none is kept: a chunk's spare held while
+  // another chunk's micro-batches peak would hold more than the in-flight peak.
+  if (config_.schedule.chunks == 1) spare_[static_cast<size_t>(chunk)].push_back(std::move(acts));
 }
 
 PipelineExecutor::Message PipelineExecutor::new_message() const {

@@ -32,8 +32,9 @@
 //  - with `bf16_activations` (mixed precision) the activations and gradients travel as bf16,
 //    half the bytes: rounded into a communication buffer at the send, widened at the use.
 //  - with one chunk per rank, the activations of a micro-batch whose backward is done are kept
-//    for the next forward (one spare): the bytes held never exceed the in-flight peak, and a run
-//    with one micro-batch in flight allocates nothing per step.
+//    for a later forward (spares, as many as come back): a set is made only when none is spare,
+//    so the sets held never outnumber the most micro-batches in flight so far, and after the
+//    first step no step allocates any.
 #pragma once
 
 #include <cstdint>
@@ -147,8 +148,8 @@ class PipelineExecutor {
   void unpack(const Message& m, float* values) const;  // into element_count_ floats
   int64_t message_bytes() const;
   int index(int mb, int chunk) const { return chunk * config_.schedule.microbatches + mb; }
-  // A micro-batch's activations for `chunk`: the chunk's spare if it has one, else new ones;
-  // give_back keeps one spare per chunk.
+  // A micro-batch's activations for `chunk`: one of the chunk's spares if it has one, else new
+  // ones; give_back keeps every set with one chunk per rank, none with more.
   std::unique_ptr<model::GptActivations> take_activations(int chunk);
   void give_back(int chunk, std::unique_ptr<model::GptActivations> acts);
   // A forward of chunk `c` on `acts` (its input already in place unless c holds the embedding),
@@ -181,7 +182,7 @@ class PipelineExecutor {
 
   // Per (mb, chunk), index chunk * M + mb; live only during a step.
   std::vector<std::unique_ptr<model::GptActivations>> acts_;
-  std::vector<std::unique_ptr<model::GptActivations>> spare_;     // (v) one per chunk, or null
+  std::vector<std::vector<std::unique_ptr<model::GptActivations>>> spare_;  // (v) per chunk
   std::vector<int> backwards_done_, weights_done_;                // (v) this step's B and W
   std::vector<std::unique_ptr<model::WeightGradStash>> stashes_;  // split_ only: B until W
   std::vector<comm::RequestPtr> activation_sends_;                // sends from acts_[i]'s output
