@@ -10,17 +10,34 @@ tmp=$(mktemp -d)
 trap '"$CLUSTER" down >/dev/null 2>&1; rm -rf "$tmp"' EXIT
 "$CLUSTER" up --nodes 2 --ranks-per-node 2 --inter-node 1gbit >/dev/null || fail "cluster up"
 
+# rank0_stdout ARGS...: `dtrain ARGS` on the cluster's 4 ranks, printing rank 0's standard output
+# alone (the run's log, stdout and stderr of every rank, goes to $tmp/run.log). `cluster run`
+# merges them all into one log, which mpirun fills in chunks and in no fixed order, so a progress
+# line written to stderr before the JSON report can land inside it; each rank writes its stdout
+# to a file of its own instead.
+cat >"$tmp/to-file.sh" <<EOF
+#!/bin/sh
+exec "$DTRAIN" "\$@" >"$tmp/stdout.\${OMPI_COMM_WORLD_RANK:-x}"
+EOF
+chmod +x "$tmp/to-file.sh"
+rank0_stdout() {
+  rm -f "$tmp"/stdout.*
+  "$CLUSTER" run --bin "$tmp/to-file.sh" -- "$@" >"$tmp/run.log" 2>&1
+  local rc=$?
+  cat "$tmp/stdout.0" 2>/dev/null
+  return $rc
+}
+
 # Hostnames: one per node, two ranks each (OpenMPI places ranks 0,1 on node0 and 2,3 on node1).
 hosts=$("$CLUSTER" run --bin "$(command -v hostname)" 2>&1 | sort | uniq -c | tr -s ' ' | tr '\n' ';')
 [ "$hosts" = " 2 node0; 2 node1;" ] && ok "ranks per node: $hosts" || fail "placement: $hosts"
 
-out=$("$CLUSTER" run --bin "$DTRAIN" -- collectives --backend mpi --ranks 4 --ranks-per-node 2 --size 1MiB \
-  --algo hierarchical --trials 1 --trial-seconds 0.05 --timeout 30 --json 2>&1)
+out=$(rank0_stdout collectives --backend mpi --ranks 4 --ranks-per-node 2 --size 1MiB \
+  --algo hierarchical --trials 1 --trial-seconds 0.05 --timeout 30 --json) ||
+  fail "hierarchical: the run failed: $(tail -5 "$tmp/run.log")"
 if python3 - "$out" <<'PY'; then ok "hierarchical link bytes == formula on every rank"; else fail "hierarchical: $out"; fi
 import json, sys
-# The report is the first JSON object; progress lines on stderr (merged here, and forwarded by
-# mpirun in no fixed order) may come before or after it.
-r, _ = json.JSONDecoder().raw_decode(sys.argv[1][sys.argv[1].index("{"):])
+r = json.loads(sys.argv[1])  # rank 0's stdout: the report alone
 assert r["verified"], "not verified"
 for p in r["per_rank"]:
     assert p["intra_node_bytes_sent"] == p["formula_intra_node_bytes"], p
@@ -28,13 +45,12 @@ for p in r["per_rank"]:
     assert p["inter_node_bytes_sent"] == 524288, p  # 2(M-1)/M * S/G = S/2 for M = G = 2
 PY
 
-out=$("$CLUSTER" run --bin "$DTRAIN" -- bench collectives --backend mpi --ranks 4 --ranks-per-node 2 \
-  --min-size 4MiB --max-size 4MiB --trials 1 --trial-seconds 0.2 --json 2>"$tmp/bench.err")
+out=$(rank0_stdout bench collectives --backend mpi --ranks 4 --ranks-per-node 2 \
+  --min-size 4MiB --max-size 4MiB --trials 1 --trial-seconds 0.2 --json) ||
+  fail "bench: the run failed: $(tail -5 "$tmp/run.log")"
 if python3 - "$out" <<'PY'; then ok "bench: hierarchical sends 1/3 of the ring's inter-node bytes"; else fail "bench: $out"; fi
 import json, sys
-# The report is the first JSON object; progress lines on stderr (merged here, and forwarded by
-# mpirun in no fixed order) may come before or after it.
-r, _ = json.JSONDecoder().raw_decode(sys.argv[1][sys.argv[1].index("{"):])
+r = json.loads(sys.argv[1])  # rank 0's stdout: the report alone
 rows = {row["algorithm"]: row for row in r["rows"]}
 ring, hier = rows["ring"], rows["hierarchical"]
 print("   ring %.0f us, hierarchical %.0f us, native %.0f us" % (ring["time_us"], hier["time_us"], rows["native"]["time_us"]))
