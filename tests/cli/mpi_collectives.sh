@@ -42,7 +42,10 @@ if [ -z "$victim" ]; then
   echo "FAIL: could not find rank 1's process"; failures=$((failures + 1)); kill $job 2>/dev/null
 else
   kill -9 "$victim"
-  ( sleep 60; kill -9 $job 2>/dev/null ) & watchdog=$!
+  # The watchdog's output goes nowhere and its sleep dies with it: a sleep left holding the
+  # test's stdout would keep CTest waiting for the pipe to close, a minute after the test ended.
+  ( exec >/dev/null 2>&1; sleep 60 & nap=$!; trap 'kill $nap; exit' TERM; wait $nap; kill -9 $job ) &
+  watchdog=$!
   wait $job; rc=$?
   kill $watchdog 2>/dev/null
   elapsed=$(( $(date +%s) - start ))
