@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -18,6 +19,9 @@
 #include "dtrain/core/check.h"
 #include "dtrain/model/bf16_gemm.h"
 #include "dtrain/model/gpt_config.h"
+#include "dtrain/plan/engine_clock.h"
+#include "dtrain/plan/hardware.h"
+#include "dtrain/train/compute_calibration.h"
 
 namespace dtrain::bench {
 namespace {
@@ -328,6 +332,36 @@ LayoutsBenchReport run_layouts_bench(const LayoutsBenchOptions& options) {
   r.models = layout_models();
   for (const LayoutSpec& s : grid) r.results.push_back(LayoutResult{s, {}, {}, "", 0, 0, 0, 0});
 
+  // The probes: the slowest core's speed at each precision, and the gap between the cores.
+  plan::Cluster cluster;
+  std::optional<train::CoreSpeedProbe> probe;
+  if (o.probe) {
+    cluster = plan::read_cluster_file(o.cluster);
+    DTRAIN_CHECK(plan::has_measured_rates(cluster), "bench layouts: ", o.cluster,
+                 " has no measured rates (gpu.measured) to probe the cores against (run dtrain "
+                 "calibrate --compute, or pass --no-probe)");
+    probe.emplace(cluster.gpu.measured);
+  }
+  struct Slowest {
+    double fp32 = 0, bf16 = 0;
+  };
+  auto probe_now = [&] {
+    const std::vector<train::CoreSpeed> cores = probe->measure();
+    Slowest s{cores.front().fp32, cores.front().bf16};
+    double fast32 = s.fp32, fast16 = s.bf16;
+    for (const train::CoreSpeed& c : cores) {
+      s.fp32 = std::min(s.fp32, c.fp32);
+      s.bf16 = std::min(s.bf16, c.bf16);
+      fast32 = std::max(fast32, c.fp32);
+      fast16 = std::max(fast16, c.bf16);
+    }
+    r.core_gap_max_pct = std::max(r.core_gap_max_pct, 100 * (fast32 / s.fp32 - 1));
+    if (s.bf16 > 0) r.core_gap_max_pct = std::max(r.core_gap_max_pct, 100 * (fast16 / s.bf16 - 1));
+    return s;
+  };
+  Slowest before;
+  if (probe) before = probe_now();
+
   // One run at a time: each reuses the same two files.
   ScratchDir scratch("dtrain-bench-layouts", {"metrics.jsonl", "stderr.txt"});
   const size_t runs = grid.size() * static_cast<size_t>(o.repeats);
@@ -348,12 +382,22 @@ LayoutsBenchReport run_layouts_bench(const LayoutsBenchOptions& options) {
       res.measured_ms.push_back(f.measured);
       if (f.given_routing) res.given_routing_ms.push_back(*f.given_routing);
       if (f.page_faults >= 0) res.page_faults.push_back(f.page_faults);
+      if (probe) {
+        const Slowest after = probe_now();
+        const bool bf16 = res.spec.precision == "bf16" && before.bf16 > 0 && after.bf16 > 0;
+        res.core_speeds.push_back(bf16 ? (before.bf16 + after.bf16) / 2
+                                       : (before.fp32 + after.fp32) / 2);
+        before = after;
+      }
       ++done;
       std::cerr << "[" << done << "/" << runs << "] " << r.models[res.spec.model].name << " "
                 << describe(res.spec) << ": predicted " << fixed(f.predicted, 2) << " ms, measured "
                 << fixed(f.measured, 2) << " ms"
                 << (f.given_routing ? str(", given routing ", fixed(*f.given_routing, 2), " ms")
                                     : "")
+                << (probe ? str(", slowest core at ", fixed(res.core_speeds.back(), 2),
+                                " of its calibrated speed")
+                          : "")
                 << "\n";
     }
   }
@@ -384,6 +428,35 @@ void summarize_layouts(LayoutsBenchReport& r) {
       res.given_routing = median(res.given_routing_ms);
       res.given_routing_error_pct = 100 * (res.given_routing - res.measured) / res.measured;
     }
+  }
+  // The probes: each layout's prediction at the speed its slowest core had during its runs.
+  std::vector<double> adjusted_errors, speeds;
+  r.probed = !r.results.empty() && std::all_of(r.results.begin(), r.results.end(),
+                                               [](const LayoutResult& x) { return x.probed(); });
+  for (LayoutResult& res : r.results) {
+    if (!r.probed) break;
+    DTRAIN_CHECK(res.core_speeds.size() == res.measured_ms.size(),
+                 "bench layouts: ", describe(res.spec), " has ", res.core_speeds.size(),
+                 " core speeds for ", res.measured_ms.size(), " repeats");
+    std::vector<double> adjusted;
+    for (size_t k = 0; k < res.core_speeds.size(); ++k) {
+      DTRAIN_CHECK(res.core_speeds[k] > 0, "bench layouts: ", describe(res.spec),
+                   " has a core speed of ", res.core_speeds[k]);
+      adjusted.push_back(res.predicted_ms[k] / res.core_speeds[k]);
+      speeds.push_back(res.core_speeds[k]);
+    }
+    res.core_speed = median(res.core_speeds);
+    res.speed_adjusted_error_pct = 100 * (median(adjusted) - res.measured) / res.measured;
+    adjusted_errors.push_back(res.speed_adjusted_error_pct);
+  }
+  if (r.probed) {
+    const ErrorSummary a = summarize_errors(adjusted_errors);
+    r.adjusted_mean_abs_error_pct = a.mean_abs;
+    r.adjusted_p90_abs_error_pct = a.p90_abs;
+    r.adjusted_worst_abs_error_pct = a.max_abs;
+    r.speed_min = *std::min_element(speeds.begin(), speeds.end());
+    r.speed_max = *std::max_element(speeds.begin(), speeds.end());
+    r.speed_median = median(speeds);
   }
   std::vector<double> moe_errors, moe_given;
   for (const LayoutResult& res : r.results) {
@@ -624,7 +697,8 @@ void print_layouts_bench(std::ostream& out, const LayoutsBenchReport& r) {
         << "\n";
   }
   out << "\n   #  model  ranks  layout                                    predicted ms  measured ms"
-         "  error %  spread %  faults/step  predicted by\n";
+         "  error %  spread %  faults/step"
+      << (r.probed ? "  core speed  at that speed %" : "") << "  predicted by\n";
   for (size_t i = 0; i < r.results.size(); ++i) {
     const LayoutResult& res = r.results[i];
     const std::string label = rpad(describe(res.spec), 40);
@@ -633,8 +707,11 @@ void print_layouts_bench(std::ostream& out, const LayoutsBenchReport& r) {
         << lpad(std::to_string(res.spec.ranks()), 5) << "  " << label
         << lpad(fixed(res.predicted, 2), 14) << lpad(fixed(res.measured, 2), 13)
         << lpad(fixed(res.error_pct, 1), 9) << lpad(fixed(res.spread_pct, 1), 10)
-        << lpad(res.page_faults.empty() ? "-" : fixed(res.page_faults_per_step, 0), 13) << "  "
-        << res.predicted_source << "\n";
+        << lpad(res.page_faults.empty() ? "-" : fixed(res.page_faults_per_step, 0), 13)
+        << (r.probed ? lpad(fixed(res.core_speed, 2), 12) +
+                           lpad(fixed(res.speed_adjusted_error_pct, 1), 17)
+                     : "")
+        << "  " << res.predicted_source << "\n";
   }
   out << "\n  |error|: mean " << fixed(r.mean_abs_error_pct, 1) << " %, 90th percentile "
       << fixed(r.p90_abs_error_pct, 1) << " %, worst " << fixed(r.worst_abs_error_pct, 1) << " %";
@@ -644,6 +721,18 @@ void print_layouts_bench(std::ostream& out, const LayoutsBenchReport& r) {
   }
   out << "\n  repeat spread (max - min over median): median " << fixed(r.median_spread_pct, 1)
       << " %, largest " << fixed(r.max_spread_pct, 1) << " %\n";
+  if (r.probed) {
+    out << "  core speed (the slowest core's, against the calibrated rates, probed before and "
+           "after each run): least "
+        << fixed(r.speed_min, 2) << ", median " << fixed(r.speed_median, 2) << ", most "
+        << fixed(r.speed_max, 2) << "; the largest gap between cores in one probe "
+        << fixed(r.core_gap_max_pct, 1) << " %\n"
+        << "  |error| at that speed (each repeat's prediction over its core speed; a "
+           "diagnostic, not the clock's figure): mean "
+        << fixed(r.adjusted_mean_abs_error_pct, 1) << " %, 90th percentile "
+        << fixed(r.adjusted_p90_abs_error_pct, 1) << " %, worst "
+        << fixed(r.adjusted_worst_abs_error_pct, 1) << " %\n";
+  }
   out << "\n  group (model, ranks, kind)  layouts  Spearman  repeats  top pick (least predicted)"
          "              measured best                          top pick slower\n";
   for (const LayoutGroup& g : r.groups) {
@@ -749,6 +838,11 @@ nlohmann::json layouts_bench_to_json(const LayoutsBenchReport& r) {
       layouts.back()["page_faults_per_step"] = res.page_faults_per_step;
       layouts.back()["repeats_page_faults"] = res.page_faults;
     }
+    if (res.probed()) {
+      layouts.back()["core_speed"] = res.core_speed;
+      layouts.back()["repeats_core_speed"] = res.core_speeds;
+      layouts.back()["speed_adjusted_error_pct"] = res.speed_adjusted_error_pct;
+    }
     if (res.has_given_routing()) {
       layouts.back()["given_routing_ms"] = res.given_routing;
       layouts.back()["given_routing_error_pct"] = res.given_routing_error_pct;
@@ -767,6 +861,15 @@ nlohmann::json layouts_bench_to_json(const LayoutsBenchReport& r) {
         {"worst_abs_error_pct", r.moe_worst_abs_error_pct},
         {"given_routing_mean_abs_error_pct", r.moe_given_routing_mean_abs_error_pct},
         {"given_routing_worst_abs_error_pct", r.moe_given_routing_worst_abs_error_pct}};
+  }
+  if (r.probed) {
+    j["summary"]["core_speed"] = {{"min", r.speed_min},
+                                  {"median", r.speed_median},
+                                  {"max", r.speed_max},
+                                  {"largest_core_gap_pct", r.core_gap_max_pct},
+                                  {"adjusted_mean_abs_error_pct", r.adjusted_mean_abs_error_pct},
+                                  {"adjusted_p90_abs_error_pct", r.adjusted_p90_abs_error_pct},
+                                  {"adjusted_worst_abs_error_pct", r.adjusted_worst_abs_error_pct}};
   }
   j["targets"] = {{"floors", targets_json(kClockFloors)}, {"goals", targets_json(kClockGoals)}};
   nlohmann::json scopes = nlohmann::json::array();

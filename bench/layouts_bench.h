@@ -54,6 +54,9 @@ struct LayoutsBenchOptions {
   int warmup = 1;       // the first steps of each repeat, not measured (fewer than steps)
   bool mpi = true;      // include the MPI layouts (needs mpirun)
   std::string dtrain;   // the dtrain binary the runs start (default: this process's)
+  // Time each core's speed against the cluster file's rates before the first run and after
+  // each (train/compute_calibration.h's CoreSpeedProbe, about 20 ms a core); --no-probe skips it.
+  bool probe = true;
   // The groups to run (LayoutSpec::group): empty is every group, or dense alone with --quick.
   std::vector<std::string> only;
 };
@@ -77,6 +80,15 @@ struct LayoutResult {
   std::vector<double> given_routing_ms;
   double given_routing = 0, given_routing_error_pct = 0;
   bool has_given_routing() const { return !given_routing_ms.empty(); }
+  // Per repeat, the slowest core's speed against the rates at the layout's precision (1: as
+  // calibrated), the mean of the probes just before and just after the run; empty unprobed.
+  // The layout's step is gated by its slowest core (its ranks wait for each other), so
+  // predicted / speed is the clock's step at the speed the machine had during the run: its
+  // error, beside the clock's own, tells the clock's miss from the machine's drift. It is a
+  // diagnostic; the prediction and every target read the clock's own figure.
+  std::vector<double> core_speeds;
+  double core_speed = 0, speed_adjusted_error_pct = 0;
+  bool probed() const { return !core_speeds.empty(); }
 };
 
 // One (model, ranks) group: does the clock rank its layouts as they measure?
@@ -150,6 +162,14 @@ struct LayoutsBenchReport {
   double moe_given_routing_mean_abs_error_pct = 0, moe_given_routing_worst_abs_error_pct = 0;
   // "all", then "ranks fit the cores" and "oversubscribed" when there are layouts of each.
   std::vector<LayoutScope> scopes;
+  // The core speed probes (LayoutResult::core_speeds), when the layouts were probed: the
+  // slowest core's speed over every run (least, median, most), the largest gap between a
+  // probe's fastest and slowest core (100 (fastest / slowest - 1), either precision), and the
+  // |error| of predicted / speed over every layout.
+  bool probed = false;
+  double speed_min = 0, speed_median = 0, speed_max = 0, core_gap_max_pct = 0;
+  double adjusted_mean_abs_error_pct = 0, adjusted_p90_abs_error_pct = 0,
+         adjusted_worst_abs_error_pct = 0;
 };
 
 // The default grid (>= 30 dense layouts, each (model, ranks) group >= 5; a handful of CP and MoE

@@ -21,6 +21,7 @@ namespace {
 struct BenchLayoutsFlags {
   bench::LayoutsBenchOptions options;
   bool no_mpi = false;
+  bool no_probe = false;
   bool json = false;
 };
 
@@ -77,10 +78,15 @@ void add_bench_layouts(CLI::App& bench_app) {
                       " (cp: context parallelism, moe: mixture of experts; default: all)")
       ->delimiter(',');
   cmd->add_flag("--no-mpi", f->no_mpi, "Leave out the layouts that run under mpirun");
+  cmd->add_flag("--no-probe", f->no_probe,
+                "Do not time each core's speed against the cluster file's rates before the first "
+                "run and after each (about 20 ms a core; the core speed columns say how far the "
+                "machine drifted from its calibration during each run)");
   cmd->add_flag("--json", f->json, "Print the same figures as JSON");
   cmd->callback([f] {
     check_cluster_file(f->options.cluster);
     f->options.mpi = !f->no_mpi;
+    f->options.probe = !f->no_probe;
     const bench::LayoutsBenchReport report = bench::run_layouts_bench(f->options);
     if (f->json) {
       std::cout << with_build(bench::layouts_bench_to_json(report)).dump(2) << "\n";

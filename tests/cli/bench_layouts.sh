@@ -21,7 +21,7 @@ expect_error "--cluster $dir/links.json: has no field 'gpu.measured'" bench layo
 "$DTRAIN" calibrate --ranks 4 --ranks-per-node 2 --seconds 0.05 --trials 1 --iterations 20 \
   --compute --quick -o "$dir/cluster.json" >/dev/null 2>&1 || fail "calibrate could not write a cluster file"
 
-expect_output "predicted ms +measured ms +error % +spread % +faults/step" bench layouts --quick --cluster "$dir/cluster.json"
+expect_output "predicted ms +measured ms +error % +spread % +faults/step" bench layouts --quick --no-probe --cluster "$dir/cluster.json"
 # Checked before any run (with --quick too, which then measures its one step whole).
 expect_error "--warmup 4 leaves no step of --steps 4 to measure" bench layouts --quick --steps 4 \
   --warmup 4 --cluster "$dir/cluster.json"
@@ -39,7 +39,7 @@ assert r["bench"] == "layouts" and r["repeats"] == 3 and r["steps"] == 1 and r["
 L = r["layouts"]
 assert len(L) == 3, len(L)
 def close(a, b): return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
-errs = []
+errs, speeds, adjusted = [], [], []
 for l in L:
     for k in ("model", "ranks", "layout", "backend", "predicted_by"):
         assert k in l, k
@@ -55,9 +55,24 @@ for l in L:
     f = l["repeats_page_faults"]
     assert len(f) == 3 and all(x >= 0 for x in f), l
     assert close(l["page_faults_per_step"], statistics.median(f)), l
+    # The slowest core's speed against the rates, per repeat (probed before and after the run),
+    # and the prediction at that speed: the median of each repeat's prediction over its speed.
+    c = l["repeats_core_speed"]
+    assert len(c) == 3 and all(0 < x < 10 for x in c), l
+    assert close(l["core_speed"], statistics.median(c)), l
+    adj = statistics.median(x / v for x, v in zip(p, c))
+    assert close(l["speed_adjusted_error_pct"], 100 * (adj - l["measured_ms"]) / l["measured_ms"]), l
+    speeds.extend(c)
+    adjusted.append(abs(l["speed_adjusted_error_pct"]))
     errs.append(abs(e))
 s = r["summary"]
 assert close(s["mean_abs_error_pct"], sum(errs) / len(errs)), s
+cs = s["core_speed"]
+assert close(cs["min"], min(speeds)) and close(cs["max"], max(speeds)), cs
+assert close(cs["median"], statistics.median(speeds)), cs
+assert close(cs["adjusted_mean_abs_error_pct"], sum(adjusted) / len(adjusted)), cs
+assert close(cs["adjusted_worst_abs_error_pct"], max(adjusted)), cs
+assert cs["largest_core_gap_pct"] >= 0, cs
 assert close(s["worst_abs_error_pct"], max(errs)), s
 assert close(abs(L[s["worst_layout"]]["error_pct"]), max(errs)), s
 g = r["groups"]
@@ -107,6 +122,17 @@ for kind, verdict in (("floors", a["meets_floors"]), ("goals", a["meets_goals"])
     want["all"] = all(want.values())
     assert verdict == want, (kind, verdict, want)
 PY
+
+# --no-probe: no core speeds anywhere in the report.
+"$DTRAIN" bench layouts --quick --no-probe --cluster "$dir/cluster.json" --json >"$dir/n.json" 2>"$dir/err.txt" ||
+  fail "bench layouts --quick --no-probe failed: $(tail -3 "$dir/err.txt")"
+python3 - "$dir/n.json" <<'PY' || fail "--no-probe still reports core speeds"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert "core_speed" not in r["summary"], r["summary"]
+assert all("core_speed" not in l and "repeats_core_speed" not in l for l in r["layouts"]), r["layouts"]
+PY
+expect_output "core speed +at that speed %" bench layouts --quick --cluster "$dir/cluster.json"
 
 # --only: the CP and MoE groups alone (quick: one layout each), ranked in groups of their own; an
 # unknown group is refused by name.

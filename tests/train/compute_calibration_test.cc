@@ -2,9 +2,11 @@
 // hand-worked lines, and a --quick measurement that the cluster file's reader accepts whole.
 #include <gtest/gtest.h>
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -91,6 +93,49 @@ TEST(ComputeCalibration, QuickMeasurementIsAWholeFileTheReaderAccepts) {
   // The look-up at a grid point returns what was measured there.
   for (const plan::GemmSample& s : r.gemm) {
     EXPECT_DOUBLE_EQ(plan::gemm_seconds(r, s.precision, s.threads, s.m, s.n, s.k), s.seconds);
+  }
+}
+
+// Synthetic fp32 rates: every product of the grid at `flops` per second, every kernel at
+// `bytes_per_s` with no fixed cost.
+plan::MeasuredRates synthetic_rates(double flops, double bytes_per_s) {
+  plan::MeasuredRates r;
+  r.present = true;
+  const GemmGrid grid = gemm_grid(false);
+  for (double m : grid.m)
+    for (double n : grid.n)
+      for (double k : grid.k) {
+        r.gemm.push_back({plan::Precision::fp32, 1, m, n, k, 2 * m * n * k / flops});
+      }
+  for (int i = 0; i < plan::kKernelOpCount; ++i) {
+    r.kernels.push_back({static_cast<plan::KernelOp>(i), plan::Precision::fp32, bytes_per_s, 0});
+  }
+  return r;
+}
+
+// The probe times every core this process may run on, and reads its speed against the rates:
+// rates that promise half the speed find the cores about twice as fast against them (about:
+// each probe is a fresh measurement), and without bf16 products there is no bf16 speed.
+TEST(CoreSpeedProbe, EachAllowedCoreAgainstTheRates) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  const plan::MeasuredRates fast = synthetic_rates(2e10, 2e10), slow = synthetic_rates(1e10, 1e10);
+  CoreSpeedProbe against_fast(fast), against_slow(slow);
+  const std::vector<CoreSpeed> a = against_fast.measure(), b = against_slow.measure();
+  ASSERT_EQ(a.size(), static_cast<size_t>(CPU_COUNT(&allowed)));
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(CPU_ISSET(a[i].cpu, &allowed)) << a[i].cpu;
+    if (i > 0) {
+      EXPECT_GT(a[i].cpu, a[i - 1].cpu);
+    }
+    EXPECT_GT(a[i].fp32, 0);
+    EXPECT_TRUE(std::isfinite(a[i].fp32));
+    EXPECT_EQ(a[i].bf16, 0);
+    const double ratio = b[i].fp32 / a[i].fp32;
+    EXPECT_GT(ratio, 1.2) << "core " << a[i].cpu;
+    EXPECT_LT(ratio, 3.5) << "core " << a[i].cpu;
   }
 }
 

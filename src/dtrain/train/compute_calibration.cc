@@ -3,6 +3,8 @@
 // comm's collectives on thread ranks), the median of several calls per point, then fitted.
 #include "dtrain/train/compute_calibration.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 #include <algorithm>
 #include <atomic>
@@ -131,6 +133,17 @@ void measure_gemm(const GemmGrid& grid, Precision precision, int threads, double
     }
   }
 }
+
+// The engine runs OpenBLAS single-threaded in each rank (--blas-threads 1, its parallelism is
+// --threads' team): so must the products measured here, or a "1 thread" sample runs on every
+// core OpenBLAS finds (twice the engine's speed on an idle 2-core machine). Restored after.
+struct SingleThreadedBlas {
+  int before = model::blas_threads();
+  SingleThreadedBlas() { model::set_blas_threads(1); }
+  ~SingleThreadedBlas() { model::set_blas_threads(before); }
+  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
+  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
+};
 
 // One memory-bound kernel at one size: the number of elements its law counts and the call.
 struct KernelRun {
@@ -631,18 +644,83 @@ LinearFit fit_latency_bandwidth(const std::vector<double>& bytes,
   return {intercept, 1 / slope};
 }
 
+CoreSpeedProbe::CoreSpeedProbe(const plan::MeasuredRates& rates)
+    : rates_(rates), pool_(kGemmPoolBytes / sizeof(float)) {
+  fill(pool_, 0.01f);
+}
+
+double CoreSpeedProbe::speed(Precision precision) {
+  model::Compute cx;
+  cx.precision = precision == Precision::bf16 ? model::Precision::bf16 : model::Precision::fp32;
+  double predicted = 0, measured = 0;
+  // The MLP's two products on a micro-batch of 512 rows (fc: 128 -> 512, proj: 512 -> 128), as
+  // measure_gemm times them: out += inp W^T, each call on the next operands of the pool.
+  const int64_t shapes[2][3] = {{512, 512, 128}, {512, 128, 512}};
+  for (const auto& shape : shapes) {
+    const int64_t M = shape[0], N = shape[1], K = shape[2];
+    const size_t set = (static_cast<size_t>(M * K + N * K + M * N) + 15) / 16 * 16;
+    measured += median_seconds(
+        [&] {
+          if (offset_ + set > pool_.size()) offset_ = 0;
+          float* a = pool_.data() + offset_;
+          float* b = a + M * K;
+          float* c = b + N * K;
+          offset_ += set;
+          model::sgemm(model::Trans::no, model::Trans::yes, M, N, K, 1.0f, a, K, b, K, 1.0f, c, N,
+                       cx);
+        },
+        5);
+    predicted += plan::gemm_seconds(rates_, precision, 1, static_cast<double>(M),
+                                    static_cast<double>(N), static_cast<double>(K));
+  }
+  // The optimizer's pass and the bf16 rounding over 1 MiB of fp32, as measure_kernels does.
+  for (const KernelOp op : {KernelOp::adamw, KernelOp::bf16_convert}) {
+    const KernelRun run = kernel_run(op, 262144);
+    measured += median_seconds(run.call);
+    predicted += plan::kernel_seconds(rates_, op, Precision::fp32, run.elements);
+  }
+  return predicted / measured;
+}
+
+std::vector<CoreSpeed> CoreSpeedProbe::measure() {
+  const SingleThreadedBlas single_threaded_blas;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  DTRAIN_CHECK(sched_getaffinity(0, sizeof(allowed), &allowed) == 0,
+               "core speed probe: sched_getaffinity failed");
+  const bool bf16 = std::any_of(rates_.gemm.begin(), rates_.gemm.end(),
+                                [](const auto& g) { return g.precision == Precision::bf16; });
+  std::vector<CoreSpeed> out;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed)) continue;
+    CoreSpeed s;
+    s.cpu = cpu;
+    std::exception_ptr failed;
+    std::thread probe([&] {
+      try {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        DTRAIN_CHECK(pthread_setaffinity_np(pthread_self(), sizeof(one), &one) == 0,
+                     "core speed probe: cannot pin a thread to CPU ", cpu);
+        s.fp32 = speed(Precision::fp32);
+        if (bf16) s.bf16 = speed(Precision::bf16);
+      } catch (...) {
+        failed = std::current_exception();
+      }
+    });
+    probe.join();
+    if (failed) std::rethrow_exception(failed);
+    out.push_back(s);
+  }
+  return out;
+}
+
 plan::MeasuredRates measure_compute_rates(const ComputeCalibrationOptions& options) {
   auto say = [&](std::string_view what) {
     if (options.progress) options.progress(what);
   };
-  // The engine runs OpenBLAS single-threaded in each rank (--blas-threads 1, its parallelism is
-  // --threads' team): so must the products measured here, or a "1 thread" sample runs on every
-  // core OpenBLAS finds (twice the engine's speed on an idle 2-core machine). Restored after.
-  struct BlasThreads {
-    int before = model::blas_threads();
-    BlasThreads() { model::set_blas_threads(1); }
-    ~BlasThreads() { model::set_blas_threads(before); }
-  } single_threaded_blas;
+  const SingleThreadedBlas single_threaded_blas;
   plan::MeasuredRates r;
   r.present = true;
   r.cpu = cpu_model_name();

@@ -33,6 +33,33 @@ struct ComputeCalibrationOptions {
   std::function<void(std::string_view)> progress;
 };
 
+// How fast each core computes now against the rates it was calibrated at: the engine's own
+// products at two shapes the calibration times (operands from memory, one thread) and two
+// memory-bound kernels (AdamW, bf16 conversion), on a thread pinned to the core, as the rates'
+// predicted seconds over the measured ones: 1 is as calibrated, 0.8 a fifth slower. The cores of
+// a shared or virtual machine drift apart and back over seconds (docs/clock.md), which no rate
+// measured minutes before can know; `bench layouts` probes between its runs to say how far. No
+// prediction reads it.
+struct CoreSpeed {
+  int cpu = 0;
+  double fp32 = 0;  // the fp32 products and the kernels
+  double bf16 = 0;  // the bf16 products and the kernels; 0 when the rates have no bf16 products
+};
+class CoreSpeedProbe {
+ public:
+  // Allocates and fills the operand pool once (128 MiB, as calibrate's): each product reads
+  // operands no earlier call left in cache, as the calibration's cold samples did.
+  explicit CoreSpeedProbe(const plan::MeasuredRates& rates);
+  // Every core this process may run on (its affinity mask), one after another; about 20 ms each.
+  std::vector<CoreSpeed> measure();
+
+ private:
+  double speed(plan::Precision precision);  // on the calling thread's core
+  const plan::MeasuredRates& rates_;
+  std::vector<float> pool_;
+  size_t offset_ = 0;
+};
+
 // The product grid measured per precision and thread count: m (rows of C: the tokens of a
 // micro-batch) and n, k (the model's widths).
 struct GemmGrid {
