@@ -80,7 +80,7 @@ void add_bench_layouts(CLI::App& bench_app) {
   cmd->add_flag("--no-mpi", f->no_mpi, "Leave out the layouts that run under mpirun");
   cmd->add_flag("--no-probe", f->no_probe,
                 "Do not time each core's speed against the cluster file's rates before the first "
-                "run and after each (about 20 ms a core; the core speed columns say how far the "
+                "run and after each (about 10 ms a core; the core speed columns say how far the "
                 "machine drifted from its calibration during each run)");
   cmd->add_flag("--json", f->json, "Print the same figures as JSON");
   cmd->callback([f] {

@@ -673,12 +673,6 @@ double CoreSpeedProbe::speed(Precision precision) {
     predicted += plan::gemm_seconds(rates_, precision, 1, static_cast<double>(M),
                                     static_cast<double>(N), static_cast<double>(K));
   }
-  // The optimizer's pass and the bf16 rounding over 1 MiB of fp32, as measure_kernels does.
-  for (const KernelOp op : {KernelOp::adamw, KernelOp::bf16_convert}) {
-    const KernelRun run = kernel_run(op, 262144);
-    measured += median_seconds(run.call);
-    predicted += plan::kernel_seconds(rates_, op, Precision::fp32, run.elements);
-  }
   return predicted / measured;
 }
 

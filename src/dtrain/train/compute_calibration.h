@@ -34,23 +34,25 @@ struct ComputeCalibrationOptions {
 };
 
 // How fast each core computes now against the rates it was calibrated at: the engine's own
-// products at two shapes the calibration times (operands from memory, one thread) and two
-// memory-bound kernels (AdamW, bf16 conversion), on a thread pinned to the core, as the rates'
-// predicted seconds over the measured ones: 1 is as calibrated, 0.8 a fifth slower. The cores of
-// a shared or virtual machine drift apart and back over seconds (docs/clock.md), which no rate
+// products at two shapes the calibration times, timed as it times them (operands from memory,
+// one thread, median of 5 calls) on a thread pinned to the core, as the rates' seconds over the
+// measured ones: 1 is as calibrated, 0.8 a fifth slower. Products only: their samples are what
+// the calibration measured at those very shapes, where a memory-bound kernel's rate is a line
+// fitted over four sizes, whose residual at any one size would read as drift. The cores of a
+// shared or virtual machine drift apart and back over seconds (docs/clock.md), which no rate
 // measured minutes before can know; `bench layouts` probes between its runs to say how far. No
 // prediction reads it.
 struct CoreSpeed {
   int cpu = 0;
-  double fp32 = 0;  // the fp32 products and the kernels
-  double bf16 = 0;  // the bf16 products and the kernels; 0 when the rates have no bf16 products
+  double fp32 = 0;  // the fp32 products
+  double bf16 = 0;  // the bf16 products; 0 when the rates have no bf16 products
 };
 class CoreSpeedProbe {
  public:
   // Allocates and fills the operand pool once (128 MiB, as calibrate's): each product reads
   // operands no earlier call left in cache, as the calibration's cold samples did.
   explicit CoreSpeedProbe(const plan::MeasuredRates& rates);
-  // Every core this process may run on (its affinity mask), one after another; about 20 ms each.
+  // Every core this process may run on (its affinity mask), one after another; about 10 ms each.
   std::vector<CoreSpeed> measure();
 
  private:
