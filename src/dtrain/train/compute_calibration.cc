@@ -97,6 +97,28 @@ std::string cpu_model_name() {
 // (plan/cache_model.h picks the share between the two).
 constexpr size_t kGemmPoolBytes = size_t{128} << 20;
 
+// Median seconds of the forward's product, out (M, N) += inp (M, K) W^T with W stored (N, K) as
+// matmul.cc has it, on operands from `pool`: cold, each call on the set after the last one
+// (`offset` advances, wrapping), or warm, every call on the set at `offset`.
+double time_product(std::vector<float>& pool, size_t& offset, int64_t M, int64_t N, int64_t K,
+                    const model::Compute& cx, bool warm, double min_total_s) {
+  // One call's operands, rounded up to a cache line; the pool holds at least two sets.
+  const size_t set = (static_cast<size_t>(M * K + N * K + M * N) + 15) / 16 * 16;
+  DTRAIN_CHECK(2 * set <= pool.size(), "calibrate: product ", M, " x ", N, " x ", K,
+               " does not fit the operand pool twice");
+  return median_seconds(
+      [&] {
+        if (offset + set > pool.size()) offset = 0;
+        float* a = pool.data() + offset;
+        float* b = a + M * K;
+        float* c = b + N * K;
+        if (!warm) offset += set;
+        model::sgemm(model::Trans::no, model::Trans::yes, M, N, K, 1.0f, a, K, b, K, 1.0f, c, N,
+                     cx);
+      },
+      warm ? 3 : 5, min_total_s);
+}
+
 void measure_gemm(const GemmGrid& grid, Precision precision, int threads, double min_total_s,
                   bool warm, std::vector<plan::GemmSample>& out) {
   std::unique_ptr<model::ThreadTeam> team;
@@ -111,23 +133,8 @@ void measure_gemm(const GemmGrid& grid, Precision precision, int threads, double
       for (double k : grid.k) {
         const auto M = static_cast<int64_t>(m), N = static_cast<int64_t>(n),
                    K = static_cast<int64_t>(k);
-        // One call's operands, rounded up to a cache line; the pool holds at least two sets.
-        const size_t set = (static_cast<size_t>(M * K + N * K + M * N) + 15) / 16 * 16;
-        DTRAIN_CHECK(2 * set <= pool.size(), "calibrate: product ", M, " x ", N, " x ", K,
-                     " does not fit the operand pool twice");
         size_t offset = 0;
-        // The forward's product: out (M, N) += inp (M, K) W^T, W stored (N, K), as matmul.cc.
-        const double s = median_seconds(
-            [&] {
-              if (offset + set > pool.size()) offset = 0;
-              float* a = pool.data() + offset;
-              float* b = a + M * K;
-              float* c = b + N * K;
-              if (!warm) offset += set;
-              model::sgemm(model::Trans::no, model::Trans::yes, M, N, K, 1.0f, a, K, b, K, 1.0f, c,
-                           N, cx);
-            },
-            warm ? 3 : 5, min_total_s);
+        const double s = time_product(pool, offset, M, N, K, cx, warm, min_total_s);
         out.push_back({precision, threads, m, n, k, s});
       }
     }
@@ -653,23 +660,12 @@ double CoreSpeedProbe::speed(Precision precision) {
   model::Compute cx;
   cx.precision = precision == Precision::bf16 ? model::Precision::bf16 : model::Precision::fp32;
   double predicted = 0, measured = 0;
-  // The MLP's two products on a micro-batch of 512 rows (fc: 128 -> 512, proj: 512 -> 128), as
-  // measure_gemm times them: out += inp W^T, each call on the next operands of the pool.
+  // The MLP's two products on a micro-batch of 512 rows (fc: 128 -> 512, proj: 512 -> 128), cold,
+  // as measure_gemm times them.
   const int64_t shapes[2][3] = {{512, 512, 128}, {512, 128, 512}};
   for (const auto& shape : shapes) {
     const int64_t M = shape[0], N = shape[1], K = shape[2];
-    const size_t set = (static_cast<size_t>(M * K + N * K + M * N) + 15) / 16 * 16;
-    measured += median_seconds(
-        [&] {
-          if (offset_ + set > pool_.size()) offset_ = 0;
-          float* a = pool_.data() + offset_;
-          float* b = a + M * K;
-          float* c = b + N * K;
-          offset_ += set;
-          model::sgemm(model::Trans::no, model::Trans::yes, M, N, K, 1.0f, a, K, b, K, 1.0f, c, N,
-                       cx);
-        },
-        5);
+    measured += time_product(pool_, offset_, M, N, K, cx, false, 2e-3);
     predicted += plan::gemm_seconds(rates_, precision, 1, static_cast<double>(M),
                                     static_cast<double>(N), static_cast<double>(K));
   }
