@@ -689,8 +689,8 @@ void add_plan(CLI::App& parent) {
       ->group("Training");
   // Cluster.
   app->add_option("--cluster", f.cluster,
-                  "NODESxGPUSxTYPE with TYPE A100-80GB or H100-80GB (e.g. 8x8xH100), or a "
-                  "cluster .json file (see --print-cluster)")
+                  "NODESxGPUSxTYPE with TYPE A100-80GB, H100-80GB or H200-141GB (e.g. "
+                  "8x8xH100), or a cluster .json file (see --print-cluster)")
       ->group("Cluster");
   app->add_option("--nodes", f.nodes, "Override: nodes")
       ->check(whole_number(1, plan::kMaxGpus))

@@ -34,6 +34,14 @@ TEST(Hardware, ParsesPresetStrings) {
   EXPECT_EQ(a.intra_node.bandwidth_bytes_per_s, 300e9);  // 600 GB/s counting both directions
   EXPECT_EQ(a.inter_node.bandwidth_bytes_per_s, 25e9);   // 200 Gb/s HDR per GPU
   EXPECT_EQ(parse_cluster("4x2xa100").world(), 8);
+  // The H200: the H100's compute and links, 141 GB of HBM3e at 4.8 TB/s (SXM datasheet).
+  const Cluster h = parse_cluster("1x8xH200");
+  EXPECT_EQ(h.gpu.peak_flops, 989e12);
+  EXPECT_EQ(h.gpu.memory_bytes, 141e9);
+  EXPECT_EQ(h.gpu.rates.memory_bytes_per_s, 4.8e12);
+  EXPECT_EQ(h.gpu.rates.gemm_efficiency, c.gpu.rates.gemm_efficiency);  // one frozen fit
+  EXPECT_EQ(h.intra_node.bandwidth_bytes_per_s, c.intra_node.bandwidth_bytes_per_s);
+  EXPECT_EQ(parse_cluster("2xdgx-h200").world(), 16);
 }
 
 TEST(Hardware, BadStringsNameTheFlag) {

@@ -35,8 +35,9 @@ constexpr double kAssumedComputeEfficiency = 0.6;
 // (22B, 175B, 530B, 1T on A100s: 1.42, 18.13, 49.05, 94.42 s per iteration, the layouts of
 // their Table 3) and frozen here; never fitted on anything else. Refitted once on that same
 // column when the simulated pipeline replaced the closed form (0.87 / 42 us before; the fit is
-// of the clock, so it follows the clock's model: docs/clock.md). The H100 preset reuses them
-// untested. What each stands for:
+// of the clock, so it follows the clock's model: docs/clock.md). The H100 and H200 presets reuse
+// them; one H200, measured against them (docs/clock.md, "One H200, measured"), read 12.9% off on
+// average. What each stands for:
 //   kGemmEfficiency    large matrix products' share of the tensor-core peak (cuBLAS on big tiles)
 //   kKernelOverheadUs  fixed cost per kernel call: launch, tail wave, stream synchronisation;
 //                      also the products' small-shape falloff
@@ -93,6 +94,22 @@ std::vector<NodePreset> make_node_presets() {
     n.intra_node = {"NVLink", 450e9, kNvlinkStepLatencyUs};
     // NVIDIA DGX H100 datasheet: 8 single-port ConnectX-7 NDR InfiniBand 400 Gb/s for the
     // compute fabric, one per GPU: 50 GB/s per GPU per direction.
+    n.inter_node = {"InfiniBand", 50e9, kNetworkStepLatencyUs};
+    p.push_back(n);
+  }
+  {
+    NodePreset n;
+    n.name = "H200-141GB";
+    n.aliases = {"h200", "h200-141gb", "dgx-h200"};
+    // NVIDIA H200 Tensor Core GPU datasheet (SXM): 141 GB HBM3e; BF16 tensor core 989 TFLOP/s
+    // dense, the H100's compute (the datasheet's 1,979 is with sparsity).
+    n.gpu = {"H200-SXM-141GB", 141e9, 989e12, kAssumedComputeEfficiency, {}};
+    // Same datasheet: HBM3e at 4.8 TB/s; FP32 (non-tensor) 67 TFLOP/s.
+    n.gpu.rates = preset_rates(4800e9, 67e12);
+    // Same datasheet: fourth-generation NVLink, 900 GB/s per GPU counting both directions.
+    n.intra_node = {"NVLink", 450e9, kNvlinkStepLatencyUs};
+    // NVIDIA DGX H200 datasheet: 8 single-port ConnectX-7 400 Gb/s for the compute fabric, one
+    // per GPU: 50 GB/s per GPU per direction.
     n.inter_node = {"InfiniBand", 50e9, kNetworkStepLatencyUs};
     p.push_back(n);
   }

@@ -74,7 +74,7 @@ struct Cluster {
 
 // A node type: its GPU and its links (gpus_per_node is the node's usual count).
 struct NodePreset {
-  std::string name;  // "A100-80GB", "H100-80GB"
+  std::string name;  // "A100-80GB", "H100-80GB", "H200-141GB"
   std::vector<std::string> aliases;
   int gpus_per_node = 8;
   GpuSpec gpu;
