@@ -113,30 +113,35 @@ plan::MeasuredRates synthetic_rates(double flops, double bytes_per_s) {
   return r;
 }
 
-// The probe times every core this process may run on, and reads its speed against the rates:
-// rates that promise half the speed find the cores about twice as fast against them (about:
-// each probe is a fresh measurement), and without bf16 products there is no bf16 speed.
+// The probe times every core this process may run on, once, and reads its speed against the
+// rates: the seconds the rates price its products at over the seconds they took. Against rates
+// that promise half the speed the same seconds read twice as fast. Without bf16 products there is
+// no bf16 speed. Nothing here compares two timings (a core's speed drifts between them).
 TEST(CoreSpeedProbe, EachAllowedCoreAgainstTheRates) {
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
   ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
   const plan::MeasuredRates fast = synthetic_rates(2e10, 2e10), slow = synthetic_rates(1e10, 1e10);
-  CoreSpeedProbe against_fast(fast), against_slow(slow);
-  const std::vector<CoreSpeed> a = against_fast.measure(), b = against_slow.measure();
+  CoreSpeedProbe probe(fast);
+  const std::vector<CoreSpeed> a = probe.measure();
   ASSERT_EQ(a.size(), static_cast<size_t>(CPU_COUNT(&allowed)));
-  ASSERT_EQ(b.size(), a.size());
+  // The probe's two products (512 x 512 x 128 and 512 x 128 x 512) at 2e10 FLOP/s.
+  const double priced = 2.0 * (2.0 * 512 * 512 * 128) / 2e10;
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_TRUE(CPU_ISSET(a[i].cpu, &allowed)) << a[i].cpu;
     if (i > 0) {
       EXPECT_GT(a[i].cpu, a[i - 1].cpu);
     }
-    EXPECT_GT(a[i].fp32, 0);
-    EXPECT_TRUE(std::isfinite(a[i].fp32));
+    EXPECT_GT(a[i].fp32_seconds, 0);
+    EXPECT_TRUE(std::isfinite(a[i].fp32_seconds));
+    EXPECT_NEAR(a[i].fp32, priced / a[i].fp32_seconds, 1e-12 * a[i].fp32);
+    EXPECT_DOUBLE_EQ(core_speed(fast, plan::Precision::fp32, a[i].fp32_seconds), a[i].fp32);
+    EXPECT_NEAR(core_speed(slow, plan::Precision::fp32, a[i].fp32_seconds), 2 * a[i].fp32,
+                1e-12 * a[i].fp32);
     EXPECT_EQ(a[i].bf16, 0);
-    const double ratio = b[i].fp32 / a[i].fp32;
-    EXPECT_GT(ratio, 1.2) << "core " << a[i].cpu;
-    EXPECT_LT(ratio, 3.5) << "core " << a[i].cpu;
+    EXPECT_EQ(a[i].bf16_seconds, 0);
   }
+  EXPECT_THROW(core_speed(fast, plan::Precision::fp32, 0), Error);
 }
 
 // Three passes over two products: each keeps its median (1, 3, 2 -> 2; 5, 2, 9 -> 5); passes

@@ -656,20 +656,30 @@ CoreSpeedProbe::CoreSpeedProbe(const plan::MeasuredRates& rates)
   fill(pool_, 0.01f);
 }
 
-double CoreSpeedProbe::speed(Precision precision) {
+namespace {
+// The MLP's two products on a micro-batch of 512 rows (fc: 128 -> 512, proj: 512 -> 128), cold,
+// as measure_gemm times them.
+constexpr int64_t kProbeShapes[2][3] = {{512, 512, 128}, {512, 128, 512}};
+}  // namespace
+
+double core_speed(const plan::MeasuredRates& rates, Precision precision, double seconds) {
+  DTRAIN_CHECK(seconds > 0, "core speed: the probe's products took ", seconds, " s");
+  double predicted = 0;
+  for (const auto& shape : kProbeShapes) {
+    predicted += plan::gemm_seconds(rates, precision, 1, static_cast<double>(shape[0]),
+                                    static_cast<double>(shape[1]), static_cast<double>(shape[2]));
+  }
+  return predicted / seconds;
+}
+
+double CoreSpeedProbe::product_seconds(Precision precision) {
   model::Compute cx;
   cx.precision = precision == Precision::bf16 ? model::Precision::bf16 : model::Precision::fp32;
-  double predicted = 0, measured = 0;
-  // The MLP's two products on a micro-batch of 512 rows (fc: 128 -> 512, proj: 512 -> 128), cold,
-  // as measure_gemm times them.
-  const int64_t shapes[2][3] = {{512, 512, 128}, {512, 128, 512}};
-  for (const auto& shape : shapes) {
-    const int64_t M = shape[0], N = shape[1], K = shape[2];
-    measured += time_product(pool_, offset_, M, N, K, cx, false, 2e-3);
-    predicted += plan::gemm_seconds(rates_, precision, 1, static_cast<double>(M),
-                                    static_cast<double>(N), static_cast<double>(K));
+  double measured = 0;
+  for (const auto& shape : kProbeShapes) {
+    measured += time_product(pool_, offset_, shape[0], shape[1], shape[2], cx, false, 2e-3);
   }
-  return predicted / measured;
+  return measured;
 }
 
 std::vector<CoreSpeed> CoreSpeedProbe::measure() {
@@ -693,8 +703,12 @@ std::vector<CoreSpeed> CoreSpeedProbe::measure() {
         CPU_SET(cpu, &one);
         DTRAIN_CHECK(pthread_setaffinity_np(pthread_self(), sizeof(one), &one) == 0,
                      "core speed probe: cannot pin a thread to CPU ", cpu);
-        s.fp32 = speed(Precision::fp32);
-        if (bf16) s.bf16 = speed(Precision::bf16);
+        s.fp32_seconds = product_seconds(Precision::fp32);
+        s.fp32 = core_speed(rates_, Precision::fp32, s.fp32_seconds);
+        if (bf16) {
+          s.bf16_seconds = product_seconds(Precision::bf16);
+          s.bf16 = core_speed(rates_, Precision::bf16, s.bf16_seconds);
+        }
       } catch (...) {
         failed = std::current_exception();
       }

@@ -46,7 +46,11 @@ struct CoreSpeed {
   int cpu = 0;
   double fp32 = 0;  // the fp32 products
   double bf16 = 0;  // the bf16 products; 0 when the rates have no bf16 products
+  double fp32_seconds = 0, bf16_seconds = 0;  // what the probe's products took on this core
 };
+// The speed `seconds` of the probe's products read against `rates`: the seconds the rates
+// price them at over `seconds` (1: as calibrated).
+double core_speed(const plan::MeasuredRates& rates, plan::Precision precision, double seconds);
 class CoreSpeedProbe {
  public:
   // Allocates and fills the operand pool once (128 MiB, as calibrate's): each product reads
@@ -56,7 +60,7 @@ class CoreSpeedProbe {
   std::vector<CoreSpeed> measure();
 
  private:
-  double speed(plan::Precision precision);  // on the calling thread's core
+  double product_seconds(plan::Precision precision);  // on the calling thread's core
   const plan::MeasuredRates& rates_;
   std::vector<float> pool_;
   size_t offset_ = 0;
