@@ -58,6 +58,33 @@ TEST(Rates, MatmulAndMemoryBoundLaws) {
   EXPECT_DOUBLE_EQ(matmul_seconds(d, 1e12, 1000, 1000, 1000), 2e-3);
 }
 
+TEST(Rates, AThinProductIsHeldToItsBytes) {
+  Rates r;
+  r.present = true;
+  r.memory_bytes_per_s = 1e12;
+  r.gemm_efficiency = 0.5;
+  r.kernel_overhead_us = 10;
+  r.memory_efficiency = 0.5;
+  // The attention's scores at s = 2048, head width 64, 16 heads, 2-byte elements: 2 x 2048^2 x
+  // 64 x 16 = 8.59e9 FLOPs take 17.2 ms at 0.5 x 1 TFLOP/s; its bytes, (2048 x 64 x 2 +
+  // 2048^2) x 16 x 2 = 142.6 MB, take 0.285 ms at 0.5 x 1 TB/s: FLOPs bind.
+  const double flops_s = 2.0 * 2048 * 2048 * 64 * 16 / 0.5e12;
+  EXPECT_DOUBLE_EQ(matmul_seconds(r, 1e12, 2048, 2048, 64, 16, 2), flops_s + 10e-6);
+  // At 100 TFLOP/s the FLOPs take 0.172 ms and the bytes bind: 0.285 ms.
+  const double bytes_s = (2048.0 * 64 * 2 + 2048.0 * 2048) * 16 * 2 / 0.5e12;
+  EXPECT_GT(bytes_s, 2.0 * 2048 * 2048 * 64 * 16 / (0.5 * 100e12));
+  EXPECT_DOUBLE_EQ(matmul_seconds(r, 100e12, 2048, 2048, 64, 16, 2), bytes_s + 10e-6);
+  // The same bytes in every orientation: the backward's products (M, N, K permuted) cost the same.
+  EXPECT_DOUBLE_EQ(matmul_seconds(r, 100e12, 2048, 64, 2048, 16, 2), bytes_s + 10e-6);
+  // No element size, or a cluster without rates (no bandwidth): FLOPs alone.
+  EXPECT_DOUBLE_EQ(matmul_seconds(r, 100e12, 2048, 2048, 64, 16),
+                   2.0 * 2048 * 2048 * 64 * 16 / (0.5 * 100e12) + 10e-6);
+  Rates legacy;
+  legacy.gemm_efficiency = 0.5;
+  EXPECT_DOUBLE_EQ(matmul_seconds(legacy, 100e12, 2048, 2048, 64, 16, 2),
+                   2.0 * 2048 * 2048 * 64 * 16 / (0.5 * 100e12));
+}
+
 TEST(TimeModel, LayerForwardIsItsProductsAndBytes) {
   const std::vector<OpTime> ops = layer_ops(small_shape(), unit_gpu());
   // Products, forward: QKV 2*32*192*64 = 786432; scores 2*16*16*16 x 8 (b x heads) = 65536;

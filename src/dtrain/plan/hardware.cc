@@ -30,22 +30,24 @@ constexpr double kNetworkStepLatencyUs = 9.6;
 // for that run beside it. A calibrated cluster file replaces this figure.
 constexpr double kAssumedComputeEfficiency = 0.6;
 
-// The clock's four efficiency parameters (rates.h), shared by every GPU preset. Fitted once, by
-// `dtrain bench clock --fit`, on the full-recompute column of Korthikanti et al. 2022 Table 5
+// The clock's four efficiency parameters (rates.h), shared by every GPU preset. Fitted by
+// `dtrain bench clock --fit` on the full-recompute column of Korthikanti et al. 2022 Table 5
 // (22B, 175B, 530B, 1T on A100s: 1.42, 18.13, 49.05, 94.42 s per iteration, the layouts of
-// their Table 3) and frozen here; never fitted on anything else. Refitted once on that same
-// column when the simulated pipeline replaced the closed form (0.87 / 42 us before; the fit is
-// of the clock, so it follows the clock's model: docs/clock.md). The H100 and H200 presets reuse
-// them; one H200, measured against them (docs/clock.md, "One H200, measured"), read 12.9% off on
-// average. What each stands for:
+// their Table 3) and frozen here; never fitted on anything else. A fit is of the clock, so it
+// was redone on that same column each time the clock's model changed (docs/clock.md): under the
+// closed-form pipeline 0.87 / 42 us / 0.50 / 1.00; under the simulated pipeline 0.82 / 30 us /
+// 0.50 / 1.00; since the products' roofline (a thin product held to its bytes) as below. The
+// H100 and H200 presets reuse them; docs/clock.md, "One H200, measured", checks them on one H200.
+// What each stands for:
 //   kGemmEfficiency    large matrix products' share of the tensor-core peak (cuBLAS on big tiles)
 //   kKernelOverheadUs  fixed cost per kernel call: launch, tail wave, stream synchronisation;
 //                      also the products' small-shape falloff
-//   kMemoryEfficiency  memory-bound kernels' share of the HBM datasheet bandwidth
+//   kMemoryEfficiency  memory-bound kernels' share of the HBM datasheet bandwidth, and the
+//                      thin products' (their operands and result streamed)
 //   kLinkEfficiency    collectives' share of a link's nominal bandwidth (NCCL busbw / datasheet)
-constexpr double kGemmEfficiency = 0.82;
-constexpr double kKernelOverheadUs = 30;
-constexpr double kMemoryEfficiency = 0.50;
+constexpr double kGemmEfficiency = 0.81;
+constexpr double kKernelOverheadUs = 32;
+constexpr double kMemoryEfficiency = 0.60;
 constexpr double kLinkEfficiency = 1.00;
 
 // A preset's rates: its datasheet memory bandwidth and fp32 peak, the four parameters above.

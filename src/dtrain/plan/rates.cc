@@ -2,6 +2,8 @@
 // "gpu.rates" object, read field by field with the field named in every refusal.
 #include "dtrain/plan/rates.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "dtrain/core/check.h"
@@ -22,10 +24,17 @@ Rates datasheet_only(Rates r) {
   return r;
 }
 
-double matmul_seconds(const Rates& r, double peak_flops, double m, double n, double k,
-                      double batch) {
+double matmul_seconds(const Rates& r, double peak_flops, double m, double n, double k, double batch,
+                      double element_bytes) {
   const double flops = 2.0 * m * n * k * batch;
-  return flops / (r.gemm_efficiency * peak_flops) + r.kernel_overhead_us * 1e-6;
+  double seconds = flops / (r.gemm_efficiency * peak_flops);
+  if (r.present && element_bytes > 0) {
+    // A thin product (the attention's s x s x head width) moves more bytes than its FLOPs can
+    // cover: it runs no faster than its operands and result stream at the memory-bound rate.
+    const double bytes = (m * k + k * n + m * n) * batch * element_bytes;
+    seconds = std::max(seconds, bytes / (r.memory_efficiency * r.memory_bytes_per_s));
+  }
+  return seconds + r.kernel_overhead_us * 1e-6;
 }
 
 double memory_bound_seconds(const Rates& r, double bytes, double calls) {

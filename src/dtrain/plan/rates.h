@@ -5,7 +5,8 @@
 // A GPU preset takes its peaks and memory bandwidth from the datasheet and four efficiency
 // parameters, no more (fitted once on Korthikanti et al. 2022 Table 5, full-recompute column;
 // see hardware.cc and docs/clock.md):
-//   gemm_efficiency    share of the precision's peak a large matrix product sustains
+//   gemm_efficiency    share of the precision's peak a large matrix product sustains (a thin
+//                      one is held to its bytes at memory_efficiency: matmul_seconds)
 //   kernel_overhead_us fixed cost of every kernel call (launch, tail wave, synchronisation).
 //                      It is also the matrix product's small-shape falloff: a product of W
 //                      FLOPs runs at gemm_efficiency x W / (W + gemm_efficiency x peak x t_k)
@@ -48,9 +49,12 @@ struct Rates {
 Rates datasheet_only(Rates r);
 
 // Seconds of one (M, N, K) matrix product, `batch` of them in one kernel call, at `peak_flops`
-// (the precision's): 2 M N K batch / (gemm_efficiency x peak) + kernel_overhead.
+// (the precision's), a roofline: max(2 M N K batch / (gemm_efficiency x peak), (M K + K N + M N)
+// batch element_bytes / (memory_efficiency x memory bandwidth)) + kernel_overhead. The second
+// term binds on thin products (the attention's, K or N a head's width); element_bytes 0, or a
+// cluster without rates, prices FLOPs alone.
 double matmul_seconds(const Rates& r, double peak_flops, double m, double n, double k,
-                      double batch = 1);
+                      double batch = 1, double element_bytes = 0);
 // Seconds of a memory-bound kernel moving `bytes` (read + written): bytes / (memory_efficiency x
 // memory bandwidth) + kernel_overhead. A cluster without rates has no memory bandwidth: 0 s.
 double memory_bound_seconds(const Rates& r, double bytes, double calls = 1);

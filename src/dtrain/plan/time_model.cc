@@ -38,17 +38,18 @@ Rates clock_rates(const GpuSpec& gpu) {
 struct OpBuilder {
   Rates rates;
   double peak;
+  double element_bytes;  // the activations' (and the products' operands')
   std::vector<OpTime> ops;
 
   // A weight's product: forward (M, N, K); backward its input and weight gradients.
   void weight_matmul(std::string_view op, double m, double n, double k, bool rerun) {
-    const double t = matmul_seconds(rates, peak, m, n, k);
+    const double t = matmul_seconds(rates, peak, m, n, k, 1, element_bytes);
     ops.push_back({op, t, t, t, rerun ? t : 0});
   }
   // Products of two activations (one per head, batched): both gradients are B.
   void activation_matmul(std::string_view op, double m, double n, double k, double batch,
                          bool rerun) {
-    const double t = matmul_seconds(rates, peak, m, n, k, batch);
+    const double t = matmul_seconds(rates, peak, m, n, k, batch, element_bytes);
     ops.push_back({op, t, 2 * t, 0, rerun ? t : 0});
   }
   // A memory-bound kernel moving `forward_bytes`, its backward `backward_bytes`.
@@ -86,7 +87,10 @@ std::vector<OpTime> layer_ops(const ClockShape& s, const GpuSpec& gpu) {
   const bool full = s.recompute == Recompute::full;
   const bool selective = s.recompute == Recompute::selective || full;
   const bool gated = m.family == ModelFamily::llama;
-  OpBuilder o{clock_rates(gpu), matmul_peak_flops(gpu, s.activation_bytes), {}};
+  OpBuilder o{clock_rates(gpu),
+              matmul_peak_flops(gpu, s.activation_bytes),
+              static_cast<double>(s.activation_bytes),
+              {}};
   o.memory("layernorm 1", 2 * tokens_sp * h * e, 3 * tokens_sp * h * e, full);
   o.weight_matmul("qkv", tokens, qkv_width / t, h, full);
   o.activation_matmul("scores q k^t", seq_local, seq, hs_qk, b * heads_local, selective);
@@ -134,7 +138,10 @@ std::vector<OpTime> head_ops(const ClockShape& s, const GpuSpec& gpu) {
   const double tokens_sp = s.sequence_parallel ? tokens / s.tp : tokens;
   const double h = static_cast<double>(m.hidden), e = static_cast<double>(s.activation_bytes);
   const double vocab_local = static_cast<double>(m.vocab) / s.tp;
-  OpBuilder o{clock_rates(gpu), matmul_peak_flops(gpu, s.activation_bytes), {}};
+  OpBuilder o{clock_rates(gpu),
+              matmul_peak_flops(gpu, s.activation_bytes),
+              static_cast<double>(s.activation_bytes),
+              {}};
   o.memory("final layernorm", 2 * tokens_sp * h * e, 3 * tokens_sp * h * e, false);
   o.weight_matmul("logits", tokens, vocab_local, h, false);
   // Cross-entropy in fp32 over the vocabulary shard: the logits read, the fp32 softmax written
@@ -147,7 +154,10 @@ std::vector<OpTime> embedding_ops(const ClockShape& s, const GpuSpec& gpu) {
   const ModelShape& m = s.model;
   const double tokens = static_cast<double>(s.micro_batch * m.seq) / s.cp;
   const double h = static_cast<double>(m.hidden), e = static_cast<double>(s.activation_bytes);
-  OpBuilder o{clock_rates(gpu), matmul_peak_flops(gpu, s.activation_bytes), {}};
+  OpBuilder o{clock_rates(gpu),
+              matmul_peak_flops(gpu, s.activation_bytes),
+              static_cast<double>(s.activation_bytes),
+              {}};
   // Token and position rows gathered and added (read two rows, write one); backward scatters
   // the gradient rows into the table's gradient (read one, read and write the row).
   o.memory("embedding", 3 * tokens * h * e, 3 * tokens * h * e, false);
