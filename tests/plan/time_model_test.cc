@@ -40,13 +40,19 @@ ClockShape small_shape() {
   return s;
 }
 
-TEST(Rates, MatmulAndMemoryBoundLaws) {
+// 1 TB/s of memory, half of it and half of any peak reached, 10 us a kernel call.
+Rates half_rates() {
   Rates r;
   r.present = true;
   r.memory_bytes_per_s = 1e12;
   r.gemm_efficiency = 0.5;
   r.kernel_overhead_us = 10;
   r.memory_efficiency = 0.5;
+  return r;
+}
+
+TEST(Rates, MatmulAndMemoryBoundLaws) {
+  const Rates r = half_rates();
   // 2 x 1000^3 FLOPs at 0.5 x 1 TFLOP/s = 4 ms, plus 10 us.
   EXPECT_DOUBLE_EQ(matmul_seconds(r, 1e12, 1000, 1000, 1000), 4e-3 + 10e-6);
   // A batch of 8 (10, 10, 10) products: 16000 FLOPs = 32 ns, and one call's 10 us: the small
@@ -59,12 +65,7 @@ TEST(Rates, MatmulAndMemoryBoundLaws) {
 }
 
 TEST(Rates, AThinProductIsHeldToItsBytes) {
-  Rates r;
-  r.present = true;
-  r.memory_bytes_per_s = 1e12;
-  r.gemm_efficiency = 0.5;
-  r.kernel_overhead_us = 10;
-  r.memory_efficiency = 0.5;
+  const Rates r = half_rates();
   // The attention's scores at s = 2048, head width 64, 16 heads, 2-byte elements: 2 x 2048^2 x
   // 64 x 16 = 8.59e9 FLOPs take 17.2 ms at 0.5 x 1 TFLOP/s; its bytes, (2048 x 64 x 2 +
   // 2048^2) x 16 x 2 = 142.6 MB, take 0.285 ms at 0.5 x 1 TB/s: FLOPs bind.
