@@ -59,6 +59,14 @@ struct OpBuilder {
   }
 };
 
+// The rates, the peak and the element size the products of `s` run at on `gpu`.
+OpBuilder op_builder(const ClockShape& s, const GpuSpec& gpu) {
+  return {clock_rates(gpu),
+          matmul_peak_flops(gpu, s.activation_bytes),
+          static_cast<double>(s.activation_bytes),
+          {}};
+}
+
 }  // namespace
 
 std::vector<OpTime> layer_ops(const ClockShape& s, const GpuSpec& gpu) {
@@ -87,10 +95,7 @@ std::vector<OpTime> layer_ops(const ClockShape& s, const GpuSpec& gpu) {
   const bool full = s.recompute == Recompute::full;
   const bool selective = s.recompute == Recompute::selective || full;
   const bool gated = m.family == ModelFamily::llama;
-  OpBuilder o{clock_rates(gpu),
-              matmul_peak_flops(gpu, s.activation_bytes),
-              static_cast<double>(s.activation_bytes),
-              {}};
+  OpBuilder o = op_builder(s, gpu);
   o.memory("layernorm 1", 2 * tokens_sp * h * e, 3 * tokens_sp * h * e, full);
   o.weight_matmul("qkv", tokens, qkv_width / t, h, full);
   o.activation_matmul("scores q k^t", seq_local, seq, hs_qk, b * heads_local, selective);
@@ -138,10 +143,7 @@ std::vector<OpTime> head_ops(const ClockShape& s, const GpuSpec& gpu) {
   const double tokens_sp = s.sequence_parallel ? tokens / s.tp : tokens;
   const double h = static_cast<double>(m.hidden), e = static_cast<double>(s.activation_bytes);
   const double vocab_local = static_cast<double>(m.vocab) / s.tp;
-  OpBuilder o{clock_rates(gpu),
-              matmul_peak_flops(gpu, s.activation_bytes),
-              static_cast<double>(s.activation_bytes),
-              {}};
+  OpBuilder o = op_builder(s, gpu);
   o.memory("final layernorm", 2 * tokens_sp * h * e, 3 * tokens_sp * h * e, false);
   o.weight_matmul("logits", tokens, vocab_local, h, false);
   // Cross-entropy in fp32 over the vocabulary shard: the logits read, the fp32 softmax written
@@ -154,10 +156,7 @@ std::vector<OpTime> embedding_ops(const ClockShape& s, const GpuSpec& gpu) {
   const ModelShape& m = s.model;
   const double tokens = static_cast<double>(s.micro_batch * m.seq) / s.cp;
   const double h = static_cast<double>(m.hidden), e = static_cast<double>(s.activation_bytes);
-  OpBuilder o{clock_rates(gpu),
-              matmul_peak_flops(gpu, s.activation_bytes),
-              static_cast<double>(s.activation_bytes),
-              {}};
+  OpBuilder o = op_builder(s, gpu);
   // Token and position rows gathered and added (read two rows, write one); backward scatters
   // the gradient rows into the table's gradient (read one, read and write the row).
   o.memory("embedding", 3 * tokens * h * e, 3 * tokens * h * e, false);

@@ -61,7 +61,7 @@ class CoreSpeedProbe {
 
  private:
   double product_seconds(plan::Precision precision);  // on the calling thread's core
-  const plan::MeasuredRates& rates_;
+  plan::MeasuredRates rates_;  // a copy: a probe may outlive the cluster it was given
   std::vector<float> pool_;
   size_t offset_ = 0;
 };
