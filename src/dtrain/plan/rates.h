@@ -3,8 +3,8 @@
 // kernel call, and the links' share of their nominal bandwidth that collectives reach.
 //
 // A GPU preset takes its peaks and memory bandwidth from the datasheet and four efficiency
-// parameters, no more (fitted once on Korthikanti et al. 2022 Table 5, full-recompute column;
-// see hardware.cc and docs/clock.md):
+// parameters, no more (fitted on Korthikanti et al. 2022 Table 5's full-recompute column alone,
+// refitted on it each time the clock's law changed; see hardware.cc and docs/clock.md):
 //   gemm_efficiency    share of the precision's peak a large matrix product sustains (a thin
 //                      one is held to its bytes at memory_efficiency: matmul_seconds)
 //   kernel_overhead_us fixed cost of every kernel call (launch, tail wave, synchronisation).
