@@ -101,7 +101,8 @@ std::optional<double> clock_predicted_ms(const nlohmann::json& report) {
 struct RunFigures {
   double predicted = 0, measured = 0;
   std::optional<double> given_routing;
-  double page_faults = -1;  // per measured step (median); -1: not counted
+  double page_faults = -1;       // per measured step (median); -1: not counted
+  double other_load_cores = -1;  // other programs' load during the steps; -1: not measured
 };
 RunFigures run_layout_once(const LayoutsBenchOptions& o, const std::string& mpirun,
                            const LayoutModel& m, const LayoutSpec& s, const std::string& metrics,
@@ -142,6 +143,10 @@ RunFigures run_layout_once(const LayoutsBenchOptions& o, const std::string& mpir
   RunFigures f{*clock, measured.step_ms, std::nullopt, measured.page_faults};
   if (report["clock"].contains("given_routing")) {
     f.given_routing = report["clock"]["given_routing"].at("step_s").get<double>() * 1e3;
+  }
+  if (report["clock"].contains("other_load_cores") &&
+      report["clock"]["other_load_cores"].is_number()) {
+    f.other_load_cores = report["clock"]["other_load_cores"].get<double>();
   }
   return f;
 }
@@ -382,6 +387,7 @@ LayoutsBenchReport run_layouts_bench(const LayoutsBenchOptions& options) {
       res.measured_ms.push_back(f.measured);
       if (f.given_routing) res.given_routing_ms.push_back(*f.given_routing);
       if (f.page_faults >= 0) res.page_faults.push_back(f.page_faults);
+      if (f.other_load_cores >= 0) res.other_load_cores.push_back(f.other_load_cores);
       if (probe) {
         const Slowest after = probe_now();
         const bool bf16 = res.spec.precision == "bf16" && before.bf16 > 0 && after.bf16 > 0;
@@ -421,6 +427,7 @@ void summarize_layouts(LayoutsBenchReport& r) {
     errors.push_back(res.error_pct);
     spreads.push_back(res.spread_pct);
     res.page_faults_per_step = res.page_faults.empty() ? 0 : median(res.page_faults);
+    res.other_load = res.other_load_cores.empty() ? -1 : median(res.other_load_cores);
     if (res.has_given_routing()) {
       DTRAIN_CHECK(res.given_routing_ms.size() == res.measured_ms.size(),
                    "bench layouts: ", describe(res.spec),
@@ -485,6 +492,20 @@ void summarize_layouts(LayoutsBenchReport& r) {
   }
   r.median_spread_pct = median(spreads);
   r.max_spread_pct = spreads.empty() ? 0 : *std::max_element(spreads.begin(), spreads.end());
+  std::vector<double> loads;
+  r.other_load_max = -1;
+  r.other_load_max_layout = -1;
+  for (size_t i = 0; i < r.results.size(); ++i) {
+    const std::vector<double>& l = r.results[i].other_load_cores;
+    loads.insert(loads.end(), l.begin(), l.end());
+    for (double x : l) {
+      if (x > r.other_load_max) {
+        r.other_load_max = x;
+        r.other_load_max_layout = static_cast<int>(i);
+      }
+    }
+  }
+  r.other_load_median = loads.empty() ? -1 : median(loads);
 
   r.groups.clear();
   for (size_t i = 0; i < r.results.size(); ++i) {
@@ -721,6 +742,13 @@ void print_layouts_bench(std::ostream& out, const LayoutsBenchReport& r) {
   }
   out << "\n  repeat spread (max - min over median): median " << fixed(r.median_spread_pct, 1)
       << " %, largest " << fixed(r.max_spread_pct, 1) << " %\n";
+  if (r.other_load_max_layout >= 0) {
+    const LayoutResult& busiest = r.results[static_cast<size_t>(r.other_load_max_layout)];
+    out << "  other programs during the measured steps (threads layouts, each repeat): median "
+        << fixed(r.other_load_median, 2) << ", most " << fixed(r.other_load_max, 2) << " of the "
+        << r.cores << " cores (#" << r.other_load_max_layout + 1 << " "
+        << r.models[busiest.spec.model].name << " " << describe(busiest.spec) << ")\n";
+  }
   if (r.probed) {
     out << "  core speed (the slowest core's, against the calibrated rates, probed before and "
            "after each run): least "
@@ -834,6 +862,10 @@ nlohmann::json layouts_bench_to_json(const LayoutsBenchReport& r) {
                        {"predicted_by", res.predicted_source},
                        {"repeats_predicted_ms", res.predicted_ms},
                        {"repeats_measured_ms", res.measured_ms}});
+    if (!res.other_load_cores.empty()) {
+      layouts.back()["other_load_cores"] = res.other_load;
+      layouts.back()["repeats_other_load_cores"] = res.other_load_cores;
+    }
     if (!res.page_faults.empty()) {
       layouts.back()["page_faults_per_step"] = res.page_faults_per_step;
       layouts.back()["repeats_page_faults"] = res.page_faults;
@@ -854,6 +886,11 @@ nlohmann::json layouts_bench_to_json(const LayoutsBenchReport& r) {
       {"mean_abs_error_pct", r.mean_abs_error_pct},   {"p90_abs_error_pct", r.p90_abs_error_pct},
       {"worst_abs_error_pct", r.worst_abs_error_pct}, {"worst_layout", r.worst},
       {"median_spread_pct", r.median_spread_pct},     {"max_spread_pct", r.max_spread_pct}};
+  if (r.other_load_max_layout >= 0) {
+    j["summary"]["other_load_cores"] = {{"median", r.other_load_median},
+                                        {"max", r.other_load_max},
+                                        {"max_layout", r.other_load_max_layout}};
+  }
   if (r.moe_layouts > 0) {
     j["summary"]["moe"] = {
         {"layouts", r.moe_layouts},

@@ -75,6 +75,11 @@ struct LayoutResult {
   // does not price.
   std::vector<double> page_faults;
   double page_faults_per_step = 0;
+  // Per repeat, the cores other programs kept busy during the run's measured steps (train's
+  // clock.other_load_cores: threads layouts; empty under MPI, whose other ranks are processes
+  // too), and their median (-1: none): the check that the machine was quiet.
+  std::vector<double> other_load_cores;
+  double other_load = -1;
   // MoE: train's clock.given_routing, the same clock priced after the run on the routing that
   // run measured (per repeat; empty for a dense layout), its median and its error.
   std::vector<double> given_routing_ms;
@@ -156,6 +161,10 @@ struct LayoutsBenchReport {
   double mean_abs_error_pct = 0, p90_abs_error_pct = 0, worst_abs_error_pct = 0;
   int worst = -1;  // index of the layout with the worst |error|
   double median_spread_pct = 0, max_spread_pct = 0;
+  // Other programs' load over the repeats that measured it (LayoutResult::other_load_cores):
+  // the median and the most, in cores, and the layout with the most (-1: none measured).
+  double other_load_median = -1, other_load_max = -1;
+  int other_load_max_layout = -1;
   // Over the MoE layouts only: |error| of the a-priori prediction and of given_routing.
   int moe_layouts = 0;
   double moe_mean_abs_error_pct = 0, moe_worst_abs_error_pct = 0;

@@ -125,5 +125,22 @@ TEST(LayoutsSummary, EveryGroupFitsOnEnoughCores) {
   }
 }
 
+TEST(LayoutsSummary, OtherProgramsLoadOverEveryRepeatThatMeasuredIt) {
+  // Two layouts measured it (0, 0.02, 0.3 and 0.04, 0.01, 0.0 cores), the others did not (MPI):
+  // the median of the six is (0.01 + 0.02) / 2 = 0.015, the most 0.3, in the first layout.
+  LayoutsBenchReport r = two_groups(2);
+  r.results[0].other_load_cores = {0, 0.02, 0.3};
+  r.results[3].other_load_cores = {0.04, 0.01, 0.0};
+  summarize_layouts(r);
+  EXPECT_DOUBLE_EQ(r.other_load_median, 0.015);
+  EXPECT_DOUBLE_EQ(r.other_load_max, 0.3);
+  EXPECT_EQ(r.other_load_max_layout, 0);
+  EXPECT_DOUBLE_EQ(r.results[0].other_load, 0.02);
+  EXPECT_EQ(r.results[1].other_load, -1);
+  const LayoutsBenchReport none = two_groups(2);
+  EXPECT_EQ(none.other_load_max_layout, -1);
+  EXPECT_EQ(none.other_load_median, -1);
+}
+
 }  // namespace
 }  // namespace dtrain::bench

@@ -3,7 +3,10 @@
 // MoE layout.
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "dtrain/comm/threads/backend.h"
+#include "dtrain/core/cpu_usage.h"
 #include "dtrain/plan/moe.h"
 #include "dtrain/train/clock_report.h"
 #include "dtrain/train/engine.h"
@@ -32,6 +35,46 @@ TEST(ClockReport, NearZeroPhasesCarryNoPercent) {
   EXPECT_EQ(phase_error_text(1e-3, 0.001e-3, 20e-3), "over");
   // Above the floor the ratio is printed: 0.6 / 0.5 = +20.0%.
   EXPECT_EQ(phase_error_text(0.6e-3, 0.5e-3, 20e-3), "+20.0%");
+}
+
+ClockReport measured_beside(double other_load_cores, double window_s) {
+  ClockReport c;
+  c.rates = "cluster.json";
+  c.predicted.step_s = 10e-3;
+  c.measured.step_s = 12e-3;
+  c.other_load_cores = other_load_cores;
+  c.other_load_window_s = window_s;
+  c.cores = 2;
+  return c;
+}
+
+TEST(ClockReport, OtherProgramsLoadBeyondItsGrainSaysMeasureAgain) {
+  // Over 2 s on 2 cores the counters' grain is 2 ticks over 2 s: 2 / (ticks_per_s x 2); busy
+  // means more than 0.1 core beyond it.
+  const double grain = other_load_grain_cores(2, 2.0);
+  EXPECT_FALSE(machine_was_busy(measured_beside(0.05 + grain, 2.0)));
+  EXPECT_TRUE(machine_was_busy(measured_beside(0.15 + grain, 2.0)));
+  EXPECT_FALSE(machine_was_busy(measured_beside(-1, 2.0)));  // not measured
+  // 0.25 of a core over a tenth of a second is within what whole ticks can misread there (at
+  // Linux's 100 ticks a second, 2 cores x 0.01 s over 0.1 s = 0.2 of a core, plus the 0.1).
+  EXPECT_FALSE(machine_was_busy(measured_beside(0.25, 0.1)));
+
+  std::ostringstream quiet, busy;
+  print_clock_report(quiet, measured_beside(0, 2.0));
+  print_clock_report(busy, measured_beside(0.9, 2.0));
+  EXPECT_NE(quiet.str().find(
+                "other programs kept 0.00 of the 2 cores busy during the measured steps (2.00 s"),
+            std::string::npos)
+      << quiet.str();
+  EXPECT_EQ(quiet.str().find("measure again"), std::string::npos);
+  EXPECT_NE(busy.str().find("other programs kept 0.90 of the 2 cores"), std::string::npos);
+  EXPECT_NE(busy.str().find("measure again with nothing else running"), std::string::npos);
+
+  const nlohmann::json j = clock_to_json(measured_beside(0.9, 2.0));
+  EXPECT_DOUBLE_EQ(j.at("other_load_cores").get<double>(), 0.9);
+  EXPECT_DOUBLE_EQ(j.at("other_load_window_s").get<double>(), 2.0);
+  EXPECT_TRUE(j.at("machine_was_busy").get<bool>());
+  EXPECT_TRUE(clock_to_json(measured_beside(-1, 0)).at("other_load_cores").is_null());
 }
 
 StepConfig tiny_step() {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <thread>
 
 #include "dtrain/comm/threads/backend.h"
 #include "dtrain/core/check.h"
@@ -53,6 +54,22 @@ TEST(Trainer, SameSeedGivesABitwiseIdenticalRun) {
   const auto [c, pc] = run_and_keep_params(o);
   EXPECT_NE(a.train_losses, c.train_losses);
   EXPECT_NE(pa, pc);
+}
+
+TEST(Trainer, MeasuresOtherProgramsLoadOnlyOverStepsAfterTheFirst) {
+  // The threads backend's run is one process: the cores the other programs kept busy are
+  // measured from the end of the first step (a figure in [0, cores], and the window it covers);
+  // one step leaves no window, and an MPI job (whose other ranks are processes too) none.
+  TrainOptions o = quick(4);
+  const auto [several, p1] = run_and_keep_params(o);
+  EXPECT_GE(several.other_load_cores, 0);
+  EXPECT_LE(several.other_load_cores, std::thread::hardware_concurrency() + 0.5);
+  EXPECT_GT(several.other_load_window_s, 0);
+  o.steps = 1;
+  const auto [one, p2] = run_and_keep_params(o);
+  EXPECT_EQ(one.other_load_cores, -1);
+  TrainSetup setup = resolve(quick(4));
+  EXPECT_TRUE(setup.trainer.single_process_job);
 }
 
 TEST(Trainer, ComputeThreadsDoNotChangeABit) {

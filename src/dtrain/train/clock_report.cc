@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "dtrain/core/cpu_usage.h"
 #include "dtrain/plan/moe.h"
 #include "dtrain/train/layout_report.h"
 
@@ -158,7 +159,20 @@ nlohmann::json clock_to_json(const ClockReport& c) {
                       {"measured_rank", c.rank},
                       {"oversubscription", c.stretch}};
   if (c.given_routing) j["given_routing"] = phases_to_json(*c.given_routing);
+  j["other_load_cores"] =
+      c.other_load_cores >= 0 ? nlohmann::json(c.other_load_cores) : nlohmann::json(nullptr);
+  if (c.other_load_cores >= 0) {
+    j["other_load_window_s"] = c.other_load_window_s;
+    j["other_load_grain_cores"] = other_load_grain_cores(c.cores, c.other_load_window_s);
+    j["machine_was_busy"] = machine_was_busy(c);
+  }
   return j;
+}
+
+bool machine_was_busy(const ClockReport& c) {
+  return c.other_load_cores >= 0 &&
+         c.other_load_cores >
+             kBusyMachineCores + other_load_grain_cores(c.cores, c.other_load_window_s);
 }
 
 std::string phase_error_text(double predicted_s, double measured_s, double measured_step_s) {
@@ -215,6 +229,19 @@ void print_clock_report(std::ostream& out, const ClockReport& c) {
   if (c.given_routing) {
     out << "  predicted: uniform routing, before the run; given routing: the same clock on the "
            "experts' rows this run routed per block\n";
+  }
+  if (c.other_load_cores >= 0) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf,
+                  "%.2f of the %d cores busy during the measured steps (%.2f s, counted in whole "
+                  "ticks: +-%.2f)",
+                  c.other_load_cores, c.cores, c.other_load_window_s,
+                  other_load_grain_cores(c.cores, c.other_load_window_s));
+    out << "  other programs kept " << buf
+        << (machine_was_busy(c)
+                ? ": the clock prices an idle machine, so measure again with nothing else running "
+                  "(a reader of --json started beside the run counts too: write to a file)\n"
+                : "\n");
   }
   out << "\n";
 }

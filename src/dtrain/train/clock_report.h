@@ -27,6 +27,12 @@ struct ClockReport {
   // first; plan::EngineClockInput::block_routings): what the a-priori prediction, which assumes
   // uniform routing, would read if it had known the routing. Never a measured time.
   std::optional<plan::EnginePhases> given_routing;
+  // The cores other programs kept busy during the measured steps (TrainSummary::
+  // other_load_cores; -1: not measured) and the machine's cores: the prediction assumes no
+  // other work, so a measurement taken beside some is not the clock's to explain.
+  double other_load_cores = -1;
+  double other_load_window_s = 0;  // the wall time it was measured over
+  int cores = 0;
 };
 
 // The layout as the engine's clock sees it; `buckets` the DP syncs per step of a rank (stage
@@ -56,6 +62,12 @@ void print_clock_report(std::ostream& out, const ClockReport& clock);
 // phase is within the step's noise and a ratio of near-zeros would only shout), "over" when only
 // the measurement is (a prediction of time the run did not spend there).
 std::string phase_error_text(double predicted_s, double measured_s, double measured_step_s);
+// Other programs' load, in cores, beyond the counters' grain (other_load_grain_cores), from
+// which the clock table says to measure again.
+inline constexpr double kBusyMachineCores = 0.1;
+// Whether a run's other load says the machine was busy: above kBusyMachineCores plus the grain.
+bool machine_was_busy(const ClockReport& c);
+
 // What to run when the cluster has no measured rates.
 inline constexpr const char* kClockHint =
     "no measured rates: run `dtrain calibrate --compute -o cpu.json`, then train with "

@@ -1,10 +1,12 @@
 // print_summary / summary_to_json.
 #include "dtrain/train/report.h"
 
+#include <algorithm>
 #include <csignal>
 
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "dtrain/core/units.h"
 #include "dtrain/data/data.h"
@@ -25,6 +27,9 @@ std::optional<ClockReport> measured_clock(const TrainSummary& s) {
   if (!s.layout || !s.layout->clock) return std::nullopt;
   ClockReport clock = *s.layout->clock;
   clock.measured.step_s = s.median_ms_per_step * 1e-3;
+  clock.other_load_cores = s.other_load_cores;
+  clock.other_load_window_s = s.other_load_window_s;
+  clock.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return clock;
 }
 

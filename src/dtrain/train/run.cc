@@ -322,6 +322,7 @@ TrainSetup resolve(const TrainOptions& o) {
   t.threads = o.threads;
   t.recompute = o.recompute;
   t.max_rank_memory = l.max_rank_memory;
+  t.single_process_job = l.backend == comm::Backend::threads;
   if (l.ranks_per_node > 0) t.warnings = layout_warnings(setup.engine);
   if (o.precision == model::Precision::bf16 &&
       model::bf16_gemm_backend() == model::Bf16GemmBackend::emulated) {

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "dtrain/comm/collectives.h"
 #include "dtrain/core/check.h"
+#include "dtrain/core/cpu_usage.h"
 #include "dtrain/core/malloc_info.h"
 #include "dtrain/core/system_memory.h"
 #include "dtrain/core/timer.h"
@@ -136,6 +138,7 @@ TrainSummary Trainer::run() {
   eval_now(first);
 
   std::vector<double> step_ms;
+  std::optional<CpuTimes> cpu_after_first;
   if (config_.stop != nullptr) config_.stop->mark_started();
   for (int64_t step = first; step < config_.steps; ++step) {
     inject_fault_if_due(config_.fault, job_rank(), step + 1);
@@ -178,10 +181,17 @@ TrainSummary Trainer::run() {
       s.last_checkpoint = save(step + 1, sampler);
     }
     s.last_step = step + 1;
+    // The window of the clock's measured steps (those after the first) starts here.
+    if (step == first && config_.single_process_job) cpu_after_first = read_cpu_times();
     if (stopping) {
       s.stop_signal = stop_signal;
       break;
     }
+  }
+  if (cpu_after_first && s.last_step - first > 1) {
+    const CpuTimes end = read_cpu_times();
+    s.other_load_cores = other_load_cores(*cpu_after_first, end);
+    s.other_load_window_s = end.wall_s - cpu_after_first->wall_s;
   }
 
   const auto n = static_cast<double>(s.last_step - first);

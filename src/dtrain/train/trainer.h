@@ -41,8 +41,11 @@ struct TrainerConfig {
   checkpoint::CheckpointConfig checkpoint;  // --save, --save-every, --keep-checkpoints, --resume
   std::optional<FaultSpec> fault;           // --inject-fault
   std::string init_from;  // --init-from: a GPT-2 folder (formats/hf_gpt2.h); empty: random init
-  std::string eval_batch_out;      // --write-eval-batch: validation batch 0's tokens; empty: none
-  std::string metrics_path;        // --metrics: a JSON line per step and evaluation; empty: none
+  std::string eval_batch_out;  // --write-eval-batch: validation batch 0's tokens; empty: none
+  std::string metrics_path;    // --metrics: a JSON line per step and evaluation; empty: none
+  // Whether this process is the whole job on its machine (the threads backend), so that every
+  // other process's CPU time is other programs' work: TrainSummary::other_load_cores.
+  bool single_process_job = false;
   std::vector<std::string> notes;  // adjustments resolve() made to the flags, shown at the start
   // What the user should know before the first step (a TP group across nodes, bf16 that will be
   // slower than fp32 here), printed once on stderr at the start.
@@ -92,6 +95,11 @@ struct TrainSummary {
   float final_train_loss_avg = 0;  // mean of the last min(10, steps) steps
   float first_val_loss = 0, final_val_loss = 0;
   double train_seconds = 0;  // step time only (evaluation excluded)
+  // The cores other programs kept busy, on average, from the end of this run's first step to
+  // the end of its last (core/cpu_usage.h); -1 when not measured (one step, an MPI job whose
+  // other ranks are processes too, or no /proc/stat).
+  double other_load_cores = -1;
+  double other_load_window_s = 0;  // the wall time it was measured over
   double tokens_per_s = 0;
   double ms_per_step = 0, median_ms_per_step = 0;
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;  // means per step
