@@ -45,12 +45,13 @@ CpuTimes read_cpu_times() {
   return t;
 }
 
-double other_load_cores(const CpuTimes& before, const CpuTimes& after) {
+double other_load_cores(const CpuTimes& before, const CpuTimes& after, int cores) {
   const double wall = after.wall_s - before.wall_s;
   if (before.machine_busy_s < 0 || after.machine_busy_s < 0 || wall <= 0) return -1;
   const double others =
       (after.machine_busy_s - before.machine_busy_s) - (after.process_s - before.process_s);
-  return std::max(0.0, others / wall);
+  const double load = std::max(0.0, others / wall);
+  return cores > 0 ? std::min(load, static_cast<double>(cores)) : load;
 }
 
 double other_load_grain_cores(int cores, double window_s, double ticks_per_s) {

@@ -24,9 +24,10 @@ double proc_stat_busy_seconds(std::string_view cpu_line, double ticks_per_s);
 
 // The cores other processes kept busy on average between two readings: the machine's non-idle
 // time less this process's, over the wall time between them; at least 0 (the two counters tick
-// at different grains: /proc/stat in 1/ticks_per_s, getrusage finer). -1 when either reading
-// lacks the machine's figure or no time passed.
-double other_load_cores(const CpuTimes& before, const CpuTimes& after);
+// at different grains: /proc/stat in 1/ticks_per_s, getrusage finer) and at most `cores` when
+// given (> 0): over a window of a few ticks a tick's rounding alone can read as more cores than
+// the machine has. -1 when either reading lacks the machine's figure or no time passed.
+double other_load_cores(const CpuTimes& before, const CpuTimes& after, int cores = 0);
 
 // How far other_load_cores can be off from the counters' grain alone over `window_s` of wall
 // time on `cores` cores: each core's /proc/stat count is whole ticks, so up to one tick per core

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <thread>
 
 #include "dtrain/comm/collectives.h"
 #include "dtrain/core/check.h"
@@ -190,7 +191,8 @@ TrainSummary Trainer::run() {
   }
   if (cpu_after_first && s.last_step - first > 1) {
     const CpuTimes end = read_cpu_times();
-    s.other_load_cores = other_load_cores(*cpu_after_first, end);
+    s.other_load_cores = other_load_cores(*cpu_after_first, end,
+                                          static_cast<int>(std::thread::hardware_concurrency()));
     s.other_load_window_s = end.wall_s - cpu_after_first->wall_s;
   }
 
