@@ -173,8 +173,10 @@ void set_layout_names(const TrainFlags& f, train::LayoutOptions& l) {
 // The mixture-of-experts flags (model/moe_config.h); their ranges are checked by
 // model::validate, which names the flag.
 void add_moe_flags(CLI::App& cmd, model::MoeConfig& m) {
-  cmd.add_option("--experts", m.experts,
-                 "Experts E of each MoE block's MLP (0: a dense model; model/ops/moe.h)")
+  cmd.add_option(
+         "--experts", m.experts,
+         "Experts E of each MoE block's MLP (0: a dense model; model/ops/moe.h; not yet with "
+         "sample or export)")
       ->capture_default_str();
   cmd.add_option("--top-k", m.top_k, "Experts each token is routed to (with --experts)")
       ->capture_default_str();
@@ -262,7 +264,7 @@ void add_train(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--ep", l.ep,
                   "Expert-parallel ranks, carved from --dp: each holds --experts / N experts "
-                  "and the routed rows travel to them by all-to-all")
+                  "and the routed rows travel to them by all-to-all (not with --cp yet)")
       ->capture_default_str();
   cmd->add_option("--zero", l.zero_stage,
                   "ZeRO stage over the DP ranks: 0 plain DP, 1 optimizer state, 2 + gradients, "
@@ -300,7 +302,8 @@ void add_train(CLI::App& app) {
   cmd->add_option("--cp", l.cp,
                   "Context-parallel ranks: each sequence's tokens split across them, attention "
                   "computed across the group (--cp-algo); --seq divisible by 2 x cp for ring and "
-                  "all-gather, by cp for ulysses")
+                  "all-gather, by cp for ulysses; an MoE model's router sees the whole "
+                  "sequence (not with --ep yet)")
       ->capture_default_str();
   cmd->add_option("--cp-algo", f->cp_algo,
                   "Attention across the CP group: ring (K/V blocks passed round, load-balanced "

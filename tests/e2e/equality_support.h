@@ -66,10 +66,11 @@ inline void add_pieces(const model::ParamTable& serial, const checkpoint::RankSt
   }
 }
 
-// The serial reference: one step per batch at learning rate `lr`, then the evaluation loss on
-// the first batch.
-inline Outcome run_serial(const StepConfig& c, const std::vector<data::Batch>& data, float lr) {
-  SerialEngine engine(c);
+// The serial reference: one step per batch at learning rate `lr` (each batch cut into
+// `microbatches` for gradient accumulation), then the evaluation loss on the first batch.
+inline Outcome run_serial(const StepConfig& c, const std::vector<data::Batch>& data, float lr,
+                          int64_t microbatches = 1) {
+  SerialEngine engine(c, microbatches);
   Outcome o = empty_outcome(c.model);
   for (const data::Batch& b : data) o.losses.push_back(engine.train_step(b, lr).loss);
   o.losses.push_back(engine.eval_loss(data[0]));

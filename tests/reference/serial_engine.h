@@ -5,7 +5,10 @@
 // optimizer split their work across a ThreadTeam (same bits as one thread). Under --precision
 // bf16 it is mixed-precision Adam written plainly: the model's weights are the fp32 master
 // rounded to bf16 before each step, the whole step's gradient is rounded to bf16 once, and AdamW
-// updates the master from it.
+// updates the master from it. With `microbatches` M > 1 a step cuts its batch into M runs of B/M
+// consecutive rows, each's forward and backward scaled by 1/M (gradient accumulation): the
+// reference for what is a statistic of each micro-batch (the MoE aux loss under a pipeline, or
+// of each DP rank's rows: the batch as DP ranks x micro-batches, in rank order).
 #pragma once
 
 #include <cmath>
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "dtrain/core/bf16.h"
+#include "dtrain/core/check.h"
 
 #include "dtrain/checkpoint/train_state.h"
 #include "dtrain/core/timer.h"
@@ -29,14 +33,17 @@ namespace dtrain::train {
 
 class SerialEngine final : public StepEngine {
  public:
-  explicit SerialEngine(const StepConfig& config)
+  explicit SerialEngine(const StepConfig& config, int64_t microbatches = 1)
       : config_(config),
+        microbatches_(microbatches),
         team_(config.threads),
         model_(config.model, &tracker_, nullptr, &team_, config.recompute),
         adamw_(model_.param_count(), config.adamw, &tracker_) {
     model_.init_params(config.init_seed);
     model_.set_precision(config.precision);
-    model_.set_batch_shape(config.batch, config.seq);
+    DTRAIN_CHECK(microbatches >= 1 && config.batch % microbatches == 0,
+                 "SerialEngine: ", microbatches, " micro-batches of a batch of ", config.batch);
+    model_.set_batch_shape(config.batch / microbatches, config.seq);
     if (mixed()) {
       master_.assign(model_.params().begin(), model_.params().end());
       round_params_from_master();
@@ -48,11 +55,26 @@ class SerialEngine final : public StepEngine {
     StepStats stats;
     Stopwatch watch;
     model_.zero_grads();
-    stats.loss = model_.forward(batch.inputs, batch.targets, batch.batch, batch.seq);
-    stats.forward_ms = watch.elapsed_us() * 1e-3;
-    watch.restart();
-    model_.backward();
-    stats.backward_ms = watch.elapsed_us() * 1e-3;
+    if (microbatches_ == 1) {
+      stats.loss = model_.forward(batch.inputs, batch.targets, batch.batch, batch.seq);
+      stats.forward_ms = watch.elapsed_us() * 1e-3;
+      watch.restart();
+      model_.backward();
+      stats.backward_ms = watch.elapsed_us() * 1e-3;
+    } else {
+      const int64_t b = batch.batch / microbatches_;
+      const auto rows = static_cast<size_t>(b * batch.seq);
+      const std::span<const int32_t> inputs(batch.inputs), targets(batch.targets);
+      double loss = 0;
+      for (int64_t m = 0; m < microbatches_; ++m) {
+        const size_t first = static_cast<size_t>(m) * rows;
+        loss +=
+            model_.forward(inputs.subspan(first, rows), targets.subspan(first, rows), b, batch.seq);
+        model_.backward(1.0f / static_cast<float>(microbatches_));
+      }
+      stats.loss = static_cast<float>(loss / static_cast<double>(microbatches_));
+      stats.forward_ms = watch.elapsed_us() * 1e-3;
+    }
     watch.restart();
     if (mixed()) {
       for (float& g : model_.grads()) g = round_to_bf16(g);
@@ -70,7 +92,19 @@ class SerialEngine final : public StepEngine {
     return stats;
   }
   float eval_loss(const data::Batch& batch) override {
-    return model_.forward(batch.inputs, batch.targets, batch.batch, batch.seq);
+    if (microbatches_ == 1)
+      return model_.forward(batch.inputs, batch.targets, batch.batch, batch.seq);
+    // The mean over the same micro-batches (an MoE capacity is per micro-batch).
+    const int64_t b = batch.batch / microbatches_;
+    const auto rows = static_cast<size_t>(b * batch.seq);
+    const std::span<const int32_t> inputs(batch.inputs), targets(batch.targets);
+    double loss = 0;
+    for (int64_t m = 0; m < microbatches_; ++m) {
+      const size_t first = static_cast<size_t>(m) * rows;
+      loss +=
+          model_.forward(inputs.subspan(first, rows), targets.subspan(first, rows), b, batch.seq);
+    }
+    return static_cast<float>(loss / static_cast<double>(microbatches_));
   }
   const MemoryTracker& memory() const override { return tracker_; }
   int64_t param_count() const override { return model_.param_count(); }
@@ -106,6 +140,7 @@ class SerialEngine final : public StepEngine {
   }
 
   StepConfig config_;
+  int64_t microbatches_ = 1;
   std::vector<float> master_;  // mixed precision's fp32 weights (untracked: a reference)
   MemoryTracker tracker_;      // declared before the buffers it accounts for
   model::ThreadTeam team_;

@@ -729,15 +729,50 @@ LoadedCheckpoint load_checkpoint(const std::string& path, std::string_view flag)
   return out;
 }
 
+std::vector<std::string> model_differences(const model::GptConfig& checkpoint,
+                                           const model::GptConfig& run, bool training_settings) {
+  std::vector<std::string> out;
+  const auto differ = [&](const char* name, auto was, auto now) {
+    if (was != now) out.push_back(str(name, " ", was, " (this run: ", now, ")"));
+  };
+  differ("vocab", checkpoint.vocab, run.vocab);
+  differ("context", checkpoint.context, run.context);
+  differ("layers", checkpoint.layers, run.layers);
+  differ("heads", checkpoint.heads, run.heads);
+  differ("channels", checkpoint.channels, run.channels);
+  const model::MoeConfig &a = checkpoint.moe, &b = run.moe;
+  if (a.enabled() != b.enabled()) {
+    out.push_back(a.enabled() ? str("experts ", a.experts, " (this run: dense)")
+                              : str("dense (this run: experts ", b.experts, ")"));
+    return out;
+  }
+  if (!a.enabled()) return out;
+  differ("experts", a.experts, b.experts);
+  differ("top-k", a.top_k, b.top_k);
+  differ("moe-every", a.every, b.every);
+  if (!training_settings) return out;
+  differ("capacity-factor", a.capacity_factor, b.capacity_factor);
+  differ("aux-loss-coef", a.aux_loss_coef, b.aux_loss_coef);
+  return out;
+}
+
 void check_compatible(const LoadedCheckpoint& c, const model::GptConfig& model, int64_t batch,
-                      int64_t seq, std::string_view flag) {
-  const model::GptConfig& m = c.manifest.model;
+                      int64_t seq, std::string_view flag, bool allow_setting_changes) {
   const std::string manifest = (fs::path(c.dir) / kManifestName).string();
-  DTRAIN_CHECK(m == model, flag, " ", manifest, ": written for another model shape (vocab ",
-               m.vocab, ", context ", m.context, ", layers ", m.layers, ", heads ", m.heads,
-               ", channels ", m.channels, "); this run has vocab ", model.vocab, ", context ",
-               model.context, ", layers ", model.layers, ", heads ", model.heads, ", channels ",
-               model.channels);
+  std::string list;
+  for (const std::string& d : model_differences(c.manifest.model, model, !allow_setting_changes)) {
+    list += (list.empty() ? "" : "; ") + d;
+  }
+  // The MoE routing settings (capacity factor, aux coefficient) train the same tensors: only a
+  // refusal without --allow-resume-changes, which lets them change.
+  const bool shapes_agree = model_differences(c.manifest.model, model, false).empty();
+  DTRAIN_CHECK(list.empty(), flag, " ", manifest, ": ",
+               shapes_agree ? "written with other MoE routing settings: "
+                            : "written for another model shape: ",
+               list,
+               shapes_agree ? "; resume with the same flags, or pass --allow-resume-changes to "
+                              "train on with the new ones"
+                            : "");
   DTRAIN_CHECK(c.manifest.position.batch == batch && c.manifest.position.seq == seq, flag, " ",
                manifest, ": written with --batch ", c.manifest.position.batch, " --seq ",
                c.manifest.position.seq, ", this run has --batch ", batch, " --seq ", seq);

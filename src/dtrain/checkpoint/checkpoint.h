@@ -144,9 +144,17 @@ struct LoadedCheckpoint {
 // `path` is a checkpoint directory (it holds manifest.json) or a root holding a "latest"
 // pointer. Errors name the file at fault and start with `flag`.
 LoadedCheckpoint load_checkpoint(const std::string& path, std::string_view flag = "--resume");
-// Throws naming `flag` and the manifest unless the checkpoint was written for `model` and
-// the run's batch shape (--batch, --seq).
+// How the model a checkpoint was written for differs from this run's, one entry a field in the
+// flags' words ("layers 4 (this run: 2)", "top-k 2 (this run: 1)", "dense (this run: experts
+// 4)"); with `training_settings` also the MoE routing settings that shape no tensor
+// (capacity-factor, aux-loss-coef).
+std::vector<std::string> model_differences(const model::GptConfig& checkpoint,
+                                           const model::GptConfig& run, bool training_settings);
+// Throws naming `flag`, the manifest and every differing field unless the checkpoint was
+// written for `model` and the run's batch shape (--batch, --seq). With
+// `allow_setting_changes` (--allow-resume-changes) the MoE routing settings may differ.
 void check_compatible(const LoadedCheckpoint& checkpoint, const model::GptConfig& model,
-                      int64_t batch, int64_t seq, std::string_view flag = "--resume");
+                      int64_t batch, int64_t seq, std::string_view flag = "--resume",
+                      bool allow_setting_changes = false);
 
 }  // namespace dtrain::checkpoint

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "dtrain/core/recompute.h"
 #include "dtrain/model/gemm.h"
@@ -61,6 +63,11 @@ class ContextParallelHooks {
   }
   // Drops whatever forwards have kept (an evaluation's, which no backward takes).
   virtual void release_all() {}
+  // The MoE router's one exchange per routed block and forward (model/cp_route_group.h): every
+  // rank's `values` (n each), rank r's at [r n, (r + 1) n), bit for bit. Serial: a copy.
+  virtual std::vector<double> gather_routing(std::span<const double> values) {
+    return {values.begin(), values.end()};
+  }
 };
 
 }  // namespace dtrain::model

@@ -9,6 +9,7 @@
 
 #include "dtrain/core/check.h"
 #include "dtrain/core/rng.h"
+#include "dtrain/model/cp_route_group.h"
 #include "dtrain/model/moe_dispatch.h"
 #include "dtrain/model/ops/attention.h"
 #include "dtrain/model/ops/crossentropy.h"
@@ -781,8 +782,14 @@ void GptModel::moe_mlp_forward(const GptActivations& acts, int64_t l, const floa
   const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
   // The MoE state is the activations' own (one per micro-batch in flight); forward fills it.
   MoeLayerState& s = const_cast<GptActivations&>(acts).moe_layer(l);
-  // Under TP the router is replicated: every rank routes the same whole rows the same way.
-  moe_route(s.routing, x, w.moe_router_w, N, C, config_.moe, cx_);
+  // Under TP the router is replicated: every rank routes the same whole rows the same way. Under
+  // CP the group routes the micro-batch together (capacity and aux loss of all its tokens).
+  if (cp_->size() > 1) {
+    CpRouteGroup group(*cp_, acts.batch(), acts.seq());
+    moe_route(s.routing, x, w.moe_router_w, N, C, config_.moe, cx_, &group);
+  } else {
+    moe_route(s.routing, x, w.moe_router_w, N, C, config_.moe, cx_);
+  }
   if (ep_->size() > 1) {
     moe_ep_forward(delta, s.ep, s.cache, s.routing, x, moe_weights(w), C, config_.moe, *ep_, cx_,
                    tp_);

@@ -9,6 +9,7 @@
 
 #include "dtrain/comm/all_to_all.h"
 #include "dtrain/comm/collectives.h"
+#include "dtrain/comm/rank_order.h"
 #include "dtrain/core/bf16.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
@@ -180,6 +181,19 @@ int64_t ContextParallelGroup::kept_bytes_per_block(int64_t B, int64_t T_local, i
 
 void ContextParallelGroup::release_all() {
   saved_.clear();
+}
+
+std::vector<double> ContextParallelGroup::gather_routing(std::span<const double> values) {
+  const double start = span_start();
+  const comm::Traffic t0 = comm_.traffic();
+  std::vector<double> all = comm::gather_in_rank_order(comm_, values);
+  ++counters_.routing.messages;
+  counters_.routing.traffic += comm_.traffic() - t0;
+  if (spans_ != nullptr) {
+    spans_->push_back(
+        {"all_gather MoE routing", "forward", start, now_us(), (comm_.traffic() - t0).bytes_sent});
+  }
+  return all;
 }
 
 // --- ring -----------------------------------------------------------------------------------

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <vector>
 
 #include "dtrain/comm/communicator.h"
@@ -35,6 +36,9 @@ struct ContextParallelCounters {
   CpCounter forward;
   CpCounter backward;
   CpCounter recompute;  // full recompute's forward reruns (plan/ counts them in the backward)
+  // The MoE router's gathers (one per routed block and forward, rerun included):
+  // plan::cp_moe_routing_bytes. Apart from the attention's passes above.
+  CpCounter routing;
   // Score elements computed in forward: (query, key) pairs with key <= query, summed over the
   // batch rows and this rank's heads (plan::causal_attention_pairs per (row, head)).
   int64_t attention_pairs = 0;
@@ -83,6 +87,7 @@ class ContextParallelGroup final : public model::ContextParallelHooks {
   int64_t kept_bytes_per_block(int64_t B, int64_t T_local, int64_t C_local, int64_t NH_local,
                                Recompute recompute) const override;
   void release_all() override;
+  std::vector<double> gather_routing(std::span<const double> values) override;
 
   const ContextParallelCounters& counters() const { return counters_; }
   // While set, every exchange (one per counted message) is appended there; null stops it.

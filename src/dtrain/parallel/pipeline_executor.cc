@@ -332,6 +332,11 @@ void PipelineExecutor::backward(const plan::Action& a) {
   const bool last =
       ++backwards_done_[static_cast<size_t>(a.chunk)] == config_.schedule.microbatches;
   const int emb = units_.embeddings();
+  // d(mean over M micro-batches)/d(micro-batch mean) = 1/M: the scale of the head's
+  // cross-entropy gradient and of every MoE block's aux-loss gradient, on whichever chunk the
+  // block runs (a chunk without the head never runs head_backward, which also sets it).
+  const float loss_scale = 1.0f / static_cast<float>(config_.schedule.microbatches);
+  acts.loss_scale = loss_scale;
   if (c.head) {
     const int lnf = units_.final_norm();
     hooks_->prefetch(lnf);
@@ -341,9 +346,7 @@ void PipelineExecutor::backward(const plan::Action& a) {
     hooks_->acquire(emb);
     hooks_->begin_backward(lnf);
     hooks_->begin_backward(emb);
-    // d(mean over M micro-batches)/d(micro-batch mean) = 1/M
-    model_.head_backward(acts, workspace_,
-                         1.0f / static_cast<float>(config_.schedule.microbatches));
+    model_.head_backward(acts, workspace_, loss_scale);
     hooks_->release(emb);
     hooks_->release(lnf);
     hooks_->end_backward(lnf, last);

@@ -218,6 +218,12 @@ int ep_forward_exchanges(Recompute recompute) {
   return recompute == Recompute::full ? 2 : 1;
 }
 
+double cp_moe_routing_gather_bytes(int64_t micro_batch, int64_t runs_per_sequence, int64_t experts,
+                                   int cp) {
+  const int64_t words = (micro_batch * runs_per_sequence + 1) * experts;
+  return static_cast<double>(cp) * static_cast<double>(words) * 8.0;
+}
+
 std::vector<CollectiveCall> moe_tp_collectives_per_layer(int64_t micro_batch, int64_t seq,
                                                          int64_t hidden, int64_t bytes_per_element,
                                                          bool sequence_parallel,

@@ -161,6 +161,16 @@ int64_t ep_row_wire_bytes(EpExchange exchange, bool bf16);
 // other rank, so (ep - 1) E / ep * 8 bytes each way per exchange.
 double ep_counts_bytes(int64_t experts, int ep);
 
+// Under context parallelism the CP ranks of a micro-batch route its tokens together
+// (model/cp_route_group.h): per routed block and forward pass (ep_forward_exchanges of them per
+// micro-batch) each rank contributes its router choices per (run, expert) and its E probability
+// sums, 8-byte words, to one all-gather over the CP group. A run is a stretch of consecutive
+// positions of one sequence: `runs_per_sequence` 2 under the balanced split (chunks r and
+// 2cp-1-r), 1 contiguous. Returns that all-gather's S (nccl-tests' output size: cp parts of
+// (micro_batch x runs_per_sequence + 1) x E words), for collective_traffic.
+double cp_moe_routing_gather_bytes(int64_t micro_batch, int64_t runs_per_sequence, int64_t experts,
+                                   int cp);
+
 // Tensor parallelism's collectives in one routed block for one micro-batch of b sequences of s
 // tokens (expert TP: each expert's fc column-parallel and proj row-parallel across the TP group,
 // the router replicated), when this rank's experts computed `expert_rows` rows (the routed

@@ -65,6 +65,7 @@ void add_difference(parallel::ContextParallelCounters& sum,
   add(sum.forward, end.forward, start.forward);
   add(sum.backward, end.backward, start.backward);
   add(sum.recompute, end.recompute, start.recompute);
+  add(sum.routing, end.routing, start.routing);
   sum.attention_pairs += end.attention_pairs - start.attention_pairs;
   sum.attention_us += end.attention_us - start.attention_us;
 }

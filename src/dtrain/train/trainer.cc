@@ -64,7 +64,8 @@ int Trainer::job_rank() {
 // so the loss sequence continues bit for bit.
 int64_t Trainer::resume(data::BatchSampler& sampler) {
   const checkpoint::LoadedCheckpoint c = checkpoint::load_checkpoint(config_.checkpoint.resume);
-  checkpoint::check_compatible(c, config_.model, config_.batch, config_.seq);
+  checkpoint::check_compatible(c, config_.model, config_.batch, config_.seq, "--resume",
+                               config_.checkpoint.allow_resume_changes);
   const checkpoint::TrainerPosition& p = c.manifest.position;
   DTRAIN_CHECK(p.data_seed == config_.data_seed, "--resume ", c.dir,
                ": written by a run with another --seed (its batch order differs)");

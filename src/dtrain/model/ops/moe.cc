@@ -30,7 +30,7 @@ void MoeCounts::add(const MoeRouting& r) {
 }
 
 void moe_route(MoeRouting& r, const float* x, const float* router_w, int64_t N, int64_t C,
-               const MoeConfig& m, const Compute& cx) {
+               const MoeConfig& m, const Compute& cx, MoeRouteGroup* group) {
   const int64_t E = m.experts, k = m.top_k;
   DTRAIN_CHECK(E > 0 && k >= 1 && k <= E, "moe_route: top-k ", k, " of ", E, " experts");
   r.tokens = N;
@@ -43,7 +43,6 @@ void moe_route(MoeRouting& r, const float* x, const float* router_w, int64_t N, 
   r.dropped = 0;
   if (N > 0) matmul_forward(r.probs.data(), x, router_w, nullptr, N, C, E, cx);  // logits
 
-  const int64_t capacity = moe_capacity(m, N);
   std::vector<double> prob_sum(at(E), 0.0);
   for (int64_t n = 0; n < N; ++n) {
     float* p = r.probs.data() + n * E;
@@ -72,10 +71,62 @@ void moe_route(MoeRouting& r, const float* x, const float* router_w, int64_t N, 
     }
     for (int64_t j = 0; j < k; ++j) {
       r.gate[at(n * k + j)] = static_cast<float>(p[chosen[j]] / chosen_sum);
-      // Capacity in token order: the first `capacity` assignments to an expert stay.
-      int64_t& taken = r.kept[at(chosen[j])];
-      if (taken < capacity) {
-        r.slot[at(n * k + j)] = static_cast<int32_t>(taken++);
+    }
+  }
+  // What the capacity and the aux loss are taken over: this rank's tokens, or its group's
+  // micro-batch. `before` (runs x E): the choices of each expert by the micro-batch's tokens
+  // before each of this rank's runs, on any rank.
+  r.aux_tokens = N;
+  r.aux_chosen = r.chosen;
+  r.aux_ranks = 1;
+  int64_t runs = 1;
+  std::vector<int64_t> before(at(E), 0);
+  std::vector<double> aux_prob_sum = prob_sum;
+  if (group != nullptr && group->size() > 1) {
+    runs = group->runs();
+    const int64_t per_rank = runs * E + E;  // choices per (run, expert), then the prob sums
+    std::vector<double> mine(at(per_rank), 0.0);
+    for (int64_t i = 0; i < N * k; ++i) mine[at(group->run_of(i / k) * E + r.expert[at(i)])] += 1;
+    std::copy(prob_sum.begin(), prob_sum.end(), mine.begin() + runs * E);
+    const std::vector<double> all = group->gather(mine);
+    const int ranks = group->size();
+    before.assign(at(runs * E), 0);
+    for (int64_t e = 0; e < E; ++e) {
+      r.aux_chosen[at(e)] = 0;
+      aux_prob_sum[at(e)] = 0;
+    }
+    for (int q = 0; q < ranks; ++q) {
+      const double* theirs = all.data() + q * per_rank;
+      for (int64_t e = 0; e < E; ++e) aux_prob_sum[at(e)] += theirs[runs * E + e];  // rank order
+      for (int64_t jq = 0; jq < runs; ++jq) {
+        const int64_t start = group->run_start(q, jq);
+        for (int64_t e = 0; e < E; ++e) {
+          const auto count = static_cast<int64_t>(theirs[jq * E + e]);
+          r.aux_chosen[at(e)] += count;
+          for (int64_t j = 0; j < runs; ++j) {
+            if (start < group->run_start(group->rank(), j)) before[at(j * E + e)] += count;
+          }
+        }
+      }
+    }
+    r.aux_tokens = group->tokens();
+    r.aux_ranks = ranks;
+  }
+  // Capacity in the micro-batch's token order: the first `capacity` assignments to an expert
+  // stay; `seen` counts the assignments to each expert so far, kept or not.
+  const int64_t capacity = moe_capacity(m, r.aux_tokens);
+  std::vector<int64_t> seen(at(E), 0);
+  int64_t run = -1;
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t run_n = r.aux_ranks > 1 ? group->run_of(n) : 0;
+    if (run_n != run) {
+      run = run_n;
+      std::copy_n(before.begin() + run * E, E, seen.begin());
+    }
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t e = r.expert[at(n * k + j)];
+      if (seen[at(e)]++ < capacity) {
+        r.slot[at(n * k + j)] = static_cast<int32_t>(r.kept[at(e)]++);
       } else {
         ++r.dropped;
       }
@@ -88,12 +139,13 @@ void moe_route(MoeRouting& r, const float* x, const float* router_w, int64_t N, 
     if (r.slot[at(i)] < 0) continue;
     r.row_token[at(r.row_begin[at(r.expert[at(i)])] + r.slot[at(i)])] = static_cast<int32_t>(i / k);
   }
-  // aux = E * sum_e (chosen_e / (N k)) * (prob_sum_e / N)
+  // aux = E * sum_e (chosen_e / (N k)) * (prob_sum_e / N), over the micro-batch
+  const int64_t Na = r.aux_tokens;
   double aux = 0;
   for (int64_t e = 0; e < E; ++e) {
-    aux += static_cast<double>(r.chosen[at(e)]) * prob_sum[at(e)];
+    aux += static_cast<double>(r.aux_chosen[at(e)]) * aux_prob_sum[at(e)];
   }
-  r.aux_loss = N > 0 ? aux * static_cast<double>(E) / (static_cast<double>(N * k) * N) : 0.0;
+  r.aux_loss = Na > 0 ? aux * static_cast<double>(E) / (static_cast<double>(Na * k) * Na) : 0.0;
 }
 
 void moe_gather_rows(float* x_rows, const MoeRouting& r, const float* x, int64_t C) {
@@ -257,10 +309,14 @@ void moe_router_backward(float* dx, const MoeGrads& dw, const float* dx_rows,
       const int64_t i = n * k + j;
       dp[at(r.expert[at(i)])] += (dgate[at(i)] - weighted) / chosen_sum;
     }
-    // aux = E/(N k N) * sum_e chosen_e * sum_n p_ne: d aux / d p_ne = E chosen_e / (N k N).
+    // aux = E/(N k N) * sum_e chosen_e * sum_n p_ne over the micro-batch's N tokens: d aux /
+    // d p_ne = E chosen_e / (N k N); a route group's R ranks each take R times their tokens'
+    // share, as the group's gradients are averaged.
+    const int64_t Na = r.aux_tokens;
     for (int64_t e = 0; e < E; ++e) {
-      dp[at(e)] += aux_scale * static_cast<double>(E) * static_cast<double>(r.chosen[at(e)]) /
-                   (static_cast<double>(N * k) * static_cast<double>(N));
+      dp[at(e)] += aux_scale * static_cast<double>(E) * static_cast<double>(r.aux_chosen[at(e)]) *
+                   static_cast<double>(r.aux_ranks) /
+                   (static_cast<double>(Na * k) * static_cast<double>(Na));
     }
     // Softmax: dlogit_e = p_e (dp_e - sum_i p_i dp_i).
     double mean = 0;

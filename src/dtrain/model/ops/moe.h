@@ -35,6 +35,25 @@ struct MoeGrads {
   float* proj_b;    // (E, C)
 };
 
+// Several ranks routing one micro-batch's tokens between them (context parallelism: each holds
+// runs of consecutive tokens of every sequence). Capacity and the aux loss are the whole
+// micro-batch's, so the group routes as the serial model does (Megatron likewise reduces the
+// routing counts over the context-parallel group). The serial layer routes alone (no group).
+class MoeRouteGroup {
+ public:
+  virtual ~MoeRouteGroup() = default;
+  virtual int size() const = 0;        // ranks sharing the micro-batch
+  virtual int rank() const = 0;        // this rank's place among them
+  virtual int64_t tokens() const = 0;  // N of the whole micro-batch
+  virtual int64_t runs() const = 0;    // runs of consecutive micro-batch tokens each rank holds
+  // The run of this rank's local token n (non-decreasing in n, from 0 to runs() - 1).
+  virtual int64_t run_of(int64_t n) const = 0;
+  // Where rank q's run j starts in the micro-batch's token order (its first token's index).
+  virtual int64_t run_start(int q, int64_t j) const = 0;
+  // A collective: every rank's `values` (n each), rank q's at [q n, (q + 1) n), bit for bit.
+  virtual std::vector<double> gather(std::span<const double> values) = 0;
+};
+
 // The router's decision for N tokens, and what it measured.
 struct MoeRouting {
   int64_t tokens = 0;              // N
@@ -48,6 +67,12 @@ struct MoeRouting {
   std::vector<int32_t> row_token;  // (sum kept) the token of each expert batch row
   int64_t dropped = 0;             // assignments past capacity
   double aux_loss = 0;             // E * sum_e f_e * P_e
+  // What the aux loss is taken over: the whole micro-batch's tokens and router choices per
+  // expert (a route group's, else N and `chosen`), and the ranks that share it (each rank's
+  // share of the aux gradient is scaled by them, as the group's gradients are averaged).
+  int64_t aux_tokens = 0;
+  std::vector<int64_t> aux_chosen;  // (E)
+  int aux_ranks = 1;
 };
 
 // What the router did over some micro-batches and MoE blocks (a step's routing report).
@@ -66,11 +91,16 @@ struct MoeCounts {
   void add(const MoeRouting& r);  // one block of one micro-batch (not the aux)
 };
 
-// Routes x: logits, softmax, top-k, gates, capacity, aux loss.
+// Routes x: logits, softmax, top-k, gates, capacity, aux loss. With a `group` the N tokens are
+// this rank's share of the group's micro-batch: the capacity is the whole micro-batch's and an
+// assignment is kept when fewer than it went to its expert from the tokens before it in the
+// micro-batch's order (on any rank); the aux loss is the whole micro-batch's, the same on every
+// rank.
 void moe_route(MoeRouting& r,
                const float* x,         // (N, C)
                const float* router_w,  // (E, C)
-               int64_t N, int64_t C, const MoeConfig& m, const Compute& cx = {});
+               int64_t N, int64_t C, const MoeConfig& m, const Compute& cx = {},
+               MoeRouteGroup* group = nullptr);
 
 // What the expert MLPs keep for their backward: each expert's rows back to back, expert e's at
 // [row_begin[e], row_begin[e+1]).
