@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <iterator>
 #include <optional>
 
 #include "dtrain/core/check.h"
@@ -56,7 +57,61 @@ std::vector<Identified> identify(const std::vector<NamedPath>& paths) {
   return out;
 }
 
+// `path` made absolute, with `.`, `..` and the symbolic links of its existing part resolved.
+std::filesystem::path canonical_path(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+  if (ec) return std::filesystem::path(path).lexically_normal();
+  const std::filesystem::path canonical = std::filesystem::weakly_canonical(absolute, ec);
+  return (ec ? absolute : canonical).lexically_normal();
+}
+
+// Whether `inner` is `outer` or lies below it (both canonical), compared name by name.
+bool is_within(const std::filesystem::path& inner, const std::filesystem::path& outer) {
+  auto i = inner.begin();
+  for (auto o = outer.begin(); o != outer.end(); ++o, ++i) {
+    if (o->empty() && std::next(o) == outer.end()) break;  // a trailing separator
+    if (i == inner.end() || *i != *o) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+void refuse_outputs_in_folders(const std::vector<NamedPath>& folders,
+                               const std::vector<NamedPath>& outputs) {
+  const std::vector<Identified> out = identify(outputs);
+  for (const NamedPath& folder : folders) {
+    if (folder.path.empty()) continue;
+    const std::filesystem::path root = canonical_path(folder.path);
+    for (const Identified& o : out) {
+      const NamedPath& output = *o.named;
+      DTRAIN_CHECK(!is_within(canonical_path(output.path), root), output.flag, " ", output.path,
+                   " is inside ", folder.flag, " ", folder.path,
+                   ": refusing to write into a folder the run reads or writes (give the output a "
+                   "path outside it)");
+    }
+    // A file of the folder reached from outside it: a hard link (or a link the canonical name
+    // did not catch) is the same inode.
+    std::error_code ec;
+    if (!std::filesystem::is_directory(root, ec)) continue;
+    for (auto it = std::filesystem::recursive_directory_iterator(
+             root, std::filesystem::directory_options::skip_permission_denied, ec);
+         !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+      if (!it->is_regular_file(ec)) continue;
+      const std::optional<FileIdentity> held = identity_of(it->path().string());
+      if (!held) continue;
+      for (const Identified& o : out) {
+        const std::filesystem::path shown =
+            std::filesystem::path(folder.path) / it->path().lexically_relative(root);
+        DTRAIN_CHECK(!same_file(o.identity, *held), o.named->flag, " ", o.named->path,
+                     " is the same file as ", shown.lexically_normal().string(), " in ",
+                     folder.flag, " ", folder.path,
+                     ": refusing to overwrite an input (give the output another name)");
+      }
+    }
+  }
+}
 
 void refuse_outputs_that_are_inputs(const CLI::App& cmd, std::vector<NamedPath> inputs,
                                     const std::vector<NamedPath>& outputs) {

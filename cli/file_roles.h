@@ -25,4 +25,14 @@ struct NamedPath {
 void refuse_outputs_that_are_inputs(const CLI::App& cmd, std::vector<NamedPath> inputs,
                                     const std::vector<NamedPath>& outputs);
 
+// Throws Error if an output lies inside one of `folders` (a folder the command reads, such as
+// --resume or --init-from, or one it owns, such as --save), at any depth, whether the file exists
+// yet or not, or is one of the files such a folder holds under another name (a hard or symbolic
+// link from outside). Paths compare canonically (`.`, `..` and symbolic links resolved); a
+// folder that does not exist yet (a new --save) still counts by its name. Empty paths, devices
+// and pipes are skipped. The message names both flags: "--metrics ck/run.json is inside --save
+// ck: ...". Call it before anything is written.
+void refuse_outputs_in_folders(const std::vector<NamedPath>& folders,
+                               const std::vector<NamedPath>& outputs);
+
 }  // namespace dtrain::cli

@@ -3,6 +3,8 @@
 // The measured links replace the preset's; the GPU fields come from --gpu, or with --compute from
 // the CPU measured here (train/compute_calibration.h), whose rates go into "gpu.measured".
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -259,7 +261,9 @@ void run_calibrate(CalibrateFlags& f) {
     std::ofstream out(f.output);
     DTRAIN_CHECK(out.good(), "--output: cannot write '", f.output, "'");
     out << file.dump(2) << "\n";
-    DTRAIN_CHECK(out.good(), "--output: writing '", f.output, "' failed");
+    out.close();  // a full disk shows when the bytes leave the buffer
+    DTRAIN_CHECK(!out.fail(), "--output: writing '", f.output, "' failed (", std::strerror(errno),
+                 ")");
   }
   if (f.json) {
     std::cout << file.dump(2) << "\n";

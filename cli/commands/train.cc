@@ -5,6 +5,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -13,6 +14,7 @@
 
 #include "build_info.h"
 #include "command_registry.h"
+#include "dtrain/checkpoint/checkpoint.h"
 #include "dtrain/comm/launch.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/units.h"
@@ -196,6 +198,26 @@ void add_moe_flags(CLI::App& cmd, model::MoeConfig& m) {
 template <typename T>
 void take_if_given(const CLI::Option* flag, T value, std::optional<T>& target) {
   if (flag->count() > 0) target = value;
+}
+
+// The folders a run reads (--resume, --init-from) or owns (--save): no output may go into them (a
+// --trace over a checkpoint's shard, or a metrics line appended to its latest, loses the
+// checkpoint). A --resume naming one checkpoint of a --save root (a folder holding `latest`)
+// brings the root too: its `latest` and run.json are what the next --resume reads.
+std::vector<NamedPath> run_folders(const train::TrainOptions& o) {
+  std::vector<NamedPath> folders = {{"--resume", o.checkpoint.resume},
+                                    {"--init-from", o.init_from},
+                                    {"--save", o.checkpoint.save_dir}};
+  if (!o.checkpoint.resume.empty()) {
+    std::error_code ec;
+    const std::filesystem::path root =
+        std::filesystem::weakly_canonical(o.checkpoint.resume, ec).parent_path();
+    if (!ec && std::filesystem::is_regular_file(root / checkpoint::kLatestName, ec)) {
+      folders.push_back(
+          {str("the checkpoint root of --resume ", o.checkpoint.resume, ":"), root.string()});
+    }
+  }
+  return folders;
 }
 
 void add_train(CLI::App& app) {
@@ -413,14 +435,16 @@ void add_train(CLI::App& app) {
     train::TrainOptions& opt = f->options;
     // Without --data the run reads the corpus that ships with dtrain: no output may be it either.
     const std::string data_flag = opt.data.empty() ? "--data (the default corpus)" : "--data";
+    const std::vector<NamedPath> outputs = {{"--metrics", opt.metrics_path},
+                                            {"--trace", opt.layout.trace_path},
+                                            {"--timeline", opt.layout.timeline_path},
+                                            {"--write-eval-batch", opt.eval_batch_out}};
     refuse_outputs_that_are_inputs(
         *cmd,
         {{data_flag, opt.data.empty() ? data::default_corpus_path() : opt.data},
          {"--cluster", opt.layout.cluster_path}},
-        {{"--metrics", opt.metrics_path},
-         {"--trace", opt.layout.trace_path},
-         {"--timeline", opt.layout.timeline_path},
-         {"--write-eval-batch", opt.eval_batch_out}});
+        outputs);
+    refuse_outputs_in_folders(run_folders(opt), outputs);
     opt.model_given = model_flag->count() > 0;
     take_if_given(vocab, f->vocab, opt.vocab);
     take_if_given(context, f->context, opt.context);

@@ -109,6 +109,24 @@ TEST(Safetensors, WriteIsAtomicAndLeavesNoTemporary) {
   std::filesystem::remove_all(dir);
 }
 
+// A device is written in place, never replaced by a renamed file, and its write errors come back:
+// through a link to /dev/full the link stays a link and the error says the device is full.
+TEST(Safetensors, WriteToADeviceWritesInPlaceAndReportsAFullDevice) {
+  if (!std::filesystem::is_character_file("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+  const auto dir = std::filesystem::temp_directory_path() / "dtrain_safetensors_device_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const auto link = dir / "full";
+  std::filesystem::create_symlink("/dev/full", link);
+  const std::string e = error_of([&] { write_file_atomically(link.string(), "bytes", "--out"); });
+  EXPECT_NE(e.find("--out " + link.string() + ": cannot write (No space left on device)"),
+            std::string::npos)
+      << e;
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 1);  // no temporary
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Safetensors, MalformedFilesNameTheFileAndTheTensor) {
   struct Case {
     std::string bytes, words;

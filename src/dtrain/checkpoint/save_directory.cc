@@ -67,7 +67,9 @@ void write_run_file(const fs::path& dir, const std::string& run_id) {
   {
     std::ofstream out(tmp);
     out << record.dump(1) << "\n";
-    DTRAIN_CHECK(out.good(), "--save ", dir.string(), ": cannot write ", tmp.string());
+    out.close();  // the bytes reach the file here: a full disk shows now, before the rename
+    DTRAIN_CHECK(!out.fail(), "--save ", dir.string(), ": cannot write ", tmp.string(), " (",
+                 std::strerror(errno), ")");
   }
   fs::rename(tmp, dir / kRunFileName);
 }

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -211,8 +213,13 @@ TokenizerTrainReport train_tokenizer(const TokenizerTrainOptions& o) {
   if (!status.ok()) throw_training_error(o, status.ToString());
   {
     std::ofstream out(o.model, std::ios::binary | std::ios::trunc);
+    DTRAIN_CHECK(out.good(), "--model ", o.model, ": cannot be written (", std::strerror(errno),
+                 ")");
+    errno = 0;
     out.write(model.data(), static_cast<std::streamsize>(model.size()));
-    DTRAIN_CHECK(out.good(), "--model ", o.model, ": cannot be written");
+    out.close();
+    DTRAIN_CHECK(!out.fail(), "--model ", o.model, ": cannot be written (",
+                 errno != 0 ? std::strerror(errno) : "write failed", ")");
   }
   report.seconds = watch.elapsed_s();
   report.vocab = Tokenizer(o.model, "--model").vocab();
@@ -345,8 +352,16 @@ EncodeReport encode_file(const Tokenizer& tokenizer, const std::string& input,
   DTRAIN_CHECK(in.good(), "input ", input, ": cannot be read");
   std::ofstream out(output, std::ios::binary | std::ios::trunc);
   DTRAIN_CHECK(out.good(), "output ", output, ": cannot be written");
+  // Checked right after each write, while errno still holds the reason (a full disk: "No space
+  // left on device").
+  auto check_written = [&] {
+    DTRAIN_CHECK(!out.fail(), "output ", output, ": cannot be written (",
+                 errno != 0 ? std::strerror(errno) : "write failed", ")");
+  };
   try {
+    errno = 0;
     write_header(out, 0);  // the count is written at the end
+    check_written();
     std::string text;
     std::vector<char> block(kChunkBytes);
     std::vector<uint16_t> narrow;
@@ -370,20 +385,26 @@ EncodeReport encode_file(const Tokenizer& tokenizer, const std::string& input,
       encode_runs(tokenizer, std::string_view(text).substr(0, end), threads, narrow);
       text.erase(0, end);
       consumed += static_cast<int64_t>(end);
+      errno = 0;
       out.write(reinterpret_cast<const char*>(narrow.data()),
                 static_cast<std::streamsize>(2 * narrow.size()));
+      check_written();
       report.tokens += static_cast<int64_t>(narrow.size());
       DTRAIN_CHECK(report.tokens <= std::numeric_limits<int32_t>::max(), "output ", output,
                    ": more than ", std::numeric_limits<int32_t>::max(),
                    " tokens, the most an llm.c header's int32 count holds; split input ", input);
     }
+    errno = 0;
+    out.flush();
+    check_written();
     write_header(out, report.tokens);
     out.close();
-    DTRAIN_CHECK(!out.fail(), "output ", output, ": cannot be written (disk full?)");
+    check_written();
   } catch (...) {
     out.close();
+    // The half-written token file goes; a device (/dev/full) or a pipe is not ours to remove.
     std::error_code ec;
-    fs::remove(output, ec);
+    if (fs::is_regular_file(fs::status(output, ec))) fs::remove(output, ec);
     throw;
   }
   report.seconds = watch.elapsed_s();

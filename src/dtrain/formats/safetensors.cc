@@ -3,6 +3,7 @@
 #include "dtrain/formats/safetensors.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -210,29 +211,52 @@ std::string safetensors_bytes(std::span<const SafetensorsTensor> tensors, Safete
   return out;
 }
 
-void write_file_atomically(const std::string& path, std::string_view contents,
-                           std::string_view flag) {
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  DTRAIN_CHECK(fd >= 0, flag, " ", path, ": cannot create ", tmp, " (", std::strerror(errno), ")");
+namespace {
+
+// Writes all of `contents` to `fd`; false (errno set) when a write fails.
+bool write_all(int fd, std::string_view contents) {
   size_t done = 0;
   while (done < contents.size()) {
     const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw Error(str(flag, " ", path, ": cannot write (", why, ")"));
+    if (n < 0) return false;
+    if (n == 0) {
+      errno = EIO;
+      return false;
     }
     done += static_cast<size_t>(n);
   }
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  if (!synced || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
+  return true;
+}
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, std::string_view contents,
+                           std::string_view flag) {
+  // A device or a pipe (/dev/null, /dev/stdout, a FIFO) is written in place: a file renamed
+  // over it would replace the device itself.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    DTRAIN_CHECK(fd >= 0, flag, " ", path, ": cannot be opened (", std::strerror(errno), ")");
+    const bool written = write_all(fd, contents);
+    const int write_errno = errno;
+    const bool closed = ::close(fd) == 0;
+    DTRAIN_CHECK(written && closed, flag, " ", path, ": cannot write (",
+                 std::strerror(written ? errno : write_errno), ")");
+    return;
+  }
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  DTRAIN_CHECK(fd >= 0, flag, " ", path, ": cannot create ", tmp, " (", std::strerror(errno), ")");
+  // Nothing is renamed over `path` unless every byte, the flush and the close succeeded.
+  const bool ok = write_all(fd, contents) && ::fsync(fd) == 0;
+  const int why = errno;
+  const bool closed = ::close(fd) == 0;
+  if (!ok || !closed || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string reason = std::strerror(ok ? errno : why);
     ::unlink(tmp.c_str());
-    throw Error(str(flag, " ", path, ": cannot write (", why, ")"));
+    throw Error(str(flag, " ", path, ": cannot write (", reason, ")"));
   }
 }
 

@@ -59,7 +59,8 @@ std::string safetensors_bytes(std::span<const SafetensorsTensor> tensors, Safete
                               const std::map<std::string, std::string>& metadata = {});
 
 // Writes `contents` to `path` atomically: a temporary file beside it, flushed, then renamed over
-// `path`. Errors name `flag` and the path.
+// `path` only once every byte was written. A device or pipe at `path` (/dev/null, a FIFO) is
+// written in place instead. Errors (a full disk or device) name `flag`, the path and the reason.
 void write_file_atomically(const std::string& path, std::string_view contents,
                            std::string_view flag);
 

@@ -123,10 +123,6 @@ TrainSummary Trainer::run() {
     if (observer_ != nullptr) observer_->on_eval(r);
     if (metrics_) metrics_->eval(r);
   };
-  if (!config_.metrics_path.empty() && job_rank() == 0) {
-    metrics_ = std::make_unique<MetricsWriter>(config_.metrics_path, config_,
-                                               !config_.checkpoint.resume.empty());
-  }
   const checkpoint::CheckpointConfig& ckpt = config_.checkpoint;
   if (!ckpt.save_dir.empty() && job_rank() == 0 && !save_lock_) {
     save_lock_ = std::make_unique<checkpoint::SaveDirectoryLock>(
@@ -134,8 +130,14 @@ TrainSummary Trainer::run() {
   }
   data::BatchSampler sampler(data_.train, config_.batch, config_.seq, config_.data_seed);
   if (config_.checkpoint.resume.empty() && !config_.init_from.empty()) init_from();
-  if (!config_.eval_batch_out.empty() && job_rank() == 0) write_eval_batch();
   const int64_t first = config_.checkpoint.resume.empty() ? 0 : resume(sampler);
+  // The outputs come after every input was read and accepted: a refused resume or save folder
+  // leaves the metrics file and the eval batch as they were.
+  if (!config_.metrics_path.empty() && job_rank() == 0) {
+    metrics_ = std::make_unique<MetricsWriter>(config_.metrics_path, config_,
+                                               !config_.checkpoint.resume.empty());
+  }
+  if (!config_.eval_batch_out.empty() && job_rank() == 0) write_eval_batch();
   s.first_step = first;
   eval_now(first);
 
