@@ -18,6 +18,7 @@
 #include "dtrain/plan/format.h"
 #include "dtrain/plan/largest_model.h"
 #include "dtrain/plan/offload.h"
+#include "dtrain/plan/pipeline_stages.h"
 #include "dtrain/plan/planner.h"
 #include "dtrain/plan/report.h"
 #include "validators.h"
@@ -62,6 +63,7 @@ struct PlanFlags {
   bool sequence_parallel = false;
   std::string schedule = "1f1b";
   std::string order = "tp-dp-pp";
+  std::string stage_layers;  // --stage-layers 7,8,...,7; empty: the balanced split
   // Output.
   bool search = false;
   int top = 5;
@@ -261,6 +263,9 @@ plan::Layout layout_from(const PlanFlags& f, CLI::App* app, const plan::PlanInpu
   DTRAIN_CHECK(order.has_value(), "--order must list tp, dp and pp innermost first (e.g. ",
                "tp-dp-pp), got '", f.order, "'");
   l.order = *order;
+  if (given(app, "--stage-layers")) {
+    l.stage_layers = plan::parse_stage_layers(f.stage_layers, "--stage-layers");
+  }
   return l;
 }
 
@@ -475,6 +480,9 @@ plan::SearchConstraints search_constraints(const PlanFlags& f, CLI::App* app) {
   DTRAIN_CHECK(!given(app, "--schedule"),
                "--schedule fixes one layout's schedule; --search ranks 1F1B layouts (interleaved "
                "for --vp > 1): drop --schedule, or drop --search and give the layout");
+  DTRAIN_CHECK(!given(app, "--stage-layers"),
+               "--stage-layers fixes one layout's split; --search gives each pp the balanced "
+               "split: drop --stage-layers, or drop --search and give the layout");
   DTRAIN_CHECK(!given(app, "--order"),
                "--order fixes one layout's rank order; --search uses tp-dp-pp (Megatron's): drop "
                "--order, or drop --search and give the layout");
@@ -772,6 +780,10 @@ void add_plan(CLI::App& parent) {
       ->group("Layout");
   app->add_option("--pp", f.pp, "Pipeline stages")
       ->check(whole_number(1, plan::kMaxGpus))
+      ->group("Layout");
+  app->add_option("--stage-layers", f.stage_layers,
+                  "Layers on each pipeline stage, e.g. 7,8,8,7 (default: balanced, the first and "
+                  "the last stage one fewer when --pp does not divide the layers)")
       ->group("Layout");
   app->add_option("--vp", f.vp, "Model chunks per pipeline rank (interleaved schedule when > 1)")
       ->check(whole_number(1, plan::kMaxLayers))

@@ -14,7 +14,7 @@ expect_error "--tp 3 x --pp 1 does not divide the cluster's 64 GPUs" plan --mode
 expect_error "--tp 3 does not divide --heads 64" plan --model llama2-70b --cluster 6x8xH100 --tp 3
 expect_error "--micro-batch 3 x --dp 8 = 24 does not divide --global-batch 1024" \
   plan --model llama2-70b "${c[@]}" --tp 8 --micro-batch 3
-expect_error "--pp 3 does not divide --layers 80" plan --model llama2-70b --cluster 6x8xH100 --tp 8 --pp 3
+expect_error "--pp 3 x --vp 2 = 6 does not divide --layers 80" plan --model llama2-70b --cluster 6x8xH100 --tp 8 --pp 3 --vp 2
 expect_error "--micro-batch: must be at least 1 \(got 0\)" plan --model llama2-70b "${c[@]}" --micro-batch 0
 expect_error "--micro-batch: must be at least 1 \(got -2\)" plan --model llama2-70b "${c[@]}" --micro-batch -2
 expect_error "--tp: must be at least 1 \(got 0\)" plan --model llama2-70b "${c[@]}" --dp 64 --tp 0

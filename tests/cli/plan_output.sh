@@ -18,7 +18,7 @@ expect_output "Memory per GPU" plan --model llama2-70b "${c[@]}" "${l[@]}"
 expect_output "fits, .* GB free" plan --model llama2-70b "${c[@]}" "${l[@]}"
 expect_output "TP +reduce_scatter .*NVLink \(1 node\)" plan --model llama2-70b "${c[@]}" "${l[@]}"
 expect_output "PP +send/recv .*InfiniBand \(2 nodes\)" plan --model llama2-70b "${c[@]}" "${l[@]}"
-expect_output "bubble 0.4% of the step, 0.4% of the ideal time" plan --model llama2-70b "${c[@]}" "${l[@]}"
+expect_output "timed bubble +0.4% of the step, 0.4% of the ideal time" plan --model llama2-70b "${c[@]}" "${l[@]}"
 expect_output "MFU .*narayanan convention" plan --model llama2-70b "${c[@]}" "${l[@]}"
 expect_output "2.00T tokens in [0-9.]+ days" plan --model llama2-70b "${c[@]}" "${l[@]}"
 expect_output '"fraction_of_ideal"' plan --model llama2-70b "${c[@]}" "${l[@]}" --json

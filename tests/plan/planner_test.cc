@@ -1,8 +1,10 @@
 // evaluate: every figure of a plan is the formula headers' figure (no second copy), the bad
 // layouts the issue lists fail with the flag named, and a layout that does not fit is reported,
 // not refused.
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -67,7 +69,12 @@ TEST(Planner, BadLayoutsNameTheirFlags) {
   l.dp = 2;
   l.tp = 1;
   l.pp = 32;
-  EXPECT_EQ(error_of(in, l), "--pp 32 does not divide --layers 80");
+  // 32 stages do not divide 80 layers: the balanced split runs them (2 or 3 per stage).
+  EXPECT_EQ(error_of(in, l), "");
+  l.stage_layers = {40, 40};
+  EXPECT_EQ(error_of(in, l), "--stage-layers 40,40 has 2 entries, but --pp is 32");
+  l.stage_layers.assign(32, 3);
+  EXPECT_NE(error_of(in, l).find("sums to 96, not --layers 80"), std::string::npos);
   l = {};
   l.dp = 64;
   l.vp = 2;
@@ -88,6 +95,90 @@ TEST(Planner, BadLayoutsNameTheirFlags) {
 
 // Counts past the bounds are refused before they are multiplied together (dp x tp x pp,
 // nodes x GPUs, dp x micro-batch), so no message prints a wrapped-around number.
+// Llama 3 405B's published pipeline: 126 layers on 16 stages, the first and the last one layer
+// fewer (Dubey et al. 2024 §3.3.2), planned at the 128K stage's layout (Table 4: TP 8, CP 16,
+// PP 16, DP 8). The preset carries the 126 layers and their own parameter count.
+TEST(Planner, Llama3PipelineSplitsUnevenly) {
+  const PlanInput in = input("llama3-405b-128k", "2048x8xH100", 128);
+  const ModelShape& m = in.model;
+  ASSERT_EQ(m.layers, 126);
+  EXPECT_EQ(m.params_override, 0);
+  EXPECT_EQ(param_count(m),
+            126 * layer_param_count(m) + embedding_param_count(m) + head_param_count(m));
+  Layout l;
+  l.tp = 8;
+  l.cp = 16;
+  l.pp = 16;
+  l.dp = 8;
+  l.zero_stage = 1;
+  l.recompute = Recompute::full;
+  ASSERT_EQ(layout_error(in, l), "");
+  // floor(126 / 16) = 7 per stage; the 126 - 16 x 7 = 14 left over go to the 14 interior ones.
+  std::vector<int64_t> published(16, 126 / 16 + 1);
+  published.front() = published.back() = 126 / 16;
+  EXPECT_EQ(pipeline_stage_layers(m, l), published);
+  const Plan p = evaluate(in, l);
+  EXPECT_EQ(p.stage_layers, published);
+  EXPECT_TRUE(p.memory.fits());
+  // Every stage's parameters, on one TP rank, add up to the model's (tp divides every tensor).
+  int64_t total = 0;
+  for (int k = 0; k < l.pp; ++k) total += stage_memory(in, l, k).stage_params;
+  EXPECT_EQ(total * l.tp, param_count(m));
+  // The same split given as --stage-layers plans the same figures.
+  Layout given = l;
+  given.stage_layers.assign(published.begin(), published.end());
+  const Plan q = evaluate(in, given);
+  EXPECT_EQ(q.time.step_s, p.time.step_s);
+  EXPECT_EQ(q.memory.total(), p.memory.total());
+}
+
+// Each stage is priced on its own layers: one layer moved from stage 0 to stage 1 takes one
+// layer's time off the first and puts it on the second; the reported stage is the slowest, and
+// the step is no shorter than M times its work.
+TEST(Planner, EachStageIsPricedOnItsOwnLayers) {
+  const PlanInput in = input("megatron-1.7b", "1x8xA100", 64);  // 24 layers
+  Layout even;
+  even.dp = 2;
+  even.pp = 4;
+  even.schedule = ScheduleKind::gpipe;  // M micro-batches in flight on every stage
+  Layout uneven = even;
+  uneven.stage_layers = {5, 7, 6, 6};
+  const Plan a = evaluate(in, even);
+  const Plan b = evaluate(in, uneven);
+  ASSERT_EQ(a.time.virtual_stage_times.size(), 4u);
+  ASSERT_EQ(b.time.virtual_stage_times.size(), 4u);
+  const StageTimes& a0 = a.time.virtual_stage_times[0];
+  const StageTimes& a1 = a.time.virtual_stage_times[1];
+  const StageTimes& b0 = b.time.virtual_stage_times[0];
+  const StageTimes& b1 = b.time.virtual_stage_times[1];
+  EXPECT_GT(b1.forward, a1.forward);
+  EXPECT_NEAR(b1.forward - a1.forward, a0.forward - b0.forward, 1e-12);
+  EXPECT_NEAR(b1.backward_input - a1.backward_input, a0.backward_input - b0.backward_input, 1e-12);
+  // Stages 2 and 3 keep their 6 layers and their times.
+  EXPECT_EQ(b.time.virtual_stage_times[2].forward, a.time.virtual_stage_times[2].forward);
+  // Memory: under GPipe every stage holds M micro-batches, so the 7-layer stage outweighs the
+  // 6-layer ones by one layer's activations for each, and one layer's states.
+  const MemoryBreakdown m1 = stage_memory(in, uneven, 1);
+  const MemoryBreakdown m2 = stage_memory(in, uneven, 2);
+  EXPECT_EQ(m1.layers, 7);
+  EXPECT_EQ(m2.layers, 6);
+  EXPECT_EQ(m1.stage_params - m2.stage_params, layer_param_count(in.model));
+  EXPECT_NEAR(m1.activations - m2.activations, m1.inflight_microbatches * m1.activation_per_layer,
+              1e-6 * m1.activations);
+  EXPECT_GE(b.memory.total(), m1.total());
+  // The reported stage is the slowest one (its F, B, W with the sends) ...
+  double slowest = 0;
+  for (const StageTimes& t : b.time.virtual_stage_times) {
+    slowest = std::max(slowest, t.forward + t.backward_input + t.backward_weight);
+  }
+  const StageTimes& s = b.time.stage_times;
+  EXPECT_NEAR(s.forward + s.backward_input + s.backward_weight - 2 * b.time.pp_message_s, slowest,
+              1e-9 * slowest);
+  // ... and the pipeline's makespan is at least M of them; the uneven split is slower.
+  EXPECT_GE(b.time.bubble.total_time, static_cast<double>(b.microbatches) * slowest);
+  EXPECT_GT(b.time.step_s, a.time.step_s);
+}
+
 TEST(Planner, HugeCountsAreRefusedBeforeTheyOverflow) {
   const PlanInput in = input("llama2-70b", "8x8xH100", 1024);
   Layout l;

@@ -53,17 +53,13 @@ ModelShape llama(std::string name, int64_t layers, int64_t hidden, int64_t heads
 // sequences (its 16M tokens per batch: 128 x 131,072 = 16.8M). Tokens: §3.4.2, about 800B in
 // the long-context stage. Its layout, the same row: TP 8, CP 16, PP 16, DP 8 on 16,384 H100s
 // (`dtrain plan --model llama3-405b-128k --cluster 2048x8xH100 --tp 8 --cp 16 --pp 16`).
-// 126 layers do not split over 16 stages; Llama 3 (§3.3.2) gives the first and the last stage
-// one layer fewer (8 per stage, 7 at the ends). The planner splits layers evenly, so the preset
-// has the 128 layer slots of that pipeline (every interior stage's 8 layers exactly) and
-// --params set to the 126-layer model's count: the totals (state, 6ND, MFU) are the real
-// model's; a stage's parameters are its 8 slots' share of them (1.6% under 8 real layers).
+// 126 layers do not split evenly over 16 stages; Llama 3 (§3.3.2) gives the first and the last
+// stage one layer fewer (8 per stage, 7 at the ends), which is the planner's balanced split
+// (pipeline_stages.h: 7, 8 x 14, 7).
 ModelShape llama3_405b_long_context() {
   ModelShape m = llama("llama3-405b-128k", 126, 16384, 128, 8, 53248);
   m.vocab = 128000;
   m.seq = 131072;
-  m.params_override = shape_param_count(m);  // 126 layers
-  m.layers = 128;
   m.default_global_batch = 128;
   m.default_tokens = 800e9;
   m.source =
@@ -96,9 +92,9 @@ ModelShape mixtral_8x7b() {
 // Left out: the multi-token-prediction module (num_nextn_predict_layers 1, 14B parameters on
 // top of the 671B; its layer would be a 62nd block), the router's per-expert bias
 // (e_score_correction_bias, 256 per routed layer), the node-limited routing (a token reaches
-// at most 4 nodes: all-to-all bytes here are the unrestricted routing's). 61 layers split over
-// no pipeline but pp = 1 (the report's PP 16 gives stages unequal layer counts, which the
-// planner does not model).
+// at most 4 nodes: all-to-all bytes here are the unrestricted routing's). The report's PP 16
+// (§3.2.1) splits the 61 layers unequally; the planner's balanced split gives 3, 4 x 13, 3, 3
+// (--stage-layers sets another).
 ModelShape deepseek_v3() {
   ModelShape m = llama("deepseek-v3", 61, 7168, 128, 128, 18432);
   m.vocab = 129280;

@@ -14,10 +14,63 @@
 #include "dtrain/plan/head_activation_memory.h"
 #include "dtrain/plan/pipeline_schedule.h"
 #include "dtrain/plan/pipeline_simulation.h"
+#include "dtrain/plan/pipeline_stages.h"
 #include "dtrain/plan/time_model.h"
 
 namespace dtrain::plan {
 namespace {
+
+// The flags the planner's stage-split errors name.
+const PartitionFlags kPartitionFlags{"--pp", "--layers", "--stage-layers", "--vp"};
+
+// Blocks of model chunk `chunk` on pipeline stage `stage`, and the first of them: --stage-layers
+// when given (v = 1), else the balanced split (pipeline_stages.h balanced_chunk_layers).
+int64_t chunk_layer_count(const ModelShape& m, const Layout& l, int stage, int chunk) {
+  if (!l.stage_layers.empty()) return l.stage_layers[static_cast<size_t>(stage)];
+  return balanced_chunk_layers(m.layers, int64_t{l.pp} * l.vp, int64_t{chunk} * l.pp + stage);
+}
+
+int64_t chunk_first_layer(const ModelShape& m, const Layout& l, int stage, int chunk) {
+  if (!l.stage_layers.empty()) {
+    int64_t first = 0;
+    for (int k = 0; k < stage; ++k) first += l.stage_layers[static_cast<size_t>(k)];
+    return first;
+  }
+  return balanced_chunk_first(m.layers, int64_t{l.pp} * l.vp, int64_t{chunk} * l.pp + stage);
+}
+
+// Blocks on pipeline stage `stage`, all its chunks.
+int64_t stage_layer_count(const ModelShape& m, const Layout& l, int stage) {
+  int64_t layers = 0;
+  for (int c = 0; c < l.vp; ++c) layers += chunk_layer_count(m, l, stage, c);
+  return layers;
+}
+
+// Every stage holds the same blocks (L / P each); otherwise each is priced on its own.
+bool even_split(const ModelShape& m, const Layout& l) {
+  if (l.stage_layers.empty()) return m.layers % l.pp == 0;
+  return std::all_of(l.stage_layers.begin(), l.stage_layers.end(),
+                     [&](int n) { return n == l.stage_layers.front(); });
+}
+
+// The most blocks any stage holds (the TP and CP rows and ZeRO-3's pieces are that stage's).
+int64_t most_stage_layers(const ModelShape& m, const Layout& l) {
+  if (even_split(m, l)) return m.layers / l.pp;
+  int64_t most = 0;
+  for (int k = 0; k < l.pp; ++k) most = std::max(most, stage_layer_count(m, l, k));
+  return most;
+}
+
+// The stages that can need the most memory or hold the most parameters: with equal stages the
+// first (the most micro-batches in flight, the embedding) and the last (the head); with unequal
+// ones every stage, since an interior stage with one block more can outweigh both.
+std::vector<int> heaviest_stage_candidates(const ModelShape& m, const Layout& l) {
+  if (l.pp == 1) return {0};
+  if (even_split(m, l)) return {0, l.pp - 1};
+  std::vector<int> all(static_cast<size_t>(l.pp));
+  for (int k = 0; k < l.pp; ++k) all[static_cast<size_t>(k)] = k;
+  return all;
+}
 
 ActivationShape activation_shape(const ModelShape& m, const Training& t, const Layout& l) {
   ActivationShape a;
@@ -53,10 +106,15 @@ int64_t moe_layer_dense_params(const ModelShape& m, int tp) {
   return shard_count(moe_layer_param_count(m) - m.moe.experts * expert_param_count(m), tp);
 }
 
-// Routed layers of pipeline stage `stage` (its m.layers / pp layers, contiguous).
+// Routed layers of pipeline stage `stage` (its chunks' blocks).
 int64_t stage_moe_layers(const ModelShape& m, const Layout& l, int stage) {
-  const int64_t layers = m.layers / l.pp;
-  return moe_layers_in(m, stage * layers, layers);
+  if (!m.moe.enabled()) return 0;
+  int64_t routed = 0;
+  for (int c = 0; c < l.vp; ++c) {
+    routed +=
+        moe_layers_in(m, chunk_first_layer(m, l, stage, c), chunk_layer_count(m, l, stage, c));
+  }
+  return routed;
 }
 
 // The routed experts one rank of stage `stage` holds (E / ep per routed layer, 1/tp of each).
@@ -66,7 +124,7 @@ int64_t stage_expert_params(const ModelShape& m, const Layout& l, int stage) {
 }
 
 int64_t stage_param_count(const ModelShape& m, const Layout& l, int stage) {
-  const int64_t layers = m.layers / l.pp;
+  const int64_t layers = stage_layer_count(m, l, stage);
   const int64_t routed = stage_moe_layers(m, l, stage);
   int64_t params = (layers - routed) * shard_count(layer_param_count(m), l.tp);
   if (routed > 0) {
@@ -102,10 +160,12 @@ int64_t engine_block_param_count(const ModelShape& m, const Layout& l, int64_t l
 }
 
 int64_t engine_stage_param_count(const ModelShape& m, const Layout& l, int stage) {
-  const int64_t layers = m.layers / l.pp;
   int64_t params = 0;
-  for (int64_t i = stage * layers; i < (stage + 1) * layers; ++i) {
-    params += engine_block_param_count(m, l, i);
+  for (int c = 0; c < l.vp; ++c) {
+    const int64_t first = chunk_first_layer(m, l, stage, c);
+    for (int64_t i = first; i < first + chunk_layer_count(m, l, stage, c); ++i) {
+      params += engine_block_param_count(m, l, i);
+    }
   }
   params += engine_embedding_params(m, l, stage);
   if (stage == l.pp - 1) params += head_param_count(m);  // the final LayerNorm, whole
@@ -121,9 +181,11 @@ int64_t engine_dp_pieces(const PlanInput& in, const Layout& l, int stage) {
   const ModelShape& m = in.model;
   std::vector<int64_t> units;
   if (stage == l.pp - 1) units.push_back(head_param_count(m));
-  const int64_t layers = m.layers / l.pp;
-  for (int64_t i = (stage + 1) * layers - 1; i >= stage * layers; --i) {
-    units.push_back(engine_block_param_count(m, l, i));
+  for (int c = l.vp - 1; c >= 0; --c) {
+    const int64_t first = chunk_first_layer(m, l, stage, c);
+    for (int64_t i = first + chunk_layer_count(m, l, stage, c) - 1; i >= first; --i) {
+      units.push_back(engine_block_param_count(m, l, i));
+    }
   }
   int64_t deferred = engine_embedding_params(m, l, stage);
   if (l.zero_stage == 3) return static_cast<int64_t>(units.size()) + (deferred > 0 ? 1 : 0);
@@ -144,6 +206,20 @@ bool engine_split(const PlanInput& in) {
 int64_t stage_params_of(const PlanInput& in, const Layout& l, int stage) {
   return engine_split(in) ? engine_stage_param_count(in.model, l, stage)
                           : stage_param_count(in.model, l, stage);
+}
+
+// The stage holding the most parameters on one TP rank (the first of equals).
+int largest_stage(const PlanInput& in, const Layout& l) {
+  int largest = 0;
+  int64_t most = stage_params_of(in, l, 0);
+  for (int k : heaviest_stage_candidates(in.model, l)) {
+    const int64_t params = k == 0 ? most : stage_params_of(in, l, k);
+    if (params > most) {
+      most = params;
+      largest = k;
+    }
+  }
+  return largest;
 }
 
 // One layer's attention as a CP rank of this layout sees it (context_parallel.h).
@@ -208,7 +284,7 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
   const StateBytes sb = in.training.state_bytes;
   MemoryBreakdown mem;
   mem.stage = stage;
-  mem.layers = m.layers / l.pp;
+  mem.layers = stage_layer_count(m, l, stage);
   mem.stage_params = stage_params_of(in, l, stage);
   // Parameters are replicated over CP: ZeRO shards over dp x cp; routed experts over their own
   // expert-data-parallel group, dp x cp / ep.
@@ -331,8 +407,36 @@ std::string_view name(StepTimeSource s) {
   return "?";
 }
 
+std::vector<int64_t> pipeline_stage_layers(const ModelShape& m, const Layout& l) {
+  std::vector<int64_t> layers(static_cast<size_t>(std::max(1, l.pp)));
+  for (int k = 0; k < l.pp; ++k) layers[static_cast<size_t>(k)] = stage_layer_count(m, l, k);
+  return layers;
+}
+
+std::string format_stage_layers(const std::vector<int64_t>& stage_layers) {
+  std::string s;
+  for (size_t i = 0; i < stage_layers.size();) {
+    size_t j = i;
+    while (j < stage_layers.size() && stage_layers[j] == stage_layers[i]) ++j;
+    s += str(i == 0 ? "" : ", ", stage_layers[i], j - i > 1 ? str(" (x", j - i, ")") : "");
+    i = j;
+  }
+  return s;
+}
+
+namespace {
+
+std::string joined(const std::vector<int>& values) {
+  std::string s;
+  for (size_t i = 0; i < values.size(); ++i) s += str(i == 0 ? "" : ",", values[i]);
+  return s;
+}
+
+}  // namespace
+
 std::string describe(const Layout& l) {
   std::string s = str("dp=", l.dp, " tp=", l.tp, " pp=", l.pp);
+  if (!l.stage_layers.empty()) s += str(" stage-layers=", joined(l.stage_layers));
   if (l.cp > 1) s += str(" cp=", l.cp, "(", name(l.cp_algo), ")");
   if (l.ep > 1) s += str(" ep=", l.ep);
   if (l.vp > 1) s += str(" v=", l.vp);
@@ -345,6 +449,7 @@ std::string describe(const Layout& l) {
 
 std::string layout_flags(const Layout& l) {
   std::string s = str("--dp ", l.dp, " --tp ", l.tp, " --pp ", l.pp);
+  if (!l.stage_layers.empty()) s += str(" --stage-layers ", joined(l.stage_layers));
   if (l.cp > 1) s += str(" --cp ", l.cp, " --cp-algo ", name(l.cp_algo));
   if (l.ep > 1) s += str(" --ep ", l.ep);
   if (l.vp > 1) s += str(" --vp ", l.vp);
@@ -490,10 +595,36 @@ std::string layout_error(const PlanInput& in, const Layout& l) {
   if (kv % l.tp != 0 && l.tp % kv != 0) {
     return str("--tp ", l.tp, " neither divides nor is a multiple of --kv-heads ", kv);
   }
-  if (m.layers % (static_cast<int64_t>(l.pp) * l.vp) != 0) {
-    if (l.vp == 1) return str("--pp ", l.pp, " does not divide --layers ", m.layers);
-    return str("--pp ", l.pp, " x --vp ", l.vp, " = ", int64_t{l.pp} * l.vp,
-               " does not divide --layers ", m.layers);
+  // The stage split: --stage-layers as given, else the balanced split (pipeline_stages.h),
+  // whose first and last stage get the fewer layers when --pp does not divide them. The
+  // interleaved schedule is planned on equal model chunks.
+  if (!l.stage_layers.empty()) {
+    if (l.pp == 1) return "--stage-layers needs --pp 2 or more";
+    if (l.vp > 1) {
+      return str("--stage-layers with --vp ", l.vp,
+                 ": the interleaved schedule is planned on equal model chunks (--pp x --vp "
+                 "dividing --layers); drop --stage-layers");
+    }
+    try {
+      explicit_partition(static_cast<int>(m.layers), l.pp, 1, l.stage_layers, kPartitionFlags);
+    } catch (const Error& e) {
+      return e.what();
+    }
+  } else if (l.vp > 1) {
+    if (m.layers % (static_cast<int64_t>(l.pp) * l.vp) != 0) {
+      return str("--pp ", l.pp, " x --vp ", l.vp, " = ", int64_t{l.pp} * l.vp,
+                 " does not divide --layers ", m.layers,
+                 " (the interleaved schedule is planned on equal model chunks)");
+    }
+  } else if (l.pp > m.layers) {
+    return str("--pp ", l.pp, " is larger than --layers ", m.layers);
+  }
+  if (has_measured_rates(in.cluster) && !even_split(m, l)) {
+    return str(l.stage_layers.empty() ? str("--pp ", l.pp, " does not divide --layers ", m.layers)
+                                      : str("--stage-layers ", joined(l.stage_layers)),
+               ": the engine clock (a cluster file with gpu.measured) prices equal stages only; "
+               "give --pp dividing --layers, or plan it on a GPU cluster (e.g. --cluster "
+               "8x8xH100)");
   }
   if (l.cp > 1) {
     const CpShape cs = cp_shape(in, l);
@@ -561,12 +692,35 @@ struct StageCompute {
   double backward_s = 0;  // B + W, recompute included
   double recompute_s = 0;
   PassTimes stage;  // F, B (recompute in), W per micro-batch
-  // The parts the pipeline simulation places on its virtual stages: the stage's L / P blocks,
-  // the embedding (first stage) and the head (last), per micro-batch.
+  // The slowest stage's F, B, W with its own TP, CP and EP collectives (no sends).
+  StageTimes stage_times;
+  // The parts the pipeline simulation places on its virtual stages: the busiest stage's blocks
+  // (with v > 1 every chunk is given 1/v of them), the embedding (first stage) and the head
+  // (last), per micro-batch.
   PassTimes blocks, embedding, head;
+  // What the simulation runs on, one entry per virtual stage: with v = 1 each stage's own blocks
+  // and collectives (unequal stages each priced on their layers), the embedding and the head.
+  std::vector<StageTimes> virtual_stage_times;
   double optimizer_s = 0;
   TrainingFlops total;  // whole step, whole cluster, the real model
 };
+
+// The collectives of one micro-batch through the stage with the most layers (TP, CP: forward
+// and backward seconds) and the one with the most routed layers (EP); a stage with fewer pays
+// its share, in proportion to its layers.
+struct StageComm {
+  double tp_forward_s = 0, tp_backward_s = 0;
+  double cp_forward_s = 0, cp_backward_s = 0;
+  int64_t layers = 0;
+  double ep_forward_s = 0, ep_backward_s = 0;
+  int64_t routed = 0;
+};
+
+// `seconds` of `most` layers, for `layers` of them (exactly `seconds` when they are as many).
+double layer_share(double seconds, int64_t layers, int64_t most) {
+  if (layers == most) return seconds;
+  return most > 0 ? seconds * static_cast<double>(layers) / static_cast<double>(most) : 0;
+}
 
 ClockShape clock_shape(const PlanInput& in, const Layout& l) {
   const ModelShape& m = in.model;
@@ -583,7 +737,8 @@ ClockShape clock_shape(const PlanInput& in, const Layout& l) {
   return shape;
 }
 
-StageCompute stage_compute(const PlanInput& in, const ModelShape& real_model, const Layout& l) {
+StageCompute stage_compute(const PlanInput& in, const ModelShape& real_model, const Layout& l,
+                           const StageComm& comm) {
   const ModelShape& m = in.model;
   const Training& tr = in.training;
   const double batch = static_cast<double>(tr.global_batch);
@@ -599,7 +754,6 @@ StageCompute stage_compute(const PlanInput& in, const ModelShape& real_model, co
       reference.recompute > 0 ? timed.recompute / reference.recompute : 1;
   const ClockShape shape = clock_shape(in, l);
   const GpuSpec& gpu = in.cluster.gpu;
-  const double layers = static_cast<double>(m.layers / l.pp);
   const PassTimes dense_layer = total(layer_ops(shape, gpu));
   PassTimes moe_layer;
   if (m.moe.enabled()) {
@@ -619,33 +773,80 @@ StageCompute stage_compute(const PlanInput& in, const ModelShape& real_model, co
     p.recompute_s *= recompute_scale;
     return p;
   };
-  // The slowest stage: the first adds the embedding, the last the head, and with routed layers
-  // the stages differ in how many they hold. The simulation's blocks are the busiest stage's
-  // (every stage is given the most routed layers any holds: an upper bound for MoE models).
+  // Each stage on its own layers: the first adds the embedding, the last the head, a stage
+  // holds floor(L / P) or one more (pipeline_stages.h), and with routed layers the stages
+  // differ in how many they hold; each pays its share of the TP, CP and EP collectives. The
+  // slowest (compute and collectives) is reported; with v = 1 the simulation runs every stage
+  // on its own times, with v > 1 (equal chunks) every chunk gets 1/v of the busiest stage's
+  // blocks (an upper bound for MoE models, whose stages hold unequal routed layers).
   PassTimes stage, blocks;
+  StageTimes stage_times;
+  double slowest = 0;
+  const PassTimes embedding = total(embedding_ops(shape, gpu));
+  const PassTimes head = total(head_ops(shape, gpu));
+  const bool own_stages = l.vp == 1;
+  if (own_stages) sc.virtual_stage_times.resize(static_cast<size_t>(l.pp));
   for (int k = 0; k < l.pp; ++k) {
-    if (k != 0 && k != l.pp - 1 && !m.moe.enabled()) continue;
-    const double routed = static_cast<double>(stage_moe_layers(m, l, k));
-    PassTimes b = dense_layer.scaled(layers - routed);
+    const int64_t layers = stage_layer_count(m, l, k);
+    const int64_t routed_layers = stage_moe_layers(m, l, k);
+    const double routed = static_cast<double>(routed_layers);
+    PassTimes b = dense_layer.scaled(static_cast<double>(layers) - routed);
     if (routed > 0) b += moe_layer.scaled(routed);
     PassTimes p = b;
-    if (k == 0) p += total(embedding_ops(shape, gpu));
-    if (k == l.pp - 1) p += total(head_ops(shape, gpu));
-    if (k == 0 || sum(p) > sum(stage)) stage = p;
+    if (k == 0) p += embedding;
+    if (k == l.pp - 1) p += head;
+    const double tp_f = layer_share(comm.tp_forward_s, layers, comm.layers);
+    const double tp_b = layer_share(comm.tp_backward_s, layers, comm.layers);
+    const double cp_f = layer_share(comm.cp_forward_s, layers, comm.layers);
+    const double cp_b = layer_share(comm.cp_backward_s, layers, comm.layers);
+    const double ep_f = layer_share(comm.ep_forward_s, routed_layers, comm.routed);
+    const double ep_b = layer_share(comm.ep_backward_s, routed_layers, comm.routed);
+    const double busy = sum(p) + tp_f + tp_b + cp_f + cp_b + ep_f + ep_b;
+    if (k == 0 || busy > slowest) {
+      slowest = busy;
+      stage = rescaled(p);
+      stage_times = {stage.forward_s + tp_f + cp_f + ep_f,
+                     stage.backward_input_s + tp_b + cp_b + ep_b, stage.backward_weight_s};
+    }
     if (k == 0 || sum(b) > sum(blocks)) blocks = b;
+    if (own_stages) {
+      const PassTimes own = rescaled(b);
+      sc.virtual_stage_times[static_cast<size_t>(k)] = {own.forward_s + tp_f + cp_f + ep_f,
+                                                        own.backward_input_s + tp_b + cp_b + ep_b,
+                                                        own.backward_weight_s};
+    }
   }
-  stage = rescaled(stage);
   sc.stage = stage;
+  sc.stage_times = stage_times;
   sc.blocks = rescaled(blocks);
-  sc.embedding = rescaled(total(embedding_ops(shape, gpu)));
-  sc.head = rescaled(total(head_ops(shape, gpu)));
+  sc.embedding = rescaled(embedding);
+  sc.head = rescaled(head);
+  const StageTimes first{sc.embedding.forward_s, sc.embedding.backward_input_s,
+                         sc.embedding.backward_weight_s};
+  const StageTimes last{sc.head.forward_s, sc.head.backward_input_s, sc.head.backward_weight_s};
+  if (own_stages) {
+    auto add = [](StageTimes& to, const StageTimes& extra) {
+      to.forward += extra.forward;
+      to.backward_input += extra.backward_input;
+      to.backward_weight += extra.backward_weight;
+    };
+    add(sc.virtual_stage_times.front(), first);
+    add(sc.virtual_stage_times.back(), last);
+  } else {
+    sc.virtual_stage_times = virtual_stage_times(
+        l.pp, l.vp,
+        {sc.blocks.forward_s + comm.tp_forward_s + comm.cp_forward_s + comm.ep_forward_s,
+         sc.blocks.backward_input_s + comm.tp_backward_s + comm.cp_backward_s + comm.ep_backward_s,
+         sc.blocks.backward_weight_s},
+        first, last);
+  }
   sc.forward_s = stage.forward_s;
   sc.recompute_s = stage.recompute_s;
   sc.backward_s = stage.backward_input_s + stage.backward_weight_s;
   // The optimizer of the rank with the most parameters: its ZeRO shard (stage >= 1), routed
   // experts sharded over the expert-data-parallel group.
   double params = 0;
-  for (int k : {0, l.pp - 1}) {
+  for (int k : heaviest_stage_candidates(m, l)) {
     double dense = static_cast<double>(stage_params_of(in, l, k));
     double experts = l.ep > 1 ? static_cast<double>(stage_expert_params(m, l, k)) : 0;
     dense -= experts;
@@ -655,6 +856,7 @@ StageCompute stage_compute(const PlanInput& in, const ModelShape& real_model, co
     }
     params = std::max(params, dense + experts);
   }
+  const double layers = static_cast<double>(most_stage_layers(m, l));
   sc.optimizer_s = optimizer_seconds(params, tr.state_bytes, gpu, std::max(1.0, layers));
   return sc;
 }
@@ -665,7 +867,7 @@ std::pair<double, double> tp_times(const PlanInput& in, const Layout& l, int64_t
                                    const GroupPlacement& group, std::vector<GroupTraffic>* rows) {
   if (l.tp == 1) return {0, 0};
   const ModelShape& m = in.model;
-  const int64_t layers = m.layers / l.pp;
+  const int64_t layers = most_stage_layers(m, l);
   const int64_t repeats = layers * microbatches;
   double forward_s = 0, backward_s = 0;
   for (const CollectiveCall& call :
@@ -772,10 +974,11 @@ std::pair<double, double> cp_times(const PlanInput& in, const Layout& l, int64_t
                                    const GroupPlacement& group, Plan* plan) {
   if (l.cp == 1) return {0, 0};
   const CpShape shape = cp_shape(in, l);
-  const int64_t layers = in.model.layers / l.pp;
+  const int64_t layers = most_stage_layers(in.model, l);
   const int64_t repeats = layers * microbatches;
   const double n = static_cast<double>(repeats);
   CpReport& report = plan->cp;
+  report.layers = layers;
   report.algorithm = l.cp_algo;
   report.per_layer = cp_traffic_per_layer(shape, l.cp_algo, l.recompute);
   report.bytes_per_step = report.per_layer.bytes_sent() * n;
@@ -915,8 +1118,7 @@ void dp_times(const PlanInput& in, const Layout& l, int64_t microbatches, const 
   if (l.dp * l.cp == 1) return;  // gradients are reduced over DP x CP
   const ModelShape& m = in.model;
   const StateBytes sb = in.training.state_bytes;
-  const int largest =
-      l.pp > 1 && stage_params_of(in, l, l.pp - 1) > stage_params_of(in, l, 0) ? l.pp - 1 : 0;
+  const int largest = largest_stage(in, l);
   // With EP the routed experts reduce over the expert-data-parallel group (none when ep = dp).
   const int64_t expert_params = l.ep > 1 ? stage_expert_params(m, l, largest) : 0;
   const int64_t params = stage_params_of(in, l, largest) - expert_params;
@@ -924,7 +1126,7 @@ void dp_times(const PlanInput& in, const Layout& l, int64_t microbatches, const 
   const int64_t pieces =
       engine_split(in) ? engine_dp_pieces(in, l, largest)
       : l.zero_stage == 3
-          ? m.layers / l.pp
+          ? stage_layer_count(m, l, largest)
           : std::max<int64_t>(
                 1, static_cast<int64_t>(std::ceil(grad_bytes / in.training.bucket_bytes)));
   const double mb = static_cast<double>(microbatches);
@@ -1006,8 +1208,7 @@ void engine_clock_times(const PlanInput& in, const Layout& l, int64_t microbatch
   e.cp_algorithm = l.cp_algo;  // resolved (resolve_cp) before the layout is evaluated
   e.ep = l.ep;
   e.tokens_per_expert = in.training.tokens_per_expert;
-  const int largest =
-      l.pp > 1 && stage_params_of(in, l, l.pp - 1) > stage_params_of(in, l, 0) ? l.pp - 1 : 0;
+  const int largest = largest_stage(in, l);
   e.stage_params = stage_params_of(in, l, largest);
   if (l.ep > 1) {
     const int64_t layers = in.model.layers / l.pp;
@@ -1072,15 +1273,17 @@ Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const 
   plan.microbatches = microbatches;
   const double mb = static_cast<double>(microbatches);
 
-  // Memory: the first and the last stage differ (embeddings, head, in-flight micro-batches).
+  // Memory: the first and the last stage differ (embeddings, head, in-flight micro-batches), and
+  // with unequal stages every stage holds its own layers.
+  plan.stage_layers = pipeline_stage_layers(in.model, l);
   plan.memory = memory_of_stage(in, l, microbatches, 0);
-  if (l.pp > 1) {
-    MemoryBreakdown last = memory_of_stage(in, l, microbatches, l.pp - 1);
-    if (last.total() > plan.memory.total()) plan.memory = last;
+  for (int stage : heaviest_stage_candidates(in.model, l)) {
+    if (stage == 0) continue;
+    MemoryBreakdown other = memory_of_stage(in, l, microbatches, stage);
+    if (other.total() > plan.memory.total()) plan.memory = other;
   }
 
   const AxisSizes sizes{l.dp, l.tp, l.pp, l.cp};
-  const StageCompute sc = stage_compute(in, real_model, l);
   const auto [tp_forward_s, tp_backward_s] = tp_times(
       in, l, microbatches, place_group(Axis::tp, sizes, l.order, c.gpus_per_node), &plan.traffic);
   const double pp_send_s =
@@ -1091,24 +1294,27 @@ Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const 
       cp_times(in, l, microbatches, place_group(Axis::cp, sizes, l.order, c.gpus_per_node), &plan);
   const auto [ep_forward_s, ep_backward_s] =
       ep_times(in, l, microbatches, place_data_group(sizes, l.order, c.gpus_per_node), &plan);
+  StageComm comm;
+  comm.tp_forward_s = tp_forward_s;
+  comm.tp_backward_s = tp_backward_s;
+  comm.cp_forward_s = cp_forward_s;
+  comm.cp_backward_s = cp_backward_s;
+  comm.layers = most_stage_layers(in.model, l);
+  comm.ep_forward_s = ep_forward_s;
+  comm.ep_backward_s = ep_backward_s;
+  comm.routed = plan.moe.moe_layers;
+  const StageCompute sc = stage_compute(in, real_model, l, comm);
 
   // The slowest stage's times, TP and CP collectives and sends included (reported), and the
-  // schedule simulated on every virtual stage (pipeline_simulation.h): L / (P v) blocks with
-  // their TP and CP collectives, the embedding on the first, the head on the last; a rank is
-  // held by its sends, as Megatron's batched send/receive is waited for.
-  StageTimes times;
-  times.forward = sc.stage.forward_s + tp_forward_s + cp_forward_s + ep_forward_s + pp_send_s;
-  times.backward_input =
-      sc.stage.backward_input_s + tp_backward_s + cp_backward_s + ep_backward_s + pp_send_s;
-  times.backward_weight = sc.stage.backward_weight_s;
+  // schedule simulated on every virtual stage (pipeline_simulation.h): each stage's own blocks
+  // with their TP and CP collectives (L / (P v) per chunk with v > 1), the embedding on the
+  // first, the head on the last; a rank is held by its sends, as Megatron's batched
+  // send/receive is waited for.
+  StageTimes times = sc.stage_times;
+  times.forward += pp_send_s;
+  times.backward_input += pp_send_s;
   PipelineSimulationInput simulation;
-  simulation.virtual_stage_times = virtual_stage_times(
-      l.pp, l.vp,
-      {sc.blocks.forward_s + tp_forward_s + cp_forward_s + ep_forward_s,
-       sc.blocks.backward_input_s + tp_backward_s + cp_backward_s + ep_backward_s,
-       sc.blocks.backward_weight_s},
-      {sc.embedding.forward_s, sc.embedding.backward_input_s, sc.embedding.backward_weight_s},
-      {sc.head.forward_s, sc.head.backward_input_s, sc.head.backward_weight_s});
+  simulation.virtual_stage_times = sc.virtual_stage_times;
   simulation.send_s = pp_send_s / l.vp;
   TimeBreakdown& t = plan.time;
   if (timing == PipelineTiming::simulated) {

@@ -96,6 +96,11 @@ struct Layout {
   // Appended. Expert parallelism (moe.h): ep ranks of each DP group share one copy of the
   // experts, E / ep each; expert state is data-parallel over dp / ep ranks.
   int ep = 1;
+  // Appended. Transformer layers on each pipeline stage (--stage-layers: pp entries summing to
+  // the model's layers; v = 1 only). Empty: the balanced split (pipeline_stages.h), the engine's
+  // default: floor(L / P) per stage, the remainder on the interior stages first, then the first,
+  // never the last. With v > 1 the chunks must split evenly (--pp x --vp dividing --layers).
+  std::vector<int> stage_layers;
 };
 std::string describe(const Layout& layout);  // "dp=8 tp=8 pp=1 zero=1 b=1 rc=selective sp"
 // The `dtrain plan` flags that select it: "--dp 8 --tp 8 --pp 1 --zero 1 --micro-batch 1 ...".
@@ -108,6 +113,13 @@ struct PlanInput {
 };
 // Throws Error naming the flag at fault (model shape, cluster, training sizes).
 void validate(const PlanInput& input);
+
+// Transformer layers on each pipeline stage (pp entries; with v > 1 all of a rank's chunks):
+// layout.stage_layers when given, else the balanced split. For a valid layout
+// (layout_error empty); Llama 3 405B's 126 layers on --pp 16: 7, 8 x 14, 7.
+std::vector<int64_t> pipeline_stage_layers(const ModelShape& model, const Layout& layout);
+// "7, 8 (x14), 7": a run of equal stages as one entry with its count.
+std::string format_stage_layers(const std::vector<int64_t>& stage_layers);
 
 // Empty when `layout` is valid for `input`; otherwise why not, naming the flags
 // ("--tp 3 does not divide --heads 64").
@@ -243,6 +255,7 @@ struct CpReport {
   double ring_block_s = 0;          //   compute it hides behind (forward)
   double imbalance_balanced = 1;    // busiest / mean causal work, the split used
   double imbalance_contiguous = 1;  // the same with contiguous chunks (2 - 1/cp as T grows)
+  int64_t layers = 0;  // appended: the stage's layers bytes_per_step counts (the most any has)
 };
 
 struct Plan {
@@ -256,6 +269,11 @@ struct Plan {
   std::vector<double> pp_bytes_per_stage;
   CpReport cp;    // appended; meaningful when layout.cp > 1
   MoeReport moe;  // appended; meaningful when moe.enabled
+  // Appended: transformer layers on each pipeline stage (pipeline_stage_layers). Each stage is
+  // priced on its own: memory is the stage that needs the most, the pipeline is simulated on
+  // every stage's own times (the slowest sets the steady state), TP, CP and DP rows are the
+  // busiest stage's.
+  std::vector<int64_t> stage_layers;
 };
 
 // Memory of one pipeline stage (0 = first) on one GPU; evaluate reports the stage that needs

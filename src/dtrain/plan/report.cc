@@ -100,7 +100,7 @@ std::string cp_section(const PlanInput& in, const Plan& p) {
   s += str("  per layer   one rank, one micro-batch: forward ", pass(r.per_layer.forward),
            ", backward ", pass(r.per_layer.backward),
            l.recompute == Recompute::full ? " (the forward's rerun included)" : "", "\n");
-  s += str("  per step    one rank: ", format_gb(r.bytes_per_step), " sent (", p.memory.layers,
+  s += str("  per step    one rank: ", format_gb(r.bytes_per_step), " sent (", r.layers,
            " layers x ", p.microbatches,
            " micro-batches); gradients reduced over dp x cp = ", l.dp * l.cp, " ranks",
            l.zero_stage > 0 ? str(", ZeRO shards over ", l.dp * l.cp) : "", "\n");
@@ -157,16 +157,36 @@ std::string moe_section(const PlanInput& in, const Plan& p) {
   return s;
 }
 
+// The closed-form bubble of the plan's schedule on equal stages (pipeline_model.h), beside the
+// clock's, which replays the schedule on each stage's own times.
+BubbleEstimate formula_bubble(const Plan& p) {
+  const ScheduleKind kind = p.layout.vp > 1 ? ScheduleKind::interleaved : p.layout.schedule;
+  return pipeline_bubble(kind, p.layout.pp, static_cast<int>(p.microbatches), p.layout.vp);
+}
+
+// The closed form's name: Narayanan et al. 2021's (P-1)/M for GPipe and 1F1B, (P-1)/(v M)
+// interleaved, ZB-H1's (P-1)(F+B-W) over M(F+B+W) at F = B = W.
+std::string_view formula_bubble_name(const Layout& l) {
+  if (l.vp > 1) return "(P-1)/(v M)";
+  return l.schedule == ScheduleKind::zero_bubble_h1 ? "(P-1)/(3M)" : "(P-1)/M";
+}
+
 std::string time_section(const PlanInput& in, const Plan& p) {
   const TimeBreakdown& t = p.time;
   const Layout& l = p.layout;
   const Cluster& c = in.cluster;
   std::string s;
   const std::string kind = l.vp > 1 ? "interleaved" : std::string(name(l.schedule));
-  s += str("Pipeline: ", kind, ", P=", l.pp, ", M=", p.microbatches, ", v=", l.vp, ": bubble ",
-           format_percent(t.bubble.fraction_of_total), " of the step, ",
-           format_percent(t.bubble.fraction_of_ideal), " of the ideal time (Megatron's (P-1)/M",
-           l.vp > 1 ? "/v" : "", ")\n");
+  const BubbleEstimate formula = formula_bubble(p);
+  s += str("Pipeline: ", kind, ", P=", l.pp, ", M=", p.microbatches, ", v=", l.vp,
+           "; layers per stage: ", format_stage_layers(p.stage_layers), "\n");
+  s += str("  timed bubble     ", format_percent(t.bubble.fraction_of_total), " of the step, ",
+           format_percent(t.bubble.fraction_of_ideal),
+           " of the ideal time: the clock's replay of the schedule on each stage's own times\n");
+  s += str("  ", pad_right(str(formula_bubble_name(l), " bubble"), 17),
+           format_percent(formula.fraction_of_ideal), " of the ideal time, ",
+           format_percent(formula.fraction_of_total),
+           " of the step: the closed form on equal stages (Narayanan et al. 2021)\n");
   s += str("Time per step (clock: ", t.clock,
            t.clock == "gpu rates"
                ? ""
@@ -438,13 +458,12 @@ json plan_json(const Plan& p) {
     moe["ep_s"] = t.ep_s;
     moe["flops_convention"] = "active parameters";
   }
-  const ScheduleKind kind = p.layout.vp > 1 ? ScheduleKind::interleaved : p.layout.schedule;
-  const BubbleEstimate formula_bubble =
-      pipeline_bubble(kind, p.layout.pp, static_cast<int>(p.microbatches), p.layout.vp);
+  const BubbleEstimate formula = formula_bubble(p);
   return {{"layout", layout_json(p.layout)},
           {"context_parallel", cp},
           {"moe", moe},
           {"microbatches", p.microbatches},
+          {"stage_layers", p.stage_layers},
           {"memory",
            {{"stage", m.stage},
             {"layers", m.layers},
@@ -464,13 +483,15 @@ json plan_json(const Plan& p) {
           {"communication", traffic},
           {"pp_bytes_per_stage", p.pp_bytes_per_stage},
           {"bubble",
+           // Timed: the clock's replay of the schedule on each stage's own times.
            {{"fraction_of_total", t.bubble.fraction_of_total},
             {"fraction_of_ideal", t.bubble.fraction_of_ideal},
             {"bubble_s", t.bubble_s},
-            // The closed form on equal stages ((P-1)/(M+P-1) for GPipe and 1F1B), beside the
-            // schedule simulated on the real stages above.
-            {"formula_fraction_of_total", formula_bubble.fraction_of_total},
-            {"formula_fraction_of_ideal", formula_bubble.fraction_of_ideal}}},
+            // The closed form on equal stages ((P-1)/M of the ideal time, (P-1)/(M+P-1) of the
+            // step for GPipe and 1F1B), beside the timed figures above.
+            {"formula", formula_bubble_name(p.layout)},
+            {"formula_fraction_of_total", formula.fraction_of_total},
+            {"formula_fraction_of_ideal", formula.fraction_of_ideal}}},
           {"time",
            {{"compute_s", t.compute_s},
             {"recompute_s", t.recompute_s},

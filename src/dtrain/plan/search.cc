@@ -235,8 +235,18 @@ void for_each_layout(const PlanInput& in, const SearchConstraints& fixed,
                  base);
           continue;
         }
-        if (m.layers % pp != 0) {
-          reject(str("pp not dividing the ", m.layers, " layers"), base);
+        // A pp that does not divide the layers gets the balanced split (pipeline_stages.h: the
+        // first and the last stage the lighter), except on the engine clock, which prices equal
+        // stages only.
+        if (pp > m.layers) {
+          reject(str("pp above the ", m.layers, " layers"), base);
+          continue;
+        }
+        if (has_measured_rates(in.cluster) && m.layers % pp != 0) {
+          reject(str("pp not dividing the ", m.layers,
+                     " layers (the engine clock prices equal "
+                     "stages only)"),
+                 base);
           continue;
         }
         if (batch % base.dp != 0) {

@@ -1,14 +1,15 @@
 // balanced_partition / explicit_partition: argument checks with flag-naming messages, the
 // remainder rule of the balanced split, and the StagePartition lookups.
-#include "dtrain/parallel/pipeline_stages.h"
+#include "dtrain/plan/pipeline_stages.h"
 
+#include <algorithm>
 #include <charconv>
 #include <numeric>
 #include <sstream>
 
 #include "dtrain/core/check.h"
 
-namespace dtrain::parallel {
+namespace dtrain::plan {
 namespace {
 
 void check_shape(int layers, int stages, int chunks, const PartitionFlags& flags) {
@@ -22,7 +23,33 @@ void check_shape(int layers, int stages, int chunks, const PartitionFlags& flags
                " layers (one per model chunk), got ", flags.layers, " ", layers);
 }
 
+// The balanced split of L blocks over n chunks: `base` each, one more on the interior chunks
+// 1 .. `interior`, and `first` (0 or 1) more on chunk 0.
+struct Remainder {
+  int64_t base = 0, interior = 0, first = 0;
+};
+
+Remainder remainder_of(int64_t layers, int64_t n) {
+  DTRAIN_CHECK(n >= 1 && n <= layers, "balanced split: ", n, " chunks for ", layers, " layers");
+  const int64_t extra = layers % n;  // at most n - 1
+  // Interior chunks 1 .. n-2 first, then chunk 0; the last chunk (with the head) never.
+  const int64_t interior = std::min(extra, std::max<int64_t>(0, n - 2));
+  return {layers / n, interior, extra - interior};
+}
+
 }  // namespace
+
+int64_t balanced_chunk_layers(int64_t layers, int64_t chunks_total, int64_t vs) {
+  const Remainder r = remainder_of(layers, chunks_total);
+  if (vs == 0) return r.base + r.first;
+  return r.base + (vs <= r.interior ? 1 : 0);
+}
+
+int64_t balanced_chunk_first(int64_t layers, int64_t chunks_total, int64_t vs) {
+  const Remainder r = remainder_of(layers, chunks_total);
+  if (vs == 0) return 0;
+  return vs * r.base + r.first + std::min(vs - 1, r.interior);
+}
 
 StagePartition::StagePartition(int stages, int chunks, std::vector<int> chunk_layers)
     : stages_(stages), chunks_(chunks), chunk_layers_(std::move(chunk_layers)) {
@@ -65,12 +92,10 @@ int StagePartition::rank_of_layer(int layer) const {
 StagePartition balanced_partition(int layers, int stages, int chunks, const PartitionFlags& flags) {
   check_shape(layers, stages, chunks, flags);
   const int n = stages * chunks;
-  std::vector<int> sizes(static_cast<size_t>(n), layers / n);
-  int extra = layers % n;  // at most n - 1
-  // Interior chunks 1 .. n-2 first, then chunk 0; the last chunk (with the head) never.
-  for (int vs = 1; vs + 1 < n && extra > 0; ++vs, --extra) ++sizes[static_cast<size_t>(vs)];
-  if (extra > 0) ++sizes[0], --extra;
-  DTRAIN_CHECK(extra == 0, "internal: ", extra, " layers left over in the balanced split");
+  std::vector<int> sizes(static_cast<size_t>(n));
+  for (int vs = 0; vs < n; ++vs) {
+    sizes[static_cast<size_t>(vs)] = static_cast<int>(balanced_chunk_layers(layers, n, vs));
+  }
   return StagePartition(stages, chunks, std::move(sizes));
 }
 
@@ -93,7 +118,7 @@ StagePartition explicit_partition(int layers, int stages, int chunks,
     DTRAIN_CHECK(x >= 1, flags.stage_layers, " ", list,
                  " has an empty stage; every entry must be >= 1");
   }
-  const int sum = std::accumulate(chunk_layers.begin(), chunk_layers.end(), 0);
+  const int64_t sum = std::accumulate(chunk_layers.begin(), chunk_layers.end(), int64_t{0});
   DTRAIN_CHECK(sum == layers, flags.stage_layers, " ", list, " sums to ", sum, ", not ",
                flags.layers, " ", layers);
   return StagePartition(stages, chunks, std::vector<int>(chunk_layers.begin(), chunk_layers.end()));
@@ -133,4 +158,4 @@ std::string layer_ranges(const StagePartition& partition, int rank) {
   return s;
 }
 
-}  // namespace dtrain::parallel
+}  // namespace dtrain::plan

@@ -1,7 +1,7 @@
 // Stage partitioning: every (L, P, v) split covers each block exactly once in consecutive
 // chunks, the balanced split is balanced and places its remainder as documented, and every bad
 // input is an error that names the flags.
-#include "dtrain/parallel/pipeline_stages.h"
+#include "dtrain/plan/pipeline_stages.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 
 #include "dtrain/core/check.h"
 
-namespace dtrain::parallel {
+namespace dtrain::plan {
 namespace {
 
 std::string error_of(auto&& f) {
@@ -124,6 +124,28 @@ TEST(PipelineStages, BadInputNamesTheFlags) {
             "--stages 5 is larger than --layers 4");
 }
 
+// The one-chunk-at-a-time form agrees with the partition for every (L, n), and gives Llama 3
+// 405B's published pipeline: 126 = 7 + 14 x 8 + 7 on 16 stages (floor(126 / 16) = 7, the 14
+// left over on the 14 interior stages), DeepSeek-V3's 61 on 16: 3, 13 x 4, 3, 3.
+TEST(PipelineStages, ChunkAtATimeIsThePartition) {
+  for (int layers = 1; layers <= 40; ++layers) {
+    for (int n = 1; n <= layers; ++n) {
+      const StagePartition part = balanced_partition(layers, n);
+      for (int vs = 0; vs < n; ++vs) {
+        EXPECT_EQ(balanced_chunk_layers(layers, n, vs), part.layer_count(vs, 0)) << layers << n;
+        EXPECT_EQ(balanced_chunk_first(layers, n, vs), part.first_layer(vs, 0)) << layers << n;
+      }
+    }
+  }
+  std::vector<int> llama(16, 126 / 16 + 1);
+  llama.front() = llama.back() = 126 / 16;
+  EXPECT_EQ(balanced_partition(126, 16).stage_layers(), llama);
+  std::vector<int> deepseek(16, 61 / 16);
+  for (int k = 1; k <= 61 % 16; ++k) deepseek[static_cast<size_t>(k)] += 1;
+  EXPECT_EQ(balanced_partition(61, 16).stage_layers(), deepseek);
+  EXPECT_EQ(deepseek.back(), 3);
+}
+
 TEST(PipelineStages, ParseStageLayers) {
   EXPECT_EQ(parse_stage_layers("4", "--stage-layers"), (std::vector<int>{4}));
   EXPECT_EQ(parse_stage_layers("1,2,30", "--stage-layers"), (std::vector<int>{1, 2, 30}));
@@ -135,4 +157,4 @@ TEST(PipelineStages, ParseStageLayers) {
 }
 
 }  // namespace
-}  // namespace dtrain::parallel
+}  // namespace dtrain::plan
