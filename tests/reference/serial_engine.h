@@ -62,17 +62,7 @@ class SerialEngine final : public StepEngine {
       model_.backward();
       stats.backward_ms = watch.elapsed_us() * 1e-3;
     } else {
-      const int64_t b = batch.batch / microbatches_;
-      const auto rows = static_cast<size_t>(b * batch.seq);
-      const std::span<const int32_t> inputs(batch.inputs), targets(batch.targets);
-      double loss = 0;
-      for (int64_t m = 0; m < microbatches_; ++m) {
-        const size_t first = static_cast<size_t>(m) * rows;
-        loss +=
-            model_.forward(inputs.subspan(first, rows), targets.subspan(first, rows), b, batch.seq);
-        model_.backward(1.0f / static_cast<float>(microbatches_));
-      }
-      stats.loss = static_cast<float>(loss / static_cast<double>(microbatches_));
+      stats.loss = microbatch_mean_loss(batch, true);
       stats.forward_ms = watch.elapsed_us() * 1e-3;
     }
     watch.restart();
@@ -94,17 +84,7 @@ class SerialEngine final : public StepEngine {
   float eval_loss(const data::Batch& batch) override {
     if (microbatches_ == 1)
       return model_.forward(batch.inputs, batch.targets, batch.batch, batch.seq);
-    // The mean over the same micro-batches (an MoE capacity is per micro-batch).
-    const int64_t b = batch.batch / microbatches_;
-    const auto rows = static_cast<size_t>(b * batch.seq);
-    const std::span<const int32_t> inputs(batch.inputs), targets(batch.targets);
-    double loss = 0;
-    for (int64_t m = 0; m < microbatches_; ++m) {
-      const size_t first = static_cast<size_t>(m) * rows;
-      loss +=
-          model_.forward(inputs.subspan(first, rows), targets.subspan(first, rows), b, batch.seq);
-    }
-    return static_cast<float>(loss / static_cast<double>(microbatches_));
+    return microbatch_mean_loss(batch, false);  // the same micro-batches (an MoE capacity's)
   }
   const MemoryTracker& memory() const override { return tracker_; }
   int64_t param_count() const override { return model_.param_count(); }
@@ -134,6 +114,21 @@ class SerialEngine final : public StepEngine {
 
  private:
   bool mixed() const { return config_.precision == model::Precision::bf16; }
+  // The mean loss over the batch's M runs of B/M consecutive rows; with `backward` each run's
+  // backward (scaled by 1/M: the gradients accumulate to the mean's) follows its forward.
+  float microbatch_mean_loss(const data::Batch& batch, bool backward) {
+    const int64_t b = batch.batch / microbatches_;
+    const auto rows = static_cast<size_t>(b * batch.seq);
+    const std::span<const int32_t> inputs(batch.inputs), targets(batch.targets);
+    double loss = 0;
+    for (int64_t m = 0; m < microbatches_; ++m) {
+      const size_t first = static_cast<size_t>(m) * rows;
+      loss +=
+          model_.forward(inputs.subspan(first, rows), targets.subspan(first, rows), b, batch.seq);
+      if (backward) model_.backward(1.0f / static_cast<float>(microbatches_));
+    }
+    return static_cast<float>(loss / static_cast<double>(microbatches_));
+  }
   void round_params_from_master() {
     std::span<float> p = model_.params();
     for (size_t i = 0; i < p.size(); ++i) p[i] = round_to_bf16(master_[i]);
