@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "build_info.h"
 #include "command_registry.h"
@@ -170,11 +171,22 @@ void set_layout_names(const TrainFlags& f, train::LayoutOptions& l) {
   }
 }
 
+// A flag that only means something beside another (--top-k with --experts, --cp-algo with --cp)
+// is refused alone, as --schedule is without --pp: accepted and ignored, it would read as taken.
+void refuse_alone(const CLI::App& cmd, const std::vector<std::string>& flags, bool has_base,
+                  const std::string& needs) {
+  if (has_base) return;
+  for (const std::string& flag : flags) {
+    DTRAIN_CHECK(cmd.get_option(flag)->count() == 0, flag, " needs ", needs);
+  }
+}
+
 // The mixture-of-experts flags (model/moe_config.h); their ranges are checked by
 // model::validate, which names the flag.
 void add_moe_flags(CLI::App& cmd, model::MoeConfig& m) {
   cmd.add_option("--experts", m.experts,
-                 "Experts E of each MoE block's MLP (0: a dense model; model/ops/moe.h)")
+                 "Experts E of each MoE block's MLP (0: a dense model; model/ops/moe.h); "
+                 "--top-k, --moe-every, --capacity-factor and --aux-loss-coef need it")
       ->capture_default_str();
   cmd.add_option("--top-k", m.top_k, "Experts each token is routed to (with --experts)")
       ->capture_default_str();
@@ -305,12 +317,12 @@ void add_train(CLI::App& app) {
   cmd->add_option("--cp-algo", f->cp_algo,
                   "Attention across the CP group: ring (K/V blocks passed round, load-balanced "
                   "2 x cp chunks), all-gather (K/V gathered once per layer) or ulysses "
-                  "(all-to-alls to a head split; --heads divisible by cp x tp)")
+                  "(all-to-alls to a head split; --heads divisible by cp x tp); with --cp")
       ->default_str("ring");
   cmd->add_option("--cp-split", f->cp_split,
                   "Which tokens a CP rank holds under ring and all-gather: balanced (chunks r and "
                   "2cp-1-r of 2cp: the same causal work on every rank) or contiguous (T/cp in a "
-                  "row: the last rank does 2 - 1/cp times the mean, for comparison)")
+                  "row: the last rank does 2 - 1/cp times the mean, for comparison); with --cp")
       ->default_str("balanced");
   cmd->add_flag("--sequence-parallel", l.sequence_parallel,
                 "With --tp N: LayerNorms and residual regions on 1/N of each micro-batch's "
@@ -418,6 +430,10 @@ void add_train(CLI::App& app) {
          {"--trace", opt.layout.trace_path},
          {"--timeline", opt.layout.timeline_path},
          {"--write-eval-batch", opt.eval_batch_out}});
+    refuse_alone(*cmd, {"--top-k", "--moe-every", "--capacity-factor", "--aux-loss-coef"},
+                 opt.moe.experts > 0, "--experts E (a mixture-of-experts model)");
+    refuse_alone(*cmd, {"--cp-algo", "--cp-split"}, opt.layout.cp > 1,
+                 "--cp 2 or more (context parallelism)");
     opt.model_given = model_flag->count() > 0;
     take_if_given(vocab, f->vocab, opt.vocab);
     take_if_given(context, f->context, opt.context);
