@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "build_info.h"
@@ -173,11 +174,12 @@ void set_layout_names(const TrainFlags& f, train::LayoutOptions& l) {
 
 // A flag that only means something beside another (--top-k with --experts, --cp-algo with --cp)
 // is refused alone, as --schedule is without --pp: accepted and ignored, it would read as taken.
-void refuse_alone(const CLI::App& cmd, const std::vector<std::string>& flags, bool has_base,
-                  const std::string& needs) {
+// Its default value passes (--dump-config writes every flag, and its file must replay).
+void refuse_alone(const CLI::App& cmd, const std::vector<std::pair<std::string, bool>>& flags,
+                  bool has_base, const std::string& needs) {
   if (has_base) return;
-  for (const std::string& flag : flags) {
-    DTRAIN_CHECK(cmd.get_option(flag)->count() == 0, flag, " needs ", needs);
+  for (const auto& [flag, is_default] : flags) {
+    DTRAIN_CHECK(is_default || cmd.get_option(flag)->count() == 0, flag, " needs ", needs);
   }
 }
 
@@ -430,10 +432,18 @@ void add_train(CLI::App& app) {
          {"--trace", opt.layout.trace_path},
          {"--timeline", opt.layout.timeline_path},
          {"--write-eval-batch", opt.eval_batch_out}});
-    refuse_alone(*cmd, {"--top-k", "--moe-every", "--capacity-factor", "--aux-loss-coef"},
+    const model::MoeConfig dense;
+    refuse_alone(*cmd,
+                 {{"--top-k", opt.moe.top_k == dense.top_k},
+                  {"--moe-every", opt.moe.every == dense.every},
+                  {"--capacity-factor", opt.moe.capacity_factor == dense.capacity_factor},
+                  {"--aux-loss-coef", opt.moe.aux_loss_coef == dense.aux_loss_coef}},
                  opt.moe.experts > 0, "--experts E (a mixture-of-experts model)");
-    refuse_alone(*cmd, {"--cp-algo", "--cp-split"}, opt.layout.cp > 1,
-                 "--cp 2 or more (context parallelism)");
+    const TrainFlags defaults;
+    refuse_alone(*cmd,
+                 {{"--cp-algo", f->cp_algo == defaults.cp_algo},
+                  {"--cp-split", f->cp_split == defaults.cp_split}},
+                 opt.layout.cp > 1, "--cp 2 or more (context parallelism)");
     opt.model_given = model_flag->count() > 0;
     take_if_given(vocab, f->vocab, opt.vocab);
     take_if_given(context, f->context, opt.context);

@@ -34,13 +34,15 @@ done
 expect_output "the balanced split.s: none \(it needs --seq divisible by 2 x --cp 2 = 4\)" \
   "${run[@]}" --cp 2 --seq 6 --cp-split contiguous
 
-# Flags that need another, refused alone (as --schedule is without --pp).
+# Flags that need another, refused alone with another value than their default (as --schedule
+# is without --pp; --dump-config's file, which holds every flag, still replays).
 for flag in "--top-k 2" "--capacity-factor 1.5" "--moe-every 2" "--aux-loss-coef 0.1"; do
   # shellcheck disable=SC2086
   expect_error "error: ${flag% *} needs --experts E" "${run[@]}" $flag
 done
 expect_error "error: --cp-algo needs --cp 2 or more" "${run[@]}" --cp-algo ulysses
 expect_error "error: --cp-split needs --cp 2 or more" "${run[@]}" --cp-split contiguous
+expect_output "^dtrain train" "${run[@]}" --top-k 1 --cp-algo ring
 expect_error "error: --schedule gpipe needs --pp 2 or more" "${run[@]}" --schedule gpipe
 
 # Every axis of the mesh is named in the products.
