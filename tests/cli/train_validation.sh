@@ -119,4 +119,12 @@ if grep -q "it takes minutes, with its progress on stderr" <<<"$help"; then
 else
   fail "bench clock --help does not say --fit takes minutes"
 fi
+# ... and says on stderr how far its grid search is (the first line comes before any grid point;
+# the search itself is cut short here).
+timeout -s KILL 60 "$DTRAIN" bench clock --fit >/dev/null 2>"$tmp/fit.err"
+if grep -q "^bench clock --fit: gemm_efficiency 0.50 (1 of 51" "$tmp/fit.err"; then
+  echo "ok: bench clock --fit shows its progress on stderr"
+else
+  fail "bench clock --fit: no progress on stderr: $(head -2 "$tmp/fit.err")"
+fi
 finish
