@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <iomanip>
 #include <map>
@@ -442,7 +443,21 @@ ClockBenchReport run_clock_bench(const ClockBenchConfig& config) {
     for (const PublishedCase& pc : cases) {
       if (pc.fit) fit_cases.push_back(&pc);
     }
+    constexpr int kGemmSteps = 51;  // gemm_efficiency 0.50, 0.51, ..., 1.00
+    int gemm_step = 0;
     for (double g = 0.50; g <= 1.0001; g += 0.01) {
+      if (config.progress) {
+        char line[160];
+        std::snprintf(line, sizeof line, "gemm_efficiency %.2f (%d of %d; 26 x 8 x 15 points each)",
+                      g, ++gemm_step, kGemmSteps);
+        std::string text = line;
+        if (best_loss < 1e300) {
+          std::snprintf(line, sizeof line, ", best so far: mean |error| %.1f%%",
+                        100 * best.mean_abs_error);
+          text += line;
+        }
+        config.progress(text);
+      }
       for (double k = 0; k <= 50.0001; k += 2) {
         for (double mem = 0.3; mem <= 1.0001; mem += 0.1) {
           for (double link = 0.3; link <= 1.0001; link += 0.05) {

@@ -7,6 +7,7 @@
 // 1, no kernel cost).
 #pragma once
 
+#include <functional>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -21,6 +22,8 @@ struct ClockBenchConfig {
   std::string vtrain_dir;  // holds ground_truth_multi.csv and ground_truth_single.csv; "" none
   bool fit = false;        // refit the four parameters on the fit column and print them
   bool all_rows = false;   // print every single-node row (the multi-node rows always)
+  // With fit: called as the grid search advances (it takes minutes), with a line to show.
+  std::function<void(const std::string&)> progress;
 };
 
 struct PublishedRow {

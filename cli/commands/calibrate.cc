@@ -166,6 +166,33 @@ void refuse_implausible(const nlohmann::json& file, const CalibrateFlags& f) {
   }
 }
 
+// The threads backend runs every rank on this machine, one node: the nodes are blocks of
+// --ranks-per-node ranks, and a file needs two links, so at least 2 nodes of at least 2 ranks
+// each. Checked before any measuring (the same rules refuse an mpirun job after it).
+void check_thread_nodes(const CalibrateFlags& f) {
+  const int per_node = f.options.ranks_per_node;
+  if (per_node == 0) {
+    DTRAIN_CHECK(!f.compute,
+                 "--compute on --backend threads emulates two nodes of --ranks / 2 "
+                 "thread ranks each, and a node needs at least 2 ranks (an intra-node "
+                 "link to measure): --ranks ",
+                 f.ranks,
+                 " cannot make them; give an even --ranks of 4 or more, or --ranks-per-node G");
+    throw Error(str("calibrate: --backend threads runs all ", f.ranks,
+                    " ranks on this machine, one node, so there is no inter-node link to measure; "
+                    "pass --ranks-per-node G to treat blocks of G ranks as nodes (at least 2 "
+                    "ranks a node and 2 nodes, e.g. --ranks 4 --ranks-per-node 2), or --compute"));
+  }
+  DTRAIN_CHECK(per_node >= 2, "calibrate: --ranks-per-node ", per_node,
+               ": one rank per node, so there is no intra-node link to measure; a node needs at "
+               "least 2 ranks");
+  DTRAIN_CHECK(f.ranks % per_node == 0, "--ranks-per-node ", per_node, " does not divide the ",
+               f.ranks, " ranks into whole nodes");
+  DTRAIN_CHECK(f.ranks >= 2 * per_node, "calibrate: --ranks ", f.ranks, " with --ranks-per-node ",
+               per_node, " is one node, so there is no inter-node link to measure; give --ranks ",
+               2 * per_node, " or more");
+}
+
 void run_calibrate(CalibrateFlags& f) {
   const auto backend = comm::parse_backend(f.backend);
   DTRAIN_CHECK(backend.has_value(), "--backend: unknown backend '", f.backend,
@@ -200,6 +227,7 @@ void run_calibrate(CalibrateFlags& f) {
     std::cerr << "calibrate: --ranks-per-node " << f.ranks / 2 << " (two emulated nodes of "
               << f.ranks / 2 << " thread ranks on this machine; pass it to choose another)\n";
   }
+  if (*backend == comm::Backend::threads) check_thread_nodes(f);
   comm::Calibration result;
   bool reporter = true;
   comm::run_on_backend(
@@ -302,14 +330,18 @@ void add_calibrate(CLI::App& app) {
       "--cluster FILE.json`");
   cmd->add_option("--backend", f->backend,
                   "mpi (run under mpirun; every process takes part) or threads (a dry run on "
-                  "one machine; needs --ranks-per-node, which --compute sets to half --ranks "
-                  "when not given)")
+                  "one machine: blocks of --ranks-per-node ranks act as nodes; the file needs 2 "
+                  "nodes of at least 2 ranks each, so --ranks 4 or more; --compute sets "
+                  "--ranks-per-node to half an even --ranks when not given)")
       ->capture_default_str();
-  cmd->add_option("--ranks", f->ranks, "Ranks for --backend threads (mpi: every process)")
+  cmd->add_option("--ranks", f->ranks,
+                  "Ranks for --backend threads (mpi: every process): at least 2 nodes of at "
+                  "least 2 ranks each (--ranks-per-node)")
       ->capture_default_str()
       ->check(whole_number(2, kMaxRanks));
   cmd->add_option("--ranks-per-node", f->options.ranks_per_node,
-                  "Ranks k*G..k*G+G-1 share node k (default: ranks with the same hostname do)")
+                  "Ranks k*G..k*G+G-1 share node k (default: ranks with the same hostname do); "
+                  "at least 2, for an intra-node link to measure")
       ->check(whole_number(1, kMaxRanks));
   cmd->add_option("--size", f->size, "Bandwidth message, sent and received by each rank")
       ->capture_default_str();
@@ -335,7 +367,9 @@ void add_calibrate(CLI::App& app) {
                 "Also measure this machine's compute (matrix products by shape in fp32 and bf16, "
                 "the engine's memory-bound kernels, collectives on thread ranks, compute slowed by "
                 "a communication thread; about 40 s with 3 --passes) and write it as the "
-                "file's CPU (\"gpu.measured\", docs/clock.md) in place of --gpu's");
+                "file's CPU (\"gpu.measured\", docs/clock.md) in place of --gpu's. With "
+                "--backend threads and no --ranks-per-node: two emulated nodes of --ranks / 2 "
+                "ranks (an even --ranks of 4 or more)");
   cmd->add_flag("--quick", f->quick,
                 "With --compute: a small product grid and two sizes per kernel (a second or two; "
                 "for tests)");

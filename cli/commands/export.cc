@@ -46,9 +46,13 @@ void add_export(CLI::App& app) {
                                    {{"--output", f->output}});
     DTRAIN_CHECK(std::filesystem::is_directory(f->checkpoint), "--checkpoint ", f->checkpoint,
                  ": no such directory");
-    check_output_directory(f->output, "--output");
     const checkpoint::LoadedCheckpoint c =
         checkpoint::load_checkpoint(f->checkpoint, "--checkpoint");
+    // Refused before --output is made: a failed export leaves no empty folder behind.
+    DTRAIN_CHECK(!c.state.model.moe.enabled(), "--checkpoint ", c.dir,
+                 " holds a mixture-of-experts model (", model::describe(c.state.model),
+                 "): export writes GPT-2's dense layout, and MoE export is not supported yet");
+    check_output_directory(f->output, "--output");
     const auto dtype =
         f->dtype == "bf16" ? formats::SafetensorsDtype::bf16 : formats::SafetensorsDtype::f32;
     formats::export_hf_gpt2(c.state, f->output, dtype, "--output");

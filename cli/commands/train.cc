@@ -11,6 +11,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "build_info.h"
 #include "command_registry.h"
@@ -172,13 +174,24 @@ void set_layout_names(const TrainFlags& f, train::LayoutOptions& l) {
   }
 }
 
+// A flag that only means something beside another (--top-k with --experts, --cp-algo with --cp)
+// is refused alone, as --schedule is without --pp: accepted and ignored, it would read as taken.
+// Its default value passes (--dump-config writes every flag, and its file must replay).
+void refuse_alone(const CLI::App& cmd, const std::vector<std::pair<std::string, bool>>& flags,
+                  bool has_base, const std::string& needs) {
+  if (has_base) return;
+  for (const auto& [flag, is_default] : flags) {
+    DTRAIN_CHECK(is_default || cmd.get_option(flag)->count() == 0, flag, " needs ", needs);
+  }
+}
+
 // The mixture-of-experts flags (model/moe_config.h); their ranges are checked by
 // model::validate, which names the flag.
 void add_moe_flags(CLI::App& cmd, model::MoeConfig& m) {
-  cmd.add_option(
-         "--experts", m.experts,
-         "Experts E of each MoE block's MLP (0: a dense model; model/ops/moe.h; not yet with "
-         "sample or export)")
+  cmd.add_option("--experts", m.experts,
+                 "Experts E of each MoE block's MLP (0: a dense model; model/ops/moe.h; not yet "
+                 "with sample or export); --top-k, --moe-every, --capacity-factor and "
+                 "--aux-loss-coef need it")
       ->capture_default_str();
   cmd.add_option("--top-k", m.top_k, "Experts each token is routed to (with --experts)")
       ->capture_default_str();
@@ -330,12 +343,12 @@ void add_train(CLI::App& app) {
   cmd->add_option("--cp-algo", f->cp_algo,
                   "Attention across the CP group: ring (K/V blocks passed round, load-balanced "
                   "2 x cp chunks), all-gather (K/V gathered once per layer) or ulysses "
-                  "(all-to-alls to a head split; --heads divisible by cp x tp)")
+                  "(all-to-alls to a head split; --heads divisible by cp x tp); with --cp")
       ->default_str("ring");
   cmd->add_option("--cp-split", f->cp_split,
                   "Which tokens a CP rank holds under ring and all-gather: balanced (chunks r and "
                   "2cp-1-r of 2cp: the same causal work on every rank) or contiguous (T/cp in a "
-                  "row: the last rank does 2 - 1/cp times the mean, for comparison)")
+                  "row: the last rank does 2 - 1/cp times the mean, for comparison); with --cp")
       ->default_str("balanced");
   cmd->add_flag("--sequence-parallel", l.sequence_parallel,
                 "With --tp N: LayerNorms and residual regions on 1/N of each micro-batch's "
@@ -445,6 +458,18 @@ void add_train(CLI::App& app) {
          {"--cluster", opt.layout.cluster_path}},
         outputs);
     refuse_outputs_in_folders(run_folders(opt), outputs);
+    const model::MoeConfig dense;
+    refuse_alone(*cmd,
+                 {{"--top-k", opt.moe.top_k == dense.top_k},
+                  {"--moe-every", opt.moe.every == dense.every},
+                  {"--capacity-factor", opt.moe.capacity_factor == dense.capacity_factor},
+                  {"--aux-loss-coef", opt.moe.aux_loss_coef == dense.aux_loss_coef}},
+                 opt.moe.experts > 0, "--experts E (a mixture-of-experts model)");
+    const TrainFlags defaults;
+    refuse_alone(*cmd,
+                 {{"--cp-algo", f->cp_algo == defaults.cp_algo},
+                  {"--cp-split", f->cp_split == defaults.cp_split}},
+                 opt.layout.cp > 1, "--cp 2 or more (context parallelism)");
     opt.model_given = model_flag->count() > 0;
     take_if_given(vocab, f->vocab, opt.vocab);
     take_if_given(context, f->context, opt.context);

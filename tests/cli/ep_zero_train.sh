@@ -19,8 +19,8 @@ m4=(train --layers 2 --channels 32 --heads 4 --context 16 --eval-every 0 --exper
 losses_close() {
   python3 - "$@" <<'PY'
 import json, sys
-a = json.load(open(sys.argv[1]))["train_losses"]
-b = json.load(open(sys.argv[2]))["train_losses"]
+a = [s["loss"] for s in json.load(open(sys.argv[1]))["train_losses"]]
+b = [s["loss"] for s in json.load(open(sys.argv[2]))["train_losses"]]
 a, b = a[-len(b):], b[-len(a):]  # a resumed run reports its own steps only
 d = max(abs(x - y) for x, y in zip(a, b))
 print(f"max loss diff {d:.2e} over {len(a)} steps")

@@ -94,7 +94,7 @@ for layout in "--pp 2 --microbatches 4" "--dp 2 --zero 3" "--tp 2 --sequence-par
   "$DTRAIN" "${run[@]}" $layout --json >"$tmp/l$i.json" 2>/dev/null
   if command -v python3 >/dev/null && ! python3 - "$tmp/serial.json" "$tmp/l$i.json" <<'PY'
 import json, sys
-a, b = (json.load(open(f))["train_losses"] for f in sys.argv[1:3])
+a, b = ([s["loss"] for s in json.load(open(f))["train_losses"]] for f in sys.argv[1:3])
 assert len(a) == len(b) == 3 and all(abs(x - y) <= 1e-5 for x, y in zip(a, b)), (a, b)
 PY
   then

@@ -27,7 +27,8 @@ assert lines[0]["type"] == "run" and len(lines[0]["run"]["id"]) == 32, lines[0]
 steps = [l for l in lines if l["type"] == "step"]
 evals = [l for l in lines if l["type"] == "eval"]
 assert [l["step"] for l in steps] == list(range(1, 13)), [l["step"] for l in steps]
-assert [l["loss"] for l in steps] == summary["train_losses"], "losses differ from the summary's"
+assert [{"step": l["step"], "loss": l["loss"]} for l in steps] == summary["train_losses"], \
+    "losses differ from the summary's"
 assert [e["val_loss"] for e in evals] == [e["val_loss"] for e in summary["val_losses"]]
 for l in steps:
     assert l["lr"] > 0 and l["grad_norm"] > 0 and l["tokens_per_s"] > 0, l

@@ -35,7 +35,7 @@ for r in rows:
         cap = -(-int(capacity * tokens * 2 * 1000) // (4 * 1000))
         assert max(r["expert_tokens"]) <= cap * blocks, (r, cap)
     assert r["aux_loss"] > 0, r
-losses = j["train_losses"]
+losses = [s["loss"] for s in j["train_losses"]]
 first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
 spread = [r["spread"] for r in rows]
 print(f"loss {first:.4f} -> {last:.4f}; aux {rows[0]['aux_loss']:.4f} -> {rows[-1]['aux_loss']:.4f}; "

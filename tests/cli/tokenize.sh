@@ -66,7 +66,7 @@ expect_output "dtrain train --data $tmp/out2.bin --vocab $vocab" \
   --save "$tmp/ck" --json > "$tmp/run.json" 2>"$tmp/err" || { echo "FAIL: train"; cat "$tmp/err"; exit 1; }
 falls=$("$py" -c "
 import json, sys
-r = json.load(open(sys.argv[1])); l = r['train_losses']
+r = json.load(open(sys.argv[1])); l = [s['loss'] for s in r['train_losses']]
 print('yes %s -> %s' % (l[0], l[-1]) if min(l[1:]) < l[0] and l[-1] < l[0] else 'no %s' % l)" "$tmp/run.json")
 check "train --data out.bin --vocab $vocab: the loss falls ($falls)" [ "${falls%% *}" = yes ]
 

@@ -225,6 +225,59 @@ TEST(MoeOp, TiesGoToTheLowerExpertIndex) {
   EXPECT_NEAR(r.routing.aux_loss, 1.0, 1e-6);
 }
 
+// The sorted top-k against the k arg-max scans it replaced, on rows with many ties (the
+// probabilities drawn from a few values), distinct values and a NaN, for k from 1 to E.
+TEST(MoeOp, TopKMatchesRepeatedArgMaxScans) {
+  std::vector<int32_t> order;
+  for (const int64_t E : {1, 2, 5, 16, 33}) {
+    for (int64_t k = 1; k <= E; ++k) {
+      for (uint64_t seed = 0; seed < 4; ++seed) {
+        std::vector<float> p = random_floats(static_cast<size_t>(E), 100 + seed + 7 * E);
+        if (seed % 2 == 0) {
+          for (float& v : p) v = std::round(v * 2) / 2;  // a handful of values: ties
+        }
+        if (seed == 3) p[static_cast<size_t>(E / 2)] = std::nanf("");
+        std::vector<int32_t> fast(static_cast<size_t>(k), -2), scans(static_cast<size_t>(k), -2);
+        choose_top_k(fast.data(), p.data(), E, k, order);
+        choose_top_k_by_scans(scans.data(), p.data(), E, k);
+        EXPECT_EQ(fast, scans) << "E " << E << " k " << k << " seed " << seed;
+      }
+    }
+  }
+}
+
+// E = k = 256 (every expert chosen by every token, which the scans took O(k^2 E) a token for):
+// the router's choices equal the scans' on its own probabilities, and nothing is dropped.
+TEST(MoeOp, RoutingWithManyExpertsMatchesTheScans) {
+  MoeConfig m;
+  m.experts = 256;
+  m.top_k = 256;
+  const int64_t N = 64, C = 4, E = m.experts, k = m.top_k;
+  const std::vector<float> x = random_floats(static_cast<size_t>(N * C), 61);
+  const std::vector<float> router = random_floats(static_cast<size_t>(E * C), 62);
+  MoeRouting r;
+  moe_route(r, x.data(), router.data(), N, C, m);
+  EXPECT_EQ(r.dropped, 0);
+  EXPECT_EQ(r.kept, std::vector<int64_t>(static_cast<size_t>(E), N));
+  for (int64_t n = 0; n < 4; ++n) {  // the scans are slow: a few tokens
+    std::vector<int32_t> scans(static_cast<size_t>(k));
+    choose_top_k_by_scans(scans.data(), r.probs.data() + n * E, E, k);
+    EXPECT_TRUE(std::equal(scans.begin(), scans.end(), r.expert.begin() + n * k)) << "token " << n;
+  }
+}
+
+// A capacity factor past what any expert can take (an expert gets at most one row per token)
+// is dropless: the capacity saturates at N * k instead of overflowing into "drop everything".
+TEST(MoeOp, HugeCapacityFactorDropsNothing) {
+  MoeCase c = make_case(4, 2, 1e17, 0.0, 71);
+  EXPECT_EQ(moe_capacity(c.m, c.N), c.N * c.m.top_k);
+  c.m.capacity_factor = 1e300;
+  EXPECT_EQ(moe_capacity(c.m, c.N), c.N * c.m.top_k);
+  const MoeRun r = run_layer(c);
+  EXPECT_EQ(r.routing.dropped, 0);
+  EXPECT_EQ(sum(r.routing.kept), c.N * c.m.top_k);
+}
+
 TEST(MoeParamTable, ExpertsReplaceEveryNthMlpAndCountMatches) {
   GptConfig g{.vocab = 64, .context = 8, .layers = 4, .heads = 2, .channels = 8};
   g.moe = {.experts = 3, .top_k = 2, .every = 2};

@@ -75,7 +75,9 @@ def test_train_losses_equal_the_cli_bitwise():
     # JSON carries each float32 loss as a double that round-trips: equal values are equal bits.
     assert ours["train_losses"] == theirs["train_losses"]
     assert [s["step"] for s in steps] == list(range(1, 21))
-    assert [np.float32(s["loss"]) for s in steps] == [np.float32(x) for x in ours["train_losses"]]
+    assert [s["step"] for s in ours["train_losses"]] == list(range(1, 21))
+    assert [np.float32(s["loss"]) for s in steps] == [
+        np.float32(x["loss"]) for x in ours["train_losses"]]
 
 
 def test_layout_train_equals_the_cli():

@@ -21,9 +21,13 @@ void validate(const MoeConfig& m, int64_t layers) {
 }
 
 int64_t moe_capacity(const MoeConfig& m, int64_t N) {
-  if (m.capacity_factor <= 0) return N * m.top_k;
+  // N k assignments in all: a capacity past them drops nothing, so it saturates there (and a
+  // factor like 1e17 never overflows the integer).
+  const int64_t all = N * m.top_k;
+  if (m.capacity_factor <= 0) return all;
   const double exact =
-      m.capacity_factor * static_cast<double>(N * m.top_k) / static_cast<double>(m.experts);
+      m.capacity_factor * static_cast<double>(all) / static_cast<double>(m.experts);
+  if (!(exact < static_cast<double>(all))) return all;
   return static_cast<int64_t>(std::ceil(exact));
 }
 

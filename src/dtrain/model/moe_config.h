@@ -30,7 +30,8 @@ inline int64_t moe_layers_before(const MoeConfig& m, int64_t l) {
 // --aux-loss-coef) when a value is out of range for a model of `layers` blocks.
 void validate(const MoeConfig& m, int64_t layers);
 
-// The most assignments an expert takes from N tokens: ceil(c * N * k / E), or N * k dropless.
+// The most assignments an expert takes from N tokens: ceil(c * N * k / E), or N * k dropless
+// (also the cap: a larger capacity drops nothing).
 int64_t moe_capacity(const MoeConfig& m, int64_t N);
 
 }  // namespace dtrain::model

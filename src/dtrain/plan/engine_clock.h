@@ -292,4 +292,13 @@ EngineClock engine_clock(const EngineClockInput& in, const Cluster& c);
 // "gpu.measured" of a cluster: whether it is there, and the clock's name for reports.
 bool has_measured_rates(const Cluster& c);
 
+// What the engine clock does not price yet of dtrain's MoE layer, which the engine itself runs
+// under TP (expert tensor parallelism) and EP with ZeRO 1-3, full recompute and bf16: the clock
+// has no price for the experts' TP all-reduces or EP's two sharding groups yet. Empty when it
+// prices the layout; else the reason, starting with the flag that is not priced ("--tp 2 with
+// --experts: ..."). `plan` refuses such a layout on a cluster file with measured rates; `train`
+// prints its clock table without the predicted column, with this reason.
+std::string engine_clock_moe_gap(bool moe, int tp, int ep, int zero_stage, Recompute recompute,
+                                 Precision precision);
+
 }  // namespace dtrain::plan

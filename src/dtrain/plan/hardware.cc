@@ -249,18 +249,23 @@ Cluster parse_cluster(std::string_view spec) {
 }
 
 Cluster read_cluster_file(const std::string& path) {
-  // Missing, a directory or unreadable: said as such (a directory would otherwise open and fail
-  // in the JSON reader with the C library's words).
-  check_input_file(path, "--cluster");
-  std::ifstream in(path);
-  DTRAIN_CHECK(in.good(), "--cluster: cannot open cluster file '", path, "'");
-  json j;
+  // Every refusal says where a good file comes from.
   try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(str("cluster file '", path, "' is not valid JSON: ", e.what()));
+    // Missing, a directory or unreadable: said as such (a directory would otherwise open and
+    // fail in the JSON reader with the C library's words).
+    check_input_file(path, "--cluster");
+    std::ifstream in(path);
+    DTRAIN_CHECK(in.good(), "--cluster: cannot open cluster file '", path, "'");
+    json j;
+    try {
+      j = json::parse(in);
+    } catch (const json::exception& e) {
+      throw Error(str("cluster file '", path, "' is not valid JSON: ", e.what()));
+    }
+    return cluster_from_json(j, path);
+  } catch (const Error& e) {
+    throw Error(str(e.what(), " (", kClusterFileHint, ")"));
   }
-  return cluster_from_json(j, path);
 }
 
 Cluster cluster_from_json(const json& j, std::string_view source) {

@@ -86,7 +86,12 @@ const std::vector<NodePreset>& node_presets();
 // "8x8xH100" (nodes x GPUs per node x node type) or "8xH100" (the node's GPU count); a path
 // ending in .json reads the file. Throws Error naming --cluster (or the file and the field).
 Cluster parse_cluster(std::string_view spec);
+// A file that is missing, unreadable or invalid is refused with kClusterFileHint appended.
 Cluster read_cluster_file(const std::string& path);
+// Where a cluster file comes from, for every refusal of one.
+inline constexpr const char* kClusterFileHint =
+    "write a template with `dtrain plan --cluster 8x8xH100 --print-cluster > FILE.json` and edit "
+    "it, or measure this machine with `dtrain calibrate -o FILE.json`";
 
 // JSON form: {"name", "nodes", "gpus_per_node", "gpu": {"name", "memory_bytes", "peak_flops",
 // "compute_efficiency", "rates": {rates.h}, "measured": {measured_rates.h}}, "intra_node": {"name",

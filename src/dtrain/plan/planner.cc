@@ -562,23 +562,11 @@ std::string layout_error(const PlanInput& in, const Layout& l) {
   }
   if (m.heads % l.tp != 0) return str("--tp ", l.tp, " does not divide --heads ", m.heads);
   if (m.moe.enabled() && has_measured_rates(in.cluster)) {
-    // What the engine clock prices of dtrain's MoE layer so far. The engine itself also runs
-    // MoE under TP and EP with ZeRO 1-3, full recompute or bf16 (train/layout.cc refuses the
-    // rest), but the clock has no price for the experts' TP all-reduces or EP's two sharding
-    // groups yet.
-    if (l.tp > 1) {
-      return str("--tp ", l.tp,
-                 " with --experts: the engine clock (a cluster file with gpu.measured) does not "
-                 "price the MoE layer under TP yet; plan it on a GPU cluster (e.g. --cluster "
-                 "8x8xH100)");
-    }
-    if (l.ep > 1 &&
-        (l.zero_stage != 0 || l.recompute == Recompute::full || in.training.activation_bytes < 4)) {
-      return str("--ep ", l.ep,
-                 ": the engine clock (a cluster file with gpu.measured) prices EP at --zero 0, "
-                 "fp32, without full recompute so far; plan it on a GPU cluster (e.g. --cluster "
-                 "8x8xH100)");
-    }
+    // What the engine clock prices of dtrain's MoE layer so far (engine_clock_moe_gap).
+    const std::string gap =
+        engine_clock_moe_gap(true, l.tp, l.ep, l.zero_stage, l.recompute,
+                             in.training.activation_bytes < 4 ? Precision::bf16 : Precision::fp32);
+    if (!gap.empty()) return str(gap, "; plan it on a GPU cluster (e.g. --cluster 8x8xH100)");
   }
   if (l.ep > 1) {
     if (!m.moe.enabled()) return str("--ep ", l.ep, " needs an MoE model (--experts E)");

@@ -98,6 +98,14 @@ plan::EnginePhases median_phases(const std::vector<StepPhases>& steps) {
   return p;
 }
 
+std::string clock_not_priced(const EngineConfig& c) {
+  const model::GptConfig& g = c.step.model;
+  const std::string gap = plan::engine_clock_moe_gap(
+      g.moe.enabled(), c.tp, c.ep, c.zero_stage, c.step.recompute,
+      c.step.precision == model::Precision::bf16 ? plan::Precision::bf16 : plan::Precision::fp32);
+  return gap.empty() ? gap : str(gap, " (`dtrain plan` refuses this layout on the same file)");
+}
+
 std::optional<ClockReport> clock_report(
     const EngineConfig& config, const std::string& rates_path, int64_t buckets,
     comm::Algorithm dp_algorithm, const std::vector<plan::EnginePhases>& rank_phases,
@@ -105,17 +113,27 @@ std::optional<ClockReport> clock_report(
   if (!config.cluster || !plan::has_measured_rates(*config.cluster)) return std::nullopt;
   ClockReport r;
   r.rates = rates_path;
+  r.not_priced = clock_not_priced(config);
   plan::EngineClockInput in = engine_clock_input(config, buckets, dp_algorithm);
-  const plan::EngineClock clock = plan::engine_clock(in, *config.cluster);
-  r.predicted = clock.phases;
-  r.stretch = clock.stretch;
-  // The steps the measured medians cover: after the first, when there are more.
-  for (size_t step = block_routings.size() > 1 ? 1 : 0; step < block_routings.size(); ++step) {
-    const auto& entries = block_routings[step];
-    in.block_routings.insert(in.block_routings.end(), entries.begin(), entries.end());
-  }
-  if (!in.block_routings.empty()) {
-    r.given_routing = plan::engine_clock(in, *config.cluster).phases;
+  if (r.not_priced.empty()) {
+    // The run's work is done: a layout the clock cannot price loses its predicted column, never
+    // the report.
+    try {
+      const plan::EngineClock clock = plan::engine_clock(in, *config.cluster);
+      r.predicted = clock.phases;
+      r.stretch = clock.stretch;
+      // The steps the measured medians cover: after the first, when there are more.
+      for (size_t step = block_routings.size() > 1 ? 1 : 0; step < block_routings.size(); ++step) {
+        const auto& entries = block_routings[step];
+        in.block_routings.insert(in.block_routings.end(), entries.begin(), entries.end());
+      }
+      if (!in.block_routings.empty()) {
+        r.given_routing = plan::engine_clock(in, *config.cluster).phases;
+      }
+    } catch (const Error& e) {
+      r.not_priced = e.what();
+      r.given_routing.reset();
+    }
   }
   double longest = -1;
   for (size_t i = 0; i < rank_phases.size(); ++i) {
@@ -153,11 +171,13 @@ plan::EnginePhases phases_from_json(const nlohmann::json& j) {
 }
 
 nlohmann::json clock_to_json(const ClockReport& c) {
-  nlohmann::json j = {{"rates", c.rates},
-                      {"predicted", phases_to_json(c.predicted)},
-                      {"measured", phases_to_json(c.measured)},
-                      {"measured_rank", c.rank},
-                      {"oversubscription", c.stretch}};
+  nlohmann::json j = {
+      {"rates", c.rates},
+      {"predicted", c.not_priced.empty() ? phases_to_json(c.predicted) : nlohmann::json(nullptr)},
+      {"not_priced", c.not_priced.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.not_priced)},
+      {"measured", phases_to_json(c.measured)},
+      {"measured_rank", c.rank},
+      {"oversubscription", c.stretch}};
   if (c.given_routing) j["given_routing"] = phases_to_json(*c.given_routing);
   j["other_load_cores"] =
       c.other_load_cores >= 0 ? nlohmann::json(c.other_load_cores) : nlohmann::json(nullptr);
@@ -191,7 +211,51 @@ std::string phase_error_text(double predicted_s, double measured_s, double measu
   return buf;
 }
 
+// Other programs' load during the measured steps, when it was measured.
+void print_other_load(std::ostream& out, const ClockReport& c) {
+  if (c.other_load_cores < 0) return;
+  {
+    char buf[160];
+    std::snprintf(buf, sizeof buf,
+                  "%.2f of the %d cores busy during the measured steps (%.2f s, counted in whole "
+                  "ticks: +-%.2f)",
+                  c.other_load_cores, c.cores, c.other_load_window_s,
+                  other_load_grain_cores(c.cores, c.other_load_window_s));
+    out << "  other programs kept " << buf
+        << (machine_was_busy(c)
+                ? ": the clock prices an idle machine, so measure again with nothing else running "
+                  "(a reader of --json started beside the run counts too: write to a file)\n"
+                : "\n");
+  }
+}
+
+// The measured column alone, with the reason the clock has no prediction for the layout.
+void print_unpriced_clock_report(std::ostream& out, const ClockReport& c) {
+  out << "Clock: no prediction from " << c.rates << " for this layout: " << c.not_priced
+      << "\n  measured on rank " << c.rank << " (median of the steps after the first):\n";
+  out << "  phase                 measured ms\n";
+  using Field = double plan::EnginePhases::*;
+  auto row = [&](const char* what, Field f) {
+    char buf[120];
+    std::snprintf(buf, sizeof buf, "  %-20s %12.3f\n", what, c.measured.*f * 1e3);
+    out << buf;
+  };
+  row("forward", &plan::EnginePhases::forward_s);
+  row("backward", &plan::EnginePhases::backward_s);
+  row("TP collectives", &plan::EnginePhases::tp_comm_s);
+  row("pipeline waits", &plan::EnginePhases::pipeline_wait_s);
+  row("exposed DP", &plan::EnginePhases::exposed_dp_s);
+  row("optimizer", &plan::EnginePhases::optimizer_s);
+  row("step", &plan::EnginePhases::step_s);
+  print_other_load(out, c);
+  out << "\n";
+}
+
 void print_clock_report(std::ostream& out, const ClockReport& c) {
+  if (!c.not_priced.empty()) {
+    print_unpriced_clock_report(out, c);
+    return;
+  }
   out << "Clock: predicted from " << c.rates << " (the engine's clock, docs/clock.md) beside "
       << "measured on rank " << c.rank << " (median of the steps after the first)";
   if (c.stretch > 1) {
@@ -230,19 +294,7 @@ void print_clock_report(std::ostream& out, const ClockReport& c) {
     out << "  predicted: uniform routing, before the run; given routing: the same clock on the "
            "experts' rows this run routed per block\n";
   }
-  if (c.other_load_cores >= 0) {
-    char buf[160];
-    std::snprintf(buf, sizeof buf,
-                  "%.2f of the %d cores busy during the measured steps (%.2f s, counted in whole "
-                  "ticks: +-%.2f)",
-                  c.other_load_cores, c.cores, c.other_load_window_s,
-                  other_load_grain_cores(c.cores, c.other_load_window_s));
-    out << "  other programs kept " << buf
-        << (machine_was_busy(c)
-                ? ": the clock prices an idle machine, so measure again with nothing else running "
-                  "(a reader of --json started beside the run counts too: write to a file)\n"
-                : "\n");
-  }
+  print_other_load(out, c);
   out << "\n";
 }
 

@@ -19,6 +19,9 @@ namespace dtrain::train {
 
 struct ClockReport {
   std::string rates;  // the --cluster file that priced it
+  // Why the clock prices no prediction for this layout (plan::engine_clock_moe_gap: what `plan`
+  // refuses on the same file); empty when `predicted` holds one. The measured column stays.
+  std::string not_priced;
   plan::EnginePhases predicted;
   plan::EnginePhases measured;  // step_s: the run's median step time
   int rank = 0;                 // the rank measured
@@ -42,6 +45,10 @@ plan::EngineClockInput engine_clock_input(const EngineConfig& config, int64_t bu
 
 // Median of each phase over a rank's steps, the first (warm-up) left out when there are more.
 plan::EnginePhases median_phases(const std::vector<StepPhases>& steps);
+
+// Why the engine clock will not price this run's layout (empty when it will): checked before the
+// first step, so that the run can say so at the start.
+std::string clock_not_priced(const EngineConfig& config);
 
 // With a --cluster file carrying measured rates: the predicted phases and those measured on the
 // rank with the longest compute (`rank_phases`, one per rank, global rank order); with MoE

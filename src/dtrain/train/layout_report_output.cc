@@ -273,8 +273,11 @@ void print_layout_report(std::ostream& out, const LayoutReport& r) {
            "computed in forward, beside plan::causal_attention_pairs)\n"
         << "  attention work, busiest rank over the mean: " << fixed(r.cp_imbalance, 3)
         << " counted, " << fixed(r.cp_time_imbalance, 3) << " timed (" << r.cp_split
-        << " split); the " << (r.cp_split == "balanced" ? "contiguous" : "balanced")
-        << " split's: " << fixed(r.cp_other_imbalance, 3) << " (plan::causal_work_imbalance)\n";
+        << " split); the " << (r.cp_split == "balanced" ? "contiguous" : "balanced") << " split's: "
+        << (r.cp_other_imbalance >= 0
+                ? str(fixed(r.cp_other_imbalance, 3), " (plan::causal_work_imbalance)")
+                : str("none (it needs --seq divisible by 2 x --cp ", r.cp, " = ", 2 * r.cp, ")"))
+        << "\n";
   }
   if (r.ranks_per_node > 0) {
     out << "\n  topology: " << r.nodes << " node(s) of " << r.ranks_per_node << " ranks\n";
@@ -347,7 +350,8 @@ json layout_report_to_json(const LayoutReport& r) {
     j["cp_ranks"] = cp;
     j["cp_work_imbalance"] = r.cp_imbalance;
     j["cp_time_imbalance"] = r.cp_time_imbalance;
-    j["cp_other_split_imbalance"] = r.cp_other_imbalance;
+    j["cp_other_split_imbalance"] =
+        r.cp_other_imbalance >= 0 ? nlohmann::json(r.cp_other_imbalance) : nlohmann::json(nullptr);
   }
   j["dp_all_reduce"] = r.dp_all_reduce;
   j["dp_algo"] = r.dp_algorithm;

@@ -2,6 +2,7 @@
 #include "dtrain/train/report.h"
 
 #include <algorithm>
+#include <charconv>
 #include <csignal>
 
 #include <cstdio>
@@ -31,6 +32,41 @@ std::optional<ClockReport> measured_clock(const TrainSummary& s) {
   clock.other_load_window_s = s.other_load_window_s;
   clock.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return clock;
+}
+
+// The float the run trains with, as the shortest decimal that reads back as that float (the
+// number the user wrote, 0.003, rather than the double nearest the float, 0.003000000026).
+double as_decimal(float x) {
+  char text[32];
+  const std::to_chars_result r = std::to_chars(text, text + sizeof text, x);
+  double d = x;
+  std::from_chars(text, r.ptr, d);
+  return d;
+}
+
+// The engine as fields (its layout, as the layout report holds it), with the one-line
+// description the table prints under "text".
+nlohmann::json engine_to_json(const TrainSummary& s) {
+  nlohmann::json j = {{"text", s.engine}};
+  if (!s.layout) return j;
+  const LayoutReport& l = *s.layout;
+  j["backend"] = l.backend;
+  j["ranks"] = l.dp * l.cp * l.tp * l.pp;
+  j["dp"] = l.dp;
+  j["cp"] = l.cp;
+  j["tp"] = l.tp;
+  j["pp"] = l.pp;
+  j["ep"] = l.ep;
+  j["zero"] = l.zero_stage;
+  j["cp_algo"] = l.cp > 1 ? nlohmann::json(l.cp_algorithm) : nlohmann::json(nullptr);
+  j["sequence_parallel"] = l.sequence_parallel;
+  j["schedule"] = l.pp > 1 ? nlohmann::json(l.schedule) : nlohmann::json(nullptr);
+  j["chunks"] = l.chunks;
+  j["microbatches"] = l.microbatches;
+  j["micro_batch"] = l.micro_batch;
+  j["recompute"] = name(l.recompute);
+  j["precision"] = s.config.run.settings.precision;
+  return j;
 }
 
 }  // namespace
@@ -96,7 +132,7 @@ void print_summary(std::ostream& out, const TrainSummary& s) {
 nlohmann::json summary_to_json(const TrainSummary& s) {
   const TrainerConfig& c = s.config;
   nlohmann::json j;
-  j["engine"] = s.engine;
+  j["engine"] = engine_to_json(s);
   j["model"] = {{"name", c.model_name},       {"vocab", c.model.vocab},
                 {"context", c.model.context}, {"layers", c.model.layers},
                 {"heads", c.model.heads},     {"channels", c.model.channels},
@@ -107,8 +143,8 @@ nlohmann::json summary_to_json(const TrainSummary& s) {
               {"batch", c.batch},
               {"seq", c.seq},
               {"tokens_per_step", s.tokens_per_step},
-              {"lr", c.schedule.lr},
-              {"min_lr", c.schedule.min_lr},
+              {"lr", as_decimal(c.schedule.lr)},
+              {"min_lr", as_decimal(c.schedule.min_lr)},
               {"warmup", c.schedule.warmup_steps},
               {"eval_every", c.eval_every},
               {"eval_batches", c.eval_batches},
@@ -119,7 +155,13 @@ nlohmann::json summary_to_json(const TrainSummary& s) {
                {"first_val", s.first_val_loss},
                {"final_val", s.final_val_loss},
                {"ln_vocab", s.ln_vocab}};
-  j["train_losses"] = s.train_losses;
+  // One object per step, as val_losses: the step counts the updates done after it.
+  nlohmann::json losses = nlohmann::json::array();
+  for (size_t i = 0; i < s.train_losses.size(); ++i) {
+    losses.push_back(
+        {{"step", s.first_step + static_cast<int64_t>(i) + 1}, {"loss", s.train_losses[i]}});
+  }
+  j["train_losses"] = losses;
   j["run_id"] = c.run.id;
   j["last_step"] = s.last_step;
   j["stopped_by"] = s.stop_signal != 0 ? nlohmann::json(signal_name(s.stop_signal)) : nullptr;

@@ -32,6 +32,11 @@ namespace dtrain::train {
 
 namespace {
 
+// The mesh's size as the flags give it, every axis named: "--dp 2 x --cp 2 x --tp 1 x --pp 1".
+std::string rank_product(const LayoutOptions& l) {
+  return str("--dp ", l.dp, " x --cp ", l.cp, " x --tp ", l.tp, " x --pp ", l.pp);
+}
+
 // --save, --save-every, --keep-checkpoints, --resume and --inject-fault into `t`.
 void resolve_checkpoint_flags(const TrainOptions& o, TrainerConfig& t) {
   const checkpoint::CheckpointConfig& c = o.checkpoint;
@@ -47,9 +52,11 @@ void resolve_checkpoint_flags(const TrainOptions& o, TrainerConfig& t) {
   t.checkpoint = c;
   if (o.inject_fault.empty()) return;
   const FaultSpec fault = parse_fault(o.inject_fault);
-  const int64_t ranks = static_cast<int64_t>(o.layout.dp) * o.layout.tp * o.layout.pp;
+  // Every rank of the mesh (EP's ranks are carved from DP's).
+  const int64_t ranks = o.layout.world();
   DTRAIN_CHECK(fault.rank < ranks, "--inject-fault: rank ", fault.rank,
-               " does not exist (the run has ", ranks, " ranks)");
+               " does not exist (the run has ", ranks, " rank", ranks == 1 ? "" : "s", ": ",
+               rank_product(o.layout), ")");
   DTRAIN_CHECK(fault.step <= o.steps, "--inject-fault: step ", fault.step,
                " is after the last (--steps ", o.steps, ")");
   t.fault = fault;
@@ -90,8 +97,8 @@ void check_paths(const TrainOptions& o) {
   if (!o.layout.trace_path.empty()) check_output_file(o.layout.trace_path, "--trace");
   if (!o.layout.timeline_path.empty()) check_output_file(o.layout.timeline_path, "--timeline");
   if (!o.layout.cluster_path.empty()) {
-    check_input_file(o.layout.cluster_path, "--cluster");
-    (void)plan::read_cluster_file(o.layout.cluster_path);  // parsed and range-checked now
+    // Read, parsed and range-checked now (a refusal says where a cluster file comes from).
+    (void)plan::read_cluster_file(o.layout.cluster_path);
   }
   if (!o.data.empty()) check_input_file(o.data, "--data");
   if (!o.eval_batch_out.empty()) check_output_file(o.eval_batch_out, "--write-eval-batch");
@@ -282,13 +289,10 @@ TrainSetup resolve(const TrainOptions& o) {
     const int64_t ranks = static_cast<int64_t>(l.dp) * l.cp * l.tp * l.pp;
     // Under mpirun: with threads each process would run its own copy of the job; with MPI every
     // process must be a rank (an idle one means a wrong -np). Only the first process prints.
-    comm::check_launch(l.backend, ranks,
-                       str("--dp ", l.dp, l.cp > 1 ? str(" x --cp ", l.cp) : std::string(),
-                           " x --tp ", l.tp, " x --pp ", l.pp));
-    DTRAIN_CHECK(l.backend != comm::Backend::threads || ranks <= kMaxThreadRanks,
-                 "--dp x --tp x --pp = ", ranks,
-                 " rank threads is more than the threads backend runs (", kMaxThreadRanks,
-                 "); use --backend mpi for larger jobs");
+    comm::check_launch(l.backend, ranks, rank_product(l));
+    DTRAIN_CHECK(l.backend != comm::Backend::threads || ranks <= kMaxThreadRanks, rank_product(l),
+                 " = ", ranks, " rank threads is more than the threads backend runs (",
+                 kMaxThreadRanks, "); use --backend mpi for larger jobs");
   }
 
   TrainSetup setup;
@@ -324,6 +328,15 @@ TrainSetup resolve(const TrainOptions& o) {
   t.max_rank_memory = l.max_rank_memory;
   t.single_process_job = l.backend == comm::Backend::threads;
   if (l.ranks_per_node > 0) t.warnings = layout_warnings(setup.engine);
+  if (setup.engine.cluster && plan::has_measured_rates(*setup.engine.cluster)) {
+    const std::string gap = clock_not_priced(setup.engine);
+    if (!gap.empty()) {
+      t.warnings.push_back(str("--cluster ", l.cluster_path,
+                               ": the clock table will carry no prediction, only the measured "
+                               "phases: ",
+                               gap));
+    }
+  }
   if (o.precision == model::Precision::bf16 &&
       model::bf16_gemm_backend() == model::Bf16GemmBackend::emulated) {
     const std::string why = model::bf16_slow_reason(model::bf16_support());

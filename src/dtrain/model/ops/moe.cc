@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "dtrain/core/check.h"
 #include "dtrain/model/ops/gelu.h"
@@ -20,6 +21,32 @@ size_t at(int64_t i) {
 }
 
 }  // namespace
+
+void choose_top_k_by_scans(int32_t* chosen, const float* p, int64_t E, int64_t k) {
+  for (int64_t j = 0; j < k; ++j) {
+    int32_t best = -1;
+    for (int32_t e = 0; e < E; ++e) {
+      if (std::find(chosen, chosen + j, e) != chosen + j) continue;
+      if (best < 0 || p[e] > p[best]) best = e;
+    }
+    chosen[j] = best;
+  }
+}
+
+void choose_top_k(int32_t* chosen, const float* p, int64_t E, int64_t k,
+                  std::vector<int32_t>& order) {
+  // A NaN probability (from a NaN logit) orders nothing: the scans' rule decides there.
+  if (std::any_of(p, p + E, [](float x) { return std::isnan(x); })) {
+    choose_top_k_by_scans(chosen, p, E, k);
+    return;
+  }
+  order.resize(at(E));
+  std::iota(order.begin(), order.end(), 0);
+  const auto first = order.begin() + static_cast<std::ptrdiff_t>(k);
+  std::partial_sort(order.begin(), first, order.end(),
+                    [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+  std::copy(order.begin(), first, chosen);
+}
 
 void MoeCounts::add(const MoeRouting& r) {
   if (expert_tokens.size() < r.kept.size()) expert_tokens.resize(r.kept.size(), 0);
@@ -44,6 +71,7 @@ void moe_route(MoeRouting& r, const float* x, const float* router_w, int64_t N, 
   if (N > 0) matmul_forward(r.probs.data(), x, router_w, nullptr, N, C, E, cx);  // logits
 
   std::vector<double> prob_sum(at(E), 0.0);
+  std::vector<int32_t> order;
   for (int64_t n = 0; n < N; ++n) {
     float* p = r.probs.data() + n * E;
     const float max = *std::max_element(p, p + E);
@@ -56,18 +84,12 @@ void moe_route(MoeRouting& r, const float* x, const float* router_w, int64_t N, 
       p[e] = static_cast<float>(p[e] / sum);
       prob_sum[at(e)] += p[e];
     }
-    // Top-k by repeated arg-max; the strict > keeps the lower index on a tie.
     int32_t* chosen = r.expert.data() + n * k;
+    choose_top_k(chosen, p, E, k, order);
     double chosen_sum = 0;
     for (int64_t j = 0; j < k; ++j) {
-      int32_t best = -1;
-      for (int32_t e = 0; e < E; ++e) {
-        if (std::find(chosen, chosen + j, e) != chosen + j) continue;
-        if (best < 0 || p[e] > p[best]) best = e;
-      }
-      chosen[j] = best;
-      chosen_sum += p[best];
-      ++r.chosen[at(best)];
+      chosen_sum += p[chosen[j]];
+      ++r.chosen[at(chosen[j])];
     }
     for (int64_t j = 0; j < k; ++j) {
       r.gate[at(n * k + j)] = static_cast<float>(p[chosen[j]] / chosen_sum);

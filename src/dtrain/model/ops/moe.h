@@ -91,6 +91,15 @@ struct MoeCounts {
   void add(const MoeRouting& r);  // one block of one micro-batch (not the aux)
 };
 
+// One token's top-k of its E probabilities `p` into chosen (k): highest first, the lower
+// expert index first on a tie (the order k repeated arg-max scans with a strict > give). A
+// partial sort of the indices, O(E log k); `order` is scratch (E). A row holding a NaN takes
+// the scans' order.
+void choose_top_k(int32_t* chosen, const float* p, int64_t E, int64_t k,
+                  std::vector<int32_t>& order);
+// The reference: k arg-max scans over the experts not chosen yet, O(k^2 E).
+void choose_top_k_by_scans(int32_t* chosen, const float* p, int64_t E, int64_t k);
+
 // Routes x: logits, softmax, top-k, gates, capacity, aux loss. With a `group` the N tokens are
 // this rank's share of the group's micro-batch: the capacity is the whole micro-batch's and an
 // assignment is kept when fewer than it went to its expert from the tokens before it in the
