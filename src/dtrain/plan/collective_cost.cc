@@ -368,4 +368,41 @@ double ideal_ring_seconds(NcclTestOp op, double bytes, int world, double link_by
   return bytes * bus_bandwidth_factor(op, world) / link_bytes_per_s + steps * latency_s;
 }
 
+AllToAllLinkTraffic all_to_all_link_traffic(double bytes, int world, int gpus_per_node, int rank) {
+  DTRAIN_CHECK(world >= 1 && gpus_per_node >= 1 && rank >= 0 && rank < world,
+               "all_to_all_link_traffic: rank ", rank, " of ", world, " on nodes of ",
+               gpus_per_node);
+  const int node = rank / gpus_per_node;
+  const int on_node = std::min(gpus_per_node, world - node * gpus_per_node);
+  const double block = bytes / world;
+  AllToAllLinkTraffic t;
+  t.intra_node_peers = on_node - 1;
+  t.inter_node_peers = world - on_node;
+  t.intra_node_bytes = block * t.intra_node_peers;
+  t.inter_node_bytes = block * t.inter_node_peers;
+  return t;
+}
+
+IdealAllToAll ideal_all_to_all(double bytes, int world, int gpus_per_node, double intra_bytes_per_s,
+                               double intra_latency_s, double inter_bytes_per_s,
+                               double inter_latency_s) {
+  DTRAIN_CHECK(intra_bytes_per_s > 0 && inter_bytes_per_s > 0,
+               "ideal_all_to_all: link bandwidths must be positive, got ", intra_bytes_per_s,
+               " and ", inter_bytes_per_s);
+  IdealAllToAll best;
+  if (world <= 1) return best;
+  // Every node but perhaps the last is full: its first rank and the last node's first rank are
+  // the two kinds of rank there are.
+  for (int rank : {0, (world - 1) / gpus_per_node * gpus_per_node}) {
+    const AllToAllLinkTraffic t = all_to_all_link_traffic(bytes, world, gpus_per_node, rank);
+    const double intra =
+        t.intra_node_peers * intra_latency_s + t.intra_node_bytes / intra_bytes_per_s;
+    const double inter =
+        t.inter_node_peers * inter_latency_s + t.inter_node_bytes / inter_bytes_per_s;
+    const double seconds = std::max(intra, inter);
+    if (seconds > best.seconds) best = {seconds, t, inter > intra};
+  }
+  return best;
+}
+
 }  // namespace dtrain::plan

@@ -117,4 +117,32 @@ CollectiveBandwidth measured_bandwidth(NcclTestOp op, double bytes, int world, d
 double ideal_ring_seconds(NcclTestOp op, double bytes, int world, double link_bytes_per_s,
                           double latency_s);
 
+// An all-to-all of S bytes per rank (nccl-tests' alltoall size: N blocks of S/N) on `world` ranks
+// placed node-major on nodes of `gpus_per_node` (node k holds ranks k x g, ..., the last node
+// perhaps fewer): what `rank` sends over each link class. It sends every block but its own,
+// (N-1)/N x S: the blocks of the n-1 other ranks on its node, (n-1)/N x S, inside the node, and
+// those of the N-n ranks on other nodes, (N-n)/N x S, across nodes. It receives as much.
+struct AllToAllLinkTraffic {
+  double intra_node_bytes = 0;
+  double inter_node_bytes = 0;
+  int intra_node_peers = 0;  // n - 1
+  int inter_node_peers = 0;  // N - n
+};
+AllToAllLinkTraffic all_to_all_link_traffic(double bytes, int world, int gpus_per_node, int rank);
+
+// The ideal time of that all-to-all: every rank exchanges with each peer directly, so the two link
+// classes carry their shares at once, each block paying its link's latency: for a rank,
+// max(intra peers x intra latency + intra bytes / intra bandwidth, the same across nodes). The
+// slowest rank sets the time (on the node with the fewest ranks, which sends the most across).
+// Inside one node it is the ring's: (N-1)/N x S / bandwidth + (N-1) x latency. An all-to-all
+// reduces nothing, so no in-network reduction shortens it.
+struct IdealAllToAll {
+  double seconds = 0;
+  AllToAllLinkTraffic slowest;    // the traffic of the rank that sets the time
+  bool inter_node_bound = false;  // the inter-node share sets it
+};
+IdealAllToAll ideal_all_to_all(double bytes, int world, int gpus_per_node, double intra_bytes_per_s,
+                               double intra_latency_s, double inter_bytes_per_s,
+                               double inter_latency_s);
+
 }  // namespace dtrain::plan
