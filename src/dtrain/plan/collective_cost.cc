@@ -169,9 +169,11 @@ int64_t direct_segments(CollectiveOp op, int64_t count, int world, int64_t slot_
   }
 }
 
-CollectiveTraffic direct_traffic(CollectiveOp op, double s, int world, int rank, int root,
-                                 int64_t segments) {
-  if (world == 1 || s <= 0) return {};
+namespace {
+
+// direct_traffic's figures before bytes_read is filled in.
+CollectiveTraffic direct_sent_received(CollectiveOp op, double s, int world, int rank, int root,
+                                       int64_t segments) {
   const double n = world;
   const double peers_share = (n - 1) / n * s;  // every peer's part of the slice this rank owns
   const int64_t steps = 2 * segments;
@@ -192,6 +194,20 @@ CollectiveTraffic direct_traffic(CollectiveOp op, double s, int world, int rank,
       return {steps, 0, peers_share};
   }
   throw Error("direct_traffic: unknown collective");
+}
+
+// Everything the direct algorithm receives it reads in place.
+CollectiveTraffic read_in_place(CollectiveTraffic t) {
+  t.bytes_read = t.bytes_received;
+  return t;
+}
+
+}  // namespace
+
+CollectiveTraffic direct_traffic(CollectiveOp op, double s, int world, int rank, int root,
+                                 int64_t segments) {
+  if (world == 1 || s <= 0) return {};
+  return read_in_place(direct_sent_received(op, s, world, rank, root, segments));
 }
 
 double bus_bandwidth_factor(CollectiveOp op, int world) {
@@ -220,7 +236,7 @@ CollectiveTraffic all_to_all_traffic(Algorithm algo, double s, int world, int64_
     case Algorithm::pairwise:
       return {world - 1, others, others};
     case Algorithm::direct:
-      return {2 * std::max<int64_t>(1, segments), 0, others};
+      return read_in_place({2 * std::max<int64_t>(1, segments), 0, others});
     default:
       throw Error(str("all_to_all_traffic: the all-to-all runs pairwise or direct, not ",
                       comm::name(algo), " (resolve automatic first; native is not modeled)"));
@@ -247,7 +263,7 @@ CollectiveTraffic all_to_all_v_traffic(Algorithm algo, std::span<const double> s
     case Algorithm::pairwise:
       return {world - 1, sent, received};
     case Algorithm::direct:
-      return {2 * std::max<int64_t>(1, segments), 0, received};
+      return read_in_place({2 * std::max<int64_t>(1, segments), 0, received});
     default:
       throw Error(str("all_to_all_v_traffic: all_to_all_v runs pairwise or direct, not ",
                       comm::name(algo), " (resolve automatic first)"));

@@ -19,10 +19,17 @@
 
 namespace dtrain::plan {
 
+// Bytes moved: what every report gives per rank (docs/algorithms.md, "Bytes moved"), the bytes
+// a rank sends (as messages, or written into a peer's memory) plus those it reads in place from
+// a peer's memory. Each byte that passes between two ranks counts once, on the rank that moves
+// it, so the sum over ranks is the traffic between them whatever the algorithm; a message-passing
+// algorithm moves what it sends. comm::Traffic::bytes_moved() is the engine's counter of it.
 struct CollectiveTraffic {
   int64_t steps = 0;
   double bytes_sent = 0;
   double bytes_received = 0;
+  double bytes_read = 0;  // of bytes_received: read in place (the direct algorithm)
+  double bytes_moved() const { return bytes_sent + bytes_read; }
 };
 
 // Per-rank traffic of `op` run with `algo` (not automatic: resolve it first with
@@ -31,7 +38,9 @@ CollectiveTraffic collective_traffic(comm::CollectiveOp op, comm::Algorithm algo
                                      int world, int rank = 0, int root = 0);
 
 // The direct algorithm (comm/algorithms/direct.cc) on ranks that share memory: bytes_received
-// is what this rank reads from other ranks' memory, bytes_sent what it writes into it, and each
+// (and bytes_read) is what this rank reads from other ranks' memory, bytes_sent what it writes
+// into it, so it moves their sum: (N-1)/N x S for reduce_scatter and all_gather and
+// 2(N-1)/N x S for a large all_reduce, as a ring sends. Each
 // of the 2 x `segments` steps is a barrier. An all_reduce of up to comm::kDirectExchangeMaxBytes
 // takes the latency path instead: one step, (N-1) x S read, nothing written. Larger all_reduce:
 // (N-1)/N x S each way (a rank reduces

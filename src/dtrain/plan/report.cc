@@ -70,6 +70,7 @@ std::string traffic_section(const PlanInput& in, const Plan& p) {
                    format_seconds(g.exposed_s)});
   }
   s += table.render();
+  s += "  (bytes/rank: what one rank moves per step, sent or read in place: docs/algorithms.md)\n";
   if (!p.pp_bytes_per_stage.empty()) {
     s += "  PP bytes sent per stage (the row above is the busiest; the first and the last send "
          "no gradient and no activation at their ends):";
