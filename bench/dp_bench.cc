@@ -85,7 +85,7 @@ DpBenchRow run_layout(const DpBenchOptions& o, const model::GptConfig& m, int64_
     const double steps = static_cast<double>(engine.steps());
     row.comm_ms_per_step = engine.dp_comm_us() * 1e-3 / steps;
     row.overlap_share = engine.dp_comm_us() > 0 ? engine.dp_hidden_us() / engine.dp_comm_us() : 0;
-    row.bytes_sent_per_step = engine.traffic().dp / steps;
+    row.bytes_moved_per_step = engine.traffic().dp / steps;
   });
   std::vector<double> slowest;
   for (size_t i = static_cast<size_t>(o.warmup); i < total; ++i) {
@@ -218,7 +218,7 @@ void print_dp_bench(std::ostream& out, const DpBenchReport& r) {
         << lpad(row.zero_stage < 0 ? "" : fixed(row.ms_per_step / plain.ms_per_step, 3) + "x", 14)
         << lpad(row.zero_stage < 0 ? "" : fixed(row.comm_ms_per_step, 2), 10)
         << lpad(row.zero_stage < 0 ? "" : fixed(100 * row.overlap_share, 0) + " %", 8)
-        << lpad(row.zero_stage < 0 ? "" : fixed(row.bytes_sent_per_step, 0), 16) << "  "
+        << lpad(row.zero_stage < 0 ? "" : fixed(row.bytes_moved_per_step, 0), 16) << "  "
         << fixed(row.loss_first, 4) << " -> " << fixed(row.loss_last, 4) << "\n";
   }
   const size_t per_algo = (r.rows.size() - 1) / std::max<size_t>(1, r.dp_algos.size());
@@ -242,7 +242,8 @@ void print_dp_bench(std::ostream& out, const DpBenchReport& r) {
     }
   }
   out << "\n  step time: median over steps of the slowest rank's step (as the peer); hidden: share"
-         " of the communication thread's time inside forward/backward compute.\n";
+         " of the communication thread's time inside forward/backward compute; DP bytes: what a"
+         " rank moves across ranks (sent, or read in place from a peer's memory by direct).\n";
 }
 
 nlohmann::json dp_bench_to_json(const DpBenchReport& r) {
@@ -265,7 +266,7 @@ nlohmann::json dp_bench_to_json(const DpBenchReport& r) {
                     {"tokens_per_s", row.tokens_per_s},
                     {"comm_ms_per_step", row.comm_ms_per_step},
                     {"overlap_share", row.overlap_share},
-                    {"bytes_sent_per_step", row.bytes_sent_per_step},
+                    {"bytes_moved_per_step", row.bytes_moved_per_step},
                     {"loss_first", row.loss_first},
                     {"loss_last", row.loss_last},
                     {"dp_algo", row.dp_algo}});

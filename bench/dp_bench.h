@@ -42,11 +42,11 @@ struct DpBenchRow {
   int zero_stage = -1;     // -1: the single rank (every axis of size 1)
   double ms_per_step = 0;  // median over steps of the slowest rank's step
   double best_ms_per_step = 0;
-  double tokens_per_s = 0;      // global tokens per step / median
-  double comm_ms_per_step = 0;  // communication thread busy time (rank 0, mean)
-  double overlap_share = 0;     // of that, hidden behind compute
-  double bytes_sent_per_step = 0;
-  std::string dp_algo;  // the DP syncs' algorithm as asked ("" for the single rank)
+  double tokens_per_s = 0;          // global tokens per step / median
+  double comm_ms_per_step = 0;      // communication thread busy time (rank 0, mean)
+  double overlap_share = 0;         // of that, hidden behind compute
+  double bytes_moved_per_step = 0;  // DP bytes moved (comm::Traffic::bytes_moved), rank 0
+  std::string dp_algo;              // the DP syncs' algorithm as asked ("" for the single rank)
   float loss_first = 0, loss_last = 0;
 };
 

@@ -1,6 +1,7 @@
 // `dtrain busbw`: the collectives calculator. From a size, a rank count and a measured time it
 // gives nccl-tests' algbw and busbw for any collective nccl-tests reports; with a cluster, the
-// ideal ring time and busbw on its links (plan/collective_cost.h holds the formulas).
+// ideal time and busbw on its links: a ring's, or an all-to-all's with its inter-node share
+// (plan/collective_cost.h holds the formulas).
 #include <iostream>
 #include <memory>
 #include <string>
@@ -53,6 +54,97 @@ void check_measured_busbw(const BusbwFlags& f, const plan::Link& link,
                "run used a ring or tree\n";
 }
 
+// An all-to-all reduces nothing: no in-network reduction makes it faster than its links. A time
+// under the ideal is warned about; under half of it (past kMaxBusbwOverLink) it is refused.
+void check_measured_all_to_all(const BusbwFlags& f, double ideal_s, double measured_s) {
+  if (ideal_s <= 0 || measured_s >= ideal_s) return;
+  DTRAIN_CHECK(ideal_s <= kMaxBusbwOverLink * measured_s, "--time-us ", f.time_us,
+               " is less than 1/", plan::format_fixed(kMaxBusbwOverLink, 0), " of the ",
+               plan::format_seconds(ideal_s), " an all-to-all of --size ", f.size,
+               " needs on the links of --cluster ", f.cluster,
+               ": no algorithm moves the data that fast; check --time-us (microseconds per "
+               "call) and --size (the input per rank)");
+  std::cerr << "busbw: warning: the measured time " << plan::format_seconds(measured_s)
+            << " is shorter than the ideal all-to-all's " << plan::format_seconds(ideal_s)
+            << " on these links; an all-to-all reduces nothing, so in-network reduction does "
+               "not shorten it: check --time-us, --size (the input per rank) and the cluster's "
+               "link bandwidths\n";
+}
+
+struct Ideal {
+  double seconds = 0;
+  nlohmann::json json;
+  std::string text;
+};
+
+std::string link_line(const plan::Link& link) {
+  return str(plan::format_rate(link.bandwidth_bytes_per_s), " per GPU per direction, ",
+             plan::format_fixed(link.latency_us, 1), " us per step");
+}
+
+// The ring of collective_cost.h's ideal_ring_seconds on the ring's link.
+Ideal ideal_ring(const BusbwFlags& f, const plan::Cluster& c, plan::NcclTestOp op, double bytes) {
+  const plan::Link& link = ring_link(c, f.ranks);
+  Ideal r;
+  r.seconds = plan::ideal_ring_seconds(op, bytes, f.ranks, link.bandwidth_bytes_per_s,
+                                       link.latency_us * 1e-6);
+  const plan::CollectiveBandwidth b = r.seconds > 0
+                                          ? plan::measured_bandwidth(op, bytes, f.ranks, r.seconds)
+                                          : plan::CollectiveBandwidth{};
+  r.json = {{"model", "ring"},
+            {"link", link.name},
+            {"link_bytes_per_s", link.bandwidth_bytes_per_s},
+            {"latency_us", link.latency_us},
+            {"seconds", r.seconds},
+            {"algbw", b.algbw},
+            {"busbw", b.busbw}};
+  r.text = str("  ideal     ", plan::format_seconds(r.seconds), " on a ring over ", link.name, " (",
+               link_line(link), "): algbw ", plan::format_rate(b.algbw), ", busbw ",
+               plan::format_rate(b.busbw), "\n");
+  return r;
+}
+
+// The all-to-all of collective_cost.h's ideal_all_to_all: each rank sends (N-1)/N of S, the
+// blocks for other nodes over the inter-node link while the rest crosses the intra-node one.
+Ideal ideal_all_to_all(const BusbwFlags& f, const plan::Cluster& c, double bytes) {
+  const plan::IdealAllToAll a =
+      plan::ideal_all_to_all(bytes, f.ranks, c.gpus_per_node, c.intra_node.bandwidth_bytes_per_s,
+                             c.intra_node.latency_us * 1e-6, c.inter_node.bandwidth_bytes_per_s,
+                             c.inter_node.latency_us * 1e-6);
+  const plan::Link& link = a.inter_node_bound ? c.inter_node : c.intra_node;
+  Ideal r;
+  r.seconds = a.seconds;
+  const plan::CollectiveBandwidth b =
+      r.seconds > 0
+          ? plan::measured_bandwidth(plan::NcclTestOp::alltoall, bytes, f.ranks, r.seconds)
+          : plan::CollectiveBandwidth{};
+  r.json = {{"model", "all_to_all"},
+            {"link", link.name},
+            {"link_bytes_per_s", link.bandwidth_bytes_per_s},
+            {"latency_us", link.latency_us},
+            {"intra_node_bytes", a.slowest.intra_node_bytes},
+            {"inter_node_bytes", a.slowest.inter_node_bytes},
+            {"seconds", r.seconds},
+            {"algbw", b.algbw},
+            {"busbw", b.busbw}};
+  const int n = f.ranks;
+  const std::string sent = str(n - 1, "/", n, " of S");
+  if (a.slowest.inter_node_peers == 0) {
+    r.text = str("  ideal     ", plan::format_seconds(r.seconds),
+                 " for an all-to-all inside one node: each rank sends ", sent, " over ",
+                 c.intra_node.name, " (", link_line(c.intra_node), "): algbw ",
+                 plan::format_rate(b.algbw), ", busbw ", plan::format_rate(b.busbw), "\n");
+  } else {
+    r.text = str("  ideal     ", plan::format_seconds(r.seconds),
+                 " for an all-to-all: each rank sends ", sent, ", ", a.slowest.inter_node_peers,
+                 "/", n, " to other nodes over ", c.inter_node.name, " (", link_line(c.inter_node),
+                 ") while ", a.slowest.intra_node_peers, "/", n, " stays on ", c.intra_node.name,
+                 " (", link_line(c.intra_node), "); ", link.name, " sets the time: algbw ",
+                 plan::format_rate(b.algbw), ", busbw ", plan::format_rate(b.busbw), "\n");
+  }
+  return r;
+}
+
 void run_busbw(const BusbwFlags& f, CLI::App* cmd) {
   const auto op = plan::parse_nccl_test_op(f.op);
   DTRAIN_CHECK(op.has_value(), "--op must be one of ", plan::kNcclTestOpNames, "; got '", f.op,
@@ -98,27 +190,20 @@ void run_busbw(const BusbwFlags& f, CLI::App* cmd) {
     DTRAIN_CHECK(f.ranks <= c.world(), "--ranks ", f.ranks, " is more than the ", c.world(),
                  " GPUs of --cluster ", f.cluster, " (", c.nodes, " x ", c.gpus_per_node,
                  "); give at most ", c.world(), " ranks, or a larger cluster");
-    const plan::Link& link = ring_link(c, f.ranks);
-    const double ideal = plan::ideal_ring_seconds(*op, bytes, f.ranks, link.bandwidth_bytes_per_s,
-                                                  link.latency_us * 1e-6);
-    const plan::CollectiveBandwidth b = ideal > 0
-                                            ? plan::measured_bandwidth(*op, bytes, f.ranks, ideal)
-                                            : plan::CollectiveBandwidth{};
-    j["ideal"] = {{"link", link.name},
-                  {"link_bytes_per_s", link.bandwidth_bytes_per_s},
-                  {"latency_us", link.latency_us},
-                  {"seconds", ideal},
-                  {"algbw", b.algbw},
-                  {"busbw", b.busbw}};
-    text += str("  ideal     ", plan::format_seconds(ideal), " on a ring over ", link.name, " (",
-                plan::format_rate(link.bandwidth_bytes_per_s), " per GPU per direction, ",
-                plan::format_fixed(link.latency_us, 1), " us per step): algbw ",
-                plan::format_rate(b.algbw), ", busbw ", plan::format_rate(b.busbw), "\n");
+    const Ideal ideal = *op == plan::NcclTestOp::alltoall ? ideal_all_to_all(f, c, bytes)
+                                                          : ideal_ring(f, c, *op, bytes);
+    j["ideal"] = ideal.json;
+    text += ideal.text;
     if (timed) {
-      check_measured_busbw(f, link,
-                           plan::measured_bandwidth(*op, bytes, f.ranks, f.time_us * 1e-6));
-      j["share_of_ideal"] = ideal / (f.time_us * 1e-6);
-      text += str("  the measured time is ", plan::format_percent(ideal / (f.time_us * 1e-6)),
+      const double measured_s = f.time_us * 1e-6;
+      if (*op == plan::NcclTestOp::alltoall) {
+        check_measured_all_to_all(f, ideal.seconds, measured_s);
+      } else {
+        check_measured_busbw(f, ring_link(c, f.ranks),
+                             plan::measured_bandwidth(*op, bytes, f.ranks, measured_s));
+      }
+      j["share_of_ideal"] = ideal.seconds / measured_s;
+      text += str("  the measured time is ", plan::format_percent(ideal.seconds / measured_s),
                   " efficient against the ideal\n");
     }
   }
@@ -135,7 +220,7 @@ void add_busbw(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "busbw",
       "Collectives calculator: algbw and busbw (nccl-tests' definitions) from a size, rank count "
-      "and measured time, and the ideal ring time on a cluster's links");
+      "and measured time, and the ideal time on a cluster's links (a ring's; an all-to-all's own)");
   cmd->add_option("--op", f->op, std::string("Collective: ") + std::string(plan::kNcclTestOpNames))
       ->capture_default_str();
   cmd->add_option("--size", f->size,
@@ -149,8 +234,9 @@ void add_busbw(CLI::App& app) {
   cmd->add_option("--time-us", f->time_us, "Measured time of one call, in microseconds")
       ->check(real_number(0, 1e15, true));
   cmd->add_option("--cluster", f->cluster,
-                  "NODESxGPUSxTYPE or a cluster .json file: the ideal time on its links "
-                  "(NVLink when the ranks fit one node)");
+                  "NODESxGPUSxTYPE or a cluster .json file: the ideal time on its links (a "
+                  "ring: NVLink when the ranks fit one node, else the inter-node link; alltoall: "
+                  "the blocks for other nodes across nodes, the rest inside the node)");
   cmd->add_option("--nccl-algo", f->nccl_algo,
                   std::string("The algorithm NCCL ran (NCCL_ALGO's names: ") +
                       std::string(plan::kNcclAlgoNames) +

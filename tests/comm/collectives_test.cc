@@ -179,7 +179,7 @@ TEST_P(CollectiveSweep, MatchesClosedFormAndTrafficFormula) {
 
     // The naive all_reduce / reduce_scatter / all_gather use rank 0 as their root.
     const bool rooted = c.op == CollectiveOp::broadcast || c.op == CollectiveOp::reduce;
-    int64_t totals[2] = {0, 0};  // bytes sent and received by this rank, both calls
+    int64_t totals[3] = {0, 0, 0};  // bytes sent, received and moved by this rank, both calls
     if (algo == Algorithm::native) {
       // MPI moves these bytes itself: the communicator neither sees nor counts them.
       EXPECT_EQ(t32.bytes_sent + t64.bytes_sent, 0);
@@ -210,10 +210,18 @@ TEST_P(CollectiveSweep, MatchesClosedFormAndTrafficFormula) {
       EXPECT_LE(std::abs(traffic.bytes_received - want.bytes_received), slack)
           << "bytes received: measured " << traffic.bytes_received << ", formula "
           << want.bytes_received;
+      // Moved (docs/algorithms.md, "Bytes moved"): sent, plus what direct reads in place, which
+      // is everything it receives; a message-passing algorithm reads nothing in place.
+      EXPECT_EQ(traffic.bytes_read, algo == Algorithm::direct ? traffic.bytes_received : 0);
+      EXPECT_EQ(want.bytes_read, algo == Algorithm::direct ? want.bytes_received : 0);
+      EXPECT_LE(std::abs(traffic.bytes_moved() - want.bytes_moved()), 2 * slack)
+          << "bytes moved: measured " << traffic.bytes_moved() << ", formula "
+          << want.bytes_moved();
       totals[0] += traffic.bytes_sent;
       totals[1] += traffic.bytes_received;
+      totals[2] += traffic.bytes_moved();
     }
-    all_reduce(comm, totals, 2, ReduceOp::sum, Algorithm::naive);
+    all_reduce(comm, totals, 3, ReduceOp::sum, Algorithm::naive);
     // (direct reads peers' memory without their sending it: its two counts differ.)
     if (algo != Algorithm::direct) {
       EXPECT_EQ(totals[0], totals[1]) << "every byte sent is received exactly once";
@@ -224,6 +232,18 @@ TEST_P(CollectiveSweep, MatchesClosedFormAndTrafficFormula) {
       // Summed over ranks the ring's rounding cancels: each step moves every chunk once.
       const int64_t per_pass = (c.world - 1) * count * static_cast<int64_t>(sizeof(float) + 8);
       EXPECT_EQ(totals[0], c.op == CollectiveOp::all_reduce ? 2 * per_pass : per_pass);
+    }
+    // Direct moves every chunk once, as the ring does, though a reduce-scatter or an all-gather
+    // writes nothing into a peer (its bytes sent are 0): summed over ranks, exactly the ring's
+    // bytes (an all-reduce off its latency path, whose every rank reads each peer's whole buffer).
+    const bool bandwidth_path =
+        c.op != CollectiveOp::all_reduce ||
+        count * static_cast<int64_t>(sizeof(float)) > comm::kDirectExchangeMaxBytes;
+    if (algo == Algorithm::direct && count > 0 && c.world > 1 && bandwidth_path &&
+        (c.op == CollectiveOp::reduce_scatter || c.op == CollectiveOp::all_gather ||
+         c.op == CollectiveOp::all_reduce)) {
+      const int64_t per_pass = (c.world - 1) * count * static_cast<int64_t>(sizeof(float) + 8);
+      EXPECT_EQ(totals[2], c.op == CollectiveOp::all_reduce ? 2 * per_pass : per_pass);
     }
   });
 }

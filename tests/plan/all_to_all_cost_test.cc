@@ -25,6 +25,11 @@ TEST(AllToAllCost, EqualBlocksSendEveryBlockButTheirOwn) {
   EXPECT_EQ(d.steps, 2);
   EXPECT_DOUBLE_EQ(d.bytes_sent, 0);
   EXPECT_DOUBLE_EQ(d.bytes_received, 3072);
+  // Both move the three blocks (docs/algorithms.md, "Bytes moved"): pairwise sends them, direct
+  // reads them in place.
+  EXPECT_DOUBLE_EQ(p.bytes_moved(), 3072);
+  EXPECT_DOUBLE_EQ(d.bytes_read, 3072);
+  EXPECT_DOUBLE_EQ(d.bytes_moved(), 3072);
   EXPECT_EQ(all_to_all_traffic(Algorithm::direct, 4096, 4, 3).steps, 6);
   // collective_traffic gives the same under the op's name; one rank or no bytes move nothing.
   const CollectiveTraffic via =
@@ -82,6 +87,7 @@ TEST(AllToAllCost, AlphaBetaTime) {
   // Direct moves what it reads.
   const CommCost d = collective_cost(CollectiveOp::all_to_all, Algorithm::direct, s, n, link);
   EXPECT_DOUBLE_EQ(d.time_s, 5e-6 * 2 + (n - 1.0) / n * s / 100e9);
+  EXPECT_DOUBLE_EQ(d.bytes_sent, c.bytes_sent);
   // all_to_all_v: the larger of the bytes sent and received.
   const std::vector<double> sent = {0, 1e6, 3e6}, received = {0, 2e6, 5e6};
   const CommCost v = all_to_all_v_cost(Algorithm::pairwise, sent, received, 0, link);

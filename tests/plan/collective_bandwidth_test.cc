@@ -51,6 +51,33 @@ TEST(CollectiveBandwidth, IdealRingRunsAtTheLinkBandwidth) {
 // all-reduce's bus factor is (n-1)/(n+1) instead of 2(n-1)/n. By hand: 8 ranks give 7/9 =
 // 0.7778 (against 14/8 = 1.75); 2 ranks 1/3; 1 rank 0. The same 1 GiB in 6 ms: algbw 178.957
 // GB/s, busbw 178.957 x 7/9 = 139.189 GB/s. Only all_reduce changes, and only under NVLS.
+// An all-to-all is priced by its own traffic, not as a ring: on 2 nodes of 8, S = 1.6e9 bytes per
+// rank is 16 blocks of 1e8; a rank sends 7 to its node (NVLink) and 8 across (InfiniBand), both
+// at once. 8e8 B / 50 GB/s = 16 ms across against 7e8 B / 450 GB/s = 1.56 ms inside: 16 ms plus 8
+// latencies of 5 us. A ring over InfiniBand would take 15/16 x 1.6e9 / 50e9 = 30 ms.
+TEST(CollectiveBandwidth, IdealAllToAllSendsOnlyTheOtherNodesBlocksAcross) {
+  const double s = 1.6e9;
+  const AllToAllLinkTraffic t = all_to_all_link_traffic(s, 16, 8, 3);
+  EXPECT_EQ(t.intra_node_peers, 7);
+  EXPECT_EQ(t.inter_node_peers, 8);
+  EXPECT_DOUBLE_EQ(t.intra_node_bytes, 7e8);
+  EXPECT_DOUBLE_EQ(t.inter_node_bytes, 8e8);
+  const IdealAllToAll a = ideal_all_to_all(s, 16, 8, 450e9, 1e-6, 50e9, 5e-6);
+  EXPECT_TRUE(a.inter_node_bound);
+  EXPECT_DOUBLE_EQ(a.seconds, 8 * 5e-6 + 8e8 / 50e9);
+  EXPECT_LT(a.seconds, ideal_ring_seconds(NcclTestOp::alltoall, s, 16, 50e9, 5e-6) * 0.6);
+  // Inside one node it is the ring's time on NVLink: (N-1)/N x S / bandwidth + (N-1) latencies.
+  EXPECT_NEAR(ideal_all_to_all(s, 8, 8, 450e9, 1e-6, 50e9, 5e-6).seconds,
+              ideal_ring_seconds(NcclTestOp::alltoall, s, 8, 450e9, 1e-6), 1e-15);
+  // A partial last node (12 ranks on nodes of 8: 8 + 4): its ranks send 8 of 12 blocks across,
+  // more than the full node's 4, and set the time.
+  const IdealAllToAll partial = ideal_all_to_all(1.2e9, 12, 8, 450e9, 0, 50e9, 0);
+  EXPECT_EQ(partial.slowest.inter_node_peers, 8);
+  EXPECT_DOUBLE_EQ(partial.seconds, 8e8 / 50e9);
+  EXPECT_EQ(all_to_all_link_traffic(1.2e9, 12, 8, 0).inter_node_peers, 4);
+  EXPECT_EQ(ideal_all_to_all(s, 1, 8, 450e9, 1e-6, 50e9, 5e-6).seconds, 0);
+}
+
 TEST(CollectiveBandwidth, NvlsAllReduceFactorOfNcclTestsPullRequest239) {
   EXPECT_DOUBLE_EQ(bus_bandwidth_factor(NcclTestOp::all_reduce, 8, NcclAlgo::nvls), 7.0 / 9);
   EXPECT_DOUBLE_EQ(bus_bandwidth_factor(NcclTestOp::all_reduce, 8, NcclAlgo::nvls_tree), 7.0 / 9);

@@ -208,7 +208,7 @@ TEST(CommModel, StageDataParallelBytesPerRankFromTheShardPieces) {
     x.zero_stage = zero;
     x.rank = rank;
     x.microbatches = microbatches;
-    return stage_dp_bytes_sent(x, 1, 1);
+    return stage_dp_bytes_moved(x, 1, 1);
   };
   // ZeRO 0, a ring all-reduce over chunk_of's chunks (A: {2, 2, 1, 1}, B: {1, 1, 1, 1}): every
   // chunk but the rank's own, then every chunk but the next rank's.

@@ -170,7 +170,7 @@ TEST(ExpertParallelEquality, EqualsTheSameDataParallelRunWithTheAuxLoss) {
 // ZeRO under EP: dense state sharded over DP, expert state over the expert-DP group (dp / ep
 // ranks: 1 for dp = ep, 2 for dp 4 ep 2), ZeRO-3 gathering each unit's experts over the latter.
 // run_engine checks the report's rows: each rank's params, grads and optimizer bytes equal
-// plan::ep_model_state_bytes, its DP bytes plan::stage_dp_bytes_sent over the two groups.
+// plan::ep_model_state_bytes, its DP bytes plan::stage_dp_bytes_moved over the two groups.
 TEST(ExpertParallelEquality, WithZeroEqualsTheSerialRun) {
   const StepConfig c = moe_config(0.0);
   const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);

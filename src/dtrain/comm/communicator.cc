@@ -42,16 +42,18 @@ void Communicator::send_recv(const void* send_data, int64_t send_bytes, int to, 
 
 void Communicator::add_shared_memory_traffic(int peer, int64_t read, int64_t written) {
   bytes_received_.fetch_add(read, std::memory_order_relaxed);
+  bytes_read_.fetch_add(read, std::memory_order_relaxed);
   bytes_sent_.fetch_add(written, std::memory_order_relaxed);
-  if (bytes_to_peer_ && written > 0) {
-    bytes_to_peer_[global_rank_of(peer)].fetch_add(written, std::memory_order_relaxed);
+  if (bytes_to_peer_ && read + written > 0) {
+    bytes_to_peer_[global_rank_of(peer)].fetch_add(read + written, std::memory_order_relaxed);
   }
 }
 
 Traffic Communicator::traffic() const {
   return {steps_.load(std::memory_order_relaxed), bytes_sent_.load(std::memory_order_relaxed),
           bytes_received_.load(std::memory_order_relaxed),
-          messages_sent_.load(std::memory_order_relaxed)};
+          messages_sent_.load(std::memory_order_relaxed),
+          bytes_read_.load(std::memory_order_relaxed)};
 }
 
 std::vector<int64_t> Communicator::bytes_sent_per_peer() const {

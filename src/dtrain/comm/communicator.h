@@ -40,21 +40,32 @@ class RankExited : public Error {
 };
 
 // What one rank sent and received: cumulative on a communicator, or for one collective call.
+// Through shared memory (the direct algorithm) a write into a peer's memory counts as sent and
+// a read from it as received, and the read is also counted in bytes_read.
+//
+// The bytes a rank moves across ranks (what every report gives, docs/algorithms.md "Bytes
+// moved"): those it sends, as messages or written into a peer's memory, plus those it reads in
+// place from a peer's memory. Each byte that passes between two ranks counts once, on the rank
+// that moves it; message-passing algorithms move what they send.
 struct Traffic {
   int64_t steps = 0;  // communication rounds run by collectives
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
   int64_t messages_sent = 0;
+  int64_t bytes_read = 0;  // of bytes_received: read in place from peers' memory
+
+  int64_t bytes_moved() const { return bytes_sent + bytes_read; }
 
   Traffic operator-(const Traffic& o) const {
     return {steps - o.steps, bytes_sent - o.bytes_sent, bytes_received - o.bytes_received,
-            messages_sent - o.messages_sent};
+            messages_sent - o.messages_sent, bytes_read - o.bytes_read};
   }
   Traffic& operator+=(const Traffic& o) {
     steps += o.steps;
     bytes_sent += o.bytes_sent;
     bytes_received += o.bytes_received;
     messages_sent += o.messages_sent;
+    bytes_read += o.bytes_read;
     return *this;
   }
 };
@@ -122,12 +133,15 @@ class Communicator {
 
   // --- accounting -----------------------------------------------------------------------
   Traffic traffic() const;
-  // Bytes this rank sent to each world rank through this communicator (index: world rank).
+  // Bytes this rank moved with each world rank through this communicator (index: world rank):
+  // sent to it, written into its memory, or read in place from its memory (Traffic's
+  // bytes_moved, split by peer).
   std::vector<int64_t> bytes_sent_per_peer() const;
   void add_steps(int64_t steps) { steps_.fetch_add(steps, std::memory_order_relaxed); }
   // Traffic through shared memory (the direct algorithm): `read` bytes this rank read from
-  // group rank `peer`'s memory count as received, `written` bytes it wrote into that memory as
-  // sent (to that peer, for the per-link figures). No message is counted.
+  // group rank `peer`'s memory count as received (and read), `written` bytes it wrote into that
+  // memory as sent; both are moved with that peer, for the per-link figures. No message is
+  // counted.
   void add_shared_memory_traffic(int peer, int64_t read, int64_t written);
 
   // The operation this rank is in, for error messages: "all_reduce #12 (ring)". Set by the
@@ -152,7 +166,8 @@ class Communicator {
 
  private:
   friend class OperationScope;
-  std::atomic<int64_t> steps_{0}, bytes_sent_{0}, bytes_received_{0}, messages_sent_{0};
+  std::atomic<int64_t> steps_{0}, bytes_sent_{0}, bytes_received_{0}, messages_sent_{0},
+      bytes_read_{0};
   std::unique_ptr<std::atomic<int64_t>[]> bytes_to_peer_;
   int accounted_world_ = 0;
   std::string current_operation_;

@@ -54,8 +54,8 @@ struct LinkBytes {
   }
 };
 
-// What the rank `global_rank` sent, by link class, from per-peer byte counts indexed by global
-// rank (Communicator::bytes_sent_per_peer()).
+// What the rank `global_rank` moved (sent, or read in place: Traffic::bytes_moved), by link
+// class, from per-peer byte counts indexed by global rank (Communicator::bytes_sent_per_peer()).
 LinkBytes link_bytes(std::span<const int64_t> bytes_sent_per_peer, const NodeTopology& topology,
                      int global_rank);
 // The same read off one communicator (cumulative over its life).

@@ -169,9 +169,11 @@ int64_t direct_segments(CollectiveOp op, int64_t count, int world, int64_t slot_
   }
 }
 
-CollectiveTraffic direct_traffic(CollectiveOp op, double s, int world, int rank, int root,
-                                 int64_t segments) {
-  if (world == 1 || s <= 0) return {};
+namespace {
+
+// direct_traffic's figures before bytes_read is filled in.
+CollectiveTraffic direct_sent_received(CollectiveOp op, double s, int world, int rank, int root,
+                                       int64_t segments) {
   const double n = world;
   const double peers_share = (n - 1) / n * s;  // every peer's part of the slice this rank owns
   const int64_t steps = 2 * segments;
@@ -192,6 +194,20 @@ CollectiveTraffic direct_traffic(CollectiveOp op, double s, int world, int rank,
       return {steps, 0, peers_share};
   }
   throw Error("direct_traffic: unknown collective");
+}
+
+// Everything the direct algorithm receives it reads in place.
+CollectiveTraffic read_in_place(CollectiveTraffic t) {
+  t.bytes_read = t.bytes_received;
+  return t;
+}
+
+}  // namespace
+
+CollectiveTraffic direct_traffic(CollectiveOp op, double s, int world, int rank, int root,
+                                 int64_t segments) {
+  if (world == 1 || s <= 0) return {};
+  return read_in_place(direct_sent_received(op, s, world, rank, root, segments));
 }
 
 double bus_bandwidth_factor(CollectiveOp op, int world) {
@@ -220,7 +236,7 @@ CollectiveTraffic all_to_all_traffic(Algorithm algo, double s, int world, int64_
     case Algorithm::pairwise:
       return {world - 1, others, others};
     case Algorithm::direct:
-      return {2 * std::max<int64_t>(1, segments), 0, others};
+      return read_in_place({2 * std::max<int64_t>(1, segments), 0, others});
     default:
       throw Error(str("all_to_all_traffic: the all-to-all runs pairwise or direct, not ",
                       comm::name(algo), " (resolve automatic first; native is not modeled)"));
@@ -247,7 +263,7 @@ CollectiveTraffic all_to_all_v_traffic(Algorithm algo, std::span<const double> s
     case Algorithm::pairwise:
       return {world - 1, sent, received};
     case Algorithm::direct:
-      return {2 * std::max<int64_t>(1, segments), 0, received};
+      return read_in_place({2 * std::max<int64_t>(1, segments), 0, received});
     default:
       throw Error(str("all_to_all_v_traffic: all_to_all_v runs pairwise or direct, not ",
                       comm::name(algo), " (resolve automatic first)"));
@@ -366,6 +382,43 @@ double ideal_ring_seconds(NcclTestOp op, double bytes, int world, double link_by
   if (world == 1) return 0;
   const double steps = op == NcclTestOp::all_reduce ? 2.0 * (world - 1) : world - 1.0;
   return bytes * bus_bandwidth_factor(op, world) / link_bytes_per_s + steps * latency_s;
+}
+
+AllToAllLinkTraffic all_to_all_link_traffic(double bytes, int world, int gpus_per_node, int rank) {
+  DTRAIN_CHECK(world >= 1 && gpus_per_node >= 1 && rank >= 0 && rank < world,
+               "all_to_all_link_traffic: rank ", rank, " of ", world, " on nodes of ",
+               gpus_per_node);
+  const int node = rank / gpus_per_node;
+  const int on_node = std::min(gpus_per_node, world - node * gpus_per_node);
+  const double block = bytes / world;
+  AllToAllLinkTraffic t;
+  t.intra_node_peers = on_node - 1;
+  t.inter_node_peers = world - on_node;
+  t.intra_node_bytes = block * t.intra_node_peers;
+  t.inter_node_bytes = block * t.inter_node_peers;
+  return t;
+}
+
+IdealAllToAll ideal_all_to_all(double bytes, int world, int gpus_per_node, double intra_bytes_per_s,
+                               double intra_latency_s, double inter_bytes_per_s,
+                               double inter_latency_s) {
+  DTRAIN_CHECK(intra_bytes_per_s > 0 && inter_bytes_per_s > 0,
+               "ideal_all_to_all: link bandwidths must be positive, got ", intra_bytes_per_s,
+               " and ", inter_bytes_per_s);
+  IdealAllToAll best;
+  if (world <= 1) return best;
+  // Every node but perhaps the last is full: its first rank and the last node's first rank are
+  // the two kinds of rank there are.
+  for (int rank : {0, (world - 1) / gpus_per_node * gpus_per_node}) {
+    const AllToAllLinkTraffic t = all_to_all_link_traffic(bytes, world, gpus_per_node, rank);
+    const double intra =
+        t.intra_node_peers * intra_latency_s + t.intra_node_bytes / intra_bytes_per_s;
+    const double inter =
+        t.inter_node_peers * inter_latency_s + t.inter_node_bytes / inter_bytes_per_s;
+    const double seconds = std::max(intra, inter);
+    if (seconds > best.seconds) best = {seconds, t, inter > intra};
+  }
+  return best;
 }
 
 }  // namespace dtrain::plan

@@ -19,10 +19,17 @@
 
 namespace dtrain::plan {
 
+// Bytes moved: what every report gives per rank (docs/algorithms.md, "Bytes moved"), the bytes
+// a rank sends (as messages, or written into a peer's memory) plus those it reads in place from
+// a peer's memory. Each byte that passes between two ranks counts once, on the rank that moves
+// it, so the sum over ranks is the traffic between them whatever the algorithm; a message-passing
+// algorithm moves what it sends. comm::Traffic::bytes_moved() is the engine's counter of it.
 struct CollectiveTraffic {
   int64_t steps = 0;
   double bytes_sent = 0;
   double bytes_received = 0;
+  double bytes_read = 0;  // of bytes_received: read in place (the direct algorithm)
+  double bytes_moved() const { return bytes_sent + bytes_read; }
 };
 
 // Per-rank traffic of `op` run with `algo` (not automatic: resolve it first with
@@ -31,7 +38,9 @@ CollectiveTraffic collective_traffic(comm::CollectiveOp op, comm::Algorithm algo
                                      int world, int rank = 0, int root = 0);
 
 // The direct algorithm (comm/algorithms/direct.cc) on ranks that share memory: bytes_received
-// is what this rank reads from other ranks' memory, bytes_sent what it writes into it, and each
+// (and bytes_read) is what this rank reads from other ranks' memory, bytes_sent what it writes
+// into it, so it moves their sum: (N-1)/N x S for reduce_scatter and all_gather and
+// 2(N-1)/N x S for a large all_reduce, as a ring sends. Each
 // of the 2 x `segments` steps is a barrier. An all_reduce of up to comm::kDirectExchangeMaxBytes
 // takes the latency path instead: one step, (N-1) x S read, nothing written. Larger all_reduce:
 // (N-1)/N x S each way (a rank reduces
@@ -116,5 +125,33 @@ CollectiveBandwidth measured_bandwidth(NcclTestOp op, double bytes, int world, d
 // plus the ring's steps x latency (2(n-1) for all_reduce, n-1 for the others).
 double ideal_ring_seconds(NcclTestOp op, double bytes, int world, double link_bytes_per_s,
                           double latency_s);
+
+// An all-to-all of S bytes per rank (nccl-tests' alltoall size: N blocks of S/N) on `world` ranks
+// placed node-major on nodes of `gpus_per_node` (node k holds ranks k x g, ..., the last node
+// perhaps fewer): what `rank` sends over each link class. It sends every block but its own,
+// (N-1)/N x S: the blocks of the n-1 other ranks on its node, (n-1)/N x S, inside the node, and
+// those of the N-n ranks on other nodes, (N-n)/N x S, across nodes. It receives as much.
+struct AllToAllLinkTraffic {
+  double intra_node_bytes = 0;
+  double inter_node_bytes = 0;
+  int intra_node_peers = 0;  // n - 1
+  int inter_node_peers = 0;  // N - n
+};
+AllToAllLinkTraffic all_to_all_link_traffic(double bytes, int world, int gpus_per_node, int rank);
+
+// The ideal time of that all-to-all: every rank exchanges with each peer directly, so the two link
+// classes carry their shares at once, each block paying its link's latency: for a rank,
+// max(intra peers x intra latency + intra bytes / intra bandwidth, the same across nodes). The
+// slowest rank sets the time (on the node with the fewest ranks, which sends the most across).
+// Inside one node it is the ring's: (N-1)/N x S / bandwidth + (N-1) x latency. An all-to-all
+// reduces nothing, so no in-network reduction shortens it.
+struct IdealAllToAll {
+  double seconds = 0;
+  AllToAllLinkTraffic slowest;    // the traffic of the rank that sets the time
+  bool inter_node_bound = false;  // the inter-node share sets it
+};
+IdealAllToAll ideal_all_to_all(double bytes, int world, int gpus_per_node, double intra_bytes_per_s,
+                               double intra_latency_s, double inter_bytes_per_s,
+                               double inter_latency_s);
 
 }  // namespace dtrain::plan

@@ -18,7 +18,7 @@ CommCost cost_of(const CollectiveTraffic& t, Algorithm algo, const Link& link) {
                "' has no bandwidth");
   CommCost c;
   c.steps = t.steps;
-  c.bytes_sent = t.bytes_sent;
+  c.bytes_sent = t.bytes_moved();
   // The direct algorithm reads more than it writes (reduce_scatter, all_gather, all_to_all: only
   // reads).
   const double moved =
@@ -188,52 +188,66 @@ std::vector<UnitRun> gradient_buckets(std::span<const int64_t> unit_counts, int6
   return buckets;
 }
 
-int64_t stage_dp_bytes_sent(const StageDataParallelRank& s, int64_t grad_bytes, int64_t param_bytes,
-                            comm::Algorithm algo, int64_t slot_bytes) {
+int64_t stage_dp_bytes_moved(const StageDataParallelRank& s, int64_t grad_bytes,
+                             int64_t param_bytes, comm::Algorithm algo, int64_t slot_bytes) {
   DTRAIN_CHECK(s.ranks >= 1 && s.rank >= 0 && s.rank < s.ranks && s.microbatches >= 1 &&
                    s.zero_stage >= 0 && s.zero_stage <= 3,
-               "stage_dp_bytes_sent: rank ", s.rank, " of ", s.ranks, ", zero ", s.zero_stage,
+               "stage_dp_bytes_moved: rank ", s.rank, " of ", s.ranks, ", zero ", s.zero_stage,
                ", microbatches ", s.microbatches);
-  if (s.ranks == 1) return 0;  // a group of one sends nothing (every collective short-circuits)
+  if (s.ranks == 1) return 0;  // a group of one moves nothing (every collective short-circuits)
   DTRAIN_CHECK(algo == Algorithm::ring || algo == Algorithm::direct,
-               "stage_dp_bytes_sent: the engine's DP syncs run ring or direct, not ", name(algo));
-  if (algo == Algorithm::direct) {
-    // Only ZeRO-0's all-reduces write into peers (reduce-scatters and gathers read): each
-    // bucket's slice, segment by segment through a window's slots; nothing on the latency path.
-    if (s.zero_stage != 0) return 0;
-    int64_t written = 0;
-    for (const comm::Chunk& r : s.buckets) {
-      if (r.count * grad_bytes <= comm::kDirectExchangeMaxBytes) continue;
-      const int64_t segment = slot_bytes > 0 ? slot_bytes / grad_bytes : r.count;
-      for (int64_t begin = 0; begin < r.count; begin += segment) {
-        const int64_t len = std::min(segment, r.count - begin);
-        written += (s.ranks - 1) * comm::chunk_of(len, s.ranks, s.rank).count;
-      }
-    }
-    return written * grad_bytes;
-  }
+               "stage_dp_bytes_moved: the engine's DP syncs run ring or direct, not ", name(algo));
+  const bool direct = algo == Algorithm::direct;
   const int next = (s.rank + 1) % s.ranks;
-  int64_t elements = 0, gathered = 0;  // gradient elements sent, parameter elements sent
+  const int64_t peers = s.ranks - 1;
+  // A reduce-scatter over `pieces`: the ring sends every piece but this rank's own; direct reads
+  // this rank's piece from each peer.
+  auto scattered = [&](const std::vector<int64_t>& pieces) {
+    return direct ? peers * pieces[static_cast<size_t>(s.rank)] : all_but(pieces, s.rank);
+  };
+  // An all-gather: the ring sends every piece but the next rank's; direct reads every piece but
+  // this rank's own.
+  auto gathered_of = [&](const std::vector<int64_t>& pieces) {
+    return all_but(pieces, direct ? s.rank : next);
+  };
+  // ZeRO-0's all-reduce of one bucket: the ring's reduce-scatter and all-gather over its
+  // balanced chunks; direct reads this rank's chunk from each peer and writes the result back
+  // into each (segment by segment through a window's slots), or on the latency path reads each
+  // peer's whole bucket.
+  auto reduced = [&](const comm::Chunk& r) -> int64_t {
+    if (!direct) {
+      std::vector<int64_t> chunks;
+      for (int i = 0; i < s.ranks; ++i) chunks.push_back(comm::chunk_of(r.count, s.ranks, i).count);
+      return all_but(chunks, s.rank) + all_but(chunks, next);
+    }
+    if (r.count * grad_bytes <= comm::kDirectExchangeMaxBytes) return peers * r.count;
+    const int64_t segment = slot_bytes > 0 ? slot_bytes / grad_bytes : r.count;
+    int64_t moved = 0;
+    for (int64_t begin = 0; begin < r.count; begin += segment) {
+      const int64_t len = std::min(segment, r.count - begin);
+      moved += 2 * peers * comm::chunk_of(len, s.ranks, s.rank).count;
+    }
+    return moved;
+  };
+  int64_t elements = 0, gathered = 0;  // gradient elements moved, parameter elements moved
   for (size_t b = 0; b < s.buckets.size(); ++b) {
     const comm::Chunk& r = s.buckets[b];
     if (s.zero_stage == 0) {
-      std::vector<int64_t> chunks;
-      for (int i = 0; i < s.ranks; ++i) chunks.push_back(comm::chunk_of(r.count, s.ranks, i).count);
-      elements += all_but(chunks, s.rank) + all_but(chunks, next);
+      elements += reduced(r);
       continue;
     }
     const bool per_microbatch = s.zero_stage >= 2 && static_cast<int>(b) != s.deferred_bucket;
-    elements += all_but(shard_pieces(s, r), s.rank) * (per_microbatch ? s.microbatches : 1);
+    elements += scattered(shard_pieces(s, r)) * (per_microbatch ? s.microbatches : 1);
   }
   if (s.zero_stage == 1 || s.zero_stage == 2) {
-    if (s.update_gathers.empty()) gathered += all_but(shard_pieces(s, {0, s.params}), next);
-    for (const comm::Chunk& r : s.update_gathers) gathered += all_but(shard_pieces(s, r), next);
+    if (s.update_gathers.empty()) gathered += gathered_of(shard_pieces(s, {0, s.params}));
+    for (const comm::Chunk& r : s.update_gathers) gathered += gathered_of(shard_pieces(s, r));
   }
   if (s.zero_stage == 3) {
     for (const std::vector<comm::Chunk>* list :
          {&s.forward_gathers, &s.backward_gathers, &s.rerun_gathers}) {
       for (const comm::Chunk& r : *list) {
-        gathered += all_but(shard_pieces(s, r), next) * s.microbatches;
+        gathered += gathered_of(shard_pieces(s, r)) * s.microbatches;
       }
     }
   }
@@ -318,6 +332,7 @@ CollectiveTraffic traffic_of(const std::vector<CollectiveCall>& calls, int world
     sum.steps += one.steps * c.count;
     sum.bytes_sent += one.bytes_sent * n;
     sum.bytes_received += one.bytes_received * n;
+    sum.bytes_read += one.bytes_read * n;
   }
   return sum;
 }

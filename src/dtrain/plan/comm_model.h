@@ -44,7 +44,7 @@ struct CollectiveCall {
 
 struct CommCost {
   int64_t steps = 0;
-  double bytes_sent = 0;
+  double bytes_sent = 0;  // moved (collective_cost.h): sent, or read in place by direct
   double time_s = 0;
 };
 
@@ -114,14 +114,15 @@ struct StageDataParallel {
 };
 std::vector<CollectiveCall> stage_dp_collectives(const StageDataParallel& stage, StateBytes bytes);
 
-// Exactly the bytes one rank of a stage's DP group sends in one training step, collective by
-// collective, on the ring algorithms the engine runs over ZeRO's shard pieces (rank r owns
-// [r * ceil(Psi/N), ...), the last range short): a reduce-scatter sends every piece but the
-// rank's own, an all-gather every piece but the next rank's, an all-reduce (ZeRO 0) both over
-// comm::chunk_of's balanced chunks. Each bucket syncs once per step at ZeRO 0-1 and after every
-// micro-batch at 2-3 (the deferred one once); ZeRO 1-2 then all-gather the whole buffer, and
-// ZeRO-3 gathers each listed unit before each micro-batch's forward, backward and rerun. What
-// the engine's DP counter equals rank by rank; stage_dp_collectives is the group's mean of it.
+// Exactly the bytes one rank of a stage's DP group moves in one training step (collective_cost.h's
+// convention: sent, or read in place), collective by collective, over ZeRO's shard pieces (rank
+// r owns [r * ceil(Psi/N), ...), the last range short). On the ring algorithms a reduce-scatter
+// sends every piece but the rank's own, an all-gather every piece but the next rank's, an
+// all-reduce (ZeRO 0) both over comm::chunk_of's balanced chunks. Each bucket syncs once per
+// step at ZeRO 0-1 and after every micro-batch at 2-3 (the deferred one once); ZeRO 1-2 then
+// all-gather the whole buffer, and ZeRO-3 gathers each listed unit before each micro-batch's
+// forward, backward and rerun. What the engine's DP counter (comm::Traffic::bytes_moved) equals
+// rank by rank; stage_dp_collectives is the group's mean of it.
 // The engine's gradient buckets (parallel::make_buckets builds its buckets with this, and the
 // plan sizes them before a run): walking the units' element counts in backward order, a bucket
 // closes as soon as it holds at least `bucket_bytes` at `bytes_per_element` (every bucket but
@@ -149,12 +150,15 @@ struct StageDataParallelRank {
 };
 // grad_bytes: the element size of the gradient syncs (all-reduce, reduce-scatters: 2 when they
 // run in bf16); param_bytes: of the parameter gathers (ZeRO-1/2's after the update, ZeRO-3's).
-// With the direct algorithm (plan::direct_traffic) only ZeRO-0's all-reduces send (write into
-// peers): (N-1) x this rank's chunk of each bucket above the latency path's size, chunked per
-// slot of `slot_bytes` through a shared window (0: a shared address space, one segment).
-int64_t stage_dp_bytes_sent(const StageDataParallelRank& stage, int64_t grad_bytes,
-                            int64_t param_bytes, comm::Algorithm algo = comm::Algorithm::ring,
-                            int64_t slot_bytes = 0);
+// With the direct algorithm (plan::direct_traffic) a reduce-scatter reads the rank's own piece
+// from each of the N-1 peers, an all-gather every piece but its own, and ZeRO-0's all-reduce
+// reads the rank's chunk of each bucket from the peers and writes the result back into them,
+// 2 (N-1) x the chunk, segment by segment through a shared window's slots of `slot_bytes` (0: a
+// shared address space, one segment); a bucket on the latency path (up to
+// comm::kDirectExchangeMaxBytes) is read whole from each peer, (N-1) x the bucket.
+int64_t stage_dp_bytes_moved(const StageDataParallelRank& stage, int64_t grad_bytes,
+                             int64_t param_bytes, comm::Algorithm algo = comm::Algorithm::ring,
+                             int64_t slot_bytes = 0);
 
 // Sequence parallelism's re-gathers in one layer's backward for one micro-batch: the LN1 and LN2
 // outputs are kept as the rank's b*s/t rows, and the column-parallel weight gradients need all

@@ -1,6 +1,7 @@
 // The formatting helpers of format.h.
 #include "dtrain/plan/format.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -91,6 +92,40 @@ std::string format_rate(double bytes_per_s) {
   // no hardware's (a mistyped measurement) prints in scientific notation, not as 16 digits.
   if (std::fabs(bytes_per_s) >= 1e15) return format_sci(bytes_per_s * 1e-9) + " GB/s";
   return format_fixed(bytes_per_s * 1e-9, std::fabs(bytes_per_s) >= 1e10 ? 0 : 1) + " GB/s";
+}
+
+std::string format_flops(double flops_per_s) {
+  if (!std::isfinite(flops_per_s)) return non_finite(flops_per_s) + " FLOP/s";
+  // Three significant figures in the prefix that puts the value in [1, 1000): "989 TFLOP/s",
+  // "52.3 GFLOP/s", "1.50 TFLOP/s"; rounded first, so 999.7 GFLOP/s prints "1.00 TFLOP/s".
+  static const char* const kUnits[] = {"FLOP/s",  "kFLOP/s", "MFLOP/s", "GFLOP/s",
+                                       "TFLOP/s", "PFLOP/s", "EFLOP/s"};
+  double value = flops_per_s;
+  for (const char* unit : kUnits) {
+    const double a = std::fabs(value);
+    const int decimals = a >= 99.95 ? 0 : a >= 9.995 ? 1 : 2;
+    const std::string digits = format_fixed(value, decimals);
+    if (std::fabs(std::stod(digits)) < 1000) return digits + " " + unit;
+    value *= 1e-3;
+  }
+  return format_sci(flops_per_s) + " FLOP/s";
+}
+
+std::string TextTable::render() const {
+  std::vector<size_t> widths = min_widths_;
+  for (const std::vector<std::string>& row : rows_) {
+    if (widths.size() < row.size()) widths.resize(row.size(), 0);
+    // Every column but a row's last keeps one space after its widest cell.
+    for (size_t c = 0; c + 1 < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size() + 1);
+  }
+  std::string out;
+  for (const std::vector<std::string>& row : rows_) {
+    out += indent_;
+    for (size_t c = 0; c < row.size(); ++c)
+      out += c + 1 < row.size() ? pad_right(row[c], widths[c]) : row[c];
+    out += "\n";
+  }
+  return out;
 }
 
 std::string pad_right(std::string s, size_t width) {

@@ -31,8 +31,9 @@ std::string memory_section(const PlanInput& in, const Plan& p) {
   std::string s =
       str("Memory per GPU (pipeline stage ", m.stage, " of ", l.pp, ": ", m.layers, " layers, ",
           format_params(static_cast<double>(m.stage_params)), " parameters per TP rank)\n");
+  TextTable table({18, 12});
   auto row = [&](const std::string& what, double bytes, const std::string& note) {
-    s += "  " + pad_right(what, 18) + pad_right(format_gb(bytes), 12) + note + "\n";
+    table.add_row({what, format_gb(bytes), note});
   };
   row("params", m.params, str(sb.param, " B each", l.zero_stage >= 3 ? sharded : ""));
   row("grads", m.grads, str(sb.grad, " B each", l.zero_stage >= 2 ? sharded : ""));
@@ -47,11 +48,11 @@ std::string memory_section(const PlanInput& in, const Plan& p) {
   row("temporary", m.temporary,
       str(l.zero_stage == 3 ? "gathered layers (ZeRO-3)" : "gradient bucket",
           l.recompute != Recompute::none ? ", recomputed layer" : "", ", backward workspace"));
-  s += "  " + pad_right("total", 18) + pad_right(format_gb(m.total()), 12) + "of " +
-       format_gb(m.capacity) + ": " +
-       (m.fits() ? str("fits, ", format_gb(m.headroom()), " free")
-                 : str("DOES NOT FIT, over by ", format_gb(-m.headroom()))) +
-       "\n";
+  row("total", m.total(),
+      "of " + format_gb(m.capacity) + ": " +
+          (m.fits() ? str("fits, ", format_gb(m.headroom()), " free")
+                    : str("DOES NOT FIT, over by ", format_gb(-m.headroom()))));
+  s += table.render();
   s += "  (the CUDA context, NCCL buffers and allocator fragmentation are not counted)\n";
   return s;
 }
@@ -59,16 +60,17 @@ std::string memory_section(const PlanInput& in, const Plan& p) {
 std::string traffic_section(const PlanInput& in, const Plan& p) {
   std::string s = "Communication per step, one rank\n";
   if (p.traffic.empty()) return s + "  none (a single GPU)\n";
-  s += "  " + pad_right("group", 6) + pad_right("collective", 16) + pad_right("carries", 34) +
-       pad_right("ranks", 7) + pad_right("link", 38) + pad_right("bytes/rank", 12) +
-       pad_right("calls", 10) + pad_right("time", 11) + "exposed\n";
+  TextTable table({6, 16, 34, 7, 38, 12, 10, 11});
+  table.add_row({"group", "collective", "carries", "ranks", "link", "bytes/rank", "calls", "time",
+                 "exposed"});
   for (const GroupTraffic& g : p.traffic) {
-    s += "  " + pad_right(std::string(g.group), 6) + pad_right(std::string(g.op), 16) +
-         pad_right(std::string(g.what), 34) + pad_right(std::to_string(g.size), 7) +
-         pad_right(traffic_link(g, in.cluster), 38) + pad_right(format_gb(g.bytes_per_rank), 12) +
-         pad_right(format_count(static_cast<double>(g.calls)), 10) +
-         pad_right(format_seconds(g.time_s), 11) + format_seconds(g.exposed_s) + "\n";
+    table.add_row({std::string(g.group), std::string(g.op), std::string(g.what),
+                   std::to_string(g.size), traffic_link(g, in.cluster), format_gb(g.bytes_per_rank),
+                   format_count(static_cast<double>(g.calls)), format_seconds(g.time_s),
+                   format_seconds(g.exposed_s)});
   }
+  s += table.render();
+  s += "  (bytes/rank: what one rank moves per step, sent or read in place: docs/algorithms.md)\n";
   if (!p.pp_bytes_per_stage.empty()) {
     s += "  PP bytes sent per stage (the row above is the busiest; the first and the last send "
          "no gradient and no activation at their ends):";
@@ -194,13 +196,14 @@ std::string time_section(const PlanInput& in, const Plan& p) {
                      " per rank (--threads)", ", compute x", format_fixed(t.stretch, 2),
                      " for ranks x threads over the cores"),
            ")\n");
+  TextTable table({26, 12});
   auto row = [&](const std::string& what, double secs, const std::string& note) {
-    s += "  " + pad_right(what, 26) + pad_right(format_seconds(secs), 12) + note + "\n";
+    table.add_row({what, format_seconds(secs), note});
   };
   row("compute", t.compute_s,
       t.clock == "gpu rates"
-          ? str("at ", format_fixed(c.gpu.peak_flops * c.gpu.compute_efficiency * 1e-12, 0),
-                " TFLOP/s per GPU; recompute ", format_seconds(t.recompute_s))
+          ? str("at ", format_flops(c.gpu.peak_flops * c.gpu.compute_efficiency),
+                " per GPU; recompute ", format_seconds(t.recompute_s))
           : str("the engine's kernels at the measured rates, optimizer ",
                 format_seconds(t.optimizer_s), "; recompute ", format_seconds(t.recompute_s)));
   row("TP communication", t.tp_s, "on the critical path");
@@ -223,12 +226,13 @@ std::string time_section(const PlanInput& in, const Plan& p) {
         str("from ", name(t.step_source), " (the model predicts ",
             format_seconds(t.predicted_step_s), "); the figures below use it"));
   }
+  s += table.render();
   const double peak = c.gpu.peak_flops;
   s += str("  throughput  ", format_count(t.tokens_per_s), " tokens/s; the cluster ",
-           format_fixed(t.cluster_flops_per_s * 1e-15, 1), " PFLOP/s, ",
-           format_fixed(t.hardware_flops_per_gpu * 1e-12, 1),
-           " TFLOP/s per GPU = ", format_percent(t.hardware_flops_per_gpu / peak), " of its ",
-           format_fixed(peak * 1e-12, 0), " TFLOP/s peak (recompute counted)\n");
+           format_flops(t.cluster_flops_per_s), ", ", format_flops(t.hardware_flops_per_gpu),
+           " per GPU = ", format_percent(t.hardware_flops_per_gpu / peak), " of its ",
+           format_flops(peak), c.gpu.measured.present ? " measured" : "",
+           " peak (recompute counted)\n");
   const bool six_nd = in.training.flops == FlopsConvention::six_nd;
   s += str("  MFU         ", format_percent(t.mfu), " model FLOPs (", name(in.training.flops),
            " convention: ",
@@ -289,10 +293,15 @@ std::string format_input(const PlanInput& in) {
             format_params(static_cast<double>(shape_param_count(m))),
             " only splits them over stages and TP ranks, and sets activations and Eq. 3's FLOPs\n");
   }
+  // A calibrated CPU's peak is its fastest measured product, far below a TFLOP/s: printed in
+  // the unit that fits, and named for what it is; its compute is priced by the measured rates.
   s += str("cluster   ", c.name, ": ", c.world(), " GPUs = ", c.nodes, " nodes x ", c.gpus_per_node,
            "; ", c.gpu.name, ", ", format_gb(c.gpu.memory_bytes), ", ",
-           format_fixed(c.gpu.peak_flops * 1e-12, 0), " TFLOP/s peak x ",
-           format_fixed(c.gpu.compute_efficiency, 2), " efficiency\n");
+           format_flops(c.gpu.peak_flops),
+           c.gpu.measured.present
+               ? " peak (the fastest product measured by calibrate; compute priced at the "
+                 "measured rates)\n"
+               : str(" peak x ", format_fixed(c.gpu.compute_efficiency, 2), " efficiency\n"));
   s += str("          ", link_text(c.intra_node), "; ", link_text(c.inter_node),
            " (per GPU, per direction)\n");
   s +=

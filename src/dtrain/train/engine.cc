@@ -45,8 +45,9 @@ parallel::PipelineExecutorConfig executor_config(const EngineConfig& c) {
   return e;
 }
 
+// The bytes a group's communicator moved (comm::Traffic::bytes_moved: sent, or read in place).
 double sent(const comm::Communicator* c) {
-  return c == nullptr ? 0.0 : static_cast<double>(c->traffic().bytes_sent);
+  return c == nullptr ? 0.0 : static_cast<double>(c->traffic().bytes_moved());
 }
 
 comm::LinkBytes links(const comm::Communicator* c, const comm::NodeTopology& topology) {
@@ -71,7 +72,7 @@ void add_difference(parallel::ContextParallelCounters& sum,
 }
 
 double tp_sent(const parallel::TpCounter& c) {
-  return static_cast<double>(c.traffic.bytes_sent);
+  return static_cast<double>(c.traffic.bytes_moved());
 }
 
 // The DP configuration of this rank's stage: under a pipeline the end stages' tied wte (the
@@ -286,7 +287,7 @@ StepStats Engine::train_step(const data::Batch& batch, float lr) {
     t.tp_regather = tp_sent(c.regather);
     t.tp_recompute = tp_sent(c.recompute);
     t.pp = sent(pp_comm_.get());
-    t.dp = static_cast<double>(dp_->traffic().bytes_sent);
+    t.dp = static_cast<double>(dp_->traffic().bytes_moved());
     t.embedding = sent(embedding_comm_.get());
     t.other = sent(&world_);
     for (const comm::Communicator* g : {tp_comm_.get(), pp_comm_.get(), embedding_comm_.get()}) {
@@ -456,7 +457,7 @@ void Engine::finalize_and_update(StepStats& stats, float lr) {
                                        table, held.grads16, held.first, tp_comm_.get(), sp)
                                  : parallel::all_reduce_sequence_parallel_norm_grads(
                                        table, held.grads, held.first, tp_comm_.get(), sp))
-                              .bytes_sent);
+                              .bytes_moved());
   const double squares =
       mixed ? parallel::owned_sum_of_squares(table, grad_ownership(),
                                              std::span<const bf16>(held.grads16), held.first)
@@ -490,7 +491,7 @@ parallel::GradNorm Engine::split_shards_norm(const std::vector<Piece>& pieces) {
   for (const Piece& p : pieces) {
     traffic_.tp_norms += static_cast<double>(parallel::all_reduce_sequence_parallel_norm_grads(
                                                  table, p.grads, p.flat, tp_comm_.get(), sp)
-                                                 .bytes_sent);
+                                                 .bytes_moved());
     parallel::GradOwnership owner = grad_ownership();
     owner.zero_shard = {p.flat, static_cast<int64_t>(p.grads.size())};
     squares +=

@@ -28,8 +28,8 @@ namespace {
 
 using parallel::Axis;
 
-double bytes_sent(const std::vector<plan::CollectiveCall>& calls, int world) {
-  return plan::traffic_of(calls, world).bytes_sent;
+double bytes_moved(const std::vector<plan::CollectiveCall>& calls, int world) {
+  return plan::traffic_of(calls, world).bytes_moved();
 }
 
 int64_t count_sends(const plan::PipelineSchedule& s, int rank) {
@@ -326,7 +326,7 @@ RankRow measure_rank(const Engine& e) {
   r.pp = t.pp / n;
   r.dp = t.dp / n;
   r.embedding = t.embedding / n;
-  r.ep = static_cast<double>(t.ep.total().bytes_sent) / n;
+  r.ep = static_cast<double>(t.ep.total().bytes_moved()) / n;
   // The forward's exchanges (counts, dispatch, combine) run once, or twice under full
   // recompute; the backward's two (the combine's gradient, the dispatch's) once.
   const double forward = plan::ep_forward_exchanges(c.step.recompute);
@@ -353,7 +353,7 @@ RankRow measure_rank(const Engine& e) {
   const auto blocks = static_cast<double>(model.stage().layer_count());
   const int64_t act = activation_wire_bytes(c);
   const double per_layer =
-      plan::tp_traffic_per_layer(b, T, g.channels, act, c.tp, sp, Recompute::none).bytes_sent;
+      plan::tp_traffic_per_layer(b, T, g.channels, act, c.tp, sp, Recompute::none).bytes_moved();
   // Routed blocks' collectives depend on the rows their experts computed (measured per call).
   double routed_blocks = 0;
   for (int64_t l = 0; l < g.layers; ++l) {
@@ -365,7 +365,7 @@ RankRow measure_rank(const Engine& e) {
     for (const auto& [rows, calls] : t.moe_expert_rows) {
       routed +=
           static_cast<double>(calls) *
-          bytes_sent(plan::moe_tp_collectives_per_layer(b, T, g.channels, act, sp, rows), c.tp);
+          bytes_moved(plan::moe_tp_collectives_per_layer(b, T, g.channels, act, sp, rows), c.tp);
     }
     r.tp_block_formula += routed / n;
   }
@@ -375,21 +375,21 @@ RankRow measure_rank(const Engine& e) {
     // forward routed, so its experts' g is priced with the forward's measured rows.
     const double reruns = split ? 2 : 1;
     const double full =
-        plan::tp_traffic_per_layer(b, T, g.channels, act, c.tp, sp, Recompute::full).bytes_sent;
+        plan::tp_traffic_per_layer(b, T, g.channels, act, c.tp, sp, Recompute::full).bytes_moved();
     r.tp_recompute_formula = (full - per_layer) * (blocks - routed_blocks) * M * reruns;
     if (c.tp > 1) {
       double routed = 0;  // over the steps, as the counters; per step below
       for (const auto& [rows, calls] : t.moe_expert_rows) {
-        routed += static_cast<double>(calls) * bytes_sent(plan::moe_tp_rerun_collectives_per_layer(
-                                                              b, T, g.channels, act, sp, rows),
-                                                          c.tp);
+        routed += static_cast<double>(calls) * bytes_moved(plan::moe_tp_rerun_collectives_per_layer(
+                                                               b, T, g.channels, act, sp, rows),
+                                                           c.tp);
       }
       r.tp_recompute_formula += reruns * routed / n;
     }
   }
   if (sp) {
     r.tp_regather_formula =
-        bytes_sent(plan::sp_regather_collectives(b, T, g.channels, act), c.tp) * blocks * M;
+        bytes_moved(plan::sp_regather_collectives(b, T, g.channels, act), c.tp) * blocks * M;
   }
   if (sp) {
     // The LayerNorm gradients' sum over TP after the DP sync: each LN tensor's elements this
@@ -410,9 +410,9 @@ RankRow measure_rank(const Engine& e) {
     }
   }
   r.tp_vocab_formula =
-      bytes_sent(plan::tp_vocab_collectives(b, T, g.channels, 4, model.stage().embedding,
-                                            model.stage().head),
-                 c.tp) *
+      bytes_moved(plan::tp_vocab_collectives(b, T, g.channels, 4, model.stage().embedding,
+                                             model.stage().head),
+                  c.tp) *
       M;
   r.pp_formula = static_cast<double>(plan::pp_sends_per_microbatch(c.pp, schedule.chunks, me.pp)) *
                  M * plan::pp_bytes_per_microbatch(b, T, g.channels, act, c.tp, sp);
@@ -461,8 +461,8 @@ RankRow measure_rank(const Engine& e) {
   }
   const comm::Algorithm dp_algo = e.data_parallel().algorithm();
   r.dp_formula = static_cast<double>(
-      plan::stage_dp_bytes_sent(exact, dp_grad_wire_bytes(c), dp_param_wire_bytes(c), dp_algo,
-                                e.data_parallel().direct_slot_bytes()));
+      plan::stage_dp_bytes_moved(exact, dp_grad_wire_bytes(c), dp_param_wire_bytes(c), dp_algo,
+                                 e.data_parallel().direct_slot_bytes()));
   if (c.ep > 1) {
     // EP: each bucket's dense pieces all-reduced (ZeRO 0) or reduce-scattered (1-3) over DP,
     // its expert pieces over the expert-DP group (ring), each piece one collective; with ZeRO
@@ -510,10 +510,10 @@ RankRow measure_rank(const Engine& e) {
       dense.deferred_bucket = static_cast<int>(dense.buckets.size()) - 1;
     }
     r.dp_formula = static_cast<double>(
-        plan::stage_dp_bytes_sent(dense, dp_grad_wire_bytes(c), dp_param_wire_bytes(c), dp_algo,
-                                  e.data_parallel().direct_slot_bytes()) +
-        plan::stage_dp_bytes_sent(experts, dp_grad_wire_bytes(c), dp_param_wire_bytes(c),
-                                  comm::Algorithm::ring));
+        plan::stage_dp_bytes_moved(dense, dp_grad_wire_bytes(c), dp_param_wire_bytes(c), dp_algo,
+                                   e.data_parallel().direct_slot_bytes()) +
+        plan::stage_dp_bytes_moved(experts, dp_grad_wire_bytes(c), dp_param_wire_bytes(c),
+                                   comm::Algorithm::ring));
   }
   if (e.has_embedding_group()) {
     const model::ParamTable& table = model.param_table();
@@ -522,7 +522,7 @@ RankRow measure_rank(const Engine& e) {
         sizeof(float);
     r.embedding_formula = plan::collective_traffic(comm::CollectiveOp::all_reduce,
                                                    parallel::kTiedEmbeddingAlgorithm, wte_bytes, 2)
-                              .bytes_sent;
+                              .bytes_moved();
   }
 
   // Where the formula bytes go: a ring sends everything to the rank's successor in its group,

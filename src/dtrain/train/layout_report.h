@@ -63,11 +63,11 @@ struct RankRow {
   // still held (reduce-scattering it) when the next unit's backward began; 0 and "" when none.
   int64_t in_flight_grad_bytes = 0;
   std::string in_flight_grad_unit;
-  // Bytes sent per training step (mean over the steps), measured by each group's communicator,
-  // and the plan/ formulas for the same: TP's blocks (f and g), vocabulary reductions, SP's
-  // re-gathers and LayerNorm sums, full recompute's reruns; PP; DP; the tied embedding; the loss
-  // and norm exchange (other). The DP formula is plan::stage_dp_bytes_sent: this rank's ring
-  // pieces, exact.
+  // Bytes moved per training step (mean over the steps; comm::Traffic::bytes_moved: sent, or
+  // read in place from a peer's memory), measured by each group's communicator, and the plan/
+  // formulas for the same: TP's blocks (f and g), vocabulary reductions, SP's re-gathers and
+  // LayerNorm sums, full recompute's reruns; PP; DP; the tied embedding; the loss and norm
+  // exchange (other). The DP formula is plan::stage_dp_bytes_moved: this rank's pieces, exact.
   double tp_block = 0, tp_vocab = 0, tp_regather = 0, tp_norms = 0, tp_recompute = 0;
   double pp = 0, dp = 0, embedding = 0, other = 0;
   double tp_block_formula = 0, tp_vocab_formula = 0, tp_regather_formula = 0;

@@ -216,7 +216,9 @@ void print_layout_report(std::ostream& out, const LayoutReport& r) {
     }
   }
 
-  out << "\n  rank   TP bytes/step     PP bytes/step   DP bytes/step   emb bytes  DP hidden\n";
+  out << "\n  rank   TP bytes/step     PP bytes/step   DP bytes/step   emb bytes  DP hidden   "
+         "(bytes "
+         "moved: sent, or read in place)\n";
   for (const RankRow& k : r.ranks) {
     const double tp = k.tp_block + k.tp_vocab + k.tp_regather + k.tp_recompute + k.tp_norms;
     const double tp_plan = k.tp_block_formula + k.tp_vocab_formula + k.tp_regather_formula +
@@ -227,12 +229,15 @@ void print_layout_report(std::ostream& out, const LayoutReport& r) {
         << right_aligned(beside(k.embedding, k.embedding_formula), 12)
         << right_aligned(k.dp_comm_ms > 0 ? percent(k.dp_overlap_share) : "-", 11) << "\n";
   }
-  out << "  (bytes sent per training step, measured by each group's communicator; \"(plan X)\" "
-         "shows plan/'s figure where it differs: TP = f and g of every block and micro-batch (4 "
-         "ring all-reduces of b*T*C, or SP's gathers and scatters, plus full recompute's reruns "
-         "and SP's re-gathers and LayerNorm sums) and the vocabulary reductions; PP = the "
-         "schedule's sends; DP = plan::stage_dp_bytes_sent, this rank's ring pieces exactly; DP "
-         "hidden = the share of the DP communication thread's time that ran inside compute)\n";
+  out << "  (bytes a rank moves across ranks per training step: what it sends, as messages or "
+         "written into a peer's memory, plus what it reads in place from a peer's memory (the "
+         "direct algorithm), each byte counted once, on the rank that moves it; measured by each "
+         "group's communicator; \"(plan X)\" shows plan/'s figure where it differs: TP = f and g "
+         "of every block and micro-batch (4 ring all-reduces of b*T*C, or SP's gathers and "
+         "scatters, plus full recompute's reruns and SP's re-gathers and LayerNorm sums) and the "
+         "vocabulary reductions; PP = the schedule's sends; DP = plan::stage_dp_bytes_moved, this "
+         "rank's pieces exactly; DP hidden = the share of the DP communication thread's time that "
+         "ran inside compute)\n";
   if (r.ep > 1) {
     out << "  expert parallelism: EP " << r.ep << ", expert-DP " << r.expert_dp << ", "
         << r.experts_per_rank << " experts per rank; all-to-all bytes sent per step:";
@@ -318,6 +323,10 @@ void print_layout_report(std::ostream& out, const LayoutReport& r) {
 json layout_report_to_json(const LayoutReport& r) {
   json j;
   j["version"] = r.version;
+  // Every bytes figure below (bytes_per_step, plan_bytes_per_step, the link bytes).
+  j["bytes_convention"] =
+      "moved: per rank, the bytes sent (as messages, or written into a peer's memory) plus those "
+      "read in place from a peer's memory; each byte counted once, on the rank that moves it";
   j["dp"] = r.dp;
   j["tp"] = r.tp;
   j["pp"] = r.pp;
