@@ -22,7 +22,7 @@ expect_error '--inject-fault "rank=1": needs rank=R,step=S,kind=throw\|exit' "${
   --steps 2 --inject-fault rank=1
 expect_error 'kind "segv" is not throw, exit or bad_alloc' "${quick[@]}" --steps 2 \
   --inject-fault rank=0,step=1,kind=segv
-expect_error '--inject-fault: rank 5 does not exist \(the run has 2 ranks\)' "${quick[@]}" \
+expect_error '--inject-fault: rank 5 does not exist \(the run has 2 ranks: --dp 2 x --cp 1 x --tp 1 x --pp 1\)' "${quick[@]}" \
   --steps 2 --dp 2 --inject-fault rank=5,step=1,kind=exit
 
 # A good checkpoint (2 ranks, ZeRO-1) at step 2 of a 4-step run, then broken copies of it.
