@@ -45,6 +45,31 @@ else
   if [[ $rc -eq 0 ]]; then echo "ok: (ulimit -v 2000000; dtrain ${quick[*]}) -> exit 0"; else
     fail "a run that fits under ulimit -v 2000000 failed (exit $rc): $(tail -2 <<<"$out")"
   fi
+
+  # Every limit between "cannot start" and "fits" either runs or is refused at once: the rank
+  # threads' stacks, OpenBLAS's buffer and the allocator's arenas are counted, so no run waits
+  # forever in OpenBLAS's buffer mapping (limits from 350 MB to 650 MB used to, at --dp 1 to 4)
+  # or dies in a thread's creation. Each layout must be refused at the low end and run at the
+  # high end, so the sweep crosses the boundary.
+  for dp in 1 2 4; do
+    ran=0 refused=0
+    for kb in $(seq 150000 100000 1150000); do
+      err=$( (ulimit -v "$kb" && exec timeout -s KILL 60 "$DTRAIN" "${quick[@]}" --dp "$dp") 2>&1 >/dev/null)
+      rc=$?
+      if [[ $rc -eq 0 ]]; then
+        ran=$((ran + 1))
+      elif [[ $rc -eq 1 ]] && grep -q "room under the address-space limit (ulimit -v" <<<"$err"; then
+        refused=$((refused + 1))
+      else
+        fail "(ulimit -v $kb; dtrain ${quick[*]} --dp $dp): exit $rc: $(head -c 300 <<<"$err")"
+      fi
+    done
+    if [[ $ran -gt 0 && $refused -gt 0 ]]; then
+      echo "ok: --dp $dp under ulimit -v 150 MB to 1.15 GB: $refused limits refused up front, $ran ran"
+    else
+      fail "--dp $dp: the sweep did not cross the boundary ($refused refused, $ran ran)"
+    fi
+  done
 fi
 
 # A rank thread that runs out of memory mid-run (rank 1 of --dp 2 throws std::bad_alloc before

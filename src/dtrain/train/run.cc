@@ -215,9 +215,15 @@ void check_memory(const EngineConfig& c, const LayoutOptions& o) {
   const std::optional<AvailableMemory> room = available_memory();
   if (!room) return;
   // Under ulimit -v a rank's threads count in full before they touch a byte: the rank thread's
-  // and its DP communication thread's stacks (RLIMIT_STACK each), and OpenBLAS's work buffer
+  // and its DP communication thread's stacks (RLIMIT_STACK each); OpenBLAS's work buffer
   // (BUFFER_SIZE, 32 MiB on x86-64), which it maps per calling thread and, when the mapping
-  // fails, waits for forever instead of failing. So they are counted here.
+  // fails, retries forever instead of failing; and an allocator arena for each of the two
+  // threads, which reserves address space ahead of use in growing extents (jemalloc) or 64 MiB
+  // heaps (glibc). The arena allowance is measured, not derived: with 64 MiB a thread, `train
+  // --model tiny` at --dp 1, 2, 4 and 8 under every ulimit -v from 150 MB to 1 GB in 50 MB steps
+  // either runs or is refused here, never waits in OpenBLAS (tests/cli/memory_limits.sh);
+  // with stacks and buffer alone, limits from 350 MB to 650 MB waited forever, and with 40 MiB
+  // a thread --dp 2 still did at 550 MB.
   std::string extra;
   if (room->address_space) {
     rlimit stack{};
@@ -226,10 +232,12 @@ void check_memory(const EngineConfig& c, const LayoutOptions& o) {
             ? static_cast<double>(stack.rlim_cur)
             : 8.0 * 1024 * 1024;
     constexpr double kOpenBlasBufferBytes = 32.0 * 1024 * 1024;
-    const double per_rank = 2 * stack_bytes + kOpenBlasBufferBytes;
+    constexpr double kArenaAllowanceBytes = 64.0 * 1024 * 1024;
+    const double per_rank = 2 * (stack_bytes + kArenaAllowanceBytes) + kOpenBlasBufferBytes;
     needed += per_rank * (mpi ? 1 : c.world());
     extra = str(", plus ", format_gib(per_rank),
-                " of thread stacks and OpenBLAS buffer per rank under the address-space limit");
+                " per rank under the address-space limit: thread stacks, OpenBLAS's buffer and "
+                "the allocator's arenas");
   }
   DTRAIN_CHECK(needed <= static_cast<double>(room->bytes), "the run needs at least ",
                format_gib(needed), mpi ? " per process" : " in this process", " (",
