@@ -146,6 +146,49 @@ TEST(TrainRun, ContextParallelWithZero1And2CountersEqualThePlan) {
   }
 }
 
+// MoE under CP: each CP rank's routing all-gathers (router choices and probability sums, one per
+// routed block, micro-batch and forward pass) equal plan::cp_moe_routing_gather_bytes priced by
+// plan::collective_traffic, apart from the attention's bytes, under both splits, with
+// --moe-every 2 (half the blocks routed), with full recompute's second forward, and on a pipeline
+// stage that holds only some routed blocks.
+TEST(TrainRun, ContextParallelMoeRoutingBytesEqualThePlan) {
+  struct Case {
+    int cp;
+    bool contiguous;
+    int64_t every;
+    Recompute recompute;
+    int pp;
+  };
+  for (const Case& k :
+       {Case{2, false, 1, Recompute::none, 1}, Case{2, true, 2, Recompute::none, 1},
+        Case{4, false, 1, Recompute::full, 1}, Case{2, false, 2, Recompute::none, 2}}) {
+    TrainOptions o = options();
+    o.steps = 2;
+    o.eval_every = 0;
+    o.moe.experts = 4;
+    o.moe.top_k = 2;
+    o.moe.every = k.every;
+    o.layout.cp = k.cp;
+    o.layout.cp_contiguous = k.contiguous;
+    o.recompute = k.recompute;
+    if (k.pp > 1) {
+      o.layout.pp = k.pp;
+      o.layout.microbatches = 2;
+    }
+    const std::string what =
+        str("cp ", k.cp, k.contiguous ? " contiguous" : " balanced", " moe-every ", k.every,
+            " recompute ", plan::name(k.recompute), " pp ", k.pp);
+    const TrainSummary s = run_training(o, nullptr);
+    ASSERT_TRUE(s.layout.has_value()) << what;
+    ASSERT_EQ(s.layout->cp_ranks.size(), static_cast<size_t>(k.cp * k.pp)) << what;
+    for (const CpRankRow& r : s.layout->cp_ranks) {
+      EXPECT_GT(r.routing_bytes, 0) << what << " rank " << r.rank;
+      EXPECT_EQ(r.routing_bytes, r.routing_bytes_formula) << what << " rank " << r.rank;
+      EXPECT_EQ(r.bytes, r.bytes_formula) << what << " rank " << r.rank;
+    }
+  }
+}
+
 // --dp-algo direct: the DP syncs read the peers' buffers in place (comm/algorithms/direct.cc) at
 // every ZeRO stage; the losses follow the single-rank run, every counter its formula, and at dp 2
 // the sums are the ring's (one addition per element, a + b either way): the same losses bit for

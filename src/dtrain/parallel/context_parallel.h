@@ -20,6 +20,7 @@
 #include <span>
 #include <vector>
 
+#include "dtrain/comm/collectives.h"
 #include "dtrain/comm/communicator.h"
 #include "dtrain/core/buffer.h"
 #include "dtrain/core/timer.h"
@@ -93,6 +94,11 @@ class ContextParallelGroup final : public model::ContextParallelHooks {
   // While set, every exchange (one per counted message) is appended there; null stops it.
   void record_spans(std::vector<CpSpan>* spans) { spans_ = spans; }
   comm::Communicator& communicator() { return comm_; }
+  // The algorithm gather_routing's all-gather of `bytes` (its output size) runs: the group's
+  // automatic choice, for the report's formula.
+  comm::Algorithm routing_algorithm(long long bytes) const {
+    return comm::resolve_algorithm(comm_, comm::Algorithm::automatic, bytes);
+  }
 
   // One layer's local shape, as the algorithms see it.
   struct Dims {

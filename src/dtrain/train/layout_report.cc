@@ -20,6 +20,7 @@
 #include "dtrain/plan/head_activation_memory.h"
 #include "dtrain/plan/link_traffic.h"
 #include "dtrain/plan/memory_model.h"
+#include "dtrain/plan/moe.h"
 #include "dtrain/trace/chrome_trace.h"
 #include "dtrain/trace/timeline_svg.h"
 #include "dtrain/train/text_table.h"
@@ -89,6 +90,24 @@ json cp_piece(const Engine& e) {
           : static_cast<double>(plan::causal_attention_pairs(c.step.seq, c.cp, cp->rank(), split));
   const plan::CpLayerTraffic formula =
       plan::cp_traffic_per_layer(s, c.cp_algorithm, c.step.recompute);
+  // MoE under CP: one all-gather of the routing per routed block of this stage and forward pass
+  // (plan::cp_moe_routing_gather_bytes), priced at the algorithm the group picks for its size, as
+  // bytes moved (sent, or read in place: the threads backend's direct all-gather sends nothing).
+  double routing_formula = 0;
+  const model::MoeConfig& moe = c.step.model.moe;
+  if (moe.enabled()) {
+    int64_t routed = 0;
+    for (int64_t l = 0; l < c.step.model.layers; ++l) {
+      if (e.model().stage().has_layer(l) && model::is_moe_layer(moe, l)) ++routed;
+    }
+    const double S = plan::cp_moe_routing_gather_bytes(
+        c.micro_batch(), split == plan::CpSplit::balanced ? 2 : 1, moe.experts, c.cp);
+    const comm::Algorithm algo = cp->routing_algorithm(static_cast<long long>(S));
+    routing_formula =
+        plan::collective_traffic(comm::CollectiveOp::all_gather, algo, S, c.cp, cp->rank())
+            .bytes_moved() *
+        static_cast<double>(routed * c.microbatches * plan::ep_forward_exchanges(c.step.recompute));
+  }
   return {
       {"cp_rank", cp->rank()},
       {"messages",
@@ -102,7 +121,9 @@ json cp_piece(const Engine& e) {
       {"bytes_formula", formula.bytes_sent() * layers},
       {"pairs", static_cast<double>(k.attention_pairs) / steps},
       {"pairs_formula", pairs_per_head * heads * static_cast<double>(c.micro_batch()) * layers},
-      {"attention_ms", k.attention_us * 1e-3 / steps}};
+      {"attention_ms", k.attention_us * 1e-3 / steps},
+      {"routing_bytes", static_cast<double>(k.routing.traffic.bytes_moved()) / steps},
+      {"routing_bytes_formula", routing_formula}};
 }
 
 json piece_to_json(const Engine& e, const RankRow& row) {
@@ -141,9 +162,17 @@ RankPiece piece_from_json(const json& j) {
   for (const json& t : j.at("timings")) p.timings.push_back({t.at(0), t.at(1), t.at(2)});
   const json& cp = j.at("cp");
   if (!cp.empty()) {
-    p.cp = {p.row.rank,           cp.at("cp_rank"),          cp.at("bytes"), cp.at("bytes_formula"),
-            cp.at("messages"),    cp.at("messages_formula"), cp.at("pairs"), cp.at("pairs_formula"),
-            cp.at("attention_ms")};
+    p.cp = {p.row.rank,
+            cp.at("cp_rank"),
+            cp.at("bytes"),
+            cp.at("bytes_formula"),
+            cp.at("messages"),
+            cp.at("messages_formula"),
+            cp.at("pairs"),
+            cp.at("pairs_formula"),
+            cp.at("attention_ms"),
+            cp.at("routing_bytes"),
+            cp.at("routing_bytes_formula")};
   }
   return p;
 }

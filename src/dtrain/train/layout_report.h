@@ -108,13 +108,17 @@ struct BubbleReport {
 // One CP rank's attention per step: bytes its CP group's communicator sent (forward, backward and
 // full recompute's reruns) beside plan::cp_traffic_per_layer x layers x micro-batches, and the
 // forward attention work it did, counted and timed, beside the pairs plan::causal_attention_pairs
-// gives its split.
+// gives its split; with MoE, its routing all-gathers apart from the attention's bytes.
 struct CpRankRow {
   int rank = 0, cp_rank = 0;
   double bytes = 0, bytes_formula = 0;
   double messages = 0, messages_formula = 0;  // ring hops or collective calls (one trace span)
   double pairs = 0, pairs_formula = 0;
   double attention_ms = 0;
+  // MoE: the routing all-gathers' bytes moved (sent, or read in place) per step beside
+  // plan::cp_moe_routing_gather_bytes fed to plan::collective_traffic, per routed block,
+  // micro-batch and forward pass (0 dense).
+  double routing_bytes = 0, routing_bytes_formula = 0;
 };
 
 struct LayoutReport {

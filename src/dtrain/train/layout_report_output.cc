@@ -1,6 +1,7 @@
 // The layout report as people and programs read it: the table print_layout_report writes and the
 // "layout" JSON object (schema version kLayoutReportVersion), one row per rank through
 // row_to_json / row_from_json (also how the rows travel to rank 0).
+#include <algorithm>
 #include <string>
 
 #include "dtrain/core/units.h"
@@ -261,21 +262,35 @@ void print_layout_report(std::ostream& out, const LayoutReport& r) {
         << " (every rank's communication-thread time inside its compute, over the whole)\n";
   }
   if (r.cp > 1) {
+    const bool routed = std::any_of(r.cp_ranks.begin(), r.cp_ranks.end(), [](const CpRankRow& k) {
+      return k.routing_bytes > 0 || k.routing_bytes_formula > 0;
+    });
     out << "\n  context parallel: " << r.cp_algorithm << " over " << r.cp << " ranks, "
         << r.cp_split
         << " split\n  rank  cp   CP bytes/step (plan)               attention pairs/step (plan)"
-           "      attention ms/step\n";
+           "      attention ms/step"
+        << (routed ? "   MoE routing bytes/step (plan)" : "") << "\n";
     for (const CpRankRow& k : r.cp_ranks) {
       out << "  " << right_aligned(std::to_string(k.rank), 4) << "  "
           << right_aligned(std::to_string(k.cp_rank), 2) << "  "
           << left_aligned(str(fixed(k.bytes, 0), " (", fixed(k.bytes_formula, 0), ")"), 34)
           << left_aligned(str(fixed(k.pairs, 0), " (", fixed(k.pairs_formula, 0), ")"), 32)
-          << fixed(k.attention_ms, 3) << "\n";
+          << (routed ? left_aligned(fixed(k.attention_ms, 3), 20) : fixed(k.attention_ms, 3))
+          << (routed ? str(fixed(k.routing_bytes, 0), " (", fixed(k.routing_bytes_formula, 0), ")")
+                     : "")
+          << "\n";
     }
     out << "  (CP bytes: the CP group's communicator, forward + backward + recompute's reruns, "
            "beside "
            "plan::cp_traffic_per_layer x layers x micro-batches; pairs: the (query, key) scores "
-           "computed in forward, beside plan::causal_attention_pairs)\n"
+           "computed in forward, beside plan::causal_attention_pairs"
+        << (routed ? "; MoE routing: bytes moved (sent, or read in place) by the routed blocks' "
+                     "all-gathers of router choices and "
+                     "probability sums (the aux loss and capacity are the whole sequence's), "
+                     "beside plan::cp_moe_routing_gather_bytes per routed block, micro-batch and "
+                     "forward pass"
+                   : "")
+        << ")\n"
         << "  attention work, busiest rank over the mean: " << fixed(r.cp_imbalance, 3)
         << " counted, " << fixed(r.cp_time_imbalance, 3) << " timed (" << r.cp_split
         << " split); the " << (r.cp_split == "balanced" ? "contiguous" : "balanced") << " split's: "
@@ -353,7 +368,9 @@ json layout_report_to_json(const LayoutReport& r) {
                     {"messages_per_step_formula", k.messages_formula},
                     {"attention_pairs_per_step", k.pairs},
                     {"attention_pairs_per_step_formula", k.pairs_formula},
-                    {"attention_ms_per_step", k.attention_ms}});
+                    {"attention_ms_per_step", k.attention_ms},
+                    {"moe_routing_bytes_per_step", k.routing_bytes},
+                    {"moe_routing_bytes_per_step_formula", k.routing_bytes_formula}});
     }
     j["cp_split"] = r.cp_split;
     j["cp_ranks"] = cp;
