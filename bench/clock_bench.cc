@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "dtrain/core/check.h"
-#include "dtrain/plan/format.h"
+#include "dtrain/machine/format.h"
 
 namespace dtrain::bench {
 namespace {
@@ -83,7 +83,7 @@ struct PublishedCase {
 // and checked by narayanan_check below against the paper's own arithmetic, so a mistyped figure
 // stops the benchmark: the parameter count by Eq. 2, aggregate = per-GPU x GPUs, % of peak =
 // per-GPU / 312, and the layout's divisibility. Heads, hidden size, layers and batch must equal
-// the preset of the same name (plan/model_presets.cc, from the same table).
+// the preset of the same name (cost/model_presets.cc, from the same table).
 struct NarayananRow {
   const char* preset;
   const char* label;

@@ -1,4 +1,4 @@
-// `dtrain bench clock`: the clock (plan/time_model.h) against published GPU runs and against
+// `dtrain bench clock`: the clock (clock/time_model.h) against published GPU runs and against
 // the vTrain set of measured A100 iteration times. Korthikanti et al. 2022 Table 5's
 // full-recompute column is what the four GPU efficiency parameters were fitted on (`--fit`
 // refits them and prints the result); its other column and Narayanan et al. 2021 Table 1 are

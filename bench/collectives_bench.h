@@ -19,15 +19,15 @@
 #include "dtrain/comm/communicator.h"
 #include "dtrain/comm/launch.h"
 #include "dtrain/comm/topology.h"
-#include "dtrain/plan/collective_cost.h"
-#include "dtrain/plan/link_traffic.h"
+#include "dtrain/cost/collective_cost.h"
+#include "dtrain/cost/link_traffic.h"
 
 namespace dtrain::bench {
 
 struct CollectiveRunConfig {
   comm::Backend backend = comm::Backend::threads;
   int ranks = 2;
-  int64_t bytes = 64 << 20;  // S as nccl-tests defines it (see plan/collective_cost.h)
+  int64_t bytes = 64 << 20;  // S as nccl-tests defines it (see cost/collective_cost.h)
   comm::CollectiveOp op = comm::CollectiveOp::all_reduce;
   comm::Algorithm algorithm = comm::Algorithm::ring;
   int root = 0;
@@ -58,7 +58,7 @@ struct RankTraffic {
   comm::Traffic measured;           // one call, counted by the communicator
   plan::CollectiveTraffic formula;  // plan::collective_traffic for this rank
   comm::LinkBytes link;             // measured bytes sent, by link class
-  plan::LinkTraffic link_formula;   // plan/link_traffic.h (all-reduce with ranks_per_node)
+  plan::LinkTraffic link_formula;   // cost/link_traffic.h (all-reduce with ranks_per_node)
 };
 
 struct CollectiveRunReport {

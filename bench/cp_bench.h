@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dtrain/plan/context_parallel.h"
+#include "dtrain/cost/context_parallel.h"
 
 namespace dtrain::bench {
 

@@ -16,12 +16,12 @@
 
 #include "bench/clock_bench.h"
 #include "bench/scratch_dir.h"
+#include "dtrain/calibrate/compute_calibration.h"
+#include "dtrain/clock/engine_clock.h"
 #include "dtrain/core/check.h"
+#include "dtrain/machine/hardware.h"
 #include "dtrain/model/bf16_gemm.h"
 #include "dtrain/model/gpt_config.h"
-#include "dtrain/plan/engine_clock.h"
-#include "dtrain/plan/hardware.h"
-#include "dtrain/train/compute_calibration.h"
 
 namespace dtrain::bench {
 namespace {
@@ -339,7 +339,7 @@ LayoutsBenchReport run_layouts_bench(const LayoutsBenchOptions& options) {
 
   // The probes: the slowest core's speed at each precision, and the gap between the cores.
   plan::Cluster cluster;
-  std::optional<train::CoreSpeedProbe> probe;
+  std::optional<calibrate::CoreSpeedProbe> probe;
   if (o.probe) {
     cluster = plan::read_cluster_file(o.cluster);
     DTRAIN_CHECK(plan::has_measured_rates(cluster), "bench layouts: ", o.cluster,
@@ -351,10 +351,10 @@ LayoutsBenchReport run_layouts_bench(const LayoutsBenchOptions& options) {
     double fp32 = 0, bf16 = 0;
   };
   auto probe_now = [&] {
-    const std::vector<train::CoreSpeed> cores = probe->measure();
+    const std::vector<calibrate::CoreSpeed> cores = probe->measure();
     Slowest s{cores.front().fp32, cores.front().bf16};
     double fast32 = s.fp32, fast16 = s.bf16;
-    for (const train::CoreSpeed& c : cores) {
+    for (const calibrate::CoreSpeed& c : cores) {
       s.fp32 = std::min(s.fp32, c.fp32);
       s.bf16 = std::min(s.bf16, c.bf16);
       fast32 = std::max(fast32, c.fp32);

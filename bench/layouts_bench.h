@@ -55,7 +55,8 @@ struct LayoutsBenchOptions {
   bool mpi = true;      // include the MPI layouts (needs mpirun)
   std::string dtrain;   // the dtrain binary the runs start (default: this process's)
   // Time each core's speed against the cluster file's rates before the first run and after
-  // each (train/compute_calibration.h's CoreSpeedProbe, about 10 ms a core); --no-probe skips it.
+  // each (calibrate/compute_calibration.h's CoreSpeedProbe, about 10 ms a core); --no-probe skips
+  // it.
   bool probe = true;
   // The groups to run (LayoutSpec::group): empty is every group, or dense alone with --quick.
   std::vector<std::string> only;

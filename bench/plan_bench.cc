@@ -6,7 +6,7 @@
 
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
-#include "dtrain/plan/format.h"
+#include "dtrain/machine/format.h"
 #include "dtrain/plan/report.h"
 
 namespace dtrain::bench {

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dtrain/core/check.h"
-#include "dtrain/plan/hardware.h"
+#include "dtrain/machine/hardware.h"
 
 namespace {
 

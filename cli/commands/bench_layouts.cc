@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dtrain/plan/hardware.h"
+#include "dtrain/machine/hardware.h"
 
 #include "bench/layouts_bench.h"
 #include "build_info.h"

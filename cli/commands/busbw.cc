@@ -1,7 +1,7 @@
 // `dtrain busbw`: the collectives calculator. From a size, a rank count and a measured time it
 // gives nccl-tests' algbw and busbw for any collective nccl-tests reports; with a cluster, the
 // ideal time and busbw on its links: a ring's, or an all-to-all's with its inter-node share
-// (plan/collective_cost.h holds the formulas).
+// (cost/collective_cost.h holds the formulas).
 #include <iostream>
 #include <memory>
 #include <string>
@@ -12,9 +12,9 @@
 #include "command_registry.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/units.h"
-#include "dtrain/plan/collective_cost.h"
-#include "dtrain/plan/format.h"
-#include "dtrain/plan/hardware.h"
+#include "dtrain/cost/collective_cost.h"
+#include "dtrain/machine/format.h"
+#include "dtrain/machine/hardware.h"
 #include "validators.h"
 
 namespace dtrain::cli {

@@ -1,7 +1,7 @@
 // `dtrain calibrate`: measure the intra-node and inter-node links of the ranks it runs on (under
 // mpirun, or threads for a dry run) and write a cluster file that `dtrain plan --cluster` reads.
 // The measured links replace the preset's; the GPU fields come from --gpu, or with --compute from
-// the CPU measured here (train/compute_calibration.h), whose rates go into "gpu.measured".
+// the CPU measured here (calibrate/compute_calibration.h), whose rates go into "gpu.measured".
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -15,16 +15,16 @@
 #include <nlohmann/json.hpp>
 
 #include "command_registry.h"
-#include "dtrain/comm/calibrate.h"
+#include "dtrain/calibrate/compute_calibration.h"
+#include "dtrain/calibrate/link_calibration.h"
 #include "dtrain/comm/launch.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/files.h"
 #include "dtrain/core/system_memory.h"
 #include "dtrain/core/timer.h"
 #include "dtrain/core/units.h"
+#include "dtrain/machine/hardware.h"
 #include "dtrain/model/thread_team.h"
-#include "dtrain/plan/hardware.h"
-#include "dtrain/train/compute_calibration.h"
 #include "file_roles.h"
 #include "validators.h"
 
@@ -32,7 +32,7 @@ namespace dtrain::cli {
 namespace {
 
 struct CalibrateFlags {
-  comm::CalibrationOptions options;
+  calibrate::CalibrationOptions options;
   std::string backend = "threads", size = "4MiB", gpu = "H100", name, output;
   int ranks = 4;
   double timeout_s = 60;
@@ -43,7 +43,7 @@ struct CalibrateFlags {
   bool output_given = false;  // "-o ''" is a mistake, not "no file"
 };
 
-nlohmann::json link_detail(const comm::LinkMeasurement& m) {
+nlohmann::json link_detail(const calibrate::LinkMeasurement& m) {
   return {{"latency_pair", {m.ping_rank, m.pong_rank}},
           {"latency_us", m.latency_us},
           {"pairs_at_once", m.pairs},
@@ -228,12 +228,12 @@ void run_calibrate(CalibrateFlags& f) {
               << f.ranks / 2 << " thread ranks on this machine; pass it to choose another)\n";
   }
   if (*backend == comm::Backend::threads) check_thread_nodes(f);
-  comm::Calibration result;
+  calibrate::Calibration result;
   bool reporter = true;
   comm::run_on_backend(
       *backend, *backend == comm::Backend::threads ? f.ranks : 0,
       [&](comm::Communicator& comm) {
-        comm::Calibration mine = comm::calibrate_links(comm, f.options);
+        calibrate::Calibration mine = calibrate::calibrate_links(comm, f.options);
         // The threads backend's ranks share `result`: one writer, the rank that reports.
         if (comm.rank() == 0) result = std::move(mine);
       },
@@ -258,7 +258,7 @@ void run_calibrate(CalibrateFlags& f) {
   double compute_s = 0;
   if (f.compute) {
     const Stopwatch watch;
-    train::ComputeCalibrationOptions options;
+    calibrate::ComputeCalibrationOptions options;
     options.threads = f.threads;
     options.quick = f.quick;
     options.passes = f.passes;
@@ -267,7 +267,8 @@ void run_calibrate(CalibrateFlags& f) {
       options.progress = [](std::string_view what) {
         std::cerr << "calibrate --compute: " << what << "\n";
       };
-    use_measured_cpu(c, train::measure_compute_rates(options), f.threads, result.ranks_per_node);
+    use_measured_cpu(c, calibrate::measure_compute_rates(options), f.threads,
+                     result.ranks_per_node);
     compute_s = watch.elapsed_us() * 1e-6;
   }
   plan::validate(c);

@@ -11,14 +11,14 @@
 
 #include "build_info.h"
 #include "command_registry.h"
+#include "dtrain/clock/engine_clock.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/units.h"
+#include "dtrain/cost/offload.h"
+#include "dtrain/cost/pipeline_stages.h"
+#include "dtrain/machine/format.h"
 #include "dtrain/model/thread_team.h"
-#include "dtrain/plan/engine_clock.h"
-#include "dtrain/plan/format.h"
 #include "dtrain/plan/largest_model.h"
-#include "dtrain/plan/offload.h"
-#include "dtrain/plan/pipeline_stages.h"
 #include "dtrain/plan/planner.h"
 #include "dtrain/plan/report.h"
 #include "validators.h"
@@ -391,7 +391,7 @@ void print_largest_shape(const PlanFlags& f, CLI::App* app, const plan::Cluster&
                    plan::pad_right("total", 11), "next width up\n", table);
 }
 
-// --offload: DeepSpeed's offload estimators for the model on this cluster (plan/offload.h).
+// --offload: DeepSpeed's offload estimators for the model on this cluster (cost/offload.h).
 void print_offload(const PlanFlags& f, CLI::App* app, const plan::Cluster& c) {
   int64_t params = 0, largest = 0;
   std::string what;
@@ -540,7 +540,7 @@ void run_plan(const PlanFlags& f, CLI::App* app) {
                "--threads applies to the engine clock only: pass --cluster FILE with measured "
                "rates (dtrain calibrate --compute -o FILE)");
   if (plan::has_measured_rates(input.cluster)) {
-    // Measured CPU rates price dtrain's own engine (plan/engine_clock.h): its fp32 Adam, fp32
+    // Measured CPU rates price dtrain's own engine (clock/engine_clock.h): its fp32 Adam, fp32
     // activations and tensor split unless --precision / --activation-bytes say otherwise.
     if (!given(app, "--precision")) input.training.state_bytes = plan::kFp32Adam;
     if (!given(app, "--activation-bytes")) input.training.activation_bytes = 4;

@@ -21,7 +21,7 @@
 #include "dtrain/data/data.h"
 #include "dtrain/data/token_file.h"
 #include "dtrain/formats/safetensors.h"
-#include "dtrain/plan/hardware.h"
+#include "dtrain/machine/hardware.h"
 #include "dtrain/train/engine.h"
 #include "dtrain/train/layout.h"
 

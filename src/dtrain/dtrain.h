@@ -9,9 +9,9 @@
 #include "dtrain/comm/threads/backend.h"   // comm::threads::run_ranks: N ranks as N threads
 #include "dtrain/core/check.h"             // dtrain::Error
 #include "dtrain/core/version.h"           // dtrain::version()
-#include "dtrain/plan/collective_cost.h"   // plan::collective_traffic and the alpha-beta cost
-#include "dtrain/plan/hardware.h"          // plan::parse_cluster
-#include "dtrain/plan/model_presets.h"     // plan::model_preset
+#include "dtrain/cost/collective_cost.h"   // plan::collective_traffic and the alpha-beta cost
+#include "dtrain/cost/model_presets.h"     // plan::model_preset
+#include "dtrain/machine/hardware.h"       // plan::parse_cluster
 #include "dtrain/plan/planner.h"           // plan::evaluate, plan::search
 #include "dtrain/plan/report.h"            // plan::plan_json, plan::format_plan
 #include "dtrain/train/run.h"              // train::run_training

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "dtrain/comm/all_to_all.h"
-#include "dtrain/plan/collective_cost.h"
+#include "dtrain/cost/collective_cost.h"
 #include "harness.h"
 
 namespace dtrain::comm {

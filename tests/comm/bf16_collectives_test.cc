@@ -14,7 +14,7 @@
 
 #include "dtrain/comm/collectives.h"
 #include "dtrain/core/bf16.h"
-#include "dtrain/plan/collective_cost.h"
+#include "dtrain/cost/collective_cost.h"
 #include "harness.h"
 
 namespace dtrain::comm {

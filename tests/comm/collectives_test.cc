@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "dtrain/comm/collectives.h"
-#include "dtrain/plan/collective_cost.h"
+#include "dtrain/cost/collective_cost.h"
 #include "harness.h"
 
 namespace dtrain::comm {

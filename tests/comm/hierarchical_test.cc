@@ -1,5 +1,5 @@
 // The hierarchical all-reduce against closed-form results, and every rank's bytes per link class
-// (split from the per-peer counters by NodeTopology) against plan/link_traffic.h, byte for byte,
+// (split from the per-peer counters by NodeTopology) against cost/link_traffic.h, byte for byte,
 // beside the flat ring on the same ranks: N = 8 as 8x1, 4x2, 2x4, 1x8 nodes x ranks per node.
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include "dtrain/comm/collectives.h"
 #include "dtrain/comm/hierarchical.h"
 #include "dtrain/comm/topology.h"
-#include "dtrain/plan/link_traffic.h"
+#include "dtrain/cost/link_traffic.h"
 #include "harness.h"
 
 namespace dtrain::comm {

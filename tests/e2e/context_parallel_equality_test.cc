@@ -5,7 +5,7 @@
 // what each rank exports for a checkpoint (each element written by exactly one rank: the CP
 // replicas write nothing twice). The max differences are printed per case.
 // And the counters: the bytes each CP rank sends per layer in forward and backward (the CP
-// group's own communicator, measured) equal plan/context_parallel.h's formulas, the causal work
+// group's own communicator, measured) equal cost/context_parallel.h's formulas, the causal work
 // per rank equals plan::causal_attention_pairs (balanced: every rank the same).
 //
 // Tolerances are layout_equality_test.cc's, for the same reasons: the CP ranks sum each
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "dtrain/comm/threads/backend.h"
-#include "dtrain/plan/context_parallel.h"
+#include "dtrain/cost/context_parallel.h"
 #include "dtrain/train/engine.h"
 #include "dtrain/train/layout.h"
 #include "e2e/equality_support.h"
@@ -334,7 +334,7 @@ TEST(ContextParallelEquality, Bf16MatchesTheBf16SerialRun) {
 }
 
 // Bytes per rank per layer, forward and backward, measured on the CP group's communicator over
-// the steps, against plan/context_parallel.h (fp32 on the wire: e = 4).
+// the steps, against cost/context_parallel.h (fp32 on the wire: e = 4).
 TEST(ContextParallelCounters, BytesPerLayerAndCausalWorkEqualThePlanFormulas) {
   const StepConfig c = base_config();
   const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);

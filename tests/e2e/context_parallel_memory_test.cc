@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "dtrain/comm/threads/backend.h"
-#include "dtrain/plan/context_parallel.h"
+#include "dtrain/cost/context_parallel.h"
 #include "dtrain/train/engine.h"
 #include "dtrain/train/layout.h"
 #include "dtrain/train/layout_report.h"

@@ -23,9 +23,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dtrain/plan/context_parallel.h"
-#include "dtrain/plan/pipeline_model.h"
-#include "dtrain/plan/pipeline_schedule.h"
+#include "dtrain/cost/context_parallel.h"
+#include "dtrain/cost/pipeline_model.h"
+#include "dtrain/schedule/pipeline_schedule.h"
 #include "dtrain/trace/chrome_trace.h"
 #include "dtrain/train/run.h"
 

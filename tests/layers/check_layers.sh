@@ -24,6 +24,11 @@ for f in core data train; do mkdir -p "$tmp/src/dtrain/$f"; done
 printf '#include "dtrain/core/check.h"\n' >"$tmp/src/dtrain/data/fine.h"
 printf '#pragma once\n\n#include "dtrain/train/engine.h"\n' >"$tmp/src/dtrain/data/planted.h"
 printf '#include "dtrain/data/data.h"\n#include "dtrain/infer/sample.h"\n' >"$tmp/cli/main.cc"
+# bench/ is checked too: it may include the planner and the engine, and nothing below may
+# include it.
+mkdir -p "$tmp/bench"
+printf '#include "dtrain/train/engine.h"\n' >"$tmp/bench/fine_bench.cc"
+printf '#pragma once\n#include "bench/fine_bench.h"\n' >"$tmp/src/dtrain/train/planted_bench.h"
 out=$("$check" "$tmp" 2>&1)
 rc=$?
 expect_line() {
@@ -37,8 +42,9 @@ if [ $rc -ne 1 ]; then
   failures=$((failures + 1))
 fi
 expect_line 'src/dtrain/data/planted.h:3: data includes "dtrain/train/...": train is above data (data may include: data core)'
-expect_line "check-layers: 1 include(s) against the layer order"
-if grep -q "fine.h\|cli/main.cc" <<<"$out"; then
+expect_line 'src/dtrain/train/planted_bench.h:2: train includes "bench/...": bench is above train'
+expect_line "check-layers: 2 include(s) against the layer order"
+if grep -q "fine.h\|cli/main.cc\|fine_bench.cc" <<<"$out"; then
   echo "FAIL: an include down the layers was reported:"
   echo "$out"
   failures=$((failures + 1))

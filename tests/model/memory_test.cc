@@ -4,9 +4,9 @@
 // 4 bytes per parameter. "Measured" means read from the MemoryTracker the buffers charge.
 #include <gtest/gtest.h>
 
+#include "dtrain/cost/activation_memory.h"
+#include "dtrain/cost/head_activation_memory.h"
 #include "dtrain/model/gpt.h"
-#include "dtrain/plan/activation_memory.h"
-#include "dtrain/plan/head_activation_memory.h"
 
 namespace dtrain::model {
 namespace {

@@ -8,9 +8,9 @@
 
 #include "dtrain/core/check.h"
 #include "dtrain/core/rng.h"
+#include "dtrain/cost/activation_memory.h"
 #include "dtrain/model/gpt.h"
 #include "dtrain/model/thread_team.h"
-#include "dtrain/plan/activation_memory.h"
 #include "random_tokens.h"
 
 namespace dtrain::model {

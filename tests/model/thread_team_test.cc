@@ -9,10 +9,10 @@
 
 #include "dtrain/core/check.h"
 #include "dtrain/core/rng.h"
+#include "dtrain/cost/head_activation_memory.h"
 #include "dtrain/model/gemm.h"
 #include "dtrain/model/gpt.h"
 #include "dtrain/model/thread_team.h"
-#include "dtrain/plan/head_activation_memory.h"
 
 namespace dtrain::model {
 namespace {

@@ -2,7 +2,7 @@
 // attention output and every input gradient equal, bit for bit, those of the same group sending
 // everything in fp32 (the products that read K and V round them to bf16 anyway; Ulysses's output
 // equals the fp32 wire's rounded to bf16), and the bytes
-// each rank sends per pass equal plan/context_parallel.h's with plan::cp_wire_bytes(bf16).
+// each rank sends per pass equal cost/context_parallel.h's with plan::cp_wire_bytes(bf16).
 #include <gtest/gtest.h>
 
 #include <cstdio>

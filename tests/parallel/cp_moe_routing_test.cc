@@ -13,11 +13,11 @@
 #include "dtrain/comm/collectives.h"
 #include "dtrain/comm/threads/backend.h"
 #include "dtrain/core/rng.h"
+#include "dtrain/cost/collective_cost.h"
+#include "dtrain/cost/moe.h"
 #include "dtrain/model/cp_route_group.h"
 #include "dtrain/model/ops/moe.h"
 #include "dtrain/parallel/context_parallel.h"
-#include "dtrain/plan/collective_cost.h"
-#include "dtrain/plan/moe.h"
 
 namespace dtrain::parallel {
 namespace {

@@ -20,10 +20,10 @@
 
 #include "dtrain/comm/threads/backend.h"
 #include "dtrain/core/rng.h"
+#include "dtrain/cost/moe.h"
 #include "dtrain/model/gpt.h"
 #include "dtrain/model/moe_dispatch.h"
 #include "dtrain/parallel/expert_parallel.h"
-#include "dtrain/plan/moe.h"
 
 namespace dtrain::parallel {
 namespace {

@@ -14,6 +14,7 @@
 
 #include "dtrain/comm/threads/backend.h"
 #include "dtrain/core/rng.h"
+#include "dtrain/cost/collective_cost.h"
 #include "dtrain/model/gpt.h"
 #include "dtrain/model/gpt_stage.h"
 #include "dtrain/model/tp_shard.h"
@@ -22,7 +23,6 @@
 #include "dtrain/parallel/pipeline_executor.h"
 #include "dtrain/parallel/tensor_parallel.h"
 #include "dtrain/parallel/zero.h"
-#include "dtrain/plan/collective_cost.h"
 
 namespace dtrain::parallel {
 namespace {

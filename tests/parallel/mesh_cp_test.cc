@@ -1,4 +1,4 @@
-// DeviceMesh with the CP axis: a three-axis order places cp right after tp (plan/placement.h's
+// DeviceMesh with the CP axis: a three-axis order places cp right after tp (cost/placement.h's
 // rule) and prints as given, a four-axis order is taken as written, the four axes' groups
 // partition the world, and the DP x CP group is every rank sharing tp and pp.
 #include <gtest/gtest.h>

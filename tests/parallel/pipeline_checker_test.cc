@@ -1,4 +1,4 @@
-// The checker's simulation against the closed forms of plan/pipeline_model.h: bubble (both
+// The checker's simulation against the closed forms of cost/pipeline_model.h: bubble (both
 // definitions) and peak in-flight activations for every schedule, including where the
 // generated schedule and the closed form part (M < P, uneven interleaved groups, ZB-H1 with
 // W > min(F, B)). Hand-broken schedules are rejected with the rank and action named.
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "dtrain/core/check.h"
-#include "dtrain/plan/pipeline_model.h"
-#include "dtrain/plan/pipeline_schedule.h"
+#include "dtrain/cost/pipeline_model.h"
+#include "dtrain/schedule/pipeline_schedule.h"
 
 namespace dtrain::parallel {
 namespace {

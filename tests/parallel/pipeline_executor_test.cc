@@ -18,11 +18,11 @@
 
 #include "dtrain/comm/threads/backend.h"
 #include "dtrain/core/rng.h"
+#include "dtrain/cost/activation_memory.h"
+#include "dtrain/cost/comm_model.h"
+#include "dtrain/cost/head_activation_memory.h"
+#include "dtrain/cost/pipeline_model.h"
 #include "dtrain/parallel/pipeline_checker.h"
-#include "dtrain/plan/activation_memory.h"
-#include "dtrain/plan/comm_model.h"
-#include "dtrain/plan/head_activation_memory.h"
-#include "dtrain/plan/pipeline_model.h"
 
 namespace dtrain::parallel {
 namespace {

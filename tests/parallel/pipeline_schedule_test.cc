@@ -1,7 +1,7 @@
 // The schedule generators: every schedule on the grid of P, M (M < P included) and v passes the
 // checker with eager and rendezvous sends, and each generator's own shape (warm-up length,
 // GPipe's all-forwards-first, ZB-H1's deferred weight gradients, the interleaved order) holds.
-#include "dtrain/plan/pipeline_schedule.h"
+#include "dtrain/schedule/pipeline_schedule.h"
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "dtrain/core/check.h"
+#include "dtrain/cost/comm_model.h"
 #include "dtrain/parallel/pipeline_checker.h"
-#include "dtrain/plan/comm_model.h"
 
 namespace dtrain::parallel {
 namespace {

@@ -1,7 +1,8 @@
-// The clock's simulation (plan/pipeline_simulation.h) against the checker's (pipeline_checker.h):
-// two replays of the same schedules, written apart, agree on every rank's busy time and finish
-// for every schedule on a grid of P, M and v, with the sender free and a message latency.
-#include "dtrain/plan/pipeline_simulation.h"
+// The clock's simulation (schedule/pipeline_simulation.h) against the checker's
+// (pipeline_checker.h): two replays of the same schedules, written apart, agree on every rank's
+// busy time and finish for every schedule on a grid of P, M and v, with the sender free and a
+// message latency.
+#include "dtrain/schedule/pipeline_simulation.h"
 
 #include <gtest/gtest.h>
 

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "dtrain/comm/threads/backend.h"
+#include "dtrain/cost/memory_model.h"
 #include "dtrain/parallel/zero.h"
-#include "dtrain/plan/memory_model.h"
 
 namespace dtrain::parallel {
 namespace {

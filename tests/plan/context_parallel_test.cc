@@ -1,7 +1,7 @@
 // context_parallel.h's formulas worked by hand on a small case (T = 8 tokens over cp = 2 ranks,
 // b = 1, h = 8, a = 4 heads of d = 2, t = 1, e = 2 bytes), the causal work of the two splits, the
 // ulysses refusal, the automatic choice's rule, and the planner and search with --cp.
-#include "dtrain/plan/context_parallel.h"
+#include "dtrain/cost/context_parallel.h"
 
 #include <gtest/gtest.h>
 

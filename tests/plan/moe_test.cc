@@ -1,13 +1,13 @@
-// The MoE formulas of plan/moe.h against hand-worked values: the presets' parameter counts
+// The MoE formulas of cost/moe.h against hand-worked values: the presets' parameter counts
 // against the published totals, the routed-layer pattern, EP's per-rank expert state, the
 // all-to-all bytes of a dispatch and combine (uniform and with a measured routing), and the TP
 // collectives full recompute repeats in a routed block.
-#include "dtrain/plan/moe.h"
+#include "dtrain/cost/moe.h"
 
 #include <gtest/gtest.h>
 
 #include "dtrain/core/check.h"
-#include "dtrain/plan/model_presets.h"
+#include "dtrain/cost/model_presets.h"
 #include "dtrain/plan/planner.h"
 
 namespace dtrain::plan {

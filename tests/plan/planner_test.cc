@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "dtrain/core/check.h"
-#include "dtrain/plan/comm_model.h"
+#include "dtrain/cost/comm_model.h"
 #include "dtrain/plan/planner.h"
 
 namespace dtrain::plan {

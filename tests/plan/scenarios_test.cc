@@ -6,10 +6,10 @@
 #include <nlohmann/json.hpp>
 
 #include "dtrain/core/check.h"
-#include "dtrain/plan/comm_model.h"
-#include "dtrain/plan/memory_model.h"
-#include "dtrain/plan/model_presets.h"
-#include "dtrain/plan/pipeline_model.h"
+#include "dtrain/cost/comm_model.h"
+#include "dtrain/cost/memory_model.h"
+#include "dtrain/cost/model_presets.h"
+#include "dtrain/cost/pipeline_model.h"
 #include "dtrain/plan/scenarios.h"
 
 namespace dtrain::plan {

@@ -8,9 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include "dtrain/clock/engine_clock.h"
 #include "dtrain/core/check.h"
-#include "dtrain/plan/engine_clock.h"
-#include "dtrain/plan/measured_rates.h"
+#include "dtrain/machine/measured_rates.h"
 #include "dtrain/plan/planner.h"
 
 namespace dtrain::plan {

@@ -5,9 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dtrain/clock/time_model.h"
 #include "dtrain/core/check.h"
 #include "dtrain/plan/planner.h"
-#include "dtrain/plan/time_model.h"
 
 namespace dtrain::plan {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "dtrain/comm/threads/backend.h"
 #include "dtrain/core/cpu_usage.h"
-#include "dtrain/plan/moe.h"
+#include "dtrain/cost/moe.h"
 #include "dtrain/train/clock_report.h"
 #include "dtrain/train/engine.h"
 #include "dtrain/train/layout.h"

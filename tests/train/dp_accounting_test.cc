@@ -5,14 +5,14 @@
 //           the gathered units it holds at once (the embeddings and two blocks);
 //   traffic bytes sent per step by the DP collectives == plan::dp_traffic_per_step (ring), up
 //           to chunk rounding: less than one element per communication step, the bound
-//           plan/collective_cost.h states for chunks that differ by one element.
+//           cost/collective_cost.h states for chunks that differ by one element.
 #include <gtest/gtest.h>
 
 #include <mutex>
 
 #include "dp_harness.h"
-#include "dtrain/plan/comm_model.h"
-#include "dtrain/plan/memory_model.h"
+#include "dtrain/cost/comm_model.h"
+#include "dtrain/cost/memory_model.h"
 
 namespace dtrain::train {
 namespace {

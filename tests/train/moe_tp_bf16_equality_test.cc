@@ -27,7 +27,7 @@
 
 #include "dtrain/comm/threads/backend.h"
 #include "dtrain/core/check.h"
-#include "dtrain/plan/moe.h"
+#include "dtrain/cost/moe.h"
 #include "dtrain/train/engine.h"
 #include "dtrain/train/layout.h"
 #include "dtrain/train/layout_report.h"

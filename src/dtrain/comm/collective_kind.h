@@ -113,7 +113,7 @@ inline constexpr long long kDirectExchangeMaxBytes = 8 * 1024;
 // The direct all-to-all through a shared window (MPI ranks on one node): a rank's slot starts
 // with a header of its send count to each peer (8 bytes each, whole cache lines), and the rest
 // holds one piece per peer of this many elements in each segment. Shared by the engine
-// (algorithms/direct_all_to_all.cc) and the planner's segment count (plan/collective_cost.h).
+// (algorithms/direct_all_to_all.cc) and the planner's segment count (cost/collective_cost.h).
 constexpr long long direct_all_to_all_header_bytes(int world) {
   return (8LL * world + 63) / 64 * 64;
 }

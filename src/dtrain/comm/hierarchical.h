@@ -3,7 +3,7 @@
 // rank on every node, and a ring all-gather inside the node. Each rank sends 2(M-1)/M S/G over
 // the slow inter-node link (M nodes of G ranks), where the flat ring makes one rank in G send
 // 2(N-1)/N S.
-// Written over the plain collectives on two subgroups; plan/link_traffic.h gives its bytes.
+// Written over the plain collectives on two subgroups; cost/link_traffic.h gives its bytes.
 #pragma once
 
 #include <cstdint>

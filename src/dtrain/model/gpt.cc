@@ -460,7 +460,7 @@ void GptModel::recompute_block(const GptActivations& acts, GptWorkspace& ws, int
       return;
     case Recompute::selective: {
       // Under CP the blockwise backward recomputes each block's probabilities from the kept
-      // log-sum-exp: nothing to rerun (and no communication, plan/context_parallel.h).
+      // log-sum-exp: nothing to rerun (and no communication, cost/context_parallel.h).
       if (cp_->size() > 1) return;
       // The attention core again from the kept Q, K, V (both its s x s products, as Megatron's
       // checkpointed core attention and plan::recompute_flops_per_layer count): a.att for the

@@ -83,7 +83,7 @@ ContextParallelGroup::ContextParallelGroup(comm::Communicator& comm, plan::CpAlg
 // K and V (and Ulysses's Q and O) go on the wire at plan::cp_wire_bytes's element size for the
 // run's precision: bf16 when the model computes in bf16, whose products round them to bf16
 // anyway (blockwise_attention.cc's sgemm calls with cx.precision), so the bf16 wire changes no
-// bit. Gradients stay fp32 (plan/context_parallel.h says why).
+// bit. Gradients stay fp32 (cost/context_parallel.h says why).
 int64_t ContextParallelGroup::activation_wire_bytes(const model::Compute& cx) const {
   if (wire_ == CpWire::fp32) return static_cast<int64_t>(sizeof(float));
   return plan::cp_wire_bytes(cx.precision == model::Precision::bf16 ? plan::Precision::bf16

@@ -1,18 +1,18 @@
 // Context parallelism over a communicator: the model's ContextParallelHooks (model/cp_hooks.h)
 // for a CP group of N ranks, each holding T/N tokens of every sequence, with attention computed
-// across the group by one of plan/context_parallel.h's three algorithms, exactly (blockwise
+// across the group by one of cost/context_parallel.h's three algorithms, exactly (blockwise
 // softmax merged with the running max and log-sum-exp, model/ops/blockwise_attention.h):
 //   ring        [K|V] blocks passed to rank r+1 N-1 times in forward; in backward [K|V|dK|dV]
 //               N-1 times and a last [dK|dV] hop home. Balanced split (chunks r and 2N-1-r).
 // Under bf16 K and V (and Ulysses's Q, O) travel as bf16, the gradients as fp32
-// (plan::cp_wire_bytes; plan/context_parallel.h says why).
+// (plan::cp_wire_bytes; cost/context_parallel.h says why).
 //   all-gather  one all-gather of [K|V] per layer (kept for the backward), one reduce-scatter of
 //               the whole sequence's [dK|dV] in backward. Balanced split.
 //   ulysses     all-to-alls from the sequence split to a head split (Q, K, V), local attention on
 //               the whole sequence for NH_local/N heads, the output back (4 per layer forward; dO,
 //               dQ, dK, dV in backward). Contiguous split.
 // Counters (bytes, steps, messages per pass; attention work) are what the tests set beside
-// plan/context_parallel.h's formulas.
+// cost/context_parallel.h's formulas.
 #pragma once
 
 #include <cstdint>
@@ -24,8 +24,8 @@
 #include "dtrain/comm/communicator.h"
 #include "dtrain/core/buffer.h"
 #include "dtrain/core/timer.h"
+#include "dtrain/cost/context_parallel.h"
 #include "dtrain/model/cp_hooks.h"
-#include "dtrain/plan/context_parallel.h"
 
 namespace dtrain::parallel {
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "dtrain/core/check.h"
-#include "dtrain/plan/comm_model.h"
+#include "dtrain/cost/comm_model.h"
 
 namespace dtrain::parallel {
 

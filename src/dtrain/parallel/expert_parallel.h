@@ -3,7 +3,7 @@
 // counted bytes are what it sends to and receives from its peers) and is counted by site, for
 // the engine to set beside plan::ep_exchange_bytes with the routing the run measured.
 //
-// EP is carved from DP (plan/moe.h): the dp ranks of a stage form dp/ep EP groups of ep
+// EP is carved from DP (cost/moe.h): the dp ranks of a stage form dp/ep EP groups of ep
 // consecutive DP ranks (ep_rank = dp_rank % ep); the dp/ep ranks with the same ep_rank hold the
 // same experts and form the expert-data-parallel group over which their gradients are reduced.
 #pragma once

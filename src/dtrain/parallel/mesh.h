@@ -1,7 +1,7 @@
 // The DP x CP x TP x PP rank grid as one pure function of (shape, rank order): which coordinates
 // a global rank has, and which ranks share each group. No communication and no global state;
 // the engines build their communicators from these lists. CP (context parallelism) has size 1
-// unless asked for; a three-axis order places it right outside TP (plan/placement.h's rule), so
+// unless asked for; a three-axis order places it right outside TP (cost/placement.h's rule), so
 // "tp-dp-pp" means "tp-cp-dp-pp" and a CP ring stays beside its TP group.
 //
 // Worked example: dp = 2, tp = 2, pp = 2 with the default order "tp-dp-pp" (TP varies fastest,

@@ -1,7 +1,7 @@
 // The schedule checker and simulator: proves a PipelineSchedule valid (dependencies, matched
 // messages, no deadlock with blocking point-to-point) and, with unit times for F, B and W,
 // computes when every action runs, the makespan, the bubble and the peak activations per rank.
-// Its figures are tested against the closed forms of plan/pipeline_model.h.
+// Its figures are tested against the closed forms of cost/pipeline_model.h.
 //
 // Timing conventions: plan::StageTimes are per micro-batch for a whole stage, so an action on
 // one of v interleaved chunks takes 1/v of them. A fused backward takes B + W; ideal time is
@@ -19,8 +19,8 @@
 #include <string_view>
 #include <vector>
 
-#include "dtrain/plan/pipeline_model.h"
-#include "dtrain/plan/pipeline_schedule.h"
+#include "dtrain/cost/pipeline_model.h"
+#include "dtrain/schedule/pipeline_schedule.h"
 #include "dtrain/trace/timeline.h"
 
 namespace dtrain::parallel {

@@ -50,7 +50,7 @@
 #include "dtrain/parallel/data_parallel.h"
 #include "dtrain/parallel/pipeline_stages.h"
 #include "dtrain/parallel/unit_hooks.h"
-#include "dtrain/plan/pipeline_schedule.h"
+#include "dtrain/schedule/pipeline_schedule.h"
 #include "dtrain/trace/timeline.h"
 
 namespace dtrain::parallel {

@@ -1,9 +1,9 @@
-// Which transformer blocks each pipeline stage runs: the split lives in plan/pipeline_stages.h,
+// Which transformer blocks each pipeline stage runs: the split lives in cost/pipeline_stages.h,
 // where the planner prices each stage on its own blocks; the engine's executor and the commands
 // use the same functions under these names.
 #pragma once
 
-#include "dtrain/plan/pipeline_stages.h"
+#include "dtrain/cost/pipeline_stages.h"
 
 namespace dtrain::parallel {
 

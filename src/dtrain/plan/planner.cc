@@ -7,15 +7,15 @@
 #include <utility>
 #include <vector>
 
+#include "dtrain/clock/engine_clock.h"
+#include "dtrain/clock/time_model.h"
 #include "dtrain/core/check.h"
-#include "dtrain/plan/comm_model.h"
-#include "dtrain/plan/engine_clock.h"
-#include "dtrain/plan/format.h"
-#include "dtrain/plan/head_activation_memory.h"
-#include "dtrain/plan/pipeline_schedule.h"
-#include "dtrain/plan/pipeline_simulation.h"
-#include "dtrain/plan/pipeline_stages.h"
-#include "dtrain/plan/time_model.h"
+#include "dtrain/cost/comm_model.h"
+#include "dtrain/cost/head_activation_memory.h"
+#include "dtrain/cost/pipeline_stages.h"
+#include "dtrain/machine/format.h"
+#include "dtrain/schedule/pipeline_schedule.h"
+#include "dtrain/schedule/pipeline_simulation.h"
 
 namespace dtrain::plan {
 namespace {

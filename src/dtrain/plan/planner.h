@@ -11,14 +11,14 @@
 #include <string_view>
 #include <vector>
 
-#include "dtrain/plan/activation_memory.h"
-#include "dtrain/plan/compute_model.h"
-#include "dtrain/plan/context_parallel.h"
-#include "dtrain/plan/hardware.h"
-#include "dtrain/plan/memory_model.h"
-#include "dtrain/plan/model_presets.h"
-#include "dtrain/plan/pipeline_model.h"
-#include "dtrain/plan/placement.h"
+#include "dtrain/cost/activation_memory.h"
+#include "dtrain/cost/compute_model.h"
+#include "dtrain/cost/context_parallel.h"
+#include "dtrain/cost/memory_model.h"
+#include "dtrain/cost/model_presets.h"
+#include "dtrain/cost/pipeline_model.h"
+#include "dtrain/cost/placement.h"
+#include "dtrain/machine/hardware.h"
 
 namespace dtrain::plan {
 

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dtrain/core/check.h"
-#include "dtrain/plan/format.h"
+#include "dtrain/machine/format.h"
 
 namespace dtrain::plan {
 namespace {

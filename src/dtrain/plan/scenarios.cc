@@ -8,8 +8,8 @@
 #include <optional>
 
 #include "dtrain/core/check.h"
-#include "dtrain/plan/comm_model.h"
-#include "dtrain/plan/format.h"
+#include "dtrain/cost/comm_model.h"
+#include "dtrain/machine/format.h"
 #include "dtrain/plan/planner.h"
 
 namespace dtrain::plan {

@@ -9,9 +9,9 @@
 #include <map>
 #include <optional>
 
+#include "dtrain/clock/engine_clock.h"
 #include "dtrain/core/check.h"
-#include "dtrain/plan/engine_clock.h"
-#include "dtrain/plan/format.h"
+#include "dtrain/machine/format.h"
 #include "dtrain/plan/planner.h"
 
 namespace dtrain::plan {

@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "dtrain/core/cpu_usage.h"
-#include "dtrain/plan/moe.h"
+#include "dtrain/cost/moe.h"
 #include "dtrain/train/layout_report.h"
 
 namespace dtrain::train {

@@ -1,5 +1,5 @@
 // The clock beside the run: each phase of a step (forward, backward, TP collectives, pipeline
-// waits and bubble, exposed DP, optimizer, step) as plan/engine_clock.h predicts it from the
+// waits and bubble, exposed DP, optimizer, step) as clock/engine_clock.h predicts it from the
 // --cluster file's measured rates, and as this run measured it (medians over the steps after
 // the first, on the rank whose compute is the longest). The prediction never reads the run's
 // own times: only the layout and the rates.
@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dtrain/plan/engine_clock.h"
+#include "dtrain/clock/engine_clock.h"
 #include "dtrain/train/engine.h"
 
 namespace dtrain::train {

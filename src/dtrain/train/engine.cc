@@ -5,16 +5,16 @@
 #include <algorithm>
 #include <cmath>
 
+#include "dtrain/clock/engine_clock.h"
 #include "dtrain/comm/collectives.h"
 #include "dtrain/comm/rank_order.h"
 #include "dtrain/core/bf16.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/timer.h"
+#include "dtrain/cost/moe.h"
 #include "dtrain/model/bf16_gemm.h"
 #include "dtrain/model/moe_dispatch.h"
 #include "dtrain/model/tp_shard.h"
-#include "dtrain/plan/engine_clock.h"
-#include "dtrain/plan/moe.h"
 #include "dtrain/train/step_update.h"
 
 namespace dtrain::train {

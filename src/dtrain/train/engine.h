@@ -40,6 +40,8 @@
 #include "dtrain/comm/communicator.h"
 #include "dtrain/comm/topology.h"
 #include "dtrain/core/buffer.h"
+#include "dtrain/cost/pipeline_model.h"
+#include "dtrain/machine/hardware.h"
 #include "dtrain/model/gpt.h"
 #include "dtrain/model/thread_team.h"
 #include "dtrain/optim/adamw.h"
@@ -51,8 +53,6 @@
 #include "dtrain/parallel/pipeline_executor.h"
 #include "dtrain/parallel/pipeline_stages.h"
 #include "dtrain/parallel/tensor_parallel.h"
-#include "dtrain/plan/hardware.h"
-#include "dtrain/plan/pipeline_model.h"
 #include "dtrain/trace/timeline.h"
 #include "dtrain/train/step_config.h"
 #include "dtrain/train/step_engine.h"
@@ -142,7 +142,7 @@ struct StepTiming {
   double first_start_us = 0, last_end_us = 0, busy_us = 0;
 };
 
-// One step on this rank split into the clock's phases (plan/engine_clock.h), in microseconds:
+// One step on this rank split into the clock's phases (clock/engine_clock.h), in microseconds:
 // forward and backward are the schedule's compute actions less the TP collectives and the
 // DP/ZeRO waits inside them; tp_comm those TP collectives; pipeline_wait the schedule's extent
 // less its compute actions (bubble, sends and receives waited for); exposed_dp the waits for

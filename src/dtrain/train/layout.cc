@@ -3,10 +3,10 @@
 #include "dtrain/train/layout.h"
 
 #include "dtrain/core/check.h"
+#include "dtrain/machine/hardware.h"
 #include "dtrain/model/tp_shard.h"
 #include "dtrain/parallel/pipeline_checker.h"
-#include "dtrain/plan/hardware.h"
-#include "dtrain/plan/pipeline_schedule.h"
+#include "dtrain/schedule/pipeline_schedule.h"
 
 namespace dtrain::train {
 namespace {
@@ -68,7 +68,7 @@ EngineConfig make_engine_config(const StepConfig& step, const LayoutOptions& o) 
                  " micro-batches of equal size");
   }
 
-  // Context parallelism: each sequence's tokens over the CP group (plan/context_parallel.h's
+  // Context parallelism: each sequence's tokens over the CP group (cost/context_parallel.h's
   // constraints, named by flag).
   DTRAIN_CHECK(o.cp >= 1, "--cp must be at least 1 (got ", o.cp, ")");
   if (o.cp > 1) {

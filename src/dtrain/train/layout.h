@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "dtrain/comm/launch.h"
+#include "dtrain/cost/context_parallel.h"
+#include "dtrain/cost/pipeline_model.h"
 #include "dtrain/parallel/mesh.h"
-#include "dtrain/plan/context_parallel.h"
-#include "dtrain/plan/pipeline_model.h"
 #include "dtrain/train/engine.h"
 #include "dtrain/train/step_config.h"
 

@@ -8,19 +8,19 @@
 #include "dtrain/comm/collectives.h"
 #include "dtrain/core/bf16.h"
 #include "dtrain/core/check.h"
+#include "dtrain/cost/activation_memory.h"
+#include "dtrain/cost/collective_cost.h"
+#include "dtrain/cost/comm_model.h"
+#include "dtrain/cost/context_parallel.h"
+#include "dtrain/cost/head_activation_memory.h"
+#include "dtrain/cost/link_traffic.h"
+#include "dtrain/cost/memory_model.h"
+#include "dtrain/cost/moe.h"
 #include "dtrain/model/gpt_stage.h"
 #include "dtrain/model/moe_dispatch.h"
 #include "dtrain/model/param_table.h"
 #include "dtrain/model/tp_shard.h"
 #include "dtrain/parallel/pipeline_checker.h"
-#include "dtrain/plan/activation_memory.h"
-#include "dtrain/plan/collective_cost.h"
-#include "dtrain/plan/comm_model.h"
-#include "dtrain/plan/context_parallel.h"
-#include "dtrain/plan/head_activation_memory.h"
-#include "dtrain/plan/link_traffic.h"
-#include "dtrain/plan/memory_model.h"
-#include "dtrain/plan/moe.h"
 #include "dtrain/train/layout_report.h"
 
 namespace dtrain::train {
@@ -548,7 +548,7 @@ RankRow measure_rank(const Engine& e) {
                               r.tp_recompute_formula + r.tp_norms_formula);
   const std::vector<int> dp_group = mesh.group_of(Axis::dp, global);
   const int dp_nodes = static_cast<int>(c.topology.nodes_of(dp_group).size());
-  // The two-level all-reduce of each bucket exactly as plan/link_traffic.h counts it (the DP
+  // The two-level all-reduce of each bucket exactly as cost/link_traffic.h counts it (the DP
   // group's members fill its nodes in dp order, the same number on each); a ring sends all of
   // its bytes to the rank's successor.
   if (c.hierarchical && static_cast<int>(dp_group.size()) % dp_nodes == 0) {

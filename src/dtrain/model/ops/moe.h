@@ -83,10 +83,10 @@ struct MoeCounts {
   double aux_loss_sum = 0;             // sum of each micro-batch's aux (summed over its blocks)
   int64_t microbatches = 0;            // micro-batches whose aux is in aux_loss_sum
   // Rows this rank's experts computed, one entry per block and micro-batch (the routed copies
-  // kept, or under EP the rows received): what expert TP all-reduces (plan/moe.h).
+  // kept, or under EP the rows received): what expert TP all-reduces (cost/moe.h).
   std::vector<int64_t> expert_rows;
   // Each add()'s kept counts in order: (E) per block and micro-batch, what the engine clock is
-  // priced with after the run (plan/engine_clock.h, block_routings).
+  // priced with after the run (clock/engine_clock.h, block_routings).
   std::vector<int64_t> block_kept;
   void add(const MoeRouting& r);  // one block of one micro-batch (not the aux)
 };
