@@ -12,10 +12,10 @@
 #include "dtrain/core/check.h"
 #include "dtrain/core/rng.h"
 #include "dtrain/core/timer.h"
+#include "dtrain/engine/engine.h"
+#include "dtrain/engine/layout.h"
 #include "dtrain/model/bf16_gemm.h"
 #include "dtrain/model/gemm.h"
-#include "dtrain/train/engine.h"
-#include "dtrain/train/layout.h"
 
 namespace dtrain::bench {
 namespace {

@@ -14,11 +14,11 @@
 #include "dtrain/core/check.h"
 #include "dtrain/core/rng.h"
 #include "dtrain/core/timer.h"
+#include "dtrain/engine/engine.h"
+#include "dtrain/engine/layout.h"
 #include "dtrain/model/gemm.h"
-#include "dtrain/train/engine.h"
-#include "dtrain/train/layout.h"
-#include "dtrain/train/layout_report.h"
-#include "dtrain/train/trainer.h"
+#include "dtrain/report/layout_report.h"
+#include "dtrain/run/trainer.h"
 
 namespace dtrain::bench {
 namespace {

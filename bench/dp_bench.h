@@ -2,7 +2,7 @@
 // bench/peers/torch_gpt_step.py --mode ddp: 8 sequences per rank, one fixed random batch,
 // AdamW lr 3e-4, betas (0.9, 0.95), weight decay 0.1, no clipping, one compute thread and
 // single-threaded OpenBLAS per rank. Step time (median over steps of the slowest rank) and
-// tokens/s for 1 rank and N = 2 DP ranks of the one engine (train/engine.h), DP efficiency =
+// tokens/s for 1 rank and N = 2 DP ranks of the one engine (engine/engine.h), DP efficiency =
 // tokens/s with N ranks / (N x the single rank's), and ZeRO stages 1-3 relative to plain DP. With
 // `peer` set, the PyTorch script runs afterwards in the same invocation and its DDP figures are
 // printed beside.

@@ -15,12 +15,12 @@
 #include "dtrain/core/rng.h"
 #include "dtrain/core/timer.h"
 #include "dtrain/core/units.h"
+#include "dtrain/engine/engine.h"
+#include "dtrain/engine/layout.h"
 #include "dtrain/model/bf16_gemm.h"
 #include "dtrain/model/gemm.h"
-#include "dtrain/train/engine.h"
-#include "dtrain/train/layout.h"
-#include "dtrain/train/layout_report.h"
-#include "dtrain/train/trainer.h"
+#include "dtrain/report/layout_report.h"
+#include "dtrain/run/trainer.h"
 
 namespace dtrain::bench {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "dtrain/train/trainer.h"
+#include "dtrain/run/trainer.h"
 
 namespace dtrain::cli {
 

@@ -5,7 +5,7 @@
 include(CMakePackageConfigHelpers)
 
 set(dtrain_layers dtrain_core dtrain_comm dtrain_model dtrain_optim dtrain_machine dtrain_cost dtrain_schedule dtrain_clock dtrain_plan dtrain_trace
-    dtrain_parallel dtrain_data dtrain_checkpoint dtrain_formats dtrain_infer dtrain_calibrate dtrain_train)
+    dtrain_parallel dtrain_data dtrain_checkpoint dtrain_formats dtrain_infer dtrain_calibrate dtrain_engine dtrain_report dtrain_run)
 install(TARGETS ${dtrain_layers} dtrain_lib EXPORT dtrainTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
@@ -30,7 +30,7 @@ install(FILES ${PROJECT_BINARY_DIR}/dtrainConfig.cmake ${PROJECT_BINARY_DIR}/dtr
 
 # pkg-config: the layers are static, so their dependencies are listed for the link as well.
 set(dtrain_pc_requires "openblas nlohmann_json sentencepiece")
-set(dtrain_pc_libs "-ldtrain_infer -ldtrain_calibrate -ldtrain_train -ldtrain_formats -ldtrain_checkpoint -ldtrain_data -ldtrain_trace -ldtrain_parallel -ldtrain_plan -ldtrain_clock -ldtrain_schedule -ldtrain_cost -ldtrain_machine -ldtrain_optim")
+set(dtrain_pc_libs "-ldtrain_infer -ldtrain_calibrate -ldtrain_run -ldtrain_report -ldtrain_engine -ldtrain_formats -ldtrain_checkpoint -ldtrain_data -ldtrain_trace -ldtrain_parallel -ldtrain_plan -ldtrain_clock -ldtrain_schedule -ldtrain_cost -ldtrain_machine -ldtrain_optim")
 string(APPEND dtrain_pc_libs " -ldtrain_model -ldtrain_comm -ldtrain_core")
 if(DTRAIN_HAVE_MPI)
   string(APPEND dtrain_pc_requires " ompi-c")

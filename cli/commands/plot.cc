@@ -1,4 +1,4 @@
-// `dtrain plot`: draws series of a --metrics file (train/metrics.h) as an SVG line chart
+// `dtrain plot`: draws series of a --metrics file (run/metrics.h) as an SVG line chart
 // (trace/line_plot.h). Parsing only.
 #include <algorithm>
 #include <iostream>
@@ -11,9 +11,9 @@
 #include "command_registry.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/files.h"
+#include "dtrain/run/metrics.h"
 #include "dtrain/trace/line_plot.h"
 #include "dtrain/trace/write_file.h"
-#include "dtrain/train/metrics.h"
 #include "file_roles.h"
 #include "validators.h"
 

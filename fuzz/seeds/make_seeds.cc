@@ -20,10 +20,10 @@
 #include "dtrain/comm/threads/backend.h"
 #include "dtrain/data/data.h"
 #include "dtrain/data/token_file.h"
+#include "dtrain/engine/engine.h"
+#include "dtrain/engine/layout.h"
 #include "dtrain/formats/safetensors.h"
 #include "dtrain/machine/hardware.h"
-#include "dtrain/train/engine.h"
-#include "dtrain/train/layout.h"
 
 namespace fs = std::filesystem;
 

@@ -14,4 +14,4 @@
 #include "dtrain/machine/hardware.h"       // plan::parse_cluster
 #include "dtrain/plan/planner.h"           // plan::evaluate, plan::search
 #include "dtrain/plan/report.h"            // plan::plan_json, plan::format_plan
-#include "dtrain/train/run.h"              // train::run_training
+#include "dtrain/run/run.h"                // train::run_training

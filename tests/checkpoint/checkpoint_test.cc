@@ -13,7 +13,7 @@
 #include "dtrain/core/check.h"
 #include "dtrain/model/precision.h"
 #include "dtrain/model/tp_shard.h"
-#include "train/checkpoint_harness.h"
+#include "run/checkpoint_harness.h"
 
 namespace dtrain::checkpoint {
 namespace {

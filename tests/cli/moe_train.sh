@@ -71,7 +71,7 @@ expect_error "--aux-loss-coef must be non-negative" "${moe[@]}" --aux-loss-coef 
 expect_error "--experts must be 0 \(dense\) or positive" "${shape[@]}" --experts -2 --steps 1
 
 # Expert TP (+SP), with EP, and bf16 train from the CLI and report the same routing figures
-# (tests/train/moe_tp_bf16_equality_test.cc checks their numbers against the serial run).
+# (tests/engine/moe_tp_bf16_equality_test.cc checks their numbers against the serial run).
 for layout in "--tp 2" "--tp 2 --sequence-parallel" "--dp 2 --ep 2 --tp 2 --sequence-parallel" \
   "--precision bf16" "--dp 2 --ep 2 --precision bf16" "--pp 2 --microbatches 2 --schedule zb-h1"; do
   # shellcheck disable=SC2086

@@ -13,9 +13,9 @@
 
 #include "dtrain/comm/threads/backend.h"
 #include "dtrain/cost/context_parallel.h"
-#include "dtrain/train/engine.h"
-#include "dtrain/train/layout.h"
-#include "dtrain/train/layout_report.h"
+#include "dtrain/engine/engine.h"
+#include "dtrain/engine/layout.h"
+#include "dtrain/report/layout_report.h"
 #include "e2e/equality_support.h"
 
 namespace dtrain::train {

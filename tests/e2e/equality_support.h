@@ -13,9 +13,9 @@
 #include "dtrain/checkpoint/train_state.h"
 #include "dtrain/core/rng.h"
 #include "dtrain/data/data.h"
+#include "dtrain/engine/step_config.h"
 #include "dtrain/model/gpt_config.h"
 #include "dtrain/model/param_table.h"
-#include "dtrain/train/step_config.h"
 #include "reference/serial_engine.h"
 
 namespace dtrain::train::e2e {

@@ -31,9 +31,9 @@
 #include <vector>
 
 #include "dtrain/comm/threads/backend.h"
-#include "dtrain/train/engine.h"
-#include "dtrain/train/layout.h"
-#include "dtrain/train/layout_report.h"
+#include "dtrain/engine/engine.h"
+#include "dtrain/engine/layout.h"
+#include "dtrain/report/layout_report.h"
 #include "e2e/equality_support.h"
 #include "reference/serial_engine.h"
 
@@ -83,7 +83,7 @@ struct Layout {
   }
 };
 
-// Every rank's counters beside the plan/ formulas (train/layout_report.h), exactly: its model
+// Every rank's counters beside the plan/ formulas (report/layout_report.h), exactly: its model
 // states, one micro-batch's activations for the recompute mode (and the in-flight count, one
 // chunk a rank), and the bytes its groups sent per step - TP's f and g with SP's re-gathers and
 // LayerNorm sums and full recompute's reruns, the vocabulary reductions, the activations

@@ -21,8 +21,8 @@
 
 #include "dtrain/comm/threads/backend.h"
 #include "dtrain/core/check.h"
-#include "dtrain/train/engine.h"
-#include "dtrain/train/layout.h"
+#include "dtrain/engine/engine.h"
+#include "dtrain/engine/layout.h"
 #include "e2e/equality_support.h"
 #include "reference/serial_engine.h"
 

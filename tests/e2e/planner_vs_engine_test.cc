@@ -28,13 +28,13 @@
 #include "dtrain/core/check.h"
 #include "dtrain/core/rng.h"
 #include "dtrain/cost/model_presets.h"
+#include "dtrain/engine/engine.h"
+#include "dtrain/engine/layout.h"
 #include "dtrain/model/activations.h"
 #include "dtrain/parallel/pipeline_checker.h"
 #include "dtrain/parallel/pipeline_stages.h"
 #include "dtrain/plan/planner.h"
 #include "dtrain/schedule/pipeline_simulation.h"
-#include "dtrain/train/engine.h"
-#include "dtrain/train/layout.h"
 
 namespace dtrain::train {
 namespace {

@@ -25,9 +25,9 @@
 
 #include "dtrain/cost/context_parallel.h"
 #include "dtrain/cost/pipeline_model.h"
+#include "dtrain/run/run.h"
 #include "dtrain/schedule/pipeline_schedule.h"
 #include "dtrain/trace/chrome_trace.h"
-#include "dtrain/train/run.h"
 
 namespace dtrain::train {
 namespace {

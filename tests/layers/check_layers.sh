@@ -20,15 +20,15 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/src/dtrain" "$tmp/cli"
 cp "$root/src/dtrain/layers.txt" "$tmp/src/dtrain/"
-for f in core data train; do mkdir -p "$tmp/src/dtrain/$f"; done
+for f in core data run; do mkdir -p "$tmp/src/dtrain/$f"; done
 printf '#include "dtrain/core/check.h"\n' >"$tmp/src/dtrain/data/fine.h"
-printf '#pragma once\n\n#include "dtrain/train/engine.h"\n' >"$tmp/src/dtrain/data/planted.h"
+printf '#pragma once\n\n#include "dtrain/engine/engine.h"\n' >"$tmp/src/dtrain/data/planted.h"
 printf '#include "dtrain/data/data.h"\n#include "dtrain/infer/sample.h"\n' >"$tmp/cli/main.cc"
 # bench/ is checked too: it may include the planner and the engine, and nothing below may
 # include it.
 mkdir -p "$tmp/bench"
-printf '#include "dtrain/train/engine.h"\n' >"$tmp/bench/fine_bench.cc"
-printf '#pragma once\n#include "bench/fine_bench.h"\n' >"$tmp/src/dtrain/train/planted_bench.h"
+printf '#include "dtrain/engine/engine.h"\n' >"$tmp/bench/fine_bench.cc"
+printf '#pragma once\n#include "bench/fine_bench.h"\n' >"$tmp/src/dtrain/run/planted_bench.h"
 out=$("$check" "$tmp" 2>&1)
 rc=$?
 expect_line() {
@@ -41,8 +41,8 @@ if [ $rc -ne 1 ]; then
   echo "FAIL: the planted upward include passed the check (exit $rc)"
   failures=$((failures + 1))
 fi
-expect_line 'src/dtrain/data/planted.h:3: data includes "dtrain/train/...": train is above data (data may include: data core)'
-expect_line 'src/dtrain/train/planted_bench.h:2: train includes "bench/...": bench is above train'
+expect_line 'src/dtrain/data/planted.h:3: data includes "dtrain/engine/...": engine is above data (data may include: data core)'
+expect_line 'src/dtrain/run/planted_bench.h:2: run includes "bench/...": bench is above run'
 expect_line "check-layers: 2 include(s) against the layer order"
 if grep -q "fine.h\|cli/main.cc\|fine_bench.cc" <<<"$out"; then
   echo "FAIL: an include down the layers was reported:"

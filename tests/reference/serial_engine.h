@@ -21,13 +21,13 @@
 
 #include "dtrain/checkpoint/train_state.h"
 #include "dtrain/core/timer.h"
+#include "dtrain/engine/step_config.h"
+#include "dtrain/engine/step_engine.h"
+#include "dtrain/engine/step_update.h"
 #include "dtrain/model/gpt.h"
 #include "dtrain/model/thread_team.h"
 #include "dtrain/optim/adamw.h"
 #include "dtrain/optim/grad_clip.h"
-#include "dtrain/train/step_config.h"
-#include "dtrain/train/step_engine.h"
-#include "dtrain/train/step_update.h"
 
 namespace dtrain::train {
 

@@ -96,7 +96,7 @@ CollectiveTraffic dp_traffic_per_step(int64_t params, int dp, int zero_stage, St
                                       int microbatches = 1, int64_t pieces = 1,
                                       comm::Algorithm algo = comm::Algorithm::ring);
 
-// The same for one pipeline stage as the engine runs it (train/engine.h), where a few units
+// The same for one pipeline stage as the engine runs it (engine/engine.h), where a few units
 // differ from the whole model's rule:
 //   - `deferred`: elements synced once per step whatever the stage (the tied wte of a
 //     pipeline's end stages, averaged after its sum with the other end stage);
