@@ -134,7 +134,8 @@ void narayanan_check(const NarayananRow& r, const plan::ModelShape& m) {
 // Eq. 3, so this is its measured iteration time up to the rounding of the aggregate). The
 // layout, as §5.1 states it: tensor, pipeline and data parallelism "picked using heuristics
 // described in §3", the interleaved schedule and the scatter/gather optimisation
-// (pp_bytes_per_microbatch's b s h / t). What the table does not give, assumed (docs/clock.md):
+// (pp_bytes_per_microbatch's b s h / t). What the table does not give, assumed
+// (docs/clock-validation.md):
 // - the micro-batch by §3.4's rule, the b that minimises (B/(d b) + p - 1)(t_f(b) + t_b(b))
 //   among those that fit in 80 GB, with the clock's own times as t_f and t_b (the whole
 //   predicted step, communication included): a choice made on the prediction, never on the

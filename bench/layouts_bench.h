@@ -121,8 +121,8 @@ struct LayoutGroup {
   double given_routing_top_pick_slower_pct = 0;
 };
 
-// What the project holds the clock to on this benchmark (docs/clock.md, "The held-out
-// benchmark"): floors every run has to meet, goals it aims at. A target below 0 is not set.
+// What the project holds the clock to on this benchmark (docs/clock-validation.md, "Validation
+// on this machine"): floors every run has to meet, goals it aims at. A target below 0 is not set.
 struct ClockTargets {
   double mean_abs_error_pct = 0, p90_abs_error_pct = 0, worst_abs_error_pct = 0;
   double rank_correlation = 0;     // every group's Spearman at least this

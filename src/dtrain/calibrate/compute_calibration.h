@@ -39,9 +39,9 @@ struct ComputeCalibrationOptions {
 // measured ones: 1 is as calibrated, 0.8 a fifth slower. Products only: their samples are what
 // the calibration measured at those very shapes, where a memory-bound kernel's rate is a line
 // fitted over four sizes, whose residual at any one size would read as drift. The cores of a
-// shared or virtual machine drift apart and back over seconds (docs/clock.md), which no rate
-// measured minutes before can know; `bench layouts` probes between its runs to say how far. No
-// prediction reads it.
+// shared or virtual machine drift apart and back over seconds (docs/clock-validation.md), which
+// no rate measured minutes before can know; `bench layouts` probes between its runs to say how
+// far. No prediction reads it.
 struct CoreSpeed {
   int cpu = 0;
   double fp32 = 0;  // the fp32 products

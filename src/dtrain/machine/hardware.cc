@@ -37,7 +37,8 @@ constexpr double kAssumedComputeEfficiency = 0.6;
 // was redone on that same column each time the clock's model changed (docs/clock.md): under the
 // closed-form pipeline 0.87 / 42 us / 0.50 / 1.00; under the simulated pipeline 0.82 / 30 us /
 // 0.50 / 1.00; since the products' roofline (a thin product held to its bytes) as below. The
-// H100 and H200 presets reuse them; docs/clock.md, "One H200, measured", checks them on one H200.
+// H100 and H200 presets reuse them; docs/clock-validation.md, "One H200, measured", checks them
+// on one H200.
 // What each stands for:
 //   kGemmEfficiency    large matrix products' share of the tensor-core peak (cuBLAS on big tiles)
 //   kKernelOverheadUs  fixed cost per kernel call: launch, tail wave, stream synchronisation;
