@@ -77,8 +77,9 @@ CpBenchRow run_layout(const CpBenchOptions& o, int cp, const data::Batch& batch)
 
 CpBenchReport run_cp_bench(const CpBenchOptions& o) {
   DTRAIN_CHECK(o.ranks >= 2, "bench cp: --ranks must be at least 2 (got ", o.ranks, ")");
-  DTRAIN_CHECK(o.batch % o.ranks == 0, "bench cp: --ranks ", o.ranks, " does not divide --batch ",
-               o.batch, " (the DP run gives each rank batch / ranks sequences)");
+  DTRAIN_CHECK(o.batch % o.ranks == 0, "bench cp: --ranks ", o.ranks,
+               " does not divide --global-batch ", o.batch,
+               " (the DP run gives each rank batch / ranks sequences)");
   DTRAIN_CHECK(o.algorithm != plan::CpAlgorithm::automatic,
                "bench cp: --cp-algo must be ring, all-gather or ulysses");
   const train::StepConfig c = step_config(o);

@@ -61,9 +61,9 @@ double batch_mb_per_s(const data::TokenSource& tokens, const DataBenchOptions& o
 
 DataBenchReport run_data_bench(const DataBenchOptions& o) {
   DTRAIN_CHECK(o.batch > 0 && o.seq > 0 && o.batches > 0 && o.rounds > 0,
-               "bench data: --batch, --seq, --batches and --rounds must be positive");
-  DTRAIN_CHECK(!o.data.empty() || o.tokens > o.seq, "--tokens ", o.tokens, " must exceed --seq ",
-               o.seq);
+               "bench data: --global-batch, --seq-length, --batches and --rounds must be positive");
+  DTRAIN_CHECK(!o.data.empty() || o.tokens > o.seq, "--tokens ", o.tokens,
+               " must exceed --seq-length ", o.seq);
   DataBenchReport report;
   report.options = o;
   fs::path temp;
@@ -83,7 +83,7 @@ DataBenchReport run_data_bench(const DataBenchOptions& o) {
     report.file_bytes = static_cast<int64_t>(fs::file_size(report.file));
     report.tokens = static_cast<int64_t>(data.tokens.size());
     DTRAIN_CHECK(report.tokens > o.seq, "--data ", report.file, " has ", report.tokens,
-                 " tokens, not more than --seq ", o.seq);
+                 " tokens, not more than --seq-length ", o.seq);
     report.batch_mb = 2.0 * 4.0 * static_cast<double>(o.batch * o.seq) / 1e6;
     report.mapped_mb_per_s = batch_mb_per_s(data.tokens, o);
     if (report.tokens * 4 <= (int64_t{1} << 30)) {

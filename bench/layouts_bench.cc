@@ -30,10 +30,10 @@ namespace {
 std::vector<std::string> layout_args(const LayoutModel& model, const LayoutSpec& spec) {
   std::vector<std::string> a = {"--model",        "bench",
                                 "--layers",       std::to_string(model.layers),
-                                "--channels",     std::to_string(model.channels),
+                                "--hidden",       std::to_string(model.channels),
                                 "--heads",        std::to_string(model.heads),
-                                "--batch",        std::to_string(model.batch),
-                                "--seq",          std::to_string(model.seq),
+                                "--global-batch", std::to_string(model.batch),
+                                "--seq-length",   std::to_string(model.seq),
                                 "--dp",           std::to_string(spec.dp),
                                 "--tp",           std::to_string(spec.tp),
                                 "--pp",           std::to_string(spec.pp),

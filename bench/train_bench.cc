@@ -202,7 +202,7 @@ TrainBenchReport run_train_bench(const TrainBenchOptions& o) {
   const model::GptPreset& preset = model::gpt_preset(o.model);
   DTRAIN_CHECK(o.steps > 0, "--steps must be positive (got ", o.steps, ")");
   DTRAIN_CHECK(o.warmup >= 0, "--warmup must not be negative (got ", o.warmup, ")");
-  DTRAIN_CHECK(o.batch >= 0, "--batch must be positive (got ", o.batch, ")");
+  DTRAIN_CHECK(o.batch >= 0, "--global-batch must be positive (got ", o.batch, ")");
   // An empty sgemm measures nothing (its GFLOP/s would print as inf) and OpenBLAS rejects < 0.
   DTRAIN_CHECK(o.sgemm_size >= 1, "--sgemm-size must be at least 1 (got ", o.sgemm_size, ")");
   DTRAIN_CHECK(!o.threads.empty(), "--threads needs at least one thread count");

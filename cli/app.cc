@@ -14,6 +14,7 @@
 #include "command_registry.h"
 #include "config_text.h"
 #include "help_command.h"
+#include "renamed_flags.h"
 #include "validators.h"
 
 namespace dtrain::cli {
@@ -43,6 +44,13 @@ void apply_config_file(CLI::App& cmd, const std::string& path) {
     const std::string where =
         str("--config ", path, line == lines.end() ? std::string() : str(" line ", line->second));
     CLI::Option* op = cmd.get_option_no_throw("--" + name);
+    if (CLI::Option* now = renamed_to(cmd, op)) {
+      std::cerr << "note: " << where << ": '" << item.fullname() << "' is now '"
+                << now->get_lnames().front()
+                << "' (the old key is accepted until the next release)\n";
+      op = now;
+      name = now->get_lnames().front();
+    }
     DTRAIN_CHECK(op != nullptr && op->get_configurable(), where, ": '", item.fullname(),
                  "' is not a flag of `", cmd.get_name(),
                  "` (keys are its long flag names, see --help)");

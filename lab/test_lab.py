@@ -381,7 +381,7 @@ def test_tp_allreduce_bytes_per_rank():
 @pytest.mark.parametrize("tp", [2, 4])
 def test_tp_bytes_equal_dtrain_train_measured(tp):
     batch, layers = 8, 2
-    report = dtrain.train(model="tiny", steps=1, tp=tp, batch=batch, eval_every=1000)
+    report = dtrain.train(model="tiny", steps=1, tp=tp, global_batch=batch, eval_every=1000)
     model = report["model"]
     assert model["layers"] == layers
     mine = lab.tp_bytes_per_layer(batch * model["context"], model["channels"], tp, 4) * layers
@@ -509,7 +509,7 @@ def test_bubble_equals_dtrain_plan(m):
 def test_in_flight_equals_dtrain_train_measured(schedule):
     p, m = 4, 8
     mine = lab.peak_in_flight(lab.simulate_pipeline(schedule, p, m))
-    report = dtrain.train(model="tiny", layers=p, steps=1, pp=p, microbatches=m, batch=m,
+    report = dtrain.train(model="tiny", layers=p, steps=1, pp=p, microbatches=m, global_batch=m,
                           schedule=schedule, eval_every=1000)
     measured = [0] * p
     for rank in report["layout"]["ranks"]:

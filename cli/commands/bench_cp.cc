@@ -9,6 +9,7 @@
 #include "build_info.h"
 #include "command_registry.h"
 #include "dtrain/core/check.h"
+#include "renamed_flags.h"
 #include "validators.h"
 
 namespace dtrain::cli {
@@ -30,21 +31,25 @@ void add_bench_cp(CLI::App& bench) {
   cmd->add_option("--ranks", o.ranks, "Ranks (= DP ranks of the baseline, CP ranks of the CP run)")
       ->capture_default_str()
       ->check(whole_number(2, kMaxRanks));
-  cmd->add_option("--seq", o.seq, "Sequence length T (divisible by 2 x ranks for ring/all-gather)")
+  cmd->add_option("--seq-length", o.seq,
+                  "Sequence length T (divisible by 2 x ranks for ring/all-gather)")
       ->capture_default_str()
       ->check(whole_number(2, 1 << 20));
+  accept_old_spelling(*cmd, cmd->get_option("--seq-length"), "--seq");
   cmd->add_option("--layers", o.layers, "Transformer blocks L")
       ->capture_default_str()
       ->check(whole_number(1, 1024));
-  cmd->add_option("--channels", o.channels, "Model width C")
+  cmd->add_option("--hidden", o.channels, "Model width C")
       ->capture_default_str()
       ->check(whole_number(8, 4096));
-  cmd->add_option("--heads", o.heads, "Attention heads (dividing --channels)")
+  accept_old_spelling(*cmd, cmd->get_option("--hidden"), "--channels");
+  cmd->add_option("--heads", o.heads, "Attention heads (dividing --hidden)")
       ->capture_default_str()
       ->check(whole_number(1, 1024));
-  cmd->add_option("--batch", o.batch, "Global batch in sequences (divisible by --ranks)")
+  cmd->add_option("--global-batch", o.batch, "Global batch in sequences (divisible by --ranks)")
       ->capture_default_str()
       ->check(whole_number(1, kMaxBatch));
+  accept_old_spelling(*cmd, cmd->get_option("--global-batch"), "--batch");
   cmd->add_option("--cp-algo", f->algorithm, "The CP run's attention: ring, all-gather or ulysses")
       ->capture_default_str();
   cmd->add_option("--warmup", o.warmup, "Untimed steps first")

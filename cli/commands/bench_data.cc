@@ -8,6 +8,7 @@
 #include "build_info.h"
 #include "command_registry.h"
 #include "dtrain/core/files.h"
+#include "renamed_flags.h"
 #include "validators.h"
 
 namespace dtrain::cli {
@@ -33,12 +34,14 @@ void add_bench_data(CLI::App& bench_app) {
   cmd->add_option("--tokens", o.tokens, "Tokens of the temporary file (without --data)")
       ->capture_default_str()
       ->check(whole_number(2, std::numeric_limits<int32_t>::max()));
-  cmd->add_option("--batch", o.batch, "Sequences per batch B")
+  cmd->add_option("--global-batch", o.batch, "Sequences per batch B")
       ->capture_default_str()
       ->check(whole_number(1, kMaxBatch));
-  cmd->add_option("--seq", o.seq, "Tokens per sequence T")
+  accept_old_spelling(*cmd, cmd->get_option("--global-batch"), "--batch");
+  cmd->add_option("--seq-length", o.seq, "Tokens per sequence T")
       ->capture_default_str()
       ->check(whole_number(1, 1 << 20));
+  accept_old_spelling(*cmd, cmd->get_option("--seq-length"), "--seq");
   cmd->add_option("--batches", o.batches, "Batches per timed round")
       ->capture_default_str()
       ->check(whole_number(1, 1 << 20));

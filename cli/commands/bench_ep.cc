@@ -6,6 +6,7 @@
 #include "bench/ep_bench.h"
 #include "build_info.h"
 #include "command_registry.h"
+#include "renamed_flags.h"
 #include "validators.h"
 
 namespace dtrain::cli {
@@ -29,9 +30,10 @@ void add_bench_ep(CLI::App& bench) {
   cmd->add_option("--experts", o.experts, "Experts per routed block")
       ->capture_default_str()
       ->check(whole_number(2, 1024));
-  cmd->add_option("--channels", o.channels, "Model width C")
+  cmd->add_option("--hidden", o.channels, "Model width C")
       ->capture_default_str()
       ->check(whole_number(8, 4096));
+  accept_old_spelling(*cmd, cmd->get_option("--hidden"), "--channels");
   cmd->add_option("--batch-per-rank", o.batch_per_rank, "Sequences per rank and step")
       ->capture_default_str()
       ->check(whole_number(1, kMaxBatch));

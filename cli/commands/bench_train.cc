@@ -10,6 +10,7 @@
 #include "dtrain/core/files.h"
 #include "dtrain/model/gpt_config.h"
 #include "dtrain/model/thread_team.h"
+#include "renamed_flags.h"
 #include "validators.h"
 
 namespace dtrain::cli {
@@ -44,8 +45,9 @@ void add_bench_train(CLI::App& bench) {
   cmd->add_option("--steps", o.steps, "Timed steps (median); as many again with GEMM timing")
       ->capture_default_str()
       ->check(whole_number(1, kMaxSteps));
-  cmd->add_option("--batch", o.batch, "Sequences per step (default: the preset's)")
+  cmd->add_option("--global-batch", o.batch, "Sequences per step (default: the preset's)")
       ->check(whole_number(1, kMaxBatch));
+  accept_old_spelling(*cmd, cmd->get_option("--global-batch"), "--batch");
   // 8192^3 is 1.1 TFLOP per call, and the peak takes at least 10 calls per thread count.
   cmd->add_option("--sgemm-size", o.sgemm_size, "M = N = K of the sgemm peak measurement")
       ->capture_default_str()
@@ -75,9 +77,9 @@ void add_bench_train(CLI::App& bench) {
       if (run.python.find('/') != std::string::npos) check_input_file(run.python, "--python");
     }
     const int64_t batch = run.batch > 0 ? run.batch : model::gpt_preset(run.model).batch;
-    check_fits_in_memory(
-        bench::train_bench_memory_bytes(run),
-        str("--model ", run.model, " with --batch ", batch, " and --sgemm-size ", run.sgemm_size));
+    check_fits_in_memory(bench::train_bench_memory_bytes(run),
+                         str("--model ", run.model, " with --global-batch ", batch,
+                             " and --sgemm-size ", run.sgemm_size));
     const bench::TrainBenchReport report = bench::run_train_bench(f->options);
     if (f->json) {
       std::cout << with_build(bench::train_bench_to_json(report)).dump(2) << "\n";

@@ -26,6 +26,7 @@
 #include "dtrain/trace/timeline_ascii.h"
 #include "dtrain/trace/timeline_svg.h"
 #include "file_roles.h"
+#include "renamed_flags.h"
 #include "validators.h"
 
 namespace dtrain::cli {
@@ -50,7 +51,7 @@ struct PipelineOptions {
   int width = 120;
 };
 
-const parallel::PartitionFlags kFlags{"--stages", "--layers", "--stage-layers", "--chunks"};
+const parallel::PartitionFlags kFlags{"--stages", "--layers", "--stage-layers", "--vp"};
 
 // The schedule is built and simulated action by action: P x M x v = 1e6 slots take about 15 s
 // and 1.6 GiB here, so more is refused rather than left to run for minutes.
@@ -118,8 +119,8 @@ parallel::StagePartition partition(const PipelineOptions& o, int chunks) {
                  " entries, but --stages is ", o.stages, " (one entry per stage)");
   } else {
     DTRAIN_CHECK(entries == int64_t{o.stages} * chunks, "--stage-layers ", o.stage_layers, " has ",
-                 entries, " entries; with --chunks ", chunks,
-                 " it lists each model chunk, --stages * --chunks = ", o.stages * chunks);
+                 entries, " entries; with --vp ", chunks,
+                 " it lists each model chunk, --stages * --vp = ", o.stages * chunks);
   }
   int64_t sum = 0;
   for (int x : list) sum += x;
@@ -263,11 +264,11 @@ void run(const PipelineOptions& o) {
   validate(o);
   const ScheduleKind kind = plan::parse_schedule(o.schedule);
   const int chunks = o.chunks.value_or(kind == ScheduleKind::interleaved ? 2 : 1);
-  DTRAIN_CHECK(chunks == 1 || kind == ScheduleKind::interleaved, "--chunks ", chunks,
+  DTRAIN_CHECK(chunks == 1 || kind == ScheduleKind::interleaved, "--vp ", chunks,
                " applies only to --schedule interleaved, not ", plan::name(kind));
   const int64_t slots = int64_t{o.stages} * o.microbatches * chunks;
   DTRAIN_CHECK(slots <= kMaxScheduleSlots, "--stages ", o.stages, " x --microbatches ",
-               o.microbatches, " x --chunks ", chunks, " = ", slots, " schedule slots; at most ",
+               o.microbatches, " x --vp ", chunks, " = ", slots, " schedule slots; at most ",
                kMaxScheduleSlots, " are supported (the schedule is built and simulated in full)");
   // Output files are checked before the schedule is built, so a typo in a path costs nothing.
   if (o.svg_given) check_output_file(o.svg_path, "--svg");
@@ -317,9 +318,9 @@ void add_pipeline(CLI::App& app) {
       ->check(whole_number(1, kMaxScheduleSlots));
   cmd->add_option("--schedule", o->schedule, "gpipe, 1f1b, interleaved or zb-h1")
       ->capture_default_str();
-  cmd->add_option("--chunks", o->chunks,
-                  "Model chunks v per stage (interleaved only; default 2 there)")
+  cmd->add_option("--vp", o->chunks, "Model chunks v per stage (interleaved only; default 2 there)")
       ->check(whole_number(1, kMaxLayers));
+  accept_old_spelling(*cmd, cmd->get_option("--vp"), "--chunks");
   cmd->add_option("--layers", o->layers,
                   "Transformer blocks L (default: the sum of --stage-layers, else P*v)")
       ->check(whole_number(1, kMaxLayers));

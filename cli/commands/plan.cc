@@ -21,6 +21,7 @@
 #include "dtrain/plan/largest_model.h"
 #include "dtrain/plan/planner.h"
 #include "dtrain/plan/report.h"
+#include "renamed_flags.h"
 #include "validators.h"
 
 namespace dtrain::cli {
@@ -125,6 +126,12 @@ plan::ModelShape model_from(const PlanFlags& f, CLI::App* app) {
   set("--first-dense", f.first_dense, m.moe.first_dense);
   set("--shared-experts", f.shared_experts, m.moe.shared_experts);
   set("--expert-ffn", f.expert_ffn, m.moe.expert_ffn);
+  // A dense model with the MoE flags at their defaults (train's --dump-config writes top-k 1 and
+  // moe-every 1): nothing to shape, as train accepts them alone.
+  if (m.moe.experts == 0 && m.moe.top_k == 1 && m.moe.every == 1 && m.moe.first_dense == 0 &&
+      m.moe.shared_experts == 0 && m.moe.expert_ffn == 0) {
+    m.moe.top_k = 0;
+  }
   if (given(app, "--params")) {
     m.params_override = static_cast<int64_t>(std::llround(f.params));
     changed = true;
@@ -187,7 +194,7 @@ plan::Training training_from(const PlanFlags& f, CLI::App* app, const plan::Mode
   DTRAIN_CHECK(selective.has_value(), "--selective-flops must be eq8 or rerun, got '",
                f.selective_flops, "'");
   t.selective_flops = *selective;
-  t.bucket_bytes = static_cast<double>(parse_bytes(f.bucket, "--bucket"));
+  t.bucket_bytes = static_cast<double>(parse_bytes(f.bucket, "--bucket-size"));
   t.tokens_per_expert = f.tokens_per_expert;
   return t;
 }
@@ -214,7 +221,8 @@ plan::Layout layout_from(const PlanFlags& f, CLI::App* app, const plan::PlanInpu
   l.cp_algo = cp_algo_flag(f.cp_algo);
   DTRAIN_CHECK(f.cp == 1 || f.cp <= c.world(), "--cp ", f.cp, " is more than the cluster's ",
                c.world(), " GPUs");
-  DTRAIN_CHECK(f.cp > 1 || !given(app, "--cp-algo"),
+  // Alone, --cp-algo passes at a default (plan's auto, train's ring: its --dump-config writes it).
+  DTRAIN_CHECK(f.cp > 1 || !given(app, "--cp-algo") || f.cp_algo == "auto" || f.cp_algo == "ring",
                "--cp-algo picks context parallelism's algorithm: add --cp N (N > 1)");
   l.tp = f.tp;
   l.pp = f.pp;
@@ -260,7 +268,7 @@ plan::Layout layout_from(const PlanFlags& f, CLI::App* app, const plan::PlanInpu
   DTRAIN_CHECK(found, "--schedule must be gpipe, 1f1b, interleaved or zb-h1, got '", f.schedule,
                "'");
   const auto order = plan::parse_rank_order(f.order);
-  DTRAIN_CHECK(order.has_value(), "--order must list tp, dp and pp innermost first (e.g. ",
+  DTRAIN_CHECK(order.has_value(), "--rank-order must list tp, dp and pp innermost first (e.g. ",
                "tp-dp-pp), got '", f.order, "'");
   l.order = *order;
   if (given(app, "--stage-layers")) {
@@ -483,9 +491,10 @@ plan::SearchConstraints search_constraints(const PlanFlags& f, CLI::App* app) {
   DTRAIN_CHECK(!given(app, "--stage-layers"),
                "--stage-layers fixes one layout's split; --search gives each pp the balanced "
                "split: drop --stage-layers, or drop --search and give the layout");
-  DTRAIN_CHECK(!given(app, "--order"),
-               "--order fixes one layout's rank order; --search uses tp-dp-pp (Megatron's): drop "
-               "--order, or drop --search and give the layout");
+  DTRAIN_CHECK(
+      !given(app, "--rank-order"),
+      "--rank-order fixes one layout's rank order; --search uses tp-dp-pp (Megatron's): drop "
+      "--rank-order, or drop --search and give the layout");
   DTRAIN_CHECK(!(given(app, "--micro-batch") && given(app, "--microbatches")),
                "give --micro-batch or --microbatches, not both");
   plan::SearchConstraints c;
@@ -536,9 +545,11 @@ void run_plan(const PlanFlags& f, CLI::App* app) {
   }
   input.model = model_from(f, app);
   input.training = training_from(f, app, input.model);
-  DTRAIN_CHECK(!given(app, "--threads") || plan::has_measured_rates(input.cluster),
-               "--threads applies to the engine clock only: pass --cluster FILE with measured "
-               "rates (dtrain calibrate --compute -o FILE)");
+  // At its default (1) --threads passes alone, as train's --dump-config writes it.
+  DTRAIN_CHECK(
+      !given(app, "--threads") || f.threads == 1 || plan::has_measured_rates(input.cluster),
+      "--threads applies to the engine clock only: pass --cluster FILE with measured "
+      "rates (dtrain calibrate --compute -o FILE)");
   if (plan::has_measured_rates(input.cluster)) {
     // Measured CPU rates price dtrain's own engine (clock/engine_clock.h): its fp32 Adam, fp32
     // activations and tensor split unless --precision / --activation-bytes say otherwise.
@@ -672,7 +683,8 @@ void add_plan(CLI::App& parent) {
       ->excludes(achieved)
       ->group("Training");
   app->add_option("--precision", f.precision,
-                  "Bytes per parameter for weights+grads+optimizer: mixed (2+2+12, ZeRO), "
+                  "Bytes per parameter for weights+grads+optimizer: mixed or bf16 (2+2+12, ZeRO; "
+                  "train's --precision bf16), "
                   "megatron (2+4+12), fp32 (4+4+8)")
       ->group("Training");
   app->add_option("--threads", f.threads,
@@ -693,8 +705,9 @@ void add_plan(CLI::App& parent) {
                   "12Bs^2h per layer: Megatron-LM's published HFU) or rerun (4Bs^2h per layer, "
                   "the s x s products' forward run again); step time charges rerun either way")
       ->group("Training");
-  app->add_option("--bucket", f.bucket, "Gradient bucket size for data parallelism (25MiB)")
+  app->add_option("--bucket-size", f.bucket, "Gradient bucket size for data parallelism (25MiB)")
       ->group("Training");
+  accept_old_spelling(*app, app->get_option("--bucket-size"), "--bucket");
   // Cluster.
   app->add_option("--cluster", f.cluster,
                   "NODESxGPUSxTYPE with TYPE A100-80GB, H100-80GB or H200-141GB (e.g. "
@@ -806,9 +819,10 @@ void add_plan(CLI::App& parent) {
       ->group("Layout");
   app->add_option("--schedule", f.schedule, "Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1")
       ->group("Layout");
-  app->add_option("--order", f.order,
+  app->add_option("--rank-order", f.order,
                   "Rank order, innermost axis first (tp-dp-pp: TP ranks adjacent, as Megatron)")
       ->group("Layout");
+  accept_old_spelling(*app, app->get_option("--rank-order"), "--order");
   // Output.
   app->add_flag(
          "--search", f.search,

@@ -30,6 +30,7 @@
 #include "dtrain/run/run.h"
 #include "embedded.h"
 #include "file_roles.h"
+#include "renamed_flags.h"
 #include "validators.h"
 
 namespace dtrain::cli {
@@ -251,13 +252,17 @@ void add_train(CLI::App& app) {
       cmd->add_option("--context", f->context, "Context length (rows of wpe; default: preset)");
   auto* layers = cmd->add_option("--layers", f->layers, "Transformer blocks L (default: preset)");
   auto* heads = cmd->add_option("--heads", f->heads,
-                                "Attention heads NH; must divide --channels (default: preset)");
-  auto* channels = cmd->add_option("--channels", f->channels, "Channels C (default: preset)");
+                                "Attention heads NH; must divide --hidden (default: preset)");
+  auto* channels = cmd->add_option("--hidden", f->channels, "Hidden size C, the model width (default: preset)");
+  accept_old_spelling(*cmd, cmd->get_option("--hidden"), "--channels");
   add_moe_flags(*cmd, o.moe);
   cmd->add_option("--steps", o.steps, "Optimizer steps")->capture_default_str();
-  auto* batch = cmd->add_option("--batch", f->batch, "Sequences per step B (default: preset)");
-  auto* seq = cmd->add_option("--seq", f->seq,
+  auto* batch =
+      cmd->add_option("--global-batch", f->batch, "Sequences per step B (default: preset)");
+  accept_old_spelling(*cmd, cmd->get_option("--global-batch"), "--batch");
+  auto* seq = cmd->add_option("--seq-length", f->seq,
                               "Tokens per sequence T, at most --context (default: the context)");
+  accept_old_spelling(*cmd, cmd->get_option("--seq-length"), "--seq");
   cmd->add_option("--lr", o.lr, "Peak learning rate")->capture_default_str();
   auto* min_lr =
       cmd->add_option("--min-lr", f->min_lr, "Learning rate at the last step (default: lr/10)");
@@ -295,7 +300,7 @@ void add_train(CLI::App& app) {
       ->check(whole_number(0, std::numeric_limits<int64_t>::max()));
   train::LayoutOptions& l = o.layout;
   cmd->add_option("--dp", l.dp,
-                  "Data-parallel ranks; each takes --batch / N sequences of every step")
+                  "Data-parallel ranks; each takes --global-batch / N sequences of every step")
       ->capture_default_str();
   cmd->add_option("--ep", l.ep,
                   "Expert-parallel ranks, carved from --dp: each holds --experts / N experts "
@@ -311,16 +316,23 @@ void add_train(CLI::App& app) {
   cmd->add_option("--grad-accum", l.grad_accum,
                   "Micro-batches per step on each DP rank (gradients synced after the last)")
       ->capture_default_str();
+  cmd->add_option("--micro-batch", l.micro_batch,
+                  "Sequences per micro-batch b (plan's layout flag): sets --microbatches to "
+                  "each DP rank's rows / b under --pp, else --grad-accum")
+      ->check(whole_number(1, kMaxBatch));
   cmd->add_option("--pp", l.pp, "Pipeline stages P; the blocks split across them")
       ->capture_default_str();
   cmd->add_option("--microbatches", l.microbatches,
                   "Micro-batches M per step on each DP rank (the pipeline's); must divide the "
                   "rank's rows")
       ->capture_default_str();
-  cmd->add_option("--schedule", f->schedule, "Pipeline schedule: gpipe, 1f1b, interleaved or zb-h1")
-      ->default_str("1f1b");
-  cmd->add_option("--chunks", l.chunks,
-                  "Model chunks v per stage (interleaved only; default 2 there)");
+  cmd->add_option("--schedule", f->schedule,
+                  "Pipeline schedule: gpipe, 1f1b, interleaved or zb-h1 (default: 1f1b, or "
+                  "interleaved with --vp 2 or more)");
+  cmd->add_option("--vp", l.chunks,
+                  "Model chunks v per stage, the interleaved schedule's (default 2 there); "
+                  "v > 1 alone means --schedule interleaved, as in plan");
+  accept_old_spelling(*cmd, cmd->get_option("--vp"), "--chunks");
   cmd->add_option("--stage-layers", f->stage_layers,
                   "Explicit split of the blocks, e.g. 3,3,2 (per chunk if interleaved)");
   cmd->add_option("--trace", l.trace_path,
@@ -334,11 +346,12 @@ void add_train(CLI::App& app) {
                   "Tensor-parallel ranks: heads, MLP columns and the vocabulary split across "
                   "them; must divide --heads")
       ->capture_default_str();
-  cmd->add_option("--cp", l.cp,
-                  "Context-parallel ranks: each sequence's tokens split across them, attention "
-                  "computed across the group (--cp-algo); --seq divisible by 2 x cp for ring and "
-                  "all-gather, by cp for ulysses; an MoE model's router sees the whole "
-                  "sequence (not with --ep yet)")
+  cmd->add_option(
+         "--cp", l.cp,
+         "Context-parallel ranks: each sequence's tokens split across them, attention "
+         "computed across the group (--cp-algo); --seq-length divisible by 2 x cp for ring and "
+         "all-gather, by cp for ulysses; an MoE model's router sees the whole "
+         "sequence (not with --ep yet)")
       ->capture_default_str();
   cmd->add_option("--cp-algo", f->cp_algo,
                   "Attention across the CP group: ring (K/V blocks passed round, load-balanced "

@@ -52,5 +52,5 @@ faults "pp2 ZB-H1, 4 micro-batches" --pp 2 --microbatches 4 --schedule zb-h1
 # 8 blocks of 160 channels: buffers of 8 MiB and more, which jemalloc's default would serve from
 # an arena that unmaps them when freed (cli/main.cc's malloc_conf keeps them).
 faults "pp2 GPipe, 8 layers of 160 channels" --pp 2 --microbatches 4 --schedule gpipe \
-  --layers 8 --channels 160 --heads 8
+  --layers 8 --hidden 160 --heads 8
 finish

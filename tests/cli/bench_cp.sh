@@ -14,7 +14,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 expect_output 'Ranks \(= DP ranks of the baseline, CP ranks of the CP run\)' bench cp --help
-tiny=(bench cp --seq 64 --channels 16 --layers 2 --batch 2 --warmup 0 --steps 1 --rounds 1)
+tiny=(bench cp --seq-length 64 --hidden 16 --layers 2 --global-batch 2 --warmup 0 --steps 1 --rounds 1)
 expect_output 'ratio CP / DP: time [0-9.]+, activation peak 0\.[0-9]+' "${tiny[@]}"
 expect_output 'CPU: .+' "${tiny[@]}"
 if "$DTRAIN" "${tiny[@]}" --json > "$tmp/bench.json" 2> "$tmp/err"; then
@@ -41,7 +41,7 @@ PY
 else
   fail "bench cp --json exited non-zero: $(cat "$tmp/err")"
 fi
-expect_error 'bench cp: --ranks 4 does not divide --batch 2' "${tiny[@]}" --ranks 4
+expect_error 'bench cp: --ranks 4 does not divide --global-batch 2' "${tiny[@]}" --ranks 4
 expect_error '--cp-algo "star" is not one of ring, all-gather, ulysses' "${tiny[@]}" --cp-algo star
 expect_error '--ranks' "${tiny[@]}" --ranks 1
 finish

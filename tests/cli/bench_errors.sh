@@ -10,10 +10,10 @@ expect_error "--sgemm-size: must be at least 1 \(got -1\)" bench train --sgemm-s
 expect_error "--sgemm-size: must be at least 1 \(got 0\)" bench train --sgemm-size 0
 expect_error "--sgemm-size: must be at most 8192 \(got 99999999999999999999\)" \
   bench train --sgemm-size 99999999999999999999
-expect_error "--batch: must be at least 1 \(got 0\)" bench train --batch 0
-expect_error "--batch: must be at most 1000000 \(got 1000000000\)" bench train --batch 1000000000
-expect_error "--model bench with --batch 1000000 and --sgemm-size 512 needs .* TiB of memory" \
-  bench train --model bench --batch 1000000
+expect_error "--global-batch: must be at least 1 \(got 0\)" bench train --global-batch 0
+expect_error "--global-batch: must be at most 1000000 \(got 1000000000\)" bench train --global-batch 1000000000
+expect_error "--model bench with --global-batch 1000000 and --sgemm-size 512 needs .* TiB of memory" \
+  bench train --model bench --global-batch 1000000
 expect_error "--steps: must be at least 1 \(got 0\)" bench train --steps 0
 expect_error "--steps: must be at most 100000 \(got 99999999999999999999\)" \
   bench train --steps 99999999999999999999

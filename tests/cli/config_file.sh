@@ -24,7 +24,7 @@ batch = 4
 lr = 0.002
 TOML
 "$DTRAIN" train --config "$tmp/run.toml" --json > "$tmp/a.json" 2>/dev/null
-"$DTRAIN" train --model tiny --steps 5 --eval-every 0 --batch 4 --lr 0.002 --json > "$tmp/b.json" 2>/dev/null
+"$DTRAIN" train --model tiny --steps 5 --eval-every 0 --global-batch 4 --lr 0.002 --json > "$tmp/b.json" 2>/dev/null
 check "train --config FILE runs the file's flags (losses equal the same flags given)" \
   "$py" -c "import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:]); assert a['train_losses']==b['train_losses'] and len(a['train_losses'])==5" "$tmp/a.json" "$tmp/b.json"
 "$DTRAIN" train --config "$tmp/run.toml" --steps 3 --json > "$tmp/c.json" 2>/dev/null

@@ -8,7 +8,7 @@ source "$(dirname "$0")/lib/expect.bash"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-ck=(train --model tiny --context 32 --seq 32 --batch 4 --eval-every 0 --eval-batches 1 --steps 4)
+ck=(train --model tiny --context 32 --seq-length 32 --global-batch 4 --eval-every 0 --eval-batches 1 --steps 4)
 final_loss() { grep -oE 'step 4/4 loss [0-9.]+' | awk '{print $4}'; }
 want=$("$DTRAIN" "${ck[@]}" --save "$tmp/ag" --save-every 2 --cp 2 --cp-algo all-gather 2>&1 | final_loss)
 "$DTRAIN" "${ck[@]}" --save "$tmp/ul" --save-every 2 --cp 2 --cp-algo ulysses > /dev/null 2>&1 || fail "ulysses run"

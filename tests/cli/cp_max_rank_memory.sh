@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A run that only fits because of context parallelism (issue 33, item 6): at --seq 1024 a 2-block
+# A run that only fits because of context parallelism (issue 33, item 6): at --seq-length 1024 a 2-block
 # C=64 model's activations (4 heads of 1024 x 1024 scores per block) need 51.8 MiB on one rank by
 # the plan/ formulas, over a 16 MiB --max-rank-memory; the other 2-rank cuts do not bring it under
 # (--tp 2: 30.1 MiB, --pp 2: 30.0 MiB) and are refused too, naming the need and the cap. --cp 2
@@ -8,7 +8,7 @@
 # Usage: cp_max_rank_memory.sh path/to/dtrain
 source "$(dirname "$0")/lib/expect.bash"
 
-long=(train --layers 2 --channels 64 --heads 4 --context 1024 --seq 1024 --batch 1 --steps 2
+long=(train --layers 2 --hidden 64 --heads 4 --context 1024 --seq-length 1024 --global-batch 1 --steps 2
   --eval-every 0 --max-rank-memory 16MiB)
 expect_error '--max-rank-memory 16.0 MiB: a rank of pipeline stage 0 needs 51.8 MiB by the plan/ formulas .* --cp' \
   "${long[@]}"

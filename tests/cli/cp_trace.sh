@@ -10,7 +10,7 @@ source "$(dirname "$0")/lib/expect.bash"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # L = 2 layers, M = 2 micro-batches of 1 row, T = 16 tokens over cp 2.
-run=(train --model tiny --layers 2 --context 16 --seq 16 --batch 2 --microbatches 2 --steps 2 --cp 2)
+run=(train --model tiny --layers 2 --context 16 --seq-length 16 --global-batch 2 --microbatches 2 --steps 2 --cp 2)
 # Messages per layer and micro-batch at cp N = 2: ring N-1 forward hops + N backward hops;
 # all-gather one gather + one reduce-scatter; ulysses 4 all-to-alls each way.
 declare -A per_layer=([ring]=3 [all-gather]=2 [ulysses]=8)

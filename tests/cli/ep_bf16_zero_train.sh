@@ -17,8 +17,8 @@
 source "$(dirname "$0")/lib/expect.bash"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-m4=(train --layers 2 --channels 32 --heads 4 --context 16 --eval-every 0 --experts 4 --top-k 2
-  --batch 4 --precision bf16)
+m4=(train --layers 2 --hidden 32 --heads 4 --context 16 --eval-every 0 --experts 4 --top-k 2
+  --global-batch 4 --precision bf16)
 
 # losses_close A.json B.json TOL: the train losses of two runs agree to TOL (0: bit for bit).
 losses_close() {

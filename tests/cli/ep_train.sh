@@ -12,8 +12,8 @@
 source "$(dirname "$0")/lib/expect.bash"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-moe=(train --layers 2 --channels 32 --heads 4 --context 16 --eval-every 0 --experts 4 --top-k 2)
-m4=("${moe[@]}" --batch 4)
+moe=(train --layers 2 --hidden 32 --heads 4 --context 16 --eval-every 0 --experts 4 --top-k 2)
+m4=("${moe[@]}" --global-batch 4)
 
 # losses_close A.json B.json: the train losses of two runs agree to 1e-5; prints the max diff.
 losses_close() {
@@ -78,7 +78,7 @@ echo -n "saved at --dp 2, resumed at --ep 2: " && losses_close "$tmp/r2.json" "$
 
 # A run that only fits because of EP: 16 experts of C=64 on 2 blocks replicated need 17.4 MiB a
 # rank by the plan/ formulas (8.8 MiB with --pp 2); with --ep 2 each rank holds 8 of them.
-big=(train --layers 2 --channels 64 --heads 4 --context 16 --batch 4 --eval-every 0 --experts 16
+big=(train --layers 2 --hidden 64 --heads 4 --context 16 --global-batch 4 --eval-every 0 --experts 16
   --top-k 2 --steps 2 --dp 2)
 expect_error '--max-rank-memory 12.0 MiB: a rank of pipeline stage 0 needs' "${big[@]}" \
   --max-rank-memory 12MiB
@@ -90,7 +90,7 @@ expect_output 'at end' "${big[@]}" --ep 2 --pp 2 --microbatches 2 --max-rank-mem
 # Under mpirun the same layouts give the threads backend's losses bit for bit (the same
 # algorithms in the same order: pairwise all-to-alls, the DP syncs).
 if command -v mpirun > /dev/null; then
-  run=("${moe[@]}" --batch 8 --steps 3 --json)
+  run=("${moe[@]}" --global-batch 8 --steps 3 --json)
   for layout in "--dp 4 --ep 2" "--dp 2 --ep 2 --pp 2 --microbatches 2"; do
     # shellcheck disable=SC2086
     threads=$("$DTRAIN" "${run[@]}" $layout 2> /dev/null | tr -d ' \n' |
@@ -108,7 +108,7 @@ fi
 
 # bench ep (a build with benchmarks): the EP step holds less memory per rank and moves bytes.
 if "$DTRAIN" bench ep --help > /dev/null 2>&1; then
-  "$DTRAIN" bench ep --channels 32 --warmup 0 --steps 1 --rounds 1 --json > "$tmp/bench.json" \
+  "$DTRAIN" bench ep --hidden 32 --warmup 0 --steps 1 --rounds 1 --json > "$tmp/bench.json" \
     2> /dev/null || fail "bench ep exited $?"
   python3 - "$tmp/bench.json" <<'PY' || fail "bench ep figures"
 import json, sys
@@ -121,10 +121,10 @@ fi
 
 # Bad values, each naming the flag.
 expect_error '--ep 3 does not divide --dp 4' "${m4[@]}" --dp 4 --ep 3 --steps 1
-expect_error '--ep 4 does not divide --experts 6' train --layers 2 --channels 32 --heads 4 \
-  --context 16 --batch 4 --experts 6 --top-k 2 --dp 4 --ep 4 --steps 1
-expect_error '--ep 2 needs a mixture-of-experts model' train --layers 2 --channels 32 --heads 4 \
-  --context 16 --batch 4 --dp 2 --ep 2 --steps 1
+expect_error '--ep 4 does not divide --experts 6' train --layers 2 --hidden 32 --heads 4 \
+  --context 16 --global-batch 4 --experts 6 --top-k 2 --dp 4 --ep 4 --steps 1
+expect_error '--ep 2 needs a mixture-of-experts model' train --layers 2 --hidden 32 --heads 4 \
+  --context 16 --global-batch 4 --dp 2 --ep 2 --steps 1
 expect_error '--ep must be at least 1' "${moe[@]}" --ep 0 --steps 1
 expect_error '--ep 2 with --dp-all-reduce hierarchical is not supported' \
   "${m4[@]}" --dp 2 --ep 2 --dp-all-reduce hierarchical --ranks-per-node 1 --steps 1

@@ -12,8 +12,8 @@
 source "$(dirname "$0")/lib/expect.bash"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-m4=(train --layers 2 --channels 32 --heads 4 --context 16 --eval-every 0 --experts 4 --top-k 2
-  --batch 4)
+m4=(train --layers 2 --hidden 32 --heads 4 --context 16 --eval-every 0 --experts 4 --top-k 2
+  --global-batch 4)
 
 # losses_close A.json B.json: the train losses of two runs agree to 1e-5; prints the max diff.
 losses_close() {
@@ -94,8 +94,8 @@ echo -n "saved at --dp 2 --zero 1, resumed at --ep 2 --zero 2: " &&
 
 # Under mpirun the same layout gives the threads backend's losses bit for bit.
 if command -v mpirun > /dev/null; then
-  run=(train --layers 2 --channels 32 --heads 4 --context 16 --eval-every 0 --experts 4 --top-k 2
-    --batch 8 --steps 3 --json --dp 4 --ep 2 --zero 3)
+  run=(train --layers 2 --hidden 32 --heads 4 --context 16 --eval-every 0 --experts 4 --top-k 2
+    --global-batch 8 --steps 3 --json --dp 4 --ep 2 --zero 3)
   threads=$("$DTRAIN" "${run[@]}" 2> /dev/null | tr -d ' \n' | grep -o '"train_losses":\[[^]]*\]')
   mpi=$(mpirun --allow-run-as-root --oversubscribe -np 4 "$DTRAIN" "${run[@]}" --backend mpi \
     2> /dev/null | tr -d ' \n' | grep -o '"train_losses":\[[^]]*\]')

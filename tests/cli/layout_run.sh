@@ -108,7 +108,7 @@ done
 # The layout flags' bad input: one check for every layout.
 expect_error 'the mesh|--ranks-per-node 3 does not divide the 8 ranks' "${run[@]}" --dp 2 --tp 2 --pp 2 --ranks-per-node 3
 expect_error '--rank-order "tp-tp-pp"' "${run[@]}" --dp 2 --tp 2 --rank-order tp-tp-pp
-expect_error '--batch 8 does not split into --dp 4 x 4' "${run[@]}" --dp 4 --pp 2 --microbatches 4
+expect_error '--global-batch 8 does not split into --dp 4 x 4' "${run[@]}" --dp 4 --pp 2 --microbatches 4
 expect_error '--backend "gloo" is not one of threads, mpi' "${run[@]}" --dp 2 --backend gloo
 expect_error '--ranks-per-node 3 does not divide the 4 ranks' "${run[@]}" --dp 4 --ranks-per-node 3
 expect_error '--dp-all-reduce hierarchical needs --zero 0' \

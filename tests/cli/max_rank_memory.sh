@@ -6,7 +6,7 @@
 # but the run's measured peak passes (the communication buffers are not in the plan) stops the run
 # at the first step, naming the rank and its bytes. Usage: max_rank_memory.sh path/to/dtrain
 source "$(dirname "$0")/lib/expect.bash"
-run=(train --model bench --layers 8 --channels 384 --heads 4 --batch 4 --seq 16 --steps 2
+run=(train --model bench --layers 8 --hidden 384 --heads 4 --global-batch 4 --seq-length 16 --steps 2
   --eval-every 0 --eval-batches 1)
 cap=(--max-rank-memory 112MiB)
 

@@ -37,7 +37,7 @@ else
     "${quick[@]}" --dp 4
   # A model of 8 GiB of states under a 1 GiB data limit.
   limited -d 1000000 "needs at least .* is available \(room under the data limit \(ulimit -d" \
-    "${quick[@]}" --layers 2000 --channels 256 --heads 4
+    "${quick[@]}" --layers 2000 --hidden 256 --heads 4
 
   # A limit the run fits under changes nothing: 2 GB of address space for one rank.
   out=$( (ulimit -v 2000000 && exec timeout -s KILL 60 "$DTRAIN" "${quick[@]}") 2>&1)
@@ -81,7 +81,7 @@ err=$(timeout -s KILL 30 "$DTRAIN" train --model tiny --steps 5 --eval-every 0 -
 rc=$?
 took=$(($(date +%s) - start))
 if [[ $rc -eq 1 && $took -lt 20 ]] &&
-  grep -q "^error: out of memory: an allocation failed (std::bad_alloc).*use a smaller --batch" \
+  grep -q "^error: out of memory: an allocation failed (std::bad_alloc).*use a smaller --global-batch" \
     <<<"$err"; then
   echo "ok: --dp 2 --inject-fault rank=1,step=3,kind=bad_alloc -> exit 1 after ${took} s: $(grep -m1 "out of memory" <<<"$err" | head -c 160)"
 else

@@ -82,7 +82,7 @@ assert [l['step'] for l in lines if l['type'] == 'step'] == [1, 2, 3, 4, 5, 6, 4
 # Several runs in one chart, against steps or tokens: a second run at another learning rate;
 # each panel holds every run's series, labelled "run: series", and --x tokens scales each run's
 # steps by its own batch x seq (tiny: 8 x 32 = 256 tokens per step; the second run 4 x 32).
-"$DTRAIN" train --model tiny --steps 8 --eval-every 4 --lr 1e-3 --batch 4 --metrics "$tmp/slow.jsonl" \
+"$DTRAIN" train --model tiny --steps 8 --eval-every 4 --lr 1e-3 --global-batch 4 --metrics "$tmp/slow.jsonl" \
   > /dev/null 2>&1 || { echo "FAIL: second run"; failures=$((failures + 1)); }
 "$DTRAIN" plot "$tmp/m.jsonl" "$tmp/slow.jsonl" --x tokens --output "$tmp/both.svg" > /dev/null
 check "plot of two runs against tokens: a polyline per run and series, x = step x batch x seq" \

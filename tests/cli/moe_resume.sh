@@ -7,7 +7,7 @@
 source "$(dirname "$0")/lib/expect.bash"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-base=(train --layers 2 --channels 32 --heads 4 --context 16 --seq 16 --batch 4 --eval-every 0)
+base=(train --layers 2 --hidden 32 --heads 4 --context 16 --seq-length 16 --global-batch 4 --eval-every 0)
 moe=(--experts 4 --top-k 2 --capacity-factor 1.5 --aux-loss-coef 0.01)
 
 "$DTRAIN" "${base[@]}" "${moe[@]}" --steps 4 --save-every 2 --save "$tmp/ck" > /dev/null 2>&1 ||

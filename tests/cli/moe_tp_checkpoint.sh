@@ -7,8 +7,8 @@
 source "$(dirname "$0")/lib/expect.bash"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-m4=(train --layers 2 --channels 32 --heads 4 --context 16 --eval-every 0 --experts 4 --top-k 2
-  --batch 4)
+m4=(train --layers 2 --hidden 32 --heads 4 --context 16 --eval-every 0 --experts 4 --top-k 2
+  --global-batch 4)
 etp=(--dp 2 --ep 2 --tp 2 --sequence-parallel)
 
 # losses_close A.json B.json: the train losses of two runs agree to 1e-5; prints the max diff.

@@ -10,7 +10,7 @@
 source "$(dirname "$0")/lib/expect.bash"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-shape=(train --layers 2 --channels 32 --heads 4 --context 16 --batch 2 --eval-every 0)
+shape=(train --layers 2 --hidden 32 --heads 4 --context 16 --global-batch 2 --eval-every 0)
 moe=("${shape[@]}" --experts 4 --top-k 2)
 
 # check_report FILE STEPS CAPACITY: the JSON's routing is consistent; prints the spread.

@@ -17,7 +17,7 @@ out=$("${MPIRUN[@]}" "$DTRAIN" "${train[@]}" --inject-fault rank=1,step=3,kind=b
 rc=$?
 took=$(($(date +%s) - start))
 if [[ $rc -ne 0 && $rc -ne 137 && $took -lt 30 ]] &&
-  grep -q "^error: rank 1 failed: out of memory: an allocation failed (std::bad_alloc).*use a smaller --batch" \
+  grep -q "^error: rank 1 failed: out of memory: an allocation failed (std::bad_alloc).*use a smaller --global-batch" \
     <<<"$out"; then
   echo "ok: mpirun -np 2 dtrain ${train[*]} --inject-fault rank=1,step=3,kind=bad_alloc -> exit $rc after ${took} s: $(grep -m1 "out of memory" <<<"$out" | head -c 160)"
 else

@@ -20,7 +20,7 @@ cd "$tmp" || exit 1
 run=(train --model tiny --eval-every 0 --eval-batches 1)
 stop=(--steps 4 --save-every 2 --inject-fault rank=0,step=3,kind=throw)
 "$DTRAIN" "${run[@]}" "${stop[@]}" --save ck > /dev/null 2>&1
-"$DTRAIN" "${run[@]}" "${stop[@]}" --seq 16 --cp 2 --save cp > /dev/null 2>&1
+"$DTRAIN" "${run[@]}" "${stop[@]}" --seq-length 16 --cp 2 --save cp > /dev/null 2>&1
 "$DTRAIN" export --checkpoint ck --output ex > /dev/null 2>&1 || { echo "FAIL: export"; exit 1; }
 step=ck/step-00000002
 [ -f "$step/rank-00000.bin" ] && [ -f cp/step-00000002/rank-00001.bin ] ||
@@ -49,7 +49,7 @@ refused "--trace $step/rank-00000.bin is inside --resume ck: refusing to write i
 refused "--timeline $step/manifest.json is inside --resume ck" ck \
   "${run[@]}" --steps 4 --resume ck --timeline "$step/manifest.json"
 refused "--write-eval-batch cp/step-00000002/rank-00001.bin is inside --resume cp" cp \
-  "${run[@]}" --steps 4 --seq 16 --cp 2 --resume cp \
+  "${run[@]}" --steps 4 --seq-length 16 --cp 2 --resume cp \
   --write-eval-batch cp/step-00000002/rank-00001.bin
 refused "--trace ex/config.json is inside --init-from ex" ex \
   "${run[@]}" --steps 2 --init-from ex --trace ex/config.json
@@ -101,7 +101,7 @@ expect_output "loss" "${run[@]}" --steps 4 --resume ck --save ck --metrics m.jso
   --trace t.json --timeline t.svg --write-eval-batch eval.bin
 [ -s m.jsonl ] && [ -s t.json ] && [ -s t.svg ] && [ -s eval.bin ] &&
   echo "ok: the outputs beside the folders were written" || fail "the outputs beside the folders"
-expect_output "loss" "${run[@]}" --steps 4 --seq 16 --cp 2 --resume cp
+expect_output "loss" "${run[@]}" --steps 4 --seq-length 16 --cp 2 --resume cp
 expect_output "loss" "${run[@]}" --steps 2 --init-from ex --metrics m2.jsonl
 
 finish

@@ -31,10 +31,10 @@ expect_error "--global-batch 10 is not divisible into --microbatches 4" \
   --stages 2 --microbatches 4 --global-batch 10
 expect_error '--schedule "pipedream" is not one of gpipe, 1f1b, interleaved, zb-h1' \
   --stages 2 --microbatches 4 --schedule pipedream
-expect_error "--chunks 3 needs at least --stages * --chunks = 12 layers" \
-  --stages 4 --microbatches 8 --schedule interleaved --chunks 3 --layers 8
-expect_error "--chunks 2 applies only to --schedule interleaved" \
-  --stages 4 --microbatches 8 --schedule 1f1b --chunks 2
+expect_error "--vp 3 needs at least --stages * --vp = 12 layers" \
+  --stages 4 --microbatches 8 --schedule interleaved --vp 3 --layers 8
+expect_error "--vp 2 applies only to --schedule interleaved" \
+  --stages 4 --microbatches 8 --schedule 1f1b --vp 2
 expect_error "--stages 5 is larger than --layers 4" --stages 5 --microbatches 8 --layers 4
 expect_error "--stage-layers 3,3,1 sums to 7, not --layers 8" \
   --stages 3 --microbatches 4 --layers 8 --stage-layers 3,3,1
@@ -67,9 +67,9 @@ expect_error "--comm-latency: must be at least 0 (got -1)" --stages 2 --microbat
 expect_error "--stages: must be at most 1024 (got 99999999999999999999)" \
   --stages 99999999999999999999 --microbatches 4
 expect_error "--microbatches: must be a whole number (got 1e30)" --stages 4 --microbatches 1e30
-expect_error "--chunks: must be at least 1 (got 0)" --stages 4 --microbatches 4 \
-  --schedule interleaved --chunks 0
-expect_error "--stages 4 x --microbatches 1000000 x --chunks 1 = 4000000 schedule slots" \
+expect_error "--vp: must be at least 1 (got 0)" --stages 4 --microbatches 4 \
+  --schedule interleaved --vp 0
+expect_error "--stages 4 x --microbatches 1000000 x --vp 1 = 4000000 schedule slots" \
   --stages 4 --microbatches 1000000
 expect_error "--layers: must be at most 1000000 (got 1000000000)" --stages 4 --microbatches 4 \
   --layers 1000000000

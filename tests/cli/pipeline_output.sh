@@ -46,7 +46,7 @@ expect_line "$out" " 9\.9% +plan 9\.9% +\(P-1\)/\(M\+P-1\) = 7/71"
 
 # Interleaved: (P-1)/(v*M+P-1); ZB-H1 at equal F, B, W: simulated == plan.
 p=4 m=8 v=2
-out=$("$dtrain" pipeline --stages $p --microbatches $m --schedule interleaved --chunks $v)
+out=$("$dtrain" pipeline --stages $p --microbatches $m --schedule interleaved --vp $v)
 total=$(percent "$(awk -v p=$p -v m=$m -v v=$v 'BEGIN { print (p - 1) / (v * m + p - 1) }')")
 expect_line "$out" "^bubble of total .* $total +plan $total +\(P-1\)/\(v\*M\+P-1\) = $((p - 1))/$((v * m + p - 1))$"
 out=$("$dtrain" pipeline --stages $p --microbatches $m --schedule zb-h1)
@@ -90,7 +90,7 @@ echo "ok: --json --actions lists rank 0's actions: $json_rank0"
 # every rank (P = 4, M = 6, v = 2 and P = 3, M = 7, v = 3).
 for pmv in "4 6 2" "3 7 3" "4 10 2"; do
   read -r p m v <<<"$pmv"
-  out=$("$dtrain" pipeline --stages $p --microbatches $m --schedule interleaved --chunks $v --json)
+  out=$("$dtrain" pipeline --stages $p --microbatches $m --schedule interleaved --vp $v --json)
   diff=$(/usr/bin/python3 -c '
 import json, sys
 j = json.loads(sys.stdin.read())

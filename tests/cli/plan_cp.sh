@@ -58,5 +58,5 @@ expect_error "--tp 1 x --pp 1 x --cp 3 = 3 does not divide the cluster's 8 GPUs"
 expect_error "--cp-algo must be one of ring, all-gather, ulysses, auto, got 'tree'" \
   plan "${small[@]}" --cp 2 --cp-algo tree
 expect_error "--cp-algo picks context parallelism's algorithm: add --cp N" \
-  plan "${small[@]}" --cp-algo ring
+  plan "${small[@]}" --cp-algo ulysses
 finish

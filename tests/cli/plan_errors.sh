@@ -38,7 +38,7 @@ expect_error "--peak-tflops: must be a finite number" plan --model llama2-70b "$
 expect_error "--top sets how many layouts --search prints: add --search" plan --model llama2-70b "${c[@]}" --top 3
 expect_error "--schedule fixes one layout's schedule; --search ranks 1F1B" \
   plan --model llama2-70b "${c[@]}" --search --schedule gpipe
-expect_error "--order fixes one layout's rank order" plan --model llama2-70b "${c[@]}" --search --order dp-tp-pp
+expect_error "--rank-order fixes one layout's rank order" plan --model llama2-70b "${c[@]}" --search --rank-order dp-tp-pp
 expect_error "--search: no valid layout has tp=3 on 64 GPUs" plan --model llama2-70b "${c[@]}" --search --tp 3
 expect_error "--largest-model answers for every model and ZeRO stage: --hidden does not apply" \
   plan "${c[@]}" --largest-model --hidden 4096
@@ -70,7 +70,7 @@ expect_error "field 'gpu.peak_flops' is 312 FLOP/s, outside .* 312 TFLOP/s is 3.
 expect_error "--compute-efficiency: must be at most 1 \(got 2\)" plan --model llama2-70b "${c[@]}" --compute-efficiency 2
 expect_error "--precision must be one of" plan --model llama2-70b "${c[@]}" --precision fp8
 expect_error "--recompute must be none, selective or full" plan --model llama2-70b "${c[@]}" --recompute some
-expect_error "--order must list tp, dp and pp" plan --model llama2-70b "${c[@]}" --order tp-pp
+expect_error "--rank-order must list tp, dp and pp" plan --model llama2-70b "${c[@]}" --rank-order tp-pp
 expect_error "--microbatches 7 does not divide --global-batch 1024 / --dp 8" \
   plan --model llama2-70b "${c[@]}" --tp 8 --microbatches 7
 expect_error "--vp 2 needs --pp > 1" plan --model llama2-70b "${c[@]}" --tp 8 --vp 2

@@ -5,7 +5,7 @@ source "$(dirname "$0")/lib/expect.bash"
 for flag in --model --layers --hidden --heads --kv-heads --ffn-hidden --vocab --seq-length \
   --params --global-batch --tokens --achieved-tflops --step-time --precision --flops --cluster --nodes --gpu-memory \
   --peak-tflops --intra-bandwidth --inter-bandwidth --dp --tp --pp --vp --zero --micro-batch \
-  --microbatches --recompute --sequence-parallel --schedule --order --search --top --json --largest-model --offload --offload-convention --largest-layer --print-cluster \
+  --microbatches --recompute --sequence-parallel --schedule --rank-order --search --top --json --largest-model --offload --offload-convention --largest-layer --print-cluster \
   --selective-flops; do
   expect_output "$flag" plan --help
 done

@@ -9,8 +9,8 @@ trap 'rm -rf "$tmp"' EXIT
 
 # GPT-3 175B with 1-byte gradient buckets: billions of DP calls, a time past 10^5 s. Every cell
 # of the traffic table's DP row stays apart from its neighbours (at least one space between).
-out=$("$DTRAIN" plan --model gpt3-175b --cluster 128x8xH100 --tp 8 --pp 16 --dp 8 --bucket 1B 2>&1) ||
-  fail "plan --bucket 1B exited $?"
+out=$("$DTRAIN" plan --model gpt3-175b --cluster 128x8xH100 --tp 8 --pp 16 --dp 8 --bucket-size 1B 2>&1) ||
+  fail "plan --bucket-size 1B exited $?"
 row=$(grep -E "^  DP +all_reduce +gradients" <<<"$out")
 if grep -qE "^  DP +all_reduce +gradients +8 +InfiniBand \(8 nodes\) +[0-9.]+ GB +[0-9,]+ +[0-9.]+ s +[0-9.]+ s$" <<<"$row"; then
   echo "ok: the DP row's cells are apart: $row"

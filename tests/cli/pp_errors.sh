@@ -5,17 +5,17 @@ source "$(dirname "$0")/lib/expect.bash"
 
 run=(train --model tiny --steps 1 --eval-every 0 --eval-batches 1)
 expect_error '--microbatches must be >= 1, got 0' "${run[@]}" --pp 2 --microbatches 0
-expect_error '--batch 10 is not divisible into --microbatches 4' \
-  "${run[@]}" --pp 2 --batch 10 --microbatches 4
-expect_error '--batch 8 is not divisible into --microbatches 3' "${run[@]}" --pp 2 --microbatches 3
+expect_error '--global-batch 10 is not divisible into --microbatches 4' \
+  "${run[@]}" --pp 2 --global-batch 10 --microbatches 4
+expect_error '--global-batch 8 is not divisible into --microbatches 3' "${run[@]}" --pp 2 --microbatches 3
 expect_error '--schedule "pipedream" is not one of gpipe, 1f1b, interleaved, zb-h1' \
   "${run[@]}" --pp 2 --schedule pipedream
-expect_error '--chunks 3 needs at least --pp \* --chunks = 12 layers .*got --layers 8' \
-  "${run[@]}" --pp 4 --microbatches 4 --schedule interleaved --chunks 3 --layers 8
-expect_error '--chunks 2 needs at least --pp \* --chunks = 4 layers' \
+expect_error '--vp 3 needs at least --pp \* --vp = 12 layers .*got --layers 8' \
+  "${run[@]}" --pp 4 --microbatches 4 --schedule interleaved --vp 3 --layers 8
+expect_error '--vp 2 needs at least --pp \* --vp = 4 layers' \
   "${run[@]}" --pp 2 --schedule interleaved  # the tiny preset has 2 layers; v defaults to 2
-expect_error '--chunks 2 applies only to --schedule interleaved, not 1f1b' \
-  "${run[@]}" --pp 2 --chunks 2
+expect_error '--vp 2 applies only to --schedule interleaved, not 1f1b' \
+  "${run[@]}" --pp 2 --vp 2
 expect_error '--pp 3 is larger than --layers 2' "${run[@]}" --pp 3
 expect_error '--pp must be >= 1, got 0' "${run[@]}" --pp 0
 expect_error '--stage-layers 3,3,1 sums to 7, not --layers 8' \

@@ -71,11 +71,11 @@ with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<256i", 20240520, 1, len(tokens), *([0] * 253)))
     f.write(struct.pack("<%dH" % len(tokens), *tokens))
 PY
-train_export g2 --data "$tmp/gpt2.bin" --layers 2 --heads 2 --channels 16 --context 16 --batch 4 --tp 2
+train_export g2 --data "$tmp/gpt2.bin" --layers 2 --heads 2 --hidden 16 --context 16 --global-batch 4 --tp 2
 check "config.json says vocab_size 50257" grep -q '"vocab_size": 50257' "$tmp/g2.model/config.json"
-g2=$(start_loss g2_serial "$tmp/g2.model" --data "$tmp/gpt2.bin" --batch 4)
+g2=$(start_loss g2_serial "$tmp/g2.model" --data "$tmp/gpt2.bin" --global-batch 4)
 check "numpy reads the GPT-2-vocabulary export (wte 50257 rows)" "$py" "$reference" "$tmp/g2.model" "$tmp/g2_serial.batch" 4 16 "$g2"
-expect_output '"vocab": 50257' train --data "$tmp/gpt2.bin" --init-from "$tmp/g2.model" --batch 4 --dp 2 --tp 2 --steps 3 --eval-every 0 --json
+expect_output '"vocab": 50257' train --data "$tmp/gpt2.bin" --init-from "$tmp/g2.model" --global-batch 4 --dp 2 --tp 2 --steps 3 --eval-every 0 --json
 
 # 4. Errors.
 expect_error "--checkpoint" export --output "$tmp/x"

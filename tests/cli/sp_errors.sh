@@ -4,6 +4,6 @@
 source "$(dirname "$0")/lib/expect.bash"
 
 # The B*T token rows are cut into --tp slices: 1 x 7 rows do not split in 2.
-expect_error '--tp 2 does not divide --seq 7 x --batch 1' train --model tiny --steps 1 --batch 1 --seq 7 --tp 2 --sequence-parallel
+expect_error '--tp 2 does not divide --seq-length 7 x --global-batch 1' train --model tiny --steps 1 --global-batch 1 --seq-length 7 --tp 2 --sequence-parallel
 expect_error '--sequence-parallel needs --tp of at least 2 \(got --tp 1\)' train --model tiny --steps 1 --sequence-parallel
 finish

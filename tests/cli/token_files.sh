@@ -90,7 +90,7 @@ token_file llmc "$tmp/few.bin" --tokens 1,2,3 --repeat 10
 expect_error "--context 32|$tmp/few.bin|is longer than the data" train --data "$tmp/few.bin" --steps 1
 
 expect_output 'token file' train --help
-expect_output 'mapped_mb_per_s' bench data --tokens 100000 --seq 64 --batches 20 --rounds 2 --json
-expect_output 'from the mapped file' bench data --data "$tmp/text.bin" --vocab 256 --seq 64 --batches 10 --rounds 1
+expect_output 'mapped_mb_per_s' bench data --tokens 100000 --seq-length 64 --batches 20 --rounds 2 --json
+expect_output 'from the mapped file' bench data --data "$tmp/text.bin" --vocab 256 --seq-length 64 --batches 10 --rounds 1
 expect_error "--data $tmp/text.bin|needs --vocab" bench data --data "$tmp/text.bin"
 finish

@@ -44,15 +44,15 @@ expect_error "--steps|out of range|99999999999999999999999" train --steps 999999
 expect_error "--layers|out of range" train --layers 99999999999999999999999 --steps 1
 expect_error "--save-every|out of range" train --save-every 99999999999999999999999 --steps 1
 expect_error "--context 32|$tmp/short.txt|is longer than the data" train --data "$tmp/short.txt" --steps 1
-expect_error "--seq 20|$tmp/short.txt|is longer than the data" train --data "$tmp/short.txt" --seq 20 --steps 1
-expect_error "--seq 512|--context 256" train --context 256 --seq 512 --steps 1
+expect_error "--seq-length 20|$tmp/short.txt|is longer than the data" train --data "$tmp/short.txt" --seq-length 20 --steps 1
+expect_error "--seq-length 512|--context 256" train --context 256 --seq-length 512 --steps 1
 expect_error "--context 4096|is longer than the data" train --context 4096 --data "$tmp/short.txt" --steps 1
-expect_error "--heads 3|--channels 32" train --heads 3 --steps 1
+expect_error "--heads 3|--hidden 32" train --heads 3 --steps 1
 expect_error "--layers|positive" train --layers 0 --steps 1
-expect_error "--channels|positive" train --channels -8 --steps 1
+expect_error "--hidden|positive" train --hidden -8 --steps 1
 expect_error "--vocab|positive" train --vocab 0 --steps 1
 expect_error "--vocab 100|256" train --vocab 100 --steps 1
-expect_error "--batch|positive" train --batch 0 --steps 1
+expect_error "--global-batch|positive" train --global-batch 0 --steps 1
 expect_error "--steps|positive" train --steps 0
 expect_error "--blas-threads|positive" train --blas-threads 0 --steps 1
 expect_error "--layers" train --layers two --steps 1

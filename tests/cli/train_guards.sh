@@ -54,14 +54,14 @@ expect_fast_error '--ranks-per-node: must be at least 1 \(got 0\)' "${quick[@]}"
 expect_fast_error '--log-every: must be at least 0 \(got -3\)' "${quick[@]}" --log-every -3
 expect_fast_error '--val-fraction must be between 0 and 1' "${quick[@]}" --val-fraction 1.5
 expect_fast_error '--schedule interleaved needs --pp 2 or more' "${quick[@]}" --schedule interleaved
-expect_fast_error '--chunks needs --pp 2' "${quick[@]}" --chunks 2
+expect_fast_error '--vp needs --pp 2' "${quick[@]}" --vp 2
 expect_fast_error '--stage-layers needs --pp 2' "${quick[@]}" --stage-layers 1,1
 
 # Too big: refused with the figures, never std::bad_alloc or a failed thread start.
-expect_fast_error 'needs at least [0-9.]+ GiB .* GiB is available' "${quick[@]}" --channels 8192 \
+expect_fast_error 'needs at least [0-9.]+ GiB .* GiB is available' "${quick[@]}" --hidden 8192 \
   --heads 64 --layers 48
 expect_fast_error '5000 rank threads is more than the threads backend runs' "${quick[@]}" \
-  --dp 5000 --batch 5000
+  --dp 5000 --global-batch 5000
 
 # More evaluation batches than the validation split holds: capped, with a note.
 out=$("$DTRAIN" train --model tiny --steps 2 --eval-batches 100000 2>&1)

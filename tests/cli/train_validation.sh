@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `dtrain train` checks what it is given before the first step and its report never fails after
-# the work: a contiguous CP split whose --seq the balanced split cannot cut still reports; flags
+# the work: a contiguous CP split whose --seq-length the balanced split cannot cut still reports; flags
 # that only mean something beside another are refused alone; every mesh axis is named in the
 # rank products; a capacity factor too large for an integer drops nothing; --json's engine is
 # an object, lr the number given, train_losses objects as val_losses. Also export of an MoE
@@ -12,11 +12,11 @@ trap 'rm -rf "$tmp"' EXIT
 base=(train --model tiny --eval-every 0 --eval-batches 1)
 run=("${base[@]}" --steps 2)
 
-# A CP split the user chose: --seq 6 divides into --cp 2 but not into 2 x cp chunks. The run
+# A CP split the user chose: --seq-length 6 divides into --cp 2 but not into 2 x cp chunks. The run
 # trains, saves and reports (rc 0), the other split's imbalance marked as not possible.
 for split in "--cp-split contiguous" "--cp-algo ulysses"; do
   # shellcheck disable=SC2086
-  "$DTRAIN" "${run[@]}" --cp 2 --seq 6 $split --save "$tmp/ck-${split##* }" --json \
+  "$DTRAIN" "${run[@]}" --cp 2 --seq-length 6 $split --save "$tmp/ck-${split##* }" --json \
     >"$tmp/cp.json" 2>"$tmp/cp.err"
   rc=$?
   if [ $rc -eq 0 ] && python3 - "$tmp/cp.json" <<'PY'; then
@@ -26,13 +26,13 @@ assert j["layout"]["cp_split"] == "contiguous", j["layout"]
 assert j["layout"]["cp_other_split_imbalance"] is None, j["layout"]
 assert j["checkpoint"]["last_saved"], j["checkpoint"]
 PY
-    echo "ok: --cp 2 --seq 6 $split: trains, saves and reports"
+    echo "ok: --cp 2 --seq-length 6 $split: trains, saves and reports"
   else
-    fail "--cp 2 --seq 6 $split: exit $rc: $(tail -2 "$tmp/cp.err")"
+    fail "--cp 2 --seq-length 6 $split: exit $rc: $(tail -2 "$tmp/cp.err")"
   fi
 done
-expect_output "the balanced split.s: none \(it needs --seq divisible by 2 x --cp 2 = 4\)" \
-  "${run[@]}" --cp 2 --seq 6 --cp-split contiguous
+expect_output "the balanced split.s: none \(it needs --seq-length divisible by 2 x --cp 2 = 4\)" \
+  "${run[@]}" --cp 2 --seq-length 6 --cp-split contiguous
 
 # Flags that need another, refused alone with another value than their default (as --schedule
 # is without --pp; --dump-config's file, which holds every flag, still replays).

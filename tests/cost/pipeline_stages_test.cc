@@ -119,7 +119,7 @@ TEST(PipelineStages, BadInputNamesTheFlags) {
   EXPECT_NE(error_of([] { balanced_partition(0, 1); }).find("--layers must be >= 1"),
             std::string::npos);
   // A command with other flag names gets them in its messages.
-  const PartitionFlags flags{"--stages", "--layers", "--stage-layers", "--chunks"};
+  const PartitionFlags flags{"--stages", "--layers", "--stage-layers", "--vp"};
   EXPECT_EQ(error_of([&] { balanced_partition(4, 5, 1, flags); }),
             "--stages 5 is larger than --layers 4");
 }

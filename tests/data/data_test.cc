@@ -76,7 +76,7 @@ TEST(Split, WindowLongerThanTheDataNamesSeqAndFile) {
   const TokenSplit s = split_train_val(std::vector<int32_t>(200, 1), 0.1, "short.txt");  // val 20
   EXPECT_EQ(error_of([&] { check_split_fits(s, 19); }), "");
   const std::string e = error_of([&] { check_split_fits(s, 20); });
-  EXPECT_NE(e.find("--seq 20"), std::string::npos) << e;
+  EXPECT_NE(e.find("--seq-length 20"), std::string::npos) << e;
   EXPECT_NE(e.find("short.txt"), std::string::npos) << e;
 }
 

@@ -15,7 +15,7 @@ import pytest
 import dtrain
 
 DTRAIN = os.environ.get("DTRAIN", "dtrain")
-TINY = ["--model", "tiny", "--steps", "20", "--eval-every", "10", "--batch", "4"]
+TINY = ["--model", "tiny", "--steps", "20", "--eval-every", "10", "--global-batch", "4"]
 
 
 def cli(*args):
@@ -81,9 +81,9 @@ def test_train_losses_equal_the_cli_bitwise():
 
 
 def test_layout_train_equals_the_cli():
-    options = dict(model="tiny", steps=5, batch=4, dp=2, tp=2, zero=3, sequence_parallel=True)
+    options = dict(model="tiny", steps=5, global_batch=4, dp=2, tp=2, zero=3, sequence_parallel=True)
     ours = dtrain.train(**options)
-    theirs = cli_json("train", "--model", "tiny", "--steps", "5", "--batch", "4", "--dp", "2",
+    theirs = cli_json("train", "--model", "tiny", "--steps", "5", "--global-batch", "4", "--dp", "2",
                       "--tp", "2", "--zero", "3", "--sequence-parallel")
     assert ours["train_losses"] == theirs["train_losses"]
 
@@ -146,7 +146,7 @@ def read_checkpoint_independently(path):
 
 def test_checkpoint_as_numpy_equals_its_files(tmp_path):
     save = tmp_path / "ckpt"
-    dtrain.train(model="tiny", steps=3, batch=4, dp=2, tp=2, pp=2, zero=3, save=str(save))
+    dtrain.train(model="tiny", steps=3, global_batch=4, dp=2, tp=2, pp=2, zero=3, save=str(save))
     arrays = dtrain.load_checkpoint(save)
     expected = read_checkpoint_independently(str(save))
     assert arrays.keys() == expected.keys()
@@ -169,7 +169,7 @@ def test_ctrl_c_stops_the_run_at_a_step_boundary(tmp_path):
             os.kill(os.getpid(), signal.SIGINT)
 
     with pytest.raises(KeyboardInterrupt):
-        dtrain.train(model="tiny", steps=50, batch=4, save=str(tmp_path / "s"), on_step=on_step)
+        dtrain.train(model="tiny", steps=50, global_batch=4, save=str(tmp_path / "s"), on_step=on_step)
     # The stop lands on the next step boundary at the latest, with a checkpoint written there.
     assert 3 <= seen[-1] <= 4
     saved = read_checkpoint_independently(str(tmp_path / "s"))
@@ -181,4 +181,4 @@ def test_callback_exception_ends_the_run():
         raise RuntimeError("stop here")
 
     with pytest.raises(RuntimeError, match="stop here"):
-        dtrain.train(model="tiny", steps=5, batch=4, on_step=on_step)
+        dtrain.train(model="tiny", steps=5, global_batch=4, on_step=on_step)

@@ -180,12 +180,12 @@ TEST(Resolve, BadOptionsNameTheFlag) {
   };
   const std::vector<Case> cases = {
       {[](TrainOptions& o) { o.model = "huge"; }, {"--model", "huge", "tiny", "bench"}},
-      {[](TrainOptions& o) { o.heads = 3; }, {"--heads 3", "--channels 32"}},
+      {[](TrainOptions& o) { o.heads = 3; }, {"--heads 3", "--hidden 32"}},
       {[](TrainOptions& o) { o.layers = 0; }, {"--layers", "positive"}},
-      {[](TrainOptions& o) { o.channels = -4; }, {"--channels", "positive"}},
+      {[](TrainOptions& o) { o.channels = -4; }, {"--hidden", "positive"}},
       {[](TrainOptions& o) { o.vocab = 100; }, {"--vocab 100", "256"}},
-      {[](TrainOptions& o) { o.batch = 0; }, {"--batch", "positive"}},
-      {[](TrainOptions& o) { o.seq = 64; }, {"--seq 64", "--context 32"}},
+      {[](TrainOptions& o) { o.batch = 0; }, {"--global-batch", "positive"}},
+      {[](TrainOptions& o) { o.seq = 64; }, {"--seq-length 64", "--context 32"}},
       {[](TrainOptions& o) { o.steps = 0; }, {"--steps", "positive"}},
       {[](TrainOptions& o) { o.lr = -1; }, {"--lr"}},
       {[](TrainOptions& o) { o.threads = 0; }, {"--threads"}},
@@ -218,7 +218,7 @@ TEST(Resolve, ContextLongerThanTheDataNamesSeqAndFile) {
   EXPECT_NE(e.find(path.string()), std::string::npos) << e;
   o.seq = 31;
   e = error_of(o);
-  EXPECT_NE(e.find("--seq 31"), std::string::npos) << e;
+  EXPECT_NE(e.find("--seq-length 31"), std::string::npos) << e;
   o.seq = 16;
   EXPECT_EQ(error_of(o), "");
 }

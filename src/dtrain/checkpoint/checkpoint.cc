@@ -774,8 +774,9 @@ void check_compatible(const LoadedCheckpoint& c, const model::GptConfig& model, 
                               "train on with the new ones"
                             : "");
   DTRAIN_CHECK(c.manifest.position.batch == batch && c.manifest.position.seq == seq, flag, " ",
-               manifest, ": written with --batch ", c.manifest.position.batch, " --seq ",
-               c.manifest.position.seq, ", this run has --batch ", batch, " --seq ", seq);
+               manifest, ": written with --global-batch ", c.manifest.position.batch,
+               " --seq-length ", c.manifest.position.seq, ", this run has --global-batch ", batch,
+               " --seq-length ", seq);
 }
 
 }  // namespace dtrain::checkpoint

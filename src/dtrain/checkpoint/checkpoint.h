@@ -151,7 +151,7 @@ LoadedCheckpoint load_checkpoint(const std::string& path, std::string_view flag 
 std::vector<std::string> model_differences(const model::GptConfig& checkpoint,
                                            const model::GptConfig& run, bool training_settings);
 // Throws naming `flag`, the manifest and every differing field unless the checkpoint was
-// written for `model` and the run's batch shape (--batch, --seq). With
+// written for `model` and the run's batch shape (--global-batch, --seq-length). With
 // `allow_setting_changes` (--allow-resume-changes) the MoE routing settings may differ.
 void check_compatible(const LoadedCheckpoint& checkpoint, const model::GptConfig& model,
                       int64_t batch, int64_t seq, std::string_view flag = "--resume",

@@ -127,7 +127,8 @@ std::string out_of_memory_message() {
         str(" (now ", format_gib(static_cast<double>(room->bytes)), " left: ", room->source, ")");
   }
   return text +
-         "; use a smaller --batch or model, shard it with --zero, --pp or --tp, or raise the "
+         "; use a smaller --global-batch or model, shard it with --zero, --pp or --tp, or raise "
+         "the "
          "limit";
 }
 

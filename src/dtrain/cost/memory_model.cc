@@ -9,14 +9,15 @@
 namespace dtrain::plan {
 
 std::optional<StateBytes> parse_precision(std::string_view name) {
-  if (name == "mixed") return kMixedPrecisionAdam;
+  // bf16: train's --precision bf16 keeps the same 2 + 2 + 12 bytes (one vocabulary for both).
+  if (name == "mixed" || name == "bf16") return kMixedPrecisionAdam;
   if (name == "megatron") return kMegatronMixedPrecisionAdam;
   if (name == "fp32") return kFp32Adam;
   return std::nullopt;
 }
 
 std::string_view precision_names() {
-  return "mixed (2+2+12), megatron (2+4+12), fp32 (4+4+8)";
+  return "mixed or bf16 (2+2+12), megatron (2+4+12), fp32 (4+4+8)";
 }
 
 int64_t shard_count(int64_t count, int ranks) {

@@ -39,7 +39,7 @@ inline constexpr StateBytes kFp32Adam{4, 4, 8};
 
 // "mixed" (16), "megatron" (18), "fp32" (16, all fp32); nullopt for anything else.
 std::optional<StateBytes> parse_precision(std::string_view name);
-std::string_view precision_names();  // "mixed, megatron, fp32" for error messages
+std::string_view precision_names();  // "mixed or bf16, megatron, fp32" for error messages
 
 struct ModelStateBytes {
   int64_t params = 0;

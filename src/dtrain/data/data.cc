@@ -87,7 +87,7 @@ void check_split_fits(const TokenSplit& split, int64_t T, std::string_view flag)
   DTRAIN_CHECK(n_train >= T + 1 && n_val >= T + 1, flag, " ", T, " is longer than the data: a ",
                "window needs ", T + 1, " tokens, but --data '", split.source, "' has ", n_train,
                " training and ", n_val, " validation tokens (", n_train + n_val,
-               " tokens in all); use a longer file or a smaller --seq/--context");
+               " tokens in all); use a longer file or a smaller --seq-length/--context");
 }
 
 void Batch::resize(int64_t B, int64_t T) {

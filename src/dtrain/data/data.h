@@ -40,9 +40,9 @@ struct TokenSplit {
 // tokens' storage.
 TokenSplit split_train_val(TokenSource tokens, double val_fraction, std::string source);
 TokenSplit split_train_val(std::vector<int32_t> tokens, double val_fraction, std::string source);
-// Throws Error naming `flag` (--seq, or --context when T is the context) and the file when
+// Throws Error naming `flag` (--seq-length, or --context when T is the context) and the file when
 // either split has fewer than T + 1 tokens (a window of T inputs and its T shifted targets).
-void check_split_fits(const TokenSplit& split, int64_t T, std::string_view flag = "--seq");
+void check_split_fits(const TokenSplit& split, int64_t T, std::string_view flag = "--seq-length");
 
 // A (B, T) batch: targets are the inputs shifted by one token.
 struct Batch {

@@ -11,7 +11,7 @@
 namespace dtrain::train {
 namespace {
 
-const parallel::PartitionFlags kFlags{"--pp", "--layers", "--stage-layers", "--chunks"};
+const parallel::PartitionFlags kFlags{"--pp", "--layers", "--stage-layers", "--vp"};
 
 }  // namespace
 
@@ -34,6 +34,20 @@ EngineConfig make_engine_config(const StepConfig& step, const LayoutOptions& o) 
                " and --microbatches ", o.microbatches,
                " both split the batch into micro-batches: give one of them");
   DTRAIN_CHECK(o.max_rank_memory >= 0, "--max-rank-memory must not be negative");
+  // --micro-batch b (plan's layout flag, so a layout plan prints runs here unchanged): the
+  // micro-batch count from each DP rank's rows, as the pipeline's micro-batches under --pp and
+  // as gradient accumulation without it.
+  int64_t grad_accum = o.grad_accum;
+  int64_t microbatches = o.microbatches;
+  if (o.micro_batch > 0) {
+    DTRAIN_CHECK(o.grad_accum == 1 && o.microbatches == 1, "--micro-batch ", o.micro_batch,
+                 " sets the micro-batch count: give it, or --microbatches / --grad-accum, not "
+                 "both");
+    DTRAIN_CHECK(step.batch % (o.dp * o.micro_batch) == 0, "--micro-batch ", o.micro_batch,
+                 " does not split the global batch ", step.batch, " (--global-batch) over --dp ",
+                 o.dp, " into whole micro-batches");
+    (o.pp > 1 ? microbatches : grad_accum) = step.batch / (o.dp * o.micro_batch);
+  }
 
   EngineConfig c;
   c.step = step;
@@ -48,22 +62,25 @@ EngineConfig make_engine_config(const StepConfig& step, const LayoutOptions& o) 
   c.rank_order = o.rank_order;
   c.zero_stage = o.zero_stage;
   c.bucket_bytes = o.bucket_bytes;
-  c.microbatches = static_cast<int>(std::max<int64_t>(o.microbatches, o.grad_accum));
-  const char* split_flag = o.grad_accum > 1 ? "--grad-accum" : "--microbatches";
+  c.microbatches = static_cast<int>(std::max<int64_t>(microbatches, grad_accum));
+  const char* split_flag = o.micro_batch > 0 ? "--micro-batch"
+                           : grad_accum > 1  ? "--grad-accum"
+                                             : "--microbatches";
 
   // The batch: B rows over the DP ranks, each rank's over its micro-batches.
   DTRAIN_CHECK(step.batch % o.dp == 0, "--dp ", o.dp, " does not divide the global batch ",
-               step.batch, " (--batch)");
+               step.batch, " (--global-batch)");
   const int64_t per_rank = step.batch / o.dp;
   if (o.dp == 1) {
-    DTRAIN_CHECK(per_rank % c.microbatches == 0, "--batch ", step.batch, " is not divisible into ",
-                 split_flag, " ", c.microbatches, " micro-batches of equal size");
-  } else if (o.grad_accum > 1) {
-    DTRAIN_CHECK(per_rank % c.microbatches == 0, "--grad-accum ", o.grad_accum,
-                 " does not divide the ", per_rank, " sequences per rank (--batch ", step.batch,
-                 " / --dp ", o.dp, ")");
+    DTRAIN_CHECK(per_rank % c.microbatches == 0, "--global-batch ", step.batch,
+                 " is not divisible into ", split_flag, " ", c.microbatches,
+                 " micro-batches of equal size");
+  } else if (grad_accum > 1) {
+    DTRAIN_CHECK(per_rank % c.microbatches == 0, "--grad-accum ", grad_accum,
+                 " does not divide the ", per_rank, " sequences per rank (--global-batch ",
+                 step.batch, " / --dp ", o.dp, ")");
   } else {
-    DTRAIN_CHECK(per_rank % c.microbatches == 0, "--batch ", step.batch,
+    DTRAIN_CHECK(per_rank % c.microbatches == 0, "--global-batch ", step.batch,
                  " does not split into --dp ", o.dp, " x ", c.microbatches,
                  " micro-batches of equal size");
   }
@@ -82,16 +99,12 @@ EngineConfig make_engine_config(const StepConfig& step, const LayoutOptions& o) 
     shape.tp = o.tp;
     shape.cp = o.cp;
     DTRAIN_CHECK(o.cp <= step.seq, "--cp ", o.cp, " is beyond the ", step.seq,
-                 " tokens of a sequence (--seq): each CP rank needs T/cp of them");
-    // The planner's constraint, its sequence flag renamed to train's.
+                 " tokens of a sequence (--seq-length): each CP rank needs T/cp of them");
+    // The planner's constraint, in the flags train shares with plan.
     // A contiguous split needs only T divisible by cp (the rule plan/ gives Ulysses's sequence).
     std::string why =
         plan::cp_layout_error(shape, o.cp_contiguous ? plan::CpAlgorithm::ulysses : o.cp_algorithm);
     if (o.cp_contiguous && why.find("--heads") != std::string::npos) why.clear();
-    for (size_t at = why.find("--seq-length"); at != std::string::npos;
-         at = why.find("--seq-length", at)) {
-      why.replace(at, 12, "--seq");
-    }
     DTRAIN_CHECK(why.empty(), why);
   }
   const int64_t seq_local = step.seq / o.cp;
@@ -119,15 +132,17 @@ EngineConfig make_engine_config(const StepConfig& step, const LayoutOptions& o) 
 
   // The pipeline: its stages, chunks and schedule, proved valid and deadlock-free now rather
   // than as a hang on the ranks.
-  const plan::ScheduleKind kind = o.schedule.value_or(plan::ScheduleKind::one_f_one_b);
+  // --vp v > 1 without --schedule means the interleaved schedule, as in plan.
+  const plan::ScheduleKind kind = o.schedule.value_or(
+      o.chunks > 1 ? plan::ScheduleKind::interleaved : plan::ScheduleKind::one_f_one_b);
   DTRAIN_CHECK(o.pp > 1 || !o.schedule || kind == plan::ScheduleKind::one_f_one_b, "--schedule ",
                plan::name(kind), " needs --pp 2 or more (a pipeline to schedule)");
   DTRAIN_CHECK(o.pp > 1 || o.stage_layers.empty(), "--stage-layers needs --pp 2 or more");
   DTRAIN_CHECK(o.pp > 1 || o.chunks == 0,
-               "--chunks needs --pp 2 or more and --schedule interleaved");
-  DTRAIN_CHECK(o.chunks >= 0, "--chunks must be >= 1, got ", o.chunks);
+               "--vp needs --pp 2 or more (and the interleaved schedule)");
+  DTRAIN_CHECK(o.chunks >= 0, "--vp must be >= 1, got ", o.chunks);
   const int v = o.chunks != 0 ? o.chunks : kind == plan::ScheduleKind::interleaved ? 2 : 1;
-  DTRAIN_CHECK(v == 1 || kind == plan::ScheduleKind::interleaved, "--chunks ", v,
+  DTRAIN_CHECK(v == 1 || kind == plan::ScheduleKind::interleaved, "--vp ", v,
                " applies only to --schedule interleaved, not ", plan::name(kind));
   c.schedule = kind;
   const int layers = static_cast<int>(m.layers);

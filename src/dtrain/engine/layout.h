@@ -33,11 +33,12 @@ struct LayoutOptions {
   int zero_stage = 0;              // --zero 0..3 over the DP axis
   int ep = 1;                      // --ep: expert parallelism, carved from --dp
   bool sequence_parallel = false;  // --sequence-parallel (needs --tp 2 or more)
-  int64_t bucket_bytes = int64_t{1} << 20;     // --bucket-size
-  int64_t grad_accum = 1;                      // --grad-accum: micro-batches per step without --pp
-  int microbatches = 1;                        // --microbatches M: the pipeline's micro-batches
+  int64_t bucket_bytes = int64_t{1} << 20;  // --bucket-size
+  int64_t grad_accum = 1;                   // --grad-accum: micro-batches per step without --pp
+  int microbatches = 1;                     // --microbatches M: the pipeline's micro-batches
+  int64_t micro_batch = 0;  // --micro-batch b: sequences per micro-batch (sets M or grad-accum)
   std::optional<plan::ScheduleKind> schedule;  // --schedule (default 1f1b)
-  int chunks = 0;                              // --chunks v; 0: 2 for interleaved, else 1
+  int chunks = 0;                              // --vp v; 0: 2 for interleaved, else 1
   std::vector<int> stage_layers;               // --stage-layers 3,3,2; empty: balanced
   parallel::RankOrder rank_order = parallel::kDefaultRankOrder;  // --rank-order
   comm::Backend backend = comm::Backend::threads;                // --backend

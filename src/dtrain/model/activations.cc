@@ -89,9 +89,9 @@ void carve_head(HeadActivations& a, Carver& c, const GptConfig& g, int64_t B, in
 
 void check_shape(const GptConfig& g, int64_t B, int64_t T) {
   validate(g);
-  DTRAIN_CHECK(B > 0, "--batch must be positive (got ", B, ")");
-  DTRAIN_CHECK(T > 0, "--seq must be positive (got ", T, ")");
-  DTRAIN_CHECK(T <= g.context, "--seq ", T, " exceeds --context ", g.context);
+  DTRAIN_CHECK(B > 0, "--global-batch must be positive (got ", B, ")");
+  DTRAIN_CHECK(T > 0, "--seq-length must be positive (got ", T, ")");
+  DTRAIN_CHECK(T <= g.context, "--seq-length ", T, " exceeds --context ", g.context);
 }
 
 }  // namespace

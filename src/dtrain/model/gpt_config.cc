@@ -37,8 +37,8 @@ void validate(const GptConfig& c) {
   DTRAIN_CHECK(c.context > 0, "--context must be positive (got ", c.context, ")");
   DTRAIN_CHECK(c.layers > 0, "--layers must be positive (got ", c.layers, ")");
   DTRAIN_CHECK(c.heads > 0, "--heads must be positive (got ", c.heads, ")");
-  DTRAIN_CHECK(c.channels > 0, "--channels must be positive (got ", c.channels, ")");
-  DTRAIN_CHECK(c.channels % c.heads == 0, "--heads ", c.heads, " does not divide --channels ",
+  DTRAIN_CHECK(c.channels > 0, "--hidden must be positive (got ", c.channels, ")");
+  DTRAIN_CHECK(c.channels % c.heads == 0, "--heads ", c.heads, " does not divide --hidden ",
                c.channels);
   validate(c.moe, c.layers);
 }

@@ -35,8 +35,8 @@ const std::vector<GptPreset>& gpt_presets();
 // The preset called `name`; throws Error naming --model and the known names otherwise.
 const GptPreset& gpt_preset(std::string_view name);
 
-// Throws Error naming the flag (--vocab, --context, --layers, --heads, --channels) when a size
-// is not positive or --heads does not divide --channels (and the MoE flags, moe_config.h).
+// Throws Error naming the flag (--vocab, --context, --layers, --heads, --hidden) when a size
+// is not positive or --heads does not divide --hidden (and the MoE flags, moe_config.h).
 void validate(const GptConfig& config);
 
 // Parameter count of the model (embeddings tied with the LM head, biases and LayerNorms

@@ -65,8 +65,8 @@ void check_tensor_parallel(const GptConfig& c, int tp) {
 
 void check_sequence_parallel(int64_t B, int64_t T, int tp) {
   DTRAIN_CHECK(tp >= 1 && (B * T) % tp == 0, "--sequence-parallel splits the B*T = ", B * T,
-               " token rows (--batch ", B, " x --seq ", T, ") across --tp ", tp, " ranks: --tp ",
-               tp, " does not divide --seq ", T, " x --batch ", B);
+               " token rows (--global-batch ", B, " x --seq-length ", T, ") across --tp ", tp,
+               " ranks: --tp ", tp, " does not divide --seq-length ", T, " x --global-batch ", B);
 }
 
 ParamTable tp_local_table(const ParamTable& whole, const GptConfig& config, int tp) {

@@ -39,7 +39,7 @@ int64_t tp_vocab_local(int64_t vocab, int tp);
 void check_tensor_parallel(const GptConfig& config, int tp);
 
 // Sequence parallelism cuts the batch's B*T token rows into tp contiguous slices: throws Error
-// naming --batch, --seq and --tp unless tp divides B*T.
+// naming --global-batch, --seq-length and --tp unless tp divides B*T.
 void check_sequence_parallel(int64_t B, int64_t T, int tp);
 
 // `whole` (a serial or stage table) with every tensor's local shape for TP size `tp`: same

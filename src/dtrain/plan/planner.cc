@@ -458,7 +458,7 @@ std::string layout_flags(const Layout& l) {
   if (l.sequence_parallel) s += " --sequence-parallel";
   if (l.vp == 1 && l.schedule != ScheduleKind::one_f_one_b)
     s += str(" --schedule ", name(l.schedule));
-  if (!(l.order == RankOrder{})) s += " --order " + to_string(l.order);
+  if (!(l.order == RankOrder{})) s += " --rank-order " + to_string(l.order);
   return s;
 }
 
@@ -489,7 +489,7 @@ void validate(const PlanInput& in) {
   DTRAIN_CHECK(in.training.activation_bytes <= kMaxActivationBytes,
                "--activation-bytes must be at most ", kMaxActivationBytes, ", got ",
                in.training.activation_bytes);
-  DTRAIN_CHECK(in.training.bucket_bytes > 0, "--bucket must be positive, got ",
+  DTRAIN_CHECK(in.training.bucket_bytes > 0, "--bucket-size must be positive, got ",
                in.training.bucket_bytes);
   const StateBytes& sb = in.training.state_bytes;
   if (in.model.moe.enabled()) {

@@ -416,7 +416,9 @@ json layout_json(const Layout& l) {
           {"order", to_string(l.order)},
           {"cp", l.cp},
           {"cp_algo", name(l.cp_algo)},
-          {"ep", l.ep}};
+          {"ep", l.ep},
+          // The same layout as flags that plan and train both take (paste into either).
+          {"flags", layout_flags(l)}};
 }
 
 json cp_pass_json(const CpPassTraffic& t) {

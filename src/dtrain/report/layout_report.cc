@@ -337,7 +337,7 @@ LayoutReport gather_layout_report(const Engine& engine, comm::Communicator& worl
     r.cp_imbalance = sum > 0 ? busiest / (sum / n) : 0;
     r.cp_time_imbalance = total_ms > 0 ? slowest / (total_ms / n) : 0;
     // The other split for comparison, where the sequence allows it: the balanced split cuts
-    // it into 2 x cp chunks, which a contiguous run's --seq need not divide into.
+    // it into 2 x cp chunks, which a contiguous run's --seq-length need not divide into.
     if (split == model::CpTokenSplit::balanced || c.step.seq % (2 * c.cp) == 0) {
       r.cp_other_imbalance = plan::causal_work_imbalance(c.step.seq, c.cp,
                                                          split == model::CpTokenSplit::balanced

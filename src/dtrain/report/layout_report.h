@@ -130,8 +130,8 @@ struct LayoutReport {
   std::vector<CpRankRow> cp_ranks;
   // Busiest over mean CP rank of the pairs: the split's measured (counted) and the other
   // split's by plan::causal_work_imbalance; and of the measured attention times.
-  // cp_other_imbalance: the other split's (-1: the balanced split cannot cut --seq into 2 x cp
-  // chunks).
+  // cp_other_imbalance: the other split's (-1: the balanced split cannot cut --seq-length into 2 x
+  // cp chunks).
   double cp_imbalance = 0, cp_other_imbalance = 0, cp_time_imbalance = 0;
   int ep = 1, expert_dp = 1;  // --ep, and the ranks holding the same experts (dp / ep)
   int64_t experts_per_rank = 0;

@@ -296,7 +296,8 @@ void print_layout_report(std::ostream& out, const LayoutReport& r) {
         << " split); the " << (r.cp_split == "balanced" ? "contiguous" : "balanced") << " split's: "
         << (r.cp_other_imbalance >= 0
                 ? str(fixed(r.cp_other_imbalance, 3), " (plan::causal_work_imbalance)")
-                : str("none (it needs --seq divisible by 2 x --cp ", r.cp, " = ", 2 * r.cp, ")"))
+                : str("none (it needs --seq-length divisible by 2 x --cp ", r.cp, " = ", 2 * r.cp,
+                      ")"))
         << "\n";
   }
   if (r.ranks_per_node > 0) {

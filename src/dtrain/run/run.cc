@@ -171,7 +171,7 @@ void take_init_from_shape(const TrainOptions& o, model::GptConfig& m) {
   agree(o.context, c.context, "--context", "n_positions");
   agree(o.layers, c.layers, "--layers", "n_layer");
   agree(o.heads, c.heads, "--heads", "n_head");
-  agree(o.channels, c.channels, "--channels", "n_embd");
+  agree(o.channels, c.channels, "--hidden", "n_embd");
   // The vocabulary is left out: a token file sets it, and it was compared above when given.
   const auto shape = [](const model::GptConfig& g) {
     return str("T=", g.context, " L=", g.layers, " NH=", g.heads, " C=", g.channels);
@@ -209,7 +209,7 @@ void check_memory(const EngineConfig& c, const LayoutOptions& o) {
       ": a rank of pipeline stage ", largest_stage, " needs ", format_gib(largest),
       " by the plan/ formulas (model states, activations in flight, ZeRO-3's gathered "
       "units); shard it with --zero, --pp, --tp or (long sequences) --cp, or use a smaller "
-      "--batch or model");
+      "--global-batch or model");
   const bool mpi = o.backend == comm::Backend::mpi;
   double needed = mpi ? largest : all;
   const std::optional<AvailableMemory> room = available_memory();
@@ -247,7 +247,7 @@ void check_memory(const EngineConfig& c, const LayoutOptions& o) {
                format_gib(needed), mpi ? " per process" : " in this process", " (",
                mpi ? "the largest rank" : str(c.world(), " rank(s)"), " by the plan/ formulas",
                extra, ") but ", format_gib(static_cast<double>(room->bytes)), " is available (",
-               room->source, "); use a smaller --batch or model, or shard it with --zero",
+               room->source, "); use a smaller --global-batch or model, or shard it with --zero",
                room->address_space ? ", or raise ulimit -v" : "");
 }
 
@@ -292,9 +292,9 @@ TrainSetup resolve(const TrainOptions& o) {
 
   const int64_t B = o.batch.value_or(preset.batch);
   const int64_t T = o.seq.value_or(m.context);
-  DTRAIN_CHECK(B > 0, "--batch must be positive (got ", B, ")");
-  DTRAIN_CHECK(T > 0, "--seq must be positive (got ", T, ")");
-  DTRAIN_CHECK(T <= m.context, "--seq ", T, " exceeds --context ", m.context);
+  DTRAIN_CHECK(B > 0, "--global-batch must be positive (got ", B, ")");
+  DTRAIN_CHECK(T > 0, "--seq-length must be positive (got ", T, ")");
+  DTRAIN_CHECK(T <= m.context, "--seq-length ", T, " exceeds --context ", m.context);
   const LayoutOptions& l = o.layout;
   comm::check_timeout(l.timeout_s);
   {
@@ -357,7 +357,7 @@ TrainSetup resolve(const TrainOptions& o) {
   }
 
   setup.data = data::split_train_val(std::move(data.tokens), o.val_fraction, path);
-  data::check_split_fits(setup.data, T, o.seq ? "--seq" : "--context");
+  data::check_split_fits(setup.data, T, o.seq ? "--seq-length" : "--context");
   // Evaluation batches beyond the split's distinct windows would repeat the same tokens.
   const int64_t distinct_eval_batches =
       std::max<int64_t>(1, (static_cast<int64_t>(setup.data.val.size()) - 1) / (B * T));
