@@ -18,8 +18,9 @@
 // it reruns: full reruns the whole layer, selective the scores, softmax, dropout and scores x V.
 // The optimizer step reads and writes every state byte of the rank's shard once (AdamW, the
 // fp32 main gradient, the bf16 weight copy). TP collectives, pipeline sends, the schedule and
-// DP/ZeRO overlap are composed in planner.cc from comm_model.h and pipeline_model.h, with the
-// links at rates.link_efficiency of their nominal bandwidth (effective_links below).
+// DP/ZeRO overlap are composed in the planner (plan/step_time.cc, plan/planner.cc) from
+// comm_model.h and pipeline_model.h, with the links at rates.link_efficiency of their nominal
+// bandwidth (effective_links below).
 #pragma once
 
 #include <cstdint>
@@ -50,7 +51,7 @@ struct ClockShape {
   // Appended. Price a routed layer (moe.h): the router, the k routed copies of each token
   // through the expert MLPs (one grouped product per weight, the busiest rank's copies: tokens
   // x k x expert_load), the shared experts, and the permutes that gather each expert's tokens
-  // and scatter them back; the all-to-all is priced in planner.cc.
+  // and scatter them back; the all-to-all is priced in plan/step_time.cc.
   bool moe_layer = false;
   double expert_load = 1;
 };
