@@ -15,7 +15,9 @@ expect_error '--vp 3 needs at least --pp \* --vp = 12 layers .*got --layers 8' \
 expect_error '--vp 2 needs at least --pp \* --vp = 4 layers' \
   "${run[@]}" --pp 2 --schedule interleaved  # the tiny preset has 2 layers; v defaults to 2
 expect_error '--vp 2 applies only to --schedule interleaved, not 1f1b' \
-  "${run[@]}" --pp 2 --vp 2
+  "${run[@]}" --pp 2 --vp 2 --schedule 1f1b
+# --vp 2 alone means the interleaved schedule (as in plan): here too few layers for it.
+expect_error '--vp 2 needs at least --pp \* --vp = 4 layers' "${run[@]}" --pp 2 --vp 2
 expect_error '--pp 3 is larger than --layers 2' "${run[@]}" --pp 3
 expect_error '--pp must be >= 1, got 0' "${run[@]}" --pp 0
 expect_error '--stage-layers 3,3,1 sums to 7, not --layers 8' \
