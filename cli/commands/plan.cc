@@ -21,6 +21,7 @@
 #include "dtrain/plan/largest_model.h"
 #include "dtrain/plan/planner.h"
 #include "dtrain/plan/report.h"
+#include "dtrain/plan/sizing_report.h"
 #include "renamed_flags.h"
 #include "validators.h"
 
@@ -277,6 +278,15 @@ plan::Layout layout_from(const PlanFlags& f, CLI::App* app, const plan::PlanInpu
   return l;
 }
 
+// A sizing report as the command prints it: its table, or its JSON with the build's facts.
+void print_report(const PlanFlags& f, const plan::SizingReport& r) {
+  if (f.json) {
+    std::cout << with_build(r.json).dump(2) << "\n";
+  } else {
+    std::cout << r.text;
+  }
+}
+
 // --largest-model: the ZeRO paper's Table 2 for this cluster's GPU memory, every stage.
 void print_largest_model(const PlanFlags& f, CLI::App* app, const plan::Cluster& c) {
   for (const char* flag : {"--model", "--layers", "--hidden", "--heads", "--vocab", "--params",
@@ -292,38 +302,7 @@ void print_largest_model(const PlanFlags& f, CLI::App* app, const plan::Cluster&
   DTRAIN_CHECK(c.world() % mp == 0, "--tp ", f.tp, " x --pp ", f.pp,
                " does not divide the cluster's ", c.world(), " GPUs");
   const int dp = given(app, "--dp") ? f.dp : c.world() / mp;
-  nlohmann::json rows = nlohmann::json::array();
-  std::string table;
-  const char* names[] = {"0 (plain DP)", "1 (P_os)", "2 (P_os+g)", "3 (P_os+g+p)"};
-  for (int zero = 0; zero <= 3; ++zero) {
-    const int64_t psi = plan::largest_model_params(c.gpu.memory_bytes, dp, mp, zero, *bytes);
-    const double per_param =
-        psi > 0 ? static_cast<double>(plan::model_state_bytes(psi / mp, dp, zero, *bytes).total()) /
-                      static_cast<double>(psi / mp)
-                : 0.0;
-    rows.push_back({{"zero_stage", zero}, {"params", psi}, {"bytes_per_param_per_gpu", per_param}});
-    table += str("  ", plan::pad_right(names[zero], 16),
-                 plan::pad_right(plan::format_fixed(per_param, 3), 28),
-                 plan::format_params(static_cast<double>(psi)), "\n");
-  }
-  if (f.json) {
-    std::cout << with_build({{"memory_bytes", c.gpu.memory_bytes},
-                             {"dp", dp},
-                             {"model_parallel", mp},
-                             {"state_bytes", bytes->total()},
-                             {"largest_model", rows}})
-                     .dump(2)
-              << "\n";
-    return;
-  }
-  std::cout << str("largest model whose states fit ", plan::format_gb(c.gpu.memory_bytes),
-                   " per GPU (GB = 10^9 bytes; model states only: activations, buffers and "
-                   "fragmentation not counted)\n",
-                   "  dp=", dp, ", model parallel tp x pp = ", mp, ", ", bytes->param, "+",
-                   bytes->grad, "+", bytes->optimizer, " = ", bytes->total(),
-                   " B/param of model states (Rajbhandari et al. 2020, Table 2)\n\n", "  ",
-                   plan::pad_right("ZeRO stage", 16),
-                   plan::pad_right("bytes per parameter per GPU", 28), "largest model\n", table);
+  print_report(f, plan::largest_model_report(c, dp, mp, *bytes));
 }
 
 // --largest-model with a model: the widest member of its shape family (its depth, sequence,
@@ -340,63 +319,10 @@ void print_largest_shape(const PlanFlags& f, CLI::App* app, const plan::Cluster&
   in.training = training_from(f, app, in.model);
   plan::validate(in);
   const plan::Layout base = layout_from(f, app, in);
-  std::string layout_text = plan::describe(base);
-  if (!given(app, "--zero")) {
-    layout_text.replace(layout_text.find(" zero=0"), 7, " zero=(each row)");
-  }
-  std::vector<int> stages = {0, 1, 2, 3};
-  if (given(app, "--zero")) stages = {f.zero};
-  nlohmann::json rows = nlohmann::json::array();
-  std::string table;
-  for (int zero : stages) {
-    plan::Layout l = base;
-    l.zero_stage = zero;
-    const plan::LargestShape r = plan::largest_model_shape(in, l);
-    const plan::MemoryBreakdown& mem = r.memory;
-    rows.push_back({{"zero_stage", zero},
-                    {"hidden", r.model.hidden},
-                    {"heads", r.model.hidden > 0 ? r.model.heads : 0},
-                    {"params", r.params},
-                    {"total_bytes", mem.total()},
-                    {"activations_bytes", mem.activations},
-                    {"states_bytes", mem.params + mem.grads + mem.optimizer},
-                    {"next_width_total_bytes", r.too_wide.total()}});
-    table += str("  ", plan::pad_right(std::to_string(zero), 6),
-                 plan::pad_right(r.model.hidden > 0 ? std::to_string(r.model.hidden) : "-", 9),
-                 plan::pad_right(r.model.hidden > 0 ? std::to_string(r.model.heads) : "-", 7),
-                 plan::pad_right(plan::format_params(static_cast<double>(r.params)), 10),
-                 plan::pad_right(plan::format_gb(mem.params + mem.grads + mem.optimizer), 12),
-                 plan::pad_right(plan::format_gb(mem.activations), 13),
-                 plan::pad_right(plan::format_gb(mem.total()), 11),
-                 r.too_wide.total() > 0 ? plan::format_gb(r.too_wide.total()) : "-", "\n");
-  }
-  if (f.json) {
-    std::cout << with_build({{"family", in.model.name},
-                             {"layers", in.model.layers},
-                             {"seq", in.model.seq},
-                             {"vocab", in.model.vocab},
-                             {"head_size", in.model.hidden / in.model.heads},
-                             {"layout", layout_text},
-                             {"global_batch", in.training.global_batch},
-                             {"memory_bytes", cluster.gpu.memory_bytes},
-                             {"largest_model", rows}})
-                     .dump(2)
-              << "\n";
-    return;
-  }
-  std::cout << str("widest ", in.model.name, "-shaped model that fits ",
-                   plan::format_gb(cluster.gpu.memory_bytes), " per GPU with activations (",
-                   in.model.layers, " layers, s=", in.model.seq, ", V=", in.model.vocab,
-                   ", head size ", in.model.hidden / in.model.heads,
-                   "; heads in steps of tp x "
-                   "the KV group)\n  layout ",
-                   plan::describe(base), ", global batch ", in.training.global_batch,
-                   "; memory is the busiest stage's, as `dtrain plan` reports it (GB = 10^9 "
-                   "bytes)\n\n  ",
-                   plan::pad_right("ZeRO", 6), plan::pad_right("hidden", 9),
-                   plan::pad_right("heads", 7), plan::pad_right("params", 10),
-                   plan::pad_right("states", 12), plan::pad_right("activations", 13),
-                   plan::pad_right("total", 11), "next width up\n", table);
+  const bool zero_given = given(app, "--zero");
+  const std::vector<int> stages =
+      zero_given ? std::vector<int>{f.zero} : std::vector<int>{0, 1, 2, 3};
+  print_report(f, plan::largest_shape_report(in, base, stages, zero_given));
 }
 
 // --offload: DeepSpeed's offload estimators for the model on this cluster (cost/offload.h).
@@ -417,70 +343,16 @@ void print_offload(const PlanFlags& f, CLI::App* app, const plan::Cluster& c) {
                                             : plan::largest_module_params(m);
     what = m.name;
   }
-  const bool zero2_code = f.offload_convention == "deepspeed-zero2-code";
-  DTRAIN_CHECK(
-      f.offload_convention == "deepspeed" || f.offload_convention == "zero-offload" || zero2_code,
-      "--offload-convention must be deepspeed, deepspeed-zero2-code or zero-offload, "
-      "got '",
-      f.offload_convention, "'");
-  const bool deepspeed = f.offload_convention != "zero-offload";
-  const std::vector<plan::OffloadEstimate> rows =
-      zero2_code  ? plan::deepspeed_zero2_code_estimates(params, c.gpus_per_node, c.nodes)
-      : deepspeed ? plan::deepspeed_offload_estimates(params, largest, c.gpus_per_node, c.nodes)
-                  : std::vector<plan::OffloadEstimate>{
-                        plan::zero_offload_paper_estimate(params, c.gpus_per_node, c.nodes)};
-  // DeepSpeed's estimators print GiB (as "GB"); the ZeRO-Offload paper's GB are 10^9 bytes.
-  const double gib = deepspeed ? 1024.0 * 1024 * 1024 : 1e9;
-  const char* unit = deepspeed ? " GiB" : " GB";
-  if (f.json) {
-    nlohmann::json out = nlohmann::json::array();
-    for (const plan::OffloadEstimate& r : rows) {
-      out.push_back({{"zero_stage", r.zero_stage},
-                     {"options", r.options},
-                     {"cpu_bytes_per_node", r.cpu_bytes},
-                     {"gpu_bytes_per_gpu", r.gpu_bytes}});
-    }
-    std::cout << with_build({{"params", params},
-                             {"largest_layer_params", largest},
-                             {"nodes", c.nodes},
-                             {"gpus_per_node", c.gpus_per_node},
-                             {"buffer_factor", deepspeed ? plan::kDeepSpeedBufferFactor : 1.0},
-                             {"convention", f.offload_convention},
-                             {"estimates", out}})
-                     .dump(2)
-              << "\n";
-    return;
-  }
-  std::cout << str(
-      "offload estimates for ", what, ": ", plan::format_params(params),
-      " parameters, largest layer ", plan::format_params(largest), ", on ", c.nodes, " node(s) x ",
-      c.gpus_per_node, " GPUs\n",
-      zero2_code  ? "  convention: DeepSpeed's ZeRO-2 estimator as its current code computes "
-                    "it (deepspeed/runtime/zero/stage_1_and_2.py, "
-                    "estimate_zero2_model_states_mem_needs: `gpu_mem = 2 * total_params + "
-                    "int(18 * total_params / total_gpus)` without offload), beside the form "
-                    "its docs give (memory.rst: `4 * params + 16 * params / (total number of "
-                    "gpus)`); CPU x additional_buffer_factor 1.5; GiB = 2^30 bytes (DeepSpeed "
-                    "prints them as GB)\n\n"
-      : deepspeed ? "  convention: DeepSpeed's estimate_zero2/3_model_states_mem_needs (model "
-                    "states only; CPU bytes per parameter as its code has them, 18, 16 or 4 "
-                    "x GPUs, times additional_buffer_factor 1.5); GiB = 2^30 bytes "
-                    "(DeepSpeed prints them as GB)\n\n"
-                  : "  convention: ZeRO-Offload (Ren et al. 2021): of mixed-precision Adam's "
-                    "16 bytes per parameter, 2 (fp16 weights) per GPU and 14 (fp16 "
-                    "gradients, fp32 weights, two moments) on CPU split over the GPUs; model "
-                    "states only; GB = 10^9 bytes\n\n",
-      "  ZeRO  per CPU (node)  per GPU     options\n");
-  for (const plan::OffloadEstimate& r : rows) {
-    std::cout << str("  ", plan::pad_right(std::to_string(r.zero_stage), 6),
-                     plan::pad_right(plan::format_fixed(r.cpu_bytes / gib, 2) + unit, 16),
-                     plan::pad_right(plan::format_fixed(r.gpu_bytes / gib, 2) + unit, 12),
-                     r.options, "\n");
-  }
-  if (c.gpu.memory_bytes > 0) {
-    std::cout << str("  (a GPU here has ", plan::format_fixed(c.gpu.memory_bytes / gib, 2), unit,
-                     "; activations and buffers come on top)\n");
-  }
+  DTRAIN_CHECK(f.offload_convention == "deepspeed" || f.offload_convention == "zero-offload" ||
+                   f.offload_convention == "deepspeed-zero2-code",
+               "--offload-convention must be deepspeed, deepspeed-zero2-code or zero-offload, "
+               "got '",
+               f.offload_convention, "'");
+  const plan::OffloadConvention convention =
+      f.offload_convention == "deepspeed-zero2-code" ? plan::OffloadConvention::deepspeed_zero2_code
+      : f.offload_convention == "zero-offload"       ? plan::OffloadConvention::zero_offload
+                                                     : plan::OffloadConvention::deepspeed;
+  print_report(f, plan::offload_report(params, largest, what, c, convention, f.offload_convention));
 }
 
 // --search with layout flags: each one given fixes its axis; the others are searched.
