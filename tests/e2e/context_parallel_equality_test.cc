@@ -360,9 +360,9 @@ TEST(ContextParallelCounters, BytesPerLayerAndCausalWorkEqualThePlanFormulas) {
         const double bwd = static_cast<double>(m.counters.backward.traffic.bytes_sent) / passes;
         EXPECT_EQ(fwd, want.forward.bytes_sent);
         EXPECT_EQ(bwd, want.backward.bytes_sent);
-        EXPECT_EQ(static_cast<double>(m.counters.forward.messages) / passes,
+        EXPECT_EQ(static_cast<double>(m.counters.forward.calls) / passes,
                   static_cast<double>(want.forward.messages));
-        EXPECT_EQ(static_cast<double>(m.counters.backward.messages) / passes,
+        EXPECT_EQ(static_cast<double>(m.counters.backward.calls) / passes,
                   static_cast<double>(want.backward.messages));
         if (a != plan::CpAlgorithm::ulysses) {
           // Per (row, head): the balanced split's pairs, the same on every rank.

@@ -104,12 +104,15 @@ Outcome run_engine(const StepConfig& c, int dp, int ep, const std::vector<data::
     // Full recompute's rerun of each block forward redoes its forward exchanges.
     const EngineTraffic& t = engine.traffic();
     const double forward = plan::ep_forward_exchanges(c.recompute);
-    EXPECT_GT(t.ep.dispatch_forward.bytes_sent + t.ep.combine_forward.bytes_sent, 0);
-    EXPECT_EQ(static_cast<double>(t.ep.dispatch_forward.bytes_sent), forward * t.ep_plan_dispatch);
-    EXPECT_EQ(static_cast<double>(t.ep.combine_backward.bytes_sent), t.ep_plan_dispatch);
-    EXPECT_EQ(static_cast<double>(t.ep.combine_forward.bytes_sent), forward * t.ep_plan_combine);
-    EXPECT_EQ(static_cast<double>(t.ep.dispatch_backward.bytes_sent), t.ep_plan_combine);
-    EXPECT_EQ(static_cast<double>(t.ep.counts.bytes_sent), forward * t.ep_plan_counts);
+    EXPECT_GT(t.ep.dispatch_forward.traffic.bytes_sent + t.ep.combine_forward.traffic.bytes_sent,
+              0);
+    EXPECT_EQ(static_cast<double>(t.ep.dispatch_forward.traffic.bytes_sent),
+              forward * t.ep_plan_dispatch);
+    EXPECT_EQ(static_cast<double>(t.ep.combine_backward.traffic.bytes_sent), t.ep_plan_dispatch);
+    EXPECT_EQ(static_cast<double>(t.ep.combine_forward.traffic.bytes_sent),
+              forward * t.ep_plan_combine);
+    EXPECT_EQ(static_cast<double>(t.ep.dispatch_backward.traffic.bytes_sent), t.ep_plan_combine);
+    EXPECT_EQ(static_cast<double>(t.ep.counts.traffic.bytes_sent), forward * t.ep_plan_counts);
     if (comm.rank() == 0) {
       std::printf(
           "dp%d ep%d pp%d zero %d recompute %s rank 0, %d steps: dispatch %lld B sent (plan %.0f), "
@@ -117,9 +120,9 @@ Outcome run_engine(const StepConfig& c, int dp, int ep, const std::vector<data::
           "B "
           "(plan %.0f), counts %lld B (plan %.0f)\n",
           dp, ep, pp, zero, std::string(name(c.recompute)).c_str(), kSteps,
-          static_cast<long long>(t.ep.dispatch_forward.bytes_sent), t.ep_plan_dispatch,
-          static_cast<long long>(t.ep.combine_forward.bytes_sent), t.ep_plan_combine,
-          static_cast<long long>(t.ep.counts.bytes_sent), t.ep_plan_counts);
+          static_cast<long long>(t.ep.dispatch_forward.traffic.bytes_sent), t.ep_plan_dispatch,
+          static_cast<long long>(t.ep.combine_forward.traffic.bytes_sent), t.ep_plan_combine,
+          static_cast<long long>(t.ep.counts.traffic.bytes_sent), t.ep_plan_counts);
     }
   });
   Outcome out = empty_outcome(c.model);

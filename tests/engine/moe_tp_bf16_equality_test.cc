@@ -132,12 +132,13 @@ Outcome run_engine(StepConfig c, const Case& k, const std::vector<data::Batch>& 
     }
     // Full recompute's rerun of each block forward redoes its forward exchanges.
     const double forward = plan::ep_forward_exchanges(c.recompute);
-    EXPECT_EQ(static_cast<double>(t.ep.dispatch_forward.bytes_sent),
+    EXPECT_EQ(static_cast<double>(t.ep.dispatch_forward.traffic.bytes_sent),
               forward * t.ep_plan_dispatch_forward);
-    EXPECT_EQ(static_cast<double>(t.ep.combine_forward.bytes_sent), forward * t.ep_plan_combine);
-    EXPECT_EQ(static_cast<double>(t.ep.counts.bytes_sent), forward * t.ep_plan_counts);
-    EXPECT_EQ(static_cast<double>(t.ep.combine_backward.bytes_sent), t.ep_plan_dispatch);
-    EXPECT_EQ(static_cast<double>(t.ep.dispatch_backward.bytes_sent), t.ep_plan_combine);
+    EXPECT_EQ(static_cast<double>(t.ep.combine_forward.traffic.bytes_sent),
+              forward * t.ep_plan_combine);
+    EXPECT_EQ(static_cast<double>(t.ep.counts.traffic.bytes_sent), forward * t.ep_plan_counts);
+    EXPECT_EQ(static_cast<double>(t.ep.combine_backward.traffic.bytes_sent), t.ep_plan_dispatch);
+    EXPECT_EQ(static_cast<double>(t.ep.dispatch_backward.traffic.bytes_sent), t.ep_plan_combine);
   });
   Outcome out = empty_outcome(c.model);
   out.losses = losses[0];

@@ -20,7 +20,7 @@ namespace {
 
 struct PassResult {
   std::vector<float> out, dqkv;
-  CpCounter forward, backward;
+  SiteCounter forward, backward;
 };
 
 // One layer's attention forward and backward on this rank's T_local tokens with bf16 compute.

@@ -81,7 +81,7 @@ void expect_serial_routing(int cp, model::CpTokenSplit split, const Shape& s) {
         comm::resolve_algorithm(comm, comm::Algorithm::automatic, static_cast<long long>(S));
     const plan::CollectiveTraffic want =
         plan::collective_traffic(comm::CollectiveOp::all_gather, algo, S, cp, comm.rank());
-    EXPECT_EQ(group.counters().routing.messages, 1);
+    EXPECT_EQ(group.counters().routing.calls, 1);
     EXPECT_EQ(static_cast<double>(group.counters().routing.traffic.bytes_sent), want.bytes_sent);
     EXPECT_EQ(static_cast<double>(group.counters().routing.traffic.bytes_received),
               want.bytes_received);

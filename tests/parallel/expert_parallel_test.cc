@@ -159,21 +159,21 @@ void expect_equal_to_serial(int n, bool zero_router) {
     }
     const EpCounters& k = res[static_cast<size_t>(r)].counters;
     const double layers = static_cast<double>(res[0].kept.size());
-    EXPECT_EQ(static_cast<double>(k.dispatch_forward.bytes_sent), dispatch_sent);
-    EXPECT_EQ(static_cast<double>(k.dispatch_forward.bytes_received), dispatch_received);
-    EXPECT_EQ(static_cast<double>(k.combine_forward.bytes_sent), combine_sent);
-    EXPECT_EQ(static_cast<double>(k.combine_forward.bytes_received), combine_received);
+    EXPECT_EQ(static_cast<double>(k.dispatch_forward.traffic.bytes_sent), dispatch_sent);
+    EXPECT_EQ(static_cast<double>(k.dispatch_forward.traffic.bytes_received), dispatch_received);
+    EXPECT_EQ(static_cast<double>(k.combine_forward.traffic.bytes_sent), combine_sent);
+    EXPECT_EQ(static_cast<double>(k.combine_forward.traffic.bytes_received), combine_received);
     // Backward: the combine's gradient moves as the dispatch, the dispatch's as the combine.
-    EXPECT_EQ(static_cast<double>(k.combine_backward.bytes_sent), dispatch_sent);
-    EXPECT_EQ(static_cast<double>(k.dispatch_backward.bytes_sent), combine_sent);
-    EXPECT_EQ(static_cast<double>(k.counts.bytes_sent),
+    EXPECT_EQ(static_cast<double>(k.combine_backward.traffic.bytes_sent), dispatch_sent);
+    EXPECT_EQ(static_cast<double>(k.dispatch_backward.traffic.bytes_sent), combine_sent);
+    EXPECT_EQ(static_cast<double>(k.counts.traffic.bytes_sent),
               layers * plan::ep_counts_bytes(g.moe.experts, n));
     if (r == 0) {
       std::printf(
           "ep %d rank 0: dispatch forward sent %lld B (formula %.0f), combine %lld B "
           "(formula %.0f)\n",
-          n, static_cast<long long>(k.dispatch_forward.bytes_sent), dispatch_sent,
-          static_cast<long long>(k.combine_forward.bytes_sent), combine_sent);
+          n, static_cast<long long>(k.dispatch_forward.traffic.bytes_sent), dispatch_sent,
+          static_cast<long long>(k.combine_forward.traffic.bytes_sent), combine_sent);
     }
   }
 }

@@ -58,20 +58,15 @@ comm::LinkBytes links(const comm::Communicator* c, const comm::NodeTopology& top
 void add_difference(parallel::ContextParallelCounters& sum,
                     const parallel::ContextParallelCounters& end,
                     const parallel::ContextParallelCounters& start) {
-  auto add = [](parallel::CpCounter& s, const parallel::CpCounter& e,
-                const parallel::CpCounter& b) {
-    s.messages += e.messages - b.messages;
-    s.traffic += e.traffic - b.traffic;
-  };
-  add(sum.forward, end.forward, start.forward);
-  add(sum.backward, end.backward, start.backward);
-  add(sum.recompute, end.recompute, start.recompute);
-  add(sum.routing, end.routing, start.routing);
+  sum.forward += end.forward - start.forward;
+  sum.backward += end.backward - start.backward;
+  sum.recompute += end.recompute - start.recompute;
+  sum.routing += end.routing - start.routing;
   sum.attention_pairs += end.attention_pairs - start.attention_pairs;
   sum.attention_us += end.attention_us - start.attention_us;
 }
 
-double tp_sent(const parallel::TpCounter& c) {
+double tp_sent(const parallel::SiteCounter& c) {
   return static_cast<double>(c.traffic.bytes_moved());
 }
 
@@ -347,15 +342,18 @@ void Engine::record_step(const parallel::PipelineStepRecord& record, StepStart& 
   hooks_->record_spans(nullptr);
   if (ep_hooks_ != nullptr) ep_hooks_->record_spans(nullptr);
   if (cp_hooks_ != nullptr) cp_hooks_->record_spans(nullptr);
-  for (const std::vector<parallel::TpSpan>* spans : {&start.tp_spans, &start.ep_spans}) {
-    for (const parallel::TpSpan& s : *spans) {
-      if (!config_.record_collectives) break;
-      last_.collectives.push_back({s.what, trace::SpanKind::collective, s.start_us, s.end_us});
+  // Every axis site's spans on the trace: TP's and EP's on the collectives track, CP's on its
+  // own (with its pass and the bytes each sent). TP's are timed every step for the clock.
+  const std::pair<const std::vector<parallel::SiteSpan>*, trace::SpanKind> sites[] = {
+      {config_.record_collectives ? &start.tp_spans : nullptr, trace::SpanKind::collective},
+      {&start.ep_spans, trace::SpanKind::collective},
+      {&start.cp_spans, trace::SpanKind::context_parallel}};
+  for (const auto& [spans, kind] : sites) {
+    if (spans == nullptr) continue;
+    for (const parallel::SiteSpan& s : *spans) {
+      last_.collectives.push_back({*s.pass != '\0' ? str(s.what, " (", s.pass, ")") : s.what, kind,
+                                   s.start_us, s.end_us, s.bytes});
     }
-  }
-  for (const parallel::CpSpan& s : start.cp_spans) {
-    last_.collectives.push_back({str(s.what, " (", s.pass, ")"), trace::SpanKind::context_parallel,
-                                 s.start_us, s.end_us, s.bytes});
   }
 
   const EngineTraffic end = traffic_snapshot();
@@ -515,7 +513,7 @@ parallel::GradNorm Engine::split_shards_norm(const std::vector<Piece>& pieces) {
 // them that compute hid (inside the executor's compute actions, less the compute thread's
 // waits for them there).
 void Engine::measure_step(const parallel::PipelineStepRecord& record,
-                          const std::vector<parallel::TpSpan>& tp_spans) {
+                          const std::vector<parallel::SiteSpan>& tp_spans) {
   std::vector<parallel::TimeInterval> compute, comm, forward, backward;
   StepTiming timing;
   bool any = false;
@@ -548,7 +546,7 @@ void Engine::measure_step(const parallel::PipelineStepRecord& record,
 
   // The clock's phases of this step.
   std::vector<parallel::TimeInterval> tp;
-  for (const parallel::TpSpan& s : tp_spans) tp.push_back({s.start_us, s.end_us});
+  for (const parallel::SiteSpan& s : tp_spans) tp.push_back({s.start_us, s.end_us});
   auto length = [](const std::vector<parallel::TimeInterval>& v) {
     double us = 0;
     for (const parallel::TimeInterval& i : v) us += i.length_us();

@@ -236,8 +236,7 @@ class Engine final : public StepEngine {
     EngineTraffic traffic;
     parallel::ContextParallelCounters cp;
     parallel::EpCounters ep;
-    std::vector<parallel::TpSpan> tp_spans, ep_spans;
-    std::vector<parallel::CpSpan> cp_spans;
+    std::vector<parallel::SiteSpan> tp_spans, ep_spans, cp_spans;
   };
   // The step's four parts: begin (snapshots, span recording on), run the schedule, finalize the
   // gradients and update, record (spans, the counters' differences, the clock's measurement).
@@ -253,7 +252,7 @@ class Engine final : public StepEngine {
   template <typename Piece>
   parallel::GradNorm split_shards_norm(const std::vector<Piece>& pieces);
   void measure_step(const parallel::PipelineStepRecord& record,
-                    const std::vector<parallel::TpSpan>& tp_spans);
+                    const std::vector<parallel::SiteSpan>& tp_spans);
 
   EngineConfig config_;
   comm::Communicator& world_;

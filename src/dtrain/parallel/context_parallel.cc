@@ -96,7 +96,7 @@ model::CpTokenSplit ContextParallelGroup::split() const {
 }
 
 void ContextParallelGroup::count_message(const char* what, double start_us, int64_t sent_before) {
-  ++current_->messages;
+  ++current_->calls;
   if (spans_ == nullptr) return;
   const char* pass = current_ == &counters_.forward    ? "forward"
                      : current_ == &counters_.backward ? "backward"
@@ -187,7 +187,7 @@ std::vector<double> ContextParallelGroup::gather_routing(std::span<const double>
   const double start = span_start();
   const comm::Traffic t0 = comm_.traffic();
   std::vector<double> all = comm::gather_in_rank_order(comm_, values);
-  ++counters_.routing.messages;
+  ++counters_.routing.calls;
   counters_.routing.traffic += comm_.traffic() - t0;
   if (spans_ != nullptr) {
     spans_->push_back(

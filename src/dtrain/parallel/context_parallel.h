@@ -26,35 +26,23 @@
 #include "dtrain/core/timer.h"
 #include "dtrain/cost/context_parallel.h"
 #include "dtrain/model/cp_hooks.h"
+#include "dtrain/parallel/site_counter.h"
 
 namespace dtrain::parallel {
 
-struct CpCounter {
-  int64_t messages = 0;  // ring hops, or collective calls
-  comm::Traffic traffic;
-};
 struct ContextParallelCounters {
-  CpCounter forward;
-  CpCounter backward;
-  CpCounter recompute;  // full recompute's forward reruns (plan/ counts them in the backward)
+  SiteCounter forward;
+  SiteCounter backward;
+  SiteCounter recompute;  // full recompute's forward reruns (plan/ counts them in the backward)
   // The MoE router's gathers (one per routed block and forward, rerun included):
   // plan::cp_moe_routing_bytes. Apart from the attention's passes above.
-  CpCounter routing;
+  SiteCounter routing;
   // Score elements computed in forward: (query, key) pairs with key <= query, summed over the
   // batch rows and this rank's heads (plan::causal_attention_pairs per (row, head)).
   int64_t attention_pairs = 0;
   // Microseconds of forward attention compute (the blocks' merges, no communication): the
   // per-rank work the split balances, measured.
   double attention_us = 0;
-};
-
-// One CP exchange as it ran (core/timer.h now_us() clock), for traces: a ring hop (posted until
-// both its send and its receive completed), or one collective call; `bytes` this rank sent in it.
-struct CpSpan {
-  const char* what = "";  // "ring hop K/V", "all_gather K/V", "all_to_all Q", ...
-  const char* pass = "";  // "forward", "backward", "recompute"
-  double start_us = 0, end_us = 0;
-  int64_t bytes = 0;
 };
 
 // The element size K and V (and Ulysses's Q, O) travel at: the model's precision's
@@ -92,7 +80,7 @@ class ContextParallelGroup final : public model::ContextParallelHooks {
 
   const ContextParallelCounters& counters() const { return counters_; }
   // While set, every exchange (one per counted message) is appended there; null stops it.
-  void record_spans(std::vector<CpSpan>* spans) { spans_ = spans; }
+  void record_spans(std::vector<SiteSpan>* spans) { spans_ = spans; }
   comm::Communicator& communicator() { return comm_; }
   // The algorithm gather_routing's all-gather of `bytes` (its output size) runs: the group's
   // automatic choice, for the report's formula.
@@ -138,8 +126,8 @@ class ContextParallelGroup final : public model::ContextParallelHooks {
   bool recomputing_ = false;
   std::map<const void*, Saved> saved_;
   ContextParallelCounters counters_;
-  CpCounter* current_ = nullptr;  // the pass being counted
-  std::vector<CpSpan>* spans_ = nullptr;
+  SiteCounter* current_ = nullptr;  // the pass being counted
+  std::vector<SiteSpan>* spans_ = nullptr;
 
   // Counts one message of the current pass and, when recording, its span from `start_us` with
   // the bytes sent since `sent_before`.

@@ -52,15 +52,15 @@ std::vector<BucketPiece> split_at_experts(comm::Chunk bucket,
 }
 
 comm::Traffic EpCounters::total() const {
-  comm::Traffic t = counts;
-  t += dispatch_forward;
-  t += combine_forward;
-  t += combine_backward;
-  t += dispatch_backward;
+  comm::Traffic t = counts.traffic;
+  t += dispatch_forward.traffic;
+  t += combine_forward.traffic;
+  t += combine_backward.traffic;
+  t += dispatch_backward.traffic;
   return t;
 }
 
-comm::Traffic& ExpertParallelGroup::counter_of(Site site) {
+SiteCounter& ExpertParallelGroup::counter_of(Site site) {
   switch (site) {
     case Site::counts:
       return counters_.counts;
@@ -99,9 +99,11 @@ const char* label_of(model::ExpertParallelHooks::Site site) {
 
 void ExpertParallelGroup::exchange_counts(int64_t* recv, const int64_t* send, int64_t per_rank) {
   const double start = spans_ != nullptr ? now_us() : 0;
-  counter_of(Site::counts) +=
+  SiteCounter& counter = counter_of(Site::counts);
+  counter.traffic +=
       comm::all_to_all<int64_t>(comm_, send, recv, per_rank, comm::Algorithm::pairwise);
-  if (spans_ != nullptr) spans_->push_back({label_of(Site::counts), start, now_us()});
+  ++counter.calls;
+  if (spans_ != nullptr) spans_->push_back({label_of(Site::counts), "", start, now_us()});
 }
 
 void ExpertParallelGroup::exchange_rows(float* recv, std::span<const int64_t> recv_rows,
@@ -122,14 +124,15 @@ void ExpertParallelGroup::exchange_rows(float* recv, std::span<const int64_t> re
   if (bf16_dispatch_ && site == Site::dispatch_forward) {
     std::vector<bf16> send16(static_cast<size_t>(s)), recv16(static_cast<size_t>(r));
     to_bf16(send, send16.data(), s);
-    counter_of(site) += comm::all_to_all_v<bf16>(comm_, send16.data(), send_parts, recv16.data(),
-                                                 recv_parts, comm::Algorithm::pairwise);
+    counter_of(site).traffic += comm::all_to_all_v<bf16>(
+        comm_, send16.data(), send_parts, recv16.data(), recv_parts, comm::Algorithm::pairwise);
     to_float(recv16.data(), recv, r);
   } else {
-    counter_of(site) += comm::all_to_all_v<float>(comm_, send, send_parts, recv, recv_parts,
-                                                  comm::Algorithm::pairwise);
+    counter_of(site).traffic += comm::all_to_all_v<float>(comm_, send, send_parts, recv, recv_parts,
+                                                          comm::Algorithm::pairwise);
   }
-  if (spans_ != nullptr) spans_->push_back({label_of(site), start, now_us()});
+  ++counter_of(site).calls;
+  if (spans_ != nullptr) spans_->push_back({label_of(site), "", start, now_us()});
 }
 
 }  // namespace dtrain::parallel

@@ -15,6 +15,7 @@
 #include "dtrain/comm/chunks.h"
 #include "dtrain/comm/communicator.h"
 #include "dtrain/model/ep_hooks.h"
+#include "dtrain/parallel/site_counter.h"
 #include "dtrain/parallel/tensor_parallel.h"
 
 namespace dtrain::parallel {
@@ -39,7 +40,7 @@ std::vector<BucketPiece> split_at_experts(comm::Chunk bucket,
 
 // Bytes (and calls) of each exchange site on this rank, summed over the calls.
 struct EpCounters {
-  comm::Traffic counts, dispatch_forward, combine_forward, combine_backward, dispatch_backward;
+  SiteCounter counts, dispatch_forward, combine_forward, combine_backward, dispatch_backward;
   comm::Traffic total() const;
 };
 
@@ -59,13 +60,13 @@ class ExpertParallelGroup final : public model::ExpertParallelHooks {
   void set_bf16_dispatch(bool on) { bf16_dispatch_ = on; }
   // While set, every exchange is appended there (for traces: dispatch and combine on the
   // compute thread's communication track); null stops recording.
-  void record_spans(std::vector<TpSpan>* spans) { spans_ = spans; }
+  void record_spans(std::vector<SiteSpan>* spans) { spans_ = spans; }
 
  private:
-  comm::Traffic& counter_of(Site site);
+  SiteCounter& counter_of(Site site);
   comm::Communicator& comm_;
   EpCounters counters_;
-  std::vector<TpSpan>* spans_ = nullptr;
+  std::vector<SiteSpan>* spans_ = nullptr;
   bool bf16_dispatch_ = false;
 };
 

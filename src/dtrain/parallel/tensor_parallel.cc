@@ -19,8 +19,8 @@ bf16* TensorParallelGroup::scratch(int64_t count) {
   return scratch_.data();
 }
 
-void TensorParallelGroup::reduce(float* data, int64_t count, comm::ReduceOp op, TpCounter& counter,
-                                 const char* what, bool bf16_wire) {
+void TensorParallelGroup::reduce(float* data, int64_t count, comm::ReduceOp op,
+                                 SiteCounter& counter, const char* what, bool bf16_wire) {
   const double start = spans_ != nullptr ? now_us() : 0;
   // Ring, as plan::tp_traffic_per_layer assumes: 2 (N-1)/N of the buffer sent per rank.
   if (bf16_wire) {
@@ -33,7 +33,7 @@ void TensorParallelGroup::reduce(float* data, int64_t count, comm::ReduceOp op, 
   }
   ++counter.calls;
   counter.elements += count;
-  if (spans_ != nullptr) spans_->push_back({what, start, now_us()});
+  if (spans_ != nullptr) spans_->push_back({what, "", start, now_us()});
 }
 
 void TensorParallelGroup::all_reduce_sum(float* data, int64_t count) {
@@ -71,7 +71,7 @@ const char* TensorParallelGroup::label_of(SpSite site, bool gather) const {
   return gather ? "tp all_gather (vocab)" : "tp reduce_scatter (vocab)";
 }
 
-TpCounter& TensorParallelGroup::counter_of(SpSite site) {
+SiteCounter& TensorParallelGroup::counter_of(SpSite site) {
   switch (site) {
     case SpSite::block_forward:
       return recomputing_ ? counters_.recompute : counters_.block_forward;
@@ -89,7 +89,7 @@ TpCounter& TensorParallelGroup::counter_of(SpSite site) {
 // a reduce-scatter plus an all-gather send the bytes of one all-reduce.
 void TensorParallelGroup::sp_all_gather(float* full, const float* slice, int64_t slice_count,
                                         SpSite site) {
-  TpCounter& counter = counter_of(site);
+  SiteCounter& counter = counter_of(site);
   const double start = spans_ != nullptr ? now_us() : 0;
   const int64_t count = slice_count * size();
   if (bf16_ && site != SpSite::vocab) {
@@ -104,12 +104,12 @@ void TensorParallelGroup::sp_all_gather(float* full, const float* slice, int64_t
   }
   ++counter.calls;
   counter.elements += count;
-  if (spans_ != nullptr) spans_->push_back({label_of(site, true), start, now_us()});
+  if (spans_ != nullptr) spans_->push_back({label_of(site, true), "", start, now_us()});
 }
 
 void TensorParallelGroup::sp_reduce_scatter(float* slice, const float* full, int64_t slice_count,
                                             SpSite site) {
-  TpCounter& counter = counter_of(site);
+  SiteCounter& counter = counter_of(site);
   const double start = spans_ != nullptr ? now_us() : 0;
   const int64_t count = slice_count * size();
   if (bf16_ && site != SpSite::vocab) {
@@ -124,7 +124,7 @@ void TensorParallelGroup::sp_reduce_scatter(float* slice, const float* full, int
   }
   ++counter.calls;
   counter.elements += count;
-  if (spans_ != nullptr) spans_->push_back({label_of(site, false), start, now_us()});
+  if (spans_ != nullptr) spans_->push_back({label_of(site, false), "", start, now_us()});
 }
 
 BlockParamCounts block_param_counts(const model::ParamTable& table) {

@@ -18,32 +18,22 @@
 #include "dtrain/core/buffer.h"
 #include "dtrain/model/gpt.h"
 #include "dtrain/model/tp_hooks.h"
+#include "dtrain/parallel/site_counter.h"
 
 namespace dtrain::parallel {
 
 // Calls and measured traffic of one kind of TP collective on this rank.
-struct TpCounter {
-  int64_t calls = 0;
-  int64_t elements = 0;
-  comm::Traffic traffic;
-};
 
 struct TensorParallelCounters {
-  TpCounter block_forward;   // g: after the attention projection and the MLP second linear
-  TpCounter block_backward;  // f: into the LN1 and LN2 outputs' gradients
-  TpCounter vocab;           // embedding sum, cross-entropy max / sum-exp, LM-head f
+  SiteCounter block_forward;   // g: after the attention projection and the MLP second linear
+  SiteCounter block_backward;  // f: into the LN1 and LN2 outputs' gradients
+  SiteCounter vocab;           // embedding sum, cross-entropy max / sum-exp, LM-head f
   // Sequence parallelism only: backward's all-gathers of the stored LN-output slices that the
   // qkv and fc weight gradients need (Korthikanti et al. 2022, §4.2.2: not in the f/g formula).
-  TpCounter regather;
+  SiteCounter regather;
   // Full recompute: g (or SP's all-gather and reduce-scatter) of each block forward rerun before
   // its backward; the forward's own stay in block_forward. (Under ZB-H1 W reruns it once more.)
-  TpCounter recompute;
-};
-
-// One TP collective as it ran (core/timer.h now_us() clock), for traces.
-struct TpSpan {
-  const char* what = "";  // "all_reduce g", "all_gather f", ...
-  double start_us = 0, end_us = 0;
+  SiteCounter recompute;
 };
 
 class TensorParallelGroup final : public model::TensorParallelHooks {
@@ -75,20 +65,20 @@ class TensorParallelGroup final : public model::TensorParallelHooks {
   comm::Communicator& communicator() { return comm_; }
   const comm::Communicator& communicator() const { return comm_; }
   // With a list, every collective from now on appends its span there (null: stop recording).
-  void record_spans(std::vector<TpSpan>* out) { spans_ = out; }
+  void record_spans(std::vector<SiteSpan>* out) { spans_ = out; }
 
  private:
-  void reduce(float* data, int64_t count, comm::ReduceOp op, TpCounter& counter, const char* what,
+  void reduce(float* data, int64_t count, comm::ReduceOp op, SiteCounter& counter, const char* what,
               bool bf16 = false);
   bf16* scratch(int64_t count);  // at least `count` bf16 elements
-  TpCounter& counter_of(SpSite site);
+  SiteCounter& counter_of(SpSite site);
   const char* label_of(SpSite site, bool gather) const;
 
   comm::Communicator& comm_;
   bool sequence_parallel_ = false;
   bool recomputing_ = false;  // block forward collectives go to counters_.recompute
   TensorParallelCounters counters_;
-  std::vector<TpSpan>* spans_ = nullptr;
+  std::vector<SiteSpan>* spans_ = nullptr;
   bool bf16_ = false;
   MemoryTracker* tracker_ = nullptr;
   Buffer<bf16> scratch_;

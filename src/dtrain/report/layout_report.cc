@@ -111,8 +111,7 @@ json cp_piece(const Engine& e) {
   return {
       {"cp_rank", cp->rank()},
       {"messages",
-       static_cast<double>(k.forward.messages + k.backward.messages + k.recompute.messages) /
-           steps},
+       static_cast<double>(k.forward.calls + k.backward.calls + k.recompute.calls) / steps},
       {"messages_formula",
        static_cast<double>(formula.forward.messages + formula.backward.messages) * layers},
       {"bytes", static_cast<double>(k.forward.traffic.bytes_sent + k.backward.traffic.bytes_sent +
