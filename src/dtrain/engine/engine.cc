@@ -427,16 +427,61 @@ void Engine::gather_block_routings(const model::MoeCounts& mine) {
     block_routings_.erase(block_routings_.begin() + 1);
 }
 
+std::string_view name(FinalizePhase phase) {
+  switch (phase) {
+    case FinalizePhase::dp_bucket_wait:
+      return "wait for DP buckets";
+    case FinalizePhase::tied_wte_sum:
+      return "sum tied wte";
+    case FinalizePhase::embedding_dp_sync:
+      return "DP sync of the embeddings";
+    case FinalizePhase::grad_norm_and_loss:
+      return "gradient norm and loss";
+    case FinalizePhase::adamw:
+      return "AdamW";
+    case FinalizePhase::param_all_gather:
+      return "all_gather parameters";
+  }
+  return "?";
+}
+
+ClockPhase clock_phase(FinalizePhase phase) {
+  switch (phase) {
+    case FinalizePhase::grad_norm_and_loss:
+    case FinalizePhase::adamw:
+      return ClockPhase::optimizer;
+    case FinalizePhase::tied_wte_sum:
+      return ClockPhase::pipeline_wait;
+    case FinalizePhase::dp_bucket_wait:
+    case FinalizePhase::embedding_dp_sync:
+    case FinalizePhase::param_all_gather:
+      return ClockPhase::exposed_dp;
+  }
+  return ClockPhase::exposed_dp;
+}
+
 void Engine::finalize_and_update(StepStats& stats, float lr) {
   Stopwatch watch;
   double at = now_us();
-  auto phase = [&](const char* what) {
+  finalize_phases_ = {};
+  auto phase = [&](FinalizePhase what) {
     const double end = now_us();
-    last_.finalize.push_back({what, trace::SpanKind::other, at, end});
+    last_.finalize.push_back({std::string(name(what)), trace::SpanKind::other, at, end});
+    switch (clock_phase(what)) {
+      case ClockPhase::optimizer:
+        finalize_phases_.optimizer_us += end - at;
+        break;
+      case ClockPhase::pipeline_wait:
+        finalize_phases_.pipeline_wait_us += end - at;
+        break;
+      case ClockPhase::exposed_dp:
+        finalize_phases_.exposed_dp_us += end - at;
+        break;
+    }
     at = end;
   };
   dp_->wait_for_syncs();
-  phase("wait for DP buckets");
+  phase(FinalizePhase::dp_bucket_wait);
   // The tied wte: the first stage's embedding half and the last stage's head half summed, then
   // averaged over DP like every other unit.
   if (embedding_comm_ != nullptr) {
@@ -447,14 +492,14 @@ void Engine::finalize_and_update(StepStats& stats, float lr) {
     const std::span<float> dwte = grads.subspan(static_cast<size_t>(wte.offset - unit.offset),
                                                 static_cast<size_t>(wte.count));
     parallel::sum_tied_embedding_grads(dwte, embedding_comm_.get());
-    phase("sum tied wte");
+    phase(FinalizePhase::tied_wte_sum);
   }
   dp_->sync_deferred();
-  if (config_.pp > 1) phase("DP sync of the embeddings");
+  if (config_.pp > 1) phase(FinalizePhase::embedding_dp_sync);
   const parallel::GradNorm norm = gradient_norm();
   stats.grad_norm = norm.norm;
   stats.loss = mean_loss(stats.loss);
-  phase("gradient norm and loss");
+  phase(FinalizePhase::grad_norm_and_loss);
   check_not_diverged(stats);
   // One update for every layout: the pieces are the owned range, or under EP with ZeRO the runs
   // of the dense and the expert shards.
@@ -463,9 +508,9 @@ void Engine::finalize_and_update(StepStats& stats, float lr) {
   } else {
     adamw_update_on_team(&team_, adamw_, dp_->update_pieces(), lr, norm.clip_scale);
   }
-  phase("AdamW");
+  phase(FinalizePhase::adamw);
   dp_->gather_updated_params();
-  if (config_.zero_stage == 1 || config_.zero_stage == 2) phase("all_gather parameters");
+  if (config_.zero_stage == 1 || config_.zero_stage == 2) phase(FinalizePhase::param_all_gather);
   stats.optimizer_ms = watch.elapsed_us() * 1e-3;
 }
 
@@ -562,20 +607,12 @@ void Engine::measure_step(const parallel::PipelineStepRecord& record,
   p.tp_comm_us = tp_forward + tp_backward;
   p.pipeline_wait_us = any ? timing.last_end_us - timing.first_start_us - timing.busy_us : 0;
   p.exposed_dp_us = wait_forward + wait_backward;
-  for (const MeasuredSpan& f : last_.finalize) {
-    const double us = f.end_us - f.start_us;
-    if (f.what == "gradient norm and loss" || f.what == "AdamW") {
-      p.optimizer_us += us;
-    } else if (f.what == "sum tied wte") {
-      // The first and last stages' embedding halves meet here: a stage that ends its schedule
-      // early (the last, whose backward drains first) waits in this sum for the first stage's
-      // last backward, the schedule's trailing bubble (the clock's pipeline wait); the sum
-      // itself is one wte-sized exchange between two ranks.
-      p.pipeline_wait_us += us;
-    } else {
-      p.exposed_dp_us += us;  // the buckets' wait, the DP sync of the embeddings, the gather
-    }
-  }
+  // After the schedule: the tied wte's sum waits for the other end stage's last backward (the
+  // schedule's trailing bubble, the clock's pipeline wait); the buckets' wait, the embeddings'
+  // sync and the gather are exposed DP; the norm and AdamW the optimizer's.
+  p.optimizer_us += finalize_phases_.optimizer_us;
+  p.pipeline_wait_us += finalize_phases_.pipeline_wait_us;
+  p.exposed_dp_us += finalize_phases_.exposed_dp_us;
   phases_.push_back(p);
 }
 

@@ -34,6 +34,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dtrain/comm/chunks.h"
@@ -153,6 +154,22 @@ struct StepPhases {
   double forward_us = 0, backward_us = 0, tp_comm_us = 0, pipeline_wait_us = 0;
   double exposed_dp_us = 0, optimizer_us = 0;
 };
+
+// The step after the schedule, phase by phase (finalize_and_update): each phase's span goes to
+// the trace under its name and its time to one of the clock's phases (clock_phase).
+enum class FinalizePhase {
+  dp_bucket_wait,     // the last DP buckets' syncs
+  tied_wte_sum,       // the end stages' tied embedding halves summed (pipeline only)
+  embedding_dp_sync,  // the embeddings unit's DP sync, deferred to the step's end (pipeline)
+  grad_norm_and_loss,
+  adamw,
+  param_all_gather,  // ZeRO 1-2: the updated weights gathered
+};
+std::string_view name(FinalizePhase phase);  // "wait for DP buckets", "AdamW", ...
+// Where a finalize phase's time goes in StepPhases: the optimizer's (norm and AdamW), the
+// pipeline wait (the tied sum waits for the other end stage's last backward), or exposed DP.
+enum class ClockPhase { optimizer, pipeline_wait, exposed_dp };
+ClockPhase clock_phase(FinalizePhase phase);
 
 class Engine final : public StepEngine {
  public:
@@ -279,6 +296,7 @@ class Engine final : public StepEngine {
   StepTrace last_;
   std::vector<StepTiming> timings_;
   std::vector<StepPhases> phases_;
+  StepPhases finalize_phases_;  // this step's finalize time by clock phase (finalize_and_update)
   std::vector<std::vector<std::vector<double>>> block_routings_;
 };
 
