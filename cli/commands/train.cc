@@ -253,7 +253,8 @@ void add_train(CLI::App& app) {
   auto* layers = cmd->add_option("--layers", f->layers, "Transformer blocks L (default: preset)");
   auto* heads = cmd->add_option("--heads", f->heads,
                                 "Attention heads NH; must divide --hidden (default: preset)");
-  auto* channels = cmd->add_option("--hidden", f->channels, "Hidden size C, the model width (default: preset)");
+  auto* channels =
+      cmd->add_option("--hidden", f->channels, "Hidden size C, the model width (default: preset)");
   accept_old_spelling(*cmd, cmd->get_option("--hidden"), "--channels");
   add_moe_flags(*cmd, o.moe);
   cmd->add_option("--steps", o.steps, "Optimizer steps")->capture_default_str();
