@@ -12,6 +12,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -21,6 +22,7 @@
 #include "dtrain/engine/layout.h"
 #include "dtrain/parallel/data_parallel.h"
 #include "dtrain/report/clock_report.h"
+#include "dtrain/report/rank_description.h"
 
 namespace dtrain::train {
 
@@ -33,6 +35,12 @@ struct StateRow {
   int64_t current_bytes = 0;  // after the last step
   int64_t peak_bytes = 0;     // over the run
   int64_t formula_bytes = 0;  // plan::model_state_bytes of the stage's parameters (fp32 Adam)
+};
+
+// One site of a rank's traffic: bytes moved per step, measured and planned.
+struct SiteBytes {
+  std::string site;  // "tp_block", "dp", ... (plan::kRankTrafficSites)
+  double measured = 0, planned = 0;
 };
 
 struct RankRow {
@@ -64,18 +72,14 @@ struct RankRow {
   int64_t in_flight_grad_bytes = 0;
   std::string in_flight_grad_unit;
   // Bytes moved per training step (mean over the steps; comm::Traffic::bytes_moved: sent, or
-  // read in place from a peer's memory), measured by each group's communicator, and the plan/
-  // formulas for the same: TP's blocks (f and g), vocabulary reductions, SP's re-gathers and
-  // LayerNorm sums, full recompute's reruns; PP; DP; the tied embedding; the loss and norm
-  // exchange (other). The DP formula is plan::stage_dp_bytes_moved: this rank's pieces, exact.
-  double tp_block = 0, tp_vocab = 0, tp_regather = 0, tp_norms = 0, tp_recompute = 0;
-  double pp = 0, dp = 0, embedding = 0, other = 0;
-  double tp_block_formula = 0, tp_vocab_formula = 0, tp_regather_formula = 0;
-  double tp_recompute_formula = 0, tp_norms_formula = 0, pp_formula = 0, dp_formula = 0;
-  double embedding_formula = 0;
-  // EP: the routed layers' all-to-alls (counts, dispatch and combine, forward and backward),
-  // and plan::ep_*_bytes fed with the routing the EP group measured.
-  double ep = 0, ep_formula = 0;
+  // read in place from a peer's memory), measured by each group's communicator, beside
+  // plan::predict_rank's for the same, one row per site in plan::kRankTrafficSites' order: TP's
+  // blocks (f and g), vocabulary reductions, SP's re-gathers and LayerNorm sums, full
+  // recompute's reruns; PP; DP (plan::stage_dp_bytes_moved: this rank's pieces, exact); the tied
+  // embedding; EP's all-to-alls (the ep_* formulas fed the routing the EP group measured).
+  std::vector<SiteBytes> traffic;
+  const SiteBytes& site(std::string_view name) const;  // CHECKs that the site exists
+  double other = 0;                                    // the loss and norm exchange (measured only)
   // By link class, per step: every communicator; the model's groups only, measured and
   // predicted (each formula's bytes sent where its algorithm sends them).
   double intra_node_bytes = 0, inter_node_bytes = 0;
@@ -157,40 +161,6 @@ struct LayoutReport {
   // --cluster with measured rates: each phase predicted beside measured (clock_report.h).
   std::optional<ClockReport> clock;
 };
-
-// A stage's parameters on one TP rank as the planned peak reads them: all of them, the
-// embeddings unit's (0 when the stage holds no wte) and every other unit's (parallel::StageUnits:
-// the final LayerNorm, the blocks) in the order backward runs them.
-struct StageParamCounts {
-  int64_t params = 0;
-  int64_t embeddings = 0;
-  std::vector<int64_t> units;
-  int64_t block = 0;       // the largest block's parameters (0 when the stage holds none)
-  int64_t final_norm = 0;  // the final LayerNorm's, on the head's stage
-  // Under EP (--ep > 1): the routed experts' parameters among `params` (E / ep of each routed
-  // block), sharded over the expert-DP group instead of DP; 0 without EP.
-  int64_t experts = 0;
-  bool operator==(const StageParamCounts&) const = default;
-};
-// Read off the stage's table (the engine's model holds it; `total` its total_count(), `experts`
-// its routed experts' count under EP).
-StageParamCounts stage_param_counts(const parallel::StageUnits& units, int64_t total,
-                                    int64_t experts = 0);
-// Without a table: a block of a GPT is dense or routed (MoE), each kind with the same tensors,
-// so a one-block model's TP- and EP-local table of each kind (model::tp_local_table,
-// ep_local_table, the shapes' one description) gives each unit's count, and the stage's layout
-// says which blocks it holds. Constant work in the layers, where a table of
-// a 100,000-block model holds 1.2 million named tensors.
-StageParamCounts stage_param_counts(const EngineConfig& config, int stage);
-
-// The plan/ formulas' peak bytes of one rank at pipeline stage `stage` of `config`: its model
-// states (plan::model_state_bytes of the stage's TP shard over the DP group), its activations
-// (the checker's peak in-flight micro-batches, the workspace, recompute's scratch) and ZeRO-3's
-// gathered working set. What --max-rank-memory and the memory check before a run compare.
-// The counts default to the table-free ones (stage_param_counts(config, stage)).
-double planned_rank_peak_bytes(const EngineConfig& config, int stage);
-double planned_rank_peak_bytes(const EngineConfig& config, int stage,
-                               const StageParamCounts& counts);
 
 // This rank's measured figures per step and the plan/ formulas beside them (layout_measure.cc).
 // Reads the engine's counters only; gather_layout_report collects every rank's row.

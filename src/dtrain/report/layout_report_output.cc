@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "dtrain/core/check.h"
 #include "dtrain/core/units.h"
 #include "dtrain/report/layout_report.h"
 #include "dtrain/report/text_table.h"
@@ -21,6 +22,14 @@ std::string beside(double measured, double formula, double slack = 0.5) {
 
 }  // namespace
 
+const SiteBytes& RankRow::site(std::string_view name) const {
+  for (const SiteBytes& s : traffic) {
+    if (s.site == name) return s;
+  }
+  DTRAIN_CHECK(false, "no traffic site '", name, "' in rank ", rank, "'s row");
+  return traffic.front();
+}
+
 json row_to_json(const RankRow& k) {
   json state = json::array();
   for (const StateRow& s : k.state) {
@@ -29,6 +38,19 @@ json row_to_json(const RankRow& k) {
                      {"peak_bytes", s.peak_bytes},
                      {"plan_bytes", s.formula_bytes}});
   }
+  // Each site's measured and planned bytes under its name in both objects, then the links.
+  json measured = json::object(), planned = json::object();
+  for (const SiteBytes& site : k.traffic) {
+    measured[site.site] = site.measured;
+    planned[site.site] = site.planned;
+  }
+  measured["loss_and_norm"] = k.other;
+  measured["intra_node"] = k.intra_node_bytes;
+  measured["inter_node"] = k.inter_node_bytes;
+  measured["model_intra_node"] = k.model_intra_node_bytes;
+  measured["model_inter_node"] = k.model_inter_node_bytes;
+  planned["model_intra_node"] = k.predicted_intra_node_bytes;
+  planned["model_inter_node"] = k.predicted_inter_node_bytes;
   return {{"rank", k.rank},
           {"coords", k.coords},
           {"node", k.node},
@@ -48,33 +70,8 @@ json row_to_json(const RankRow& k) {
             {"plan_bytes", k.gathered_formula_bytes},
             {"in_flight_grad_bytes", k.in_flight_grad_bytes},
             {"in_flight_grad_unit", k.in_flight_grad_unit}}},
-          {"bytes_per_step",
-           {{"tp_block", k.tp_block},
-            {"tp_vocab", k.tp_vocab},
-            {"tp_regather", k.tp_regather},
-            {"tp_layernorm_grads", k.tp_norms},
-            {"tp_recompute", k.tp_recompute},
-            {"pp", k.pp},
-            {"dp", k.dp},
-            {"embedding", k.embedding},
-            {"ep", k.ep},
-            {"loss_and_norm", k.other},
-            {"intra_node", k.intra_node_bytes},
-            {"inter_node", k.inter_node_bytes},
-            {"model_intra_node", k.model_intra_node_bytes},
-            {"model_inter_node", k.model_inter_node_bytes}}},
-          {"plan_bytes_per_step",
-           {{"tp_block", k.tp_block_formula},
-            {"tp_vocab", k.tp_vocab_formula},
-            {"tp_regather", k.tp_regather_formula},
-            {"tp_recompute", k.tp_recompute_formula},
-            {"tp_layernorm_grads", k.tp_norms_formula},
-            {"pp", k.pp_formula},
-            {"dp", k.dp_formula},
-            {"embedding", k.embedding_formula},
-            {"ep", k.ep_formula},
-            {"model_intra_node", k.predicted_intra_node_bytes},
-            {"model_inter_node", k.predicted_inter_node_bytes}}},
+          {"bytes_per_step", measured},
+          {"plan_bytes_per_step", planned},
           {"predicted_comm_ms", k.predicted_comm_ms},
           {"dp_overlap",
            {{"comm_ms_per_step", k.dp_comm_ms},
@@ -109,30 +106,16 @@ RankRow row_from_json(const json& j) {
   k.in_flight_grad_bytes = j.at("zero3_gathered").at("in_flight_grad_bytes");
   k.in_flight_grad_unit = j.at("zero3_gathered").at("in_flight_grad_unit");
   const json& m = j.at("bytes_per_step");
-  k.tp_block = m.at("tp_block");
-  k.tp_vocab = m.at("tp_vocab");
-  k.tp_regather = m.at("tp_regather");
-  k.tp_norms = m.at("tp_layernorm_grads");
-  k.tp_recompute = m.at("tp_recompute");
-  k.pp = m.at("pp");
-  k.dp = m.at("dp");
-  k.embedding = m.at("embedding");
-  k.ep = m.at("ep");
+  const json& p = j.at("plan_bytes_per_step");
+  for (const auto& site : plan::kRankTrafficSites) {
+    const std::string name(site.first);
+    k.traffic.push_back({name, m.at(name), p.at(name)});
+  }
   k.other = m.at("loss_and_norm");
   k.intra_node_bytes = m.at("intra_node");
   k.inter_node_bytes = m.at("inter_node");
   k.model_intra_node_bytes = m.at("model_intra_node");
   k.model_inter_node_bytes = m.at("model_inter_node");
-  const json& p = j.at("plan_bytes_per_step");
-  k.tp_block_formula = p.at("tp_block");
-  k.tp_vocab_formula = p.at("tp_vocab");
-  k.tp_regather_formula = p.at("tp_regather");
-  k.tp_recompute_formula = p.at("tp_recompute");
-  k.tp_norms_formula = p.at("tp_layernorm_grads");
-  k.pp_formula = p.at("pp");
-  k.dp_formula = p.at("dp");
-  k.embedding_formula = p.at("embedding");
-  k.ep_formula = p.at("ep");
   k.predicted_intra_node_bytes = p.at("model_intra_node");
   k.predicted_inter_node_bytes = p.at("model_inter_node");
   k.predicted_comm_ms = j.at("predicted_comm_ms");
@@ -221,13 +204,18 @@ void print_layout_report(std::ostream& out, const LayoutReport& r) {
          "(bytes "
          "moved: sent, or read in place)\n";
   for (const RankRow& k : r.ranks) {
-    const double tp = k.tp_block + k.tp_vocab + k.tp_regather + k.tp_recompute + k.tp_norms;
-    const double tp_plan = k.tp_block_formula + k.tp_vocab_formula + k.tp_regather_formula +
-                           k.tp_recompute_formula + k.tp_norms_formula;
+    double tp = 0, tp_plan = 0;  // the TP sites summed
+    for (const SiteBytes& site : k.traffic) {
+      if (!site.site.starts_with("tp_")) continue;
+      tp += site.measured;
+      tp_plan += site.planned;
+    }
+    const auto column = [&](std::string_view name, int width) {
+      return right_aligned(beside(k.site(name).measured, k.site(name).planned), width);
+    };
     out << "  " << right_aligned(std::to_string(k.rank), 4)
-        << right_aligned(beside(tp, tp_plan), 16) << right_aligned(beside(k.pp, k.pp_formula), 18)
-        << right_aligned(beside(k.dp, k.dp_formula), 16)
-        << right_aligned(beside(k.embedding, k.embedding_formula), 12)
+        << right_aligned(beside(tp, tp_plan), 16) << column("pp", 18) << column("dp", 16)
+        << column("embedding", 12)
         << right_aligned(k.dp_comm_ms > 0 ? percent(k.dp_overlap_share) : "-", 11) << "\n";
   }
   out << "  (bytes a rank moves across ranks per training step: what it sends, as messages or "
@@ -242,7 +230,9 @@ void print_layout_report(std::ostream& out, const LayoutReport& r) {
   if (r.ep > 1) {
     out << "  expert parallelism: EP " << r.ep << ", expert-DP " << r.expert_dp << ", "
         << r.experts_per_rank << " experts per rank; all-to-all bytes sent per step:";
-    for (const RankRow& k : r.ranks) out << " rank " << k.rank << " " << beside(k.ep, k.ep_formula);
+    for (const RankRow& k : r.ranks) {
+      out << " rank " << k.rank << " " << beside(k.site("ep").measured, k.site("ep").planned);
+    }
     out << " (dispatch and combine, forward and backward, and the row counts; \"(plan X)\" "
            "where plan::ep_dispatch_bytes / ep_combine_bytes / ep_counts_bytes of the measured "
            "routing differ)\n";
