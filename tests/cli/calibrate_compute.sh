@@ -39,6 +39,10 @@ expect_output '"l3_shared_by"' calibrate "${links[@]}" --compute --quick --json
 # plan loads the calibrated CPU (its peak is below an accelerator file's 1 TFLOP/s floor).
 expect_output "^cluster .*calibrated 2x2: 4 GPUs" plan --cluster "$tmp/x.json" "${model[@]}"
 expect_output '"cores": ' plan --cluster "$tmp/x.json" --print-cluster
+# On measured rates the plan sizes dtrain's own engine too: the peak train checks before it runs
+# (plan::engine_rank_of into predict_rank; tests/e2e/engine_profile_test.cc proves them equal).
+expect_output "^  dtrain engine .*what \`dtrain train\` checks" plan --cluster "$tmp/x.json" "${model[@]}"
+expect_output '"engine_peak_bytes": [1-9]' plan --cluster "$tmp/x.json" "${model[@]}" --json
 # The engine clock runs the engine's --threads per rank (its default 1) and says so.
 expect_output "^Time per step \\(clock: engine \\(measured rates\\), 1 compute thread per rank \\(--threads\\)" \
   plan --cluster "$tmp/x.json" "${model[@]}"

@@ -174,6 +174,9 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
     mem.temporary += 2 * cp_ring_block_bytes(mixed ? fp32_shape : shape, l.cp);
   }
   mem.capacity = in.cluster.gpu.memory_bytes;
+  if (const std::optional<EngineRank> engine = engine_rank_of(in, l, microbatches, stage)) {
+    mem.engine_peak_bytes = predict_rank(*engine).peak_bytes;
+  }
   return mem;
 }
 

@@ -18,6 +18,7 @@
 #include "dtrain/cost/model_presets.h"
 #include "dtrain/cost/pipeline_model.h"
 #include "dtrain/cost/placement.h"
+#include "dtrain/cost/rank_prediction.h"
 #include "dtrain/machine/hardware.h"
 
 namespace dtrain::plan {
@@ -118,6 +119,13 @@ void validate(const PlanInput& input);
 // layout.stage_layers when given, else the balanced split. For a valid layout
 // (layout_error empty); Llama 3 405B's 126 layers on --pp 16: 7, 8 x 14, 7.
 std::vector<int64_t> pipeline_stage_layers(const ModelShape& model, const Layout& layout);
+
+// The planner's engine profile (a GPT with the engine's activation count, no --params): pipeline
+// stage `stage` of `layout` on dtrain's own engine as predict_rank (cost/rank_prediction.h) reads
+// it, the same description `dtrain train` builds for its memory check (report/rank_description.h).
+// Empty for the paper's count, other families, or --params.
+std::optional<EngineRank> engine_rank_of(const PlanInput& input, const Layout& layout,
+                                         int64_t microbatches, int stage);
 // "7, 8 (x14), 7": a run of equal stages as one entry with its count.
 std::string format_stage_layers(const std::vector<int64_t>& stage_layers);
 
@@ -154,6 +162,10 @@ struct MemoryBreakdown {
   int64_t moe_layers = 0;
   int64_t expert_params = 0;
   double moe_activation_per_layer = 0;
+  // Appended, the engine profile only (engine_rank_of; 0 otherwise): predict_rank's peak for
+  // dtrain's engine on this stage, the figure `dtrain train` checks before it runs the layout
+  // (its exact buckets, workspace and in-flight count; the rows above are the planner's form).
+  double engine_peak_bytes = 0;
   double total() const { return params + grads + optimizer + activations + temporary; }
   bool fits() const { return total() <= capacity; }
   double headroom() const { return capacity - total(); }  // negative: over by that much

@@ -52,6 +52,11 @@ std::string memory_section(const PlanInput& in, const Plan& p) {
       "of " + format_gb(m.capacity) + ": " +
           (m.fits() ? str("fits, ", format_gb(m.headroom()), " free")
                     : str("DOES NOT FIT, over by ", format_gb(-m.headroom()))));
+  if (m.engine_peak_bytes > 0) {
+    row("dtrain engine", m.engine_peak_bytes,
+        "what `dtrain train` checks before it runs this layout (its own buckets and in-flight "
+        "count)");
+  }
   s += table.render();
   s += "  (the CUDA context, NCCL buffers and allocator fragmentation are not counted)\n";
   return s;
@@ -488,6 +493,7 @@ json plan_json(const Plan& p) {
             {"inflight_microbatches", m.inflight_microbatches},
             {"temporary_bytes", m.temporary},
             {"total_bytes", m.total()},
+            {"engine_peak_bytes", m.engine_peak_bytes},
             {"capacity_bytes", m.capacity},
             {"fits", m.fits()},
             {"headroom_bytes", m.headroom()}}},

@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "dtrain/clock/engine_clock.h"
 #include "dtrain/core/check.h"
 #include "dtrain/cost/comm_model.h"
+#include "dtrain/cost/pipeline_model.h"
 #include "dtrain/cost/pipeline_stages.h"
 #include "dtrain/plan/planner.h"
 
@@ -206,6 +208,63 @@ int largest_stage(const PlanInput& in, const Layout& l) {
 }
 
 }  // namespace detail
+
+std::optional<EngineRank> engine_rank_of(const PlanInput& in, const Layout& l, int64_t microbatches,
+                                         int stage) {
+  const ModelShape& m = in.model;
+  if (!detail::engine_split(in) || m.params_override > 0) return std::nullopt;
+  EngineRank r;
+  r.hidden = m.hidden;
+  r.heads = m.heads;
+  r.vocab_local = (m.vocab + l.tp - 1) / l.tp;
+  r.seq = m.seq;
+  r.dp = l.dp;
+  r.tp = l.tp;
+  r.pp = l.pp;
+  r.cp = l.cp;
+  r.ep = l.ep;
+  r.zero_stage = l.zero_stage;
+  r.sequence_parallel = l.sequence_parallel && l.tp > 1;
+  r.recompute = l.recompute;
+  r.mixed_precision = in.training.activation_count == ActivationCount::engine_mixed;
+  r.cp_algorithm = l.cp_algo;
+  r.threads = std::max(1, in.training.engine_threads);
+  r.micro_batch = l.micro_batch;
+  r.microbatches = static_cast<int>(microbatches);
+  r.bucket_bytes = static_cast<int64_t>(std::ceil(in.training.bucket_bytes));
+  std::vector<int> chunk_layers;
+  for (int c = 0; c < l.vp; ++c) {
+    for (int k = 0; k < l.pp; ++k) {
+      chunk_layers.push_back(static_cast<int>(detail::chunk_layer_count(m, l, k, c)));
+    }
+  }
+  r.partition = StagePartition(l.pp, l.vp, chunk_layers);
+  r.stage = stage;
+  r.routed_blocks = detail::stage_moe_layers(m, l, stage);
+  // The stage's units as the engine lists them: the final LayerNorm with the head, the blocks
+  // from the last to the first, then the embeddings.
+  StageParamCounts& p = r.params;
+  if (stage == l.pp - 1) p.final_norm = head_param_count(m);
+  if (p.final_norm > 0) p.units.push_back(p.final_norm);
+  for (int c = l.vp - 1; c >= 0; --c) {
+    const int64_t first = detail::chunk_first_layer(m, l, stage, c);
+    for (int64_t i = first + detail::chunk_layer_count(m, l, stage, c) - 1; i >= first; --i) {
+      const int64_t block = detail::engine_block_param_count(m, l, i);
+      p.units.push_back(block);
+      p.block = std::max(p.block, block);
+      if (l.ep > 1 && is_moe_layer(m, i)) p.experts += engine_moe_expert_param_count(m, l.ep);
+    }
+  }
+  p.embeddings = detail::engine_embedding_params(m, l, stage);
+  p.params = p.embeddings;
+  for (const int64_t n : p.units) p.params += n;
+  const ScheduleKind kind = l.vp > 1 ? ScheduleKind::interleaved : l.schedule;
+  r.split_backward = kind == ScheduleKind::zero_bubble_h1;
+  r.inflight = r.split_backward
+                   ? peak_weight_stash_microbatches(kind, l.pp, r.microbatches, l.vp, stage)
+                   : peak_inflight_microbatches(kind, l.pp, r.microbatches, l.vp, stage);
+  return r;
+}
 
 std::vector<int64_t> pipeline_stage_layers(const ModelShape& m, const Layout& l) {
   std::vector<int64_t> layers(static_cast<size_t>(std::max(1, l.pp)));
