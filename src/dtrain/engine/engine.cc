@@ -22,19 +22,6 @@ namespace {
 
 using parallel::Axis;
 
-std::unique_ptr<comm::Communicator> group_of(comm::Communicator& world,
-                                             const parallel::DeviceMesh& mesh, Axis axis) {
-  const std::vector<int> members = mesh.group_of(axis, world.rank());
-  return world.subgroup(members, parallel::name(axis));
-}
-
-// The DP x CP group: the ranks that hold the same parameters (replicas over DP and CP alike).
-std::unique_ptr<comm::Communicator> data_group_of(comm::Communicator& world,
-                                                  const parallel::DeviceMesh& mesh) {
-  const std::vector<int> members = mesh.group_of(Axis::dp, Axis::cp, world.rank());
-  return world.subgroup(members, "dp");
-}
-
 parallel::PipelineExecutorConfig executor_config(const EngineConfig& c) {
   parallel::PipelineExecutorConfig e;
   e.schedule = plan::make_schedule(c.schedule, c.pp, c.microbatches, c.partition.chunks());
@@ -54,17 +41,11 @@ comm::LinkBytes links(const comm::Communicator* c, const comm::NodeTopology& top
   return c == nullptr ? comm::LinkBytes{} : comm::link_bytes_sent(*c, topology);
 }
 
-// sum += end - start, counter by counter.
-void add_difference(parallel::ContextParallelCounters& sum,
-                    const parallel::ContextParallelCounters& end,
-                    const parallel::ContextParallelCounters& start) {
-  sum.forward += end.forward - start.forward;
-  sum.backward += end.backward - start.backward;
-  sum.recompute += end.recompute - start.recompute;
-  sum.routing += end.routing - start.routing;
-  sum.attention_pairs += end.attention_pairs - start.attention_pairs;
-  sum.attention_us += end.attention_us - start.attention_us;
-}
+// The snapshot's sites a step moves (tp_norms and the EP plan bytes are added where they happen).
+constexpr double EngineTraffic::*kSnapshotSites[] = {
+    &EngineTraffic::tp_block,     &EngineTraffic::tp_vocab, &EngineTraffic::tp_regather,
+    &EngineTraffic::tp_recompute, &EngineTraffic::pp,       &EngineTraffic::dp,
+    &EngineTraffic::embedding,    &EngineTraffic::other};
 
 double tp_sent(const parallel::SiteCounter& c) {
   return static_cast<double>(c.traffic.bytes_moved());
@@ -73,7 +54,7 @@ double tp_sent(const parallel::SiteCounter& c) {
 // The DP configuration of this rank's stage: under a pipeline the end stages' tied wte (the
 // embeddings unit, last in backward order) waits for its sum with the other end stage.
 parallel::DataParallelConfig dp_config(const EngineConfig& c, const parallel::StageUnits& units,
-                                       const model::ParamTable& table, int dp_rank) {
+                                       const model::ParamTable& table) {
   parallel::DataParallelConfig d;
   d.zero_stage = c.zero_stage;
   d.bucket_bytes = c.bucket_bytes;
@@ -85,18 +66,11 @@ parallel::DataParallelConfig dp_config(const EngineConfig& c, const parallel::St
   d.deferred_unit = c.pp > 1 ? units.embeddings() : -1;
   if (c.ep > 1) {
     d.ep = c.ep;
-    d.expert_dp_members = parallel::expert_dp_group_members(c.dp, c.ep, dp_rank);
     for (const model::ParamTensor& t : table.tensors()) {
       if (model::is_expert_tensor(t.name)) d.expert_ranges.push_back({t.offset, t.count});
     }
   }
   return d;
-}
-
-// The EP group of this rank's DP group (null without EP).
-std::unique_ptr<comm::Communicator> ep_group(comm::Communicator& dp, const EngineConfig& c) {
-  if (c.ep == 1) return nullptr;
-  return dp.subgroup(parallel::ep_group_members(c.dp, c.ep, dp.rank()), "ep");
 }
 
 }  // namespace
@@ -106,19 +80,16 @@ Engine::Engine(const EngineConfig& config, comm::Communicator& world)
       world_(world),
       mesh_(config.dp, config.cp, config.tp, config.pp, config.rank_order),
       coord_(mesh_.coord_of(world.rank())),
-      tp_comm_(group_of(world, mesh_, Axis::tp)),
-      pp_comm_(group_of(world, mesh_, Axis::pp)),
-      dp_comm_(data_group_of(world, mesh_)),
-      cp_comm_(group_of(world, mesh_, Axis::cp)),
-      ep_comm_(ep_group(*dp_comm_, config)),
+      groups_(parallel::make_process_groups(world, mesh_, config.ep)),
       team_(config.step.threads),
-      hooks_(std::make_unique<parallel::TensorParallelGroup>(*tp_comm_, config.sequence_parallel)),
+      hooks_(
+          std::make_unique<parallel::TensorParallelGroup>(*groups_.tp, config.sequence_parallel)),
       cp_hooks_(config.cp > 1 ? std::make_unique<parallel::ContextParallelGroup>(
-                                    *cp_comm_, config.cp_algorithm, &tracker_, config.cp_split,
+                                    *groups_.cp, config.cp_algorithm, &tracker_, config.cp_split,
                                     config.cp_wire)
                               : nullptr),
-      ep_hooks_(ep_comm_ != nullptr ? std::make_unique<parallel::ExpertParallelGroup>(*ep_comm_)
-                                    : nullptr),
+      ep_hooks_(groups_.ep != nullptr ? std::make_unique<parallel::ExpertParallelGroup>(*groups_.ep)
+                                      : nullptr),
       model_(config.step.model, parallel::stage_of(config.partition, coord_.pp), &tracker_,
              hooks_.get(), &team_, config.step.recompute, ep_hooks_.get()),
       units_(model_.param_table(), model_.stage()),
@@ -135,20 +106,13 @@ Engine::Engine(const EngineConfig& config, comm::Communicator& world)
   if (ep_hooks_ != nullptr) {
     ep_hooks_->set_bf16_dispatch(config.step.precision == model::Precision::bf16);
   }
-  if (config.pp > 1 && (coord_.pp == 0 || coord_.pp == config.pp - 1)) {
-    parallel::MeshCoord first = coord_, last = coord_;
-    first.pp = 0;
-    last.pp = config.pp - 1;
-    const int members[] = {mesh_.rank_of(first), mesh_.rank_of(last)};
-    embedding_comm_ = world.subgroup(members, "embedding");
-  }
   dp_ = std::make_unique<parallel::DataParallel>(
-      dp_config(config, units_, model_.param_table(), coord_.dp), model_, units_, *dp_comm_,
-      tracker_);
+      dp_config(config, units_, model_.param_table()), model_, units_, *groups_.data,
+      std::move(groups_.data_async), std::move(groups_.expert_data), tracker_);
   // The moments of what this rank updates: sized once the shard is known.
   adamw_ = optim::AdamW(dp_->moment_count(), config.step.adamw, &tracker_);
   executor_ = std::make_unique<parallel::PipelineExecutor>(
-      *pp_comm_, model_, executor_config(config), &tracker_, dp_.get());
+      *groups_.pp, model_, executor_config(config), &tracker_, dp_.get());
   tracker_.reset_peaks();  // construction held the whole stage once, to initialise it
 }
 
@@ -196,7 +160,7 @@ std::span<const int32_t> Engine::my_rows(const std::vector<int32_t>& ids,
 parallel::GradOwnership Engine::grad_ownership() const {
   parallel::GradOwnership owner;
   owner.coord = coord_;
-  owner.coord.dp = dp_comm_->rank();  // DP x CP: one replica counts each element once
+  owner.coord.dp = groups_.data->rank();  // DP x CP: one replica counts each element once
   owner.zero_stage = config_.zero_stage;
   if (!dp_->split_shards()) owner.zero_shard = dp_->owned();
   owner.tied_copy = config_.pp > 1 && parallel::holds_tied_copy(model_.stage());
@@ -290,11 +254,12 @@ EngineTraffic Engine::traffic_snapshot() const {
   t.tp_vocab = tp_sent(c.vocab);
   t.tp_regather = tp_sent(c.regather);
   t.tp_recompute = tp_sent(c.recompute);
-  t.pp = sent(pp_comm_.get());
+  t.pp = sent(groups_.pp.get());
   t.dp = static_cast<double>(dp_->traffic().bytes_moved());
-  t.embedding = sent(embedding_comm_.get());
+  t.embedding = sent(groups_.embedding.get());
   t.other = sent(&world_);
-  for (const comm::Communicator* g : {tp_comm_.get(), pp_comm_.get(), embedding_comm_.get()}) {
+  for (const comm::Communicator* g :
+       {groups_.tp.get(), groups_.pp.get(), groups_.embedding.get()}) {
     t.model_links += links(g, config_.topology);
   }
   t.model_links += dp_->link_bytes();
@@ -358,25 +323,12 @@ void Engine::record_step(const parallel::PipelineStepRecord& record, StepStart& 
 
   const EngineTraffic end = traffic_snapshot();
   const EngineTraffic& begin = start.traffic;
-  traffic_.tp_block += end.tp_block - begin.tp_block;
-  traffic_.tp_vocab += end.tp_vocab - begin.tp_vocab;
-  traffic_.tp_regather += end.tp_regather - begin.tp_regather;
-  traffic_.tp_recompute += end.tp_recompute - begin.tp_recompute;
-  traffic_.pp += end.pp - begin.pp;
-  traffic_.dp += end.dp - begin.dp;
-  traffic_.embedding += end.embedding - begin.embedding;
-  traffic_.other += end.other - begin.other;
-  if (ep_hooks_ != nullptr) {
-    const parallel::EpCounters& e = ep_hooks_->counters();
-    traffic_.ep.counts += e.counts - start.ep.counts;
-    traffic_.ep.dispatch_forward += e.dispatch_forward - start.ep.dispatch_forward;
-    traffic_.ep.combine_forward += e.combine_forward - start.ep.combine_forward;
-    traffic_.ep.combine_backward += e.combine_backward - start.ep.combine_backward;
-    traffic_.ep.dispatch_backward += e.dispatch_backward - start.ep.dispatch_backward;
-  }
+  // What the step moved, site by site: the snapshot's, then each axis's counters.
+  for (double EngineTraffic::*site : kSnapshotSites) traffic_.*site += end.*site - begin.*site;
   traffic_.links += end.links - begin.links;
   traffic_.model_links += end.model_links - begin.model_links;
-  if (cp_hooks_ != nullptr) add_difference(cp_counters_, cp_hooks_->counters(), start.cp);
+  if (ep_hooks_ != nullptr) traffic_.ep += ep_hooks_->counters() - start.ep;
+  if (cp_hooks_ != nullptr) cp_counters_ += cp_hooks_->counters() - start.cp;
   measure_step(record, start.tp_spans);
   if (config_.step.model.moe.enabled() && config_.cluster &&
       plan::has_measured_rates(*config_.cluster)) {
@@ -504,8 +456,8 @@ std::vector<float> Engine::gather_params() {
     } else {
       DTRAIN_CHECK(!dp_->split_shards(), "gathering the parameters of --ep ", config_.ep,
                    " with --zero 3 is not supported yet (export a checkpoint instead)");
-      parallel::gather_from_shards<bf16>(*dp_comm_, layout, 0, layout.count, dp_->params16().data(),
-                                         all.data());
+      parallel::gather_from_shards<bf16>(*groups_.data, layout, 0, layout.count,
+                                         dp_->params16().data(), all.data());
     }
     std::vector<float> out(all.size());
     to_float(all.data(), out.data(), layout.count);
@@ -516,7 +468,7 @@ std::vector<float> Engine::gather_params() {
                " with --zero 3 is not supported yet (export a checkpoint instead)");
   const parallel::ShardLayout& layout = dp_->layout();
   std::vector<float> out(static_cast<size_t>(layout.count));
-  parallel::gather_from_shards(*dp_comm_, layout, 0, layout.count, dp_->param_shard().data(),
+  parallel::gather_from_shards(*groups_.data, layout, 0, layout.count, dp_->param_shard().data(),
                                out.data());
   return out;
 }
@@ -582,7 +534,7 @@ checkpoint::RankState Engine::export_state() {
     // EP (ZeRO 0): a rank's experts are one run of the stacked tensor (each expert cut for TP),
     // written by the first expert-DP replica (DP ranks below ep), each its own experts.
     const bool experts = config_.ep > 1 && model::is_expert_tensor(local.name);
-    const bool writer = experts ? coord_.dp < config_.ep : dp_comm_->rank() == 0;
+    const bool writer = experts ? coord_.dp < config_.ep : groups_.data->rank() == 0;
     const std::vector<model::FlatRange> ranges =
         experts ? model::expert_slice_ranges(whole, g, config_.tp, coord_.tp, config_.ep, ep_rank())
                 : model::tp_slice_ranges(whole, g, config_.tp, coord_.tp);

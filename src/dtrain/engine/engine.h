@@ -55,6 +55,7 @@
 #include "dtrain/parallel/mesh.h"
 #include "dtrain/parallel/pipeline_executor.h"
 #include "dtrain/parallel/pipeline_stages.h"
+#include "dtrain/parallel/process_groups.h"
 #include "dtrain/parallel/tensor_parallel.h"
 #include "dtrain/trace/timeline.h"
 
@@ -209,7 +210,7 @@ class Engine final : public StepEngine {
   const parallel::ContextParallelCounters& cp_counters() const { return cp_counters_; }
   const parallel::ExpertParallelGroup& expert_parallel() const { return *ep_hooks_; }
   int ep_rank() const { return coord_.dp % config_.ep; }
-  bool has_embedding_group() const { return embedding_comm_ != nullptr; }
+  bool has_embedding_group() const { return groups_.embedding != nullptr; }
   int64_t steps() const { return steps_; }
   const EngineTraffic& traffic() const { return traffic_; }
   // DP communication-thread time in the steps, and the part of it inside compute windows
@@ -275,9 +276,9 @@ class Engine final : public StepEngine {
   comm::Communicator& world_;
   parallel::DeviceMesh mesh_;
   parallel::MeshCoord coord_;
-  // dp_comm_: the DP x CP group (the DP group without CP), which averages the gradients.
-  std::unique_ptr<comm::Communicator> tp_comm_, pp_comm_, dp_comm_, embedding_comm_, cp_comm_,
-      ep_comm_;
+  // Every group, formed once (the DataParallel hooks take the data group's async copy and the
+  // expert-DP group).
+  parallel::ProcessGroups groups_;
   MemoryTracker tracker_;  // declared before the buffers it accounts for
   model::ThreadTeam team_;
   std::unique_ptr<parallel::TensorParallelGroup> hooks_;

@@ -67,14 +67,14 @@ void Engine::finalize_and_update(StepStats& stats, float lr) {
   phase(FinalizePhase::dp_bucket_wait);
   // The tied wte: the first stage's embedding half and the last stage's head half summed, then
   // averaged over DP like every other unit.
-  if (embedding_comm_ != nullptr) {
+  if (groups_.embedding != nullptr) {
     const model::ParamTable& table = model_.param_table();
     const model::ParamTensor& wte = table[static_cast<size_t>(table.index_of("wte"))];
     const parallel::GradUnit& unit = units_[units_.embeddings()];
     std::span<float> grads = dp_->deferred_grads();
     const std::span<float> dwte = grads.subspan(static_cast<size_t>(wte.offset - unit.offset),
                                                 static_cast<size_t>(wte.count));
-    parallel::sum_tied_embedding_grads(dwte, embedding_comm_.get());
+    parallel::sum_tied_embedding_grads(dwte, groups_.embedding.get());
     phase(FinalizePhase::tied_wte_sum);
   }
   dp_->sync_deferred();
@@ -107,9 +107,9 @@ parallel::GradNorm Engine::gradient_norm() {
   const bool sp = hooks_->sequence_parallel();
   traffic_.tp_norms +=
       static_cast<double>((mixed ? parallel::all_reduce_sequence_parallel_norm_grads(
-                                       table, held.grads16, held.first, tp_comm_.get(), sp)
+                                       table, held.grads16, held.first, groups_.tp.get(), sp)
                                  : parallel::all_reduce_sequence_parallel_norm_grads(
-                                       table, held.grads, held.first, tp_comm_.get(), sp))
+                                       table, held.grads, held.first, groups_.tp.get(), sp))
                               .bytes_moved());
   const double squares =
       mixed ? parallel::owned_sum_of_squares(table, grad_ownership(),
@@ -127,7 +127,7 @@ parallel::GradNorm Engine::split_shards_norm(const std::vector<Piece>& pieces) {
   double squares = 0;
   for (const Piece& p : pieces) {
     traffic_.tp_norms += static_cast<double>(parallel::all_reduce_sequence_parallel_norm_grads(
-                                                 table, p.grads, p.flat, tp_comm_.get(), sp)
+                                                 table, p.grads, p.flat, groups_.tp.get(), sp)
                                                  .bytes_moved());
     parallel::GradOwnership owner = grad_ownership();
     owner.zero_shard = {p.flat, static_cast<int64_t>(p.grads.size())};

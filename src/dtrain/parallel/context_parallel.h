@@ -43,6 +43,23 @@ struct ContextParallelCounters {
   // Microseconds of forward attention compute (the blocks' merges, no communication): the
   // per-rank work the split balances, measured.
   double attention_us = 0;
+
+  static constexpr SiteCounter ContextParallelCounters::*kSites[] = {
+      &ContextParallelCounters::forward, &ContextParallelCounters::backward,
+      &ContextParallelCounters::recompute, &ContextParallelCounters::routing};
+  ContextParallelCounters& operator+=(const ContextParallelCounters& o) {
+    for (SiteCounter ContextParallelCounters::*site : kSites) this->*site += o.*site;
+    attention_pairs += o.attention_pairs;
+    attention_us += o.attention_us;
+    return *this;
+  }
+  ContextParallelCounters operator-(const ContextParallelCounters& o) const {  // since `o`
+    ContextParallelCounters d;
+    for (SiteCounter ContextParallelCounters::*site : kSites) d.*site = this->*site - o.*site;
+    d.attention_pairs = attention_pairs - o.attention_pairs;
+    d.attention_us = attention_us - o.attention_us;
+    return d;
+  }
 };
 
 // The element size K and V (and Ulysses's Q, O) travel at: the model's precision's

@@ -18,12 +18,6 @@
 namespace dtrain::parallel {
 namespace {
 
-std::unique_ptr<comm::Communicator> async_group(comm::Communicator& dp) {
-  std::vector<int> all(static_cast<size_t>(dp.size()));
-  for (int r = 0; r < dp.size(); ++r) all[static_cast<size_t>(r)] = r;
-  return dp.subgroup(all, "dp-async");
-}
-
 // EP with ZeRO: the runs of the flat buffer (`psi` elements) this rank's two shards cover, in
 // flat order, with their index in the shard buffer (the dense shard, then the expert shard).
 std::vector<ShardRun> split_runs(const SplitShards& s, int64_t psi, int dense_rank,
@@ -45,7 +39,9 @@ std::vector<ShardRun> split_runs(const SplitShards& s, int64_t psi, int dense_ra
 }  // namespace
 
 DataParallel::DataParallel(const DataParallelConfig& config, model::GptModel& model,
-                           const StageUnits& units, comm::Communicator& dp, MemoryTracker& tracker)
+                           const StageUnits& units, comm::Communicator& dp,
+                           std::unique_ptr<comm::Communicator> dp_async,
+                           std::unique_ptr<comm::Communicator> expert_dp, MemoryTracker& tracker)
     : config_(config),
       model_(model),
       units_(units),
@@ -65,7 +61,9 @@ DataParallel::DataParallel(const DataParallelConfig& config, model::GptModel& mo
   if (config.ep > 1) {
     DTRAIN_CHECK(!config.hierarchical, "--ep ", config.ep,
                  " with --dp-all-reduce hierarchical is not supported yet");
-    expert_dp_ = dp.subgroup(config.expert_dp_members, "expert-dp");
+    DTRAIN_CHECK(expert_dp != nullptr, "DataParallel: --ep ", config.ep,
+                 " needs the expert-DP group (make_process_groups forms it)");
+    expert_dp_ = std::move(expert_dp);
     expert_dp_->set_memory_tracker(&tracker);
     if (config.zero_stage > 0) {
       int64_t experts = 0;
@@ -131,7 +129,9 @@ DataParallel::DataParallel(const DataParallelConfig& config, model::GptModel& mo
     }
     model.release_params();
   }
-  std::unique_ptr<comm::Communicator> async = async_group(dp);
+  DTRAIN_CHECK(dp_async != nullptr && dp_async->size() == dp.size(),
+               "DataParallel: the communication thread's group must be a copy of the DP group");
+  std::unique_ptr<comm::Communicator> async = std::move(dp_async);
   async->set_memory_tracker(&tracker);  // the collectives' scratch, charged as communication
   if (config.hierarchical) {
     node_groups_ =

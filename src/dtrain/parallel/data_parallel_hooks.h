@@ -81,7 +81,6 @@ struct DataParallelConfig {
   // distributed optimizers keep two sharding groups.
   int ep = 1;
   std::vector<comm::Chunk> expert_ranges;
-  std::vector<int> expert_dp_members;
 };
 
 // The gradient a rank holds after the syncs: `grads` is flat element `first` onwards.
@@ -120,10 +119,12 @@ class DataParallel final : public UnitHooks {
  public:
   // Every rank of `dp` (the ranks holding the same stage and TP shard) constructs one around its
   // stage model, whose parameters must already be initialised (ZeRO-3 keeps its shard of them
-  // and frees the rest). It forms the "dp-async" subgroup of `dp` for its communication thread.
+  // and frees the rest). `dp_async` is its communication thread's copy of `dp`, `expert_dp`
+  // the expert-DP group under EP (else null), both formed with the rest (process_groups.h).
   // `units` and `tracker` must outlive it. With one rank and stage 0 it does nothing at all.
   DataParallel(const DataParallelConfig& config, model::GptModel& model, const StageUnits& units,
-               comm::Communicator& dp, MemoryTracker& tracker);
+               comm::Communicator& dp, std::unique_ptr<comm::Communicator> dp_async,
+               std::unique_ptr<comm::Communicator> expert_dp, MemoryTracker& tracker);
   ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;

@@ -52,11 +52,8 @@ std::vector<BucketPiece> split_at_experts(comm::Chunk bucket,
 }
 
 comm::Traffic EpCounters::total() const {
-  comm::Traffic t = counts.traffic;
-  t += dispatch_forward.traffic;
-  t += combine_forward.traffic;
-  t += combine_backward.traffic;
-  t += dispatch_backward.traffic;
+  comm::Traffic t;
+  for (SiteCounter EpCounters::*site : kSites) t += (this->*site).traffic;
   return t;
 }
 

@@ -41,7 +41,20 @@ std::vector<BucketPiece> split_at_experts(comm::Chunk bucket,
 // Bytes (and calls) of each exchange site on this rank, summed over the calls.
 struct EpCounters {
   SiteCounter counts, dispatch_forward, combine_forward, combine_backward, dispatch_backward;
+  // Every site, for the loops below: a new site is one more member and one more entry here.
+  static constexpr SiteCounter EpCounters::*kSites[] = {
+      &EpCounters::counts, &EpCounters::dispatch_forward, &EpCounters::combine_forward,
+      &EpCounters::combine_backward, &EpCounters::dispatch_backward};
   comm::Traffic total() const;
+  EpCounters& operator+=(const EpCounters& o) {
+    for (SiteCounter EpCounters::*site : kSites) this->*site += o.*site;
+    return *this;
+  }
+  EpCounters operator-(const EpCounters& o) const {  // the share since snapshot `o`
+    EpCounters d;
+    for (SiteCounter EpCounters::*site : kSites) d.*site = this->*site - o.*site;
+    return d;
+  }
 };
 
 class ExpertParallelGroup final : public model::ExpertParallelHooks {
