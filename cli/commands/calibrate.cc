@@ -3,9 +3,6 @@
 // The measured links replace the preset's; the GPU fields come from --gpu, or with --compute from
 // the CPU measured here (calibrate/compute_calibration.h), whose rates go into "gpu.measured".
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -15,12 +12,12 @@
 #include <nlohmann/json.hpp>
 
 #include "command_registry.h"
+#include "dtrain/calibrate/cluster_file.h"
 #include "dtrain/calibrate/compute_calibration.h"
 #include "dtrain/calibrate/link_calibration.h"
 #include "dtrain/comm/launch.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/files.h"
-#include "dtrain/core/system_memory.h"
 #include "dtrain/core/timer.h"
 #include "dtrain/core/units.h"
 #include "dtrain/machine/hardware.h"
@@ -42,129 +39,6 @@ struct CalibrateFlags {
   int passes = 3;             // --passes; --quick makes it 1 unless given
   bool output_given = false;  // "-o ''" is a mistake, not "no file"
 };
-
-nlohmann::json link_detail(const calibrate::LinkMeasurement& m) {
-  return {{"latency_pair", {m.ping_rank, m.pong_rank}},
-          {"latency_us", m.latency_us},
-          {"pairs_at_once", m.pairs},
-          {"bandwidth_bytes_per_s", m.bandwidth_bytes_per_s},
-          {"single_pair_bandwidth_bytes_per_s", m.single_pair_bandwidth_bytes_per_s}};
-}
-
-// A calibrated CPU in place of the preset's GPU: its name, the fastest fp32 product it measured
-// on `threads` threads as peak_flops (compute_efficiency 1: the clock's own rates are in
-// `measured`), and the memory this process may take shared by the node's ranks.
-void use_measured_cpu(plan::Cluster& c, plan::MeasuredRates measured, int threads,
-                      int ranks_per_node) {
-  double peak = 0;
-  for (const plan::GemmSample& s : measured.gemm) {
-    if (s.precision == plan::Precision::fp32 && s.threads == threads) {
-      peak = std::max(peak, 2 * s.m * s.n * s.k / s.seconds);
-    }
-  }
-  c.gpu.name = measured.cpu;
-  c.gpu.peak_flops = peak;
-  c.gpu.compute_efficiency = 1;
-  c.gpu.rates = {};  // a GPU's efficiency rates do not describe this CPU
-  if (const auto memory = available_memory()) {
-    c.gpu.memory_bytes = static_cast<double>(memory->bytes) / ranks_per_node;
-  }
-  c.gpu.measured = std::move(measured);
-}
-
-// The compute section of the table: products' GFLOP/s at the grid's corners, each kernel's
-// rate, each collective's fit, and the interference.
-void print_measured(const plan::GpuSpec& gpu, int threads, double seconds) {
-  const plan::MeasuredRates& m = gpu.measured;
-  std::cout << "\ncompute: " << m.cpu << ", " << m.cores << " cores (measured in " << std::fixed
-            << std::setprecision(1) << seconds << " s); peak_flops = fastest fp32 product on "
-            << threads << " thread" << (threads == 1 ? "" : "s") << " = " << std::setprecision(1)
-            << gpu.peak_flops * 1e-9 << " GFLOP/s\n\n"
-            << std::left << std::setw(28) << "product (m x n x k)" << std::right << std::setw(10)
-            << "precision" << std::setw(9) << "threads" << std::setw(12) << "GFLOP/s"
-            << "\n";
-  for (const plan::GemmSample& s : m.gemm) {
-    // The grid's diagonal (m = n = k, or the largest m) keeps the table short; the file has all.
-    const bool diagonal = s.m == s.n && s.n == s.k;
-    const bool largest = s.m >= 4096 && s.n == s.k && s.n >= 1024;
-    if (!diagonal && !largest) continue;
-    std::cout << std::left << std::setw(28)
-              << str(int64_t(s.m), " x ", int64_t(s.n), " x ", int64_t(s.k)) << std::right
-              << std::setw(10) << plan::name(s.precision) << std::setw(9) << s.threads
-              << std::setw(12) << std::setprecision(2) << 2 * s.m * s.n * s.k / s.seconds * 1e-9;
-    // The same product on operands reused from cache, where the (sparser) warm grid has it.
-    auto warm =
-        std::find_if(m.gemm_warm.begin(), m.gemm_warm.end(), [&](const plan::GemmSample& w) {
-          return w.precision == s.precision && w.threads == s.threads && w.m == s.m && w.n == s.n &&
-                 w.k == s.k;
-        });
-    if (warm == m.gemm_warm.end()) {
-      std::cout << std::setw(12) << "-";
-    } else {
-      std::cout << std::setw(12) << 2 * s.m * s.n * s.k / warm->seconds * 1e-9;
-    }
-    std::cout << "\n";
-  }
-  auto kib = [](double bytes) {
-    return bytes > 0 ? str(int64_t(bytes / 1024), " KiB") : "unknown";
-  };
-  std::cout << "caches: L1d " << kib(m.cache.l1d_bytes) << ", L2 " << kib(m.cache.l2_bytes)
-            << " per core; L3 " << kib(m.cache.l3_bytes) << " shared by " << m.cache.l3_shared_by
-            << " core" << (m.cache.l3_shared_by == 1 ? "" : "s") << "\n";
-  std::cout << "\n"
-            << std::left << std::setw(24) << "kernel" << std::right << std::setw(10) << "GB/s"
-            << std::setw(12) << "us per call" << std::setw(10) << "B/elem"
-            << "\n";
-  for (const plan::KernelRate& k : m.kernels) {
-    std::cout << std::left << std::setw(24) << plan::name(k.op) << std::right << std::setw(10)
-              << std::setprecision(2) << k.bytes_per_s * 1e-9 << std::setw(12) << k.call_s * 1e6
-              << std::setw(10) << std::setprecision(0) << plan::kernel_bytes_per_element(k.op)
-              << "\n";
-  }
-  std::cout << "\n"
-            << std::left << std::setw(16) << "collective" << std::setw(14) << "algorithm"
-            << std::right << std::setw(7) << "ranks" << std::setw(12) << "latency us"
-            << std::setw(10) << "GB/s"
-            << "\n";
-  for (const plan::CollectiveRate& c : m.collectives) {
-    std::cout << std::left << std::setw(16) << c.collective << std::setw(14) << c.algorithm
-              << std::right << std::setw(7) << c.ranks << std::setw(12) << std::setprecision(1)
-              << c.latency_s * 1e6 << std::setw(10) << std::setprecision(2) << c.bytes_per_s * 1e-9
-              << "\n";
-  }
-  std::cout
-      << "\ncompute beside a communication thread: x" << std::setprecision(3) << m.comm_interference
-      << " (256^3 fp32 products while 2 thread ranks ring-all-reduce 4 MiB)\n"
-      << "compute with every core busy: x" << m.corun_slowdown << " (512 x 512 x 256 fp32 "
-      << "products on one core while each other core runs them too)\n"
-      << "a collective's wait for its partner with more threads than cores: "
-      << std::setprecision(2) << m.oversubscribed_wait_s * 1e3 << " ms (" << 2 * m.cores
-      << " thread ranks multiplying and all-reducing 4 KiB on " << m.cores << " cores)\n"
-      << "products: median of 3+ calls per shape, on operands from memory (GFLOP/s) and reused "
-         "in cache (warm); kernels: call_s + bytes / (GB/s) fitted by "
-         "least squares over its sizes (4 KiB to 16 MiB; --quick: to 256 KiB); collectives: "
-         "latency + bytes moved per rank / "
-         "(GB/s) on thread ranks (the intra_node link class)\n";
-}
-
-// The file is read back by the same reader `plan --cluster` uses before it is written: a figure
-// outside the reader's bounds (a link measured while other work held the cores, or on messages
-// too small to show the bandwidth) stops here, naming the field and its value, instead of in
-// every later `plan`.
-void refuse_implausible(const nlohmann::json& file, const CalibrateFlags& f) {
-  const std::string source = f.output.empty() ? "(calibrated)" : f.output;
-  try {
-    (void)plan::cluster_from_json(file, source);
-  } catch (const Error& e) {
-    throw Error(str(
-        "calibrate: the measured figures would make a cluster file that plan refuses: ", e.what(),
-        "; nothing was written. Calibrate again on a quiet machine (no other "
-        "work on its cores), with a larger --size (now ",
-        format_bytes(static_cast<double>(f.options.bandwidth_bytes)),
-        ") or more --seconds "
-        "per trial"));
-  }
-}
 
 // The threads backend runs every rank on this machine, one node: the nodes are blocks of
 // --ranks-per-node ranks, and a file needs two links, so at least 2 nodes of at least 2 ranks
@@ -249,12 +123,6 @@ void run_calibrate(CalibrateFlags& f) {
 
   plan::Cluster c = base;
   c.name = f.name.empty() ? str("calibrated ", result.nodes, "x", result.ranks_per_node) : f.name;
-  c.nodes = result.nodes;
-  c.gpus_per_node = result.ranks_per_node;
-  c.intra_node = {"measured intra-node", result.intra_node.bandwidth_bytes_per_s,
-                  result.intra_node.latency_us};
-  c.inter_node = {"measured inter-node", result.inter_node.bandwidth_bytes_per_s,
-                  result.inter_node.latency_us};
   double compute_s = 0;
   if (f.compute) {
     const Stopwatch watch;
@@ -267,33 +135,19 @@ void run_calibrate(CalibrateFlags& f) {
       options.progress = [](std::string_view what) {
         std::cerr << "calibrate --compute: " << what << "\n";
       };
-    use_measured_cpu(c, calibrate::measure_compute_rates(options), f.threads,
-                     result.ranks_per_node);
+    calibrate::use_measured_cpu(c, calibrate::measure_compute_rates(options), f.threads,
+                                result.ranks_per_node);
     compute_s = watch.elapsed_us() * 1e-6;
   }
-  plan::validate(c);
-  nlohmann::json file = plan::to_json(c);
-  refuse_implausible(file, f);
-  // Extra fields the reader ignores: how the figures were taken.
-  file["calibration"] = {{"backend", f.backend},
-                         {"ranks", result.world},
-                         {"nodes_from", result.node_source},
-                         {"hosts", result.hosts},
-                         {"latency_bytes", f.options.latency_bytes},
-                         {"bandwidth_bytes", f.options.bandwidth_bytes},
-                         {"gpu_from_preset", f.compute ? "" : f.gpu},
-                         {"compute_seconds", compute_s},
-                         {"compute_passes", f.compute ? f.passes : 0},
-                         {"intra_node", link_detail(result.intra_node)},
-                         {"inter_node", link_detail(result.inter_node)}};
-  if (!f.output.empty()) {
-    std::ofstream out(f.output);
-    DTRAIN_CHECK(out.good(), "--output: cannot write '", f.output, "'");
-    out << file.dump(2) << "\n";
-    out.close();  // a full disk shows when the bytes leave the buffer
-    DTRAIN_CHECK(!out.fail(), "--output: writing '", f.output, "' failed (", std::strerror(errno),
-                 ")");
-  }
+  const nlohmann::json file =
+      calibrate::cluster_file(c, result,
+                              {.backend = f.backend,
+                               .options = f.options,
+                               .gpu_from_preset = f.compute ? "" : f.gpu,
+                               .compute_seconds = compute_s,
+                               .compute_passes = f.compute ? f.passes : 0,
+                               .source = f.output.empty() ? "(calibrated)" : f.output});
+  if (!f.output.empty()) calibrate::write_cluster_file(f.output, file, "--output");
   if (f.json) {
     std::cout << file.dump(2) << "\n";
     return;
@@ -316,7 +170,7 @@ void run_calibrate(CalibrateFlags& f) {
             << "-byte messages between two ranks; bandwidth: "
             << format_bytes(static_cast<double>(f.options.bandwidth_bytes))
             << " sent and received per exchange by every paired rank at once (GB = 1e9 B)\n";
-  if (f.compute) print_measured(c.gpu, f.threads, compute_s);
+  if (f.compute) calibrate::print_compute_rates(std::cout, c.gpu, f.threads, compute_s);
   if (!f.output.empty()) {
     std::cout << "wrote " << f.output << " (dtrain plan --cluster " << f.output << ")\n";
   }

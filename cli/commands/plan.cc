@@ -423,14 +423,7 @@ void run_plan(const PlanFlags& f, CLI::App* app) {
       "--threads applies to the engine clock only: pass --cluster FILE with measured "
       "rates (dtrain calibrate --compute -o FILE)");
   if (plan::has_measured_rates(input.cluster)) {
-    // Measured CPU rates price dtrain's own engine (clock/engine_clock.h): its fp32 Adam, fp32
-    // activations and tensor split unless --precision / --activation-bytes say otherwise.
-    if (!given(app, "--precision")) input.training.state_bytes = plan::kFp32Adam;
-    if (!given(app, "--activation-bytes")) input.training.activation_bytes = 4;
-    input.training.activation_count = input.training.activation_bytes >= 4
-                                          ? plan::ActivationCount::engine
-                                          : plan::ActivationCount::engine_mixed;
-    input.model.count_final_norm = true;
+    plan::use_engine_profile(input, given(app, "--precision"), given(app, "--activation-bytes"));
   }
   plan::validate(input);
   if (f.search) {

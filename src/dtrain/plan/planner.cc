@@ -182,6 +182,14 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
 
 }  // namespace
 
+void use_engine_profile(PlanInput& in, bool precision_given, bool activation_bytes_given) {
+  if (!precision_given) in.training.state_bytes = kFp32Adam;
+  if (!activation_bytes_given) in.training.activation_bytes = 4;
+  in.training.activation_count =
+      in.training.activation_bytes >= 4 ? ActivationCount::engine : ActivationCount::engine_mixed;
+  in.model.count_final_norm = true;
+}
+
 std::string_view name(StepTimeSource s) {
   switch (s) {
     case StepTimeSource::predicted:

@@ -115,6 +115,12 @@ struct PlanInput {
 // Throws Error naming the flag at fault (model shape, cluster, training sizes).
 void validate(const PlanInput& input);
 
+// The engine profile, which a cluster file with measured CPU rates selects: dtrain's own engine
+// (clock/engine_clock.h) with its fp32 Adam and fp32 activations unless the precision or the
+// activation bytes were given, its activation count and tensor split, the final LayerNorm
+// counted.
+void use_engine_profile(PlanInput& input, bool precision_given, bool activation_bytes_given);
+
 // Transformer layers on each pipeline stage (pp entries; with v > 1 all of a rank's chunks):
 // layout.stage_layers when given, else the balanced split. For a valid layout
 // (layout_error empty); Llama 3 405B's 126 layers on --pp 16: 7, 8 x 14, 7.
