@@ -73,51 +73,69 @@ DTRAIN_MULTIVERSION void causal_softmax_backward(float* ds, const float* a, int6
   }
 }
 
-void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
-                       int64_t NH, const Compute& cx) {
-  const int64_t HS = C / NH;
-  const int64_t C3 = 3 * C;
+void gqa_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
+                           int64_t NH, int64_t NKV, int64_t HS, const Compute& cx) {
+  const int64_t C = NH * HS;              // out's row width
+  const int64_t W = (NH + 2 * NKV) * HS;  // qkv's row width: [q | k | v]
+  const int64_t group = NH / NKV;         // query heads per K/V head
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   for_each_head(cx, B, NH, T * T * HS,
                 [&](int64_t b, int64_t h, int /*member*/, const Compute& mx) {
-                  const float* q = qkv + b * T * C3 + h * HS;  // (T, HS), row stride 3C
-                  const float* k = q + C;
-                  const float* v = q + 2 * C;
+                  const float* q = qkv + b * T * W + h * HS;  // (T, HS), row stride W
+                  const float* k = qkv + b * T * W + C + (h / group) * HS;
+                  const float* v = k + NKV * HS;
                   float* a = att + (b * NH + h) * T * T;  // (T, T)
                   // scores (T, T) = scale * q @ k^T
-                  sgemm(Trans::no, Trans::yes, T, T, HS, scale, q, C3, k, C3, 0.0f, a, T, mx);
+                  sgemm(Trans::no, Trans::yes, T, T, HS, scale, q, W, k, W, 0.0f, a, T, mx);
                   causal_softmax(a, T);
                   // out (T, HS), row stride C = att @ v
-                  sgemm(Trans::no, Trans::no, T, HS, T, 1.0f, a, T, v, C3, 0.0f,
+                  sgemm(Trans::no, Trans::no, T, HS, T, 1.0f, a, T, v, W, 0.0f,
                         out + b * T * C + h * HS, C, mx);
                 });
+}
+
+void gqa_attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                            const float* att, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                            int64_t HS, const Compute& cx) {
+  const int64_t C = NH * HS;
+  const int64_t W = (NH + 2 * NKV) * HS;
+  const int64_t group = NH / NKV;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  // One task per (batch row, K/V head): the group's query heads add into the same dK and dV, in
+  // head order, so no two members write one row.
+  for_each_head(cx, B, NKV, group * T * T * HS,
+                [&](int64_t b, int64_t g, int member, const Compute& mx) {
+                  const float* k = qkv + b * T * W + C + g * HS;
+                  const float* v = k + NKV * HS;
+                  float* dk = dqkv + b * T * W + C + g * HS;
+                  float* dv = dk + NKV * HS;
+                  float* ds = scratch + member * T * T;  // (T, T), this member's
+                  for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+                    const float* q = qkv + b * T * W + h * HS;
+                    float* dq = dqkv + b * T * W + h * HS;
+                    const float* a = att + (b * NH + h) * T * T;
+                    const float* d = dout + b * T * C + h * HS;  // (T, HS), row stride C
+                    // dv (T, HS) += att^T @ dout
+                    sgemm(Trans::yes, Trans::no, T, HS, T, 1.0f, a, T, d, C, 1.0f, dv, W, mx);
+                    // datt (T, T) = dout @ v^T
+                    sgemm(Trans::no, Trans::yes, T, T, HS, 1.0f, d, C, v, W, 0.0f, ds, T, mx);
+                    causal_softmax_backward(ds, a, T);
+                    // dq (T, HS) += scale * dscores @ k;  dk (T, HS) += scale * dscores^T @ q
+                    sgemm(Trans::no, Trans::no, T, HS, T, scale, ds, T, k, W, 1.0f, dq, W, mx);
+                    sgemm(Trans::yes, Trans::no, T, HS, T, scale, ds, T, q, W, 1.0f, dk, W, mx);
+                  }
+                });
+}
+
+void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+                       int64_t NH, const Compute& cx) {
+  gqa_attention_forward(out, att, qkv, B, T, NH, NH, C / NH, cx);
 }
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* att, int64_t B, int64_t T, int64_t C, int64_t NH,
                         const Compute& cx) {
-  const int64_t HS = C / NH;
-  const int64_t C3 = 3 * C;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  for_each_head(cx, B, NH, T * T * HS, [&](int64_t b, int64_t h, int member, const Compute& mx) {
-    const float* q = qkv + b * T * C3 + h * HS;
-    const float* k = q + C;
-    const float* v = q + 2 * C;
-    float* dq = dqkv + b * T * C3 + h * HS;
-    float* dk = dq + C;
-    float* dv = dq + 2 * C;
-    const float* a = att + (b * NH + h) * T * T;
-    const float* d = dout + b * T * C + h * HS;  // (T, HS), row stride C
-    float* ds = scratch + member * T * T;        // (T, T), this member's
-    // dv (T, HS) += att^T @ dout
-    sgemm(Trans::yes, Trans::no, T, HS, T, 1.0f, a, T, d, C, 1.0f, dv, C3, mx);
-    // datt (T, T) = dout @ v^T
-    sgemm(Trans::no, Trans::yes, T, T, HS, 1.0f, d, C, v, C3, 0.0f, ds, T, mx);
-    causal_softmax_backward(ds, a, T);
-    // dq (T, HS) += scale * dscores @ k;  dk (T, HS) += scale * dscores^T @ q
-    sgemm(Trans::no, Trans::no, T, HS, T, scale, ds, T, k, C3, 1.0f, dq, C3, mx);
-    sgemm(Trans::yes, Trans::no, T, HS, T, scale, ds, T, q, C3, 1.0f, dk, C3, mx);
-  });
+  gqa_attention_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NH, C / NH, cx);
 }
 
 }  // namespace dtrain::model
