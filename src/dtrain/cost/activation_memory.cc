@@ -45,7 +45,9 @@ double activation_bytes_per_layer(const ActivationShape& x) {
     }
   }
   bytes += mask_bytes;
-  if (x.count_layernorm_stats) bytes += 4.0 * 4.0 * s * b / replicated_split;
+  if (x.count_layernorm_stats) {
+    bytes += (x.rms_norm ? 2.0 : 4.0) * 4.0 * s * b / replicated_split;
+  }
   return bytes;
 }
 

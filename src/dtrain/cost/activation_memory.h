@@ -67,6 +67,9 @@ struct ActivationShape {
   // only matrix products read (0: bytes_per_element). The engine's mixed precision keeps the
   // former fp32 and the latter bf16, as autocast saves a bf16 matmul's inputs.
   int64_t elementwise_bytes_per_element = 0;
+  // RMSNorm (Llama) keeps 1/rms alone: 2 statistics per token with count_layernorm_stats, not
+  // LayerNorm's 4 (mean and 1/std of both norms).
+  bool rms_norm = false;
 };
 
 // Bytes of activations one layer keeps for its backward pass, for one micro-batch.

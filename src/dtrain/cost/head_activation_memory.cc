@@ -20,10 +20,10 @@ double head_activation_bytes(const HeadActivationShape& x) {
   const double s = static_cast<double>(x.seq), b = static_cast<double>(x.micro_batch);
   const double h = static_cast<double>(x.hidden), v = static_cast<double>(x.vocab);
   const double e = static_cast<double>(x.bytes_per_element);
-  const double elements = 2 * s * b * h + s * b * v;  // final LN input and output, logits
-  const double four_byte_words = 2 * s * b            // LN mean and 1/std
-                                 + s * b              // losses
-                                 + 2 * s * b;         // token ids and targets
+  const double elements = 2 * s * b * h + s * b * v;           // final LN input and output, logits
+  const double four_byte_words = (x.rms_norm ? 1 : 2) * s * b  // LN mean and 1/std (RMS: 1/rms)
+                                 + s * b                       // losses
+                                 + 2 * s * b;                  // token ids and targets
   return e * elements + 4.0 * four_byte_words;
 }
 
@@ -35,7 +35,11 @@ double workspace_activation_bytes(const HeadActivationShape& x) {
   const double e = static_cast<double>(x.bytes_per_element);
   const double n = x.blockwise_attention ? 0.0 : static_cast<double>(x.threads);
   const double t = static_cast<double>(x.tp);
-  return e * ((1 + 2) * s * b * h + 3 * s * b * h / t + 2 * f * s * b + n * s * s);
+  const double kv = x.heads > 0 && x.kv_heads > 0
+                        ? static_cast<double>(x.kv_heads) / static_cast<double>(x.heads)
+                        : 1.0;
+  const double mlp = x.gated_mlp ? 3.0 : 2.0;
+  return e * ((1 + 2) * s * b * h + (1 + 2 * kv) * s * b * h / t + mlp * f * s * b + n * s * s);
 }
 
 double stage_boundary_activation_bytes(const HeadActivationShape& x, int stages, int chunks,

@@ -45,6 +45,12 @@ struct HeadActivationShape {
   // per rank already). Appended, so existing initialisers keep their meaning.
   int64_t tp = 1;
   bool blockwise_attention = false;  // CP: no attention-score gradients (workspace only)
+  // Llama (appended): the final RMSNorm keeps 1/rms alone (1 statistic, not 2); the qkv gradient
+  // holds heads + 2 kv_heads heads of h / heads (0: kv_heads = heads); the SwiGLU's gradients are
+  // [gate | up] and the down input's, 3*f*s*b in place of 2*f*s*b.
+  bool rms_norm = false;
+  int64_t heads = 0, kv_heads = 0;
+  bool gated_mlp = false;
 };
 
 // Bytes of the head's activations (see the list above).

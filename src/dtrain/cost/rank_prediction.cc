@@ -24,6 +24,10 @@ ActivationShape layer_shape(const EngineRank& r) {
   s.micro_batch = r.micro_batch;
   s.hidden = r.hidden;
   s.heads = r.heads;
+  s.ffn_hidden = r.ffn;
+  s.kv_heads = r.llama ? r.kv_heads : 0;
+  s.gated_mlp = r.llama;
+  s.rms_norm = r.llama;
   s.tp = r.tp;
   s.sequence_parallel = r.sequence_parallel;
   s.recompute = r.recompute;
@@ -91,8 +95,8 @@ double microbatch_bytes(const EngineRank& r) {
     sum += blocks * layer_bytes(r);
     if (r.split_backward) sum += blocks * weight_grad_stash_bytes_per_layer(fp32_layer_shape(r));
     if (vs == p.virtual_stages() - 1) {
-      sum +=
-          head_activation_bytes({.seq = T, .micro_batch = b, .hidden = C, .vocab = r.vocab_local});
+      sum += head_activation_bytes(
+          {.seq = T, .micro_batch = b, .hidden = C, .vocab = r.vocab_local, .rms_norm = r.llama});
     } else {
       sum += pp_bytes_per_microbatch(b, T, C, 4, r.tp, r.sequence_parallel);
       if (vs == 0) sum += 4.0 * static_cast<double>(b * T);
@@ -108,12 +112,16 @@ double activations_peak(const EngineRank& r, double microbatch) {
                                .micro_batch = r.micro_batch,
                                .hidden = r.hidden,
                                .vocab = r.vocab_local,
-                               // The MLP gradients are this rank's columns: 4C / tp.
-                               .ffn_hidden = 4 * r.hidden / r.tp,
+                               // The MLP gradients are this rank's columns: F / tp.
+                               .ffn_hidden = r.ffn / r.tp,
                                .bytes_per_element = 4,
                                .threads = r.threads,
                                .tp = r.tp,
-                               .blockwise_attention = r.cp > 1};
+                               .blockwise_attention = r.cp > 1,
+                               .rms_norm = r.llama,
+                               .heads = r.heads,
+                               .kv_heads = r.llama ? r.kv_heads : 0,
+                               .gated_mlp = r.llama};
   return r.inflight * microbatch + workspace_activation_bytes(ws) + block_scratch_bytes(r);
 }
 

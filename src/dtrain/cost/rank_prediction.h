@@ -41,6 +41,10 @@ struct StageParamCounts {
 // this one, simulates it).
 struct EngineRank {
   int64_t hidden = 0, heads = 0;
+  // The Llama family: RMSNorm, grouped-query attention (kv_heads of heads), SwiGLU of width ffn;
+  // GPT: LayerNorm, kv_heads = heads, GELU of 4 hidden (ffn).
+  bool llama = false;
+  int64_t kv_heads = 0, ffn = 0;
   int64_t vocab_local = 0;  // the vocabulary rows on this TP rank
   int64_t seq = 0;          // the whole sequence T (a CP rank holds seq / cp tokens)
   int dp = 1, tp = 1, pp = 1, cp = 1, ep = 1;

@@ -46,6 +46,7 @@ ActivationShape activation_shape(const ModelShape& m, const Training& t, const L
   if (t.activation_count == ActivationCount::engine_mixed) a.elementwise_bytes_per_element = 4;
   a.kv_heads = m.kv_heads;
   a.gated_mlp = m.family == ModelFamily::llama;
+  a.rms_norm = m.family == ModelFamily::llama;
   return a;
 }
 
@@ -135,6 +136,12 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
   head.bytes_per_element = mixed ? 4 : in.training.activation_bytes;
   head.tp = l.tp;
   head.blockwise_attention = l.cp > 1;
+  if (m.family == ModelFamily::llama) {  // RMSNorm, grouped-query qkv, SwiGLU (the engine's)
+    head.rms_norm = true;
+    head.heads = m.heads;
+    head.kv_heads = m.kv_heads_or_heads();
+    head.gated_mlp = true;
+  }
   if (stage == l.pp - 1) {
     mem.head_activations = mem.inflight_microbatches * head_activation_bytes(head);
     mem.activations += mem.head_activations;
