@@ -129,6 +129,9 @@ struct TrainFlags {
   train::TrainOptions options;
   // Holders for the flags whose absence means "the preset's value".
   int64_t vocab = 0, context = 0, layers = 0, heads = 0, channels = 0, batch = 0, seq = 0;
+  std::string family;
+  int64_t kv_heads = 0, ffn_hidden = 0;
+  float rope_theta = 0, norm_eps = 0;
   int64_t warmup = 0;
   float min_lr = 0;
   bool json = false;
@@ -243,7 +246,8 @@ void add_train(CLI::App& app) {
       "--zero), as threads or as MPI processes (--backend mpi under mpirun); byte-level text or "
       "a token file (llm.c's or a raw uint16 .bin), the default corpus ships in data/");
   auto* model_flag =
-      cmd->add_option("--model", o.model, "Model preset: tiny or bench")->capture_default_str();
+      cmd->add_option("--model", o.model, "Model preset: tiny, bench, wide or llama-tiny")
+          ->capture_default_str();
   auto* vocab = cmd->add_option(
       "--vocab", f->vocab,
       "Vocabulary size V (>= 256 for bytes; default: preset). With a token file: the "
@@ -257,6 +261,22 @@ void add_train(CLI::App& app) {
       cmd->add_option("--hidden", f->channels, "Hidden size C, the model width (default: preset)");
   accept_old_spelling(*cmd, cmd->get_option("--hidden"), "--channels");
   add_moe_flags(*cmd, o.moe);
+  auto* family = cmd->add_option("--family", f->family,
+                                 "Block family: gpt (GPT-2: LayerNorm, GELU, learned positions, "
+                                 "tied head) or llama (RMSNorm, SwiGLU, RoPE, grouped-query "
+                                 "attention, untied head; default: preset)");
+  auto* kv_heads = cmd->add_option("--kv-heads", f->kv_heads,
+                                   "Llama: key/value heads, dividing --heads (1: multi-query; "
+                                   "default: preset, or --heads)");
+  auto* ffn_hidden =
+      cmd->add_option("--ffn-hidden", f->ffn_hidden,
+                      "Llama: the SwiGLU width F (default: preset, or 4 x --hidden)");
+  auto* rope_theta = cmd->add_option("--rope-theta", f->rope_theta,
+                                     "Llama: RoPE's base theta (default 10000; Llama 3: 500000)");
+  auto* norm_eps =
+      cmd->add_option("--norm-eps", f->norm_eps, "Llama: RMSNorm's eps (default 1e-5)");
+  cmd->add_flag("--tie-embeddings", o.tie_embeddings,
+                "Llama: the output head is the word embedding (default: untied)");
   cmd->add_option("--steps", o.steps, "Optimizer steps")->capture_default_str();
   auto* batch =
       cmd->add_option("--global-batch", f->batch, "Sequences per step B (default: preset)");
@@ -490,6 +510,15 @@ void add_train(CLI::App& app) {
     take_if_given(layers, f->layers, opt.layers);
     take_if_given(heads, f->heads, opt.heads);
     take_if_given(channels, f->channels, opt.channels);
+    if (family->count() > 0) {
+      DTRAIN_CHECK(f->family == "gpt" || f->family == "llama", "--family: unknown family '",
+                   f->family, "' (use gpt or llama)");
+      opt.family = f->family == "llama" ? model::ModelFamily::llama : model::ModelFamily::gpt;
+    }
+    take_if_given(kv_heads, f->kv_heads, opt.kv_heads);
+    take_if_given(ffn_hidden, f->ffn_hidden, opt.ffn_hidden);
+    take_if_given(rope_theta, f->rope_theta, opt.rope_theta);
+    take_if_given(norm_eps, f->norm_eps, opt.norm_eps);
     take_if_given(batch, f->batch, opt.batch);
     take_if_given(seq, f->seq, opt.seq);
     take_if_given(warmup, f->warmup, opt.warmup);

@@ -408,6 +408,16 @@ std::string manifest_to_json(const Manifest& m) {
                            {"capacity_factor", e.capacity_factor},
                            {"aux_loss_coef", e.aux_loss_coef}};
   }
+  if (m.model.llama()) {
+    // The Llama family's shape and settings; absent for GPT (the family before it existed).
+    const model::GptConfig& g = m.model;
+    out["model"]["family"] = "llama";
+    out["model"]["llama"] = {{"kv_heads", g.kv_heads_or_heads()},
+                             {"ffn_hidden", g.ffn()},
+                             {"rope_theta", g.rope_theta},
+                             {"norm_eps", g.norm_eps},
+                             {"tie_embeddings", g.tie_embeddings}};
+  }
   if (m.run) out["run"] = run_record_to_json(*m.run);
   return out.dump(1) + "\n";
 }
@@ -446,6 +456,25 @@ Manifest parse_manifest(std::string_view text, std::string_view source) {
     }
     m.model.moe.capacity_factor = e["capacity_factor"].get<double>();
     m.model.moe.aux_loss_coef = e["aux_loss_coef"].get<double>();
+  }
+  if (model.contains("family")) {
+    DTRAIN_CHECK(model["family"] == "llama" || model["family"] == "gpt", source,
+                 ": model.family must be gpt or llama");
+    if (model["family"] == "llama") {
+      const json& l = field(model, "llama", "model", source);
+      m.model.family = model::ModelFamily::llama;
+      m.model.kv_heads = get_int(l, "kv_heads", "model.llama", source, 1, m.model.heads);
+      m.model.ffn_hidden = get_int(l, "ffn_hidden", "model.llama", source, 1, 1 << 24);
+      for (const char* key : {"rope_theta", "norm_eps"}) {
+        DTRAIN_CHECK(l.contains(key) && l[key].is_number() && l[key].get<double>() > 0, source,
+                     ": model.llama.", key, " must be a positive number");
+      }
+      m.model.rope_theta = l["rope_theta"].get<float>();
+      m.model.norm_eps = l["norm_eps"].get<float>();
+      DTRAIN_CHECK(l.contains("tie_embeddings") && l["tie_embeddings"].is_boolean(), source,
+                   ": model.llama.tie_embeddings must be true or false");
+      m.model.tie_embeddings = l["tie_embeddings"].get<bool>();
+    }
   }
   const json& layout = field(doc, "layout", "manifest", source);
   m.layout.dp = static_cast<int>(get_int(layout, "dp", "layout", source, 1, 1 << 20));
@@ -740,6 +769,14 @@ std::vector<std::string> model_differences(const model::GptConfig& checkpoint,
   differ("layers", checkpoint.layers, run.layers);
   differ("heads", checkpoint.heads, run.heads);
   differ("channels", checkpoint.channels, run.channels);
+  differ("family", name(checkpoint.family), name(run.family));
+  if (checkpoint.llama() && run.llama()) {
+    differ("kv-heads", checkpoint.kv_heads_or_heads(), run.kv_heads_or_heads());
+    differ("ffn-hidden", checkpoint.ffn(), run.ffn());
+    differ("rope-theta", checkpoint.rope_theta, run.rope_theta);
+    differ("norm-eps", checkpoint.norm_eps, run.norm_eps);
+    differ("tie-embeddings", checkpoint.tie_embeddings, run.tie_embeddings);
+  }
   const model::MoeConfig &a = checkpoint.moe, &b = run.moe;
   if (a.enabled() != b.enabled()) {
     out.push_back(a.enabled() ? str("experts ", a.experts, " (this run: dense)")

@@ -26,6 +26,18 @@ class BasicCarver {
 };
 using Carver = BasicCarver<float>;
 
+// A block's widths on one TP rank: the qkv product's columns ([q | k | v]: 3C for GPT, (NH + 2
+// NKV) HS for Llama), the MLP's first product's (GPT's 4C, Llama's [gate | up] 2F) and its
+// activation's output (4C, F).
+struct BlockWidths {
+  int64_t qkv = 0, fc = 0, act = 0;
+};
+BlockWidths block_widths(const GptConfig& g, int tp) {
+  const int64_t qkv = (g.heads + 2 * g.kv_heads_or_heads()) * g.head_size();
+  const int64_t F = g.ffn();
+  return {qkv / tp, (g.llama() ? 2 * F : F) / tp, F / tp};
+}
+
 // Which of a block's tensors to carve: those `recompute` keeps in the block, or those it
 // drops (the workspace's scratch). The two together are the whole block of Recompute::none.
 // Under bf16 storage the block's kept fp32 part is the input and the LayerNorm statistics, and
@@ -40,6 +52,8 @@ void carve_layer(LayerActivations& a, Carver& c, const GptConfig& g, int64_t B, 
                  int64_t rows, Recompute recompute, Part part, bool blockwise) {
   const int64_t BT = B * T, C = g.channels;
   const int64_t C_local = C / tp, NH_local = g.heads / tp;
+  const BlockWidths w = block_widths(g, tp);
+  const bool means = !g.llama();  // RMSNorm keeps 1/rms alone
   const bool full = recompute == Recompute::full;
   const bool scores = recompute != Recompute::none;  // selective and full drop the softmax
   // `field` gets `count` floats when its tensor belongs to `part` (dropped: the mode drops it;
@@ -52,17 +66,17 @@ void carve_layer(LayerActivations& a, Carver& c, const GptConfig& g, int64_t B, 
   };
   take(a.ln1_in, rows * C, false, false);  // the block input: kept in every mode
   take(a.ln1_out, rows * C, full);
-  take(a.ln1_mean, rows, full, false);
+  if (means) take(a.ln1_mean, rows, full, false);
   take(a.ln1_rstd, rows, full, false);
-  take(a.qkv, BT * 3 * C_local, full);
+  take(a.qkv, BT * w.qkv, full);
   if (!blockwise) take(a.att, B * NH_local * T * T, scores, false);
   take(a.atty, BT * C_local, full);
   take(a.ln2_in, rows * C, full, false);
   take(a.ln2_out, rows * C, full);
-  take(a.ln2_mean, rows, full, false);
+  if (means) take(a.ln2_mean, rows, full, false);
   take(a.ln2_rstd, rows, full, false);
-  take(a.fc, BT * 4 * C_local, full, false);
-  take(a.fc_gelu, BT * 4 * C_local, full);
+  take(a.fc, BT * w.fc, full, false);
+  take(a.fc_gelu, BT * w.act, full);
 }
 
 // The packed (bf16) part of a block under bf16 storage: the kept tensors only matrix products
@@ -70,18 +84,19 @@ void carve_layer(LayerActivations& a, Carver& c, const GptConfig& g, int64_t B, 
 void carve_packed(PackedLayer& a, BasicCarver<bf16>& c, const GptConfig& g, int64_t B, int64_t T,
                   int tp, int64_t rows) {
   const int64_t BT = B * T, C = g.channels, C_local = C / tp;
+  const BlockWidths w = block_widths(g, tp);
   a.ln1_out = c.take(rows * C);
-  a.qkv = c.take(BT * 3 * C_local);
+  a.qkv = c.take(BT * w.qkv);
   a.atty = c.take(BT * C_local);
   a.ln2_out = c.take(rows * C);
-  a.fc_gelu = c.take(BT * 4 * C_local);
+  a.fc_gelu = c.take(BT * w.act);
 }
 
 void carve_head(HeadActivations& a, Carver& c, const GptConfig& g, int64_t B, int64_t T, int tp) {
   const int64_t BT = B * T, C = g.channels;
   a.x_final = c.take(BT * C);
   a.lnf_out = c.take(BT * C);
-  a.lnf_mean = c.take(BT);
+  if (!g.llama()) a.lnf_mean = c.take(BT);
   a.lnf_rstd = c.take(BT);
   a.logits = c.take(BT * (tp == 1 ? g.vocab : tp_vocab_local(g.vocab, tp)));
   a.losses = c.take(BT);
@@ -173,14 +188,15 @@ GptWorkspace::GptWorkspace(const GptConfig& g, int64_t B, int64_t T, MemoryTrack
   check_tensor_parallel(g, tp);
   if (sequence_parallel) check_sequence_parallel(B, T, tp);
   const int64_t rows = sequence_parallel ? B * T / tp : B * T;
-  const int64_t BTC = B * T * g.channels, BTC_local = BTC / tp;
+  const int64_t BT = B * T, BTC = BT * g.channels;
+  const BlockWidths w = block_widths(g, tp);
   auto carve = [&](Carver& c) {
     dres = c.take(BTC);
     d_btc1 = c.take(BTC);
     d_btc2 = c.take(BTC);
-    dqkv = c.take(3 * BTC_local);
-    dfc = c.take(4 * BTC_local);
-    dfc_gelu = c.take(4 * BTC_local);
+    dqkv = c.take(BT * w.qkv);
+    dfc = c.take(BT * w.fc);
+    dfc_gelu = c.take(BT * w.act);
     // A CP group's blockwise backward works on block pairs in its own temporaries.
     if (!blockwise_attention) datt = c.take(team_threads * T * T);
     carve_layer(dropped, c, g, B, T, tp, rows, bf16_storage ? Recompute::full : recompute,

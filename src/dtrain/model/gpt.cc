@@ -19,6 +19,8 @@
 #include "dtrain/model/ops/matmul.h"
 #include "dtrain/model/ops/moe.h"
 #include "dtrain/model/ops/residual.h"
+#include "dtrain/model/ops/rmsnorm.h"
+#include "dtrain/model/ops/swiglu.h"
 #include "dtrain/model/ops/vocab_parallel.h"
 #include "dtrain/model/tp_shard.h"
 
@@ -77,7 +79,51 @@ void matmul_backward_or_keep(float* dinp, float* dweight, float* dbias, const fl
   std::memcpy(kept, dout, static_cast<size_t>(BT * out) * sizeof(float));
 }
 
+// The block's norm: GPT's LayerNorm (mean, 1/std, bias) or Llama's RMSNorm (1/rms; mean and
+// bias unused, null).
+void norm_forward(const GptConfig& g, float* out, float* mean, float* rstd, const float* in,
+                  const float* w, const float* b, int64_t B, int64_t T, int64_t C,
+                  const Compute& cx) {
+  if (g.llama()) {
+    rmsnorm_forward(out, rstd, in, w, B * T, C, g.norm_eps, cx);
+  } else {
+    layernorm_forward(out, mean, rstd, in, w, b, B, T, C, cx);
+  }
+}
+
+void norm_backward(const GptConfig& g, float* dinp, float* dw, float* db, const float* dout,
+                   const float* in, const float* w, const float* mean, const float* rstd, int64_t B,
+                   int64_t T, int64_t C) {
+  if (g.llama()) {
+    rmsnorm_backward(dinp, dw, dout, in, w, rstd, B * T, C);
+  } else {
+    layernorm_backward(dinp, dw, db, dout, in, w, mean, rstd, B, T, C);
+  }
+}
+
+// A block's product widths on one TP rank: qkv's [q | k | v], the MLP's first product (GPT's 4C,
+// Llama's [gate | up] 2F) and its activation's output (4C, F).
+struct Widths {
+  int64_t qkv, fc, act;
+};
+Widths widths(const GptConfig& g, int tp) {
+  const int64_t F = g.ffn();
+  return {(g.heads + 2 * g.kv_heads_or_heads()) * g.head_size() / tp, (g.llama() ? 2 * F : F) / tp,
+          F / tp};
+}
+
 }  // namespace
+
+const RopeTable& GptModel::rope_table(int64_t T) {
+  if (rope_seq_ != T) {
+    // Each token's angle from its position in the whole sequence (under CP its global one).
+    std::vector<int64_t> positions(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) positions[static_cast<size_t>(t)] = cp_->position(t, T);
+    rope_ = make_rope_table(positions, config_.head_size(), config_.rope_theta);
+    rope_seq_ = T;
+  }
+  return rope_;
+}
 
 int64_t GptModel::vocab_local() const {
   return tp_->size() == 1 ? config_.vocab : tp_vocab_local(config_.vocab, tp_->size());
@@ -123,7 +169,7 @@ void GptModel::embedding_forward(GptActivations& acts, GptWorkspace& ws,
   check_batch(tokens, B * T, config_.vocab, "tokens");
   std::copy(tokens.begin(), tokens.end(), acts.head().tokens);
   // x_0 (B, T, C) = wte[tokens] + wpe[0..T) (under CP at each token's global position)
-  const float* wpe = position_rows(T);
+  const float* wpe = config_.llama() ? nullptr : position_rows(T);
   if (tp_->size() == 1) {
     encoder_forward(acts.layer(0).ln1_in, acts.head().tokens, w_.wte, wpe, B, T, C);
     return;
@@ -177,10 +223,11 @@ void for_each_packed(const PackedLayer& p, const LayerActivations& a, const GptC
                      int64_t T, int tp, int64_t rows, Fn fn) {
   const int64_t BT = B * T, C = g.channels, C_local = C / tp;
   fn(p.ln1_out, a.ln1_out, rows * C);
-  fn(p.qkv, a.qkv, BT * 3 * C_local);
+  const Widths w = widths(g, tp);
+  fn(p.qkv, a.qkv, BT * w.qkv);
   fn(p.atty, a.atty, BT * C_local);
   fn(p.ln2_out, a.ln2_out, rows * C);
-  fn(p.fc_gelu, a.fc_gelu, BT * 4 * C_local);
+  fn(p.fc_gelu, a.fc_gelu, BT * w.act);
 }
 
 }  // namespace
@@ -264,9 +311,9 @@ void GptModel::recompute_block(const GptActivations& acts, GptWorkspace& ws, int
       // checkpointed core attention and plan::recompute_flops_per_layer count): a.att for the
       // backward. Its output equals the kept atty, so it goes to scratch (free until backward
       // uses d_btc2 for datty).
-      const int64_t C_local = config_.channels / tp_->size();
-      attention_forward(ws.d_btc2, a.att, a.qkv, acts.batch(), acts.seq(), C_local,
-                        config_.heads / tp_->size(), cx_);
+      const int64_t NH_local = config_.heads / tp_->size();
+      gqa_attention_forward(ws.d_btc2, a.att, a.qkv, acts.batch(), acts.seq(), NH_local,
+                            config_.kv_heads_or_heads() / tp_->size(), config_.head_size(), cx_);
       return;
     }
     case Recompute::full: {
@@ -295,23 +342,34 @@ void GptModel::block_forward_dense(const GptActivations& acts, GptWorkspace& ws,
   const Compute& cx = cx_;
 
   // attention: ln2_in = x + proj(attention(ln1(x)))
-  layernorm_forward(a.ln1_out, a.ln1_mean, a.ln1_rstd, a.ln1_in, w.ln1_w, w.ln1_b, B, T, C, cx);
-  matmul_forward(a.qkv, a.ln1_out, w.qkv_w, w.qkv_b, BT, C, 3 * C_local, cx);  // f: identity
+  const Widths wd = widths(config_, tp_->size());
+  norm_forward(config_, a.ln1_out, a.ln1_mean, a.ln1_rstd, a.ln1_in, w.ln1_w, w.ln1_b, B, T, C, cx);
+  matmul_forward(a.qkv, a.ln1_out, w.qkv_w, w.qkv_b, BT, C, wd.qkv, cx);  // f: identity
+  if (config_.llama()) {
+    // Rotary positions on q and k (the first NH + NKV heads of each row), kept rotated: what
+    // attention reads in forward and backward.
+    rope_forward(a.qkv, rope_table(T), B, T,
+                 (config_.heads + config_.kv_heads_or_heads()) / tp_->size(), wd.qkv, cx);
+  }
   attention_core_forward(acts, l, a, B, T, C_local, NH_local);
   matmul_forward(linear_out, a.atty, w.proj_w, nullptr, BT, C_local, C, cx);
   tp_->g_forward(linear_out, BT * C);
   residual_forward(a.ln2_in, a.ln1_in, linear_out, w.proj_b, BT, C, cx);
 
   // MLP: x_next = ln2_in + fc_proj(gelu(fc(ln2(ln2_in))))
-  layernorm_forward(a.ln2_out, a.ln2_mean, a.ln2_rstd, a.ln2_in, w.ln2_w, w.ln2_b, B, T, C, cx);
+  norm_forward(config_, a.ln2_out, a.ln2_mean, a.ln2_rstd, a.ln2_in, w.ln2_w, w.ln2_b, B, T, C, cx);
   if (w.moe_router_w != nullptr) {
     moe_mlp_forward(acts, l, a.ln2_out, linear_out);
     residual_forward(out, a.ln2_in, linear_out, nullptr, BT, C, cx);
     return;
   }
-  matmul_forward(a.fc, a.ln2_out, w.fc_w, w.fc_b, BT, C, 4 * C_local, cx);  // f: identity
-  gelu_forward(a.fc_gelu, a.fc, BT * 4 * C_local, cx);
-  matmul_forward(linear_out, a.fc_gelu, w.fc_proj_w, nullptr, BT, 4 * C_local, C, cx);
+  matmul_forward(a.fc, a.ln2_out, w.fc_w, w.fc_b, BT, C, wd.fc, cx);  // f: identity
+  if (config_.llama()) {
+    swiglu_forward(a.fc_gelu, a.fc, BT, wd.act, cx);
+  } else {
+    gelu_forward(a.fc_gelu, a.fc, BT * wd.act, cx);
+  }
+  matmul_forward(linear_out, a.fc_gelu, w.fc_proj_w, nullptr, BT, wd.act, C, cx);
   tp_->g_forward(linear_out, BT * C);
   residual_forward(out, a.ln2_in, linear_out, w.fc_proj_b, BT, C, cx);
 }
@@ -328,12 +386,12 @@ float GptModel::head_forward(GptActivations& acts, std::span<const int32_t> targ
     layernorm_forward(mine, h.lnf_mean, h.lnf_rstd, h.x_final, w_.lnf_w, w_.lnf_b, 1, rows, C, cx_);
     tp_->sp_all_gather(h.lnf_out, mine, rows * C, TensorParallelHooks::SpSite::vocab);
   } else {
-    layernorm_forward(h.lnf_out, h.lnf_mean, h.lnf_rstd, h.x_final, w_.lnf_w, w_.lnf_b, B, T, C,
-                      cx_);
+    norm_forward(config_, h.lnf_out, h.lnf_mean, h.lnf_rstd, h.x_final, w_.lnf_w, w_.lnf_b, B, T, C,
+                 cx_);
   }
-  // logits (B, T, V_local) = lnf_out @ wte^T (the LM head is tied to the token embedding;
-  // under TP each rank's vocabulary rows: f is the identity on lnf_out)
-  matmul_forward(h.logits, h.lnf_out, w_.wte, nullptr, B * T, C, vocab_local(), cx_);
+  // logits (B, T, V_local) = lnf_out @ head^T (the LM head tied to the token embedding, or
+  // Llama's own; under TP each rank's vocabulary rows: f is the identity on lnf_out)
+  matmul_forward(h.logits, h.lnf_out, w_.head(), nullptr, B * T, C, vocab_local(), cx_);
   h.has_targets = !targets.empty();
   if (!h.has_targets) return 0.0f;
   check_batch(targets, B * T, V, "targets");
@@ -360,7 +418,8 @@ void GptModel::head_backward(GptActivations& acts, GptWorkspace& ws, float dloss
   }
   float* dlnf = ws.d_btc1;  // (B, T, C)
   zero(dlnf, BT * C);
-  matmul_backward(dlnf, dw_.wte, nullptr, h.logits, h.lnf_out, w_.wte, BT, C, vocab_local(), cx_);
+  matmul_backward(dlnf, dw_.head(), nullptr, h.logits, h.lnf_out, w_.head(), BT, C, vocab_local(),
+                  cx_);
   if (sp()) {
     // Sequence parallel: the partial gradients of lnf_out are reduce-scattered to this rank's
     // rows (the conjugate of the gather before the head), then the final LN's backward on them.
@@ -375,8 +434,8 @@ void GptModel::head_backward(GptActivations& acts, GptWorkspace& ws, float dloss
   // f of the LM head: each rank's vocabulary rows give a partial gradient of lnf_out.
   if (tp_->size() > 1) tp_->all_reduce_sum(dlnf, BT * C);
   zero(ws.dres, BT * C);
-  layernorm_backward(ws.dres, dw_.lnf_w, dw_.lnf_b, dlnf, h.x_final, w_.lnf_w, h.lnf_mean,
-                     h.lnf_rstd, B, T, C);
+  norm_backward(config_, ws.dres, dw_.lnf_w, dw_.lnf_b, dlnf, h.x_final, w_.lnf_w, h.lnf_mean,
+                h.lnf_rstd, B, T, C);
 }
 
 void GptModel::block_backward(GptActivations& acts, GptWorkspace& ws, int64_t l) {
@@ -407,6 +466,7 @@ void GptModel::block_backward_weight(const GptActivations& acts, GptWorkspace& w
   const int64_t BT = acts.batch() * acts.seq(), C = config_.channels;
   const int64_t C_local = C / tp_->size();
   const LayerWeights& dw = dw_.layers[static_cast<size_t>(l)];
+  const Widths wd = widths(config_, tp_->size());
   const LayerActivations a = block_tensors(acts, ws, l);
   // The linears' inputs: kept unless full recompute dropped them (selective's att is not one);
   // packed ones widened again (later blocks' backwards reused the working copies).
@@ -426,20 +486,19 @@ void GptModel::block_backward_weight(const GptActivations& acts, GptWorkspace& w
   if (w_.layers[static_cast<size_t>(l)].moe_router_w != nullptr) {
     moe_mlp_backward_weight(acts, l);
   } else {
-    matmul_backward_weight(dw.fc_proj_w, dw.fc_proj_b, k.dfc_proj, a.fc_gelu, BT, 4 * C_local, C,
-                           cx_);
+    matmul_backward_weight(dw.fc_proj_w, dw.fc_proj_b, k.dfc_proj, a.fc_gelu, BT, wd.act, C, cx_);
     if (sp()) {
       tp_->sp_all_gather(full, a.ln2_out, rows * C, Site::regather);
       ln2_out = full;
     }
-    matmul_backward_weight(dw.fc_w, dw.fc_b, k.dfc, ln2_out, BT, C, 4 * C_local, cx_);
+    matmul_backward_weight(dw.fc_w, dw.fc_b, k.dfc, ln2_out, BT, C, wd.fc, cx_);
   }
   matmul_backward_weight(dw.proj_w, dw.proj_b, k.dproj, a.atty, BT, C_local, C, cx_);
   if (sp()) {
     tp_->sp_all_gather(full, a.ln1_out, rows * C, Site::regather);
     ln1_out = full;
   }
-  matmul_backward_weight(dw.qkv_w, dw.qkv_b, k.dqkv, ln1_out, BT, C, 3 * C_local, cx_);
+  matmul_backward_weight(dw.qkv_w, dw.qkv_b, k.dqkv, ln1_out, BT, C, wd.qkv, cx_);
 }
 
 void GptModel::block_backward_dense(GptActivations& acts, GptWorkspace& ws, int64_t l,
@@ -449,6 +508,7 @@ void GptModel::block_backward_dense(GptActivations& acts, GptWorkspace& ws, int6
   const int64_t C_local = C / tp_->size(), NH_local = config_.heads / tp_->size();
   const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
   const LayerWeights& dw = dw_.layers[static_cast<size_t>(l)];
+  const Widths wd = widths(config_, tp_->size());
   const LayerActivations a = block_tensors(acts, ws, l);
   unpack_block(acts, l, a);
   recompute_block(acts, ws, l, a);
@@ -461,21 +521,25 @@ void GptModel::block_backward_dense(GptActivations& acts, GptWorkspace& ws, int6
     zero(dln, BT * C);
     moe_mlp_backward(acts, l, a.ln2_out, dres, dln,
                      keep != nullptr);  // dln whole: no f here (in the experts)
-    layernorm_backward(dres, dw.ln2_w, dw.ln2_b, dln, a.ln2_in, w.ln2_w, a.ln2_mean, a.ln2_rstd, B,
-                       T, C);
+    norm_backward(config_, dres, dw.ln2_w, dw.ln2_b, dln, a.ln2_in, w.ln2_w, a.ln2_mean, a.ln2_rstd,
+                  B, T, C);
   } else {
-    zero(ws.dfc_gelu, BT * 4 * C_local);
+    zero(ws.dfc_gelu, BT * wd.act);
     matmul_backward_or_keep(ws.dfc_gelu, dw.fc_proj_w, dw.fc_proj_b, dres, a.fc_gelu, w.fc_proj_w,
-                            BT, 4 * C_local, C, keep != nullptr ? keep->dfc_proj : nullptr,
+                            BT, wd.act, C, keep != nullptr ? keep->dfc_proj : nullptr,
                             cx);  // g: identity
-    zero(ws.dfc, BT * 4 * C_local);
-    gelu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT * 4 * C_local, cx);
+    zero(ws.dfc, BT * wd.fc);
+    if (config_.llama()) {
+      swiglu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT, wd.act, cx);
+    } else {
+      gelu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT * wd.act, cx);
+    }
     zero(dln, BT * C);
-    matmul_backward_or_keep(dln, dw.fc_w, dw.fc_b, ws.dfc, a.ln2_out, w.fc_w, BT, C, 4 * C_local,
+    matmul_backward_or_keep(dln, dw.fc_w, dw.fc_b, ws.dfc, a.ln2_out, w.fc_w, BT, C, wd.fc,
                             keep != nullptr ? keep->dfc : nullptr, cx);
     tp_->f_backward(dln, BT * C);
-    layernorm_backward(dres, dw.ln2_w, dw.ln2_b, dln, a.ln2_in, w.ln2_w, a.ln2_mean, a.ln2_rstd, B,
-                       T, C);
+    norm_backward(config_, dres, dw.ln2_w, dw.ln2_b, dln, a.ln2_in, w.ln2_w, a.ln2_mean, a.ln2_rstd,
+                  B, T, C);
   }
 
   // attention
@@ -483,17 +547,26 @@ void GptModel::block_backward_dense(GptActivations& acts, GptWorkspace& ws, int6
   zero(datty, BT * C_local);
   matmul_backward_or_keep(datty, dw.proj_w, dw.proj_b, dres, a.atty, w.proj_w, BT, C_local, C,
                           keep != nullptr ? keep->dproj : nullptr, cx);
-  zero(ws.dqkv, BT * 3 * C_local);
+  zero(ws.dqkv, BT * wd.qkv);
   attention_core_backward(acts, ws, l, a, datty, B, T, C_local, NH_local);
+  if (config_.llama()) {
+    // From the rotated q and k's gradients to the product's.
+    rope_backward(ws.dqkv, rope_table(T), B, T,
+                  (config_.heads + config_.kv_heads_or_heads()) / tp_->size(), wd.qkv, cx);
+  }
   zero(dln, BT * C);
-  matmul_backward_or_keep(dln, dw.qkv_w, dw.qkv_b, ws.dqkv, a.ln1_out, w.qkv_w, BT, C, 3 * C_local,
+  matmul_backward_or_keep(dln, dw.qkv_w, dw.qkv_b, ws.dqkv, a.ln1_out, w.qkv_w, BT, C, wd.qkv,
                           keep != nullptr ? keep->dqkv : nullptr, cx);
   tp_->f_backward(dln, BT * C);
-  layernorm_backward(dres, dw.ln1_w, dw.ln1_b, dln, a.ln1_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, B, T,
-                     C);
+  norm_backward(config_, dres, dw.ln1_w, dw.ln1_b, dln, a.ln1_in, w.ln1_w, a.ln1_mean, a.ln1_rstd,
+                B, T, C);
 }
 
 void GptModel::embedding_backward(GptActivations& acts, GptWorkspace& ws) {
+  if (config_.llama()) {  // no learned positions: the token rows alone
+    embedding_backward_into(acts, ws, nullptr);
+    return;
+  }
   float* dwpe = position_grad_rows(acts.seq());
   embedding_backward_into(acts, ws, dwpe);
   if (dwpe == dw_.wpe) return;
@@ -532,7 +605,8 @@ void GptModel::attention_core_forward(const GptActivations& acts, int64_t l,
                            cx_);
     return;
   }
-  attention_forward(a.atty, a.att, a.qkv, B, T, C_local, NH_local, cx_);
+  const int64_t NKV_local = config_.kv_heads_or_heads() / tp_->size();
+  gqa_attention_forward(a.atty, a.att, a.qkv, B, T, NH_local, NKV_local, C_local / NH_local, cx_);
 }
 
 void GptModel::attention_core_backward(const GptActivations& acts, GptWorkspace& ws, int64_t l,
@@ -543,7 +617,9 @@ void GptModel::attention_core_backward(const GptActivations& acts, GptWorkspace&
                             cx_);
     return;
   }
-  attention_backward(ws.dqkv, ws.datt, datty, a.qkv, a.att, B, T, C_local, NH_local, cx_);
+  const int64_t NKV_local = config_.kv_heads_or_heads() / tp_->size();
+  gqa_attention_backward(ws.dqkv, ws.datt, datty, a.qkv, a.att, B, T, NH_local, NKV_local,
+                         C_local / NH_local, cx_);
 }
 
 void GptModel::embedding_backward_into(GptActivations& acts, GptWorkspace& ws, float* dwpe) {

@@ -21,6 +21,7 @@
 #include "dtrain/model/gemm.h"
 #include "dtrain/model/gpt_config.h"
 #include "dtrain/model/gpt_stage.h"
+#include "dtrain/model/ops/rope.h"
 #include "dtrain/model/param_table.h"
 #include "dtrain/model/tp_hooks.h"
 #include "dtrain/model/weight_grad_stash.h"
@@ -51,6 +52,11 @@ struct GptWeights {
   std::vector<LayerWeights> layers;
   float* lnf_w;  // (C)
   float* lnf_b;  // (C)
+  // Llama's untied output head (V, C); null when the head is the word embedding. The GPT
+  // family's absent tensors (Llama's biases, wpe, lnf_b) are null too.
+  float* lm_head = nullptr;
+  // The output head's weights: the word embedding, or the untied head.
+  float* head() const { return lm_head != nullptr ? lm_head : wte; }
 };
 
 class GptModel {
@@ -241,7 +247,10 @@ class GptModel {
   ContextParallelHooks serial_cp_;
   ContextParallelHooks* cp_ = &serial_cp_;
   std::vector<float> cp_wpe_, cp_dwpe_;  // (T/N, C): position_rows' copies
-  bool rerunning_ = false;               // inside full recompute's rerun of a block forward
+  RopeTable rope_;                       // Llama: cos and sin of the last T's positions
+  int64_t rope_seq_ = -1;
+  const RopeTable& rope_table(int64_t T);
+  bool rerunning_ = false;  // inside full recompute's rerun of a block forward
   ExpertParallelHooks serial_ep_;
   ExpertParallelHooks* ep_;
   Buffer<float> params_;  // (param_count) tag params
@@ -260,6 +269,7 @@ class GptModel {
   int64_t vocab_local() const;
   int64_t vocab_begin() const;
   int local_index(int whole) const {
+    if (whole < 0) return -1;  // a tensor the family lacks
     return local_index_.empty() ? whole : local_index_[static_cast<size_t>(whole)];
   }
 };

@@ -11,14 +11,34 @@
 
 namespace dtrain::model {
 
+// The block's family: GPT-2's (LayerNorm with biases, a GELU MLP of 4C, learned positions, tied
+// embeddings) or Llama's (RMSNorm, a SwiGLU MLP of F, rotary positions, grouped-query attention,
+// no biases, an untied output head unless tied).
+enum class ModelFamily { gpt, llama };
+std::string_view name(ModelFamily family);  // "gpt", "llama"
+
 struct GptConfig {
-  int64_t vocab = 0;                                      // V
-  int64_t context = 0;                                    // maximum sequence length (rows of wpe)
-  int64_t layers = 0;                                     // L
-  int64_t heads = 0;                                      // NH
-  int64_t channels = 0;                                   // C
-  MoeConfig moe;                                          // dense unless moe.experts > 0
+  int64_t vocab = 0;     // V
+  int64_t context = 0;   // maximum sequence length (rows of wpe)
+  int64_t layers = 0;    // L
+  int64_t heads = 0;     // NH
+  int64_t channels = 0;  // C
+  MoeConfig moe;         // dense unless moe.experts > 0
+  // Llama (family llama; the GPT family ignores these): K/V heads (0: heads), the SwiGLU width
+  // F (0: 4C), RoPE's theta, RMSNorm's eps, and whether the output head is the word embedding.
+  ModelFamily family = ModelFamily::gpt;
+  int64_t kv_heads = 0;
+  int64_t ffn_hidden = 0;
+  float rope_theta = 10000.0f;
+  float norm_eps = 1e-5f;
+  bool tie_embeddings = false;
   int64_t head_size() const { return channels / heads; }  // HS
+  bool llama() const { return family == ModelFamily::llama; }
+  int64_t kv_heads_or_heads() const { return llama() && kv_heads > 0 ? kv_heads : heads; }
+  // The MLP's hidden width: GPT's 4C, Llama's F.
+  int64_t ffn() const { return llama() && ffn_hidden > 0 ? ffn_hidden : 4 * channels; }
+  // The output head reads the word embedding (GPT always; Llama with tie_embeddings).
+  bool tied_head() const { return !llama() || tie_embeddings; }
   bool operator==(const GptConfig&) const = default;
 };
 

@@ -17,6 +17,9 @@ GptDecoder::GptDecoder(const GptConfig& config, std::span<const float> params)
   validate(config);
   DTRAIN_CHECK(!config.moe.enabled(), "sampling an MoE model (--experts ", config.moe.experts,
                ") is not supported yet");
+  DTRAIN_CHECK(!config.llama(),
+               "sampling a Llama-family model is not supported yet (its KV cache of --kv-heads "
+               "width with rotary positions comes with the family's next step)");
   DTRAIN_CHECK(static_cast<int64_t>(params.size()) == table_.total_count(),
                "GptDecoder: ", params.size(), " parameters for a model of ", table_.total_count());
   const int64_t C = config.channels;

@@ -54,7 +54,7 @@ GptWeights GptModel::weights_at(float* base) const {
   };
   GptWeights w;
   w.wte = at(kWteIndex);
-  w.wpe = at(kWpeIndex);
+  w.wpe = at(gpt_wpe_index(config_));
   for (int64_t l = 0; l < config_.layers; ++l) {
     auto p = [&](LayerParam k) { return at(gpt_layer_param(config_, l, k)); };
     w.layers.push_back({p(LayerParam::ln1_w), p(LayerParam::ln1_b), p(LayerParam::qkv_w),
@@ -66,6 +66,7 @@ GptWeights GptModel::weights_at(float* base) const {
   }
   w.lnf_w = at(gpt_lnf_w_index(config_));
   w.lnf_b = at(gpt_lnf_b_index(config_));
+  w.lm_head = at(gpt_lm_head_index(config_));
   return w;
 }
 
@@ -94,7 +95,7 @@ void GptModel::bind_range(GptWeights& w, int64_t offset, int64_t count, float* s
   // Whether tensor `index` (of the whole model's table) is held here and lies inside the range
   // (and is to move to storage + t.offset - offset); a stage model skips the tensors it lacks.
   auto inside = [&](int index) {
-    const int i = local_index(index);
+    const int i = local_index(index);  // -1: not held here, or not in the family
     if (i < 0) return false;
     const ParamTensor& t = table_[static_cast<size_t>(i)];
     const bool in = t.offset >= offset && t.offset + t.count <= offset + count;
@@ -110,7 +111,7 @@ void GptModel::bind_range(GptWeights& w, int64_t offset, int64_t count, float* s
     if (inside(index)) field = moved(index);
   };
   bind(w.wte, kWteIndex);
-  bind(w.wpe, kWpeIndex);
+  bind(w.wpe, gpt_wpe_index(config_));
   for (int64_t l = 0; l < config_.layers; ++l) {
     LayerWeights& lw = w.layers[static_cast<size_t>(l)];
     auto p = [&](LayerParam k) { return gpt_layer_param(config_, l, k); };
@@ -130,6 +131,7 @@ void GptModel::bind_range(GptWeights& w, int64_t offset, int64_t count, float* s
   }
   bind(w.lnf_w, gpt_lnf_w_index(config_));
   bind(w.lnf_b, gpt_lnf_b_index(config_));
+  bind(w.lm_head, gpt_lm_head_index(config_));
 }
 
 std::span<float> GptModel::param(int index) {
@@ -168,6 +170,8 @@ void GptModel::init_params(uint64_t seed) {
     const bool is_bias = t.name.ends_with(".b");
     const bool is_ln_weight =
         t.name.ends_with("ln1.w") || t.name.ends_with("ln2.w") || t.name == "lnf.w";
+    // Llama's down projection is its MLP's output into the residual (mlp.proj.w): scaled the
+    // same. The untied head draws at 0.02 as the word embedding.
     if (is_bias) {
       std::fill(p.begin(), p.end(), 0.0f);
     } else if (is_ln_weight) {

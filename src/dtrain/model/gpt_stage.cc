@@ -50,16 +50,20 @@ ParamTable gpt_stage_param_table(const GptConfig& config, const GptStage& stage)
   if (stage.is_whole(config)) return whole;
   validate(stage, config);
   std::vector<bool> keep(whole.size(), false);
-  keep[kWteIndex] = stage.embedding || stage.head;
-  keep[kWpeIndex] = stage.embedding;
+  // The word embedding on the first stage, and on the last while the head is tied to it.
+  keep[kWteIndex] = stage.embedding || (stage.head && config.tied_head());
+  if (gpt_wpe_index(config) >= 0)
+    keep[static_cast<size_t>(gpt_wpe_index(config))] = stage.embedding;
   for (int64_t l = 0; l < config.layers; ++l) {
     if (!stage.has_layer(l)) continue;
-    for (int k = 0; k < gpt_layer_param_count(config, l); ++k) {
-      keep[static_cast<size_t>(gpt_layer_param(config, l, static_cast<LayerParam>(k)))] = true;
+    for (LayerParam k : gpt_layer_params(config, l)) {
+      keep[static_cast<size_t>(gpt_layer_param(config, l, k))] = true;
     }
   }
-  keep[static_cast<size_t>(gpt_lnf_w_index(config))] = stage.head;
-  keep[static_cast<size_t>(gpt_lnf_b_index(config))] = stage.head;
+  for (const int head :
+       {gpt_lnf_w_index(config), gpt_lnf_b_index(config), gpt_lm_head_index(config)}) {
+    if (head >= 0) keep[static_cast<size_t>(head)] = stage.head;
+  }
 
   ParamTable table;
   std::vector<int> new_index(whole.size(), -1);

@@ -33,8 +33,57 @@ int ParamTable::index_of(std::string_view name) const {
   throw Error(str("no parameter tensor named '", name, "'"));
 }
 
+std::vector<LayerParam> gpt_layer_params(const GptConfig& c, int64_t layer) {
+  std::vector<LayerParam> out;
+  for (int k = 0; k <= static_cast<int>(LayerParam::moe_router_w); ++k) {
+    const auto p = static_cast<LayerParam>(k);
+    if (p == LayerParam::moe_router_w && !is_moe_layer(c.moe, layer)) continue;
+    if (gpt_layer_slot(c, p) >= 0) out.push_back(p);
+  }
+  return out;
+}
+
+namespace {
+
+// Llama: wte (V, C); per block h.l.ln1.w (C), h.l.attn.qkv.w ((NH + 2 NKV) HS, C) with rows
+// [q | k | v], h.l.attn.proj.w (C, C), h.l.ln2.w (C), h.l.mlp.fc.w (2F, C) with rows
+// [gate | up], h.l.mlp.proj.w (C, F); lnf.w (C); lm_head.w (V, C) unless tied. Backward
+// finishes lm_head.w and lnf.w, the blocks from the last (down, gate|up, ln2, proj, qkv, ln1),
+// then wte.
+ParamTable llama_param_table(const GptConfig& c) {
+  const int64_t C = c.channels, F = c.ffn();
+  const int64_t qkv = (c.heads + 2 * c.kv_heads_or_heads()) * c.head_size();
+  ParamTable t;
+  t.add("wte", {c.vocab, C});
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string h = str("h.", l, ".");
+    t.add(h + "ln1.w", {C});
+    t.add(h + "attn.qkv.w", {qkv, C});
+    t.add(h + "attn.proj.w", {C, C});
+    t.add(h + "ln2.w", {C});
+    t.add(h + "mlp.fc.w", {2 * F, C});
+    t.add(h + "mlp.proj.w", {C, F});
+  }
+  t.add("lnf.w", {C});
+  if (!c.tied_head()) t.add("lm_head.w", {c.vocab, C});
+  std::vector<int> order;
+  if (!c.tied_head()) order.push_back(gpt_lm_head_index(c));
+  order.push_back(gpt_lnf_w_index(c));
+  const LayerParam layer_order[] = {LayerParam::fc_proj_w,   LayerParam::fc_w,  LayerParam::ln2_w,
+                                    LayerParam::attn_proj_w, LayerParam::qkv_w, LayerParam::ln1_w};
+  for (int64_t l = c.layers - 1; l >= 0; --l) {
+    for (LayerParam k : layer_order) order.push_back(gpt_layer_param(c, l, k));
+  }
+  order.push_back(kWteIndex);
+  t.set_backward_order(std::move(order));
+  return t;
+}
+
+}  // namespace
+
 ParamTable gpt_param_table(const GptConfig& c) {
   validate(c);
+  if (c.llama()) return llama_param_table(c);
   const int64_t C = c.channels;
   ParamTable t;
   t.add("wte", {c.vocab, C});

@@ -74,19 +74,58 @@ inline int gpt_lnf_w_index(int64_t layers) {
 inline int gpt_lnf_b_index(int64_t layers) {
   return gpt_lnf_w_index(layers) + 1;
 }
-// The same for any model, MoE blocks included (the forms above are a dense model's).
+// The same for any model, MoE blocks and the Llama family included (the forms above are a dense
+// GPT's). A Llama block holds six of the slots (ln1.w, attn.qkv.w, attn.proj.w, ln2.w, mlp.fc.w
+// as [gate | up], mlp.proj.w as down) and no biases; its model has no wpe and no lnf.b, and an
+// untied head lm_head.w after lnf.w. An index of a tensor the family lacks is -1.
+inline constexpr int kLlamaLayerParamCount = 6;
+inline int gpt_layer_slot(const GptConfig& c, LayerParam k) {
+  if (!c.llama()) return static_cast<int>(k);
+  switch (k) {
+    case LayerParam::ln1_w:
+      return 0;
+    case LayerParam::qkv_w:
+      return 1;
+    case LayerParam::attn_proj_w:
+      return 2;
+    case LayerParam::ln2_w:
+      return 3;
+    case LayerParam::fc_w:
+      return 4;
+    case LayerParam::fc_proj_w:
+      return 5;
+    default:
+      return -1;
+  }
+}
+inline int gpt_embedding_param_count(const GptConfig& c) {
+  return c.llama() ? 1 : 2;  // wte (and GPT's wpe)
+}
+inline int gpt_wpe_index(const GptConfig& c) {
+  return c.llama() ? -1 : kWpeIndex;
+}
 inline int gpt_layer_param_count(const GptConfig& c, int64_t layer) {
+  if (c.llama()) return kLlamaLayerParamCount;
   return kLayerParamCount + (is_moe_layer(c.moe, layer) ? 1 : 0);
 }
 inline int gpt_layer_param(const GptConfig& c, int64_t layer, LayerParam k) {
+  const int slot = gpt_layer_slot(c, k);
+  if (slot < 0) return -1;
+  if (c.llama()) return 1 + static_cast<int>(layer) * kLlamaLayerParamCount + slot;
   return gpt_layer_param(layer, k) + static_cast<int>(moe_layers_before(c.moe, layer));
 }
 inline int gpt_lnf_w_index(const GptConfig& c) {
+  if (c.llama()) return 1 + static_cast<int>(c.layers) * kLlamaLayerParamCount;
   return gpt_lnf_w_index(c.layers) + static_cast<int>(moe_layers_before(c.moe, c.layers));
 }
 inline int gpt_lnf_b_index(const GptConfig& c) {
-  return gpt_lnf_w_index(c) + 1;
+  return c.llama() ? -1 : gpt_lnf_w_index(c) + 1;
 }
+inline int gpt_lm_head_index(const GptConfig& c) {
+  return c.tied_head() ? -1 : gpt_lnf_w_index(c) + 1;
+}
+// Block `layer`'s tensors in canonical order.
+std::vector<LayerParam> gpt_layer_params(const GptConfig& c, int64_t layer);
 
 // The GPT table in canonical order:
 //   wte (V, C), wpe (T, C),

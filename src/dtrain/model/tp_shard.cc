@@ -2,6 +2,7 @@
 #include "dtrain/model/tp_shard.h"
 
 #include <algorithm>
+#include <array>
 
 #include "dtrain/core/check.h"
 
@@ -69,6 +70,17 @@ void check_sequence_parallel(int64_t B, int64_t T, int tp) {
                " ranks: --tp ", tp, " does not divide --seq-length ", T, " x --global-batch ", B);
 }
 
+namespace {
+
+// The rows of the qkv product's Q, K and V blocks: C each for GPT, NH HS and NKV HS twice for
+// Llama's grouped-query attention.
+std::array<int64_t, 3> qkv_blocks(const GptConfig& c) {
+  const int64_t q = c.heads * c.head_size(), kv = c.kv_heads_or_heads() * c.head_size();
+  return {q, kv, kv};
+}
+
+}  // namespace
+
 ParamTable tp_local_table(const ParamTable& whole, const GptConfig& config, int tp) {
   if (tp == 1) return whole;
   check_tensor_parallel(config, tp);
@@ -122,8 +134,11 @@ std::vector<float> tp_slice(const ParamTensor& whole, std::span<const float> val
       take_rows(tp_rank * (rows / tp), rows / tp);
       break;
     case TpSplit::qkv_rows: {
-      const int64_t C = rows / 3, C_local = C / tp;  // Q, K, V blocks of C rows each
-      for (int64_t part = 0; part < 3; ++part) take_rows(part * C + tp_rank * C_local, C_local);
+      int64_t first = 0;  // the Q, K and V blocks, each split over the TP ranks
+      for (const int64_t block : qkv_blocks(config)) {
+        take_rows(first + tp_rank * (block / tp), block / tp);
+        first += block;
+      }
       break;
     }
     case TpSplit::columns: {
@@ -171,8 +186,11 @@ std::vector<FlatRange> tp_slice_ranges(const ParamTensor& whole, const GptConfig
       take_rows(tp_rank * (rows / tp), rows / tp);
       break;
     case TpSplit::qkv_rows: {
-      const int64_t C = rows / 3, C_local = C / tp;
-      for (int64_t part = 0; part < 3; ++part) take_rows(part * C + tp_rank * C_local, C_local);
+      int64_t first = 0;  // the Q, K and V blocks, each split over the TP ranks
+      for (const int64_t block : qkv_blocks(config)) {
+        take_rows(first + tp_rank * (block / tp), block / tp);
+        first += block;
+      }
       break;
     }
     case TpSplit::columns: {

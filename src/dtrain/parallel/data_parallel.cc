@@ -20,21 +20,30 @@ StageUnits::StageUnits(const model::ParamTable& table, const model::GptStage& st
   block_unit_.assign(static_cast<size_t>(layers), -1);
   if (stage.head) {
     final_norm_ = static_cast<int>(units_.size());
-    units_.push_back(range("lnf", "lnf.w", "lnf.b"));
+    // The final norm, with Llama's untied head after it (GPT's LayerNorm has a bias).
+    units_.push_back(range("lnf", "lnf.w",
+                           table.contains("lm_head.w") ? "lm_head.w"
+                           : table.contains("lnf.b")   ? "lnf.b"
+                                                       : "lnf.w"));
   }
   for (int64_t l = layers - 1; l >= 0; --l) {
     if (!stage.has_layer(l)) continue;
     block_unit_[static_cast<size_t>(l)] = static_cast<int>(units_.size());
     const std::string h = str("h.", l, ".");
-    // A block's tensors run from ln1.w to its last (mlp.proj.b, or an MoE block's router).
-    const std::string last =
-        table.contains(h + "moe.router.w") ? h + "moe.router.w" : h + "mlp.proj.b";
+    // A block's tensors run from ln1.w to its last (mlp.proj.b, an MoE block's router, or a
+    // Llama block's down projection, which has no bias).
+    const std::string last = table.contains(h + "moe.router.w") ? h + "moe.router.w"
+                             : table.contains(h + "mlp.proj.b") ? h + "mlp.proj.b"
+                                                                : h + "mlp.proj.w";
     units_.push_back(range(str("h.", l), h + "ln1.w", last));
   }
-  if (stage.embedding || stage.head) {
+  if (stage.embedding || table.contains("wte")) {
     embeddings_ = static_cast<int>(units_.size());
-    units_.push_back(stage.embedding ? range("embeddings", "wte", "wpe")
-                                     : range("wte", "wte", "wte"));
+    // wte and wpe on the first stage (wte alone without learned positions), the tied head's wte
+    // copy on the last.
+    units_.push_back(stage.embedding
+                         ? range("embeddings", "wte", table.contains("wpe") ? "wpe" : "wte")
+                         : range("wte", "wte", "wte"));
   }
   // Each unit ends where the previous one (in backward order) begins; together they tile the
   // buffer. Both are what makes a bucket one contiguous range.

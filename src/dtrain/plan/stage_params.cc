@@ -216,6 +216,8 @@ std::optional<EngineRank> engine_rank_of(const PlanInput& in, const Layout& l, i
   EngineRank r;
   r.hidden = m.hidden;
   r.heads = m.heads;
+  r.kv_heads = m.kv_heads_or_heads();
+  r.ffn = m.ffn_or_default();
   r.vocab_local = (m.vocab + l.tp - 1) / l.tp;
   r.seq = m.seq;
   r.dp = l.dp;

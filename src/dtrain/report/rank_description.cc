@@ -53,9 +53,8 @@ StageParamCounts stage_param_counts(const EngineConfig& c, int stage) {
   };
   const auto block_count = [&](const model::GptConfig& one, const model::ParamTable& t) {
     int64_t n = 0;
-    const int first = model::gpt_layer_param(one, 0, model::LayerParam{});
-    for (int k = 0; k < model::gpt_layer_param_count(one, 0); ++k) {
-      n += t[static_cast<size_t>(first + k)].count;
+    for (const model::LayerParam k : model::gpt_layer_params(one, 0)) {
+      n += t[static_cast<size_t>(model::gpt_layer_param(one, 0, k))].count;
     }
     return n;
   };
@@ -72,8 +71,13 @@ StageParamCounts stage_param_counts(const EngineConfig& c, int stage) {
       if (c.ep > 1 && model::is_expert_tensor(tensor.name)) routed_experts += tensor.count;
     }
   }
-  const int64_t final_norm =
-      count(model::gpt_lnf_w_index(dense)) + count(model::gpt_lnf_b_index(dense));
+  // The head's unit: the final norm (LayerNorm's weight and bias, RMSNorm's weight) and Llama's
+  // untied head.
+  int64_t final_norm = 0;
+  for (const int index : {model::gpt_lnf_w_index(dense), model::gpt_lnf_b_index(dense),
+                          model::gpt_lm_head_index(dense)}) {
+    if (index >= 0) final_norm += count(index);
+  }
 
   // The units as parallel::StageUnits lists them: the final LayerNorm with the head, the
   // blocks from the last to the first, then the embeddings (wte and wpe, or the tied wte alone
@@ -92,8 +96,9 @@ StageParamCounts stage_param_counts(const EngineConfig& c, int stage) {
     counts.units.push_back(block);
     counts.block = std::max(counts.block, block);  // the largest: ZeRO-3's gather buffer
   }
-  if (gs.embedding || gs.head) {
-    counts.embeddings = count(model::kWteIndex) + (gs.embedding ? count(model::kWpeIndex) : 0);
+  const int wpe = model::gpt_wpe_index(dense);
+  if (gs.embedding || (gs.head && dense.tied_head())) {
+    counts.embeddings = count(model::kWteIndex) + (gs.embedding && wpe >= 0 ? count(wpe) : 0);
   }
   counts.params = counts.embeddings;
   for (const int64_t n : counts.units) counts.params += n;
@@ -105,6 +110,9 @@ plan::EngineRank describe_rank(const EngineConfig& c, int stage, const StagePara
   plan::EngineRank r;
   r.hidden = g.channels;
   r.heads = g.heads;
+  r.llama = g.llama();
+  r.kv_heads = g.kv_heads_or_heads();
+  r.ffn = g.ffn();
   r.vocab_local = c.tp > 1 ? model::tp_vocab_local(g.vocab, c.tp) : g.vocab;
   r.seq = c.step.seq;
   r.dp = c.dp;

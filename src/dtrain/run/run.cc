@@ -252,6 +252,26 @@ void check_memory(const EngineConfig& c, const LayoutOptions& o) {
 }
 
 // What an MoE model does not run with.
+// The Llama family runs on one rank and over DP with ZeRO 0-3 so far (fp32, every recompute
+// mode); the other cuts, bf16 and the Hugging Face formats refuse it up front, each naming its
+// flag.
+void check_llama_layout(const TrainOptions& o, const model::GptConfig& m) {
+  if (!m.llama()) return;
+  const LayoutOptions& l = o.layout;
+  const auto refuse = [](bool bad, const char* flag) {
+    DTRAIN_CHECK(!bad, flag,
+                 " with --family llama is not supported yet: the Llama block runs on "
+                 "one rank and over --dp (with --zero 0-3) so far");
+  };
+  refuse(l.tp > 1, "--tp");
+  refuse(l.pp > 1, "--pp");
+  refuse(l.cp > 1, "--cp");
+  refuse(l.ep > 1, "--ep");
+  refuse(l.sequence_parallel, "--sequence-parallel");
+  refuse(o.precision != model::Precision::fp32, "--precision bf16");
+  refuse(!o.init_from.empty(), "--init-from (a Hugging Face GPT-2 folder)");
+}
+
 void check_moe_layout(const TrainOptions& o) {
   if (!o.moe.enabled()) return;
   DTRAIN_CHECK(o.init_from.empty(), "--init-from loads a dense GPT-2: not with --experts");
@@ -271,6 +291,17 @@ TrainSetup resolve(const TrainOptions& o) {
   m.heads = o.heads.value_or(m.heads);
   m.channels = o.channels.value_or(m.channels);
   m.moe = o.moe;
+  if (o.family) m.family = *o.family;
+  DTRAIN_CHECK(m.llama() || (!o.kv_heads && !o.ffn_hidden && !o.rope_theta && !o.norm_eps &&
+                             !o.tie_embeddings),
+               "--kv-heads, --ffn-hidden, --rope-theta, --norm-eps and --tie-embeddings set the "
+               "Llama block: add --family llama (or a Llama preset)");
+  m.kv_heads = o.kv_heads.value_or(m.kv_heads);
+  m.ffn_hidden = o.ffn_hidden.value_or(m.ffn_hidden);
+  m.rope_theta = o.rope_theta.value_or(m.rope_theta);
+  m.norm_eps = o.norm_eps.value_or(m.norm_eps);
+  m.tie_embeddings = m.tie_embeddings || o.tie_embeddings;
+  check_llama_layout(o, m);
   if (!o.init_from.empty()) take_init_from_shape(o, m);
   model::validate(m);
   check_moe_layout(o);

@@ -21,6 +21,11 @@ struct TrainOptions {
   // Overrides of the preset's shape.
   std::optional<int64_t> vocab, context, layers, heads, channels;
   model::MoeConfig moe;  // --experts, --top-k, --moe-every, --capacity-factor, --aux-loss-coef
+  // --family and the Llama family's shape and settings (unset: the preset's).
+  std::optional<model::ModelFamily> family;
+  std::optional<int64_t> kv_heads, ffn_hidden;
+  std::optional<float> rope_theta, norm_eps;
+  bool tie_embeddings = false;  // --tie-embeddings
   int64_t steps = 200;
   std::optional<int64_t> batch;  // default: the preset's
   std::optional<int64_t> seq;    // default: the context

@@ -1,4 +1,5 @@
-// Token + learned position embedding: out[b, t] = wte[tokens[b, t]] + wpe[t].
+// Token + learned position embedding: out[b, t] = wte[tokens[b, t]] + wpe[t]; without wpe (null:
+// a model with rotary positions) the token rows alone, and dwpe null is skipped.
 #pragma once
 
 #include <cstdint>

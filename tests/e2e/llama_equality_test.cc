@@ -1,0 +1,136 @@
+// The Llama family in the engine against the serial reference (reference/serial_engine.h): data
+// parallelism at every ZeRO stage and each recompute mode gives the serial run's losses, every
+// parameter and both Adam moments after 3 steps (kLossTol, kParamTol, kMomentTol below), and
+// every counter of the layout report equals its plan/ formula (the model states, one
+// micro-batch's activations and the peak, the DP bytes); the parameter count is the planner's
+// Llama formula's (plan::param_count of the same shape).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "dtrain/comm/threads/backend.h"
+#include "dtrain/cost/model_presets.h"
+#include "dtrain/engine/engine.h"
+#include "dtrain/engine/layout.h"
+#include "dtrain/report/layout_report.h"
+#include "e2e/equality_support.h"
+
+namespace dtrain::train {
+namespace {
+
+constexpr int kSteps = 3;
+constexpr float kLr = 1e-3f;
+// fp32 sums in another order (the DP reductions) than the serial run's: the GPT grid's bounds.
+constexpr double kLossTol = 4e-6, kParamTol = 1e-5, kMomentTol = 1e-4;
+
+StepConfig llama_config(Recompute recompute) {
+  StepConfig c;
+  c.model = model::gpt_preset("llama-tiny").config;
+  c.model.vocab = 96;
+  c.model.channels = 32;
+  c.model.ffn_hidden = 64;
+  c.batch = 8;
+  c.seq = 16;
+  c.adamw = {0.9f, 0.95f, 1e-8f, 0.1f};
+  c.grad_clip = 1.0f;
+  c.init_seed = 42;
+  c.recompute = recompute;
+  return c;
+}
+
+e2e::Outcome run_dp(const StepConfig& c, int dp, int zero, const std::vector<data::Batch>& data,
+                    LayoutReport& report) {
+  LayoutOptions o;
+  o.dp = dp;
+  o.zero_stage = zero;
+  const EngineConfig config = make_engine_config(c, o);
+  std::vector<checkpoint::RankState> states(static_cast<size_t>(dp));
+  std::vector<float> losses;
+  comm::threads::run_ranks(dp, [&](comm::Communicator& comm) {
+    Engine engine(config, comm);
+    std::vector<float> mine;
+    for (const data::Batch& b : data) mine.push_back(engine.train_step(b, kLr).loss);
+    LayoutReport r = gather_layout_report(engine, comm, o);
+    mine.push_back(engine.eval_loss(data[0]));
+    states[static_cast<size_t>(comm.rank())] = engine.export_state();
+    if (comm.rank() == 0) {
+      report = std::move(r);
+      losses = mine;
+    }
+  });
+  e2e::Outcome out = e2e::empty_outcome(c.model);
+  out.losses = losses;
+  const model::ParamTable serial = model::gpt_param_table(c.model);
+  for (const checkpoint::RankState& s : states) e2e::add_pieces(serial, s, out);
+  return out;
+}
+
+TEST(LlamaEquality, DataParallelAtEveryZeroStageAndRecomputeMatchesTheSerialRun) {
+  for (const Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
+    const StepConfig c = llama_config(rc);
+    const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
+    const e2e::Outcome serial = e2e::run_serial(c, data, kLr);
+    for (const int dp : {2, 4}) {
+      for (int zero = 0; zero <= 3; ++zero) {
+        SCOPED_TRACE(::testing::Message()
+                     << "recompute " << name(rc) << " dp " << dp << " zero " << zero);
+        LayoutReport report;
+        const e2e::Outcome got = run_dp(c, dp, zero, data, report);
+        const e2e::Worst w = e2e::compare(c, serial, got);
+        std::printf("  llama %-9s dp %d zero %d: loss %.1e params %.1e m %.1e v %.1e\n",
+                    std::string(name(rc)).c_str(), dp, zero, w.loss, w.state[0], w.state[1],
+                    w.state[2]);
+        EXPECT_LE(w.loss, kLossTol);
+        EXPECT_LE(w.state[0], kParamTol);
+        EXPECT_LE(w.state[1], kMomentTol);
+        EXPECT_LE(w.state[2], kMomentTol);
+        ASSERT_EQ(report.ranks.size(), static_cast<size_t>(dp));
+        for (const RankRow& k : report.ranks) {
+          SCOPED_TRACE(::testing::Message() << "rank " << k.rank);
+          for (const StateRow& s : k.state) EXPECT_EQ(s.current_bytes, s.formula_bytes);
+          EXPECT_EQ(static_cast<double>(k.microbatch_activation_bytes),
+                    k.planned_microbatch_activation_bytes);
+          EXPECT_EQ(static_cast<double>(k.activations_peak_bytes),
+                    k.planned_activations_peak_bytes);
+          if (zero == 3) {
+            EXPECT_EQ(k.gathered_peak_bytes, k.gathered_formula_bytes + k.in_flight_grad_bytes);
+          }
+          for (const SiteBytes& site : k.traffic) {
+            EXPECT_EQ(site.measured, site.planned) << site.site;
+          }
+          EXPECT_GT(k.site("dp").measured, 0);
+        }
+      }
+    }
+  }
+}
+
+TEST(LlamaEquality, TheParameterCountIsThePlannersLlamaFormula) {
+  for (const int64_t kv : {1, 2, 4}) {
+    for (const bool tied : {false, true}) {
+      model::GptConfig g = llama_config(Recompute::none).model;
+      g.kv_heads = kv;
+      g.tie_embeddings = tied;
+      plan::ModelShape m;
+      m.name = "custom";
+      m.family = plan::ModelFamily::llama;
+      m.layers = g.layers;
+      m.hidden = g.channels;
+      m.heads = g.heads;
+      m.kv_heads = kv;
+      m.ffn_hidden = g.ffn_hidden;
+      m.vocab = g.vocab;
+      m.seq = g.context;
+      // The planner's Llama has an untied head (Llama 2 and 3 do); a tied one is V * C fewer.
+      const int64_t planned = plan::param_count(m) - (tied ? g.vocab * g.channels : 0);
+      EXPECT_EQ(model::gpt_param_count(g), planned) << "kv " << kv << " tied " << tied;
+      EXPECT_EQ(model::gpt_param_table(g).total_count(), planned);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::train
