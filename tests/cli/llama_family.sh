@@ -1,7 +1,7 @@
 # `dtrain train --family llama` (and the llama-tiny preset): the loss goes down on the bundled
 # corpus, the checkpoint keeps the family and its settings (a resume continues it; a GPT run
 # refuses it, naming what differs), and what the family does not run yet is refused up front,
-# naming the flag: TP, PP, CP, EP, SP, bf16, --init-from, export and sample; the Llama flags
+# naming the flag: TP, CP, EP, SP, bf16, export and sample; the Llama flags
 # without the family are refused too.
 source "$(dirname "$0")/lib/expect.bash"
 
@@ -18,9 +18,12 @@ assert first - last > 1.5, (first, last)
 print("ok: llama-tiny loss %.3f -> %.3f (the last 10 steps mean)" % (first, last))' <<<"$out" ||
   fail "llama-tiny did not learn: $(head -c 300 <<<"$out")"
 
-# A custom Llama shape with multi-query attention and a tied head, over DP with ZeRO-3.
+# A custom Llama shape with multi-query attention and a tied head, over DP with ZeRO-3 and over
+# a pipeline (the tied head's wte summed between the end stages, as GPT's).
 expect_output "llama KV=1 F=96 tied" train --family llama --layers 2 --hidden 32 --heads 4 \
   --kv-heads 1 --ffn-hidden 96 --tie-embeddings --dp 2 --zero 3 --steps 2 --eval-every 0
+expect_output "llama KV=1 F=96 tied" train --family llama --layers 2 --hidden 32 --heads 4 \
+  --kv-heads 1 --ffn-hidden 96 --tie-embeddings --pp 2 --microbatches 2 --steps 2 --eval-every 0
 
 # The checkpoint carries the family; a resume continues, a GPT run is refused.
 "$DTRAIN" train --model llama-tiny --steps 2 --eval-every 0 --save "$tmp/ck" >/dev/null 2>&1 ||
@@ -37,7 +40,7 @@ expect_error "exporting a Llama-family checkpoint .* not supported yet" export \
 expect_error "sampling a Llama-family model is not supported yet" sample --checkpoint "$tmp/ck"
 
 # Not yet: each cut names its flag.
-for cut in "--tp 2" "--pp 2" "--cp 2" "--dp 2 --ep 2 --experts 2" "--tp 2 --sequence-parallel" \
+for cut in "--tp 2" "--cp 2" "--dp 2 --ep 2 --experts 2" "--tp 2 --sequence-parallel" \
   "--precision bf16"; do
   flag=${cut##*--}
   flag=--${flag%% *}

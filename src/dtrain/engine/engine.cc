@@ -80,7 +80,8 @@ Engine::Engine(const EngineConfig& config, comm::Communicator& world)
       world_(world),
       mesh_(config.dp, config.cp, config.tp, config.pp, config.rank_order),
       coord_(mesh_.coord_of(world.rank())),
-      groups_(parallel::make_process_groups(world, mesh_, config.ep)),
+      groups_(
+          parallel::make_process_groups(world, mesh_, config.ep, config.step.model.tied_head())),
       team_(config.step.threads),
       hooks_(
           std::make_unique<parallel::TensorParallelGroup>(*groups_.tp, config.sequence_parallel)),
@@ -163,7 +164,8 @@ parallel::GradOwnership Engine::grad_ownership() const {
   owner.coord.dp = groups_.data->rank();  // DP x CP: one replica counts each element once
   owner.zero_stage = config_.zero_stage;
   if (!dp_->split_shards()) owner.zero_shard = dp_->owned();
-  owner.tied_copy = config_.pp > 1 && parallel::holds_tied_copy(model_.stage());
+  owner.tied_copy =
+      config_.pp > 1 && config_.step.model.tied_head() && parallel::holds_tied_copy(model_.stage());
   owner.ep = config_.ep;
   return owner;
 }
@@ -517,7 +519,8 @@ checkpoint::RankState Engine::export_state() {
   checkpoint::RankState s;
   const model::GptConfig& g = config_.step.model;
   const model::ParamTable serial = model::gpt_param_table(g);
-  const bool tied_copy = config_.pp > 1 && parallel::holds_tied_copy(model_.stage());
+  const bool tied_copy =
+      config_.pp > 1 && config_.step.model.tied_head() && parallel::holds_tied_copy(model_.stage());
   // The flat elements whose moments this rank holds (all at stage 0, the shard otherwise), and
   // at stage 3 whose parameters too; moments[i] and param_shard[i] are flat element first + i.
   const std::vector<HeldRun> runs = held_runs(*dp_);

@@ -11,18 +11,22 @@ WeightGradStash::WeightGradStash(const GptConfig& config, int64_t B, int64_t T,
     : range_(layers) {
   DTRAIN_CHECK(tp > 0 && config.channels % tp == 0, "WeightGradStash: tp ", tp,
                " does not divide C ", config.channels);
-  const int64_t BT = B * T, C = config.channels, C_local = C / tp;
-  const int64_t per_layer = BT * (3 * C_local + C + 4 * C_local + C);
+  const int64_t BT = B * T, C = config.channels;
+  // The qkv product's columns ([q | k | v]: 3C, or Llama's (NH + 2 NKV) HS) and the MLP's first
+  // product's (GPT's 4C, Llama's [gate | up] 2F), on this TP rank.
+  const int64_t qkv = (config.heads + 2 * config.kv_heads_or_heads()) * config.head_size() / tp;
+  const int64_t fc = (config.llama() ? 2 * config.ffn() : config.ffn()) / tp;
+  const int64_t per_layer = BT * (qkv + C + fc + C);
   storage_ = Buffer<float>(per_layer * layers.count, MemoryTag::activations, tracker);
   float* p = storage_.data();
   for (int64_t l = 0; l < layers.count; ++l) {
     BlockOutputGrads g;
     g.dqkv = p;
-    p += BT * 3 * C_local;
+    p += BT * qkv;
     g.dproj = p;
     p += BT * C;
     g.dfc = p;
-    p += BT * 4 * C_local;
+    p += BT * fc;
     g.dfc_proj = p;
     p += BT * C;
     layers_.push_back(g);

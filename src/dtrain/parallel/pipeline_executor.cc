@@ -261,9 +261,9 @@ void PipelineExecutor::forward_units(const ChunkInfo& c, model::GptActivations& 
                                      std::span<const int32_t> tokens,
                                      std::span<const int32_t> targets, double* loss_sum) {
   // The embedding reads wte and wpe, the LM head the tied wte: the unit stays held through a
-  // forward that runs either (both, with one stage).
+  // forward that runs either (both, with one stage). An untied head's stage holds none.
   const int emb = units_.embeddings();
-  const bool embeddings = c.embedding || c.head;
+  const bool embeddings = emb >= 0 && (c.embedding || c.head);
   if (embeddings) hooks_->prefetch(emb);
   if (c.layers.count > 0) hooks_->prefetch(units_.block(c.layers.first));
   if (embeddings) hooks_->acquire(emb);
@@ -339,19 +339,22 @@ void PipelineExecutor::backward(const plan::Action& a) {
   acts.loss_scale = loss_scale;
   if (c.head) {
     const int lnf = units_.final_norm();
+    // An untied head (Llama's lm_head, in the final norm's unit) reads no embeddings unit; a
+    // stage with the embedding still holds it through the head's backward, as with a tied one.
+    const bool with_emb = emb >= 0;
     hooks_->prefetch(lnf);
-    hooks_->prefetch(emb);
+    if (with_emb) hooks_->prefetch(emb);
     if (c.layers.count > 0) hooks_->prefetch(units_.block(c.layers.end() - 1));
     hooks_->acquire(lnf);
-    hooks_->acquire(emb);
+    if (with_emb) hooks_->acquire(emb);
     hooks_->begin_backward(lnf);
-    hooks_->begin_backward(emb);
+    if (with_emb) hooks_->begin_backward(emb);
     model_.head_backward(acts, workspace_, loss_scale);
-    hooks_->release(emb);
+    if (with_emb) hooks_->release(emb);
     hooks_->release(lnf);
     hooks_->end_backward(lnf, last);
     // The tied copy's gradient is the head's alone (the embedding's half is another stage's).
-    if (!c.embedding) hooks_->end_backward(emb, last);
+    if (with_emb && !c.embedding) hooks_->end_backward(emb, last);
   } else {
     DTRAIN_CHECK(!received_gradients_[i].empty(), "rank ", rank_, ": ", to_string(a),
                  " before its gradient arrived");

@@ -7,7 +7,8 @@
 
 namespace dtrain::parallel {
 
-ProcessGroups make_process_groups(comm::Communicator& world, const DeviceMesh& mesh, int ep) {
+ProcessGroups make_process_groups(comm::Communicator& world, const DeviceMesh& mesh, int ep,
+                                  bool tied_head) {
   const int me = world.rank();
   const MeshCoord coord = mesh.coord_of(me);
   ProcessGroups g;
@@ -18,7 +19,7 @@ ProcessGroups make_process_groups(comm::Communicator& world, const DeviceMesh& m
   const int dp = mesh.size(Axis::dp);
   if (ep > 1) g.ep = g.data->subgroup(ep_group_members(dp, ep, g.data->rank()), "ep");
   const int pp = mesh.size(Axis::pp);
-  if (pp > 1 && (coord.pp == 0 || coord.pp == pp - 1)) {
+  if (tied_head && pp > 1 && (coord.pp == 0 || coord.pp == pp - 1)) {
     MeshCoord first = coord, last = coord;
     first.pp = 0;
     last.pp = pp - 1;

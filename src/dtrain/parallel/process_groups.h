@@ -24,7 +24,9 @@ struct ProcessGroups {
   std::unique_ptr<comm::Communicator> embedding;
 };
 
-// The groups of `world`'s rank in `mesh`, with `ep` expert-parallel ranks per data group.
-ProcessGroups make_process_groups(comm::Communicator& world, const DeviceMesh& mesh, int ep);
+// The groups of `world`'s rank in `mesh`, with `ep` expert-parallel ranks per data group; the
+// embedding pair only when the output head is tied to the word embedding (`tied_head`).
+ProcessGroups make_process_groups(comm::Communicator& world, const DeviceMesh& mesh, int ep,
+                                  bool tied_head = true);
 
 }  // namespace dtrain::parallel
