@@ -1,7 +1,7 @@
 # `dtrain train --family llama` (and the llama-tiny preset): the loss goes down on the bundled
 # corpus, the checkpoint keeps the family and its settings (a resume continues it; a GPT run
 # refuses it, naming what differs), and what the family does not run yet is refused up front,
-# naming the flag: TP, CP, EP, SP, bf16, export and sample; the Llama flags
+# naming the flag: CP, EP, SP, bf16, export and sample, and a --tp above --kv-heads; the Llama flags
 # without the family are refused too.
 source "$(dirname "$0")/lib/expect.bash"
 
@@ -40,7 +40,7 @@ expect_error "exporting a Llama-family checkpoint .* not supported yet" export \
 expect_error "sampling a Llama-family model is not supported yet" sample --checkpoint "$tmp/ck"
 
 # Not yet: each cut names its flag.
-for cut in "--tp 2" "--cp 2" "--dp 2 --ep 2 --experts 2" "--tp 2 --sequence-parallel" \
+for cut in "--cp 2" "--dp 2 --ep 2 --experts 2" "--tp 2 --sequence-parallel" \
   "--precision bf16"; do
   flag=${cut##*--}
   flag=--${flag%% *}
@@ -48,6 +48,8 @@ for cut in "--tp 2" "--cp 2" "--dp 2 --ep 2 --experts 2" "--tp 2 --sequence-para
   expect_error "with --family llama is not supported yet|--family llama with --experts" train \
     --model llama-tiny $cut --steps 1
 done
+expect_error "--tp 4 does not divide --kv-heads 2" train --model llama-tiny --tp 4 --steps 1
+expect_output "llama KV=2" train --model llama-tiny --tp 2 --steps 2 --eval-every 0
 expect_error "add --family llama" train --model tiny --kv-heads 2 --steps 1
 expect_error "--kv-heads 3 must divide --heads 4" train --model llama-tiny --kv-heads 3 --steps 1
 expect_error "--family: unknown family 'mamba'" train --family mamba --steps 1

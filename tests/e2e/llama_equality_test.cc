@@ -174,6 +174,77 @@ TEST(LlamaEquality, PipelinesWithEveryScheduleMatchTheSerialRun) {
   }
 }
 
+// Tensor parallelism: query heads, K/V heads (tp dividing --kv-heads), the gate, up and down
+// projections and the vocabulary (the untied head's rows too) split as Megatron does, alone and
+// with DP (ZeRO 1 and 3) and a pipeline; each against the serial run, every counter (TP's f
+// and g and vocabulary reductions, DP, PP) equal to plan/.
+TEST(LlamaEquality, TensorParallelLayoutsMatchTheSerialRun) {
+  struct Case {
+    int dp, tp, pp, zero, microbatches;
+    int64_t kv_heads;
+    Recompute recompute;
+  };
+  const Case cases[] = {
+      {1, 2, 1, 0, 1, 2, Recompute::none},      {1, 2, 1, 0, 1, 4, Recompute::selective},
+      {1, 4, 1, 0, 1, 4, Recompute::full},      {2, 2, 1, 1, 1, 2, Recompute::none},
+      {2, 2, 1, 3, 1, 2, Recompute::full},      {1, 2, 2, 0, 4, 2, Recompute::none},
+      {2, 2, 2, 1, 2, 2, Recompute::selective},
+  };
+  for (const Case& k : cases) {
+    StepConfig c = llama_config(k.recompute);
+    c.model.layers = 4;
+    c.model.kv_heads = k.kv_heads;
+    const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
+    const int64_t accumulation = k.pp > 1 ? k.dp * k.microbatches : 1;
+    const e2e::Outcome serial = e2e::run_serial(c, data, kLr, accumulation);
+    SCOPED_TRACE(::testing::Message()
+                 << "dp " << k.dp << " tp " << k.tp << " pp " << k.pp << " zero " << k.zero
+                 << " kv " << k.kv_heads << " recompute " << name(k.recompute));
+    LayoutOptions o;
+    o.dp = k.dp;
+    o.tp = k.tp;
+    o.pp = k.pp;
+    o.zero_stage = k.zero;
+    if (k.pp > 1) o.microbatches = k.microbatches;
+    LayoutReport report;
+    const e2e::Outcome got = run_layout(c, o, data, report);
+    const e2e::Worst w = e2e::compare(c, serial, got);
+    std::printf(
+        "  llama dp %d tp %d pp %d zero %d kv %lld %-9s: loss %.1e params %.1e m %.1e "
+        "v %.1e\n",
+        k.dp, k.tp, k.pp, k.zero, static_cast<long long>(k.kv_heads),
+        std::string(name(k.recompute)).c_str(), w.loss, w.state[0], w.state[1], w.state[2]);
+    EXPECT_LE(w.loss, kLossTol);
+    EXPECT_LE(w.state[0], kParamTol);
+    EXPECT_LE(w.state[1], kMomentTol);
+    EXPECT_LE(w.state[2], kMomentTol);
+    ASSERT_EQ(report.ranks.size(), static_cast<size_t>(k.dp * k.tp * k.pp));
+    for (const RankRow& r : report.ranks) {
+      SCOPED_TRACE(::testing::Message() << "rank " << r.rank);
+      for (const StateRow& s : r.state) EXPECT_EQ(s.current_bytes, s.formula_bytes);
+      EXPECT_EQ(static_cast<double>(r.microbatch_activation_bytes),
+                r.planned_microbatch_activation_bytes);
+      for (const SiteBytes& site : r.traffic) EXPECT_EQ(site.measured, site.planned) << site.site;
+      EXPECT_GT(r.site("tp_block").measured, 0);
+    }
+  }
+  // More TP ranks than K/V heads: refused, naming the rule.
+  StepConfig c = llama_config(Recompute::none);
+  LayoutOptions o;
+  o.tp = 4;  // the config's 2 K/V heads
+  EXPECT_THROW(
+      {
+        try {
+          (void)make_engine_config(c, o);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("does not divide --kv-heads 2"), std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      Error);
+}
+
 TEST(LlamaEquality, TheParameterCountIsThePlannersLlamaFormula) {
   for (const int64_t kv : {1, 2, 4}) {
     for (const bool tied : {false, true}) {

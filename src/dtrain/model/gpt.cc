@@ -186,7 +186,7 @@ void GptModel::embedding_forward(GptActivations& acts, GptWorkspace& ws,
     const int64_t rows = sp_rows(acts), begin = rows * tp_->rank();
     float* slice = acts.layer(0).ln1_in;  // (B*T/N, C)
     tp_->sp_reduce_scatter(slice, full, rows * C, TensorParallelHooks::SpSite::vocab);
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t r = 0; wpe != nullptr && r < rows; ++r) {
       float* o = slice + r * C;
       const float* p = wpe + ((begin + r) % T) * C;
       for (int64_t i = 0; i < C; ++i) o[i] = o[i] + p[i];
@@ -196,6 +196,7 @@ void GptModel::embedding_forward(GptActivations& acts, GptWorkspace& ws,
   float* x = acts.layer(0).ln1_in;
   vocab_embedding_forward(x, acts.head().tokens, w_.wte, vocab_begin(), vocab_local(), B * T, C);
   tp_->all_reduce_sum(x, B * T * C);
+  if (wpe == nullptr) return;  // rotary positions: nothing to add
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {
       float* o = x + (b * T + t) * C;

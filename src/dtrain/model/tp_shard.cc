@@ -2,7 +2,7 @@
 #include "dtrain/model/tp_shard.h"
 
 #include <algorithm>
-#include <array>
+#include <vector>
 
 #include "dtrain/core/check.h"
 
@@ -34,7 +34,7 @@ std::vector<FlatRange> expert_ranges(const ParamTensor& whole, int tp, int tp_ra
 }  // namespace
 
 TpSplit tp_split_of(std::string_view name) {
-  if (name == "wte") return TpSplit::vocab_rows;
+  if (name == "wte" || name == "lm_head.w") return TpSplit::vocab_rows;
   if (name.ends_with("attn.qkv.w") || name.ends_with("attn.qkv.b")) return TpSplit::qkv_rows;
   if (name.ends_with("mlp.fc.w") || name.ends_with("mlp.fc.b")) return TpSplit::rows;
   if (name.ends_with("attn.proj.w") || name.ends_with("mlp.proj.w")) return TpSplit::columns;
@@ -60,8 +60,18 @@ void check_tensor_parallel(const GptConfig& c, int tp) {
   DTRAIN_CHECK(tp <= c.heads, "--tp ", tp, " is larger than n_head ", c.heads,
                " (each rank needs at least one head)");
   DTRAIN_CHECK(c.heads % tp == 0, "--tp ", tp, " does not divide n_head ", c.heads);
-  DTRAIN_CHECK((4 * c.channels) % tp == 0, "--tp ", tp, " does not divide the MLP width 4*C ",
-               4 * c.channels);
+  if (!c.llama()) {
+    DTRAIN_CHECK((4 * c.channels) % tp == 0, "--tp ", tp, " does not divide the MLP width 4*C ",
+                 4 * c.channels);
+    return;
+  }
+  // Llama: each rank keeps NH / tp query heads and NKV / tp K/V heads (Megatron's split), and
+  // F / tp of the gate, the up and the down projection.
+  DTRAIN_CHECK(c.kv_heads_or_heads() % tp == 0, "--tp ", tp, " does not divide --kv-heads ",
+               c.kv_heads_or_heads(),
+               ": each TP rank holds its share of the K/V heads (a rank holding a copy of one, "
+               "for tp above the K/V heads, is not supported yet)");
+  DTRAIN_CHECK(c.ffn() % tp == 0, "--tp ", tp, " does not divide --ffn-hidden ", c.ffn());
 }
 
 void check_sequence_parallel(int64_t B, int64_t T, int tp) {
@@ -72,11 +82,16 @@ void check_sequence_parallel(int64_t B, int64_t T, int tp) {
 
 namespace {
 
-// The rows of the qkv product's Q, K and V blocks: C each for GPT, NH HS and NKV HS twice for
-// Llama's grouped-query attention.
-std::array<int64_t, 3> qkv_blocks(const GptConfig& c) {
-  const int64_t q = c.heads * c.head_size(), kv = c.kv_heads_or_heads() * c.head_size();
-  return {q, kv, kv};
+// A row-split tensor's blocks, each cut over the TP ranks (a rank keeps its slice of each): the
+// qkv product's Q, K and V (C each for GPT, NH HS and NKV HS twice for Llama's grouped-query
+// attention), Llama's [gate | up] (F each), and one block of every row otherwise.
+std::vector<int64_t> row_blocks(const ParamTensor& whole, const GptConfig& c) {
+  if (tp_split_of(whole.name) == TpSplit::qkv_rows) {
+    const int64_t q = c.heads * c.head_size(), kv = c.kv_heads_or_heads() * c.head_size();
+    return {q, kv, kv};
+  }
+  if (c.llama() && whole.name.ends_with("mlp.fc.w")) return {c.ffn(), c.ffn()};
+  return {whole.shape[0]};
 }
 
 }  // namespace
@@ -131,11 +146,9 @@ std::vector<float> tp_slice(const ParamTensor& whole, std::span<const float> val
       out.assign(values.begin(), values.end());
       break;
     case TpSplit::rows:
-      take_rows(tp_rank * (rows / tp), rows / tp);
-      break;
     case TpSplit::qkv_rows: {
-      int64_t first = 0;  // the Q, K and V blocks, each split over the TP ranks
-      for (const int64_t block : qkv_blocks(config)) {
+      int64_t first = 0;  // each block split over the TP ranks
+      for (const int64_t block : row_blocks(whole, config)) {
         take_rows(first + tp_rank * (block / tp), block / tp);
         first += block;
       }
@@ -183,11 +196,9 @@ std::vector<FlatRange> tp_slice_ranges(const ParamTensor& whole, const GptConfig
       out.push_back({0, whole.count});
       break;
     case TpSplit::rows:
-      take_rows(tp_rank * (rows / tp), rows / tp);
-      break;
     case TpSplit::qkv_rows: {
-      int64_t first = 0;  // the Q, K and V blocks, each split over the TP ranks
-      for (const int64_t block : qkv_blocks(config)) {
+      int64_t first = 0;  // each block split over the TP ranks
+      for (const int64_t block : row_blocks(whole, config)) {
         take_rows(first + tp_rank * (block / tp), block / tp);
         first += block;
       }

@@ -252,8 +252,8 @@ void check_memory(const EngineConfig& c, const LayoutOptions& o) {
 }
 
 // What an MoE model does not run with.
-// The Llama family runs on one rank, over DP with ZeRO 0-3 and over pipelines with every
-// schedule so far (fp32, every recompute mode); the other cuts, bf16 and the Hugging Face formats
+// The Llama family runs on one rank, over DP with ZeRO 0-3, over pipelines with every schedule
+// and over TP (without SP) so far (fp32, every recompute mode); the other cuts, bf16 and the Hugging Face formats
 // refuse it up front, each naming its flag.
 void check_llama_layout(const TrainOptions& o, const model::GptConfig& m) {
   if (!m.llama()) return;
@@ -261,9 +261,9 @@ void check_llama_layout(const TrainOptions& o, const model::GptConfig& m) {
   const auto refuse = [](bool bad, const char* flag) {
     DTRAIN_CHECK(!bad, flag,
                  " with --family llama is not supported yet: the Llama block runs on "
-                 "one rank, over --dp (with --zero 0-3) and --pp (every schedule) so far");
+                 "one rank, over --dp (with --zero 0-3), --pp (every schedule) and --tp (without "
+                 "--sequence-parallel) so far");
   };
-  refuse(l.tp > 1, "--tp");
   refuse(l.cp > 1, "--cp");
   refuse(l.ep > 1, "--ep");
   refuse(l.sequence_parallel, "--sequence-parallel");

@@ -38,12 +38,13 @@ void vocab_embedding_backward(float* dwte_local, float* dwpe, const float* dout,
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {
       const float* d = dout + (b * T + t) * C;
-      float* dp = dwpe + t * C;
       const int64_t local = static_cast<int64_t>(tokens[b * T + t]) - vocab_begin;
       if (local >= 0 && local < V_local) {
         float* de = dwte_local + local * C;
         for (int64_t i = 0; i < C; ++i) de[i] += d[i];
       }
+      if (dwpe == nullptr) continue;  // rotary positions: no table
+      float* dp = dwpe + t * C;
       for (int64_t i = 0; i < C; ++i) dp[i] += d[i];
     }
   }

@@ -19,7 +19,8 @@ void vocab_embedding_forward(float* out,              // (B, T, C)
                              const float* wte_local,  // (V_local, C)
                              int64_t vocab_begin, int64_t V_local, int64_t BT, int64_t C);
 
-// Accumulates: dwte_local[tokens - vocab_begin] += dout for this rank's tokens; dwpe[t] += dout.
+// Accumulates: dwte_local[tokens - vocab_begin] += dout for this rank's tokens; dwpe[t] += dout
+// (skipped when dwpe is null: a model with rotary positions).
 void vocab_embedding_backward(float* dwte_local,      // (V_local, C)
                               float* dwpe,            // (context, C)
                               const float* dout,      // (B, T, C)
