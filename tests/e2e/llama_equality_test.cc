@@ -245,6 +245,56 @@ TEST(LlamaEquality, TensorParallelLayoutsMatchTheSerialRun) {
       Error);
 }
 
+// Mixed precision (--precision bf16): the one-rank layout is the bf16 serial run's computation bit
+// for bit; DP, TP and PP add roundings of their own (sums in another order that bf16 turns into
+// whole bf16 steps: layout_equality_test.cc's Bf16 test derives the bounds used here), within
+// 1e-4 + the forward's extra roundings x 2^-8 x the first loss, and parameters within 2 lr a step.
+// Every counter equals plan/ with mixed precision's state bytes and 2-byte activations.
+TEST(LlamaEquality, Bf16LayoutsMatchTheBf16SerialRun) {
+  struct Case {
+    int dp, tp, pp, zero, microbatches;
+  };
+  const Case cases[] = {{1, 1, 1, 0, 1}, {2, 1, 1, 1, 1}, {2, 1, 1, 3, 1},
+                        {1, 2, 1, 0, 1}, {1, 1, 2, 0, 4}, {2, 2, 2, 2, 2}};
+  for (const Case& k : cases) {
+    StepConfig c = llama_config(Recompute::none);
+    c.model.layers = 4;
+    c.precision = model::Precision::bf16;
+    const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
+    const int64_t accumulation = k.pp > 1 ? k.dp * k.microbatches : 1;
+    const e2e::Outcome serial = e2e::run_serial(c, data, kLr, accumulation);
+    SCOPED_TRACE(::testing::Message()
+                 << "bf16 dp " << k.dp << " tp " << k.tp << " pp " << k.pp << " zero " << k.zero);
+    LayoutOptions o;
+    o.dp = k.dp;
+    o.tp = k.tp;
+    o.pp = k.pp;
+    o.zero_stage = k.zero;
+    if (k.pp > 1) o.microbatches = k.microbatches;
+    LayoutReport report;
+    const e2e::Outcome got = run_layout(c, o, data, report);
+    const e2e::Worst w = e2e::compare(c, serial, got);
+    std::printf("  llama bf16 dp %d tp %d pp %d zero %d: loss %.1e params %.1e m %.1e\n", k.dp,
+                k.tp, k.pp, k.zero, w.loss, w.state[0], w.state[1]);
+    const double u = std::ldexp(1.0, -8);
+    const int forward_roundings =
+        (k.tp > 1 ? 2 * static_cast<int>(c.model.layers) * k.tp : 0) + (k.pp - 1);
+    if (k.dp * k.tp * k.pp == 1) {
+      EXPECT_EQ(w.loss, 0.0);
+      EXPECT_EQ(w.state[0], 0.0);
+    }
+    EXPECT_LE(w.loss, 1e-4 + forward_roundings * u * serial.losses.front());
+    EXPECT_LE(w.state[0], 2 * kSteps * kLr);
+    for (const RankRow& r : report.ranks) {
+      SCOPED_TRACE(::testing::Message() << "rank " << r.rank);
+      for (const StateRow& s : r.state) EXPECT_EQ(s.current_bytes, s.formula_bytes);
+      EXPECT_EQ(static_cast<double>(r.microbatch_activation_bytes),
+                r.planned_microbatch_activation_bytes);
+      for (const SiteBytes& site : r.traffic) EXPECT_EQ(site.measured, site.planned) << site.site;
+    }
+  }
+}
+
 TEST(LlamaEquality, TheParameterCountIsThePlannersLlamaFormula) {
   for (const int64_t kv : {1, 2, 4}) {
     for (const bool tied : {false, true}) {

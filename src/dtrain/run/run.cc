@@ -253,8 +253,8 @@ void check_memory(const EngineConfig& c, const LayoutOptions& o) {
 
 // What an MoE model does not run with.
 // The Llama family runs on one rank, over DP with ZeRO 0-3, over pipelines with every schedule
-// and over TP (without SP) so far (fp32, every recompute mode); the other cuts, bf16 and the Hugging Face formats
-// refuse it up front, each naming its flag.
+// and over TP (without SP) so far (fp32 and bf16, every recompute mode); the other cuts and the
+// Hugging Face formats refuse it up front, each naming its flag.
 void check_llama_layout(const TrainOptions& o, const model::GptConfig& m) {
   if (!m.llama()) return;
   const LayoutOptions& l = o.layout;
@@ -267,7 +267,6 @@ void check_llama_layout(const TrainOptions& o, const model::GptConfig& m) {
   refuse(l.cp > 1, "--cp");
   refuse(l.ep > 1, "--ep");
   refuse(l.sequence_parallel, "--sequence-parallel");
-  refuse(o.precision != model::Precision::fp32, "--precision bf16");
   refuse(!o.init_from.empty(), "--init-from (a Hugging Face GPT-2 folder)");
 }
 
