@@ -1,7 +1,7 @@
 # `dtrain train --family llama` (and the llama-tiny preset): the loss goes down on the bundled
 # corpus, the checkpoint keeps the family and its settings (a resume continues it; a GPT run
 # refuses it, naming what differs), and what the family does not run yet is refused up front,
-# naming the flag: CP, EP, SP, export and sample, and a --tp above --kv-heads; the Llama flags
+# naming the flag: CP, EP, export and sample, and a --tp above --kv-heads; the Llama flags
 # without the family are refused too.
 source "$(dirname "$0")/lib/expect.bash"
 
@@ -40,7 +40,7 @@ expect_error "exporting a Llama-family checkpoint .* not supported yet" export \
 expect_error "sampling a Llama-family model is not supported yet" sample --checkpoint "$tmp/ck"
 
 # Not yet: each cut names its flag.
-for cut in "--cp 2" "--dp 2 --ep 2 --experts 2" "--tp 2 --sequence-parallel"; do
+for cut in "--cp 2" "--dp 2 --ep 2 --experts 2"; do
   flag=${cut##*--}
   flag=--${flag%% *}
   # shellcheck disable=SC2086  # the cut is a list of flags

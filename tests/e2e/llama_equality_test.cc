@@ -176,19 +176,28 @@ TEST(LlamaEquality, PipelinesWithEveryScheduleMatchTheSerialRun) {
 
 // Tensor parallelism: query heads, K/V heads (tp dividing --kv-heads), the gate, up and down
 // projections and the vocabulary (the untied head's rows too) split as Megatron does, alone and
-// with DP (ZeRO 1 and 3) and a pipeline; each against the serial run, every counter (TP's f
+// with DP (ZeRO 1 and 3) and a pipeline, with and without sequence parallelism (the RMSNorm
+// weights' gradients summed over TP); each against the serial run, every counter (TP's f
 // and g and vocabulary reductions, DP, PP) equal to plan/.
 TEST(LlamaEquality, TensorParallelLayoutsMatchTheSerialRun) {
   struct Case {
     int dp, tp, pp, zero, microbatches;
     int64_t kv_heads;
     Recompute recompute;
+    bool sp = false;
+    plan::ScheduleKind schedule = plan::ScheduleKind::one_f_one_b;
   };
   const Case cases[] = {
-      {1, 2, 1, 0, 1, 2, Recompute::none},      {1, 2, 1, 0, 1, 4, Recompute::selective},
-      {1, 4, 1, 0, 1, 4, Recompute::full},      {2, 2, 1, 1, 1, 2, Recompute::none},
-      {2, 2, 1, 3, 1, 2, Recompute::full},      {1, 2, 2, 0, 4, 2, Recompute::none},
+      {1, 2, 1, 0, 1, 2, Recompute::none},
+      {1, 2, 1, 0, 1, 4, Recompute::selective},
+      {1, 4, 1, 0, 1, 4, Recompute::full},
+      {2, 2, 1, 1, 1, 2, Recompute::none},
+      {2, 2, 1, 3, 1, 2, Recompute::full},
+      {1, 2, 2, 0, 4, 2, Recompute::none},
       {2, 2, 2, 1, 2, 2, Recompute::selective},
+      {1, 2, 1, 0, 1, 2, Recompute::none, true},
+      {2, 2, 1, 3, 1, 2, Recompute::full, true},
+      {1, 2, 2, 0, 4, 2, Recompute::none, true, plan::ScheduleKind::zero_bubble_h1},
   };
   for (const Case& k : cases) {
     StepConfig c = llama_config(k.recompute);
@@ -197,23 +206,28 @@ TEST(LlamaEquality, TensorParallelLayoutsMatchTheSerialRun) {
     const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
     const int64_t accumulation = k.pp > 1 ? k.dp * k.microbatches : 1;
     const e2e::Outcome serial = e2e::run_serial(c, data, kLr, accumulation);
-    SCOPED_TRACE(::testing::Message()
-                 << "dp " << k.dp << " tp " << k.tp << " pp " << k.pp << " zero " << k.zero
-                 << " kv " << k.kv_heads << " recompute " << name(k.recompute));
+    SCOPED_TRACE(::testing::Message() << "dp " << k.dp << " tp " << k.tp << " pp " << k.pp
+                                      << " zero " << k.zero << " kv " << k.kv_heads << " recompute "
+                                      << name(k.recompute) << (k.sp ? " sp" : ""));
     LayoutOptions o;
     o.dp = k.dp;
     o.tp = k.tp;
     o.pp = k.pp;
     o.zero_stage = k.zero;
-    if (k.pp > 1) o.microbatches = k.microbatches;
+    o.sequence_parallel = k.sp;
+    if (k.pp > 1) {
+      o.microbatches = k.microbatches;
+      o.schedule = k.schedule;
+    }
     LayoutReport report;
     const e2e::Outcome got = run_layout(c, o, data, report);
     const e2e::Worst w = e2e::compare(c, serial, got);
     std::printf(
-        "  llama dp %d tp %d pp %d zero %d kv %lld %-9s: loss %.1e params %.1e m %.1e "
+        "  llama dp %d tp %d pp %d zero %d kv %lld %-9s%s: loss %.1e params %.1e m %.1e "
         "v %.1e\n",
         k.dp, k.tp, k.pp, k.zero, static_cast<long long>(k.kv_heads),
-        std::string(name(k.recompute)).c_str(), w.loss, w.state[0], w.state[1], w.state[2]);
+        std::string(name(k.recompute)).c_str(), k.sp ? " sp" : "", w.loss, w.state[0], w.state[1],
+        w.state[2]);
     EXPECT_LE(w.loss, kLossTol);
     EXPECT_LE(w.state[0], kParamTol);
     EXPECT_LE(w.state[1], kMomentTol);

@@ -384,7 +384,8 @@ float GptModel::head_forward(GptActivations& acts, std::span<const int32_t> targ
     // vocabulary-parallel head needs every row (Megatron gathers before the output layer).
     const int64_t rows = sp_rows(acts);
     float* mine = h.lnf_out + tp_->rank() * rows * C;
-    layernorm_forward(mine, h.lnf_mean, h.lnf_rstd, h.x_final, w_.lnf_w, w_.lnf_b, 1, rows, C, cx_);
+    norm_forward(config_, mine, h.lnf_mean, h.lnf_rstd, h.x_final, w_.lnf_w, w_.lnf_b, 1, rows, C,
+                 cx_);
     tp_->sp_all_gather(h.lnf_out, mine, rows * C, TensorParallelHooks::SpSite::vocab);
   } else {
     norm_forward(config_, h.lnf_out, h.lnf_mean, h.lnf_rstd, h.x_final, w_.lnf_w, w_.lnf_b, B, T, C,
@@ -428,8 +429,8 @@ void GptModel::head_backward(GptActivations& acts, GptWorkspace& ws, float dloss
     float* dslice = ws.d_btc2;  // (B*T/N, C)
     tp_->sp_reduce_scatter(dslice, dlnf, rows * C, TensorParallelHooks::SpSite::vocab);
     zero(ws.dres, rows * C);
-    layernorm_backward(ws.dres, dw_.lnf_w, dw_.lnf_b, dslice, h.x_final, w_.lnf_w, h.lnf_mean,
-                       h.lnf_rstd, 1, rows, C);
+    norm_backward(config_, ws.dres, dw_.lnf_w, dw_.lnf_b, dslice, h.x_final, w_.lnf_w, h.lnf_mean,
+                  h.lnf_rstd, 1, rows, C);
     return;
   }
   // f of the LM head: each rank's vocabulary rows give a partial gradient of lnf_out.
@@ -731,21 +732,28 @@ void GptModel::block_forward_sp(const GptActivations& acts, GptWorkspace& ws, in
   const int64_t BT = B * T, rows = sp_rows(acts);
   const int64_t C_local = C / tp_->size(), NH_local = config_.heads / tp_->size();
   const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
+  const Widths wd = widths(config_, tp_->size());
   float* full = ws.d_btc2;        // (B, T, C) gathered LN output; then (rows, C) g's output
   float* linear_out = ws.d_btc1;  // (B, T, C) row-parallel output before g
   const Compute& cx = cx_;
 
   // attention: ln2_in = x + proj(attention(ln1(x))), x and ln2_in on this rank's rows
-  layernorm_forward(a.ln1_out, a.ln1_mean, a.ln1_rstd, a.ln1_in, w.ln1_w, w.ln1_b, 1, rows, C, cx);
+  norm_forward(config_, a.ln1_out, a.ln1_mean, a.ln1_rstd, a.ln1_in, w.ln1_w, w.ln1_b, 1, rows, C,
+               cx);
   tp_->sp_all_gather(full, a.ln1_out, rows * C, Site::block_forward);  // f
-  matmul_forward(a.qkv, full, w.qkv_w, w.qkv_b, BT, C, 3 * C_local, cx);
+  matmul_forward(a.qkv, full, w.qkv_w, w.qkv_b, BT, C, wd.qkv, cx);
+  if (config_.llama()) {
+    rope_forward(a.qkv, rope_table(T), B, T,
+                 (config_.heads + config_.kv_heads_or_heads()) / tp_->size(), wd.qkv, cx);
+  }
   attention_core_forward(acts, l, a, B, T, C_local, NH_local);
   matmul_forward(linear_out, a.atty, w.proj_w, nullptr, BT, C_local, C, cx);
   tp_->sp_reduce_scatter(full, linear_out, rows * C, Site::block_forward);  // g
   residual_forward(a.ln2_in, a.ln1_in, full, w.proj_b, rows, C, cx);
 
   // MLP: x_next = ln2_in + fc_proj(gelu(fc(ln2(ln2_in))))
-  layernorm_forward(a.ln2_out, a.ln2_mean, a.ln2_rstd, a.ln2_in, w.ln2_w, w.ln2_b, 1, rows, C, cx);
+  norm_forward(config_, a.ln2_out, a.ln2_mean, a.ln2_rstd, a.ln2_in, w.ln2_w, w.ln2_b, 1, rows, C,
+               cx);
   tp_->sp_all_gather(full, a.ln2_out, rows * C, Site::block_forward);  // f
   if (w.moe_router_w != nullptr) {
     // Routed: the replicated router and the TP-split experts on the gathered rows; the experts'
@@ -755,9 +763,13 @@ void GptModel::block_forward_sp(const GptActivations& acts, GptWorkspace& ws, in
     residual_forward(out, a.ln2_in, linear_out + tp_->rank() * rows * C, nullptr, rows, C, cx);
     return;
   }
-  matmul_forward(a.fc, full, w.fc_w, w.fc_b, BT, C, 4 * C_local, cx);
-  gelu_forward(a.fc_gelu, a.fc, BT * 4 * C_local, cx);
-  matmul_forward(linear_out, a.fc_gelu, w.fc_proj_w, nullptr, BT, 4 * C_local, C, cx);
+  matmul_forward(a.fc, full, w.fc_w, w.fc_b, BT, C, wd.fc, cx);
+  if (config_.llama()) {
+    swiglu_forward(a.fc_gelu, a.fc, BT, wd.act, cx);
+  } else {
+    gelu_forward(a.fc_gelu, a.fc, BT * wd.act, cx);
+  }
+  matmul_forward(linear_out, a.fc_gelu, w.fc_proj_w, nullptr, BT, wd.act, C, cx);
   tp_->sp_reduce_scatter(full, linear_out, rows * C, Site::block_forward);  // g
   residual_forward(out, a.ln2_in, full, w.fc_proj_b, rows, C, cx);
 }
@@ -776,6 +788,7 @@ void GptModel::block_backward_sp(GptActivations& acts, GptWorkspace& ws, int64_t
   const int64_t C_local = C / tp_->size(), NH_local = config_.heads / tp_->size();
   const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
   const LayerWeights& dw = dw_.layers[static_cast<size_t>(l)];
+  const Widths wd = widths(config_, tp_->size());
   const LayerActivations a = block_tensors(acts, ws, l);
   unpack_block(acts, l, a);
   recompute_block(acts, ws, l, a);
@@ -796,21 +809,25 @@ void GptModel::block_backward_sp(GptActivations& acts, GptWorkspace& ws, int64_t
     tp_->sp_all_gather(x.data(), a.ln2_out, rows * C, Site::regather);
     zero(dfull, BT * C);
     moe_mlp_backward(acts, l, x.data(), full, dfull, keep != nullptr);
-    layernorm_backward(dres, dw.ln2_w, dw.ln2_b, dfull + tp_->rank() * rows * C, a.ln2_in, w.ln2_w,
-                       a.ln2_mean, a.ln2_rstd, 1, rows, C);
+    norm_backward(config_, dres, dw.ln2_w, dw.ln2_b, dfull + tp_->rank() * rows * C, a.ln2_in,
+                  w.ln2_w, a.ln2_mean, a.ln2_rstd, 1, rows, C);
   } else {
-    zero(ws.dfc_gelu, BT * 4 * C_local);
+    zero(ws.dfc_gelu, BT * wd.act);
     matmul_backward_or_keep(ws.dfc_gelu, dw.fc_proj_w, dw.fc_proj_b, full, a.fc_gelu, w.fc_proj_w,
-                            BT, 4 * C_local, C, keep != nullptr ? keep->dfc_proj : nullptr, cx);
-    zero(ws.dfc, BT * 4 * C_local);
-    gelu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT * 4 * C_local, cx);
+                            BT, wd.act, C, keep != nullptr ? keep->dfc_proj : nullptr, cx);
+    zero(ws.dfc, BT * wd.fc);
+    if (config_.llama()) {
+      swiglu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT, wd.act, cx);
+    } else {
+      gelu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT * wd.act, cx);
+    }
     if (keep == nullptr) tp_->sp_all_gather(full, a.ln2_out, rows * C, Site::regather);
     zero(dfull, BT * C);
-    matmul_backward_or_keep(dfull, dw.fc_w, dw.fc_b, ws.dfc, full, w.fc_w, BT, C, 4 * C_local,
+    matmul_backward_or_keep(dfull, dw.fc_w, dw.fc_b, ws.dfc, full, w.fc_w, BT, C, wd.fc,
                             keep != nullptr ? keep->dfc : nullptr, cx);
     tp_->sp_reduce_scatter(full, dfull, rows * C, Site::block_backward);  // f's conjugate
-    layernorm_backward(dres, dw.ln2_w, dw.ln2_b, full, a.ln2_in, w.ln2_w, a.ln2_mean, a.ln2_rstd, 1,
-                       rows, C);
+    norm_backward(config_, dres, dw.ln2_w, dw.ln2_b, full, a.ln2_in, w.ln2_w, a.ln2_mean,
+                  a.ln2_rstd, 1, rows, C);
   }
 
   // attention
@@ -819,15 +836,19 @@ void GptModel::block_backward_sp(GptActivations& acts, GptWorkspace& ws, int64_t
   zero(datty, BT * C_local);
   matmul_backward_or_keep(datty, dw.proj_w, dw.proj_b, full, a.atty, w.proj_w, BT, C_local, C,
                           keep != nullptr ? keep->dproj : nullptr, cx);
-  zero(ws.dqkv, BT * 3 * C_local);
+  zero(ws.dqkv, BT * wd.qkv);
   attention_core_backward(acts, ws, l, a, datty, B, T, C_local, NH_local);
+  if (config_.llama()) {
+    rope_backward(ws.dqkv, rope_table(T), B, T,
+                  (config_.heads + config_.kv_heads_or_heads()) / tp_->size(), wd.qkv, cx);
+  }
   if (keep == nullptr) tp_->sp_all_gather(full, a.ln1_out, rows * C, Site::regather);
   zero(dfull, BT * C);
-  matmul_backward_or_keep(dfull, dw.qkv_w, dw.qkv_b, ws.dqkv, full, w.qkv_w, BT, C, 3 * C_local,
+  matmul_backward_or_keep(dfull, dw.qkv_w, dw.qkv_b, ws.dqkv, full, w.qkv_w, BT, C, wd.qkv,
                           keep != nullptr ? keep->dqkv : nullptr, cx);
   tp_->sp_reduce_scatter(full, dfull, rows * C, Site::block_backward);  // f's conjugate
-  layernorm_backward(dres, dw.ln1_w, dw.ln1_b, full, a.ln1_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, 1,
-                     rows, C);
+  norm_backward(config_, dres, dw.ln1_w, dw.ln1_b, full, a.ln1_in, w.ln1_w, a.ln1_mean, a.ln1_rstd,
+                1, rows, C);
 }
 
 }  // namespace dtrain::model

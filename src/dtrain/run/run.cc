@@ -253,7 +253,7 @@ void check_memory(const EngineConfig& c, const LayoutOptions& o) {
 
 // What an MoE model does not run with.
 // The Llama family runs on one rank, over DP with ZeRO 0-3, over pipelines with every schedule
-// and over TP (without SP) so far (fp32 and bf16, every recompute mode); the other cuts and the
+// and over TP (with SP) so far (fp32 and bf16, every recompute mode); the other cuts and the
 // Hugging Face formats refuse it up front, each naming its flag.
 void check_llama_layout(const TrainOptions& o, const model::GptConfig& m) {
   if (!m.llama()) return;
@@ -261,12 +261,11 @@ void check_llama_layout(const TrainOptions& o, const model::GptConfig& m) {
   const auto refuse = [](bool bad, const char* flag) {
     DTRAIN_CHECK(!bad, flag,
                  " with --family llama is not supported yet: the Llama block runs on "
-                 "one rank, over --dp (with --zero 0-3), --pp (every schedule) and --tp (without "
+                 "one rank, over --dp (with --zero 0-3), --pp (every schedule) and --tp (with "
                  "--sequence-parallel) so far");
   };
   refuse(l.cp > 1, "--cp");
   refuse(l.ep > 1, "--ep");
-  refuse(l.sequence_parallel, "--sequence-parallel");
   refuse(!o.init_from.empty(), "--init-from (a Hugging Face GPT-2 folder)");
 }
 
