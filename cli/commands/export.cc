@@ -1,5 +1,6 @@
 // `dtrain export`: a checkpoint of any layout (its shards reassembled into the serial state)
-// written as a Hugging Face GPT-2 folder, model.safetensors + config.json. Parsing only.
+// written as a Hugging Face folder (GPT-2 or Llama, by the family), model.safetensors +
+// config.json. Parsing only.
 #include <iostream>
 #include <memory>
 #include <string>
@@ -11,7 +12,7 @@
 #include "dtrain/checkpoint/checkpoint.h"
 #include "dtrain/core/check.h"
 #include "dtrain/core/files.h"
-#include "dtrain/formats/hf_gpt2.h"
+#include "dtrain/formats/hf_folder.h"
 #include "file_roles.h"
 
 namespace dtrain::cli {
@@ -28,8 +29,9 @@ void add_export(CLI::App& app) {
   auto f = std::make_shared<ExportFlags>();
   CLI::App* cmd = app.add_subcommand(
       "export",
-      "Write a checkpoint (saved by any layout) as a Hugging Face GPT-2 folder: "
-      "model.safetensors in GPT-2's names and layouts, and config.json (docs/export.md)");
+      "Write a checkpoint (saved by any layout) as a Hugging Face folder: model.safetensors in "
+      "GPT-2's names and layouts (GPT2LMHeadModel), or Llama's (LlamaForCausalLM) for a "
+      "--family llama checkpoint, and config.json (docs/export.md)");
   cmd->add_option("--checkpoint", f->checkpoint,
                   "Checkpoint directory, or a --save root (its latest checkpoint)")
       ->required();
@@ -55,7 +57,7 @@ void add_export(CLI::App& app) {
     check_output_directory(f->output, "--output");
     const auto dtype =
         f->dtype == "bf16" ? formats::SafetensorsDtype::bf16 : formats::SafetensorsDtype::f32;
-    formats::export_hf_gpt2(c.state, f->output, dtype, "--output");
+    formats::export_hf(c.state, f->output, dtype, "--output");
     const std::string weights =
         (std::filesystem::path(f->output) / formats::kHfWeightsName).string();
     if (f->json) {

@@ -132,8 +132,7 @@ std::vector<SafetensorsTensor> to_hf_gpt2(const checkpoint::SerialState& state) 
 void export_hf_gpt2(const checkpoint::SerialState& state, const std::string& dir,
                     SafetensorsDtype dtype, std::string_view flag) {
   DTRAIN_CHECK(!state.model.llama(), flag,
-               ": exporting a Llama-family checkpoint (Hugging Face's LlamaForCausalLM) is not "
-               "supported yet; this export writes GPT-2's layout");
+               ": a Llama-family checkpoint is exported by formats::export_hf (hf_folder.h)");
   const std::vector<SafetensorsTensor> tensors = to_hf_gpt2(state);
   write_file_atomically((fs::path(dir) / kHfWeightsName).string(),
                         safetensors_bytes(tensors, dtype, {{"format", "pt"}}), flag);

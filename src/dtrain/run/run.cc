@@ -22,7 +22,7 @@
 #include "dtrain/cost/memory_model.h"
 #include "dtrain/data/token_file.h"
 #include "dtrain/engine/engine.h"
-#include "dtrain/formats/hf_gpt2.h"
+#include "dtrain/formats/hf_folder.h"
 #include "dtrain/machine/hardware.h"
 #include "dtrain/model/bf16_gemm.h"
 #include "dtrain/model/gemm.h"
@@ -160,18 +160,23 @@ checkpoint::RunRecord run_record(const TrainOptions& o, const StepConfig& engine
 void take_init_from_shape(const TrainOptions& o, model::GptConfig& m) {
   DTRAIN_CHECK(o.checkpoint.resume.empty(), "--init-from and --resume: a resume continues the ",
                "checkpoint's weights; give one of them");
-  const model::GptConfig c = formats::read_hf_gpt2_config(o.init_from, "--init-from");
+  const model::GptConfig c = formats::read_hf_config(o.init_from, "--init-from");
   const std::string path = (std::filesystem::path(o.init_from) / formats::kHfConfigName).string();
   const auto agree = [&](const std::optional<int64_t>& flag, int64_t value, const char* name,
                          const char* key) {
     DTRAIN_CHECK(!flag || *flag == value, name, " ", flag.value_or(0), " differs from --init-from ",
                  path, " (", key, " ", value, ")");
   };
+  const bool llama = c.llama();  // config.json's keys are the family's
   agree(o.vocab, c.vocab, "--vocab", "vocab_size");
-  agree(o.context, c.context, "--context", "n_positions");
-  agree(o.layers, c.layers, "--layers", "n_layer");
-  agree(o.heads, c.heads, "--heads", "n_head");
-  agree(o.channels, c.channels, "--hidden", "n_embd");
+  agree(o.context, c.context, "--context", llama ? "max_position_embeddings" : "n_positions");
+  agree(o.layers, c.layers, "--layers", llama ? "num_hidden_layers" : "n_layer");
+  agree(o.heads, c.heads, "--heads", llama ? "num_attention_heads" : "n_head");
+  agree(o.channels, c.channels, "--hidden", llama ? "hidden_size" : "n_embd");
+  agree(o.kv_heads, c.kv_heads_or_heads(), "--kv-heads", "num_key_value_heads");
+  agree(o.ffn_hidden, c.ffn(), "--ffn-hidden", "intermediate_size");
+  DTRAIN_CHECK(!o.family || *o.family == c.family, "--family ", name(*o.family),
+               " differs from --init-from ", path, " (model_type ", llama ? "llama" : "gpt2", ")");
   // The vocabulary is left out: a token file sets it, and it was compared above when given.
   const auto shape = [](const model::GptConfig& g) {
     return str("T=", g.context, " L=", g.layers, " NH=", g.heads, " C=", g.channels);
@@ -266,7 +271,6 @@ void check_llama_layout(const TrainOptions& o, const model::GptConfig& m) {
   };
   refuse(l.cp > 1, "--cp");
   refuse(l.ep > 1, "--ep");
-  refuse(!o.init_from.empty(), "--init-from (a Hugging Face GPT-2 folder)");
 }
 
 void check_moe_layout(const TrainOptions& o) {
@@ -298,8 +302,8 @@ TrainSetup resolve(const TrainOptions& o) {
   m.rope_theta = o.rope_theta.value_or(m.rope_theta);
   m.norm_eps = o.norm_eps.value_or(m.norm_eps);
   m.tie_embeddings = m.tie_embeddings || o.tie_embeddings;
-  check_llama_layout(o, m);
   if (!o.init_from.empty()) take_init_from_shape(o, m);
+  check_llama_layout(o, m);
   model::validate(m);
   check_moe_layout(o);
   // The data before the model: a token file sets the vocabulary.
@@ -316,7 +320,7 @@ TrainSetup resolve(const TrainOptions& o) {
                  " holds tokens of ", data.vocab, (o.vocab ? " (--vocab)" : ""));
     m.vocab = data.vocab;
   }
-  if (!o.init_from.empty()) formats::check_hf_gpt2(o.init_from, m, "--init-from");
+  if (!o.init_from.empty()) formats::check_hf(o.init_from, m, "--init-from");
 
   const int64_t B = o.batch.value_or(preset.batch);
   const int64_t T = o.seq.value_or(m.context);

@@ -12,7 +12,7 @@
 #include "dtrain/core/malloc_info.h"
 #include "dtrain/core/system_memory.h"
 #include "dtrain/core/timer.h"
-#include "dtrain/formats/hf_gpt2.h"
+#include "dtrain/formats/hf_folder.h"
 #include "dtrain/formats/safetensors.h"
 #include "dtrain/run/metrics.h"
 
@@ -77,7 +77,7 @@ int64_t Trainer::resume(data::BatchSampler& sampler) {
 }
 
 void Trainer::init_from() {
-  const checkpoint::SerialState state = formats::load_hf_gpt2(config_.init_from, "--init-from");
+  const checkpoint::SerialState state = formats::load_hf(config_.init_from, "--init-from");
   DTRAIN_CHECK(state.model == config_.model, "--init-from ", config_.init_from, ": the model is ",
                model::describe(state.model), ", but this run's is ",
                model::describe(config_.model));
