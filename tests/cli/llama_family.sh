@@ -1,7 +1,7 @@
 # `dtrain train --family llama` (and the llama-tiny preset): the loss goes down on the bundled
 # corpus, the checkpoint keeps the family and its settings (a resume continues it; a GPT run
 # refuses it, naming what differs), and what the family does not run yet is refused up front,
-# naming the flag: CP, EP and sample, and a --tp above --kv-heads; the Llama flags
+# naming the flag: CP and EP, and a --tp above --kv-heads; the Llama flags
 # without the family are refused too.
 source "$(dirname "$0")/lib/expect.bash"
 
@@ -70,7 +70,7 @@ grep -q '"lm_head.weight"' "$tmp/mqa_tied.hf/model.safetensors" &&
   fail "a tied head's folder holds lm_head.weight"
 expect_error "--kv-heads 4 differs from --init-from .* \(num_key_value_heads 2\)" train \
   --init-from "$tmp/tp_pp.hf" --kv-heads 4 --family llama --steps 1
-expect_error "sampling a Llama-family model is not supported yet" sample --checkpoint "$tmp/ck"
+expect_output "." sample --checkpoint "$tmp/ck" --prompt "The " --tokens 8 --seed 1
 
 # Not yet: each cut names its flag.
 for cut in "--cp 2" "--dp 2 --ep 2 --experts 2"; do

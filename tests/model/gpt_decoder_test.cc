@@ -75,6 +75,27 @@ TEST(GptDecoder, KvCacheLogitsEqualTheFullForwardAtEveryPosition) {
   }
 }
 
+// The Llama family: RMSNorm, q and k rotated at each position, a cache of the K/V heads only
+// (grouped-query and multi-query), SwiGLU and the untied or tied head, against the full forward
+// with the same bound (K <= 2F = 192 terms a sum here: 1.1e-5 relative per op).
+TEST(GptDecoder, LlamaKvCacheLogitsEqualTheFullForwardAtEveryPosition) {
+  for (const int64_t kv : {1, 2}) {
+    for (const bool tied : {false, true}) {
+      GptConfig c{.vocab = 256, .context = 24, .layers = 2, .heads = 4, .channels = 32};
+      c.family = ModelFamily::llama;
+      c.kv_heads = kv;
+      c.ffn_hidden = 96;
+      c.rope_theta = 100.0f;
+      c.tie_embeddings = tied;
+      const Diff d = compare(c, 13);
+      std::cout << describe(c) << ": max |decoder - full| " << d.max_abs << ", logits up to "
+                << d.max_logit << "\n";
+      EXPECT_GT(d.max_logit, 1.0) << describe(c);
+      EXPECT_LE(d.max_abs, 2e-5 * d.max_logit) << describe(c);
+    }
+  }
+}
+
 TEST(GptDecoder, GreedyDecodingIsTheFullForwardsArgmaxAtEveryStep) {
   const GptConfig c{.vocab = 256, .context = 20, .layers = 2, .heads = 4, .channels = 32};
   MemoryTracker tracker;

@@ -1,7 +1,7 @@
 // The Llama-family model: its parameter table (names, shapes, the count gpt_param_count gives),
 // a gradient check of every tensor against the double-precision reference (reference_llama.h)
 // with grouped-query and multi-query attention, untied and tied heads, each recompute mode
-// giving the same loss and gradients bit for bit, causality, and the GPT-only paths refusing it.
+// giving the same loss and gradients bit for bit, and causality.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +10,6 @@
 #include "dtrain/core/check.h"
 #include "dtrain/core/rng.h"
 #include "dtrain/model/gpt.h"
-#include "dtrain/model/gpt_decoder.h"
 #include "gradcheck.h"
 #include "random_tokens.h"
 #include "reference_llama.h"
@@ -180,12 +179,6 @@ TEST(LlamaModel, LogitsAtOrBeforeTDoNotDependOnLaterTokens) {
   model.forward(tokens, {}, 1, T);
   const float* after = model.activations().head().logits;
   for (int64_t i = 0; i < (T - 1) * g.vocab; ++i) EXPECT_EQ(after[i], before[i]) << i;
-}
-
-TEST(LlamaModel, SamplingRefusesTheFamilyForNow) {
-  const GptConfig g = small_llama(2, false);
-  std::vector<float> params(static_cast<size_t>(gpt_param_count(g)));
-  EXPECT_THROW(GptDecoder(g, params), Error);
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // block keeps the keys and values of every position fed so far, so a new token costs one row of
 // each linear and an attention over the cached positions instead of a forward over the whole
 // prefix. Reads the serial parameter layout (gpt_param_table); the same ops as GptModel for the
-// LayerNorms, linears and GELU.
+// LayerNorms, linears and GELU; for the Llama family RMSNorm, RoPE at each position, a cache of
+// the --kv-heads heads only (grouped-query attention) and SwiGLU.
 #pragma once
 
 #include <cstdint>
@@ -29,12 +30,14 @@ class GptDecoder {
  private:
   const float* param(int index) const;
   void block(int64_t l);  // x_ through block l at position pos_, caching its k and v
+  void norm(const float* w, const float* b);  // ln_ = the family's norm of x_
+  int64_t kv_width() const;                   // the cached columns per position: NKV HS
 
   GptConfig config_;
   ParamTable table_;
   std::span<const float> params_;
   int64_t pos_ = 0;
-  std::vector<float> k_cache_, v_cache_;                                  // (L, context, C) each
+  std::vector<float> k_cache_, v_cache_;  // (L, context, NKV HS) each
   std::vector<float> x_, ln_, qkv_, att_, proj_, fc_, fc_gelu_, scores_;  // one position's
   std::vector<float> logits_;                                             // (V)
   float mean_ = 0, rstd_ = 0;

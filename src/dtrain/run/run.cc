@@ -258,8 +258,8 @@ void check_memory(const EngineConfig& c, const LayoutOptions& o) {
 
 // What an MoE model does not run with.
 // The Llama family runs on one rank, over DP with ZeRO 0-3, over pipelines with every schedule
-// and over TP (with SP) so far (fp32 and bf16, every recompute mode); the other cuts and the
-// Hugging Face formats refuse it up front, each naming its flag.
+// and over TP (with SP) so far (fp32 and bf16, every recompute mode); CP and EP refuse it up
+// front, each naming its flag.
 void check_llama_layout(const TrainOptions& o, const model::GptConfig& m) {
   if (!m.llama()) return;
   const LayoutOptions& l = o.layout;
