@@ -245,9 +245,9 @@ void add_train(CLI::App& app) {
       "Train the GPT model on one rank or on a DP x TP x PP mesh of ranks (--dp, --tp, --pp, "
       "--zero), as threads or as MPI processes (--backend mpi under mpirun); byte-level text or "
       "a token file (llm.c's or a raw uint16 .bin), the default corpus ships in data/");
-  auto* model_flag =
-      cmd->add_option("--model", o.model, "Model preset: tiny, bench, wide or llama-tiny")
-          ->capture_default_str();
+  auto* model_flag = cmd->add_option("--model", o.model,
+                                     "Model preset: tiny, bench, wide, llama-tiny or llama-small")
+                         ->capture_default_str();
   auto* vocab = cmd->add_option(
       "--vocab", f->vocab,
       "Vocabulary size V (>= 256 for bytes; default: preset). With a token file: the "

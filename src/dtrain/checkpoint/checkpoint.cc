@@ -758,41 +758,6 @@ LoadedCheckpoint load_checkpoint(const std::string& path, std::string_view flag)
   return out;
 }
 
-std::vector<std::string> model_differences(const model::GptConfig& checkpoint,
-                                           const model::GptConfig& run, bool training_settings) {
-  std::vector<std::string> out;
-  const auto differ = [&](const char* name, auto was, auto now) {
-    if (was != now) out.push_back(str(name, " ", was, " (this run: ", now, ")"));
-  };
-  differ("vocab", checkpoint.vocab, run.vocab);
-  differ("context", checkpoint.context, run.context);
-  differ("layers", checkpoint.layers, run.layers);
-  differ("heads", checkpoint.heads, run.heads);
-  differ("channels", checkpoint.channels, run.channels);
-  differ("family", name(checkpoint.family), name(run.family));
-  if (checkpoint.llama() && run.llama()) {
-    differ("kv-heads", checkpoint.kv_heads_or_heads(), run.kv_heads_or_heads());
-    differ("ffn-hidden", checkpoint.ffn(), run.ffn());
-    differ("rope-theta", checkpoint.rope_theta, run.rope_theta);
-    differ("norm-eps", checkpoint.norm_eps, run.norm_eps);
-    differ("tie-embeddings", checkpoint.tie_embeddings, run.tie_embeddings);
-  }
-  const model::MoeConfig &a = checkpoint.moe, &b = run.moe;
-  if (a.enabled() != b.enabled()) {
-    out.push_back(a.enabled() ? str("experts ", a.experts, " (this run: dense)")
-                              : str("dense (this run: experts ", b.experts, ")"));
-    return out;
-  }
-  if (!a.enabled()) return out;
-  differ("experts", a.experts, b.experts);
-  differ("top-k", a.top_k, b.top_k);
-  differ("moe-every", a.every, b.every);
-  if (!training_settings) return out;
-  differ("capacity-factor", a.capacity_factor, b.capacity_factor);
-  differ("aux-loss-coef", a.aux_loss_coef, b.aux_loss_coef);
-  return out;
-}
-
 void check_compatible(const LoadedCheckpoint& c, const model::GptConfig& model, int64_t batch,
                       int64_t seq, std::string_view flag, bool allow_setting_changes) {
   const std::string manifest = (fs::path(c.dir) / kManifestName).string();

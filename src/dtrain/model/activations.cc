@@ -3,6 +3,7 @@
 #include "dtrain/model/activations.h"
 
 #include "dtrain/core/check.h"
+#include "dtrain/model/block_ops.h"
 #include "dtrain/model/tp_shard.h"
 
 namespace dtrain::model {
@@ -26,17 +27,7 @@ class BasicCarver {
 };
 using Carver = BasicCarver<float>;
 
-// A block's widths on one TP rank: the qkv product's columns ([q | k | v]: 3C for GPT, (NH + 2
-// NKV) HS for Llama), the MLP's first product's (GPT's 4C, Llama's [gate | up] 2F) and its
-// activation's output (4C, F).
-struct BlockWidths {
-  int64_t qkv = 0, fc = 0, act = 0;
-};
-BlockWidths block_widths(const GptConfig& g, int tp) {
-  const int64_t qkv = (g.heads + 2 * g.kv_heads_or_heads()) * g.head_size();
-  const int64_t F = g.ffn();
-  return {qkv / tp, (g.llama() ? 2 * F : F) / tp, F / tp};
-}
+using block::Widths;
 
 // Which of a block's tensors to carve: those `recompute` keeps in the block, or those it
 // drops (the workspace's scratch). The two together are the whole block of Recompute::none.
@@ -52,7 +43,7 @@ void carve_layer(LayerActivations& a, Carver& c, const GptConfig& g, int64_t B, 
                  int64_t rows, Recompute recompute, Part part, bool blockwise) {
   const int64_t BT = B * T, C = g.channels;
   const int64_t C_local = C / tp, NH_local = g.heads / tp;
-  const BlockWidths w = block_widths(g, tp);
+  const Widths w = block::widths(g, tp);
   const bool means = !g.llama();  // RMSNorm keeps 1/rms alone
   const bool full = recompute == Recompute::full;
   const bool scores = recompute != Recompute::none;  // selective and full drop the softmax
@@ -84,7 +75,7 @@ void carve_layer(LayerActivations& a, Carver& c, const GptConfig& g, int64_t B, 
 void carve_packed(PackedLayer& a, BasicCarver<bf16>& c, const GptConfig& g, int64_t B, int64_t T,
                   int tp, int64_t rows) {
   const int64_t BT = B * T, C = g.channels, C_local = C / tp;
-  const BlockWidths w = block_widths(g, tp);
+  const Widths w = block::widths(g, tp);
   a.ln1_out = c.take(rows * C);
   a.qkv = c.take(BT * w.qkv);
   a.atty = c.take(BT * C_local);
@@ -189,7 +180,7 @@ GptWorkspace::GptWorkspace(const GptConfig& g, int64_t B, int64_t T, MemoryTrack
   if (sequence_parallel) check_sequence_parallel(B, T, tp);
   const int64_t rows = sequence_parallel ? B * T / tp : B * T;
   const int64_t BT = B * T, BTC = BT * g.channels;
-  const BlockWidths w = block_widths(g, tp);
+  const Widths w = block::widths(g, tp);
   auto carve = [&](Carver& c) {
     dres = c.take(BTC);
     d_btc1 = c.take(BTC);

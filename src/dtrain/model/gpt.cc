@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dtrain/core/check.h"
+#include "dtrain/model/block_ops.h"
 #include "dtrain/model/cp_route_group.h"
 #include "dtrain/model/moe_dispatch.h"
 #include "dtrain/model/ops/attention.h"
@@ -25,11 +26,15 @@
 #include "dtrain/model/tp_shard.h"
 
 namespace dtrain::model {
-namespace {
 
-void zero(float* p, int64_t count) {
-  std::memset(p, 0, static_cast<size_t>(count) * sizeof(float));
-}
+using block::matmul_backward_or_keep;
+using block::norm_backward;
+using block::norm_forward;
+using block::Widths;
+using block::widths;
+using block::zero;
+
+namespace {
 
 void check_batch(std::span<const int32_t> ids, int64_t BT, int64_t V, const char* what) {
   DTRAIN_CHECK(static_cast<int64_t>(ids.size()) == BT, what, ": expected ", BT,
@@ -64,53 +69,6 @@ class RecomputingScope {
   ContextParallelHooks& cp_;
   bool& rerunning_;
 };
-
-// One linear's backward over BT rows: fused (matmul_backward) when `kept` is null; else only its
-// input half, with the output gradient copied to `kept` for the weight half later (a split
-// backward's W: matmul_backward is exactly its _input and _weight halves).
-void matmul_backward_or_keep(float* dinp, float* dweight, float* dbias, const float* dout,
-                             const float* inp, const float* weight, int64_t BT, int64_t in,
-                             int64_t out, float* kept, const Compute& cx) {
-  if (kept == nullptr) {
-    matmul_backward(dinp, dweight, dbias, dout, inp, weight, BT, in, out, cx);
-    return;
-  }
-  matmul_backward_input(dinp, dout, weight, BT, in, out, cx);
-  std::memcpy(kept, dout, static_cast<size_t>(BT * out) * sizeof(float));
-}
-
-// The block's norm: GPT's LayerNorm (mean, 1/std, bias) or Llama's RMSNorm (1/rms; mean and
-// bias unused, null).
-void norm_forward(const GptConfig& g, float* out, float* mean, float* rstd, const float* in,
-                  const float* w, const float* b, int64_t B, int64_t T, int64_t C,
-                  const Compute& cx) {
-  if (g.llama()) {
-    rmsnorm_forward(out, rstd, in, w, B * T, C, g.norm_eps, cx);
-  } else {
-    layernorm_forward(out, mean, rstd, in, w, b, B, T, C, cx);
-  }
-}
-
-void norm_backward(const GptConfig& g, float* dinp, float* dw, float* db, const float* dout,
-                   const float* in, const float* w, const float* mean, const float* rstd, int64_t B,
-                   int64_t T, int64_t C) {
-  if (g.llama()) {
-    rmsnorm_backward(dinp, dw, dout, in, w, rstd, B * T, C);
-  } else {
-    layernorm_backward(dinp, dw, db, dout, in, w, mean, rstd, B, T, C);
-  }
-}
-
-// A block's product widths on one TP rank: qkv's [q | k | v], the MLP's first product (GPT's 4C,
-// Llama's [gate | up] 2F) and its activation's output (4C, F).
-struct Widths {
-  int64_t qkv, fc, act;
-};
-Widths widths(const GptConfig& g, int tp) {
-  const int64_t F = g.ffn();
-  return {(g.heads + 2 * g.kv_heads_or_heads()) * g.head_size() / tp, (g.llama() ? 2 * F : F) / tp,
-          F / tp};
-}
 
 }  // namespace
 
@@ -725,130 +683,4 @@ int64_t GptModel::sp_rows(const GptActivations& acts) const {
 //   ln1 (slice) -> f: all-gather -> qkv, attention, proj (full rows, local heads) -> g:
 //   reduce-scatter -> residual (slice); the same for the MLP. ws.d_btc2 holds the gathered LN
 //   output and then the scattered linear output; ws.d_btc1 the row-parallel output before g.
-void GptModel::block_forward_sp(const GptActivations& acts, GptWorkspace& ws, int64_t l,
-                                const LayerActivations& a, float* out) {
-  using Site = TensorParallelHooks::SpSite;
-  const int64_t B = acts.batch(), T = acts.seq(), C = config_.channels;
-  const int64_t BT = B * T, rows = sp_rows(acts);
-  const int64_t C_local = C / tp_->size(), NH_local = config_.heads / tp_->size();
-  const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
-  const Widths wd = widths(config_, tp_->size());
-  float* full = ws.d_btc2;        // (B, T, C) gathered LN output; then (rows, C) g's output
-  float* linear_out = ws.d_btc1;  // (B, T, C) row-parallel output before g
-  const Compute& cx = cx_;
-
-  // attention: ln2_in = x + proj(attention(ln1(x))), x and ln2_in on this rank's rows
-  norm_forward(config_, a.ln1_out, a.ln1_mean, a.ln1_rstd, a.ln1_in, w.ln1_w, w.ln1_b, 1, rows, C,
-               cx);
-  tp_->sp_all_gather(full, a.ln1_out, rows * C, Site::block_forward);  // f
-  matmul_forward(a.qkv, full, w.qkv_w, w.qkv_b, BT, C, wd.qkv, cx);
-  if (config_.llama()) {
-    rope_forward(a.qkv, rope_table(T), B, T,
-                 (config_.heads + config_.kv_heads_or_heads()) / tp_->size(), wd.qkv, cx);
-  }
-  attention_core_forward(acts, l, a, B, T, C_local, NH_local);
-  matmul_forward(linear_out, a.atty, w.proj_w, nullptr, BT, C_local, C, cx);
-  tp_->sp_reduce_scatter(full, linear_out, rows * C, Site::block_forward);  // g
-  residual_forward(a.ln2_in, a.ln1_in, full, w.proj_b, rows, C, cx);
-
-  // MLP: x_next = ln2_in + fc_proj(gelu(fc(ln2(ln2_in))))
-  norm_forward(config_, a.ln2_out, a.ln2_mean, a.ln2_rstd, a.ln2_in, w.ln2_w, w.ln2_b, 1, rows, C,
-               cx);
-  tp_->sp_all_gather(full, a.ln2_out, rows * C, Site::block_forward);  // f
-  if (w.moe_router_w != nullptr) {
-    // Routed: the replicated router and the TP-split experts on the gathered rows; the experts'
-    // g (an all-reduce of their rows) leaves the combined output whole, so this rank's rows are
-    // taken from it where a dense block reduce-scatters.
-    moe_mlp_forward(acts, l, full, linear_out);
-    residual_forward(out, a.ln2_in, linear_out + tp_->rank() * rows * C, nullptr, rows, C, cx);
-    return;
-  }
-  matmul_forward(a.fc, full, w.fc_w, w.fc_b, BT, C, wd.fc, cx);
-  if (config_.llama()) {
-    swiglu_forward(a.fc_gelu, a.fc, BT, wd.act, cx);
-  } else {
-    gelu_forward(a.fc_gelu, a.fc, BT * wd.act, cx);
-  }
-  matmul_forward(linear_out, a.fc_gelu, w.fc_proj_w, nullptr, BT, wd.act, C, cx);
-  tp_->sp_reduce_scatter(full, linear_out, rows * C, Site::block_forward);  // g
-  residual_forward(out, a.ln2_in, full, w.fc_proj_b, rows, C, cx);
-}
-
-// block_backward under sequence parallelism; ws.dres holds this rank's rows. Each g's
-// conjugate all-gathers dres before the row-parallel linear's backward (so its bias gradient
-// sums all B*T rows, whole on every rank); the stored LN-output slice is all-gathered again for
-// the column-parallel weight gradient (Korthikanti et al. 2022, §4.2.2), and f's conjugate
-// reduce-scatters the LN output's gradient to the rows. The LayerNorms' weight and bias
-// gradients are this slice's only: parallel::sp_all_reduce_layernorm_grads completes them.
-void GptModel::block_backward_sp(GptActivations& acts, GptWorkspace& ws, int64_t l,
-                                 BlockOutputGrads* keep) {
-  using Site = TensorParallelHooks::SpSite;
-  const int64_t B = acts.batch(), T = acts.seq(), C = config_.channels;
-  const int64_t BT = B * T, rows = sp_rows(acts);
-  const int64_t C_local = C / tp_->size(), NH_local = config_.heads / tp_->size();
-  const LayerWeights& w = w_.layers[static_cast<size_t>(l)];
-  const LayerWeights& dw = dw_.layers[static_cast<size_t>(l)];
-  const Widths wd = widths(config_, tp_->size());
-  const LayerActivations a = block_tensors(acts, ws, l);
-  unpack_block(acts, l, a);
-  recompute_block(acts, ws, l, a);
-  const Compute& cx = cx_;
-  float* dres = ws.dres;     // (rows, C): d block output on entry, d block input on exit
-  float* full = ws.d_btc2;   // (B, T, C): gathered dres, gathered LN output; (rows, C) dln slice
-  float* dfull = ws.d_btc1;  // (B, T, C): d LN output (partial); datty before it
-
-  // With `keep` (split), W re-gathers the LN outputs its weight gradients read, so B skips
-  // the re-gathers (block_backward_weight).
-  // MLP
-  tp_->sp_all_gather(full, dres, rows * C, Site::block_backward);  // g's conjugate
-  if (w.moe_router_w != nullptr) {
-    // The router's backward reads all rows of the LN output: re-gathered, as the dense block's
-    // fc weight gradient does. The experts all-reduce their inputs' gradients, so dln is whole
-    // (no reduce-scatter): this rank's rows go to the LayerNorm.
-    std::vector<float> x(static_cast<size_t>(BT * C));
-    tp_->sp_all_gather(x.data(), a.ln2_out, rows * C, Site::regather);
-    zero(dfull, BT * C);
-    moe_mlp_backward(acts, l, x.data(), full, dfull, keep != nullptr);
-    norm_backward(config_, dres, dw.ln2_w, dw.ln2_b, dfull + tp_->rank() * rows * C, a.ln2_in,
-                  w.ln2_w, a.ln2_mean, a.ln2_rstd, 1, rows, C);
-  } else {
-    zero(ws.dfc_gelu, BT * wd.act);
-    matmul_backward_or_keep(ws.dfc_gelu, dw.fc_proj_w, dw.fc_proj_b, full, a.fc_gelu, w.fc_proj_w,
-                            BT, wd.act, C, keep != nullptr ? keep->dfc_proj : nullptr, cx);
-    zero(ws.dfc, BT * wd.fc);
-    if (config_.llama()) {
-      swiglu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT, wd.act, cx);
-    } else {
-      gelu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT * wd.act, cx);
-    }
-    if (keep == nullptr) tp_->sp_all_gather(full, a.ln2_out, rows * C, Site::regather);
-    zero(dfull, BT * C);
-    matmul_backward_or_keep(dfull, dw.fc_w, dw.fc_b, ws.dfc, full, w.fc_w, BT, C, wd.fc,
-                            keep != nullptr ? keep->dfc : nullptr, cx);
-    tp_->sp_reduce_scatter(full, dfull, rows * C, Site::block_backward);  // f's conjugate
-    norm_backward(config_, dres, dw.ln2_w, dw.ln2_b, full, a.ln2_in, w.ln2_w, a.ln2_mean,
-                  a.ln2_rstd, 1, rows, C);
-  }
-
-  // attention
-  tp_->sp_all_gather(full, dres, rows * C, Site::block_backward);  // g's conjugate
-  float* datty = dfull;                                            // (B, T, C_local)
-  zero(datty, BT * C_local);
-  matmul_backward_or_keep(datty, dw.proj_w, dw.proj_b, full, a.atty, w.proj_w, BT, C_local, C,
-                          keep != nullptr ? keep->dproj : nullptr, cx);
-  zero(ws.dqkv, BT * wd.qkv);
-  attention_core_backward(acts, ws, l, a, datty, B, T, C_local, NH_local);
-  if (config_.llama()) {
-    rope_backward(ws.dqkv, rope_table(T), B, T,
-                  (config_.heads + config_.kv_heads_or_heads()) / tp_->size(), wd.qkv, cx);
-  }
-  if (keep == nullptr) tp_->sp_all_gather(full, a.ln1_out, rows * C, Site::regather);
-  zero(dfull, BT * C);
-  matmul_backward_or_keep(dfull, dw.qkv_w, dw.qkv_b, ws.dqkv, full, w.qkv_w, BT, C, wd.qkv,
-                          keep != nullptr ? keep->dqkv : nullptr, cx);
-  tp_->sp_reduce_scatter(full, dfull, rows * C, Site::block_backward);  // f's conjugate
-  norm_backward(config_, dres, dw.ln1_w, dw.ln1_b, full, a.ln1_in, w.ln1_w, a.ln1_mean, a.ln1_rstd,
-                1, rows, C);
-}
-
 }  // namespace dtrain::model

@@ -31,6 +31,19 @@ const std::vector<GptPreset>& gpt_presets() {
        8,
        "a Llama block (RMSNorm, SwiGLU, RoPE, 2 K/V heads for 4 query heads, untied head): "
        "trains in seconds"},
+      {"llama-small",
+       {.vocab = 256,
+        .context = 128,
+        .layers = 4,
+        .heads = 8,
+        .channels = 256,
+        .family = ModelFamily::llama,
+        .kv_heads = 2,
+        .ffn_hidden = 704,
+        .rope_theta = 500000.0f},
+       8,
+       "Llama 3's shape at 3.0M parameters: 8 query heads sharing 2 K/V heads, SwiGLU of "
+       "about 8/3 C, theta 500000, untied head"},
   };
   return presets;
 }

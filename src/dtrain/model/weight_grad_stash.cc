@@ -3,6 +3,7 @@
 #include "dtrain/model/weight_grad_stash.h"
 
 #include "dtrain/core/check.h"
+#include "dtrain/model/block_ops.h"
 
 namespace dtrain::model {
 
@@ -12,10 +13,9 @@ WeightGradStash::WeightGradStash(const GptConfig& config, int64_t B, int64_t T,
   DTRAIN_CHECK(tp > 0 && config.channels % tp == 0, "WeightGradStash: tp ", tp,
                " does not divide C ", config.channels);
   const int64_t BT = B * T, C = config.channels;
-  // The qkv product's columns ([q | k | v]: 3C, or Llama's (NH + 2 NKV) HS) and the MLP's first
-  // product's (GPT's 4C, Llama's [gate | up] 2F), on this TP rank.
-  const int64_t qkv = (config.heads + 2 * config.kv_heads_or_heads()) * config.head_size() / tp;
-  const int64_t fc = (config.llama() ? 2 * config.ffn() : config.ffn()) / tp;
+  // The qkv product's columns and the MLP's first product's, on this TP rank.
+  const block::Widths w = block::widths(config, tp);
+  const int64_t qkv = w.qkv, fc = w.fc;
   const int64_t per_layer = BT * (qkv + C + fc + C);
   storage_ = Buffer<float>(per_layer * layers.count, MemoryTag::activations, tracker);
   float* p = storage_.data();

@@ -1,0 +1,47 @@
+// The block pieces of block_ops.h.
+#include "dtrain/model/block_ops.h"
+
+#include "dtrain/model/ops/layernorm.h"
+#include "dtrain/model/ops/matmul.h"
+#include "dtrain/model/ops/rmsnorm.h"
+
+namespace dtrain::model::block {
+
+void matmul_backward_or_keep(float* dinp, float* dweight, float* dbias, const float* dout,
+                             const float* inp, const float* weight, int64_t BT, int64_t in,
+                             int64_t out, float* kept, const Compute& cx) {
+  if (kept == nullptr) {
+    matmul_backward(dinp, dweight, dbias, dout, inp, weight, BT, in, out, cx);
+    return;
+  }
+  matmul_backward_input(dinp, dout, weight, BT, in, out, cx);
+  std::memcpy(kept, dout, static_cast<size_t>(BT * out) * sizeof(float));
+}
+
+void norm_forward(const GptConfig& g, float* out, float* mean, float* rstd, const float* in,
+                  const float* w, const float* b, int64_t B, int64_t T, int64_t C,
+                  const Compute& cx) {
+  if (g.llama()) {
+    rmsnorm_forward(out, rstd, in, w, B * T, C, g.norm_eps, cx);
+  } else {
+    layernorm_forward(out, mean, rstd, in, w, b, B, T, C, cx);
+  }
+}
+
+void norm_backward(const GptConfig& g, float* dinp, float* dw, float* db, const float* dout,
+                   const float* in, const float* w, const float* mean, const float* rstd, int64_t B,
+                   int64_t T, int64_t C) {
+  if (g.llama()) {
+    rmsnorm_backward(dinp, dw, dout, in, w, rstd, B * T, C);
+  } else {
+    layernorm_backward(dinp, dw, db, dout, in, w, mean, rstd, B, T, C);
+  }
+}
+
+Widths widths(const GptConfig& g, int tp) {
+  const int64_t F = g.ffn();
+  return {(g.heads + 2 * g.kv_heads_or_heads()) * g.head_size() / tp, (g.llama() ? 2 * F : F) / tp,
+          F / tp};
+}
+
+}  // namespace dtrain::model::block
