@@ -17,6 +17,7 @@
 #include "dtrain/model/ops/swiglu.h"
 #include "dtrain/model/thread_team.h"
 #include "gradcheck.h"
+#include "reference_llama.h"
 
 namespace dtrain::model {
 namespace {
@@ -69,38 +70,6 @@ Vec rope_ref(const Vec& x, const std::vector<int64_t>& pos, int64_t B, int64_t T
               static_cast<double>(pos[static_cast<size_t>(t)]) * std::pow(theta, -2.0 * i / HS);
           const double rotated = d < half ? -v[d + half] : v[d - half];
           o[d] = v[d] * std::cos(angle) + rotated * std::sin(angle);
-        }
-      }
-    }
-  }
-  return out;
-}
-
-// Causal attention with query head h reading K/V head h / (NH / NKV) (repeat_kv).
-Vec gqa_ref(const Vec& qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
-  const int64_t C = NH * HS, W = (NH + 2 * NKV) * HS;
-  Vec out(static_cast<size_t>(B * T * C), 0.0);
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t h = 0; h < NH; ++h) {
-      const int64_t g = h / (NH / NKV);
-      for (int64_t i = 0; i < T; ++i) {
-        std::vector<double> score(static_cast<size_t>(i + 1));
-        double mx = -1e300;
-        for (int64_t j = 0; j <= i; ++j) {
-          double dot = 0;
-          for (int64_t d = 0; d < HS; ++d) {
-            dot += qkv[(b * T + i) * W + h * HS + d] * qkv[(b * T + j) * W + C + g * HS + d];
-          }
-          score[static_cast<size_t>(j)] = dot / std::sqrt(static_cast<double>(HS));
-          mx = std::max(mx, score[static_cast<size_t>(j)]);
-        }
-        double total = 0;
-        for (double& s : score) total += (s = std::exp(s - mx));
-        for (int64_t j = 0; j <= i; ++j) {
-          for (int64_t d = 0; d < HS; ++d) {
-            out[(b * T + i) * C + h * HS + d] += score[static_cast<size_t>(j)] / total *
-                                                 qkv[(b * T + j) * W + C + NKV * HS + g * HS + d];
-          }
         }
       }
     }
@@ -207,11 +176,11 @@ void check_gqa(int64_t NH, int64_t NKV, int threads) {
   std::vector<float> out(B * T * C), att(B * NH * T * T);
   gqa_attention_forward(out.data(), att.data(), qkv.data(), B, T, NH, NKV, HS, cx);
   Vec qd = to_double(qkv);
-  expect_close(out, gqa_ref(qd, B, T, NH, NKV, HS), 1e-5, 1e-5, "forward");
+  expect_close(out, ref::gqa_attention(qd, B, T, NH, NKV, HS), 1e-5, 1e-5, "forward");
   std::vector<float> dqkv(B * T * W, kPrefill), scratch(static_cast<size_t>(threads * T * T));
   gqa_attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, NH,
                          NKV, HS, cx);
-  auto loss = [&] { return weighted_sum(gqa_ref(qd, B, T, NH, NKV, HS), dout); };
+  auto loss = [&] { return weighted_sum(ref::gqa_attention(qd, B, T, NH, NKV, HS), dout); };
   expect_close(minus(dqkv, kPrefill), numeric_gradient(loss, qd), 1e-4, 2e-5, "dqkv");
 }
 

@@ -39,6 +39,39 @@ inline void rope_row(double* row, int64_t heads, int64_t HS, int64_t t, double t
   }
 }
 
+// Causal attention with query head h reading K/V head h / (NH / NKV) (repeat_kv).
+inline Vec gqa_attention(const Vec& qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                         int64_t HS) {
+  const int64_t C = NH * HS, W = (NH + 2 * NKV) * HS;
+  Vec out(static_cast<size_t>(B * T * C), 0.0);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < NH; ++h) {
+      const int64_t g = h / (NH / NKV);
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> score(static_cast<size_t>(i + 1));
+        double mx = -1e300;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < HS; ++d) {
+            dot += qkv[(b * T + i) * W + h * HS + d] * qkv[(b * T + j) * W + C + g * HS + d];
+          }
+          score[static_cast<size_t>(j)] = dot / std::sqrt(static_cast<double>(HS));
+          mx = std::max(mx, score[static_cast<size_t>(j)]);
+        }
+        double total = 0;
+        for (double& s : score) total += (s = std::exp(s - mx));
+        for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t d = 0; d < HS; ++d) {
+            out[(b * T + i) * C + h * HS + d] += score[static_cast<size_t>(j)] / total *
+                                                 qkv[(b * T + j) * W + C + NKV * HS + g * HS + d];
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
 inline Vec llama_logits(const GptConfig& g, const ParamTable& table, const Vec& params,
                         const std::vector<int32_t>& tokens, int64_t B, int64_t T) {
   const int64_t C = g.channels, BT = B * T, NH = g.heads, NKV = g.kv_heads_or_heads();
@@ -57,34 +90,7 @@ inline Vec llama_logits(const GptConfig& g, const ParamTable& table, const Vec& 
     Vec qkv = matmul(n1, p(h + "attn.qkv.w"), nullptr, BT, C, W);
     for (int64_t r = 0; r < BT; ++r)
       rope_row(qkv.data() + r * W, NH + NKV, HS, r % T, g.rope_theta);
-    Vec y(static_cast<size_t>(BT * C), 0.0);
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t hd = 0; hd < NH; ++hd) {
-        const int64_t kv = hd / (NH / NKV);
-        for (int64_t i = 0; i < T; ++i) {
-          std::vector<double> score(static_cast<size_t>(i + 1));
-          double mx = -1e300;
-          for (int64_t j = 0; j <= i; ++j) {
-            double dot = 0;
-            for (int64_t d = 0; d < HS; ++d) {
-              dot +=
-                  qkv[(b * T + i) * W + hd * HS + d] * qkv[(b * T + j) * W + NH * HS + kv * HS + d];
-            }
-            score[static_cast<size_t>(j)] = dot / std::sqrt(static_cast<double>(HS));
-            mx = std::max(mx, score[static_cast<size_t>(j)]);
-          }
-          double total = 0;
-          for (double& s : score) total += (s = std::exp(s - mx));
-          for (int64_t j = 0; j <= i; ++j) {
-            for (int64_t d = 0; d < HS; ++d) {
-              y[(b * T + i) * C + hd * HS + d] +=
-                  score[static_cast<size_t>(j)] / total *
-                  qkv[(b * T + j) * W + (NH + NKV) * HS + kv * HS + d];
-            }
-          }
-        }
-      }
-    }
+    const Vec y = gqa_attention(qkv, B, T, NH, NKV, HS);
     const Vec proj = matmul(y, p(h + "attn.proj.w"), nullptr, BT, C, C);
     for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
     const Vec n2 = rmsnorm(x, p(h + "ln2.w"), BT, C, eps);

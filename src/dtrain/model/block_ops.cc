@@ -1,9 +1,11 @@
 // The block pieces of block_ops.h.
 #include "dtrain/model/block_ops.h"
 
+#include "dtrain/model/ops/gelu.h"
 #include "dtrain/model/ops/layernorm.h"
 #include "dtrain/model/ops/matmul.h"
 #include "dtrain/model/ops/rmsnorm.h"
+#include "dtrain/model/ops/swiglu.h"
 
 namespace dtrain::model::block {
 
@@ -42,6 +44,24 @@ Widths widths(const GptConfig& g, int tp) {
   const int64_t F = g.ffn();
   return {(g.heads + 2 * g.kv_heads_or_heads()) * g.head_size() / tp, (g.llama() ? 2 * F : F) / tp,
           F / tp};
+}
+
+void activation_forward(const GptConfig& g, float* out, const float* fc, int64_t rows,
+                        const Widths& w, const Compute& cx) {
+  if (g.llama()) {
+    swiglu_forward(out, fc, rows, w.act, cx);
+  } else {
+    gelu_forward(out, fc, rows * w.act, cx);
+  }
+}
+
+void activation_backward(const GptConfig& g, float* dfc, const float* fc, const float* dout,
+                         int64_t rows, const Widths& w, const Compute& cx) {
+  if (g.llama()) {
+    swiglu_backward(dfc, fc, dout, rows, w.act, cx);
+  } else {
+    gelu_backward(dfc, fc, dout, rows * w.act, cx);
+  }
 }
 
 }  // namespace dtrain::model::block

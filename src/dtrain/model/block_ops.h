@@ -38,4 +38,11 @@ struct Widths {
 };
 Widths widths(const GptConfig& g, int tp);
 
+// The MLP's activation over `rows` rows: GPT's GELU of the fc output, Llama's silu(gate) * up of
+// [gate | up]; its backward accumulates into dfc.
+void activation_forward(const GptConfig& g, float* out, const float* fc, int64_t rows,
+                        const Widths& w, const Compute& cx);
+void activation_backward(const GptConfig& g, float* dfc, const float* fc, const float* dout,
+                         int64_t rows, const Widths& w, const Compute& cx);
+
 }  // namespace dtrain::model::block

@@ -15,13 +15,9 @@
 #include "dtrain/model/ops/attention.h"
 #include "dtrain/model/ops/crossentropy.h"
 #include "dtrain/model/ops/encoder.h"
-#include "dtrain/model/ops/gelu.h"
-#include "dtrain/model/ops/layernorm.h"
 #include "dtrain/model/ops/matmul.h"
 #include "dtrain/model/ops/moe.h"
 #include "dtrain/model/ops/residual.h"
-#include "dtrain/model/ops/rmsnorm.h"
-#include "dtrain/model/ops/swiglu.h"
 #include "dtrain/model/ops/vocab_parallel.h"
 #include "dtrain/model/tp_shard.h"
 
@@ -81,6 +77,19 @@ const RopeTable& GptModel::rope_table(int64_t T) {
     rope_seq_ = T;
   }
   return rope_;
+}
+
+void GptModel::rotate_qk(float* qkv, int64_t B, int64_t T, bool backward) {
+  if (!config_.llama()) return;
+  // Kept rotated: what attention reads in forward and backward.
+  const int tp = tp_->size();
+  const int64_t heads = (config_.heads + config_.kv_heads_or_heads()) / tp;
+  const int64_t row = block::widths(config_, tp).qkv;
+  if (backward) {
+    rope_backward(qkv, rope_table(T), B, T, heads, row, cx_);
+  } else {
+    rope_forward(qkv, rope_table(T), B, T, heads, row, cx_);
+  }
 }
 
 int64_t GptModel::vocab_local() const {
@@ -304,12 +313,7 @@ void GptModel::block_forward_dense(const GptActivations& acts, GptWorkspace& ws,
   const Widths wd = widths(config_, tp_->size());
   norm_forward(config_, a.ln1_out, a.ln1_mean, a.ln1_rstd, a.ln1_in, w.ln1_w, w.ln1_b, B, T, C, cx);
   matmul_forward(a.qkv, a.ln1_out, w.qkv_w, w.qkv_b, BT, C, wd.qkv, cx);  // f: identity
-  if (config_.llama()) {
-    // Rotary positions on q and k (the first NH + NKV heads of each row), kept rotated: what
-    // attention reads in forward and backward.
-    rope_forward(a.qkv, rope_table(T), B, T,
-                 (config_.heads + config_.kv_heads_or_heads()) / tp_->size(), wd.qkv, cx);
-  }
+  rotate_qk(a.qkv, B, T, false);
   attention_core_forward(acts, l, a, B, T, C_local, NH_local);
   matmul_forward(linear_out, a.atty, w.proj_w, nullptr, BT, C_local, C, cx);
   tp_->g_forward(linear_out, BT * C);
@@ -323,11 +327,7 @@ void GptModel::block_forward_dense(const GptActivations& acts, GptWorkspace& ws,
     return;
   }
   matmul_forward(a.fc, a.ln2_out, w.fc_w, w.fc_b, BT, C, wd.fc, cx);  // f: identity
-  if (config_.llama()) {
-    swiglu_forward(a.fc_gelu, a.fc, BT, wd.act, cx);
-  } else {
-    gelu_forward(a.fc_gelu, a.fc, BT * wd.act, cx);
-  }
+  block::activation_forward(config_, a.fc_gelu, a.fc, BT, wd, cx);
   matmul_forward(linear_out, a.fc_gelu, w.fc_proj_w, nullptr, BT, wd.act, C, cx);
   tp_->g_forward(linear_out, BT * C);
   residual_forward(out, a.ln2_in, linear_out, w.fc_proj_b, BT, C, cx);
@@ -489,11 +489,7 @@ void GptModel::block_backward_dense(GptActivations& acts, GptWorkspace& ws, int6
                             BT, wd.act, C, keep != nullptr ? keep->dfc_proj : nullptr,
                             cx);  // g: identity
     zero(ws.dfc, BT * wd.fc);
-    if (config_.llama()) {
-      swiglu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT, wd.act, cx);
-    } else {
-      gelu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT * wd.act, cx);
-    }
+    block::activation_backward(config_, ws.dfc, a.fc, ws.dfc_gelu, BT, wd, cx);
     zero(dln, BT * C);
     matmul_backward_or_keep(dln, dw.fc_w, dw.fc_b, ws.dfc, a.ln2_out, w.fc_w, BT, C, wd.fc,
                             keep != nullptr ? keep->dfc : nullptr, cx);
@@ -509,11 +505,7 @@ void GptModel::block_backward_dense(GptActivations& acts, GptWorkspace& ws, int6
                           keep != nullptr ? keep->dproj : nullptr, cx);
   zero(ws.dqkv, BT * wd.qkv);
   attention_core_backward(acts, ws, l, a, datty, B, T, C_local, NH_local);
-  if (config_.llama()) {
-    // From the rotated q and k's gradients to the product's.
-    rope_backward(ws.dqkv, rope_table(T), B, T,
-                  (config_.heads + config_.kv_heads_or_heads()) / tp_->size(), wd.qkv, cx);
-  }
+  rotate_qk(ws.dqkv, B, T, true);
   zero(dln, BT * C);
   matmul_backward_or_keep(dln, dw.qkv_w, dw.qkv_b, ws.dqkv, a.ln1_out, w.qkv_w, BT, C, wd.qkv,
                           keep != nullptr ? keep->dqkv : nullptr, cx);

@@ -250,6 +250,9 @@ class GptModel {
   RopeTable rope_;                       // Llama: cos and sin of the last T's positions
   int64_t rope_seq_ = -1;
   const RopeTable& rope_table(int64_t T);
+  // Llama: rotary positions on q and k (the first NH + NKV heads of each qkv row, this TP
+  // rank's), or the inverse on their gradients; nothing for GPT.
+  void rotate_qk(float* qkv, int64_t B, int64_t T, bool backward);
   bool rerunning_ = false;  // inside full recompute's rerun of a block forward
   ExpertParallelHooks serial_ep_;
   ExpertParallelHooks* ep_;

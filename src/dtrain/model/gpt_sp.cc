@@ -5,11 +5,8 @@
 
 #include "dtrain/model/block_ops.h"
 #include "dtrain/model/gpt.h"
-#include "dtrain/model/ops/gelu.h"
 #include "dtrain/model/ops/matmul.h"
 #include "dtrain/model/ops/residual.h"
-#include "dtrain/model/ops/rope.h"
-#include "dtrain/model/ops/swiglu.h"
 
 namespace dtrain::model {
 
@@ -37,10 +34,7 @@ void GptModel::block_forward_sp(const GptActivations& acts, GptWorkspace& ws, in
                cx);
   tp_->sp_all_gather(full, a.ln1_out, rows * C, Site::block_forward);  // f
   matmul_forward(a.qkv, full, w.qkv_w, w.qkv_b, BT, C, wd.qkv, cx);
-  if (config_.llama()) {
-    rope_forward(a.qkv, rope_table(T), B, T,
-                 (config_.heads + config_.kv_heads_or_heads()) / tp_->size(), wd.qkv, cx);
-  }
+  rotate_qk(a.qkv, B, T, false);
   attention_core_forward(acts, l, a, B, T, C_local, NH_local);
   matmul_forward(linear_out, a.atty, w.proj_w, nullptr, BT, C_local, C, cx);
   tp_->sp_reduce_scatter(full, linear_out, rows * C, Site::block_forward);  // g
@@ -59,11 +53,7 @@ void GptModel::block_forward_sp(const GptActivations& acts, GptWorkspace& ws, in
     return;
   }
   matmul_forward(a.fc, full, w.fc_w, w.fc_b, BT, C, wd.fc, cx);
-  if (config_.llama()) {
-    swiglu_forward(a.fc_gelu, a.fc, BT, wd.act, cx);
-  } else {
-    gelu_forward(a.fc_gelu, a.fc, BT * wd.act, cx);
-  }
+  block::activation_forward(config_, a.fc_gelu, a.fc, BT, wd, cx);
   matmul_forward(linear_out, a.fc_gelu, w.fc_proj_w, nullptr, BT, wd.act, C, cx);
   tp_->sp_reduce_scatter(full, linear_out, rows * C, Site::block_forward);  // g
   residual_forward(out, a.ln2_in, full, w.fc_proj_b, rows, C, cx);
@@ -111,11 +101,7 @@ void GptModel::block_backward_sp(GptActivations& acts, GptWorkspace& ws, int64_t
     matmul_backward_or_keep(ws.dfc_gelu, dw.fc_proj_w, dw.fc_proj_b, full, a.fc_gelu, w.fc_proj_w,
                             BT, wd.act, C, keep != nullptr ? keep->dfc_proj : nullptr, cx);
     zero(ws.dfc, BT * wd.fc);
-    if (config_.llama()) {
-      swiglu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT, wd.act, cx);
-    } else {
-      gelu_backward(ws.dfc, a.fc, ws.dfc_gelu, BT * wd.act, cx);
-    }
+    block::activation_backward(config_, ws.dfc, a.fc, ws.dfc_gelu, BT, wd, cx);
     if (keep == nullptr) tp_->sp_all_gather(full, a.ln2_out, rows * C, Site::regather);
     zero(dfull, BT * C);
     matmul_backward_or_keep(dfull, dw.fc_w, dw.fc_b, ws.dfc, full, w.fc_w, BT, C, wd.fc,
@@ -133,10 +119,7 @@ void GptModel::block_backward_sp(GptActivations& acts, GptWorkspace& ws, int64_t
                           keep != nullptr ? keep->dproj : nullptr, cx);
   zero(ws.dqkv, BT * wd.qkv);
   attention_core_backward(acts, ws, l, a, datty, B, T, C_local, NH_local);
-  if (config_.llama()) {
-    rope_backward(ws.dqkv, rope_table(T), B, T,
-                  (config_.heads + config_.kv_heads_or_heads()) / tp_->size(), wd.qkv, cx);
-  }
+  rotate_qk(ws.dqkv, B, T, true);
   if (keep == nullptr) tp_->sp_all_gather(full, a.ln1_out, rows * C, Site::regather);
   zero(dfull, BT * C);
   matmul_backward_or_keep(dfull, dw.qkv_w, dw.qkv_b, ws.dqkv, full, w.qkv_w, BT, C, wd.qkv,
