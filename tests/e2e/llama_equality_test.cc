@@ -305,6 +305,68 @@ TEST(LlamaEquality, Bf16LayoutsMatchTheBf16SerialRun) {
   }
 }
 
+// Context parallelism with each algorithm: only the K/V heads travel (ring hops, the gathered
+// [K|V], Ulysses' all-to-alls of NKV / cp heads), each token rotated at its global position in
+// the balanced or contiguous split; against the serial run, every counter equal to plan/ (the
+// CP bytes and attention pairs by plan::cp_traffic_per_layer and causal_attention_pairs with
+// the K/V heads).
+TEST(LlamaEquality, ContextParallelWithEveryAlgorithmMatchesTheSerialRun) {
+  struct Case {
+    int dp, tp, cp, zero;
+    plan::CpAlgorithm algorithm;
+    int64_t kv_heads;
+    Recompute recompute;
+  };
+  using plan::CpAlgorithm;
+  const Case cases[] = {
+      {1, 1, 2, 0, CpAlgorithm::ring, 2, Recompute::none},
+      {1, 1, 2, 0, CpAlgorithm::all_gather, 2, Recompute::selective},
+      {1, 1, 2, 0, CpAlgorithm::ulysses, 2, Recompute::none},
+      {1, 1, 4, 0, CpAlgorithm::ring, 1, Recompute::full},
+      {1, 1, 4, 0, CpAlgorithm::all_gather, 2, Recompute::none},
+      {1, 1, 4, 0, CpAlgorithm::ulysses, 4, Recompute::none},
+      {1, 2, 2, 0, CpAlgorithm::ring, 2, Recompute::none},
+      {2, 1, 2, 1, CpAlgorithm::ulysses, 2, Recompute::full},
+  };
+  for (const Case& k : cases) {
+    StepConfig c = llama_config(k.recompute);
+    c.model.kv_heads = k.kv_heads;
+    const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
+    const e2e::Outcome serial = e2e::run_serial(c, data, kLr);
+    SCOPED_TRACE(::testing::Message() << "dp " << k.dp << " tp " << k.tp << " cp " << k.cp << " "
+                                      << plan::name(k.algorithm) << " kv " << k.kv_heads
+                                      << " recompute " << name(k.recompute));
+    LayoutOptions o;
+    o.dp = k.dp;
+    o.tp = k.tp;
+    o.cp = k.cp;
+    o.zero_stage = k.zero;
+    o.cp_algorithm = k.algorithm;
+    LayoutReport report;
+    const e2e::Outcome got = run_layout(c, o, data, report);
+    const e2e::Worst w = e2e::compare(c, serial, got);
+    std::printf(
+        "  llama dp %d tp %d cp %d %-10s kv %lld %-9s: loss %.1e params %.1e m %.1e "
+        "v %.1e\n",
+        k.dp, k.tp, k.cp, std::string(plan::name(k.algorithm)).c_str(),
+        static_cast<long long>(k.kv_heads), std::string(name(k.recompute)).c_str(), w.loss,
+        w.state[0], w.state[1], w.state[2]);
+    EXPECT_LE(w.loss, kLossTol);
+    EXPECT_LE(w.state[0], kParamTol);
+    EXPECT_LE(w.state[1], kMomentTol);
+    EXPECT_LE(w.state[2], kMomentTol);
+    expect_counters_equal_the_plan(report, static_cast<size_t>(k.dp * k.tp * k.cp));
+    ASSERT_EQ(report.cp_ranks.size(), static_cast<size_t>(k.dp * k.tp * k.cp));
+    for (const CpRankRow& r : report.cp_ranks) {
+      SCOPED_TRACE(::testing::Message() << "rank " << r.rank);
+      EXPECT_GT(r.bytes, 0);
+      EXPECT_EQ(r.bytes, r.bytes_formula);
+      EXPECT_EQ(r.messages, r.messages_formula);
+      EXPECT_EQ(r.pairs, r.pairs_formula);
+    }
+  }
+}
+
 TEST(LlamaEquality, TheParameterCountIsThePlannersLlamaFormula) {
   for (const int64_t kv : {1, 2, 4}) {
     for (const bool tied : {false, true}) {

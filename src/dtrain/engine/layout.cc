@@ -96,6 +96,7 @@ EngineConfig make_engine_config(const StepConfig& step, const LayoutOptions& o) 
     shape.micro_batch = c.micro_batch();
     shape.hidden = m.channels;
     shape.heads = m.heads;
+    shape.kv_heads = m.kv_heads_or_heads();
     shape.tp = o.tp;
     shape.cp = o.cp;
     DTRAIN_CHECK(o.cp <= step.seq, "--cp ", o.cp, " is beyond the ", step.seq,

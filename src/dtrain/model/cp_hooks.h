@@ -39,18 +39,21 @@ class ContextParallelHooks {
     return cp_global_position(t, T_local * size(), size(), rank(), split());
   }
 
-  // Attention across the group on this rank's T_local tokens: qkv (B, T_local, 3*C_local) as the
-  // model's, out (B, T_local, C_local). `key` names the (block, micro-batch) whose backward will
-  // follow: what the algorithm keeps for it (log-sum-exp, gathered K/V, head-split tensors) is held
-  // under that key until attention_backward takes it; a null key keeps nothing (a forward no
-  // backward reads: full recompute's first pass, which the rerun repeats). dqkv accumulates.
+  // Attention across the group on this rank's T_local tokens: qkv (B, T_local, C_local + 2 KV)
+  // as the model's ([q | k | v]; KV = NKV_local heads of C_local / NH_local, NKV_local 0 meaning
+  // NH_local: grouped-query attention sends only the K/V heads), out (B, T_local, C_local). `key`
+  // names the (block, micro-batch) whose backward will follow: what the algorithm keeps for it
+  // (log-sum-exp, gathered K/V, head-split tensors) is held under that key until attention_backward
+  // takes it; a null key keeps nothing (a forward no backward reads: full recompute's first pass,
+  // which the rerun repeats). dqkv accumulates.
   virtual void attention_forward(float* /*out*/, const float* /*qkv*/, const void* /*key*/,
                                  int64_t /*B*/, int64_t /*T_local*/, int64_t /*C_local*/,
-                                 int64_t /*NH_local*/, const Compute& /*cx*/) {}
+                                 int64_t /*NH_local*/, const Compute& /*cx*/,
+                                 int64_t /*NKV_local*/ = 0) {}
   virtual void attention_backward(float* /*dqkv*/, const float* /*dout*/, const float* /*qkv*/,
                                   const float* /*out*/, const void* /*key*/, int64_t /*B*/,
                                   int64_t /*T_local*/, int64_t /*C_local*/, int64_t /*NH_local*/,
-                                  const Compute& /*cx*/) {}
+                                  const Compute& /*cx*/, int64_t /*NKV_local*/ = 0) {}
   // Full recompute's rerun of a block forward is on between set_recomputing(true) and (false),
   // so an implementation can count its communication apart.
   virtual void set_recomputing(bool /*on*/) {}
@@ -58,7 +61,8 @@ class ContextParallelHooks {
   // the backward under `recompute`, at this local shape: the engine's per-micro-batch figure adds
   // them to the blocks' own tensors (plan::cp_activation_bytes_per_layer is tested against both).
   virtual int64_t kept_bytes_per_block(int64_t /*B*/, int64_t /*T_local*/, int64_t /*C_local*/,
-                                       int64_t /*NH_local*/, Recompute /*recompute*/) const {
+                                       int64_t /*NH_local*/, Recompute /*recompute*/,
+                                       int64_t /*NKV_local*/ = 0) const {
     return 0;
   }
   // Drops whatever forwards have kept (an evaluation's, which no backward takes).

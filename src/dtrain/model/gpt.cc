@@ -554,7 +554,7 @@ void GptModel::attention_core_forward(const GptActivations& acts, int64_t l,
     // computes it again, so the group keeps it only then (plan::cp_activation_bytes_per_layer).
     const bool kept = recompute_ != Recompute::full || rerunning_;
     cp_->attention_forward(a.atty, a.qkv, kept ? &acts.layer(l) : nullptr, B, T, C_local, NH_local,
-                           cx_);
+                           cx_, config_.kv_heads_or_heads() / tp_->size());
     return;
   }
   const int64_t NKV_local = config_.kv_heads_or_heads() / tp_->size();
@@ -566,7 +566,7 @@ void GptModel::attention_core_backward(const GptActivations& acts, GptWorkspace&
                                        int64_t T, int64_t C_local, int64_t NH_local) {
   if (cp_->size() > 1) {
     cp_->attention_backward(ws.dqkv, datty, a.qkv, a.atty, &acts.layer(l), B, T, C_local, NH_local,
-                            cx_);
+                            cx_, config_.kv_heads_or_heads() / tp_->size());
     return;
   }
   const int64_t NKV_local = config_.kv_heads_or_heads() / tp_->size();

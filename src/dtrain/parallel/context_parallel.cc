@@ -49,21 +49,27 @@ void from_wire(float* dst, const uint8_t* wire, int64_t n, int64_t e) {
   }
 }
 
-// [K|V] (B, T, 2C) packed from qkv (B, T, 3C): one message per ring hop, one gather's input.
+// [K|V] (B, T, 2 KV) packed from qkv (B, T, C + 2 KV): one message per ring hop, one gather's
+// input. Grouped-query attention's K/V heads only: KV < C.
 void pack_kv(float* kv, const float* qkv, const Dims& d) {
   for (int64_t r = 0; r < d.B * d.T; ++r) {
-    std::memcpy(kv + r * 2 * d.C, qkv + r * 3 * d.C + d.C,
-                static_cast<size_t>(2 * d.C) * sizeof(float));
+    std::memcpy(kv + r * 2 * d.KV, qkv + r * d.W() + d.C,
+                static_cast<size_t>(2 * d.KV) * sizeof(float));
   }
 }
 
-// dqkv's K and V columns += dkv (B, T, 2C).
+// dqkv's K and V columns += dkv (B, T, 2 KV).
 void add_dkv(float* dqkv, const float* dkv, const Dims& d) {
   for (int64_t r = 0; r < d.B * d.T; ++r) {
-    float* dst = dqkv + r * 3 * d.C + d.C;
-    const float* src = dkv + r * 2 * d.C;
-    for (int64_t i = 0; i < 2 * d.C; ++i) dst[i] += src[i];
+    float* dst = dqkv + r * d.W() + d.C;
+    const float* src = dkv + r * 2 * d.KV;
+    for (int64_t i = 0; i < 2 * d.KV; ++i) dst[i] += src[i];
   }
+}
+
+// The local shape: NKV_local 0 means as many K/V heads as query heads.
+Dims dims_of(int64_t B, int64_t T, int64_t C, int64_t NH, int64_t NKV) {
+  return {B, T, C, NH, (NKV > 0 ? NKV : NH) * (C / NH)};
 }
 
 }  // namespace
@@ -114,8 +120,9 @@ std::vector<int64_t> ContextParallelGroup::positions(int owner, int64_t T) const
 
 void ContextParallelGroup::attention_forward(float* out, const float* qkv, const void* key,
                                              int64_t B, int64_t T_local, int64_t C_local,
-                                             int64_t NH_local, const model::Compute& cx) {
-  const Dims d{B, T_local, C_local, NH_local};
+                                             int64_t NH_local, const model::Compute& cx,
+                                             int64_t NKV_local) {
+  const Dims d = dims_of(B, T_local, C_local, NH_local, NKV_local);
   // A null key keeps nothing: the state lives for this call only. Otherwise a key's earlier
   // state (an evaluation's, or a rerun's predecessor) is freed before the new one is allocated.
   Saved transient;
@@ -141,10 +148,10 @@ void ContextParallelGroup::attention_forward(float* out, const float* qkv, const
 void ContextParallelGroup::attention_backward(float* dqkv, const float* dout, const float* qkv,
                                               const float* out, const void* key, int64_t B,
                                               int64_t T_local, int64_t C_local, int64_t NH_local,
-                                              const model::Compute& cx) {
+                                              const model::Compute& cx, int64_t NKV_local) {
   const auto it = saved_.find(key);
   DTRAIN_CHECK(it != saved_.end(), "context parallel attention: a backward without its forward");
-  const Dims d{B, T_local, C_local, NH_local};
+  const Dims d = dims_of(B, T_local, C_local, NH_local, NKV_local);
   current_ = &counters_.backward;
   const comm::Traffic before = comm_.traffic();
   switch (algorithm_) {
@@ -164,17 +171,19 @@ void ContextParallelGroup::attention_backward(float* dqkv, const float* dout, co
 }
 
 int64_t ContextParallelGroup::kept_bytes_per_block(int64_t B, int64_t T_local, int64_t C_local,
-                                                   int64_t NH_local, Recompute recompute) const {
+                                                   int64_t NH_local, Recompute recompute,
+                                                   int64_t NKV_local) const {
   if (recompute == Recompute::full) return 0;  // the rerun keeps it, one block at a time
+  const Dims d = dims_of(B, T_local, C_local, NH_local, NKV_local);
   const int64_t lse = B * NH_local * T_local;  // every algorithm: one per query row and head
   switch (algorithm_) {
     case plan::CpAlgorithm::ring:
       return bytes_of(lse);
     case plan::CpAlgorithm::all_gather:
-      return bytes_of(lse + size() * B * T_local * 2 * C_local);  // + the gathered [K|V]
+      return bytes_of(lse + size() * B * T_local * 2 * d.KV);  // + the gathered [K|V]
     case plan::CpAlgorithm::ulysses:
     case plan::CpAlgorithm::automatic:
-      return bytes_of(lse + 4 * B * T_local * C_local);  // + Q, K, V, O split by heads
+      return bytes_of(lse + B * T_local * (2 * d.C + 2 * d.KV));  // + Q, K, V, O by heads
   }
   return 0;
 }
@@ -202,15 +211,15 @@ std::vector<double> ContextParallelGroup::gather_routing(std::span<const double>
 void ContextParallelGroup::ring_forward(Saved& s, float* out, const float* qkv, const Dims& d,
                                         const model::Compute& cx) {
   const int N = size(), r = rank();
-  const int64_t block = d.B * d.T * 2 * d.C;  // floats of one [K|V]
-  const BlockShape shape{d.B, d.NH, d.C / d.NH};
+  const int64_t block = d.B * d.T * 2 * d.KV;  // floats of one [K|V]
+  const BlockShape shape{d.B, d.NH, d.C / d.NH, d.group()};
   std::vector<float> cur(static_cast<size_t>(block)), next(static_cast<size_t>(block));
   const int64_t e = activation_wire_bytes(cx), wire_bytes = block * e;
   std::vector<uint8_t> send_wire(static_cast<size_t>(wire_bytes)),
       recv_wire(static_cast<size_t>(wire_bytes));
   pack_kv(cur.data(), qkv, d);
   const std::vector<int64_t> mine = positions(r, d.T);
-  const ConstTokenBlock q{qkv, 3 * d.C, d.T * 3 * d.C, mine.data(), d.T};
+  const ConstTokenBlock q{qkv, d.W(), d.T * d.W(), mine.data(), d.T};
   const TokenBlock o{out, d.C, d.T * d.C};
   s.lse = Buffer<float>(d.B * d.NH * d.T, MemoryTag::activations, tracker_);
   std::vector<float> l(static_cast<size_t>(d.B * d.NH * d.T));
@@ -226,8 +235,8 @@ void ContextParallelGroup::ring_forward(Saved& s, float* out, const float* qkv, 
       send = comm_.isend(send_wire.data(), wire_bytes, (r + 1) % N, kTagRing);
       recv = comm_.irecv(recv_wire.data(), wire_bytes, (r - 1 + N) % N, kTagRing);
     }
-    const ConstTokenBlock k{cur.data(), 2 * d.C, d.T * 2 * d.C, pos.data(), d.T};
-    const ConstTokenBlock v{cur.data() + d.C, 2 * d.C, d.T * 2 * d.C, pos.data(), d.T};
+    const ConstTokenBlock k{cur.data(), 2 * d.KV, d.T * 2 * d.KV, pos.data(), d.T};
+    const ConstTokenBlock v{cur.data() + d.KV, 2 * d.KV, d.T * 2 * d.KV, pos.data(), d.T};
     const double start = now_us();
     const int64_t pairs = model::attention_merge_block(o, m, l.data(), q, k, v, shape, cx);
     if (current_ == &counters_.forward) {
@@ -253,8 +262,8 @@ void ContextParallelGroup::ring_backward(const Saved& s, float* dqkv, const floa
                                          const float* qkv, const float* out, const Dims& d,
                                          const model::Compute& cx) {
   const int N = size(), r = rank();
-  const int64_t block = d.B * d.T * 2 * d.C;
-  const BlockShape shape{d.B, d.NH, d.C / d.NH};
+  const int64_t block = d.B * d.T * 2 * d.KV;
+  const BlockShape shape{d.B, d.NH, d.C / d.NH, d.group()};
   std::vector<float> cur(static_cast<size_t>(2 * block), 0.0f),
       next(static_cast<size_t>(2 * block));
   // A hop's message: [K|V] at the wire's element size, then [dK|dV] in fp32.
@@ -264,12 +273,12 @@ void ContextParallelGroup::ring_backward(const Saved& s, float* dqkv, const floa
       recv_wire(static_cast<size_t>(message));
   pack_kv(cur.data(), qkv, d);
   const std::vector<int64_t> mine = positions(r, d.T);
-  const ConstTokenBlock q{qkv, 3 * d.C, d.T * 3 * d.C, mine.data(), d.T};
+  const ConstTokenBlock q{qkv, d.W(), d.T * d.W(), mine.data(), d.T};
   const ConstTokenBlock go{dout, d.C, d.T * d.C, mine.data(), d.T};
   const ConstTokenBlock o{out, d.C, d.T * d.C, mine.data(), d.T};
   std::vector<float> rowdot(static_cast<size_t>(d.B * d.NH * d.T));
   model::attention_row_dot(rowdot.data(), go, o, shape);
-  const TokenBlock dq{dqkv, 3 * d.C, d.T * 3 * d.C};
+  const TokenBlock dq{dqkv, d.W(), d.T * d.W()};
   for (int i = 0; i < N; ++i) {
     if (i > 0) {
       const double hop_start = span_start();
@@ -287,10 +296,10 @@ void ContextParallelGroup::ring_backward(const Saved& s, float* dqkv, const floa
       std::swap(cur, next);
     }
     const std::vector<int64_t> pos = positions((r - i + N) % N, d.T);
-    const ConstTokenBlock k{cur.data(), 2 * d.C, d.T * 2 * d.C, pos.data(), d.T};
-    const ConstTokenBlock v{cur.data() + d.C, 2 * d.C, d.T * 2 * d.C, pos.data(), d.T};
-    const TokenBlock dk{cur.data() + block, 2 * d.C, d.T * 2 * d.C};
-    const TokenBlock dv{cur.data() + block + d.C, 2 * d.C, d.T * 2 * d.C};
+    const ConstTokenBlock k{cur.data(), 2 * d.KV, d.T * 2 * d.KV, pos.data(), d.T};
+    const ConstTokenBlock v{cur.data() + d.KV, 2 * d.KV, d.T * 2 * d.KV, pos.data(), d.T};
+    const TokenBlock dk{cur.data() + block, 2 * d.KV, d.T * 2 * d.KV};
+    const TokenBlock dv{cur.data() + block + d.KV, 2 * d.KV, d.T * 2 * d.KV};
     model::attention_block_backward(dq, dk, dv, go, q, k, v, s.lse.data(), rowdot.data(), shape,
                                     cx);
   }
@@ -307,8 +316,8 @@ void ContextParallelGroup::ring_backward(const Saved& s, float* dqkv, const floa
 void ContextParallelGroup::all_gather_forward(Saved& s, float* out, const float* qkv, const Dims& d,
                                               const model::Compute& cx) {
   const int N = size(), r = rank();
-  const int64_t block = d.B * d.T * 2 * d.C;
-  const BlockShape shape{d.B, d.NH, d.C / d.NH};
+  const int64_t block = d.B * d.T * 2 * d.KV;
+  const BlockShape shape{d.B, d.NH, d.C / d.NH, d.group()};
   std::vector<float> kv(static_cast<size_t>(block));
   pack_kv(kv.data(), qkv, d);
   s.gathered = Buffer<float>(N * block, MemoryTag::activations, tracker_);
@@ -326,7 +335,7 @@ void ContextParallelGroup::all_gather_forward(Saved& s, float* out, const float*
   }
   count_message("all_gather K/V", gather_start, gather_before);
   const std::vector<int64_t> mine = positions(r, d.T);
-  const ConstTokenBlock q{qkv, 3 * d.C, d.T * 3 * d.C, mine.data(), d.T};
+  const ConstTokenBlock q{qkv, d.W(), d.T * d.W(), mine.data(), d.T};
   const TokenBlock o{out, d.C, d.T * d.C};
   s.lse = Buffer<float>(d.B * d.NH * d.T, MemoryTag::activations, tracker_);
   std::vector<float> l(static_cast<size_t>(d.B * d.NH * d.T));
@@ -334,8 +343,8 @@ void ContextParallelGroup::all_gather_forward(Saved& s, float* out, const float*
   for (int j = 0; j < N; ++j) {
     const std::vector<int64_t> pos = positions(j, d.T);
     const float* base = s.gathered.data() + j * block;
-    const ConstTokenBlock k{base, 2 * d.C, d.T * 2 * d.C, pos.data(), d.T};
-    const ConstTokenBlock v{base + d.C, 2 * d.C, d.T * 2 * d.C, pos.data(), d.T};
+    const ConstTokenBlock k{base, 2 * d.KV, d.T * 2 * d.KV, pos.data(), d.T};
+    const ConstTokenBlock v{base + d.KV, 2 * d.KV, d.T * 2 * d.KV, pos.data(), d.T};
     const double start = now_us();
     const int64_t pairs =
         model::attention_merge_block(o, s.lse.data(), l.data(), q, k, v, shape, cx);
@@ -351,24 +360,24 @@ void ContextParallelGroup::all_gather_backward(const Saved& s, float* dqkv, cons
                                                const float* qkv, const float* out, const Dims& d,
                                                const model::Compute& cx) {
   const int N = size(), r = rank();
-  const int64_t block = d.B * d.T * 2 * d.C;
-  const BlockShape shape{d.B, d.NH, d.C / d.NH};
+  const int64_t block = d.B * d.T * 2 * d.KV;
+  const BlockShape shape{d.B, d.NH, d.C / d.NH, d.group()};
   const std::vector<int64_t> mine = positions(r, d.T);
-  const ConstTokenBlock q{qkv, 3 * d.C, d.T * 3 * d.C, mine.data(), d.T};
+  const ConstTokenBlock q{qkv, d.W(), d.T * d.W(), mine.data(), d.T};
   const ConstTokenBlock go{dout, d.C, d.T * d.C, mine.data(), d.T};
   const ConstTokenBlock o{out, d.C, d.T * d.C, mine.data(), d.T};
   std::vector<float> rowdot(static_cast<size_t>(d.B * d.NH * d.T));
   model::attention_row_dot(rowdot.data(), go, o, shape);
-  const TokenBlock dq{dqkv, 3 * d.C, d.T * 3 * d.C};
+  const TokenBlock dq{dqkv, d.W(), d.T * d.W()};
   std::vector<float> dkv_all(static_cast<size_t>(N * block), 0.0f), dkv(static_cast<size_t>(block));
   for (int j = 0; j < N; ++j) {
     const std::vector<int64_t> pos = positions(j, d.T);
     const float* base = s.gathered.data() + j * block;
     float* dbase = dkv_all.data() + j * block;
-    const ConstTokenBlock k{base, 2 * d.C, d.T * 2 * d.C, pos.data(), d.T};
-    const ConstTokenBlock v{base + d.C, 2 * d.C, d.T * 2 * d.C, pos.data(), d.T};
-    const TokenBlock dk{dbase, 2 * d.C, d.T * 2 * d.C};
-    const TokenBlock dv{dbase + d.C, 2 * d.C, d.T * 2 * d.C};
+    const ConstTokenBlock k{base, 2 * d.KV, d.T * 2 * d.KV, pos.data(), d.T};
+    const ConstTokenBlock v{base + d.KV, 2 * d.KV, d.T * 2 * d.KV, pos.data(), d.T};
+    const TokenBlock dk{dbase, 2 * d.KV, d.T * 2 * d.KV};
+    const TokenBlock dv{dbase + d.KV, 2 * d.KV, d.T * 2 * d.KV};
     model::attention_block_backward(dq, dk, dv, go, q, k, v, s.lse.data(), rowdot.data(), shape,
                                     cx);
   }
@@ -386,11 +395,12 @@ namespace {
 constexpr const char* kQkvToHeads[3] = {"all_to_all Q", "all_to_all K", "all_to_all V"};
 constexpr const char* kGradsToTokens[3] = {"all_to_all dQ", "all_to_all dK", "all_to_all dV"};
 
-// Sequence split -> head split: rank j gets this rank's T tokens of head group j (columns
-// [column + j*Ch, column + (j+1)*Ch) of src's rows), packed as (B, T, Ch) blocks in rank order.
-void pack_head_groups(float* send, const float* src, int64_t src_stride, int64_t column, int N,
-                      const Dims& d) {
-  const int64_t Ch = d.C / N;
+// Sequence split -> head split: rank j gets this rank's T tokens of head group j (the `width`
+// columns starting at column + j * width / N of src's rows), packed as (B, T, width / N) blocks
+// in rank order.
+void pack_head_groups(float* send, const float* src, int64_t src_stride, int64_t column,
+                      int64_t width, int N, const Dims& d) {
+  const int64_t Ch = width / N;
   for (int j = 0; j < N; ++j) {
     for (int64_t r = 0; r < d.B * d.T; ++r) {
       std::memcpy(send + (j * d.B * d.T + r) * Ch, src + r * src_stride + column + j * Ch,
@@ -400,10 +410,10 @@ void pack_head_groups(float* send, const float* src, int64_t src_stride, int64_t
 }
 
 // Head split -> sequence split: block j (this rank's tokens, head group j) added or copied into
-// columns [column + j*Ch, ...) of dst's rows.
-void unpack_head_groups(float* dst, int64_t dst_stride, int64_t column, const float* recv, int N,
-                        const Dims& d, bool add) {
-  const int64_t Ch = d.C / N;
+// columns [column + j * width / N, ...) of dst's rows.
+void unpack_head_groups(float* dst, int64_t dst_stride, int64_t column, int64_t width,
+                        const float* recv, int N, const Dims& d, bool add) {
+  const int64_t Ch = width / N;
   for (int j = 0; j < N; ++j) {
     for (int64_t r = 0; r < d.B * d.T; ++r) {
       float* o = dst + r * dst_stride + column + j * Ch;
@@ -411,6 +421,26 @@ void unpack_head_groups(float* dst, int64_t dst_stride, int64_t column, const fl
       for (int64_t c = 0; c < Ch; ++c) o[c] = add ? o[c] + in[c] : in[c];
     }
   }
+}
+
+// Ulysses' head-split tensors of this rank: Q and O (C / N columns each, (B, T) per source rank),
+// K and V (KV / N); their offsets in one buffer, Q, K, V, O.
+struct HeadSplit {
+  int64_t q = 0, kv = 0;            // floats of one tensor on this rank (all N sources)
+  int64_t q_part = 0, kv_part = 0;  // of one source rank's block
+  int64_t k_at = 0, v_at = 0, o_at = 0, total = 0;
+};
+HeadSplit head_split(const Dims& d, int N) {
+  HeadSplit h;
+  h.q = d.B * d.T * d.C;
+  h.kv = d.B * d.T * d.KV;
+  h.q_part = h.q / N;
+  h.kv_part = h.kv / N;
+  h.k_at = h.q;
+  h.v_at = h.k_at + h.kv;
+  h.o_at = h.v_at + h.kv;
+  h.total = h.o_at + h.q;
+  return h;
 }
 
 }  // namespace
@@ -431,37 +461,42 @@ void ContextParallelGroup::exchange_activations(const float* send, float* recv, 
 void ContextParallelGroup::ulysses_forward(Saved& s, float* out, const float* qkv, const Dims& d,
                                            const model::Compute& cx) {
   const int N = size();
-  const int64_t local = d.B * d.T * d.C;  // one tensor's floats on this rank, either split
-  const int64_t Ch = d.C / N, part = d.B * d.T * Ch;
-  const BlockShape shape{d.B, d.NH / N, d.C / d.NH};
-  s.heads = Buffer<float>(4 * local, MemoryTag::activations, tracker_);
-  float* qh = s.heads.data();
-  float* oh = qh + 3 * local;
-  std::vector<float> send(static_cast<size_t>(local));
+  const HeadSplit h = head_split(d, N);
+  // This rank's NH / N query heads read their NKV / N K/V heads (cp divides both: checked).
+  const BlockShape shape{d.B, d.NH / N, d.C / d.NH, d.group()};
+  s.heads = Buffer<float>(h.total, MemoryTag::activations, tracker_);
+  float* heads = s.heads.data();
+  std::vector<float> send(static_cast<size_t>(h.q));
+  const int64_t columns[3] = {0, d.C, d.C + d.KV}, widths[3] = {d.C, d.KV, d.KV};
+  const int64_t at[3] = {0, h.k_at, h.v_at}, parts[3] = {h.q_part, h.kv_part, h.kv_part};
   for (int x = 0; x < 3; ++x) {  // Q, K, V
-    pack_head_groups(send.data(), qkv, 3 * d.C, x * d.C, N, d);
+    pack_head_groups(send.data(), qkv, d.W(), columns[x], widths[x], N, d);
     const double start = span_start();
     const int64_t before = bytes_sent();
-    exchange_activations(send.data(), qh + x * local, part, cx);
+    exchange_activations(send.data(), heads + at[x], parts[x], cx);
     count_message(kQkvToHeads[x], start, before);
   }
   std::vector<std::vector<int64_t>> pos;
   for (int j = 0; j < N; ++j) pos.push_back(positions(j, d.T));
-  auto block = [&](const float* base, int j) {
-    return ConstTokenBlock{base + j * part, Ch, d.T * Ch, pos[static_cast<size_t>(j)].data(), d.T};
+  auto block = [&](const float* base, int j, int64_t part) {
+    const int64_t width = part / (d.B * d.T);
+    return ConstTokenBlock{base + j * part, width, d.T * width, pos[static_cast<size_t>(j)].data(),
+                           d.T};
   };
   const int64_t stats = d.B * shape.NH * d.T;  // per query block
   s.lse = Buffer<float>(N * stats, MemoryTag::activations, tracker_);
   std::vector<float> l(static_cast<size_t>(stats));
+  float* oh = heads + h.o_at;
+  const int64_t Ch = d.C / N;
   for (int jq = 0; jq < N; ++jq) {
-    const TokenBlock o{oh + jq * part, Ch, d.T * Ch};
+    const TokenBlock o{oh + jq * h.q_part, Ch, d.T * Ch};
     float* m = s.lse.data() + jq * stats;
     model::attention_merge_init(m, l.data(), o, shape, d.T);
     for (int jk = 0; jk < N; ++jk) {
       const double start = now_us();
-      const int64_t pairs =
-          model::attention_merge_block(o, m, l.data(), block(qh, jq), block(qh + local, jk),
-                                       block(qh + 2 * local, jk), shape, cx);
+      const int64_t pairs = model::attention_merge_block(
+          o, m, l.data(), block(heads, jq, h.q_part), block(heads + h.k_at, jk, h.kv_part),
+          block(heads + h.v_at, jk, h.kv_part), shape, cx);
       if (current_ == &counters_.forward) {
         counters_.attention_pairs += pairs * d.B * shape.NH;
         counters_.attention_us += now_us() - start;
@@ -471,51 +506,59 @@ void ContextParallelGroup::ulysses_forward(Saved& s, float* out, const float* qk
   }
   const double out_start = span_start();
   const int64_t out_before = bytes_sent();
-  exchange_activations(oh, send.data(), part, cx);
+  exchange_activations(oh, send.data(), h.q_part, cx);
   count_message("all_to_all O", out_start, out_before);
-  unpack_head_groups(out, d.C, 0, send.data(), N, d, false);
+  unpack_head_groups(out, d.C, 0, d.C, send.data(), N, d, false);
 }
 
 void ContextParallelGroup::ulysses_backward(const Saved& s, float* dqkv, const float* dout,
                                             const Dims& d, const model::Compute& cx) {
   const int N = size();
-  const int64_t local = d.B * d.T * d.C;
-  const int64_t Ch = d.C / N, part = d.B * d.T * Ch;
-  const BlockShape shape{d.B, d.NH / N, d.C / d.NH};
-  const float* qh = s.heads.data();
-  const float* oh = qh + 3 * local;
-  std::vector<float> send(static_cast<size_t>(local)), doh(static_cast<size_t>(local));
-  pack_head_groups(send.data(), dout, d.C, 0, N, d);
+  const HeadSplit h = head_split(d, N);
+  const BlockShape shape{d.B, d.NH / N, d.C / d.NH, d.group()};
+  const float* heads = s.heads.data();
+  const float* oh = heads + h.o_at;
+  std::vector<float> send(static_cast<size_t>(h.q)), doh(static_cast<size_t>(h.q));
+  pack_head_groups(send.data(), dout, d.C, 0, d.C, N, d);
   const double dout_start = span_start();
   const int64_t dout_before = bytes_sent();
-  comm::all_to_all<float>(comm_, send.data(), doh.data(), part, comm::Algorithm::pairwise);
+  comm::all_to_all<float>(comm_, send.data(), doh.data(), h.q_part, comm::Algorithm::pairwise);
   count_message("all_to_all dO", dout_start, dout_before);
   std::vector<std::vector<int64_t>> pos;
   for (int j = 0; j < N; ++j) pos.push_back(positions(j, d.T));
-  auto block = [&](const float* base, int j) {
-    return ConstTokenBlock{base + j * part, Ch, d.T * Ch, pos[static_cast<size_t>(j)].data(), d.T};
+  auto block = [&](const float* base, int j, int64_t part) {
+    const int64_t width = part / (d.B * d.T);
+    return ConstTokenBlock{base + j * part, width, d.T * width, pos[static_cast<size_t>(j)].data(),
+                           d.T};
   };
-  auto out_block = [&](float* base, int j) { return TokenBlock{base + j * part, Ch, d.T * Ch}; };
+  auto out_block = [&](float* base, int j, int64_t part) {
+    const int64_t width = part / (d.B * d.T);
+    return TokenBlock{base + j * part, width, d.T * width};
+  };
   const int64_t stats = d.B * shape.NH * d.T;
   std::vector<float> rowdot(static_cast<size_t>(N * stats));
-  std::vector<float> grads(static_cast<size_t>(3 * local), 0.0f);  // dqh, dkh, dvh
-  float* dqh = grads.data();
+  // dQ, dK, dV in the head split, laid out as Q, K, V are.
+  std::vector<float> grads(static_cast<size_t>(h.o_at), 0.0f);
+  float* dh = grads.data();
   for (int jq = 0; jq < N; ++jq) {
     float* dj = rowdot.data() + jq * stats;
-    model::attention_row_dot(dj, block(doh.data(), jq), block(oh, jq), shape);
+    model::attention_row_dot(dj, block(doh.data(), jq, h.q_part), block(oh, jq, h.q_part), shape);
     for (int jk = 0; jk < N; ++jk) {
       model::attention_block_backward(
-          out_block(dqh, jq), out_block(dqh + local, jk), out_block(dqh + 2 * local, jk),
-          block(doh.data(), jq), block(qh, jq), block(qh + local, jk), block(qh + 2 * local, jk),
-          s.lse.data() + jq * stats, dj, shape, cx);
+          out_block(dh, jq, h.q_part), out_block(dh + h.k_at, jk, h.kv_part),
+          out_block(dh + h.v_at, jk, h.kv_part), block(doh.data(), jq, h.q_part),
+          block(heads, jq, h.q_part), block(heads + h.k_at, jk, h.kv_part),
+          block(heads + h.v_at, jk, h.kv_part), s.lse.data() + jq * stats, dj, shape, cx);
     }
   }
+  const int64_t columns[3] = {0, d.C, d.C + d.KV}, widths[3] = {d.C, d.KV, d.KV};
+  const int64_t at[3] = {0, h.k_at, h.v_at}, parts[3] = {h.q_part, h.kv_part, h.kv_part};
   for (int x = 0; x < 3; ++x) {  // dQ, dK, dV back to the sequence split
     const double start = span_start();
     const int64_t before = bytes_sent();
-    comm::all_to_all<float>(comm_, dqh + x * local, send.data(), part, comm::Algorithm::pairwise);
+    comm::all_to_all<float>(comm_, dh + at[x], send.data(), parts[x], comm::Algorithm::pairwise);
     count_message(kGradsToTokens[x], start, before);
-    unpack_head_groups(dqkv, 3 * d.C, x * d.C, send.data(), N, d, true);
+    unpack_head_groups(dqkv, d.W(), columns[x], widths[x], send.data(), N, d, true);
   }
 }
 

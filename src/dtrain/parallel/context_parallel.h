@@ -84,14 +84,16 @@ class ContextParallelGroup final : public model::ContextParallelHooks {
   plan::CpAlgorithm algorithm() const { return algorithm_; }
 
   void attention_forward(float* out, const float* qkv, const void* key, int64_t B, int64_t T_local,
-                         int64_t C_local, int64_t NH_local, const model::Compute& cx) override;
+                         int64_t C_local, int64_t NH_local, const model::Compute& cx,
+                         int64_t NKV_local = 0) override;
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                           const void* key, int64_t B, int64_t T_local, int64_t C_local,
-                          int64_t NH_local, const model::Compute& cx) override;
+                          int64_t NH_local, const model::Compute& cx,
+                          int64_t NKV_local = 0) override;
   void set_recomputing(bool on) override { recomputing_ = on; }
   // Saved's buffers below for one block: lse, and all-gather's gathered or ulysses' heads.
   int64_t kept_bytes_per_block(int64_t B, int64_t T_local, int64_t C_local, int64_t NH_local,
-                               Recompute recompute) const override;
+                               Recompute recompute, int64_t NKV_local = 0) const override;
   void release_all() override;
   std::vector<double> gather_routing(std::span<const double> values) override;
 
@@ -107,7 +109,10 @@ class ContextParallelGroup final : public model::ContextParallelHooks {
 
   // One layer's local shape, as the algorithms see it.
   struct Dims {
-    int64_t B = 0, T = 0, C = 0, NH = 0;  // T, C, NH: this rank's tokens, channels, heads
+    int64_t B = 0, T = 0, C = 0, NH = 0;      // T, C, NH: this rank's tokens, channels, heads
+    int64_t KV = 0;                           // K's (and V's) columns: NKV_local heads of C / NH
+    int64_t W() const { return C + 2 * KV; }  // a qkv row: [q | k | v]
+    int64_t group() const { return C / KV; }  // query heads per K/V head
   };
 
  private:

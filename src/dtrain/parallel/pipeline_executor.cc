@@ -99,7 +99,8 @@ PipelineExecutor::PipelineExecutor(comm::Communicator& comm, model::GptModel& mo
         g, config_.micro_batch, config_.seq, info.layers, info.embedding, info.head, split_, tp_,
         sp, model.recompute(), model.bf16_activations(), model.cp().size() > 1,
         model.cp().kept_bytes_per_block(config_.micro_batch, config_.seq, g.channels / tp_,
-                                        g.heads / tp_, model.recompute()));
+                                        g.heads / tp_, model.recompute(),
+                                        g.kv_heads_or_heads() / tp_));
     chunks_.push_back(info);
   }
   const size_t slots = static_cast<size_t>(s.chunks * s.microbatches);

@@ -73,6 +73,7 @@ json cp_piece(const Engine& e) {
   s.micro_batch = c.micro_batch();
   s.hidden = c.step.model.channels;
   s.heads = c.step.model.heads;
+  s.kv_heads = c.step.model.kv_heads_or_heads();  // grouped-query attention: K/V heads only
   s.tp = c.tp;
   s.cp = c.cp;
   s = plan::with_engine_wire(s, c.step.precision == model::Precision::bf16 ? plan::Precision::bf16

@@ -256,23 +256,20 @@ void check_memory(const EngineConfig& c, const LayoutOptions& o) {
                room->address_space ? ", or raise ulimit -v" : "");
 }
 
-// What an MoE model does not run with.
-// The Llama family runs on one rank, over DP with ZeRO 0-3, over pipelines with every schedule
-// and over TP (with SP) so far (fp32 and bf16, every recompute mode); CP and EP refuse it up
-// front, each naming its flag.
+// The Llama family runs in every layout but EP so far (Mixtral's SwiGLU experts come next):
+// refused up front, naming the flag.
 void check_llama_layout(const TrainOptions& o, const model::GptConfig& m) {
   if (!m.llama()) return;
   const LayoutOptions& l = o.layout;
   const auto refuse = [](bool bad, const char* flag) {
     DTRAIN_CHECK(!bad, flag,
-                 " with --family llama is not supported yet: the Llama block runs on "
-                 "one rank, over --dp (with --zero 0-3), --pp (every schedule) and --tp (with "
-                 "--sequence-parallel) so far");
+                 " with --family llama is not supported yet: the Llama block runs in "
+                 "every layout but expert parallelism so far (its SwiGLU experts come next)");
   };
-  refuse(l.cp > 1, "--cp");
   refuse(l.ep > 1, "--ep");
 }
 
+// What an MoE model does not run with.
 void check_moe_layout(const TrainOptions& o) {
   if (!o.moe.enabled()) return;
   DTRAIN_CHECK(o.init_from.empty(), "--init-from loads a dense GPT-2: not with --experts");

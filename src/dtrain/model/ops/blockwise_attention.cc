@@ -59,7 +59,7 @@ int64_t attention_merge_block(TokenBlock out, float* m, float* l, ConstTokenBloc
       float* o = at(out, b, h, HS);
       // scores (Tq, Tk) = scale * q @ k^T
       sgemm(Trans::no, Trans::yes, Tq, Tk, HS, scale, at(q, b, h, HS), q.row_stride,
-            at(k, b, h, HS), k.row_stride, 0.0f, p.data(), Tk, single);
+            at(k, b, h / s.group, HS), k.row_stride, 0.0f, p.data(), Tk, single);
       for (int64_t i = 0; i < Tq; ++i) {
         float* row = p.data() + i * Tk;
         float block_max = -std::numeric_limits<float>::infinity();
@@ -83,8 +83,8 @@ int64_t attention_merge_block(TokenBlock out, float* m, float* l, ConstTokenBloc
         for (int64_t c = 0; c < HS; ++c) orow[c] *= alpha;
       }
       // out (Tq, HS) += p @ v
-      sgemm(Trans::no, Trans::no, Tq, HS, Tk, 1.0f, p.data(), Tk, at(v, b, h, HS), v.row_stride,
-            1.0f, o, out.row_stride, single);
+      sgemm(Trans::no, Trans::no, Tq, HS, Tk, 1.0f, p.data(), Tk, at(v, b, h / s.group, HS),
+            v.row_stride, 1.0f, o, out.row_stride, single);
     }
   }
   return pairs;
@@ -135,8 +135,8 @@ void attention_block_backward(TokenBlock dq, TokenBlock dk, TokenBlock dv, Const
   for (int64_t b = 0; b < s.B; ++b) {
     for (int64_t h = 0; h < s.NH; ++h) {
       const float* qh = at(q, b, h, HS);
-      const float* kh = at(k, b, h, HS);
-      const float* vh = at(v, b, h, HS);
+      const float* kh = at(k, b, h / s.group, HS);  // the group's K/V head
+      const float* vh = at(v, b, h / s.group, HS);
       const float* gh = at(dout, b, h, HS);
       const float* lse_h = lse + (b * s.NH + h) * Tq;
       const float* d_h = d + (b * s.NH + h) * Tq;
@@ -151,7 +151,7 @@ void attention_block_backward(TokenBlock dq, TokenBlock dk, TokenBlock dv, Const
       }
       // dv (Tk, HS) += p^T @ dout;  dp (Tq, Tk) = dout @ v^T
       sgemm(Trans::yes, Trans::no, Tk, HS, Tq, 1.0f, p.data(), Tk, gh, dout.row_stride, 1.0f,
-            at(dv, b, h, HS), dv.row_stride, single);
+            at(dv, b, h / s.group, HS), dv.row_stride, single);
       sgemm(Trans::no, Trans::yes, Tq, Tk, HS, 1.0f, gh, dout.row_stride, vh, v.row_stride, 0.0f,
             dp.data(), Tk, single);
       // ds = p * (dp - d), into dp
@@ -166,7 +166,7 @@ void attention_block_backward(TokenBlock dq, TokenBlock dk, TokenBlock dv, Const
       sgemm(Trans::no, Trans::no, Tq, HS, Tk, scale, dp.data(), Tk, kh, k.row_stride, 1.0f,
             at(dq, b, h, HS), dq.row_stride, single);
       sgemm(Trans::yes, Trans::no, Tk, HS, Tq, scale, dp.data(), Tk, qh, q.row_stride, 1.0f,
-            at(dk, b, h, HS), dk.row_stride, single);
+            at(dk, b, h / s.group, HS), dk.row_stride, single);
     }
   }
 }

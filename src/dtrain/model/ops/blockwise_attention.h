@@ -27,9 +27,11 @@ struct TokenBlock {
   int64_t row_stride = 0, batch_stride = 0;
 };
 
-// The shape every call shares: B batch rows, NH heads of HS.
+// The shape every call shares: B batch rows, NH query heads of HS; query head h reads K/V head
+// h / group of the key and value blocks (grouped-query attention; 1: multi-head).
 struct BlockShape {
   int64_t B = 0, NH = 0, HS = 0;
+  int64_t group = 1;
 };
 
 // Running state of a forward over blocks, (B, NH, Tq) each: m = -inf and l = 0 to start, the
