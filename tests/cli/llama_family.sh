@@ -70,6 +70,10 @@ grep -q '"lm_head.weight"' "$tmp/mqa_tied.hf/model.safetensors" &&
   fail "a tied head's folder holds lm_head.weight"
 expect_error "--kv-heads 4 differs from --init-from .* \(num_key_value_heads 2\)" train \
   --init-from "$tmp/tp_pp.hf" --kv-heads 4 --family llama --steps 1
+expect_error "--rope-theta 5 differs from --init-from .* \(rope_theta 10000\)" train \
+  --init-from "$tmp/tp_pp.hf" --rope-theta 5 --steps 1
+# A Llama folder makes the run a Llama: its flags need no --family beside it.
+expect_output "llama KV=2" train --init-from "$tmp/tp_pp.hf" --kv-heads 2 --steps 1 --eval-every 0
 expect_output "." sample --checkpoint "$tmp/ck" --prompt "The " --tokens 8 --seed 1
 
 # Not yet: EP (Mixtral's SwiGLU experts) names its flag.

@@ -177,6 +177,13 @@ void take_init_from_shape(const TrainOptions& o, model::GptConfig& m) {
   agree(o.ffn_hidden, c.ffn(), "--ffn-hidden", "intermediate_size");
   DTRAIN_CHECK(!o.family || *o.family == c.family, "--family ", name(*o.family),
                " differs from --init-from ", path, " (model_type ", llama ? "llama" : "gpt2", ")");
+  DTRAIN_CHECK(!o.rope_theta || *o.rope_theta == c.rope_theta, "--rope-theta ",
+               o.rope_theta.value_or(0), " differs from --init-from ", path, " (rope_theta ",
+               c.rope_theta, ")");
+  DTRAIN_CHECK(!o.norm_eps || *o.norm_eps == c.norm_eps, "--norm-eps ", o.norm_eps.value_or(0),
+               " differs from --init-from ", path, " (rms_norm_eps ", c.norm_eps, ")");
+  DTRAIN_CHECK(!o.tie_embeddings || c.tie_embeddings, "--tie-embeddings differs from --init-from ",
+               path, " (tie_word_embeddings false)");
   // The vocabulary is left out: a token file sets it, and it was compared above when given.
   const auto shape = [](const model::GptConfig& g) {
     return str("T=", g.context, " L=", g.layers, " NH=", g.heads, " C=", g.channels);
@@ -290,16 +297,16 @@ TrainSetup resolve(const TrainOptions& o) {
   m.channels = o.channels.value_or(m.channels);
   m.moe = o.moe;
   if (o.family) m.family = *o.family;
-  DTRAIN_CHECK(m.llama() || (!o.kv_heads && !o.ffn_hidden && !o.rope_theta && !o.norm_eps &&
-                             !o.tie_embeddings),
-               "--kv-heads, --ffn-hidden, --rope-theta, --norm-eps and --tie-embeddings set the "
-               "Llama block: add --family llama (or a Llama preset)");
   m.kv_heads = o.kv_heads.value_or(m.kv_heads);
   m.ffn_hidden = o.ffn_hidden.value_or(m.ffn_hidden);
   m.rope_theta = o.rope_theta.value_or(m.rope_theta);
   m.norm_eps = o.norm_eps.value_or(m.norm_eps);
   m.tie_embeddings = m.tie_embeddings || o.tie_embeddings;
-  if (!o.init_from.empty()) take_init_from_shape(o, m);
+  if (!o.init_from.empty()) take_init_from_shape(o, m);  // a Llama folder makes it a Llama
+  DTRAIN_CHECK(m.llama() || (!o.kv_heads && !o.ffn_hidden && !o.rope_theta && !o.norm_eps &&
+                             !o.tie_embeddings),
+               "--kv-heads, --ffn-hidden, --rope-theta, --norm-eps and --tie-embeddings set the "
+               "Llama block: add --family llama (or a Llama preset)");
   check_llama_layout(o, m);
   model::validate(m);
   check_moe_layout(o);
