@@ -67,6 +67,14 @@ e2e::Outcome run_layout(const StepConfig& c, const LayoutOptions& o,
   return out;
 }
 
+// The fp32 layouts' bounds against the serial run (kLossTol, kParamTol, kMomentTol).
+void expect_within_fp32_tolerances(const e2e::Worst& w) {
+  EXPECT_LE(w.loss, kLossTol);
+  EXPECT_LE(w.state[0], kParamTol);
+  EXPECT_LE(w.state[1], kMomentTol);
+  EXPECT_LE(w.state[2], kMomentTol);
+}
+
 // Every rank's counters beside plan/: the model states, one micro-batch's activations, and the
 // bytes of every traffic site.
 void expect_counters_equal_the_plan(const LayoutReport& report, size_t ranks) {
@@ -98,10 +106,7 @@ TEST(LlamaEquality, DataParallelAtEveryZeroStageAndRecomputeMatchesTheSerialRun)
         std::printf("  llama %-9s dp %d zero %d: loss %.1e params %.1e m %.1e v %.1e\n",
                     std::string(name(rc)).c_str(), dp, zero, w.loss, w.state[0], w.state[1],
                     w.state[2]);
-        EXPECT_LE(w.loss, kLossTol);
-        EXPECT_LE(w.state[0], kParamTol);
-        EXPECT_LE(w.state[1], kMomentTol);
-        EXPECT_LE(w.state[2], kMomentTol);
+        expect_within_fp32_tolerances(w);
         ASSERT_EQ(report.ranks.size(), static_cast<size_t>(dp));
         for (const RankRow& k : report.ranks) {
           SCOPED_TRACE(::testing::Message() << "rank " << k.rank);
@@ -167,10 +172,7 @@ TEST(LlamaEquality, PipelinesWithEveryScheduleMatchTheSerialRun) {
         "v %.1e\n",
         k.dp, k.pp, k.vp, k.zero, std::string(plan::name(k.schedule)).c_str(),
         std::string(name(k.recompute)).c_str(), w.loss, w.state[0], w.state[1], w.state[2]);
-    EXPECT_LE(w.loss, kLossTol);
-    EXPECT_LE(w.state[0], kParamTol);
-    EXPECT_LE(w.state[1], kMomentTol);
-    EXPECT_LE(w.state[2], kMomentTol);
+    expect_within_fp32_tolerances(w);
     expect_counters_equal_the_plan(report, static_cast<size_t>(k.dp * k.pp));
     for (const RankRow& r : report.ranks) {
       SCOPED_TRACE(::testing::Message() << "rank " << r.rank);
@@ -237,10 +239,7 @@ TEST(LlamaEquality, TensorParallelLayoutsMatchTheSerialRun) {
         k.dp, k.tp, k.pp, k.zero, static_cast<long long>(k.kv_heads),
         std::string(name(k.recompute)).c_str(), k.sp ? " sp" : "", w.loss, w.state[0], w.state[1],
         w.state[2]);
-    EXPECT_LE(w.loss, kLossTol);
-    EXPECT_LE(w.state[0], kParamTol);
-    EXPECT_LE(w.state[1], kMomentTol);
-    EXPECT_LE(w.state[2], kMomentTol);
+    expect_within_fp32_tolerances(w);
     expect_counters_equal_the_plan(report, static_cast<size_t>(k.dp * k.tp * k.pp));
     for (const RankRow& r : report.ranks) EXPECT_GT(r.site("tp_block").measured, 0) << r.rank;
   }
@@ -351,10 +350,7 @@ TEST(LlamaEquality, ContextParallelWithEveryAlgorithmMatchesTheSerialRun) {
         k.dp, k.tp, k.cp, std::string(plan::name(k.algorithm)).c_str(),
         static_cast<long long>(k.kv_heads), std::string(name(k.recompute)).c_str(), w.loss,
         w.state[0], w.state[1], w.state[2]);
-    EXPECT_LE(w.loss, kLossTol);
-    EXPECT_LE(w.state[0], kParamTol);
-    EXPECT_LE(w.state[1], kMomentTol);
-    EXPECT_LE(w.state[2], kMomentTol);
+    expect_within_fp32_tolerances(w);
     expect_counters_equal_the_plan(report, static_cast<size_t>(k.dp * k.tp * k.cp));
     ASSERT_EQ(report.cp_ranks.size(), static_cast<size_t>(k.dp * k.tp * k.cp));
     for (const CpRankRow& r : report.cp_ranks) {

@@ -145,21 +145,10 @@ TEST(GptModel, GradientOfEveryTensorMatchesDoubleReference) {
     const ParamTensor& t = table[i];
     std::span<float> grad = model.grad(static_cast<int>(i));
     // Up to 12 elements, including the first and last.
-    std::vector<int64_t> picks = {0, t.count - 1};
     Rng pick(1000 + i);
-    while (picks.size() < 12 && static_cast<int64_t>(picks.size()) < t.count) {
-      picks.push_back(static_cast<int64_t>(pick.uniform_int(static_cast<uint64_t>(t.count))));
-    }
-    std::vector<double> numeric;
-    std::vector<float> analytic;
-    double scale = 0;
-    for (int64_t e : picks) {
-      numeric.push_back(
-          test::central_difference(ref_loss, p, static_cast<size_t>(t.offset + e), h));
-      analytic.push_back(grad[static_cast<size_t>(e)]);
-      scale = std::max(scale, std::fabs(numeric.back()));
-    }
-    const double max_diff = test::expect_close(analytic, numeric, 0, 1e-5 * scale + 1e-10, t.name);
+    const test::SpotCheck c =
+        test::spot_check_gradient(grad, t.offset, ref_loss, p, h, pick, t.name);
+    const double scale = c.scale, max_diff = c.max_diff;
     // Directional derivative: d/de loss(p + e*u) at 0 equals grad . u.
     std::vector<double> u(static_cast<size_t>(t.count));
     double want = 0;

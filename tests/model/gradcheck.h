@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,34 @@ inline double expect_close(const std::vector<float>& got, const std::vector<doub
 inline std::vector<float> minus(std::vector<float> v, float c) {
   for (float& x : v) x -= c;
   return v;
+}
+
+// One parameter tensor's gradient spot-checked: up to 12 elements (the first, the last, the rest
+// drawn from `pick`) of the analytic `grad` against central differences (step h) of `loss` over
+// params[offset + e]; each within 1e-5 of the largest numeric value. Returns that largest value
+// (the tensor's gradient scale) and the largest difference.
+struct SpotCheck {
+  double scale = 0, max_diff = 0;
+};
+inline SpotCheck spot_check_gradient(std::span<const float> grad, int64_t offset,
+                                     const std::function<double()>& loss,
+                                     std::vector<double>& params, double h, Rng& pick,
+                                     const std::string& what) {
+  const auto count = static_cast<int64_t>(grad.size());
+  std::vector<int64_t> picks = {0, count - 1};
+  while (picks.size() < 12 && static_cast<int64_t>(picks.size()) < count) {
+    picks.push_back(static_cast<int64_t>(pick.uniform_int(static_cast<uint64_t>(count))));
+  }
+  std::vector<double> numeric;
+  std::vector<float> analytic;
+  SpotCheck r;
+  for (int64_t e : picks) {
+    numeric.push_back(central_difference(loss, params, static_cast<size_t>(offset + e), h));
+    analytic.push_back(grad[static_cast<size_t>(e)]);
+    r.scale = std::max(r.scale, std::fabs(numeric.back()));
+  }
+  r.max_diff = expect_close(analytic, numeric, 0, 1e-5 * r.scale + 1e-10, what);
+  return r;
 }
 
 }  // namespace dtrain::model::test

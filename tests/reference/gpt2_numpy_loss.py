@@ -80,25 +80,31 @@ def forward_loss(w, cfg, inputs, targets):
     return -np.take_along_axis(logp, targets[..., None], axis=-1).mean()
 
 
-def main():
+def score(forward_loss, check_config, family):
+    """Reads argv (MODEL_DIR BATCH_FILE B T DTRAIN_LOSS [REL_TOL]), runs `forward_loss` on the
+    batch and exits 1 when it differs from dtrain's loss by more than the tolerance."""
     model_dir, batch_file, B, T, expected = sys.argv[1:6]
     tol = float(sys.argv[6]) if len(sys.argv) > 6 else 1e-5
     B, T, expected = int(B), int(T), float(expected)
     cfg = json.load(open(model_dir + "/config.json"))
-    assert cfg["model_type"] == "gpt2" and cfg["activation_function"] == "gelu_new", cfg
     w = read_safetensors(model_dir + "/model.safetensors")
-    C, V = cfg["n_embd"], cfg["vocab_size"]
-    assert w["wte.weight"].shape == (V, C), w["wte.weight"].shape
-    assert w["h.0.attn.c_attn.weight"].shape == (C, 3 * C), w["h.0.attn.c_attn.weight"].shape
+    check_config(cfg, w)
     tokens = np.fromfile(batch_file, dtype="<i4")
     assert tokens.size == 2 * B * T, (tokens.size, B, T)
     inputs, targets = tokens[: B * T].reshape(B, T), tokens[B * T :].reshape(B, T)
     loss = forward_loss(w, cfg, inputs, targets)
     rel = abs(loss - expected) / abs(expected)
-    print("numpy GPT-2 loss %.9f, dtrain's %.9f, relative difference %.2e (tolerance %.0e)"
-          % (loss, expected, rel, tol))
+    print("numpy %s loss %.9f, dtrain's %.9f, relative difference %.2e (tolerance %.0e)"
+          % (family, loss, expected, rel, tol))
     sys.exit(0 if rel <= tol else 1)
 
 
+def check_gpt2(cfg, w):
+    assert cfg["model_type"] == "gpt2" and cfg["activation_function"] == "gelu_new", cfg
+    C, V = cfg["n_embd"], cfg["vocab_size"]
+    assert w["wte.weight"].shape == (V, C), w["wte.weight"].shape
+    assert w["h.0.attn.c_attn.weight"].shape == (C, 3 * C), w["h.0.attn.c_attn.weight"].shape
+
+
 if __name__ == "__main__":
-    main()
+    score(forward_loss, check_gpt2, "GPT-2")

@@ -10,7 +10,6 @@ printed.
 Usage: llama_numpy_loss.py MODEL_DIR BATCH_FILE B T DTRAIN_LOSS [REL_TOL]
 Exits 1 (with both losses) when |ours - dtrain's| > REL_TOL * dtrain's (default 1e-5).
 """
-import json
 import math
 import os
 import sys
@@ -18,7 +17,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt2_numpy_loss import read_safetensors  # noqa: E402  (the same independent parser)
+from gpt2_numpy_loss import read_safetensors, score  # noqa: E402  (the same parser and driver)
 
 
 def rms_norm(x, w, eps):
@@ -70,22 +69,9 @@ def forward_loss(w, cfg, inputs, targets):
     return -np.take_along_axis(logp, targets[..., None], axis=-1).mean()
 
 
-def main():
-    model_dir, batch_file, B, T, expected = sys.argv[1:6]
-    tol = float(sys.argv[6]) if len(sys.argv) > 6 else 1e-5
-    B, T, expected = int(B), int(T), float(expected)
-    cfg = json.load(open(model_dir + "/config.json"))
+def check_llama(cfg, w):
     assert cfg["model_type"] == "llama" and cfg.get("hidden_act", "silu") == "silu", cfg
-    w = read_safetensors(model_dir + "/model.safetensors")
-    tokens = np.fromfile(batch_file, dtype="<i4")
-    assert tokens.size == 2 * B * T, (tokens.size, B, T)
-    inputs, targets = tokens[: B * T].reshape(B, T), tokens[B * T :].reshape(B, T)
-    loss = forward_loss(w, cfg, inputs, targets)
-    rel = abs(loss - expected) / abs(expected)
-    print("numpy Llama loss %.9f, dtrain's %.9f, relative difference %.2e (tolerance %.0e)"
-          % (loss, expected, rel, tol))
-    sys.exit(0 if rel <= tol else 1)
 
 
 if __name__ == "__main__":
-    main()
+    score(forward_loss, check_llama, "Llama")
