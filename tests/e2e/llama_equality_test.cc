@@ -13,6 +13,7 @@
 
 #include "dtrain/comm/threads/backend.h"
 #include "dtrain/cost/model_presets.h"
+#include "dtrain/cost/moe.h"
 #include "dtrain/cost/pipeline_model.h"
 #include "dtrain/engine/engine.h"
 #include "dtrain/engine/layout.h"
@@ -363,26 +364,101 @@ TEST(LlamaEquality, ContextParallelWithEveryAlgorithmMatchesTheSerialRun) {
   }
 }
 
+// Expert parallelism on a Mixtral-like model (every block routed: 4 SwiGLU experts, top-2,
+// dropless): EP alone (dp = ep), with more DP than EP, ZeRO 1-3, each recompute mode, expert TP
+// (each expert's gate, up and down split as the dense MLP's) and a pipeline with 1F1B and
+// ZB-H1, against the serial run of the same model with the load-balancing loss off (its value is
+// a per-rank statistic: each DP rank's aux is of its own tokens, as in Megatron); every counter
+// (the EP dispatch and combine, DP over the dense and the expert-data-parallel groups, TP, PP,
+// the states with E / ep experts a rank) equal to plan/.
+TEST(LlamaEquality, ExpertParallelMixtralMatchesTheSerialRun) {
+  struct Case {
+    int dp, ep, tp, pp, zero;
+    Recompute recompute;
+    plan::ScheduleKind schedule = plan::ScheduleKind::one_f_one_b;
+  };
+  using plan::ScheduleKind;
+  const Case cases[] = {
+      {2, 2, 1, 1, 0, Recompute::none},
+      {4, 2, 1, 1, 1, Recompute::selective},
+      {4, 4, 1, 1, 3, Recompute::full},
+      {2, 2, 1, 1, 2, Recompute::none},
+      {2, 2, 2, 1, 0, Recompute::none},
+      {2, 2, 2, 1, 1, Recompute::full},
+      {2, 2, 1, 2, 1, Recompute::none},
+      {2, 2, 1, 2, 0, Recompute::none, ScheduleKind::zero_bubble_h1},
+  };
+  for (const Case& k : cases) {
+    StepConfig c = llama_config(k.recompute);
+    c.model.layers = 2;
+    c.model.moe = {.experts = 4, .top_k = 2, .every = 1, .aux_loss_coef = 0.0};
+    const int microbatches = k.pp > 1 ? 2 : 1;
+    const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
+    const e2e::Outcome serial = e2e::run_serial(c, data, kLr, k.pp > 1 ? k.dp * microbatches : 1);
+    SCOPED_TRACE(::testing::Message()
+                 << "dp " << k.dp << " ep " << k.ep << " tp " << k.tp << " pp " << k.pp << " zero "
+                 << k.zero << " " << plan::name(k.schedule) << " recompute " << name(k.recompute));
+    LayoutOptions o;
+    o.dp = k.dp;
+    o.ep = k.ep;
+    o.tp = k.tp;
+    o.pp = k.pp;
+    o.zero_stage = k.zero;
+    if (k.pp > 1) {
+      o.microbatches = microbatches;
+      o.schedule = k.schedule;
+    }
+    LayoutReport report;
+    const e2e::Outcome got = run_layout(c, o, data, report);
+    const e2e::Worst w = e2e::compare(c, serial, got);
+    std::printf(
+        "  mixtral dp %d ep %d tp %d pp %d zero %d %-11s %-9s: loss %.1e params %.1e m %.1e "
+        "v %.1e\n",
+        k.dp, k.ep, k.tp, k.pp, k.zero, std::string(plan::name(k.schedule)).c_str(),
+        std::string(name(k.recompute)).c_str(), w.loss, w.state[0], w.state[1], w.state[2]);
+    expect_within_fp32_tolerances(w);
+    EXPECT_EQ(report.ep, k.ep);
+    EXPECT_EQ(report.experts_per_rank, c.model.moe.experts / k.ep);
+    expect_counters_equal_the_plan(report, static_cast<size_t>(k.dp * k.tp * k.pp));
+    for (const RankRow& r : report.ranks) EXPECT_GT(r.site("ep").measured, 0) << r.rank;
+  }
+}
+
+// Dense and Mixtral-like (4 SwiGLU experts, top-2, every block or every second routed: the
+// planner's first_dense = every - 1 places its routed layers where the engine's are).
 TEST(LlamaEquality, TheParameterCountIsThePlannersLlamaFormula) {
-  for (const int64_t kv : {1, 2, 4}) {
-    for (const bool tied : {false, true}) {
-      model::GptConfig g = llama_config(Recompute::none).model;
-      g.kv_heads = kv;
-      g.tie_embeddings = tied;
-      plan::ModelShape m;
-      m.name = "custom";
-      m.family = plan::ModelFamily::llama;
-      m.layers = g.layers;
-      m.hidden = g.channels;
-      m.heads = g.heads;
-      m.kv_heads = kv;
-      m.ffn_hidden = g.ffn_hidden;
-      m.vocab = g.vocab;
-      m.seq = g.context;
-      // The planner's Llama has an untied head (Llama 2 and 3 do); a tied one is V * C fewer.
-      const int64_t planned = plan::param_count(m) - (tied ? g.vocab * g.channels : 0);
-      EXPECT_EQ(model::gpt_param_count(g), planned) << "kv " << kv << " tied " << tied;
-      EXPECT_EQ(model::gpt_param_table(g).total_count(), planned);
+  for (const int64_t experts : {0, 4}) {
+    for (const int64_t every : {1, 2}) {
+      for (const int64_t kv : {1, 2, 4}) {
+        for (const bool tied : {false, true}) {
+          if (experts == 0 && every > 1) continue;
+          model::GptConfig g = llama_config(Recompute::none).model;
+          g.layers = 4;
+          g.kv_heads = kv;
+          g.tie_embeddings = tied;
+          if (experts > 0) g.moe = {.experts = experts, .top_k = 2, .every = every};
+          plan::ModelShape m;
+          m.name = "custom";
+          m.family = plan::ModelFamily::llama;
+          m.layers = g.layers;
+          m.hidden = g.channels;
+          m.heads = g.heads;
+          m.kv_heads = kv;
+          m.ffn_hidden = g.ffn_hidden;
+          m.vocab = g.vocab;
+          m.seq = g.context;
+          m.moe = {.experts = experts, .top_k = 2, .every = every, .first_dense = every - 1};
+          // The planner's Llama has an untied head (Llama 2 and 3 do); a tied one is V * C fewer.
+          const int64_t planned = plan::param_count(m) - (tied ? g.vocab * g.channels : 0);
+          SCOPED_TRACE(::testing::Message() << "experts " << experts << " every " << every << " kv "
+                                            << kv << " tied " << tied);
+          EXPECT_EQ(model::gpt_param_count(g), planned);
+          EXPECT_EQ(model::gpt_param_table(g).total_count(), planned);
+          for (int64_t l = 0; l < g.layers; ++l) {
+            EXPECT_EQ(model::is_moe_layer(g.moe, l), plan::is_moe_layer(m, l)) << "layer " << l;
+          }
+        }
+      }
     }
   }
 }

@@ -81,7 +81,10 @@ TEST(LlamaConfig, RefusesShapesItCannotRun) {
   g.channels = 12;  // head size 3: odd, RoPE pairs dims
   EXPECT_THROW(validate(g), Error);
   g = small_llama(2, false);
-  g.moe.experts = 4;
+  g.moe.experts = 4;  // Mixtral's SwiGLU experts: a shape it runs
+  g.moe.top_k = 2;
+  EXPECT_NO_THROW(validate(g));
+  g.moe.top_k = 5;  // more than the experts
   EXPECT_THROW(validate(g), Error);
 }
 

@@ -25,25 +25,41 @@ using test::to_double;
 
 struct MoeCase {
   int64_t N = 8, C = 4;
+  int64_t F = 0;  // > 0: SwiGLU experts of F (Mixtral's: [gate | up], down; no biases)
   MoeConfig m;
   std::vector<float> x, router, fc_w, fc_b, proj_w, proj_b, w;  // w: dL/dout
+  MoeExpertWidths widths() const { return moe_expert_widths(C, F, F > 0); }
 };
 
-MoeCase make_case(int64_t E, int64_t k, double capacity, double aux, uint64_t seed) {
+MoeCase make_case(int64_t E, int64_t k, double capacity, double aux, uint64_t seed,
+                  int64_t swiglu_ffn = 0) {
   MoeCase c;
   c.m.experts = E;
   c.m.top_k = k;
   c.m.capacity_factor = capacity;
   c.m.aux_loss_coef = aux;
-  const int64_t N = c.N, C = c.C, H = 4 * C;
+  c.F = swiglu_ffn;
+  const int64_t N = c.N, C = c.C, H = c.widths().fc, A = c.widths().act;
   c.x = random_floats(static_cast<size_t>(N * C), seed);
   c.router = random_floats(static_cast<size_t>(E * C), seed + 1, 0.8);
   c.fc_w = random_floats(static_cast<size_t>(E * H * C), seed + 2, 0.5);
-  c.fc_b = random_floats(static_cast<size_t>(E * H), seed + 3, 0.1);
-  c.proj_w = random_floats(static_cast<size_t>(E * C * H), seed + 4, 0.5);
-  c.proj_b = random_floats(static_cast<size_t>(E * C), seed + 5, 0.1);
+  c.proj_w = random_floats(static_cast<size_t>(E * C * A), seed + 4, 0.5);
+  if (c.F == 0) {
+    c.fc_b = random_floats(static_cast<size_t>(E * H), seed + 3, 0.1);
+    c.proj_b = random_floats(static_cast<size_t>(E * C), seed + 5, 0.1);
+  }
   c.w = random_floats(static_cast<size_t>(N * C), seed + 6);
   return c;
+}
+
+// A vector's data, or null when it is empty (a SwiGLU expert's absent biases).
+template <typename T>
+T* data_or_null(std::vector<T>& v) {
+  return v.empty() ? nullptr : v.data();
+}
+template <typename T>
+const T* data_or_null(const std::vector<T>& v) {
+  return v.empty() ? nullptr : v.data();
 }
 
 double gelu(double x) {
@@ -55,7 +71,8 @@ double reference_loss(const MoeCase& c, const std::vector<double>& x,
                       const std::vector<double>& router, const std::vector<double>& fc_w,
                       const std::vector<double>& fc_b, const std::vector<double>& proj_w,
                       const std::vector<double>& proj_b) {
-  const int64_t N = c.N, C = c.C, H = 4 * C, E = c.m.experts, k = c.m.top_k;
+  const int64_t N = c.N, C = c.C, E = c.m.experts, k = c.m.top_k;
+  const int64_t F = c.F, H = F > 0 ? F : 4 * C;  // proj's inputs: SwiGLU's F, or GELU's 4C
   const int64_t capacity = moe_capacity(c.m, N);
   std::vector<int64_t> taken(static_cast<size_t>(E), 0), chosen(static_cast<size_t>(E), 0);
   std::vector<double> prob_sum(static_cast<size_t>(E), 0.0);
@@ -86,13 +103,25 @@ double reference_loss(const MoeCase& c, const std::vector<double>& x,
     for (int64_t e : pick) {
       if (taken[e]++ >= capacity) continue;  // dropped
       const double gate = p[e] / picked;
-      for (int64_t o = 0; o < C; ++o) {
-        double y = proj_b[e * C + o];
-        for (int64_t h = 0; h < H; ++h) {
-          double a = fc_b[e * H + h];
-          for (int64_t i = 0; i < C; ++i) a += fc_w[(e * H + h) * C + i] * x[n * C + i];
-          y += proj_w[(e * C + o) * H + h] * gelu(a);
+      // The expert's activation: GELU(fc x + b), or silu(gate x) * (up x) (Mixtral's w1, w3).
+      std::vector<double> act(static_cast<size_t>(H));
+      for (int64_t h = 0; h < H; ++h) {
+        if (F > 0) {
+          double g = 0, u = 0;
+          for (int64_t i = 0; i < C; ++i) {
+            g += fc_w[(e * 2 * F + h) * C + i] * x[n * C + i];
+            u += fc_w[(e * 2 * F + F + h) * C + i] * x[n * C + i];
+          }
+          act[h] = g / (1 + std::exp(-g)) * u;
+          continue;
         }
+        double a = fc_b[e * H + h];
+        for (int64_t i = 0; i < C; ++i) a += fc_w[(e * H + h) * C + i] * x[n * C + i];
+        act[h] = gelu(a);
+      }
+      for (int64_t o = 0; o < C; ++o) {
+        double y = F > 0 ? 0.0 : proj_b[e * C + o];
+        for (int64_t h = 0; h < H; ++h) y += proj_w[(e * C + o) * H + h] * act[h];
         loss += gate * y * c.w[n * C + o];
       }
     }
@@ -111,8 +140,8 @@ struct MoeRun {
 MoeRun run_layer(const MoeCase& c) {
   MoeRun r;
   const int64_t N = c.N, C = c.C;
-  const MoeWeights w{c.router.data(), c.fc_w.data(), c.fc_b.data(), c.proj_w.data(),
-                     c.proj_b.data()};
+  const MoeWeights w{c.router.data(), c.fc_w.data(),          data_or_null(c.fc_b),
+                     c.proj_w.data(), data_or_null(c.proj_b), c.widths()};
   moe_route(r.routing, c.x.data(), c.router.data(), N, C, c.m);
   MoeExpertCache cache;
   r.out.assign(c.x.size(), 0.0f);
@@ -123,8 +152,8 @@ MoeRun run_layer(const MoeCase& c) {
   r.dfc_b.assign(c.fc_b.size(), 0.0f);
   r.dproj_w.assign(c.proj_w.size(), 0.0f);
   r.dproj_b.assign(c.proj_b.size(), 0.0f);
-  const MoeGrads g{r.drouter.data(), r.dfc_w.data(), r.dfc_b.data(), r.dproj_w.data(),
-                   r.dproj_b.data()};
+  const MoeGrads g{r.drouter.data(), r.dfc_w.data(), data_or_null(r.dfc_b), r.dproj_w.data(),
+                   data_or_null(r.dproj_b)};
   moe_backward(r.dx.data(), g, c.w.data(), cache, r.routing, c.x.data(), w, N, C, c.m,
                c.m.aux_loss_coef);
   return r;
@@ -146,11 +175,16 @@ double check_gradients(const MoeCase& c, const MoeRun& r) {
   worst = std::max(worst,
                    expect_close(r.drouter, numeric_gradient(loss, router), rtol, atol, "drouter"));
   worst = std::max(worst, expect_close(r.dfc_w, numeric_gradient(loss, fc_w), rtol, atol, "dfc_w"));
-  worst = std::max(worst, expect_close(r.dfc_b, numeric_gradient(loss, fc_b), rtol, atol, "dfc_b"));
+  if (c.F == 0) {
+    worst =
+        std::max(worst, expect_close(r.dfc_b, numeric_gradient(loss, fc_b), rtol, atol, "dfc_b"));
+  }
   worst = std::max(worst,
                    expect_close(r.dproj_w, numeric_gradient(loss, proj_w), rtol, atol, "dproj_w"));
-  worst = std::max(worst,
-                   expect_close(r.dproj_b, numeric_gradient(loss, proj_b), rtol, atol, "dproj_b"));
+  if (c.F == 0) {
+    worst = std::max(
+        worst, expect_close(r.dproj_b, numeric_gradient(loss, proj_b), rtol, atol, "dproj_b"));
+  }
   return worst;
 }
 
@@ -164,6 +198,21 @@ TEST(MoeOp, DroplessBackwardMatchesFiniteDifferences) {
   EXPECT_EQ(r.routing.dropped, 0);
   EXPECT_EQ(sum(r.routing.kept), c.N * 2);
   std::printf("dropless: max |analytic - numeric| = %.3g\n", check_gradients(c, r));
+}
+
+// Mixtral's experts: SwiGLU over each expert's [gate | up] rows, then down, no biases; dropless
+// top-2 of 4 and with capacity dropping.
+TEST(MoeOp, SwigluExpertsBackwardMatchesFiniteDifferences) {
+  for (const double capacity : {0.0, 0.5}) {
+    const MoeCase c = make_case(4, 2, capacity, 0.5, 61, /*swiglu_ffn=*/6);
+    const MoeRun r = run_layer(c);
+    EXPECT_TRUE(r.dfc_b.empty() && r.dproj_b.empty());
+    EXPECT_EQ(r.dfc_w.size(), static_cast<size_t>(4 * 2 * 6 * c.C));
+    EXPECT_EQ(r.dproj_w.size(), static_cast<size_t>(4 * c.C * 6));
+    EXPECT_EQ(r.routing.dropped > 0, capacity > 0);
+    std::printf("swiglu experts, capacity %.1f: max |analytic - numeric| = %.3g\n", capacity,
+                check_gradients(c, r));
+  }
 }
 
 TEST(MoeOp, Top1WithAuxLossMatchesFiniteDifferences) {

@@ -594,13 +594,13 @@ void GptModel::embedding_backward_into(GptActivations& acts, GptWorkspace& ws, f
                    config_.channels);
 }
 
-namespace {
-
-MoeWeights moe_weights(const LayerWeights& w) {
-  return {w.moe_router_w, w.fc_w, w.fc_b, w.fc_proj_w, w.fc_proj_b};
+MoeWeights GptModel::moe_weights(const LayerWeights& w) const {
+  return {w.moe_router_w, w.fc_w, w.fc_b, w.fc_proj_w, w.fc_proj_b, moe_widths()};
 }
 
-}  // namespace
+MoeExpertWidths GptModel::moe_widths() const {
+  return moe_expert_widths(config_.channels, config_.ffn(), config_.llama(), tp_->size());
+}
 
 void GptModel::moe_mlp_forward(const GptActivations& acts, int64_t l, const float* x,
                                float* delta) {
@@ -646,7 +646,7 @@ void GptModel::moe_mlp_backward_weight(const GptActivations& acts, int64_t l) {
   const LayerWeights& dw = dw_.layers[static_cast<size_t>(l)];
   const MoeLayerState& s = acts.moe_layer(l);
   const MoeGrads g{dw.moe_router_w, dw.fc_w, dw.fc_b, dw.fc_proj_w, dw.fc_proj_b};
-  moe_experts_backward_weight(g, s.kept, s.cache, config_.channels, cx_, tp_);
+  moe_experts_backward_weight(g, s.kept, s.cache, moe_widths(), config_.channels, cx_);
 }
 
 double GptModel::moe_aux_loss(const GptActivations& acts) const {

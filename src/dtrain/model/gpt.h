@@ -21,6 +21,7 @@
 #include "dtrain/model/gemm.h"
 #include "dtrain/model/gpt_config.h"
 #include "dtrain/model/gpt_stage.h"
+#include "dtrain/model/ops/moe.h"
 #include "dtrain/model/ops/rope.h"
 #include "dtrain/model/param_table.h"
 #include "dtrain/model/tp_hooks.h"
@@ -43,7 +44,8 @@ struct LayerWeights {
   float* fc_proj_w;  // (C, 4*C)
   float* fc_proj_b;  // (C)
   // An MoE block (model/ops/moe.h): the four MLP fields above hold E experts each
-  // ((E, 4*C, C), (E, 4*C), (E, C, 4*C), (E, C)), and the router is here; null otherwise.
+  // ((E, 4*C, C), (E, 4*C), (E, C, 4*C), (E, C); a Llama block's (E, 2F, C) [gate | up] and
+  // (E, C, F), no biases), and the router is here; null otherwise.
   float* moe_router_w = nullptr;  // (E, C)
 };
 struct GptWeights {
@@ -221,6 +223,10 @@ class GptModel {
   void moe_mlp_backward(const GptActivations& acts, int64_t l, const float* x, const float* dout,
                         float* dln, bool split = false);
   void moe_mlp_backward_weight(const GptActivations& acts, int64_t l);
+  // A routed block's tensors for the MoE layer, and its experts' widths on this TP rank (GPT's
+  // GELU experts, or Llama's SwiGLU ones).
+  MoeWeights moe_weights(const LayerWeights& w) const;
+  MoeExpertWidths moe_widths() const;
   bool sp() const { return tp_->sequence_parallel(); }
   // The attention core on block l's tensors: serial (attention.h, a.att kept) or, under CP,
   // across the group (cp_hooks.h); out is a.atty.

@@ -80,21 +80,19 @@ void validate(const GptConfig& c) {
                " must be even (rotary positions pair its dims)");
   DTRAIN_CHECK(c.rope_theta > 0, "--rope-theta must be positive (got ", c.rope_theta, ")");
   DTRAIN_CHECK(c.norm_eps > 0, "--norm-eps must be positive (got ", c.norm_eps, ")");
-  DTRAIN_CHECK(!c.moe.enabled(),
-               "--family llama with --experts (Mixtral's SwiGLU experts) is not "
-               "supported yet: the Llama block is dense");
 }
 
 int64_t gpt_param_count(const GptConfig& c) {
   const int64_t C = c.channels;
+  const int64_t moe_layers = moe_layers_before(c.moe, c.layers);
   if (c.llama()) {
     // wte, per block two RMSNorms, Q, K and V (kv_heads wide), the projection, gate, up and
-    // down; the final norm; the untied head.
+    // down; the final norm; the untied head. A routed block has E SwiGLU experts and a router.
     const int64_t kv = c.kv_heads_or_heads() * c.head_size(), F = c.ffn();
     return c.vocab * C + c.layers * (2 * C + C * C + 2 * kv * C + C * C + 3 * C * F) + C +
-           (c.tied_head() ? 0 : c.vocab * C);
+           (c.tied_head() ? 0 : c.vocab * C) +
+           moe_layers * ((c.moe.experts - 1) * 3 * C * F + c.moe.experts * C);
   }
-  const int64_t moe_layers = moe_layers_before(c.moe, c.layers);
   const int64_t mlp = 8 * C * C + 5 * C;
   return c.vocab * C + c.context * C + c.layers * (12 * C * C + 13 * C) + 2 * C +
          moe_layers * ((c.moe.experts - 1) * mlp + c.moe.experts * C);

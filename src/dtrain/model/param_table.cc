@@ -47,9 +47,11 @@ namespace {
 
 // Llama: wte (V, C); per block h.l.ln1.w (C), h.l.attn.qkv.w ((NH + 2 NKV) HS, C) with rows
 // [q | k | v], h.l.attn.proj.w (C, C), h.l.ln2.w (C), h.l.mlp.fc.w (2F, C) with rows
-// [gate | up], h.l.mlp.proj.w (C, F); lnf.w (C); lm_head.w (V, C) unless tied. Backward
-// finishes lm_head.w and lnf.w, the blocks from the last (down, gate|up, ln2, proj, qkv, ln1),
-// then wte.
+// [gate | up], h.l.mlp.proj.w (C, F); lnf.w (C); lm_head.w (V, C) unless tied. A routed block
+// (Mixtral's) holds E SwiGLU experts instead of the two MLP tensors, h.l.moe.fc.w (E, 2F, C) with
+// each expert's rows [gate | up] and h.l.moe.proj.w (E, C, F), then h.l.moe.router.w (E, C).
+// Backward finishes lm_head.w and lnf.w, the blocks from the last (down, gate|up, the router,
+// ln2, proj, qkv, ln1), then wte.
 ParamTable llama_param_table(const GptConfig& c) {
   const int64_t C = c.channels, F = c.ffn();
   const int64_t qkv = (c.heads + 2 * c.kv_heads_or_heads()) * c.head_size();
@@ -61,6 +63,13 @@ ParamTable llama_param_table(const GptConfig& c) {
     t.add(h + "attn.qkv.w", {qkv, C});
     t.add(h + "attn.proj.w", {C, C});
     t.add(h + "ln2.w", {C});
+    if (is_moe_layer(c.moe, l)) {
+      const int64_t E = c.moe.experts;
+      t.add(h + "moe.fc.w", {E, 2 * F, C});
+      t.add(h + "moe.proj.w", {E, C, F});
+      t.add(h + "moe.router.w", {E, C});
+      continue;
+    }
     t.add(h + "mlp.fc.w", {2 * F, C});
     t.add(h + "mlp.proj.w", {C, F});
   }
@@ -72,7 +81,12 @@ ParamTable llama_param_table(const GptConfig& c) {
   const LayerParam layer_order[] = {LayerParam::fc_proj_w,   LayerParam::fc_w,  LayerParam::ln2_w,
                                     LayerParam::attn_proj_w, LayerParam::qkv_w, LayerParam::ln1_w};
   for (int64_t l = c.layers - 1; l >= 0; --l) {
-    for (LayerParam k : layer_order) order.push_back(gpt_layer_param(c, l, k));
+    for (LayerParam k : layer_order) {
+      order.push_back(gpt_layer_param(c, l, k));
+      if (k == LayerParam::fc_w && is_moe_layer(c.moe, l)) {
+        order.push_back(gpt_layer_param(c, l, LayerParam::moe_router_w));
+      }
+    }
   }
   order.push_back(kWteIndex);
   t.set_backward_order(std::move(order));

@@ -77,7 +77,8 @@ inline int gpt_lnf_b_index(int64_t layers) {
 // The same for any model, MoE blocks and the Llama family included (the forms above are a dense
 // GPT's). A Llama block holds six of the slots (ln1.w, attn.qkv.w, attn.proj.w, ln2.w, mlp.fc.w
 // as [gate | up], mlp.proj.w as down) and no biases; its model has no wpe and no lnf.b, and an
-// untied head lm_head.w after lnf.w. An index of a tensor the family lacks is -1.
+// untied head lm_head.w after lnf.w; a routed Llama block (Mixtral's) holds its two MLP slots
+// as E SwiGLU experts and the router in a seventh. An index of a tensor the family lacks is -1.
 inline constexpr int kLlamaLayerParamCount = 6;
 inline int gpt_layer_slot(const GptConfig& c, LayerParam k) {
   if (!c.llama()) return static_cast<int>(k);
@@ -94,6 +95,8 @@ inline int gpt_layer_slot(const GptConfig& c, LayerParam k) {
       return 4;
     case LayerParam::fc_proj_w:
       return 5;
+    case LayerParam::moe_router_w:
+      return 6;
     default:
       return -1;
   }
@@ -105,18 +108,22 @@ inline int gpt_wpe_index(const GptConfig& c) {
   return c.llama() ? -1 : kWpeIndex;
 }
 inline int gpt_layer_param_count(const GptConfig& c, int64_t layer) {
-  if (c.llama()) return kLlamaLayerParamCount;
-  return kLayerParamCount + (is_moe_layer(c.moe, layer) ? 1 : 0);
+  return (c.llama() ? kLlamaLayerParamCount : kLayerParamCount) +
+         (is_moe_layer(c.moe, layer) ? 1 : 0);
 }
 inline int gpt_layer_param(const GptConfig& c, int64_t layer, LayerParam k) {
   const int slot = gpt_layer_slot(c, k);
   if (slot < 0) return -1;
-  if (c.llama()) return 1 + static_cast<int>(layer) * kLlamaLayerParamCount + slot;
-  return gpt_layer_param(layer, k) + static_cast<int>(moe_layers_before(c.moe, layer));
+  const int routers_before = static_cast<int>(moe_layers_before(c.moe, layer));
+  if (c.llama()) {
+    return 1 + static_cast<int>(layer) * kLlamaLayerParamCount + routers_before + slot;
+  }
+  return gpt_layer_param(layer, k) + routers_before;
 }
 inline int gpt_lnf_w_index(const GptConfig& c) {
-  if (c.llama()) return 1 + static_cast<int>(c.layers) * kLlamaLayerParamCount;
-  return gpt_lnf_w_index(c.layers) + static_cast<int>(moe_layers_before(c.moe, c.layers));
+  const int routers = static_cast<int>(moe_layers_before(c.moe, c.layers));
+  if (c.llama()) return 1 + static_cast<int>(c.layers) * kLlamaLayerParamCount + routers;
+  return gpt_lnf_w_index(c.layers) + routers;
 }
 inline int gpt_lnf_b_index(const GptConfig& c) {
   return c.llama() ? -1 : gpt_lnf_w_index(c) + 1;

@@ -17,13 +17,20 @@ int64_t row_length(const std::vector<int64_t>& shape) {
 }
 
 // A stacked expert tensor's slice, expert by expert: expert_rows cuts dimension 1 (each expert's
-// 4C rows, or its 4C bias entries), expert_columns the last (each of the E*C rows' 4C columns).
-std::vector<FlatRange> expert_ranges(const ParamTensor& whole, int tp, int tp_rank) {
+// 4C rows, or its 4C bias entries; a SwiGLU expert's gate and up rows, F each, as a block of
+// each), expert_columns the last (each of the E*C rows' 4C or F columns).
+std::vector<FlatRange> expert_ranges(const ParamTensor& whole, const GptConfig& c, int tp,
+                                     int tp_rank) {
   std::vector<FlatRange> out;
   if (tp_split_of(whole.name) == TpSplit::expert_rows) {
     const int64_t experts = whole.shape[0], per_expert = whole.count / experts;
-    const int64_t local = per_expert / tp;
-    for (int64_t e = 0; e < experts; ++e) out.push_back({e * per_expert + tp_rank * local, local});
+    const int64_t blocks = c.llama() ? 2 : 1, per_block = per_expert / blocks;
+    const int64_t local = per_block / tp;
+    for (int64_t e = 0; e < experts; ++e) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        out.push_back({e * per_expert + b * per_block + tp_rank * local, local});
+      }
+    }
     return out;
   }
   const int64_t width = whole.shape.back(), local = width / tp, rows = whole.count / width;
@@ -172,7 +179,7 @@ std::vector<float> tp_slice(const ParamTensor& whole, std::span<const float> val
     }
     case TpSplit::expert_rows:
     case TpSplit::expert_columns:
-      for (const FlatRange& r : expert_ranges(whole, tp, tp_rank)) {
+      for (const FlatRange& r : expert_ranges(whole, config, tp, tp_rank)) {
         const auto begin = values.begin() + r.offset;
         out.insert(out.end(), begin, begin + r.count);
       }
@@ -216,7 +223,7 @@ std::vector<FlatRange> tp_slice_ranges(const ParamTensor& whole, const GptConfig
     }
     case TpSplit::expert_rows:
     case TpSplit::expert_columns:
-      out = expert_ranges(whole, tp, tp_rank);
+      out = expert_ranges(whole, config, tp, tp_rank);
       break;
   }
   return out;

@@ -24,7 +24,8 @@ enum class TpSplit {
   // A routed layer's stacked experts (expert tensor parallelism: each expert's MLP cut as the
   // dense MLP is; the router and moe.proj.b, added after the reduction, are replicated):
   expert_rows,     // moe.fc.w (E, 4C, C), moe.fc.b (E, 4C): each expert's rows r*4C/N ..
-  expert_columns,  // moe.proj.w (E, C, 4C): each expert's columns r*4C/N ..
+                   // (Llama's (E, 2F, C): each expert's gate and up rows r*F/N .. of each)
+  expert_columns,  // moe.proj.w (E, C, 4C) or (E, C, F): each expert's columns r*4C/N ..
 };
 TpSplit tp_split_of(std::string_view name);
 

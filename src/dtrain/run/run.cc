@@ -263,19 +263,6 @@ void check_memory(const EngineConfig& c, const LayoutOptions& o) {
                room->address_space ? ", or raise ulimit -v" : "");
 }
 
-// The Llama family runs in every layout but EP so far (Mixtral's SwiGLU experts come next):
-// refused up front, naming the flag.
-void check_llama_layout(const TrainOptions& o, const model::GptConfig& m) {
-  if (!m.llama()) return;
-  const LayoutOptions& l = o.layout;
-  const auto refuse = [](bool bad, const char* flag) {
-    DTRAIN_CHECK(!bad, flag,
-                 " with --family llama is not supported yet: the Llama block runs in "
-                 "every layout but expert parallelism so far (its SwiGLU experts come next)");
-  };
-  refuse(l.ep > 1, "--ep");
-}
-
 // What an MoE model does not run with.
 void check_moe_layout(const TrainOptions& o) {
   if (!o.moe.enabled()) return;
@@ -307,7 +294,6 @@ TrainSetup resolve(const TrainOptions& o) {
                              !o.tie_embeddings),
                "--kv-heads, --ffn-hidden, --rope-theta, --norm-eps and --tie-embeddings set the "
                "Llama block: add --family llama (or a Llama preset)");
-  check_llama_layout(o, m);
   model::validate(m);
   check_moe_layout(o);
   // The data before the model: a token file sets the vocabulary.

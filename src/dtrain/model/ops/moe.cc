@@ -12,6 +12,7 @@
 #include "dtrain/core/check.h"
 #include "dtrain/model/ops/gelu.h"
 #include "dtrain/model/ops/matmul.h"
+#include "dtrain/model/ops/swiglu.h"
 
 namespace dtrain::model {
 namespace {
@@ -20,7 +21,37 @@ size_t at(int64_t i) {
   return static_cast<size_t>(i);
 }
 
+// The expert's activation over n rows: GELU of fc, or SwiGLU of fc's [gate | up].
+void expert_activation_forward(float* out, const float* fc, int64_t n, const MoeExpertWidths& w,
+                               const Compute& cx) {
+  if (w.gated()) {
+    swiglu_forward(out, fc, n, w.act, cx);
+  } else {
+    gelu_forward(out, fc, n * w.fc, cx);
+  }
+}
+void expert_activation_backward(float* dfc, const float* fc, const float* dout, int64_t n,
+                                const MoeExpertWidths& w, const Compute& cx) {
+  if (w.gated()) {
+    swiglu_backward(dfc, fc, dout, n, w.act, cx);
+  } else {
+    gelu_backward(dfc, fc, dout, n * w.fc, cx);
+  }
+}
+
+// An expert's bias slice, or null for biasless (gated) experts.
+template <typename T>
+T* bias_of(T* b, int64_t e, int64_t width) {
+  return b != nullptr ? b + e * width : nullptr;
+}
+
 }  // namespace
+
+MoeExpertWidths moe_expert_widths(int64_t C, int64_t ffn, bool gated, int tp) {
+  DTRAIN_CHECK(tp >= 1, "moe_expert_widths: tp ", tp);
+  if (gated) return {2 * ffn / tp, ffn / tp};
+  return {4 * C / tp, 4 * C / tp};
+}
 
 void choose_top_k_by_scans(int32_t* chosen, const float* p, int64_t E, int64_t k) {
   for (int64_t j = 0; j < k; ++j) {
@@ -181,26 +212,28 @@ void moe_experts_forward(MoeExpertCache& cache, std::span<const int64_t> row_beg
                          const MoeWeights& w, int64_t C, const Compute& cx,
                          TensorParallelHooks* tp) {
   const int n = tp != nullptr ? tp->size() : 1;
-  const int64_t H = 4 * C / n, experts = static_cast<int64_t>(row_begin.size()) - 1;
-  const int64_t rows = row_begin.back();
+  const int64_t H = w.widths.fc, A = w.widths.act;
+  const int64_t experts = static_cast<int64_t>(row_begin.size()) - 1, rows = row_begin.back();
   DTRAIN_CHECK(static_cast<int64_t>(cache.x.size()) == rows * C,
                "moe_experts_forward: ", cache.x.size(), " input elements for ", rows, " rows of ",
                C);
   cache.fc.assign(at(rows * H), 0.0f);
-  cache.fc_gelu.assign(at(rows * H), 0.0f);
+  cache.fc_gelu.assign(at(rows * A), 0.0f);
   cache.y.assign(at(rows * C), 0.0f);
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t first = row_begin[at(e)], n_e = row_begin[at(e + 1)] - first;
     if (n_e == 0) continue;  // an expert without tokens computes nothing
     matmul_forward(cache.fc.data() + first * H, cache.x.data() + first * C, w.fc_w + e * H * C,
-                   w.fc_b + e * H, n_e, C, H, cx);
-    gelu_forward(cache.fc_gelu.data() + first * H, cache.fc.data() + first * H, n_e * H, cx);
-    matmul_forward(cache.y.data() + first * C, cache.fc_gelu.data() + first * H,
-                   w.proj_w + e * C * H, n > 1 ? nullptr : w.proj_b + e * C, n_e, H, C, cx);
+                   bias_of(w.fc_b, e, H), n_e, C, H, cx);
+    expert_activation_forward(cache.fc_gelu.data() + first * A, cache.fc.data() + first * H, n_e,
+                              w.widths, cx);
+    matmul_forward(cache.y.data() + first * C, cache.fc_gelu.data() + first * A,
+                   w.proj_w + e * C * A, n > 1 ? nullptr : bias_of(w.proj_b, e, C), n_e, A, C, cx);
   }
   if (n == 1) return;
   // g: the row-parallel partial sums whole, then proj's bias once (as the dense MLP's after g).
   tp->g_forward(cache.y.data(), rows * C);
+  if (w.proj_b == nullptr) return;
   for (int64_t e = 0; e < experts; ++e) {
     for (int64_t i = row_begin[at(e)]; i < row_begin[at(e + 1)]; ++i) {
       float* yr = cache.y.data() + i * C;
@@ -258,27 +291,27 @@ void moe_experts_backward(float* dx_rows, const MoeGrads& dw, const float* dy,
                           const MoeWeights& w, int64_t C, const Compute& cx,
                           TensorParallelHooks* tp, MoeWeightGradStash* keep) {
   const int n = tp != nullptr ? tp->size() : 1;
-  const int64_t H = 4 * C / n, experts = static_cast<int64_t>(row_begin.size()) - 1;
-  const int64_t rows = row_begin.back();
-  std::vector<float> dfc_gelu(at(rows * H), 0.0f), dfc(at(rows * H), 0.0f);
+  const int64_t H = w.widths.fc, A = w.widths.act;
+  const int64_t experts = static_cast<int64_t>(row_begin.size()) - 1, rows = row_begin.back();
+  std::vector<float> dfc_gelu(at(rows * A), 0.0f), dfc(at(rows * H), 0.0f);
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t first = row_begin[at(e)], n_e = row_begin[at(e + 1)] - first;
     if (n_e == 0) continue;
     if (keep != nullptr) {
-      matmul_backward_input(dfc_gelu.data() + first * H, dy + first * C, w.proj_w + e * C * H, n_e,
-                            H, C, cx);
+      matmul_backward_input(dfc_gelu.data() + first * A, dy + first * C, w.proj_w + e * C * A, n_e,
+                            A, C, cx);
     } else {
-      matmul_backward(dfc_gelu.data() + first * H, dw.proj_w + e * C * H, dw.proj_b + e * C,
-                      dy + first * C, cache.fc_gelu.data() + first * H, w.proj_w + e * C * H, n_e,
-                      H, C, cx);
+      matmul_backward(dfc_gelu.data() + first * A, dw.proj_w + e * C * A, bias_of(dw.proj_b, e, C),
+                      dy + first * C, cache.fc_gelu.data() + first * A, w.proj_w + e * C * A, n_e,
+                      A, C, cx);
     }
-    gelu_backward(dfc.data() + first * H, cache.fc.data() + first * H, dfc_gelu.data() + first * H,
-                  n_e * H, cx);
+    expert_activation_backward(dfc.data() + first * H, cache.fc.data() + first * H,
+                               dfc_gelu.data() + first * A, n_e, w.widths, cx);
     if (keep != nullptr) {
       matmul_backward_input(dx_rows + first * C, dfc.data() + first * H, w.fc_w + e * H * C, n_e, C,
                             H, cx);
     } else {
-      matmul_backward(dx_rows + first * C, dw.fc_w + e * H * C, dw.fc_b + e * H,
+      matmul_backward(dx_rows + first * C, dw.fc_w + e * H * C, bias_of(dw.fc_b, e, H),
                       dfc.data() + first * H, cache.x.data() + first * C, w.fc_w + e * H * C, n_e,
                       C, H, cx);
     }
@@ -292,17 +325,18 @@ void moe_experts_backward(float* dx_rows, const MoeGrads& dw, const float* dy,
 }
 
 void moe_experts_backward_weight(const MoeGrads& dw, const MoeWeightGradStash& kept,
-                                 const MoeExpertCache& cache, int64_t C, const Compute& cx,
-                                 TensorParallelHooks* tp) {
-  const int n = tp != nullptr ? tp->size() : 1;
-  const int64_t H = 4 * C / n, experts = static_cast<int64_t>(kept.row_begin.size()) - 1;
+                                 const MoeExpertCache& cache, const MoeExpertWidths& widths,
+                                 int64_t C, const Compute& cx) {
+  const int64_t H = widths.fc, A = widths.act;
+  const int64_t experts = static_cast<int64_t>(kept.row_begin.size()) - 1;
   // The weight halves of moe_experts_backward's two matmul_backward calls per expert, in order.
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t first = kept.row_begin[at(e)], n_e = kept.row_begin[at(e + 1)] - first;
     if (n_e == 0) continue;
-    matmul_backward_weight(dw.proj_w + e * C * H, dw.proj_b + e * C, kept.dy.data() + first * C,
-                           cache.fc_gelu.data() + first * H, n_e, H, C, cx);
-    matmul_backward_weight(dw.fc_w + e * H * C, dw.fc_b + e * H, kept.dfc.data() + first * H,
+    matmul_backward_weight(dw.proj_w + e * C * A, bias_of(dw.proj_b, e, C),
+                           kept.dy.data() + first * C, cache.fc_gelu.data() + first * A, n_e, A, C,
+                           cx);
+    matmul_backward_weight(dw.fc_w + e * H * C, bias_of(dw.fc_b, e, H), kept.dfc.data() + first * H,
                            cache.x.data() + first * C, n_e, C, H, cx);
   }
 }

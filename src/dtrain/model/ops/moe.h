@@ -1,6 +1,7 @@
 // Mixture-of-experts MLP (Switch / GShard style): a linear router (no bias), softmax over the E
 // experts, top-k per token (ties: the lower expert index wins), gates renormalised over the
-// chosen k, E expert MLPs of the dense MLP's shape (fc, GELU, proj), a capacity per expert
+// chosen k, E expert MLPs of the dense MLP's shape (GPT's fc, GELU, proj with biases; Llama's
+// SwiGLU, [gate | up] then down without biases: Mixtral's experts), a capacity per expert
 // (assignments past it are dropped in token order: their output is zero, the residual carries
 // the token) and the load-balancing loss aux = E * sum_e f_e * P_e, with f_e the fraction of the
 // N*k router choices that picked e (before dropping) and P_e the mean router probability of e.
@@ -19,19 +20,31 @@ namespace dtrain::model {
 
 struct MoeWeightGradStash;  // below, with the split backward's pieces
 
-// One MoE block's parameters (or, at the same offsets, gradients). H = 4*C.
+// An expert MLP's widths on one TP rank: its first product's outputs (GPT's H = 4C/tp, or
+// SwiGLU's [gate | up], 2F/tp) and its activation's, proj's inputs (4C/tp, or F/tp). A gated
+// (SwiGLU) expert has no biases.
+struct MoeExpertWidths {
+  int64_t fc = 0, act = 0;
+  bool gated() const { return fc != act; }
+};
+// GPT's experts (fc, act = 4C/tp) or Llama's (2F/tp, F/tp).
+MoeExpertWidths moe_expert_widths(int64_t C, int64_t ffn, bool gated, int tp = 1);
+
+// One MoE block's parameters (or, at the same offsets, gradients). H = widths.fc, A = widths.act;
+// the biases are null for gated experts.
 struct MoeWeights {
   const float* router_w;  // (E, C)
   const float* fc_w;      // (E, H, C)
   const float* fc_b;      // (E, H)
-  const float* proj_w;    // (E, C, H)
+  const float* proj_w;    // (E, C, A)
   const float* proj_b;    // (E, C)
+  MoeExpertWidths widths;
 };
 struct MoeGrads {
   float* router_w;  // (E, C)
   float* fc_w;      // (E, H, C)
   float* fc_b;      // (E, H)
-  float* proj_w;    // (E, C, H)
+  float* proj_w;    // (E, C, A)
   float* proj_b;    // (E, C)
 };
 
@@ -115,8 +128,8 @@ void moe_route(MoeRouting& r,
 // [row_begin[e], row_begin[e+1]).
 struct MoeExpertCache {
   std::vector<float> x;        // (rows, C) gathered inputs
-  std::vector<float> fc;       // (rows, H) GELU inputs
-  std::vector<float> fc_gelu;  // (rows, H)
+  std::vector<float> fc;       // (rows, H) the activation's inputs
+  std::vector<float> fc_gelu;  // (rows, A) its outputs (GELU, or SwiGLU's)
   std::vector<float> y;        // (rows, C) expert outputs (before the gate)
 };
 
@@ -148,10 +161,11 @@ void moe_backward(float* dx,  // (N, C)
 // x_rows (rows, C) = the token of each of the routing's expert rows.
 void moe_gather_rows(float* x_rows, const MoeRouting& r, const float* x, int64_t C);
 // The experts' MLPs on cache.x (rows, C), filled by the caller: cache.fc, fc_gelu and y.
-// Expert tensor parallelism (a `tp` group of n > 1): `w` holds each expert's 4C/n rows of fc
-// and columns of proj (model/tp_shard.h), cache.fc and fc_gelu are (rows, 4C/n), and y, the
-// row-parallel partial sums, is all-reduced over the group (g) before proj's bias is added:
-// whole and the same on every rank. Every rank of the group must call with the same rows.
+// Expert tensor parallelism (a `tp` group of n > 1): `w` holds each expert's 1/n of fc's rows
+// (a SwiGLU expert's slice of gate and of up) and of proj's columns (model/tp_shard.h), its
+// widths are the rank's, and y, the row-parallel partial sums, is all-reduced over the group
+// (g) before proj's bias is added: whole and the same on every rank. Every rank of the group must
+// call with the same rows.
 void moe_experts_forward(MoeExpertCache& cache, std::span<const int64_t> row_begin,
                          const MoeWeights& w, int64_t C, const Compute& cx = {},
                          TensorParallelHooks* tp = nullptr);
@@ -166,7 +180,7 @@ void moe_combine_backward(float* dy, std::vector<double>& dgate, const MoeRoutin
 // experts' output gradients and their fc outputs' gradients, with the rows' expert boundaries.
 struct MoeWeightGradStash {
   std::vector<float> dy;           // (rows, C)
-  std::vector<float> dfc;          // (rows, 4C/tp)
+  std::vector<float> dfc;          // (rows, H)
   std::vector<int64_t> row_begin;  // (experts + 1)
 };
 
@@ -182,8 +196,8 @@ void moe_experts_backward(float* dx_rows, const MoeGrads& dw, const float* dy,
 // weight and bias gradients are left for this, which adds them from `kept` and the cache): the
 // same sgemm calls on the same data, so the gradients are the fused backward's bits.
 void moe_experts_backward_weight(const MoeGrads& dw, const MoeWeightGradStash& kept,
-                                 const MoeExpertCache& cache, int64_t C, const Compute& cx = {},
-                                 TensorParallelHooks* tp = nullptr);
+                                 const MoeExpertCache& cache, const MoeExpertWidths& widths,
+                                 int64_t C, const Compute& cx = {});
 // Back to the tokens: dx (N, C) += each token's kept rows of dx_rows in choice order, then the
 // router's backward through the gates (dgate) and the aux loss (aux_scale).
 void moe_router_backward(float* dx, const MoeGrads& dw, const float* dx_rows,
