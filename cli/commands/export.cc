@@ -31,7 +31,8 @@ void add_export(CLI::App& app) {
       "export",
       "Write a checkpoint (saved by any layout) as a Hugging Face folder: model.safetensors in "
       "GPT-2's names and layouts (GPT2LMHeadModel), or Llama's (LlamaForCausalLM) for a "
-      "--family llama checkpoint, and config.json (docs/export.md)");
+      "--family llama checkpoint (MixtralForCausalLM with --experts), and config.json "
+      "(docs/export.md)");
   cmd->add_option("--checkpoint", f->checkpoint,
                   "Checkpoint directory, or a --save root (its latest checkpoint)")
       ->required();
@@ -51,9 +52,7 @@ void add_export(CLI::App& app) {
     const checkpoint::LoadedCheckpoint c =
         checkpoint::load_checkpoint(f->checkpoint, "--checkpoint");
     // Refused before --output is made: a failed export leaves no empty folder behind.
-    DTRAIN_CHECK(!c.state.model.moe.enabled(), "--checkpoint ", c.dir,
-                 " holds a mixture-of-experts model (", model::describe(c.state.model),
-                 "): export writes GPT-2's dense layout, and MoE export is not supported yet");
+    formats::check_exportable(c.state.model, str("--checkpoint ", c.dir));
     check_output_directory(f->output, "--output");
     const auto dtype =
         f->dtype == "bf16" ? formats::SafetensorsDtype::bf16 : formats::SafetensorsDtype::f32;

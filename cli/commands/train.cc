@@ -36,6 +36,14 @@
 namespace dtrain::cli {
 namespace {
 
+// Whether --model names a preset with experts (mixtral-small): its MoE flags need no --experts.
+bool preset_routes(const std::string& name) {
+  for (const model::GptPreset& p : model::gpt_presets()) {
+    if (p.name == name) return p.config.moe.enabled();
+  }
+  return false;
+}
+
 // Ctrl-C / SIGTERM / SIGUSR1 (a scheduler's warning): before the first step, the process ends
 // at once (nothing is trained yet, nothing to save: the start-up may be blocked on a FIFO or
 // busy for a while); after it, the first signal asks the run to stop after the step in progress
@@ -498,7 +506,8 @@ void add_train(CLI::App& app) {
                   {"--moe-every", opt.moe.every == dense.every},
                   {"--capacity-factor", opt.moe.capacity_factor == dense.capacity_factor},
                   {"--aux-loss-coef", opt.moe.aux_loss_coef == dense.aux_loss_coef}},
-                 opt.moe.experts > 0, "--experts E (a mixture-of-experts model)");
+                 opt.moe.experts > 0 || preset_routes(opt.model),
+                 "--experts E (a mixture-of-experts model)");
     const TrainFlags defaults;
     refuse_alone(*cmd,
                  {{"--cp-algo", f->cp_algo == defaults.cp_algo},

@@ -1,8 +1,8 @@
 # `dtrain train --family llama` (and the llama-tiny preset): the loss goes down on the bundled
 # corpus, the checkpoint keeps the family and its settings (a resume continues it; a GPT run
-# refuses it, naming what differs), and what the family does not run yet is refused up front,
-# naming the flag: EP, and a --tp above --kv-heads; the Llama flags
-# without the family are refused too.
+# refuses it, naming what differs), the Mixtral-like preset learns under EP, and what the family
+# does not run yet is refused up front, naming the flag (a --tp above --kv-heads); the Llama
+# flags without the family are refused too.
 source "$(dirname "$0")/lib/expect.bash"
 
 tmp=$(mktemp -d)
@@ -36,20 +36,21 @@ grep -q "^step 3/4" <<<"$out" && ! grep -q "^step 1/4" <<<"$out" ||
 expect_error "family llama \(this run: gpt\)" train --model tiny --context 64 --hidden 64 \
   --steps 4 --eval-every 0 --resume "$tmp/ck" --allow-resume-changes
 
-# Hugging Face interop: checkpoints saved by TP x PP (untied head) and by DP + ZeRO-3 (multi-query,
-# tied head) export as LlamaForCausalLM folders that an independent numpy reader
-# (tests/reference/llama_numpy_loss.py: its own safetensors parser and transformers' Llama forward
-# in float64) scores to dtrain's loss within 1e-5; --init-from reads them into any layout.
+# Hugging Face interop: checkpoints saved by TP x PP (untied head), by DP + ZeRO-3 (multi-query,
+# tied head) and by EP x TP (Mixtral-like) export as LlamaForCausalLM and MixtralForCausalLM
+# folders that an independent PyTorch reader (tests/reference/llama_torch_loss.py: its own
+# safetensors parser and transformers' Llama and Mixtral forward in float64) scores to dtrain's
+# loss within 1e-5; --init-from reads them into another layout.
 py=/usr/bin/python3
-reference=$(dirname "$0")/../reference/llama_numpy_loss.py
-interop() {  # interop NAME SHAPE_AND_LAYOUT...
-  local name=$1
-  shift
+reference=$(dirname "$0")/../reference/llama_torch_loss.py
+interop() {  # interop NAME ARCHITECTURE SHAPE_AND_LAYOUT...
+  local name=$1 architecture=$2
+  shift 2
   "$DTRAIN" train --steps 6 --eval-every 0 "$@" --save "$tmp/$name.ck" >/dev/null 2>&1 ||
     fail "train $*"
   "$DTRAIN" export --checkpoint "$tmp/$name.ck" --output "$tmp/$name.hf" >/dev/null ||
     fail "export of $name"
-  grep -q '"LlamaForCausalLM"' "$tmp/$name.hf/config.json" || fail "$name: not a Llama config"
+  grep -q "\"$architecture\"" "$tmp/$name.hf/config.json" || fail "$name: not a $architecture"
   local loss
   loss=$("$DTRAIN" train --init-from "$tmp/$name.hf" --steps 1 --eval-every 0 --eval-batches 1 \
     --dp 2 --write-eval-batch "$tmp/$name.batch" --json 2>/dev/null |
@@ -58,13 +59,16 @@ interop() {  # interop NAME SHAPE_AND_LAYOUT...
   local seq
   seq=$("$py" -c "import json; print(json.load(open('$tmp/$name.hf/config.json'))['max_position_embeddings'])")
   if "$py" "$reference" "$tmp/$name.hf" "$tmp/$name.batch" 8 "$seq" "$loss"; then
-    echo "ok: numpy reads the $name export"
+    echo "ok: PyTorch reads the $name export"
   else
-    fail "numpy's Llama loss differs from dtrain's for $name"
+    fail "PyTorch's $architecture loss differs from dtrain's for $name"
   fi
 }
-interop tp_pp --model llama-tiny --tp 2 --pp 2 --microbatches 2
-interop mqa_tied --family llama --layers 2 --hidden 32 --heads 4 --kv-heads 1 --ffn-hidden 96 \
+interop tp_pp LlamaForCausalLM --model llama-tiny --tp 2 --pp 2 --microbatches 2
+interop mixtral MixtralForCausalLM --model llama-tiny --experts 4 --top-k 2 --dp 2 --ep 2 --tp 2
+grep -q '"model.layers.1.block_sparse_moe.experts.3.w3.weight"' "$tmp/mixtral.hf/model.safetensors" ||
+  fail "the Mixtral folder has no experts.3.w3"
+interop mqa_tied LlamaForCausalLM --family llama --layers 2 --hidden 32 --heads 4 --kv-heads 1 --ffn-hidden 96 \
   --tie-embeddings --dp 2 --zero 3
 grep -q '"lm_head.weight"' "$tmp/mqa_tied.hf/model.safetensors" &&
   fail "a tied head's folder holds lm_head.weight"
@@ -76,9 +80,29 @@ expect_error "--rope-theta 5 differs from --init-from .* \(rope_theta 10000\)" t
 expect_output "llama KV=2" train --init-from "$tmp/tp_pp.hf" --kv-heads 2 --steps 1 --eval-every 0
 expect_output "." sample --checkpoint "$tmp/ck" --prompt "The " --tokens 8 --seed 1
 
-# Not yet: EP (Mixtral's SwiGLU experts) names its flag.
-expect_error "--family llama with --experts|with --family llama is not supported yet" train \
-  --model llama-tiny --dp 2 --ep 2 --experts 2 --steps 1
+# Mixtral folders: --init-from brings the experts (a differing --experts is refused, naming
+# config.json's field); a model routing every second block has no Hugging Face form.
+expect_output "E=4 k=2 every=1 llama" train --init-from "$tmp/mixtral.hf" --dp 2 --ep 2 --steps 1 \
+  --eval-every 0
+expect_error "--experts 8 --top-k 2 --moe-every 1 differ from --init-from .* \(num_local_experts 4" \
+  train --init-from "$tmp/mixtral.hf" --experts 8 --top-k 2 --steps 1
+"$DTRAIN" train --model llama-tiny --experts 2 --moe-every 2 --steps 1 --eval-every 0 \
+  --save "$tmp/every2.ck" >/dev/null 2>&1 || fail "train --moe-every 2"
+expect_error "--moe-every 2\); MixtralForCausalLM routes every block" export --checkpoint \
+  "$tmp/every2.ck" --output "$tmp/every2.hf"
+[ ! -e "$tmp/every2.hf" ] || fail "a refused export made its folder"
+expect_output "." sample --checkpoint "$tmp/mixtral.ck" --prompt "The " --tokens 8 --seed 1
+
+# The Mixtral-like preset learns on the bundled corpus under EP: from ln(256) ~ 5.5 by at least
+# 1.5 in 40 steps.
+out=$("$DTRAIN" train --model mixtral-small --dp 2 --ep 2 --steps 40 --eval-every 0 --json \
+  2>/dev/null) || fail "train --model mixtral-small exited $?"
+python3 -c 'import json,sys
+j = json.loads(sys.stdin.read())
+first, last = j["loss"]["first_train"], j["loss"]["final_train_avg10"]
+assert first - last > 1.5, (first, last)
+print("ok: mixtral-small loss %.3f -> %.3f (the last 10 steps mean)" % (first, last))' <<<"$out" ||
+  fail "mixtral-small did not learn: $(head -c 300 <<<"$out")"
 # Context parallelism: the K/V heads must split over Ulysses' ranks.
 expect_error "--cp-algo ulysses needs --heads 4 and --kv-heads 2 divisible by --cp 4" train \
   --model llama-tiny --cp 4 --cp-algo ulysses --steps 1

@@ -96,6 +96,28 @@ TEST(GptDecoder, LlamaKvCacheLogitsEqualTheFullForwardAtEveryPosition) {
   }
 }
 
+// Routed blocks (GPT's GELU experts and Mixtral's SwiGLU ones, top-2 of 4, every block or every
+// second): each position's token through the router and its experts alone equals the full
+// forward's dropless routing of all positions, within the same bound.
+TEST(GptDecoder, MoeLogitsEqualTheFullForwardAtEveryPosition) {
+  for (const bool llama : {false, true}) {
+    for (const int64_t every : {1, 2}) {
+      GptConfig c{.vocab = 256, .context = 24, .layers = 2, .heads = 4, .channels = 32};
+      c.moe = {.experts = 4, .top_k = 2, .every = every};
+      if (llama) {
+        c.family = ModelFamily::llama;
+        c.kv_heads = 2;
+        c.ffn_hidden = 48;
+      }
+      const Diff d = compare(c, 17);
+      std::cout << describe(c) << ": max |decoder - full| " << d.max_abs << ", logits up to "
+                << d.max_logit << "\n";
+      EXPECT_GT(d.max_logit, 1.0) << describe(c);
+      EXPECT_LE(d.max_abs, 2e-5 * d.max_logit) << describe(c);
+    }
+  }
+}
+
 TEST(GptDecoder, GreedyDecodingIsTheFullForwardsArgmaxAtEveryStep) {
   const GptConfig c{.vocab = 256, .context = 20, .layers = 2, .heads = 4, .channels = 32};
   MemoryTracker tracker;

@@ -66,9 +66,12 @@ TEST(LlamaParamTable, ThePresetsCountFollowsTheDerivation) {
     if (!g.llama()) continue;
     const int64_t C = g.channels, F = g.ffn(), kv = g.kv_heads_or_heads() * g.head_size();
     // wte V*C; per block two RMSNorms 2C, Q C*C, K and V 2*kv*C, proj C*C, gate and up 2F*C,
-    // down C*F; lnf C; the untied head V*C.
+    // down C*F (a routed block: E experts of the three and an E x C router); lnf C; the untied
+    // head V*C.
+    const int64_t routed = moe_layers_before(g.moe, g.layers), E = g.moe.experts;
     const int64_t want = g.vocab * C + g.layers * (2 * C + C * C + 2 * kv * C + C * C + 3 * F * C) +
-                         C + (g.tied_head() ? 0 : g.vocab * C);
+                         routed * ((E - 1) * 3 * F * C + E * C) + C +
+                         (g.tied_head() ? 0 : g.vocab * C);
     EXPECT_EQ(gpt_param_table(g).total_count(), want) << p.name;
     std::printf("%s: %lld parameters\n", p.name.c_str(), static_cast<long long>(want));
   }

@@ -94,7 +94,7 @@ def score(forward_loss, check_config, family):
     inputs, targets = tokens[: B * T].reshape(B, T), tokens[B * T :].reshape(B, T)
     loss = forward_loss(w, cfg, inputs, targets)
     rel = abs(loss - expected) / abs(expected)
-    print("numpy %s loss %.9f, dtrain's %.9f, relative difference %.2e (tolerance %.0e)"
+    print("%s loss %.9f, dtrain's %.9f, relative difference %.2e (tolerance %.0e)"
           % (family, loss, expected, rel, tol))
     sys.exit(0 if rel <= tol else 1)
 
@@ -107,4 +107,4 @@ def check_gpt2(cfg, w):
 
 
 if __name__ == "__main__":
-    score(forward_loss, check_gpt2, "GPT-2")
+    score(forward_loss, check_gpt2, "numpy GPT-2")

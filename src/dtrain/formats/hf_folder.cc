@@ -33,7 +33,8 @@ Config read_config(const std::string& dir, std::string_view flag) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(str(flag, " ", c.path, ": not valid JSON (", e.what(), ")"));
   }
-  c.llama = c.json.is_object() && c.json.value("model_type", std::string()) == "llama";
+  const std::string type = c.json.is_object() ? c.json.value("model_type", std::string()) : "";
+  c.llama = type == "llama" || type == "mixtral";
   return c;
 }
 
@@ -45,6 +46,19 @@ model::GptConfig read_hf_config(const std::string& dir, std::string_view flag) {
     return c.llama ? parse_hf_llama_config(c.json, c.path) : parse_hf_gpt2_config(c.json, c.path);
   } catch (const Error& e) {
     throw Error(str(flag, " ", e.what()));
+  }
+}
+
+void check_exportable(const model::GptConfig& config, std::string_view what) {
+  DTRAIN_CHECK(config.llama() || !config.moe.enabled(), what, " holds a mixture-of-experts GPT (",
+               model::describe(config),
+               "): export writes GPT-2's dense layout, and Hugging Face's GPT-2 has no experts "
+               "(a --family llama MoE exports as MixtralForCausalLM)");
+  if (!config.llama()) return;
+  try {
+    check_hf_llama_exportable(config);
+  } catch (const Error& e) {
+    throw Error(str(what, ": ", e.what()));
   }
 }
 

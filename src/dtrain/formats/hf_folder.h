@@ -1,6 +1,7 @@
 // A Hugging Face model folder (model.safetensors + config.json) of either family dtrain trains:
 // GPT-2 (hf_gpt2.h) or Llama (hf_llama.h), told apart by config.json's model_type ("gpt2", or
-// absent, as GPT-2 folders often leave it; "llama"). What `dtrain export` and `--init-from` call.
+// absent, as GPT-2 folders often leave it; "llama", or "mixtral" for Llama with experts). What
+// `dtrain export` and `--init-from` call.
 #pragma once
 
 #include <string>
@@ -15,6 +16,9 @@ namespace dtrain::formats {
 
 // The model shape of `dir`'s config.json; errors name `flag` and the file.
 model::GptConfig read_hf_config(const std::string& dir, std::string_view flag);
+// Refuses a model without a Hugging Face form (a GPT with experts, a Llama MoE that routes only
+// some blocks), naming `what` (e.g. "--checkpoint DIR").
+void check_exportable(const model::GptConfig& config, std::string_view what);
 // Writes dir/model.safetensors and dir/config.json (each atomically) in the state's family.
 void export_hf(const checkpoint::SerialState& state, const std::string& dir, SafetensorsDtype dtype,
                std::string_view flag);

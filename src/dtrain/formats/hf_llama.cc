@@ -15,7 +15,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// One Hugging Face tensor: rows [first, first + rows) of our tensor `ours`.
+// One Hugging Face tensor: rows [first, first + rows) of our tensor `ours` (a row is its last
+// dimension: a stacked expert tensor (E, R, K) is E R rows of K).
 struct HfBlock {
   std::string hf, ours;
   int64_t first = 0, rows = 0;
@@ -35,6 +36,19 @@ std::vector<HfBlock> hf_blocks(const model::GptConfig& c) {
     out.push_back({hf + "self_attn.v_proj.weight", h + "attn.qkv.w", q + kv, kv});
     out.push_back({hf + "self_attn.o_proj.weight", h + "attn.proj.w", 0, C});
     out.push_back({hf + "post_attention_layernorm.weight", h + "ln2.w", 0, C});
+    if (model::is_moe_layer(c.moe, l)) {
+      // Mixtral: the router is block_sparse_moe.gate; expert j's w1 (gate), w3 (up) and w2
+      // (down) are its rows of our stacked [gate | up] and down tensors.
+      const std::string moe = hf + "block_sparse_moe.";
+      out.push_back({moe + "gate.weight", h + "moe.router.w", 0, c.moe.experts});
+      for (int64_t j = 0; j < c.moe.experts; ++j) {
+        const std::string e = str(moe, "experts.", j, ".");
+        out.push_back({e + "w1.weight", h + "moe.fc.w", 2 * F * j, F});
+        out.push_back({e + "w2.weight", h + "moe.proj.w", C * j, C});
+        out.push_back({e + "w3.weight", h + "moe.fc.w", 2 * F * j + F, F});
+      }
+      continue;
+    }
     out.push_back({hf + "mlp.gate_proj.weight", h + "mlp.fc.w", 0, F});
     out.push_back({hf + "mlp.up_proj.weight", h + "mlp.fc.w", F, F});
     out.push_back({hf + "mlp.down_proj.weight", h + "mlp.proj.w", 0, C});
@@ -44,9 +58,9 @@ std::vector<HfBlock> hf_blocks(const model::GptConfig& c) {
   return out;
 }
 
-// Elements of one row of `t` (1 for a vector).
+// Elements of one row of `t`: its last dimension (1 for a vector).
 int64_t row_length(const model::ParamTensor& t) {
-  return t.shape.size() == 1 ? 1 : t.count / t.shape[0];
+  return t.shape.size() == 1 ? 1 : t.shape.back();
 }
 
 // The Hugging Face shape of a block: its rows by our row length (a vector stays a vector).
@@ -104,31 +118,53 @@ HfLlamaWeights open_weights(const std::string& dir, const model::GptConfig& conf
 
 }  // namespace
 
+void check_hf_llama_exportable(const model::GptConfig& c) {
+  if (!c.moe.enabled()) return;
+  DTRAIN_CHECK(c.moe.every == 1, "the model routes every ", c.moe.every, " blocks (--moe-every ",
+               c.moe.every,
+               "); MixtralForCausalLM routes every block, so it has no Hugging Face form");
+}
+
 nlohmann::json hf_llama_config(const model::GptConfig& c) {
-  return {{"model_type", "llama"},
-          {"architectures", {"LlamaForCausalLM"}},
-          {"vocab_size", c.vocab},
-          {"hidden_size", c.channels},
-          {"intermediate_size", c.ffn()},
-          {"num_hidden_layers", c.layers},
-          {"num_attention_heads", c.heads},
-          {"num_key_value_heads", c.kv_heads_or_heads()},
-          {"head_dim", c.head_size()},
-          {"max_position_embeddings", c.context},
-          {"rms_norm_eps", c.norm_eps},
-          {"rope_theta", c.rope_theta},
-          {"rope_scaling", nullptr},
-          {"hidden_act", "silu"},
-          {"attention_bias", false},
-          {"mlp_bias", false},
-          {"tie_word_embeddings", c.tie_embeddings},
-          {"torch_dtype", "float32"}};
+  check_hf_llama_exportable(c);
+  const bool mixtral = c.moe.enabled();
+  nlohmann::json j = {{"model_type", mixtral ? "mixtral" : "llama"},
+                      {"architectures", {mixtral ? "MixtralForCausalLM" : "LlamaForCausalLM"}},
+                      {"vocab_size", c.vocab},
+                      {"hidden_size", c.channels},
+                      {"intermediate_size", c.ffn()},
+                      {"num_hidden_layers", c.layers},
+                      {"num_attention_heads", c.heads},
+                      {"num_key_value_heads", c.kv_heads_or_heads()},
+                      {"head_dim", c.head_size()},
+                      {"max_position_embeddings", c.context},
+                      {"rms_norm_eps", c.norm_eps},
+                      {"rope_theta", c.rope_theta},
+                      {"rope_scaling", nullptr},
+                      {"hidden_act", "silu"},
+                      {"attention_bias", false},
+                      {"mlp_bias", false},
+                      {"tie_word_embeddings", c.tie_embeddings},
+                      {"torch_dtype", "float32"}};
+  if (mixtral) {
+    // Mixtral's config has no bias switches; it adds the experts, the top-k and the sliding
+    // window (none: dtrain's attention is full causal).
+    j.erase("attention_bias");
+    j.erase("mlp_bias");
+    j["num_local_experts"] = c.moe.experts;
+    j["num_experts_per_tok"] = c.moe.top_k;
+    j["router_aux_loss_coef"] = c.moe.aux_loss_coef;
+    j["output_router_logits"] = false;
+    j["sliding_window"] = nullptr;
+  }
+  return j;
 }
 
 model::GptConfig parse_hf_llama_config(const nlohmann::json& j, std::string_view path) {
   DTRAIN_CHECK(j.is_object(), path, ": not a JSON object");
-  DTRAIN_CHECK(j.value("model_type", std::string()) == "llama", path, ": model_type ",
-               j.value("model_type", nlohmann::json()).dump(), ", not \"llama\"");
+  const std::string type = j.value("model_type", std::string());
+  DTRAIN_CHECK(type == "llama" || type == "mixtral", path, ": model_type ",
+               j.value("model_type", nlohmann::json()).dump(), ", not \"llama\" or \"mixtral\"");
   DTRAIN_CHECK(j.value("hidden_act", std::string("silu")) == "silu", path, ": hidden_act ",
                j["hidden_act"].dump(), "; dtrain's SwiGLU gates with silu");
   for (const char* bias : {"attention_bias", "mlp_bias"}) {
@@ -151,6 +187,19 @@ model::GptConfig parse_hf_llama_config(const nlohmann::json& j, std::string_view
   c.norm_eps = static_cast<float>(positive_number(j, "rms_norm_eps", 1e-6, path));
   c.rope_theta = static_cast<float>(positive_number(j, "rope_theta", 10000.0, path));
   c.tie_embeddings = j.value("tie_word_embeddings", false);
+  if (type == "mixtral") {
+    // Every block routed, dropless (Mixtral drops no token), the router's top-k renormalised.
+    c.moe.experts = positive_int(j, "num_local_experts", path);
+    c.moe.top_k = positive_int(j, "num_experts_per_tok", path);
+    c.moe.every = 1;
+    c.moe.capacity_factor = 0;
+    const bool windowed = j.contains("sliding_window") && !j["sliding_window"].is_null();
+    DTRAIN_CHECK(!windowed || (j["sliding_window"].is_number_integer() &&
+                               j["sliding_window"].get<int64_t>() >= c.context),
+                 path, ": sliding_window ", windowed ? j["sliding_window"].dump() : "",
+                 " is shorter than max_position_embeddings ", c.context,
+                 "; dtrain's attention is full causal (no window)");
+  }
   DTRAIN_CHECK(c.channels % c.heads == 0, path, ": num_attention_heads ", c.heads,
                " does not divide hidden_size ", c.channels);
   DTRAIN_CHECK(

@@ -44,6 +44,20 @@ const std::vector<GptPreset>& gpt_presets() {
        8,
        "Llama 3's shape at 3.0M parameters: 8 query heads sharing 2 K/V heads, SwiGLU of "
        "about 8/3 C, theta 500000, untied head"},
+      {"mixtral-small",
+       {.vocab = 256,
+        .context = 128,
+        .layers = 4,
+        .heads = 8,
+        .channels = 128,
+        .moe = {.experts = 8, .top_k = 2},
+        .family = ModelFamily::llama,
+        .kv_heads = 2,
+        .ffn_hidden = 448,
+        .rope_theta = 1000000.0f},
+       8,
+       "Mixtral 8x7B's shape at 5.7M parameters (1.6M active a token): every block routes to 2 of "
+       "8 SwiGLU experts of 3.5 C, 8 query heads on 2 K/V heads, theta 1e6, untied head"},
   };
   return presets;
 }

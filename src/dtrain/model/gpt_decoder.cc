@@ -10,6 +10,7 @@
 #include "dtrain/model/ops/gelu.h"
 #include "dtrain/model/ops/layernorm.h"
 #include "dtrain/model/ops/matmul.h"
+#include "dtrain/model/ops/moe.h"
 #include "dtrain/model/ops/rmsnorm.h"
 #include "dtrain/model/ops/rope.h"
 #include "dtrain/model/ops/swiglu.h"
@@ -19,8 +20,6 @@ namespace dtrain::model {
 GptDecoder::GptDecoder(const GptConfig& config, std::span<const float> params)
     : config_(config), table_(gpt_param_table(config)), params_(params) {
   validate(config);
-  DTRAIN_CHECK(!config.moe.enabled(), "sampling an MoE model (--experts ", config.moe.experts,
-               ") is not supported yet");
   DTRAIN_CHECK(static_cast<int64_t>(params.size()) == table_.total_count(),
                "GptDecoder: ", params.size(), " parameters for a model of ", table_.total_count());
   const int64_t C = config.channels, KV = kv_width();
@@ -105,6 +104,21 @@ void GptDecoder::block(int64_t l) {
                  1, C, C);
   for (int64_t i = 0; i < C; ++i) x_[i] += proj_[i];
   norm(p(LayerParam::ln2_w), p(LayerParam::ln2_b));
+  if (is_moe_layer(config_.moe, l)) {
+    // The token alone through the router and its top-k experts, dropless (a capacity is a
+    // batch's rule; Mixtral drops nothing): what the training forward computes for it when
+    // nothing is dropped.
+    MoeConfig m = config_.moe;
+    m.capacity_factor = 0;
+    const MoeWeights w{
+        p(LayerParam::moe_router_w), p(LayerParam::fc_w),
+        p(LayerParam::fc_b),         p(LayerParam::fc_proj_w),
+        p(LayerParam::fc_proj_b),    moe_expert_widths(C, config_.ffn(), config_.llama())};
+    moe_route(moe_routing_, ln_.data(), w.router_w, 1, C, m);
+    moe_forward(proj_.data(), moe_cache_, moe_routing_, ln_.data(), w, 1, C, m);
+    for (int64_t i = 0; i < C; ++i) x_[i] += proj_[i];
+    return;
+  }
   const int64_t F = config_.ffn();
   matmul_forward(fc_.data(), ln_.data(), p(LayerParam::fc_w), p(LayerParam::fc_b), 1, C,
                  static_cast<int64_t>(fc_.size()));

@@ -3,7 +3,8 @@
 // each linear and an attention over the cached positions instead of a forward over the whole
 // prefix. Reads the serial parameter layout (gpt_param_table); the same ops as GptModel for the
 // LayerNorms, linears and GELU; for the Llama family RMSNorm, RoPE at each position, a cache of
-// the --kv-heads heads only (grouped-query attention) and SwiGLU.
+// the --kv-heads heads only (grouped-query attention) and SwiGLU; a routed block sends the
+// token to its top-k experts (dropless).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "dtrain/model/gpt_config.h"
+#include "dtrain/model/ops/moe.h"
 #include "dtrain/model/param_table.h"
 
 namespace dtrain::model {
@@ -38,6 +40,8 @@ class GptDecoder {
   std::span<const float> params_;
   int64_t pos_ = 0;
   std::vector<float> k_cache_, v_cache_;  // (L, context, NKV HS) each
+  MoeRouting moe_routing_;  // a routed block's choice for this position, and its experts' rows
+  MoeExpertCache moe_cache_;
   std::vector<float> x_, ln_, qkv_, att_, proj_, fc_, fc_gelu_, scores_;  // one position's
   std::vector<float> logits_;                                             // (V)
   float mean_ = 0, rstd_ = 0;

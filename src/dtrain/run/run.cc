@@ -184,16 +184,28 @@ void take_init_from_shape(const TrainOptions& o, model::GptConfig& m) {
                " differs from --init-from ", path, " (rms_norm_eps ", c.norm_eps, ")");
   DTRAIN_CHECK(!o.tie_embeddings || c.tie_embeddings, "--tie-embeddings differs from --init-from ",
                path, " (tie_word_embeddings false)");
+  // A Mixtral folder brings its experts and top-k; the routing's training settings
+  // (--capacity-factor, --aux-loss-coef) stay the run's.
+  DTRAIN_CHECK(!o.moe.enabled() || (c.moe.enabled() && o.moe.experts == c.moe.experts &&
+                                    o.moe.top_k == c.moe.top_k && o.moe.every == 1),
+               "--experts ", o.moe.experts, " --top-k ", o.moe.top_k, " --moe-every ", o.moe.every,
+               " differ from --init-from ", path,
+               c.moe.enabled() ? str(" (num_local_experts ", c.moe.experts,
+                                     ", num_experts_per_tok ", c.moe.top_k, ", every block routed)")
+                               : std::string(" (a dense model: no num_local_experts)"));
   // The vocabulary is left out: a token file sets it, and it was compared above when given.
   const auto shape = [](const model::GptConfig& g) {
     return str("T=", g.context, " L=", g.layers, " NH=", g.heads, " C=", g.channels);
   };
   model::GptConfig preset = m;
   preset.vocab = c.vocab;
+  preset.moe = c.moe;  // compared above
   DTRAIN_CHECK(!o.model_given || preset == c, "--model ", o.model, " (", shape(preset),
                ") differs from the shape of --init-from ", path, " (", shape(c),
                "): drop --model to take the export's shape, or give the preset it was trained as");
   m = c;
+  m.moe.capacity_factor = o.moe.capacity_factor;
+  m.moe.aux_loss_coef = o.moe.aux_loss_coef;
 }
 
 // The threads backend runs every rank as threads of this process (plus a communication
@@ -263,10 +275,18 @@ void check_memory(const EngineConfig& c, const LayoutOptions& o) {
                room->address_space ? ", or raise ulimit -v" : "");
 }
 
-// What an MoE model does not run with.
-void check_moe_layout(const TrainOptions& o) {
-  if (!o.moe.enabled()) return;
-  DTRAIN_CHECK(o.init_from.empty(), "--init-from loads a dense GPT-2: not with --experts");
+// The run's MoE: the flags' when --experts is given; else a preset's experts (mixtral-small) with
+// --top-k and --moe-every where they leave their defaults' values, and the routing's training
+// settings (--capacity-factor, --aux-loss-coef) always the flags'.
+model::MoeConfig moe_of(const model::MoeConfig& preset, const model::MoeConfig& flags) {
+  if (flags.enabled() || !preset.enabled()) return flags;
+  const model::MoeConfig defaults;
+  model::MoeConfig m = preset;
+  if (flags.top_k != defaults.top_k) m.top_k = flags.top_k;
+  if (flags.every != defaults.every) m.every = flags.every;
+  m.capacity_factor = flags.capacity_factor;
+  m.aux_loss_coef = flags.aux_loss_coef;
+  return m;
 }
 
 }  // namespace
@@ -282,7 +302,7 @@ TrainSetup resolve(const TrainOptions& o) {
   m.layers = o.layers.value_or(m.layers);
   m.heads = o.heads.value_or(m.heads);
   m.channels = o.channels.value_or(m.channels);
-  m.moe = o.moe;
+  m.moe = moe_of(preset.config.moe, o.moe);
   if (o.family) m.family = *o.family;
   m.kv_heads = o.kv_heads.value_or(m.kv_heads);
   m.ffn_hidden = o.ffn_hidden.value_or(m.ffn_hidden);
@@ -295,7 +315,6 @@ TrainSetup resolve(const TrainOptions& o) {
                "--kv-heads, --ffn-hidden, --rope-theta, --norm-eps and --tie-embeddings set the "
                "Llama block: add --family llama (or a Llama preset)");
   model::validate(m);
-  check_moe_layout(o);
   // The data before the model: a token file sets the vocabulary.
   const std::string path = o.data.empty() ? data::default_corpus_path() : o.data;
   DTRAIN_CHECK(!o.data.empty() || std::filesystem::exists(path), "the default corpus '", path,

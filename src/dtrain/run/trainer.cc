@@ -77,7 +77,10 @@ int64_t Trainer::resume(data::BatchSampler& sampler) {
 }
 
 void Trainer::init_from() {
-  const checkpoint::SerialState state = formats::load_hf(config_.init_from, "--init-from");
+  checkpoint::SerialState state = formats::load_hf(config_.init_from, "--init-from");
+  // The routing's training settings are the run's (a folder holds weights, not them).
+  state.model.moe.capacity_factor = config_.model.moe.capacity_factor;
+  state.model.moe.aux_loss_coef = config_.model.moe.aux_loss_coef;
   DTRAIN_CHECK(state.model == config_.model, "--init-from ", config_.init_from, ": the model is ",
                model::describe(state.model), ", but this run's is ",
                model::describe(config_.model));
