@@ -1,7 +1,8 @@
 // The planner's engine profile and `dtrain train` describe one rank of dtrain's engine the same
 // way, so predict_rank (cost/rank_prediction.h) gives both the same peak: on a grid of small
 // layouts (DP, TP with and without SP, pipelines with every schedule and interleaving, ZeRO 0-3,
-// each recompute mode, CP, fp32 and bf16), every stage's description from plan::engine_rank_of
+// each recompute mode, CP, fp32 and bf16; for GPT, for Llama (grouped-query, untied head) and for
+// a Mixtral-like Llama under EP), every stage's description from plan::engine_rank_of
 // equals the engine's (train::describe_rank over the table-free counts) field by field, and the
 // plan's engine_peak_bytes equals train::planned_rank_peak_bytes, the figure the memory check
 // before a run compares.
@@ -18,21 +19,25 @@ namespace dtrain::train {
 namespace {
 
 struct Case {
-  int dp = 1, tp = 1, pp = 1, cp = 1, vp = 1, zero = 0, microbatches = 1;
+  int dp = 1, tp = 1, pp = 1, cp = 1, vp = 1, zero = 0, microbatches = 1, ep = 1;
   bool sp = false, bf16 = false;
   Recompute recompute = Recompute::none;
   plan::ScheduleKind schedule = plan::ScheduleKind::one_f_one_b;
 };
 
 std::string label(const Case& k) {
-  return str("dp", k.dp, " tp", k.tp, k.sp ? "+sp" : "", " pp", k.pp, " vp", k.vp, " cp", k.cp,
-             " zero", k.zero, " M", k.microbatches, " ", plan::name(k.schedule), " recompute ",
-             name(k.recompute), k.bf16 ? " bf16" : " fp32");
+  return str("dp", k.dp, " ep", k.ep, " tp", k.tp, k.sp ? "+sp" : "", " pp", k.pp, " vp", k.vp,
+             " cp", k.cp, " zero", k.zero, " M", k.microbatches, " ", plan::name(k.schedule),
+             " recompute ", name(k.recompute), k.bf16 ? " bf16" : " fp32");
 }
 
 void expect_same_rank(const plan::EngineRank& a, const plan::EngineRank& b) {
   EXPECT_EQ(a.hidden, b.hidden);
   EXPECT_EQ(a.heads, b.heads);
+  EXPECT_EQ(a.llama, b.llama);
+  EXPECT_EQ(a.kv_heads, b.kv_heads);
+  EXPECT_EQ(a.ffn, b.ffn);
+  EXPECT_EQ(a.ep, b.ep);
   EXPECT_EQ(a.vocab_local, b.vocab_local);
   EXPECT_EQ(a.seq, b.seq);
   EXPECT_EQ(a.micro_batch, b.micro_batch);
@@ -49,14 +54,8 @@ void expect_same_rank(const plan::EngineRank& a, const plan::EngineRank& b) {
   }
 }
 
-TEST(EngineProfile, ThePlannerAndTrainPredictTheSameRankPeak) {
-  model::GptConfig g;
-  g.layers = 4;
-  g.channels = 32;
-  g.heads = 4;
-  g.vocab = 250;  // not a multiple of tp: the padded vocabulary's rows
-  g.context = 32;
-  const int64_t batch = 8;
+// The grid of layouts every model is compared on (EP ones for a model with experts).
+std::vector<Case> layout_grid(bool experts) {
   std::vector<Case> cases;
   for (const bool bf16 : {false, true}) {
     for (const Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
@@ -87,8 +86,22 @@ TEST(EngineProfile, ThePlannerAndTrainPredictTheSameRankPeak) {
                        .schedule = plan::ScheduleKind::interleaved});
     }
   }
+  if (experts) {
+    for (int zero = 0; zero <= 3; ++zero) {
+      cases.push_back({.dp = 2, .zero = zero, .ep = 2});
+      cases.push_back({.dp = 4, .zero = zero, .ep = 2, .recompute = Recompute::full});
+    }
+    cases.push_back({.dp = 2, .pp = 2, .zero = 1, .microbatches = 2, .ep = 2});
+  }
+  return cases;
+}
+
+// Every layout of the grid, every stage: the planner's description of the rank equals train's
+// and both give the same peak; returns the (layout, stage) points compared.
+int compare_on_grid(const model::GptConfig& g) {
+  const int64_t batch = 8;
   int compared = 0;
-  for (const Case& k : cases) {
+  for (const Case& k : layout_grid(g.moe.enabled())) {
     SCOPED_TRACE(label(k));
     StepConfig step;
     step.model = g;
@@ -101,6 +114,7 @@ TEST(EngineProfile, ThePlannerAndTrainPredictTheSameRankPeak) {
     o.tp = k.tp;
     o.pp = k.pp;
     o.cp = k.cp;
+    o.ep = k.ep;
     o.zero_stage = k.zero;
     o.sequence_parallel = k.sp;
     o.schedule = k.schedule;
@@ -115,6 +129,16 @@ TEST(EngineProfile, ThePlannerAndTrainPredictTheSameRankPeak) {
     in.model.layers = g.layers;
     in.model.hidden = g.channels;
     in.model.heads = g.heads;
+    if (g.llama()) {
+      in.model.family = plan::ModelFamily::llama;
+      in.model.kv_heads = g.kv_heads;
+      in.model.ffn_hidden = g.ffn_hidden;
+    }
+    // The planner's routed layers where the engine's are (blocks every - 1, 2 every - 1, ...).
+    in.model.moe = {.experts = g.moe.experts,
+                    .top_k = g.moe.top_k,
+                    .every = g.moe.every,
+                    .first_dense = g.moe.every - 1};
     in.model.vocab = g.vocab;
     in.model.seq = g.context;
     in.model.count_final_norm = true;
@@ -130,6 +154,7 @@ TEST(EngineProfile, ThePlannerAndTrainPredictTheSameRankPeak) {
     l.tp = k.tp;
     l.pp = k.pp;
     l.cp = k.cp;
+    l.ep = k.ep;
     l.cp_algo = c.cp_algorithm;
     l.vp = k.vp;
     l.zero_stage = k.zero;
@@ -141,7 +166,8 @@ TEST(EngineProfile, ThePlannerAndTrainPredictTheSameRankPeak) {
       SCOPED_TRACE(str("stage ", stage));
       const std::optional<plan::EngineRank> planned =
           plan::engine_rank_of(in, l, c.microbatches, stage);
-      ASSERT_TRUE(planned.has_value());
+      EXPECT_TRUE(planned.has_value());
+      if (!planned) return compared;
       const plan::EngineRank engine = describe_rank(c, stage, stage_param_counts(c, stage));
       expect_same_rank(*planned, engine);
       EXPECT_EQ(plan::predict_rank(*planned).peak_bytes, planned_rank_peak_bytes(c, stage));
@@ -152,7 +178,44 @@ TEST(EngineProfile, ThePlannerAndTrainPredictTheSameRankPeak) {
     const plan::Plan p = plan::evaluate(in, l);
     EXPECT_EQ(p.memory.engine_peak_bytes, planned_rank_peak_bytes(c, p.memory.stage));
   }
-  EXPECT_GE(compared, 100);
+  return compared;
+}
+
+model::GptConfig small_gpt() {
+  model::GptConfig g;
+  g.layers = 4;
+  g.channels = 32;
+  g.heads = 4;
+  g.vocab = 250;  // not a multiple of tp: the padded vocabulary's rows
+  g.context = 32;
+  return g;
+}
+
+TEST(EngineProfile, ThePlannerAndTrainPredictTheSameRankPeak) {
+  EXPECT_GE(compare_on_grid(small_gpt()), 100);
+}
+
+// The Llama family: RMSNorm, grouped-query K/V heads (split over TP), SwiGLU, no wpe, the untied
+// head the last stage's unit.
+TEST(EngineProfile, ThePlannerAndTrainPredictTheSameLlamaRankPeak) {
+  model::GptConfig g = small_gpt();
+  g.family = model::ModelFamily::llama;
+  g.kv_heads = 2;
+  g.ffn_hidden = 80;
+  EXPECT_GE(compare_on_grid(g), 100);
+}
+
+// Mixtral-like (every block routed to 2 of 4 SwiGLU experts; every second block routed): EP
+// with DP, ZeRO 0-3 and a pipeline, beside the dense layouts.
+TEST(EngineProfile, ThePlannerAndTrainPredictTheSameMixtralRankPeak) {
+  for (const int64_t every : {1, 2}) {
+    model::GptConfig g = small_gpt();
+    g.family = model::ModelFamily::llama;
+    g.kv_heads = 2;
+    g.ffn_hidden = 80;
+    g.moe = {.experts = 4, .top_k = 2, .every = every};
+    EXPECT_GE(compare_on_grid(g), 100);
+  }
 }
 
 TEST(EngineProfile, ThePapersCountHasNoEngineRank) {

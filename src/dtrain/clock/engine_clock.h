@@ -264,12 +264,14 @@ CommTimeline run_comm_timeline(const std::vector<CommStep>& steps, PartnerWaits 
 
 // The engine's parameters of one transformer block on one TP rank, as Megatron cuts it: the
 // column- and row-parallel weights and the column-parallel biases split, the LayerNorms and the
-// two biases added after g whole.
+// two biases added after g whole (Llama: [q | k | v] over the query and K/V heads, o, gate, up and
+// down split, the two RMSNorms whole, no biases).
 int64_t engine_layer_param_count(const ModelShape& m, int tp);
-// A routed block on one rank (no TP): the dense block less its MLP (8C^2 + 5C), the router (E C)
-// and the E / ep experts it holds, each an MLP of the dense shape; and the experts' part alone.
-int64_t engine_moe_layer_param_count(const ModelShape& m, int ep);
-int64_t engine_moe_expert_param_count(const ModelShape& m, int ep);
+// A routed block on one rank: the dense block less its MLP (GPT's 8C^2 + 5C, Llama's 3 C F), the
+// router (E C, whole) and the E / ep experts it holds, each an MLP of the dense shape cut over tp
+// as the dense MLP is; and the experts' part alone.
+int64_t engine_moe_layer_param_count(const ModelShape& m, int ep, int tp = 1);
+int64_t engine_moe_expert_param_count(const ModelShape& m, int ep, int tp = 1);
 
 // Oversubscription: `ranks` x `threads` compute threads on `cores` cores. The rates were measured
 // on an otherwise idle machine; when the threads exceed the cores every rank's compute runs at

@@ -501,19 +501,34 @@ PassTimes engine_block_seconds(const EngineClockInput& in, const Cluster& c) {
   return mean;
 }
 
-int64_t engine_moe_expert_param_count(const ModelShape& m, int ep) {
+namespace {
+
+// One MLP on one TP rank as the engine holds it, dense or one expert: GPT's fc and proj split
+// with fc's bias, proj's bias whole; or Llama's [gate | up] and down split, no biases.
+int64_t engine_mlp_param_count(const ModelShape& m, int tp) {
   const int64_t h = m.hidden, ffn = m.ffn_or_default();
-  return m.moe.experts / std::max(1, ep) * (2 * h * ffn + ffn + h);
+  return m.family == ModelFamily::llama ? 3 * h * ffn / tp : (2 * h * ffn + ffn) / tp + h;
 }
 
-int64_t engine_moe_layer_param_count(const ModelShape& m, int ep) {
-  const int64_t h = m.hidden, ffn = m.ffn_or_default();
-  return engine_layer_param_count(m, 1) - (2 * h * ffn + ffn + h) + m.moe.experts * h +
-         engine_moe_expert_param_count(m, ep);
+}  // namespace
+
+int64_t engine_moe_expert_param_count(const ModelShape& m, int ep, int tp) {
+  return m.moe.experts / std::max(1, ep) * engine_mlp_param_count(m, std::max(1, tp));
+}
+
+int64_t engine_moe_layer_param_count(const ModelShape& m, int ep, int tp) {
+  tp = std::max(1, tp);
+  return engine_layer_param_count(m, tp) - engine_mlp_param_count(m, tp) +
+         m.moe.experts * m.hidden + engine_moe_expert_param_count(m, ep, tp);
 }
 
 int64_t engine_layer_param_count(const ModelShape& m, int tp) {
   const int64_t h = m.hidden, ffn = m.ffn_or_default();
+  if (m.family == ModelFamily::llama) {
+    // [q | k | v] of the query and K/V heads, o, and the MLP split; the two RMSNorms whole.
+    const int64_t qkv = (m.heads + 2 * m.kv_heads_or_heads()) * (h / m.heads) * h;
+    return (qkv + h * h + 3 * h * ffn) / tp + 2 * h;
+  }
   const int64_t split = 3 * h * h + 3 * h + h * h + ffn * h + ffn + h * ffn;
   return split / tp + 6 * h;  // + ln1 and ln2 (2h each), attn.proj.b and mlp.proj.b (h each)
 }

@@ -22,6 +22,8 @@ int64_t moe_layer_dense_params(const ModelShape& m, int tp);
 int64_t stage_moe_layers(const ModelShape& m, const Layout& l, int stage);
 int64_t stage_expert_params(const ModelShape& m, const Layout& l, int stage);
 int64_t engine_embedding_params(const ModelShape& m, const Layout& l, int stage);
+// The last stage's head unit as the engine holds it: the final norm, and Llama's untied head.
+int64_t engine_head_param_count(const ModelShape& m, const Layout& l);
 int64_t engine_dp_pieces(const PlanInput& in, const Layout& l, int stage);
 bool engine_split(const PlanInput& in);
 int64_t stage_params_of(const PlanInput& in, const Layout& l, int stage);

@@ -125,16 +125,24 @@ int64_t stage_param_count(const ModelShape& m, const Layout& l, int stage) {
 // pipeline.
 int64_t engine_embedding_params(const ModelShape& m, const Layout& l, int stage) {
   const int64_t wte_rows = (m.vocab + l.tp - 1) / l.tp * m.hidden;
+  // Llama: rotary positions (no wpe), and the untied head is the last stage's head unit.
+  if (m.family == ModelFamily::llama) return stage == 0 ? wte_rows : 0;
   if (stage == 0) return wte_rows + m.seq * m.hidden;
   return stage == l.pp - 1 ? wte_rows : 0;
 }
 
+int64_t engine_head_param_count(const ModelShape& m, const Layout& l) {
+  // Llama's final RMSNorm and its untied head, the vocabulary padded and split over TP as wte.
+  if (m.family == ModelFamily::llama) return (m.vocab + l.tp - 1) / l.tp * m.hidden + m.hidden;
+  return head_param_count(m);
+}
+
 namespace {
 
-// One block as the engine cuts it: a routed block holds the router and its E / ep experts
-// (engine_clock.h's engine_moe_layer_param_count), a dense one its TP share.
+// One block as the engine cuts it: a routed block holds the router and its E / ep experts, each
+// cut over TP (engine_clock.h's engine_moe_layer_param_count), a dense one its TP share.
 int64_t engine_block_param_count(const ModelShape& m, const Layout& l, int64_t layer) {
-  return is_moe_layer(m, layer) ? engine_moe_layer_param_count(m, l.ep)
+  return is_moe_layer(m, layer) ? engine_moe_layer_param_count(m, l.ep, l.tp)
                                 : engine_layer_param_count(m, l.tp);
 }
 
@@ -151,7 +159,7 @@ int64_t engine_stage_param_count(const ModelShape& m, const Layout& l, int stage
     }
   }
   params += engine_embedding_params(m, l, stage);
-  if (stage == l.pp - 1) params += head_param_count(m);  // the final LayerNorm, whole
+  if (stage == l.pp - 1) params += engine_head_param_count(m, l);  // the final norm (and head)
   return scaled_to_override(m, params);
 }
 
@@ -165,7 +173,7 @@ int64_t engine_stage_param_count(const ModelShape& m, const Layout& l, int stage
 int64_t engine_dp_pieces(const PlanInput& in, const Layout& l, int stage) {
   const ModelShape& m = in.model;
   std::vector<int64_t> units;
-  if (stage == l.pp - 1) units.push_back(head_param_count(m));
+  if (stage == l.pp - 1) units.push_back(engine_head_param_count(m, l));
   for (int c = l.vp - 1; c >= 0; --c) {
     const int64_t first = chunk_first_layer(m, l, stage, c);
     for (int64_t i = first + chunk_layer_count(m, l, stage, c) - 1; i >= first; --i) {
@@ -184,8 +192,12 @@ int64_t engine_dp_pieces(const PlanInput& in, const Layout& l, int stage) {
 }
 
 bool engine_split(const PlanInput& in) {
-  return in.training.activation_count != ActivationCount::paper &&
-         in.model.family == ModelFamily::gpt;
+  // The engine trains GPT and Llama blocks (Mixtral's experts too), not MLA, shared experts or
+  // experts narrower than the dense MLP.
+  const ModelShape& m = in.model;
+  return in.training.activation_count != ActivationCount::paper && !m.mla.enabled() &&
+         m.moe.shared_experts == 0 &&
+         (m.moe.expert_ffn == 0 || m.moe.expert_ffn == m.ffn_or_default());
 }
 
 int64_t stage_params_of(const PlanInput& in, const Layout& l, int stage) {
@@ -216,6 +228,7 @@ std::optional<EngineRank> engine_rank_of(const PlanInput& in, const Layout& l, i
   EngineRank r;
   r.hidden = m.hidden;
   r.heads = m.heads;
+  r.llama = m.family == ModelFamily::llama;
   r.kv_heads = m.kv_heads_or_heads();
   r.ffn = m.ffn_or_default();
   r.vocab_local = (m.vocab + l.tp - 1) / l.tp;
@@ -246,7 +259,7 @@ std::optional<EngineRank> engine_rank_of(const PlanInput& in, const Layout& l, i
   // The stage's units as the engine lists them: the final LayerNorm with the head, the blocks
   // from the last to the first, then the embeddings.
   StageParamCounts& p = r.params;
-  if (stage == l.pp - 1) p.final_norm = head_param_count(m);
+  if (stage == l.pp - 1) p.final_norm = detail::engine_head_param_count(m, l);
   if (p.final_norm > 0) p.units.push_back(p.final_norm);
   for (int c = l.vp - 1; c >= 0; --c) {
     const int64_t first = detail::chunk_first_layer(m, l, stage, c);
@@ -254,7 +267,9 @@ std::optional<EngineRank> engine_rank_of(const PlanInput& in, const Layout& l, i
       const int64_t block = detail::engine_block_param_count(m, l, i);
       p.units.push_back(block);
       p.block = std::max(p.block, block);
-      if (l.ep > 1 && is_moe_layer(m, i)) p.experts += engine_moe_expert_param_count(m, l.ep);
+      if (l.ep > 1 && is_moe_layer(m, i)) {
+        p.experts += engine_moe_expert_param_count(m, l.ep, l.tp);
+      }
     }
   }
   p.embeddings = detail::engine_embedding_params(m, l, stage);
