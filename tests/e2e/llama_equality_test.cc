@@ -269,19 +269,22 @@ TEST(LlamaEquality, TensorParallelLayoutsMatchTheSerialRun) {
 TEST(LlamaEquality, Bf16LayoutsMatchTheBf16SerialRun) {
   struct Case {
     int dp, tp, pp, zero, microbatches;
+    int ep = 1;  // > 1: Mixtral-like (4 SwiGLU experts, top-2, the aux loss off as above)
   };
-  const Case cases[] = {{1, 1, 1, 0, 1}, {2, 1, 1, 1, 1}, {2, 1, 1, 3, 1},
-                        {1, 2, 1, 0, 1}, {1, 1, 2, 0, 4}, {2, 2, 2, 2, 2}};
+  const Case cases[] = {{1, 1, 1, 0, 1}, {2, 1, 1, 1, 1}, {2, 1, 1, 3, 1},    {1, 2, 1, 0, 1},
+                        {1, 1, 2, 0, 4}, {2, 2, 2, 2, 2}, {2, 1, 1, 0, 1, 2}, {2, 2, 1, 1, 1, 2}};
   for (const Case& k : cases) {
     StepConfig c = llama_config(Recompute::none);
     c.model.layers = 4;
     c.precision = model::Precision::bf16;
+    if (k.ep > 1) c.model.moe = {.experts = 4, .top_k = 2, .every = 1, .aux_loss_coef = 0.0};
     const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
     const int64_t accumulation = k.pp > 1 ? k.dp * k.microbatches : 1;
     const e2e::Outcome serial = e2e::run_serial(c, data, kLr, accumulation);
-    SCOPED_TRACE(::testing::Message()
-                 << "bf16 dp " << k.dp << " tp " << k.tp << " pp " << k.pp << " zero " << k.zero);
+    SCOPED_TRACE(::testing::Message() << "bf16 dp " << k.dp << " ep " << k.ep << " tp " << k.tp
+                                      << " pp " << k.pp << " zero " << k.zero);
     LayoutOptions o;
+    o.ep = k.ep;
     o.dp = k.dp;
     o.tp = k.tp;
     o.pp = k.pp;
@@ -290,8 +293,8 @@ TEST(LlamaEquality, Bf16LayoutsMatchTheBf16SerialRun) {
     LayoutReport report;
     const e2e::Outcome got = run_layout(c, o, data, report);
     const e2e::Worst w = e2e::compare(c, serial, got);
-    std::printf("  llama bf16 dp %d tp %d pp %d zero %d: loss %.1e params %.1e m %.1e\n", k.dp,
-                k.tp, k.pp, k.zero, w.loss, w.state[0], w.state[1]);
+    std::printf("  llama bf16 dp %d ep %d tp %d pp %d zero %d: loss %.1e params %.1e m %.1e\n",
+                k.dp, k.ep, k.tp, k.pp, k.zero, w.loss, w.state[0], w.state[1]);
     const double u = std::ldexp(1.0, -8);
     const int forward_roundings =
         (k.tp > 1 ? 2 * static_cast<int>(c.model.layers) * k.tp : 0) + (k.pp - 1);
