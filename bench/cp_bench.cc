@@ -12,6 +12,7 @@
 #include "dtrain/core/check.h"
 #include "dtrain/core/rng.h"
 #include "dtrain/core/timer.h"
+#include "dtrain/cost/context_parallel.h"
 #include "dtrain/engine/engine.h"
 #include "dtrain/engine/layout.h"
 #include "dtrain/model/bf16_gemm.h"
@@ -27,6 +28,10 @@ train::StepConfig step_config(const CpBenchOptions& o) {
   c.model.layers = o.layers;
   c.model.heads = o.heads;
   c.model.channels = o.channels;
+  if (o.kv_heads > 0) {
+    c.model.family = model::ModelFamily::llama;
+    c.model.kv_heads = o.kv_heads;
+  }
   c.batch = o.batch;
   c.seq = o.seq;
   c.threads = 1;
@@ -93,28 +98,54 @@ CpBenchReport run_cp_bench(const CpBenchOptions& o) {
   r.cpu = model::bf16_support().cpu_model;
   const int before = model::blas_threads();
   model::set_blas_threads(1);  // one core per rank
+  CpBenchOptions mha = o;
+  mha.kv_heads = o.heads;
+  const bool compare_heads = o.kv_heads > 0 && o.kv_heads < o.heads;
   for (int round = 0; round < o.rounds; ++round) {
     for (int cp : {1, o.ranks}) {
       const CpBenchRow row = run_layout(o, cp, batch);
       CpBenchRow& best = cp == 1 ? r.data_parallel : r.context_parallel;
       if (round == 0 || row.step_ms < best.step_ms) best = row;
     }
+    if (compare_heads) {
+      const CpBenchRow row = run_layout(mha, o.ranks, batch);
+      if (round == 0 || row.step_ms < r.multi_head.step_ms) r.multi_head = row;
+    }
   }
   model::set_blas_threads(before);
+  if (compare_heads) {
+    r.kv_bytes_ratio = r.context_parallel.cp_bytes_per_step / r.multi_head.cp_bytes_per_step;
+    // plan/'s bytes of one layer at each head count, on the engine's fp32 wire.
+    plan::CpShape s{.seq = o.seq,
+                    .micro_batch = o.batch,
+                    .hidden = o.channels,
+                    .heads = o.heads,
+                    .kv_heads = o.kv_heads,
+                    .cp = o.ranks};
+    s = plan::with_engine_wire(s, plan::Precision::fp32);
+    const double gqa = plan::cp_traffic_per_layer(s, o.algorithm, Recompute::none).bytes_sent();
+    s.kv_heads = o.heads;
+    const double full = plan::cp_traffic_per_layer(s, o.algorithm, Recompute::none).bytes_sent();
+    r.kv_bytes_ratio_planned = gqa / full;
+  }
   return r;
 }
 
 void print_cp_bench(std::ostream& out, const CpBenchReport& r) {
   const CpBenchOptions& o = r.options;
-  out << "bench cp: training step (L" << o.layers << " C" << o.channels << " NH" << o.heads << " T"
-      << o.seq << ", global batch " << o.batch << ") on " << o.ranks
+  out << "bench cp: training step (L" << o.layers << " C" << o.channels << " NH" << o.heads
+      << (o.kv_heads > 0 ? " llama NKV" + std::to_string(o.kv_heads) : "") << " T" << o.seq
+      << ", global batch " << o.batch << ") on " << o.ranks
       << " ranks (threads, one core each): --dp " << o.ranks << " vs --cp " << o.ranks << " ("
       << plan::name(o.algorithm) << ")\n";
   out << "  CPU: " << r.cpu << "\n";
   out << "  layout      step ms   activation peak/rank   peak bytes/rank   CP bytes/step\n";
-  for (const CpBenchRow* row : {&r.data_parallel, &r.context_parallel}) {
-    const std::string name =
+  std::vector<const CpBenchRow*> rows = {&r.data_parallel, &r.context_parallel};
+  if (r.has_multi_head()) rows.push_back(&r.multi_head);
+  for (const CpBenchRow* row : rows) {
+    std::string name =
         row->cp == 1 ? "dp " + std::to_string(row->dp) : "cp " + std::to_string(row->cp);
+    if (row == &r.multi_head) name += " MHA";
     out << "  " << name << std::string(name.size() < 8 ? 8 - name.size() : 0, ' ')
         << lpad(fixed(row->step_ms, 3), 11) << lpad(std::to_string(row->activation_peak_bytes), 23)
         << lpad(std::to_string(row->peak_bytes), 18) << lpad(fixed(row->cp_bytes_per_step, 0), 16)
@@ -124,6 +155,11 @@ void print_cp_bench(std::ostream& out, const CpBenchReport& r) {
       << fixed(r.activation_ratio(), 3) << ", peak memory " << fixed(r.memory_ratio(), 3)
       << " (median step of the slowest rank, best of " << o.rounds
       << " rounds; shared cores move time ratios between runs)\n";
+  if (r.has_multi_head()) {
+    out << "  CP bytes, grouped-query (" << o.kv_heads << " K/V heads) over multi-head (" << o.heads
+        << "): measured " << fixed(r.kv_bytes_ratio, 4) << ", plan/ "
+        << fixed(r.kv_bytes_ratio_planned, 4) << "\n";
+  }
 }
 
 nlohmann::json cp_bench_to_json(const CpBenchReport& r) {
@@ -136,17 +172,28 @@ nlohmann::json cp_bench_to_json(const CpBenchReport& r) {
                           {"cp_bytes_per_step", x.cp_bytes_per_step}};
   };
   const CpBenchOptions& o = r.options;
-  return {{"ranks", o.ranks},
-          {"cpu", r.cpu},
-          {"model",
-           {{"layers", o.layers}, {"channels", o.channels}, {"heads", o.heads}, {"seq", o.seq}}},
-          {"batch", o.batch},
-          {"cp_algorithm", std::string(plan::name(o.algorithm))},
-          {"data_parallel", row(r.data_parallel)},
-          {"context_parallel", row(r.context_parallel)},
-          {"time_ratio", r.time_ratio()},
-          {"activation_ratio", r.activation_ratio()},
-          {"memory_ratio", r.memory_ratio()}};
+  nlohmann::json j = {{"ranks", o.ranks},
+                      {"cpu", r.cpu},
+                      {"model",
+                       {{"layers", o.layers},
+                        {"channels", o.channels},
+                        {"heads", o.heads},
+                        {"kv_heads", o.kv_heads > 0 ? o.kv_heads : o.heads},
+                        {"family", o.kv_heads > 0 ? "llama" : "gpt"},
+                        {"seq", o.seq}}},
+                      {"batch", o.batch},
+                      {"cp_algorithm", std::string(plan::name(o.algorithm))},
+                      {"data_parallel", row(r.data_parallel)},
+                      {"context_parallel", row(r.context_parallel)},
+                      {"time_ratio", r.time_ratio()},
+                      {"activation_ratio", r.activation_ratio()},
+                      {"memory_ratio", r.memory_ratio()}};
+  if (r.has_multi_head()) {
+    j["multi_head_context_parallel"] = row(r.multi_head);
+    j["kv_bytes_ratio"] = r.kv_bytes_ratio;
+    j["kv_bytes_ratio_planned"] = r.kv_bytes_ratio_planned;
+  }
+  return j;
 }
 
 }  // namespace dtrain::bench

@@ -21,6 +21,9 @@ struct CpBenchOptions {
   int ranks = 2;  // dp = ranks in the baseline, cp = ranks in the CP run
   int64_t layers = 2, channels = 64, heads = 4, seq = 1024;
   int64_t batch = 2;  // global: batch / ranks sequences a DP rank, all of them a CP rank
+  // > 0: a Llama block with this many K/V heads (grouped-query attention), and a third run, the
+  // CP layout with every query head its own K/V head (multi-head), for the K/V bytes' ratio.
+  int64_t kv_heads = 0;
   plan::CpAlgorithm algorithm = plan::CpAlgorithm::ring;
   int64_t warmup = 1;
   int64_t steps = 3;
@@ -39,6 +42,11 @@ struct CpBenchReport {
   CpBenchOptions options;
   std::string cpu;  // the machine the figures were measured on
   CpBenchRow data_parallel, context_parallel;
+  // With --kv-heads below --heads: the CP layout at NKV = NH, and the CP bytes of the grouped-query
+  // run over its (measured, and plan::cp_traffic_per_layer's).
+  CpBenchRow multi_head;
+  double kv_bytes_ratio = 0, kv_bytes_ratio_planned = 0;
+  bool has_multi_head() const { return multi_head.cp > 1; }
   double time_ratio() const { return context_parallel.step_ms / data_parallel.step_ms; }
   double activation_ratio() const {
     return static_cast<double>(context_parallel.activation_peak_bytes) /

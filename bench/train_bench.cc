@@ -116,6 +116,15 @@ TrainBenchRow bench_threads(const TrainBenchOptions& o, train::StepConfig config
   return row;
 }
 
+// The peer's Llama block: the same K/V heads, SwiGLU width, theta and head.
+std::string peer_family_flags(const model::GptConfig& m) {
+  if (!m.llama()) return "";
+  std::ostringstream f;
+  f << " --family llama --kv-heads " << m.kv_heads_or_heads() << " --ffn-hidden " << m.ffn()
+    << " --rope-theta " << m.rope_theta << (m.tied_head() ? " --tie-embeddings" : "");
+  return f.str();
+}
+
 // The peer at every precision, with the model, batch and step counts of our rows.
 void run_peer(const TrainBenchOptions& o, TrainBenchReport& r) {
   std::string threads;
@@ -130,7 +139,7 @@ void run_peer(const TrainBenchOptions& o, TrainBenchReport& r) {
         std::to_string(r.seq) + " --layers " + std::to_string(r.model.layers) + " --heads " +
         std::to_string(r.model.heads) + " --hidden " + std::to_string(r.model.channels) +
         " --batch " + std::to_string(r.batch) + " --warmup " + std::to_string(o.warmup) +
-        " --steps " + std::to_string(o.steps) + " 2>&1";
+        " --steps " + std::to_string(o.steps) + peer_family_flags(r.model) + " 2>&1";
     const std::optional<std::string> output = command_output(command);
     if (!output) {
       r.peer_error = "could not start: " + command;

@@ -46,6 +46,12 @@ void add_bench_cp(CLI::App& bench) {
   cmd->add_option("--heads", o.heads, "Attention heads (dividing --hidden)")
       ->capture_default_str()
       ->check(whole_number(1, 1024));
+  cmd->add_option("--kv-heads", o.kv_heads,
+                  "A Llama block with this many K/V heads (dividing --heads; 0: GPT's); below "
+                  "--heads, the CP layout also runs with every head its own K/V head and prints "
+                  "the grouped-query CP bytes over the multi-head ones")
+      ->capture_default_str()
+      ->check(whole_number(0, 1024));
   cmd->add_option("--global-batch", o.batch, "Global batch in sequences (divisible by --ranks)")
       ->capture_default_str()
       ->check(whole_number(1, kMaxBatch));

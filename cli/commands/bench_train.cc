@@ -28,7 +28,10 @@ void add_bench_train(CLI::App& bench) {
       "train",
       "Training step of the bench model at 1 and 2 BLAS threads: ms/step, tokens/s, "
       "GEMM share and GFLOP/s vs OpenBLAS's sgemm peak");
-  cmd->add_option("--model", o.model, "Model preset: tiny, bench or wide")->capture_default_str();
+  cmd->add_option("--model", o.model,
+                  "Model preset: tiny, bench, wide, or a Llama one (llama-tiny, llama-small, "
+                  "mixtral-small: the peer runs the same Llama block)")
+      ->capture_default_str();
   cmd->add_option("--threads", o.threads,
                   "dtrain compute-thread counts to run (OpenBLAS single-threaded), e.g. 1,2")
       ->delimiter(',')

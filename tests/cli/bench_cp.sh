@@ -3,7 +3,9 @@
 # same 2 ranks, tiny sizes. Not a timing test: the JSON carries both rows and the ratios, the CPU
 # is named, the CP run holds fewer activation bytes per rank (no attention scores) and its ring
 # sends exactly plan/'s bytes (4 K/V blocks per layer: N-1 hops forward, 2N-1 backward at N = 2);
-# bad flags are refused naming them. Usage: bench_cp.sh path/to/dtrain
+# with --kv-heads (a Llama block) the grouped-query CP bytes over the multi-head run's are NKV/NH
+# for the ring (only K and V travel) and plan/'s for Ulysses (Q and O travel whole); bad flags are
+# refused naming them. Usage: bench_cp.sh path/to/dtrain
 source "$(dirname "$0")/lib/expect.bash"
 if ! "$DTRAIN" bench cp --help > /dev/null 2>&1; then
   echo "skip: this build has no benchmarks"
@@ -41,6 +43,26 @@ PY
 else
   fail "bench cp --json exited non-zero: $(cat "$tmp/err")"
 fi
+# Grouped-query attention: 1 K/V head for 4 query heads under the ring, 2 under Ulysses (which
+# splits the K/V heads over the 2 CP ranks).
+for case in ring:1 ulysses:2; do
+  algo=${case%%:*}
+  kv=${case#*:}
+  "$DTRAIN" "${tiny[@]}" --kv-heads "$kv" --cp-algo "$algo" --json > "$tmp/gqa.json" 2> "$tmp/err" ||
+    fail "bench cp --kv-heads $kv --cp-algo $algo: $(cat "$tmp/err")"
+  python3 - "$tmp/gqa.json" "$algo" "$kv" <<'PY' || fail "bench cp --kv-heads $kv --cp-algo $algo figures"
+import json, sys
+j, algo, kv = json.load(open(sys.argv[1])), sys.argv[2], int(sys.argv[3])
+assert j["model"]["family"] == "llama" and j["model"]["kv_heads"] == kv, j["model"]
+gqa, mha = j["context_parallel"], j["multi_head_context_parallel"]
+assert abs(j["kv_bytes_ratio"] - gqa["cp_bytes_per_step"] / mha["cp_bytes_per_step"]) < 1e-12, j
+# ring: [K|V] of kv heads against 4; ulysses: Q (4) + K, V (kv each) + O (4) against 4 x 4.
+expected = kv / 4 if algo == "ring" else (4 + kv + kv + 4) / 16
+assert abs(j["kv_bytes_ratio"] - expected) < 1e-12, (j["kv_bytes_ratio"], expected)
+assert j["kv_bytes_ratio_planned"] == j["kv_bytes_ratio"], j
+print(f"ok: bench cp --kv-heads {kv} --cp-algo {algo}: GQA / MHA CP bytes {j['kv_bytes_ratio']:.4f}")
+PY
+done
 expect_error 'bench cp: --ranks 4 does not divide --global-batch 2' "${tiny[@]}" --ranks 4
 expect_error '--cp-algo "star" is not one of ring, all-gather, ulysses' "${tiny[@]}" --cp-algo star
 expect_error '--ranks' "${tiny[@]}" --ranks 1
