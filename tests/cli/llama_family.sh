@@ -1,8 +1,8 @@
 # `dtrain train --family llama` (and the llama-tiny preset): the loss goes down on the bundled
 # corpus, the checkpoint keeps the family and its settings (a resume continues it; a GPT run
 # refuses it, naming what differs), the Mixtral-like preset learns under EP, and what the family
-# does not run yet is refused up front, naming the flag (a --tp above --kv-heads); the Llama
-# flags without the family are refused too.
+# does not run is refused up front, naming the flag (a --tp and --kv-heads neither dividing the
+# other); the Llama flags without the family are refused too.
 source "$(dirname "$0")/lib/expect.bash"
 
 tmp=$(mktemp -d)
@@ -36,8 +36,9 @@ grep -q "^step 3/4" <<<"$out" && ! grep -q "^step 1/4" <<<"$out" ||
 expect_error "family llama \(this run: gpt\)" train --model tiny --context 64 --hidden 64 \
   --steps 4 --eval-every 0 --resume "$tmp/ck" --allow-resume-changes
 
-# Hugging Face interop: checkpoints saved by TP x PP (untied head), by DP + ZeRO-3 (multi-query,
-# tied head) and by EP x TP (Mixtral-like) export as LlamaForCausalLM and MixtralForCausalLM
+# Hugging Face interop: checkpoints saved by TP x PP (untied head), by TP 4 over 2 K/V heads (each
+# head's copies write it once), by DP + ZeRO-3 (multi-query, tied head) and by EP x TP
+# (Mixtral-like) export as LlamaForCausalLM and MixtralForCausalLM
 # folders that an independent PyTorch reader (tests/reference/llama_torch_loss.py: its own
 # safetensors parser and transformers' Llama and Mixtral forward in float64) scores to dtrain's
 # loss within 1e-5; --init-from reads them into another layout.
@@ -65,6 +66,7 @@ interop() {  # interop NAME ARCHITECTURE SHAPE_AND_LAYOUT...
   fi
 }
 interop tp_pp LlamaForCausalLM --model llama-tiny --tp 2 --pp 2 --microbatches 2
+interop tp4_copies LlamaForCausalLM --model llama-tiny --tp 4
 interop mixtral MixtralForCausalLM --model llama-tiny --experts 4 --top-k 2 --dp 2 --ep 2 --tp 2
 grep -q '"model.layers.1.block_sparse_moe.experts.3.w3.weight"' "$tmp/mixtral.hf/model.safetensors" ||
   fail "the Mixtral folder has no experts.3.w3"
@@ -107,8 +109,11 @@ print("ok: mixtral-small loss %.3f -> %.3f (the last 10 steps mean)" % (first, l
 expect_error "--cp-algo ulysses needs --heads 4 and --kv-heads 2 divisible by --cp 4" train \
   --model llama-tiny --cp 4 --cp-algo ulysses --steps 1
 expect_output "llama KV=2" train --model llama-tiny --cp 2 --cp-algo ring --steps 2 --eval-every 0
-expect_error "--tp 4 does not divide --kv-heads 2" train --model llama-tiny --tp 4 --steps 1
 expect_output "llama KV=2" train --model llama-tiny --tp 2 --steps 2 --eval-every 0
+# More TP ranks than K/V heads: each holds a copy of one (tp a multiple of --kv-heads).
+expect_output "llama KV=2" train --model llama-tiny --tp 4 --steps 2 --eval-every 0
+expect_error "--tp 2 and --kv-heads 3: one must divide the other" train --family llama \
+  --heads 12 --hidden 96 --kv-heads 3 --tp 2 --steps 1
 expect_error "add --family llama" train --model tiny --kv-heads 2 --steps 1
 expect_error "--kv-heads 3 must divide --heads 4" train --model llama-tiny --kv-heads 3 --steps 1
 expect_error "--family: unknown family 'mamba'" train --family mamba --steps 1

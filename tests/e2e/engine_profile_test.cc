@@ -195,14 +195,16 @@ TEST(EngineProfile, ThePlannerAndTrainPredictTheSameRankPeak) {
   EXPECT_GE(compare_on_grid(small_gpt()), 100);
 }
 
-// The Llama family: RMSNorm, grouped-query K/V heads (split over TP), SwiGLU, no wpe, the untied
-// head the last stage's unit.
+// The Llama family: RMSNorm, grouped-query K/V heads (split over TP; multi-query: a copy of the
+// one head on each TP rank), SwiGLU, no wpe, the untied head the last stage's unit.
 TEST(EngineProfile, ThePlannerAndTrainPredictTheSameLlamaRankPeak) {
-  model::GptConfig g = small_gpt();
-  g.family = model::ModelFamily::llama;
-  g.kv_heads = 2;
-  g.ffn_hidden = 80;
-  EXPECT_GE(compare_on_grid(g), 100);
+  for (const int64_t kv : {2, 1}) {
+    model::GptConfig g = small_gpt();
+    g.family = model::ModelFamily::llama;
+    g.kv_heads = kv;
+    g.ffn_hidden = 80;
+    EXPECT_GE(compare_on_grid(g), 100);
+  }
 }
 
 // Mixtral-like (every block routed to 2 of 4 SwiGLU experts; every second block routed): EP

@@ -186,11 +186,12 @@ TEST(LlamaEquality, PipelinesWithEveryScheduleMatchTheSerialRun) {
   }
 }
 
-// Tensor parallelism: query heads, K/V heads (tp dividing --kv-heads), the gate, up and down
-// projections and the vocabulary (the untied head's rows too) split as Megatron does, alone and
-// with DP (ZeRO 1 and 3) and a pipeline, with and without sequence parallelism (the RMSNorm
-// weights' gradients summed over TP); each against the serial run, every counter (TP's f
-// and g and vocabulary reductions, DP, PP) equal to plan/.
+// Tensor parallelism: query heads, K/V heads (split when tp divides --kv-heads; above them each
+// rank a copy of one, the copies' weight gradients summed), the gate, up and down projections
+// and the vocabulary (the untied head's rows too) split as Megatron does, alone and with DP
+// (ZeRO 1 and 3) and a pipeline, with and without sequence parallelism (the RMSNorm weights'
+// gradients summed over TP); each against the serial run, every counter (TP's f and g,
+// vocabulary reductions and K/V copies' sums, DP, PP) equal to plan/.
 TEST(LlamaEquality, TensorParallelLayoutsMatchTheSerialRun) {
   struct Case {
     int dp, tp, pp, zero, microbatches;
@@ -210,6 +211,12 @@ TEST(LlamaEquality, TensorParallelLayoutsMatchTheSerialRun) {
       {1, 2, 1, 0, 1, 2, Recompute::none, true},
       {2, 2, 1, 3, 1, 2, Recompute::full, true},
       {1, 2, 2, 0, 4, 2, Recompute::none, true, plan::ScheduleKind::zero_bubble_h1},
+      // More TP ranks than K/V heads: each rank a copy of one head, the copies' gradients summed.
+      {1, 4, 1, 0, 1, 2, Recompute::none},
+      {1, 2, 1, 0, 1, 1, Recompute::selective},
+      {2, 4, 1, 1, 1, 1, Recompute::full},
+      {2, 4, 1, 3, 1, 2, Recompute::none, true},
+      {1, 4, 2, 2, 4, 1, Recompute::none, false, plan::ScheduleKind::zero_bubble_h1},
   };
   for (const Case& k : cases) {
     StepConfig c = llama_config(k.recompute);
@@ -242,23 +249,12 @@ TEST(LlamaEquality, TensorParallelLayoutsMatchTheSerialRun) {
         w.state[2]);
     expect_within_fp32_tolerances(w);
     expect_counters_equal_the_plan(report, static_cast<size_t>(k.dp * k.tp * k.pp));
-    for (const RankRow& r : report.ranks) EXPECT_GT(r.site("tp_block").measured, 0) << r.rank;
+    for (const RankRow& r : report.ranks) {
+      EXPECT_GT(r.site("tp_block").measured, 0) << r.rank;
+      // The K/V copies' gradient sums run exactly when TP holds copies.
+      EXPECT_EQ(r.site("tp_kv_copy_grads").measured > 0, k.tp > k.kv_heads) << r.rank;
+    }
   }
-  // More TP ranks than K/V heads: refused, naming the rule.
-  StepConfig c = llama_config(Recompute::none);
-  LayoutOptions o;
-  o.tp = 4;  // the config's 2 K/V heads
-  EXPECT_THROW(
-      {
-        try {
-          (void)make_engine_config(c, o);
-        } catch (const Error& e) {
-          EXPECT_NE(std::string(e.what()).find("does not divide --kv-heads 2"), std::string::npos)
-              << e.what();
-          throw;
-        }
-      },
-      Error);
 }
 
 // Mixed precision (--precision bf16): the one-rank layout is the bf16 serial run's computation bit
@@ -330,6 +326,9 @@ TEST(LlamaEquality, ContextParallelWithEveryAlgorithmMatchesTheSerialRun) {
       {1, 1, 4, 0, CpAlgorithm::ulysses, 4, Recompute::none},
       {1, 2, 2, 0, CpAlgorithm::ring, 2, Recompute::none},
       {2, 1, 2, 1, CpAlgorithm::ulysses, 2, Recompute::full},
+      // More TP ranks than K/V heads: each TP rank's one K/V head copy travels the CP ring.
+      {1, 4, 2, 0, CpAlgorithm::ring, 2, Recompute::none},
+      {1, 2, 2, 0, CpAlgorithm::all_gather, 1, Recompute::selective},
   };
   for (const Case& k : cases) {
     StepConfig c = llama_config(k.recompute);

@@ -264,8 +264,8 @@ CommTimeline run_comm_timeline(const std::vector<CommStep>& steps, PartnerWaits 
 
 // The engine's parameters of one transformer block on one TP rank, as Megatron cuts it: the
 // column- and row-parallel weights and the column-parallel biases split, the LayerNorms and the
-// two biases added after g whole (Llama: [q | k | v] over the query and K/V heads, o, gate, up and
-// down split, the two RMSNorms whole, no biases).
+// two biases added after g whole (Llama: q, o, gate, up and down split, K and V over the K/V
+// heads or, with more TP ranks than them, a copy of one head; the two RMSNorms whole, no biases).
 int64_t engine_layer_param_count(const ModelShape& m, int tp);
 // A routed block on one rank: the dense block less its MLP (GPT's 8C^2 + 5C, Llama's 3 C F), the
 // router (E C, whole) and the E / ep experts it holds, each an MLP of the dense shape cut over tp

@@ -525,9 +525,11 @@ int64_t engine_moe_layer_param_count(const ModelShape& m, int ep, int tp) {
 int64_t engine_layer_param_count(const ModelShape& m, int tp) {
   const int64_t h = m.hidden, ffn = m.ffn_or_default();
   if (m.family == ModelFamily::llama) {
-    // [q | k | v] of the query and K/V heads, o, and the MLP split; the two RMSNorms whole.
-    const int64_t qkv = (m.heads + 2 * m.kv_heads_or_heads()) * (h / m.heads) * h;
-    return (qkv + h * h + 3 * h * ffn) / tp + 2 * h;
+    // q and o, and the MLP split; K and V of kv / tp heads a rank (with more TP ranks than K/V
+    // heads a copy of one); the two RMSNorms whole.
+    const int64_t hs = h / m.heads, kv = m.kv_heads_or_heads();
+    const int64_t kv_local = kv >= tp ? kv / tp : 1;
+    return (h * h + h * h + 3 * h * ffn) / tp + 2 * kv_local * hs * h + 2 * h;
   }
   const int64_t split = 3 * h * h + 3 * h + h * h + ffn * h + ffn + h * ffn;
   return split / tp + 6 * h;  // + ln1 and ln2 (2h each), attn.proj.b and mlp.proj.b (h each)

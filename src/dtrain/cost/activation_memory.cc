@@ -3,6 +3,8 @@
 // keeps from B to W.
 #include "dtrain/cost/activation_memory.h"
 
+#include <algorithm>
+
 #include "dtrain/core/check.h"
 
 namespace dtrain::plan {
@@ -31,7 +33,10 @@ double activation_bytes_per_layer(const ActivationShape& x) {
   double bytes = 0;
   double mask_bytes = 0;
   bytes += (2 * ew + 2 * e) * sbh / replicated_split;  // LN1 and LN2 inputs; QKV and MLP inputs
-  const double kv = x.kv_heads > 0 ? static_cast<double>(x.kv_heads) / a : 1.0;
+  // K/V heads as TP holds them: kv / t a rank, or with more TP ranks than K/V heads a copy of one
+  // on each (max(kv, t) / t).
+  const double kv =
+      x.kv_heads > 0 ? static_cast<double>(std::max<int64_t>(x.kv_heads, x.tp)) / a : 1.0;
   bytes += e * (2 + 2 * kv) * sbh / t;  // Q, projection input; K, V
   // GELU input and second linear input; SwiGLU keeps the gate and up outputs and the down input.
   bytes += ((x.gated_mlp ? 2 : 1) * ew + e) * ffn * s * b / t;
@@ -65,8 +70,9 @@ double weight_grad_stash_bytes_per_layer(const ActivationShape& x) {
   const double sb = static_cast<double>(x.seq) * static_cast<double>(x.micro_batch);
   const double h = static_cast<double>(x.hidden), t = static_cast<double>(x.tp);
   const double ffn = x.ffn_hidden > 0 ? static_cast<double>(x.ffn_hidden) : 4.0 * h;
-  const double kv =
-      x.kv_heads > 0 ? static_cast<double>(x.kv_heads) / static_cast<double>(x.heads) : 1.0;
+  const double kv = x.kv_heads > 0 ? static_cast<double>(std::max<int64_t>(x.kv_heads, x.tp)) /
+                                         static_cast<double>(x.heads)
+                                   : 1.0;  // a copy of one K/V head per rank above them
   const double qkv = (1 + 2 * kv) * h / t;
   const double fc = (x.gated_mlp ? 2 : 1) * ffn / t;  // SwiGLU: gate and up outputs
   // qkv, attention projection (whole h), MLP fc, MLP projection (whole h)

@@ -223,9 +223,11 @@ double cp_attention_state_bytes_per_layer(const ActivationShape& whole, int cp, 
                         ? static_cast<double>(whole.elementwise_bytes_per_element)
                         : static_cast<double>(whole.bytes_per_element);
   // One rank's K and V (its T/N tokens), and its Q (= its output's size), in elements.
-  const double kv_ratio =
-      whole.kv_heads > 0 ? static_cast<double>(whole.kv_heads) / static_cast<double>(whole.heads)
-                         : 1.0;
+  // (K/V heads as TP holds them: a copy of one a rank above them.)
+  const double kv_ratio = whole.kv_heads > 0
+                              ? static_cast<double>(std::max<int64_t>(whole.kv_heads, whole.tp)) /
+                                    static_cast<double>(whole.heads)
+                              : 1.0;
   const double q = s * b * static_cast<double>(whole.hidden) / t;
   const double kv = 2 * kv_ratio * q;
   const double lse = 4.0 * heads_local * s * b;  // fp32, one per query row and head

@@ -1,6 +1,8 @@
 // head_activation_bytes / workspace_activation_bytes: the lists in the header, summed.
 #include "dtrain/cost/head_activation_memory.h"
 
+#include <algorithm>
+
 #include "dtrain/core/check.h"
 
 namespace dtrain::plan {
@@ -35,9 +37,11 @@ double workspace_activation_bytes(const HeadActivationShape& x) {
   const double e = static_cast<double>(x.bytes_per_element);
   const double n = x.blockwise_attention ? 0.0 : static_cast<double>(x.threads);
   const double t = static_cast<double>(x.tp);
-  const double kv = x.heads > 0 && x.kv_heads > 0
-                        ? static_cast<double>(x.kv_heads) / static_cast<double>(x.heads)
-                        : 1.0;
+  // K/V heads as TP holds them (a copy of one a rank above them: max(kv, t) / t).
+  const double kv =
+      x.heads > 0 && x.kv_heads > 0
+          ? static_cast<double>(std::max<int64_t>(x.kv_heads, x.tp)) / static_cast<double>(x.heads)
+          : 1.0;
   const double mlp = x.gated_mlp ? 3.0 : 2.0;
   return e * ((1 + 2) * s * b * h + (1 + 2 * kv) * s * b * h / t + mlp * f * s * b + n * s * s);
 }

@@ -236,6 +236,13 @@ RankTraffic traffic(const EngineRank& r, const EngineRankPieces& x) {
               .total_bytes());
     }
   }
+  // The K/V heads' copies (more TP ranks than K/V heads): each piece of their rows this rank
+  // holds, one exact ring all-reduce over the copies.
+  for (const int64_t piece : x.kv_copy_pieces) {
+    t.tp_kv_copies += static_cast<double>(
+        flat_ring_all_reduce_link_traffic(piece, sizeof(float), x.kv_copies, 1, x.kv_copy_rank)
+            .total_bytes());
+  }
   t.tp_vocab =
       bytes_moved(tp_vocab_collectives(b, T, C, 4, p.has_embedding(r.stage), p.has_head(r.stage)),
                   r.tp) *

@@ -77,6 +77,10 @@ struct EngineRankPieces {
   std::map<int64_t, int64_t> expert_rows;
   // SP: the LayerNorm gradient pieces this rank holds (elements), each summed over TP.
   std::vector<int64_t> layernorm_pieces;
+  // More TP ranks than K/V heads: the copied K/V rows' gradient pieces this rank holds
+  // (elements), each summed over the head's `kv_copies` ranks, this rank `kv_copy_rank` of them.
+  std::vector<int64_t> kv_copy_pieces;
+  int kv_copies = 1, kv_copy_rank = 0;
   // DP: the rank's buckets and ZeRO gathers as the engine cut them (dense and, under EP, the
   // experts' over the expert-DP group), and the flat syncs' algorithm.
   StageDataParallelRank dp_dense, dp_experts;
@@ -93,8 +97,11 @@ struct EngineRankPieces {
 // Bytes moved per step at each site of the rank's traffic.
 struct RankTraffic {
   double tp_block = 0, tp_vocab = 0, tp_regather = 0, tp_recompute = 0, tp_norms = 0;
+  double tp_kv_copies = 0;
   double pp = 0, dp = 0, embedding = 0, ep = 0;
-  double tp() const { return tp_block + tp_vocab + tp_regather + tp_recompute + tp_norms; }
+  double tp() const {
+    return tp_block + tp_vocab + tp_regather + tp_recompute + tp_norms + tp_kv_copies;
+  }
 };
 // The sites in report order, with the name the layout report's JSON gives each.
 inline constexpr std::pair<std::string_view, double RankTraffic::*> kRankTrafficSites[] = {
@@ -103,6 +110,7 @@ inline constexpr std::pair<std::string_view, double RankTraffic::*> kRankTraffic
     {"tp_regather", &RankTraffic::tp_regather},
     {"tp_recompute", &RankTraffic::tp_recompute},
     {"tp_layernorm_grads", &RankTraffic::tp_norms},
+    {"tp_kv_copy_grads", &RankTraffic::tp_kv_copies},
     {"pp", &RankTraffic::pp},
     {"dp", &RankTraffic::dp},
     {"embedding", &RankTraffic::embedding},

@@ -80,8 +80,8 @@ Engine::Engine(const EngineConfig& config, comm::Communicator& world)
       world_(world),
       mesh_(config.dp, config.cp, config.tp, config.pp, config.rank_order),
       coord_(mesh_.coord_of(world.rank())),
-      groups_(
-          parallel::make_process_groups(world, mesh_, config.ep, config.step.model.tied_head())),
+      groups_(parallel::make_process_groups(world, mesh_, config.ep, config.step.model.tied_head(),
+                                            config.step.model.kv_head_copies(config.tp))),
       team_(config.step.threads),
       hooks_(
           std::make_unique<parallel::TensorParallelGroup>(*groups_.tp, config.sequence_parallel)),
@@ -167,6 +167,8 @@ parallel::GradOwnership Engine::grad_ownership() const {
   owner.tied_copy =
       config_.pp > 1 && config_.step.model.tied_head() && parallel::holds_tied_copy(model_.stage());
   owner.ep = config_.ep;
+  owner.kv_copy = parallel::kv_copy_rows(config_.step.model, config_.tp);
+  owner.counts_kv_copy = coord_.tp % config_.step.model.kv_head_copies(config_.tp) == 0;
   return owner;
 }
 
@@ -261,7 +263,7 @@ EngineTraffic Engine::traffic_snapshot() const {
   t.embedding = sent(groups_.embedding.get());
   t.other = sent(&world_);
   for (const comm::Communicator* g :
-       {groups_.tp.get(), groups_.pp.get(), groups_.embedding.get()}) {
+       {groups_.tp.get(), groups_.pp.get(), groups_.embedding.get(), groups_.kv_copies.get()}) {
     t.model_links += links(g, config_.topology);
   }
   t.model_links += dp_->link_bytes();
@@ -533,14 +535,18 @@ checkpoint::RankState Engine::export_state() {
   for (const model::ParamTensor& local : model_.param_table().tensors()) {
     if (coord_.tp != 0 && model::tp_split_of(local.name) == model::TpSplit::replicated) continue;
     if (tied_copy && local.name == "wte") continue;
+    // More TP ranks than K/V heads: a K/V head's first copy writes its rows, the others only
+    // their query rows (the first of the qkv weight's three runs: the K and V rows end it).
+    const bool kv_copy = !grad_ownership().counts_kv_copy && local.name.ends_with("attn.qkv.w");
     const model::ParamTensor& whole = serial[static_cast<size_t>(serial.index_of(local.name))];
     // EP (ZeRO 0): a rank's experts are one run of the stacked tensor (each expert cut for TP),
     // written by the first expert-DP replica (DP ranks below ep), each its own experts.
     const bool experts = config_.ep > 1 && model::is_expert_tensor(local.name);
     const bool writer = experts ? coord_.dp < config_.ep : groups_.data->rank() == 0;
-    const std::vector<model::FlatRange> ranges =
+    std::vector<model::FlatRange> ranges =
         experts ? model::expert_slice_ranges(whole, g, config_.tp, coord_.tp, config_.ep, ep_rank())
                 : model::tp_slice_ranges(whole, g, config_.tp, coord_.tp);
+    if (kv_copy) ranges.resize(1);
     int64_t real = 0;  // the shard's elements that are serial elements (no vocabulary padding)
     for (const model::FlatRange& r : ranges) real += r.count;
     std::vector<std::pair<checkpoint::StateKind, std::span<const float>>> held_kinds;

@@ -101,6 +101,7 @@ struct EngineTraffic {
   double tp_regather = 0;   // SP: backward's re-gathers of the LN outputs
   double tp_recompute = 0;  // full recompute: the forward reruns' f and g
   double tp_norms = 0;      // SP: the LayerNorm gradients' sum over TP (finalization)
+  double tp_kv_copies = 0;  // tp above the K/V heads: each head's copies' gradient sum
   double pp = 0;            // activations and gradients between stages
   double dp = 0;            // every DP collective (buckets, ZeRO gathers, parameter gathers)
   double embedding = 0;     // the tied wte's sum between the end stages

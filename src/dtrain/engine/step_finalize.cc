@@ -111,6 +111,13 @@ parallel::GradNorm Engine::gradient_norm() {
                                  : parallel::all_reduce_sequence_parallel_norm_grads(
                                        table, held.grads, held.first, groups_.tp.get(), sp))
                               .bytes_moved());
+  const parallel::KvCopyRows kv = parallel::kv_copy_rows(config_.step.model, config_.tp);
+  traffic_.tp_kv_copies +=
+      static_cast<double>((mixed ? parallel::all_reduce_kv_copy_grads(
+                                       table, held.grads16, held.first, groups_.kv_copies.get(), kv)
+                                 : parallel::all_reduce_kv_copy_grads(table, held.grads, held.first,
+                                                                      groups_.kv_copies.get(), kv))
+                              .bytes_moved());
   const double squares =
       mixed ? parallel::owned_sum_of_squares(table, grad_ownership(),
                                              std::span<const bf16>(held.grads16), held.first)
@@ -129,6 +136,10 @@ parallel::GradNorm Engine::split_shards_norm(const std::vector<Piece>& pieces) {
     traffic_.tp_norms += static_cast<double>(parallel::all_reduce_sequence_parallel_norm_grads(
                                                  table, p.grads, p.flat, groups_.tp.get(), sp)
                                                  .bytes_moved());
+    traffic_.tp_kv_copies += static_cast<double>(
+        parallel::all_reduce_kv_copy_grads(table, p.grads, p.flat, groups_.kv_copies.get(),
+                                           parallel::kv_copy_rows(config_.step.model, config_.tp))
+            .bytes_moved());
     parallel::GradOwnership owner = grad_ownership();
     owner.zero_shard = {p.flat, static_cast<int64_t>(p.grads.size())};
     squares +=

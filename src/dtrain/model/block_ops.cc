@@ -42,8 +42,8 @@ void norm_backward(const GptConfig& g, float* dinp, float* dw, float* db, const 
 
 Widths widths(const GptConfig& g, int tp) {
   const int64_t F = g.ffn();
-  return {(g.heads + 2 * g.kv_heads_or_heads()) * g.head_size() / tp, (g.llama() ? 2 * F : F) / tp,
-          F / tp};
+  return {(g.heads / tp + 2 * g.kv_heads_per_tp_rank(tp)) * g.head_size(),
+          (g.llama() ? 2 * F : F) / tp, F / tp};
 }
 
 void activation_forward(const GptConfig& g, float* out, const float* fc, int64_t rows,

@@ -83,7 +83,7 @@ void GptModel::rotate_qk(float* qkv, int64_t B, int64_t T, bool backward) {
   if (!config_.llama()) return;
   // Kept rotated: what attention reads in forward and backward.
   const int tp = tp_->size();
-  const int64_t heads = (config_.heads + config_.kv_heads_or_heads()) / tp;
+  const int64_t heads = config_.heads / tp + config_.kv_heads_per_tp_rank(tp);
   const int64_t row = block::widths(config_, tp).qkv;
   if (backward) {
     rope_backward(qkv, rope_table(T), B, T, heads, row, cx_);
@@ -281,7 +281,7 @@ void GptModel::recompute_block(const GptActivations& acts, GptWorkspace& ws, int
       // uses d_btc2 for datty).
       const int64_t NH_local = config_.heads / tp_->size();
       gqa_attention_forward(ws.d_btc2, a.att, a.qkv, acts.batch(), acts.seq(), NH_local,
-                            config_.kv_heads_or_heads() / tp_->size(), config_.head_size(), cx_);
+                            config_.kv_heads_per_tp_rank(tp_->size()), config_.head_size(), cx_);
       return;
     }
     case Recompute::full: {
@@ -554,10 +554,10 @@ void GptModel::attention_core_forward(const GptActivations& acts, int64_t l,
     // computes it again, so the group keeps it only then (plan::cp_activation_bytes_per_layer).
     const bool kept = recompute_ != Recompute::full || rerunning_;
     cp_->attention_forward(a.atty, a.qkv, kept ? &acts.layer(l) : nullptr, B, T, C_local, NH_local,
-                           cx_, config_.kv_heads_or_heads() / tp_->size());
+                           cx_, config_.kv_heads_per_tp_rank(tp_->size()));
     return;
   }
-  const int64_t NKV_local = config_.kv_heads_or_heads() / tp_->size();
+  const int64_t NKV_local = config_.kv_heads_per_tp_rank(tp_->size());
   gqa_attention_forward(a.atty, a.att, a.qkv, B, T, NH_local, NKV_local, C_local / NH_local, cx_);
 }
 
@@ -566,10 +566,10 @@ void GptModel::attention_core_backward(const GptActivations& acts, GptWorkspace&
                                        int64_t T, int64_t C_local, int64_t NH_local) {
   if (cp_->size() > 1) {
     cp_->attention_backward(ws.dqkv, datty, a.qkv, a.atty, &acts.layer(l), B, T, C_local, NH_local,
-                            cx_, config_.kv_heads_or_heads() / tp_->size());
+                            cx_, config_.kv_heads_per_tp_rank(tp_->size()));
     return;
   }
-  const int64_t NKV_local = config_.kv_heads_or_heads() / tp_->size();
+  const int64_t NKV_local = config_.kv_heads_per_tp_rank(tp_->size());
   gqa_attention_backward(ws.dqkv, ws.datt, datty, a.qkv, a.att, B, T, NH_local, NKV_local,
                          C_local / NH_local, cx_);
 }

@@ -39,6 +39,15 @@ struct GptConfig {
   int64_t ffn() const { return llama() && ffn_hidden > 0 ? ffn_hidden : 4 * channels; }
   // The output head reads the word embedding (GPT always; Llama with tie_embeddings).
   bool tied_head() const { return !llama() || tie_embeddings; }
+  // Tensor parallelism over the K/V heads: a TP rank holds kv / tp of them when tp divides kv;
+  // with more TP ranks than K/V heads (tp a multiple of kv) each holds a copy of one, rank r
+  // head r / (tp / kv), and the tp / kv ranks sharing a head sum its weight gradient.
+  int64_t kv_heads_per_tp_rank(int tp) const {
+    return kv_heads_or_heads() >= tp ? kv_heads_or_heads() / tp : 1;
+  }
+  int kv_head_copies(int tp) const {  // ranks holding each K/V head: 1, or tp / kv
+    return kv_heads_or_heads() >= tp ? 1 : tp / static_cast<int>(kv_heads_or_heads());
+  }
   bool operator==(const GptConfig&) const = default;
 };
 

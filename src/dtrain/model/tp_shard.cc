@@ -74,10 +74,11 @@ void check_tensor_parallel(const GptConfig& c, int tp) {
   }
   // Llama: each rank keeps NH / tp query heads and NKV / tp K/V heads (Megatron's split), and
   // F / tp of the gate, the up and the down projection.
-  DTRAIN_CHECK(c.kv_heads_or_heads() % tp == 0, "--tp ", tp, " does not divide --kv-heads ",
-               c.kv_heads_or_heads(),
-               ": each TP rank holds its share of the K/V heads (a rank holding a copy of one, "
-               "for tp above the K/V heads, is not supported yet)");
+  // With more TP ranks than K/V heads each rank holds a copy of one (GptConfig::kv_head_copies).
+  const int64_t kv = c.kv_heads_or_heads();
+  DTRAIN_CHECK(kv % tp == 0 || tp % kv == 0, "--tp ", tp, " and --kv-heads ", kv,
+               ": one must divide the other (each TP rank holds kv / tp K/V heads, or, for tp "
+               "above them, a copy of one shared by tp / kv ranks)");
   DTRAIN_CHECK(c.ffn() % tp == 0, "--tp ", tp, " does not divide --ffn-hidden ", c.ffn());
 }
 
@@ -101,6 +102,27 @@ std::vector<int64_t> row_blocks(const ParamTensor& whole, const GptConfig& c) {
   return {whole.shape[0]};
 }
 
+// The rows of a row-split tensor TP rank `tp_rank` holds, as (first, count) per block: its slice
+// of each; with more TP ranks than K/V heads, K's and V's block whole K/V head r / copies.
+std::vector<std::pair<int64_t, int64_t>> row_runs(const ParamTensor& whole, const GptConfig& c,
+                                                  int tp, int tp_rank) {
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  const bool qkv = tp_split_of(whole.name) == TpSplit::qkv_rows;
+  const int copies = qkv ? c.kv_head_copies(tp) : 1;
+  int64_t first = 0, block_index = 0;
+  for (const int64_t block : row_blocks(whole, c)) {
+    if (qkv && block_index > 0 && copies > 1) {
+      const int64_t head = c.head_size();
+      runs.emplace_back(first + (tp_rank / copies) * head, head);
+    } else {
+      runs.emplace_back(first + tp_rank * (block / tp), block / tp);
+    }
+    first += block;
+    ++block_index;
+  }
+  return runs;
+}
+
 }  // namespace
 
 ParamTable tp_local_table(const ParamTable& whole, const GptConfig& config, int tp) {
@@ -113,8 +135,11 @@ ParamTable tp_local_table(const ParamTable& whole, const GptConfig& config, int 
       case TpSplit::replicated:
         break;
       case TpSplit::rows:
-      case TpSplit::qkv_rows:
         shape[0] /= tp;
+        break;
+      case TpSplit::qkv_rows:
+        shape[0] = 0;
+        for (const auto& [first, count] : row_runs(t, config, tp, 0)) shape[0] += count;
         break;
       case TpSplit::columns:
         shape[1] /= tp;
@@ -153,14 +178,11 @@ std::vector<float> tp_slice(const ParamTensor& whole, std::span<const float> val
       out.assign(values.begin(), values.end());
       break;
     case TpSplit::rows:
-    case TpSplit::qkv_rows: {
-      int64_t first = 0;  // each block split over the TP ranks
-      for (const int64_t block : row_blocks(whole, config)) {
-        take_rows(first + tp_rank * (block / tp), block / tp);
-        first += block;
+    case TpSplit::qkv_rows:
+      for (const auto& [first, count] : row_runs(whole, config, tp, tp_rank)) {
+        take_rows(first, count);
       }
       break;
-    }
     case TpSplit::columns: {
       const int64_t K_local = row / tp;
       for (int64_t r = 0; r < rows; ++r) {
@@ -203,14 +225,11 @@ std::vector<FlatRange> tp_slice_ranges(const ParamTensor& whole, const GptConfig
       out.push_back({0, whole.count});
       break;
     case TpSplit::rows:
-    case TpSplit::qkv_rows: {
-      int64_t first = 0;  // each block split over the TP ranks
-      for (const int64_t block : row_blocks(whole, config)) {
-        take_rows(first + tp_rank * (block / tp), block / tp);
-        first += block;
+    case TpSplit::qkv_rows:
+      for (const auto& [first, count] : row_runs(whole, config, tp, tp_rank)) {
+        take_rows(first, count);
       }
       break;
-    }
     case TpSplit::columns: {
       const int64_t K_local = row / tp;
       for (int64_t r = 0; r < rows; ++r) out.push_back({r * row + tp_rank * K_local, K_local});

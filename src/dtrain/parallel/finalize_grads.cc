@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "dtrain/comm/collectives.h"
@@ -29,18 +31,48 @@ bool is_layernorm(const std::string& name) {
          name.starts_with("lnf.");
 }
 
-// `reduce(lo, hi)` for each LayerNorm tensor's elements inside [first, first + size).
-template <typename Reduce>
-comm::Traffic for_each_norm_range(const model::ParamTable& table, int64_t first, int64_t size,
-                                  Reduce reduce) {
+// `reduce(lo, n)` for each selected part of a tensor inside [first, first + size): `part(t)` is
+// the part's (offset, count) within tensor t, count 0 for none.
+template <typename Part, typename Reduce>
+comm::Traffic for_each_part(const model::ParamTable& table, int64_t first, int64_t size, Part part,
+                            Reduce reduce) {
   comm::Traffic traffic;
   const int64_t end = first + size;
   for (const model::ParamTensor& t : table.tensors()) {
-    const int64_t lo = std::max(first, t.offset), hi = std::min(end, t.offset + t.count);
-    if (!is_layernorm(t.name) || lo >= hi) continue;
+    const auto [offset, count] = part(t);
+    if (count == 0) continue;
+    const int64_t lo = std::max(first, t.offset + offset);
+    const int64_t hi = std::min(end, t.offset + offset + count);
+    if (lo >= hi) continue;
     traffic += reduce(lo - first, hi - lo);
   }
   return traffic;
+}
+
+// One ring all-reduce (sum) over `group` of each selected part, fp32 on the wire (a bf16
+// gradient is widened and rounded once).
+template <typename T, typename Part>
+comm::Traffic all_reduce_parts(const model::ParamTable& table, std::span<T> grads, int64_t first,
+                               comm::Communicator& group, Part part) {
+  std::vector<float> wide;
+  return for_each_part(
+      table, first, static_cast<int64_t>(grads.size()), part, [&](int64_t at, int64_t n) {
+        if constexpr (std::is_same_v<T, float>) {
+          return comm::all_reduce<float>(group, grads.data() + at, n, comm::ReduceOp::sum,
+                                         comm::Algorithm::ring);
+        } else {
+          wide.resize(static_cast<size_t>(n));
+          to_float(grads.data() + at, wide.data(), n);
+          const comm::Traffic t = comm::all_reduce<float>(
+              group, wide.data(), n, comm::ReduceOp::sum, comm::Algorithm::ring);
+          to_bf16(wide.data(), grads.data() + at, n);
+          return t;
+        }
+      });
+}
+
+std::pair<int64_t, int64_t> layernorm_part(const model::ParamTensor& t) {
+  return {0, is_layernorm(t.name) ? t.count : 0};
 }
 
 }  // namespace
@@ -50,11 +82,7 @@ comm::Traffic all_reduce_sequence_parallel_norm_grads(const model::ParamTable& t
                                                       comm::Communicator* tp,
                                                       bool sequence_parallel) {
   if (tp == nullptr || tp->size() == 1 || !sequence_parallel) return {};
-  return for_each_norm_range(
-      table, first, static_cast<int64_t>(grads.size()), [&](int64_t at, int64_t n) {
-        return comm::all_reduce<float>(*tp, grads.data() + at, n, comm::ReduceOp::sum,
-                                       comm::Algorithm::ring);
-      });
+  return all_reduce_parts(table, grads, first, *tp, layernorm_part);
 }
 
 comm::Traffic all_reduce_sequence_parallel_norm_grads(const model::ParamTable& table,
@@ -62,16 +90,31 @@ comm::Traffic all_reduce_sequence_parallel_norm_grads(const model::ParamTable& t
                                                       comm::Communicator* tp,
                                                       bool sequence_parallel) {
   if (tp == nullptr || tp->size() == 1 || !sequence_parallel) return {};
-  std::vector<float> wide;
-  return for_each_norm_range(table, first, static_cast<int64_t>(grads.size()),
-                             [&](int64_t at, int64_t n) {
-                               wide.resize(static_cast<size_t>(n));
-                               to_float(grads.data() + at, wide.data(), n);
-                               const comm::Traffic t = comm::all_reduce<float>(
-                                   *tp, wide.data(), n, comm::ReduceOp::sum, comm::Algorithm::ring);
-                               to_bf16(wide.data(), grads.data() + at, n);
-                               return t;
-                             });
+  return all_reduce_parts(table, grads, first, *tp, layernorm_part);
+}
+
+KvCopyRows kv_copy_rows(const model::GptConfig& c, int tp) {
+  if (c.kv_head_copies(tp) == 1) return {};
+  const int64_t HS = c.head_size(), C = c.channels;
+  return {c.heads / tp * HS * C, 2 * HS * C};  // after the rank's query rows: K's, then V's
+}
+
+std::pair<int64_t, int64_t> kv_copy_part(const model::ParamTensor& t, KvCopyRows rows) {
+  return {rows.offset, t.name.ends_with("attn.qkv.w") ? rows.count : 0};
+}
+
+comm::Traffic all_reduce_kv_copy_grads(const model::ParamTable& table, std::span<float> grads,
+                                       int64_t first, comm::Communicator* copies, KvCopyRows rows) {
+  if (copies == nullptr || copies->size() == 1 || rows.count == 0) return {};
+  return all_reduce_parts(table, grads, first, *copies,
+                          [rows](const model::ParamTensor& t) { return kv_copy_part(t, rows); });
+}
+
+comm::Traffic all_reduce_kv_copy_grads(const model::ParamTable& table, std::span<bf16> grads,
+                                       int64_t first, comm::Communicator* copies, KvCopyRows rows) {
+  if (copies == nullptr || copies->size() == 1 || rows.count == 0) return {};
+  return all_reduce_parts(table, grads, first, *copies,
+                          [rows](const model::ParamTensor& t) { return kv_copy_part(t, rows); });
 }
 
 bool holds_tied_copy(const model::GptStage& stage) {
@@ -94,12 +137,21 @@ std::vector<comm::Chunk> counted_grad_ranges(const model::ParamTable& table,
     }
     if (owner.coord.tp != 0 && model::tp_split_of(t.name) == model::TpSplit::replicated) continue;
     if (owner.tied_copy && t.name == "wte") continue;
-    const int64_t lo = std::max(t.offset, begin), hi = std::min(t.offset + t.count, end);
-    if (lo >= hi) continue;
-    if (!out.empty() && out.back().offset + out.back().count == lo) {
-      out.back().count += hi - lo;
+    const auto add = [&](int64_t from, int64_t to) {
+      const int64_t lo = std::max(from, begin), hi = std::min(to, end);
+      if (lo >= hi) return;
+      if (!out.empty() && out.back().offset + out.back().count == lo) {
+        out.back().count += hi - lo;
+      } else {
+        out.push_back({lo, hi - lo});
+      }
+    };
+    const auto [kv_offset, kv_count] = kv_copy_part(t, owner.kv_copy);
+    if (!owner.counts_kv_copy && kv_count > 0) {  // another copy of the K/V head counts them
+      add(t.offset, t.offset + kv_offset);
+      add(t.offset + kv_offset + kv_count, t.offset + t.count);
     } else {
-      out.push_back({lo, hi - lo});
+      add(t.offset, t.offset + t.count);
     }
   }
   return out;

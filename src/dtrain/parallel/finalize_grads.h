@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "dtrain/comm/chunks.h"
@@ -49,12 +50,28 @@ comm::Traffic all_reduce_sequence_parallel_norm_grads(const model::ParamTable& t
                                                       comm::Communicator* tp,
                                                       bool sequence_parallel);
 
+// More TP ranks than K/V heads (GptConfig::kv_head_copies): each K/V head's rows of every qkv
+// weight (a TP rank's [q | k | v] holds one head's K and V after its query rows) are held by the
+// head's copies, each gradient a sum over its own query heads' attention only; one ring
+// all-reduce per tensor over `copies` (the ranks holding the same head) completes them, as SP's
+// LayerNorm sums (`grads` and `first` likewise). The input gradient needs none: TP's all-reduce
+// of the qkv product's input gradient already sums every copy's share.
+struct KvCopyRows {
+  int64_t offset = 0, count = 0;  // elements within each qkv weight; count 0: no copies
+};
+KvCopyRows kv_copy_rows(const model::GptConfig& config, int tp);
+std::pair<int64_t, int64_t> kv_copy_part(const model::ParamTensor& t, KvCopyRows rows);
+comm::Traffic all_reduce_kv_copy_grads(const model::ParamTable& table, std::span<float> grads,
+                                       int64_t first, comm::Communicator* copies, KvCopyRows rows);
+comm::Traffic all_reduce_kv_copy_grads(const model::ParamTable& table, std::span<bf16> grads,
+                                       int64_t first, comm::Communicator* copies, KvCopyRows rows);
+
 // Who counts a gradient element in the global norm, so that over the whole mesh every element of
 // the serial model is counted exactly once:
 //   - DP: at ZeRO 0 the replicas hold the same averaged gradient and DP rank 0 counts it; at
 //     stages 1-3 each DP rank counts the flat range it owns (`zero_shard`);
 //   - TP: a tensor TP cuts is counted by every TP rank (its slice), a replicated one (LayerNorms,
-//     wpe, the biases after g) by TP rank 0 only;
+//     wpe, the biases after g) by TP rank 0 only, a K/V head's copied rows by its first copy;
 //   - PP: each stage counts its own tensors, except the last stage's copy of the tied wte, which
 //     the first stage counts (`tied_copy`).
 // The default is the serial model: everything counted.
@@ -66,6 +83,10 @@ struct GradOwnership {
   // Expert parallelism (ZeRO 0): the expert tensors (model::is_expert_tensor) are counted by the
   // first expert-DP replica, the DP ranks below `ep` (each its own experts), not DP rank 0 alone.
   int ep = 1;
+  // More TP ranks than K/V heads: the copied K/V rows of each qkv weight, and whether this rank
+  // is the copy that counts them.
+  KvCopyRows kv_copy;
+  bool counts_kv_copy = true;
 };
 
 // Whether `stage` holds the copy of the tied wte that another stage counts: the head without the

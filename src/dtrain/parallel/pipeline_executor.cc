@@ -100,7 +100,7 @@ PipelineExecutor::PipelineExecutor(comm::Communicator& comm, model::GptModel& mo
         sp, model.recompute(), model.bf16_activations(), model.cp().size() > 1,
         model.cp().kept_bytes_per_block(config_.micro_batch, config_.seq, g.channels / tp_,
                                         g.heads / tp_, model.recompute(),
-                                        g.kv_heads_or_heads() / tp_));
+                                        g.kv_heads_per_tp_rank(tp_)));
     chunks_.push_back(info);
   }
   const size_t slots = static_cast<size_t>(s.chunks * s.microbatches);

@@ -8,7 +8,7 @@
 namespace dtrain::parallel {
 
 ProcessGroups make_process_groups(comm::Communicator& world, const DeviceMesh& mesh, int ep,
-                                  bool tied_head) {
+                                  bool tied_head, int kv_copies) {
   const int me = world.rank();
   const MeshCoord coord = mesh.coord_of(me);
   ProcessGroups g;
@@ -28,6 +28,12 @@ ProcessGroups make_process_groups(comm::Communicator& world, const DeviceMesh& m
   }
   if (ep > 1) {
     g.expert_data = g.data->subgroup(expert_dp_group_members(dp, ep, coord.dp), "expert-dp");
+  }
+  if (kv_copies > 1) {
+    const int first = g.tp->rank() / kv_copies * kv_copies;  // TP ranks [first, first + copies)
+    std::vector<int> members(static_cast<size_t>(kv_copies));
+    for (int i = 0; i < kv_copies; ++i) members[static_cast<size_t>(i)] = first + i;
+    g.kv_copies = g.tp->subgroup(members, "kv-copies");
   }
   std::vector<int> all(static_cast<size_t>(g.data->size()));
   for (int r = 0; r < g.data->size(); ++r) all[static_cast<size_t>(r)] = r;

@@ -22,11 +22,15 @@ struct ProcessGroups {
   // Under a pipeline, on the first and the last stage: the two ranks whose tied word
   // embeddings sum their gradients; null elsewhere.
   std::unique_ptr<comm::Communicator> embedding;
+  // More TP ranks than K/V heads: the TP ranks holding a copy of this rank's K/V head, which sum
+  // its weight gradient (parallel/finalize_grads.h); null otherwise.
+  std::unique_ptr<comm::Communicator> kv_copies;
 };
 
 // The groups of `world`'s rank in `mesh`, with `ep` expert-parallel ranks per data group; the
-// embedding pair only when the output head is tied to the word embedding (`tied_head`).
+// embedding pair only when the output head is tied to the word embedding (`tied_head`); the
+// K/V copies when each K/V head is held by `kv_copies` consecutive TP ranks.
 ProcessGroups make_process_groups(comm::Communicator& world, const DeviceMesh& mesh, int ep,
-                                  bool tied_head = true);
+                                  bool tied_head = true, int kv_copies = 1);
 
 }  // namespace dtrain::parallel

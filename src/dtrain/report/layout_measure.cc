@@ -13,6 +13,7 @@
 #include "dtrain/model/gpt_stage.h"
 #include "dtrain/model/moe_dispatch.h"
 #include "dtrain/model/param_table.h"
+#include "dtrain/parallel/finalize_grads.h"
 #include "dtrain/parallel/pipeline_checker.h"
 #include "dtrain/report/layout_report.h"
 #include "dtrain/report/rank_description.h"
@@ -106,6 +107,18 @@ plan::EngineRankPieces measured_pieces(const Engine& e, bool split) {
         const int64_t hi = std::min(held.offset + held.count, p.offset + p.count);
         if (layernorm && lo < hi) x.layernorm_pieces.push_back(hi - lo);
       }
+    }
+  }
+  x.kv_copies = c.step.model.kv_head_copies(c.tp);
+  x.kv_copy_rank = me.tp % x.kv_copies;
+  const parallel::KvCopyRows kv = parallel::kv_copy_rows(c.step.model, c.tp);
+  for (const comm::Chunk& held :
+       kv.count > 0 ? e.data_parallel().owned_runs() : std::vector<comm::Chunk>{}) {
+    for (const model::ParamTensor& p : model.param_table().tensors()) {
+      const auto [offset, count] = parallel::kv_copy_part(p, kv);
+      const int64_t lo = std::max(held.offset, p.offset + offset);
+      const int64_t hi = std::min(held.offset + held.count, p.offset + offset + count);
+      if (count > 0 && lo < hi) x.kv_copy_pieces.push_back(hi - lo);
     }
   }
   const plan::StageDataParallel stage = stage_data_parallel(e, split);
@@ -277,6 +290,7 @@ RankRow measure_rank(const Engine& e) {
                                    .tp_regather = t.tp_regather / n,
                                    .tp_recompute = t.tp_recompute / n,
                                    .tp_norms = t.tp_norms / n,
+                                   .tp_kv_copies = t.tp_kv_copies / n,
                                    .pp = t.pp / n,
                                    .dp = t.dp / n,
                                    .embedding = t.embedding / n,

@@ -223,7 +223,8 @@ void print_layout_report(std::ostream& out, const LayoutReport& r) {
          "direct algorithm), each byte counted once, on the rank that moves it; measured by each "
          "group's communicator; \"(plan X)\" shows plan/'s figure where it differs: TP = f and g "
          "of every block and micro-batch (4 ring all-reduces of b*T*C, or SP's gathers and "
-         "scatters, plus full recompute's reruns and SP's re-gathers and LayerNorm sums) and the "
+         "scatters, plus full recompute's reruns, SP's re-gathers and LayerNorm sums, and the sums "
+         "of K/V heads' copies when TP exceeds them) and the "
          "vocabulary reductions; PP = the schedule's sends; DP = plan::stage_dp_bytes_moved, this "
          "rank's pieces exactly; DP hidden = the share of the DP communication thread's time that "
          "ran inside compute)\n";
