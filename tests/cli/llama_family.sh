@@ -47,11 +47,22 @@ reference=$(dirname "$0")/../reference/llama_torch_loss.py
 interop() {  # interop NAME ARCHITECTURE SHAPE_AND_LAYOUT...
   local name=$1 architecture=$2
   shift 2
-  "$DTRAIN" train --steps 6 --eval-every 0 "$@" --save "$tmp/$name.ck" >/dev/null 2>&1 ||
-    fail "train $*"
+  "$DTRAIN" train --steps 6 --eval-every 0 "$@" --save "$tmp/$name.ck" --json \
+    >"$tmp/$name.saved.json" 2>/dev/null || fail "train $*"
   "$DTRAIN" export --checkpoint "$tmp/$name.ck" --output "$tmp/$name.hf" >/dev/null ||
     fail "export of $name"
   grep -q "\"$architecture\"" "$tmp/$name.hf/config.json" || fail "$name: not a $architecture"
+  # --init-from on the saving layout starts at the saved run's last validation loss, bit for bit.
+  "$DTRAIN" train --init-from "$tmp/$name.hf" "$@" --steps 1 --eval-every 0 --json \
+    >"$tmp/$name.init.json" 2>/dev/null || fail "--init-from $tmp/$name.hf $*"
+  if "$py" -c 'import json,sys
+saved = json.load(open(sys.argv[1]))["val_losses"][-1]["val_loss"]
+start = json.load(open(sys.argv[2]))["val_losses"][0]["val_loss"]
+assert saved == start, (saved, start)
+print("ok: --init-from resumes %s at the saved validation loss %r bit for bit" % (sys.argv[3], start))' \
+    "$tmp/$name.saved.json" "$tmp/$name.init.json" "$name"; then :; else
+    fail "$name: --init-from does not start at the saved run's validation loss"
+  fi
   local loss
   loss=$("$DTRAIN" train --init-from "$tmp/$name.hf" --steps 1 --eval-every 0 --eval-batches 1 \
     --dp 2 --write-eval-batch "$tmp/$name.batch" --json 2>/dev/null |
