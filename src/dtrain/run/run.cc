@@ -367,7 +367,11 @@ TrainSetup resolve(const TrainOptions& o) {
 
   TrainerConfig& t = setup.trainer;
   t.model = m;
-  t.model_name = custom || m != preset.config ? "custom" : preset.name;
+  // The routing's training settings (--capacity-factor, --aux-loss-coef) leave the preset's shape.
+  model::GptConfig shape = m;
+  shape.moe.capacity_factor = preset.config.moe.capacity_factor;
+  shape.moe.aux_loss_coef = preset.config.moe.aux_loss_coef;
+  t.model_name = custom || shape != preset.config ? "custom" : preset.name;
   t.steps = o.steps;
   t.batch = B;
   t.seq = T;
