@@ -8,15 +8,19 @@ source "$(dirname "$0")/lib/expect.bash"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# Training: the loss falls from ln(256) ~ 5.5 by at least 1.5 in 60 steps.
-out=$("$DTRAIN" train --model llama-tiny --steps 60 --eval-every 0 --json 2>/dev/null) ||
-  fail "train --model llama-tiny exited $?"
-python3 -c 'import json,sys
+# expect_learns TRAIN_ARGS...: the loss falls from ln(256) ~ 5.5 by at least 1.5 (the first
+# step's against the last 10 steps' mean) on the bundled corpus.
+expect_learns() {
+  local out
+  out=$("$DTRAIN" train "$@" --eval-every 0 --json 2>/dev/null) || fail "train $* exited $?"
+  python3 -c 'import json,sys
 j = json.loads(sys.stdin.read())
 first, last = j["loss"]["first_train"], j["loss"]["final_train_avg10"]
 assert first - last > 1.5, (first, last)
-print("ok: llama-tiny loss %.3f -> %.3f (the last 10 steps mean)" % (first, last))' <<<"$out" ||
-  fail "llama-tiny did not learn: $(head -c 300 <<<"$out")"
+print("ok: %s: loss %.3f -> %.3f (the last 10 steps mean)" % (sys.argv[1], first, last))' "$*" \
+    <<<"$out" || fail "train $* did not learn: $(head -c 300 <<<"$out")"
+}
+expect_learns --model llama-tiny --steps 60
 
 # A custom Llama shape with multi-query attention and a tied head, over DP with ZeRO-3 and over
 # a pipeline (the tied head's wte summed between the end stages, as GPT's).
@@ -106,16 +110,8 @@ expect_error "--moe-every 2\); MixtralForCausalLM routes every block" export --c
 [ ! -e "$tmp/every2.hf" ] || fail "a refused export made its folder"
 expect_output "." sample --checkpoint "$tmp/mixtral.ck" --prompt "The " --tokens 8 --seed 1
 
-# The Mixtral-like preset learns on the bundled corpus under EP: from ln(256) ~ 5.5 by at least
-# 1.5 in 40 steps.
-out=$("$DTRAIN" train --model mixtral-small --dp 2 --ep 2 --steps 40 --eval-every 0 --json \
-  2>/dev/null) || fail "train --model mixtral-small exited $?"
-python3 -c 'import json,sys
-j = json.loads(sys.stdin.read())
-first, last = j["loss"]["first_train"], j["loss"]["final_train_avg10"]
-assert first - last > 1.5, (first, last)
-print("ok: mixtral-small loss %.3f -> %.3f (the last 10 steps mean)" % (first, last))' <<<"$out" ||
-  fail "mixtral-small did not learn: $(head -c 300 <<<"$out")"
+# The Mixtral-like preset learns under EP.
+expect_learns --model mixtral-small --dp 2 --ep 2 --steps 40
 # Context parallelism: the K/V heads must split over Ulysses' ranks.
 expect_error "--cp-algo ulysses needs --heads 4 and --kv-heads 2 divisible by --cp 4" train \
   --model llama-tiny --cp 4 --cp-algo ulysses --steps 1

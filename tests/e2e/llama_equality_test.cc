@@ -68,6 +68,33 @@ e2e::Outcome run_layout(const StepConfig& c, const LayoutOptions& o,
   return out;
 }
 
+// A layout's axes and ZeRO stage, and a pipeline's micro-batches and schedule (ignored without
+// one); the rest at their defaults.
+LayoutOptions layout_of(int dp, int tp, int pp, int zero, int microbatches = 1,
+                        plan::ScheduleKind schedule = plan::ScheduleKind::one_f_one_b) {
+  LayoutOptions o;
+  o.dp = dp;
+  o.tp = tp;
+  o.pp = pp;
+  o.zero_stage = zero;
+  if (pp > 1) {
+    o.microbatches = microbatches;
+    o.schedule = schedule;
+  }
+  return o;
+}
+
+// Runs the layout and compares it with the serial run, printing the largest differences after
+// `label`.
+e2e::Worst run_against_serial(const std::string& label, const StepConfig& c, const LayoutOptions& o,
+                              const std::vector<data::Batch>& data, const e2e::Outcome& serial,
+                              LayoutReport& report) {
+  const e2e::Worst w = e2e::compare(c, serial, run_layout(c, o, data, report));
+  std::printf("  %-48s: loss %.1e params %.1e m %.1e v %.1e\n", label.c_str(), w.loss, w.state[0],
+              w.state[1], w.state[2]);
+  return w;
+}
+
 // The fp32 layouts' bounds against the serial run (kLossTol, kParamTol, kMomentTol).
 void expect_within_fp32_tolerances(const e2e::Worst& w) {
   EXPECT_LE(w.loss, kLossTol);
@@ -96,17 +123,11 @@ TEST(LlamaEquality, DataParallelAtEveryZeroStageAndRecomputeMatchesTheSerialRun)
     const e2e::Outcome serial = e2e::run_serial(c, data, kLr);
     for (const int dp : {2, 4}) {
       for (int zero = 0; zero <= 3; ++zero) {
-        SCOPED_TRACE(::testing::Message()
-                     << "recompute " << name(rc) << " dp " << dp << " zero " << zero);
+        const std::string label = str("llama ", name(rc), " dp ", dp, " zero ", zero);
+        SCOPED_TRACE(label);
         LayoutReport report;
-        LayoutOptions o;
-        o.dp = dp;
-        o.zero_stage = zero;
-        const e2e::Outcome got = run_layout(c, o, data, report);
-        const e2e::Worst w = e2e::compare(c, serial, got);
-        std::printf("  llama %-9s dp %d zero %d: loss %.1e params %.1e m %.1e v %.1e\n",
-                    std::string(name(rc)).c_str(), dp, zero, w.loss, w.state[0], w.state[1],
-                    w.state[2]);
+        const e2e::Worst w =
+            run_against_serial(label, c, layout_of(dp, 1, 1, zero), data, serial, report);
         expect_within_fp32_tolerances(w);
         ASSERT_EQ(report.ranks.size(), static_cast<size_t>(dp));
         for (const RankRow& k : report.ranks) {
@@ -155,24 +176,13 @@ TEST(LlamaEquality, PipelinesWithEveryScheduleMatchTheSerialRun) {
     c.model.layers = 4;
     const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
     const e2e::Outcome serial = e2e::run_serial(c, data, kLr, k.dp * k.microbatches);
-    SCOPED_TRACE(::testing::Message()
-                 << "dp " << k.dp << " pp " << k.pp << " vp " << k.vp << " zero " << k.zero << " "
-                 << plan::name(k.schedule) << " recompute " << name(k.recompute));
-    LayoutOptions o;
-    o.dp = k.dp;
-    o.pp = k.pp;
-    o.zero_stage = k.zero;
-    o.microbatches = k.microbatches;
-    o.schedule = k.schedule;
+    const std::string label = str("llama dp ", k.dp, " pp ", k.pp, " vp ", k.vp, " zero ", k.zero,
+                                  " ", plan::name(k.schedule), " ", name(k.recompute));
+    SCOPED_TRACE(label);
+    LayoutOptions o = layout_of(k.dp, 1, k.pp, k.zero, k.microbatches, k.schedule);
     if (k.vp > 1) o.chunks = k.vp;
     LayoutReport report;
-    const e2e::Outcome got = run_layout(c, o, data, report);
-    const e2e::Worst w = e2e::compare(c, serial, got);
-    std::printf(
-        "  llama dp %d pp %d vp %d zero %d %-11s %-9s: loss %.1e params %.1e m %.1e "
-        "v %.1e\n",
-        k.dp, k.pp, k.vp, k.zero, std::string(plan::name(k.schedule)).c_str(),
-        std::string(name(k.recompute)).c_str(), w.loss, w.state[0], w.state[1], w.state[2]);
+    const e2e::Worst w = run_against_serial(label, c, o, data, serial, report);
     expect_within_fp32_tolerances(w);
     expect_counters_equal_the_plan(report, static_cast<size_t>(k.dp * k.pp));
     for (const RankRow& r : report.ranks) {
@@ -225,28 +235,13 @@ TEST(LlamaEquality, TensorParallelLayoutsMatchTheSerialRun) {
     const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
     const int64_t accumulation = k.pp > 1 ? k.dp * k.microbatches : 1;
     const e2e::Outcome serial = e2e::run_serial(c, data, kLr, accumulation);
-    SCOPED_TRACE(::testing::Message() << "dp " << k.dp << " tp " << k.tp << " pp " << k.pp
-                                      << " zero " << k.zero << " kv " << k.kv_heads << " recompute "
-                                      << name(k.recompute) << (k.sp ? " sp" : ""));
-    LayoutOptions o;
-    o.dp = k.dp;
-    o.tp = k.tp;
-    o.pp = k.pp;
-    o.zero_stage = k.zero;
+    const std::string label = str("llama dp ", k.dp, " tp ", k.tp, " pp ", k.pp, " zero ", k.zero,
+                                  " kv ", k.kv_heads, " ", name(k.recompute), k.sp ? " sp" : "");
+    SCOPED_TRACE(label);
+    LayoutOptions o = layout_of(k.dp, k.tp, k.pp, k.zero, k.microbatches, k.schedule);
     o.sequence_parallel = k.sp;
-    if (k.pp > 1) {
-      o.microbatches = k.microbatches;
-      o.schedule = k.schedule;
-    }
     LayoutReport report;
-    const e2e::Outcome got = run_layout(c, o, data, report);
-    const e2e::Worst w = e2e::compare(c, serial, got);
-    std::printf(
-        "  llama dp %d tp %d pp %d zero %d kv %lld %-9s%s: loss %.1e params %.1e m %.1e "
-        "v %.1e\n",
-        k.dp, k.tp, k.pp, k.zero, static_cast<long long>(k.kv_heads),
-        std::string(name(k.recompute)).c_str(), k.sp ? " sp" : "", w.loss, w.state[0], w.state[1],
-        w.state[2]);
+    const e2e::Worst w = run_against_serial(label, c, o, data, serial, report);
     expect_within_fp32_tolerances(w);
     expect_counters_equal_the_plan(report, static_cast<size_t>(k.dp * k.tp * k.pp));
     for (const RankRow& r : report.ranks) {
@@ -277,20 +272,13 @@ TEST(LlamaEquality, Bf16LayoutsMatchTheBf16SerialRun) {
     const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
     const int64_t accumulation = k.pp > 1 ? k.dp * k.microbatches : 1;
     const e2e::Outcome serial = e2e::run_serial(c, data, kLr, accumulation);
-    SCOPED_TRACE(::testing::Message() << "bf16 dp " << k.dp << " ep " << k.ep << " tp " << k.tp
-                                      << " pp " << k.pp << " zero " << k.zero);
-    LayoutOptions o;
+    const std::string label =
+        str("llama bf16 dp ", k.dp, " ep ", k.ep, " tp ", k.tp, " pp ", k.pp, " zero ", k.zero);
+    SCOPED_TRACE(label);
+    LayoutOptions o = layout_of(k.dp, k.tp, k.pp, k.zero, k.microbatches);
     o.ep = k.ep;
-    o.dp = k.dp;
-    o.tp = k.tp;
-    o.pp = k.pp;
-    o.zero_stage = k.zero;
-    if (k.pp > 1) o.microbatches = k.microbatches;
     LayoutReport report;
-    const e2e::Outcome got = run_layout(c, o, data, report);
-    const e2e::Worst w = e2e::compare(c, serial, got);
-    std::printf("  llama bf16 dp %d ep %d tp %d pp %d zero %d: loss %.1e params %.1e m %.1e\n",
-                k.dp, k.ep, k.tp, k.pp, k.zero, w.loss, w.state[0], w.state[1]);
+    const e2e::Worst w = run_against_serial(label, c, o, data, serial, report);
     const double u = std::ldexp(1.0, -8);
     const int forward_roundings =
         (k.tp > 1 ? 2 * static_cast<int>(c.model.layers) * k.tp : 0) + (k.pp - 1);
@@ -335,24 +323,15 @@ TEST(LlamaEquality, ContextParallelWithEveryAlgorithmMatchesTheSerialRun) {
     c.model.kv_heads = k.kv_heads;
     const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
     const e2e::Outcome serial = e2e::run_serial(c, data, kLr);
-    SCOPED_TRACE(::testing::Message() << "dp " << k.dp << " tp " << k.tp << " cp " << k.cp << " "
-                                      << plan::name(k.algorithm) << " kv " << k.kv_heads
-                                      << " recompute " << name(k.recompute));
-    LayoutOptions o;
-    o.dp = k.dp;
-    o.tp = k.tp;
+    const std::string label =
+        str("llama dp ", k.dp, " tp ", k.tp, " cp ", k.cp, " ", plan::name(k.algorithm), " kv ",
+            k.kv_heads, " ", name(k.recompute));
+    SCOPED_TRACE(label);
+    LayoutOptions o = layout_of(k.dp, k.tp, 1, k.zero);
     o.cp = k.cp;
-    o.zero_stage = k.zero;
     o.cp_algorithm = k.algorithm;
     LayoutReport report;
-    const e2e::Outcome got = run_layout(c, o, data, report);
-    const e2e::Worst w = e2e::compare(c, serial, got);
-    std::printf(
-        "  llama dp %d tp %d cp %d %-10s kv %lld %-9s: loss %.1e params %.1e m %.1e "
-        "v %.1e\n",
-        k.dp, k.tp, k.cp, std::string(plan::name(k.algorithm)).c_str(),
-        static_cast<long long>(k.kv_heads), std::string(name(k.recompute)).c_str(), w.loss,
-        w.state[0], w.state[1], w.state[2]);
+    const e2e::Worst w = run_against_serial(label, c, o, data, serial, report);
     expect_within_fp32_tolerances(w);
     expect_counters_equal_the_plan(report, static_cast<size_t>(k.dp * k.tp * k.cp));
     ASSERT_EQ(report.cp_ranks.size(), static_cast<size_t>(k.dp * k.tp * k.cp));
@@ -397,27 +376,14 @@ TEST(LlamaEquality, ExpertParallelMixtralMatchesTheSerialRun) {
     const int microbatches = k.pp > 1 ? 2 : 1;
     const std::vector<data::Batch> data = e2e::random_batches(c, kSteps);
     const e2e::Outcome serial = e2e::run_serial(c, data, kLr, k.pp > 1 ? k.dp * microbatches : 1);
-    SCOPED_TRACE(::testing::Message()
-                 << "dp " << k.dp << " ep " << k.ep << " tp " << k.tp << " pp " << k.pp << " zero "
-                 << k.zero << " " << plan::name(k.schedule) << " recompute " << name(k.recompute));
-    LayoutOptions o;
-    o.dp = k.dp;
+    const std::string label =
+        str("mixtral dp ", k.dp, " ep ", k.ep, " tp ", k.tp, " pp ", k.pp, " zero ", k.zero, " ",
+            plan::name(k.schedule), " ", name(k.recompute));
+    SCOPED_TRACE(label);
+    LayoutOptions o = layout_of(k.dp, k.tp, k.pp, k.zero, microbatches, k.schedule);
     o.ep = k.ep;
-    o.tp = k.tp;
-    o.pp = k.pp;
-    o.zero_stage = k.zero;
-    if (k.pp > 1) {
-      o.microbatches = microbatches;
-      o.schedule = k.schedule;
-    }
     LayoutReport report;
-    const e2e::Outcome got = run_layout(c, o, data, report);
-    const e2e::Worst w = e2e::compare(c, serial, got);
-    std::printf(
-        "  mixtral dp %d ep %d tp %d pp %d zero %d %-11s %-9s: loss %.1e params %.1e m %.1e "
-        "v %.1e\n",
-        k.dp, k.ep, k.tp, k.pp, k.zero, std::string(plan::name(k.schedule)).c_str(),
-        std::string(name(k.recompute)).c_str(), w.loss, w.state[0], w.state[1], w.state[2]);
+    const e2e::Worst w = run_against_serial(label, c, o, data, serial, report);
     expect_within_fp32_tolerances(w);
     EXPECT_EQ(report.ep, k.ep);
     EXPECT_EQ(report.experts_per_rank, c.model.moe.experts / k.ep);
