@@ -532,12 +532,13 @@ checkpoint::RankState Engine::export_state() {
   const std::span<const float> params = mixed                     ? dp_->master()
                                         : config_.zero_stage == 3 ? dp_->param_shard()
                                                                   : model_.params();
+  const bool writes_kv_copies = grad_ownership().counts_kv_copy;
   for (const model::ParamTensor& local : model_.param_table().tensors()) {
     if (coord_.tp != 0 && model::tp_split_of(local.name) == model::TpSplit::replicated) continue;
     if (tied_copy && local.name == "wte") continue;
     // More TP ranks than K/V heads: a K/V head's first copy writes its rows, the others only
     // their query rows (the first of the qkv weight's three runs: the K and V rows end it).
-    const bool kv_copy = !grad_ownership().counts_kv_copy && local.name.ends_with("attn.qkv.w");
+    const bool kv_copy = !writes_kv_copies && local.name.ends_with("attn.qkv.w");
     const model::ParamTensor& whole = serial[static_cast<size_t>(serial.index_of(local.name))];
     // EP (ZeRO 0): a rank's experts are one run of the stacked tensor (each expert cut for TP),
     // written by the first expert-DP replica (DP ranks below ep), each its own experts.
