@@ -184,30 +184,55 @@ TEST(Search, TooLargeIsRefusedBeforeItStarts) {
   }
 }
 
-// The pruned search (replaying only what its lower bound cannot rule out) against the
-// exhaustive one (every fitting layout replayed): the same ranked layouts with the same step
-// times to the bit, the same reasons and the same families' best members; and it does prune.
+// The pruned search (memory bounded before it is priced, steps bounded before they are replayed)
+// against the exhaustive one (every layout's memory priced, every fitting layout replayed): the
+// same ten best layouts with the same step times to the bit, the same reasons and the same
+// families' best members and closest misses, on dense GPT and Llama models, Mixtral and
+// DeepSeek-V3 (expert parallelism), a 128K-token Llama (context parallelism), clusters of 8 to
+// 128 GPUs, 4 or 8 per node; and it does prune.
 TEST(Search, PrunedIsTheExhaustiveSearch) {
   struct Case {
     const char* model;
     const char* cluster;
     int64_t batch;
-    int top;
-    SearchConstraints fixed;
+    int top = 10;
+    SearchConstraints fixed = {};
+    int64_t seq = 0;  // the preset's unless set
   };
   const Case cases[] = {
-      {"megatron-1.7b", "1x8xA100", 32, 1, {}},
-      {"megatron-1.7b", "1x8xA100", 32, 5, {}},
-      {"megatron-1.7b", "2x8xA100", 64, 3, {}},
-      {"llama2-70b", "8x8xH100", 1024, 5, {}},
+      {"megatron-1.7b", "1x8xA100", 32, 1},
+      {"megatron-1.7b", "1x8xA100", 32},
+      {"megatron-1.7b", "2x8xA100", 64, 3},
+      {"megatron-1.7b", "3x8xA100", 96},
+      {"megatron-3.6b", "2x8xA100", 64},
+      {"megatron-7.5b", "4x8xA100", 128},
+      {"megatron-18.4b", "4x8xA100", 256},
+      {"megatron-39.1b", "8x8xA100", 512},
+      {"megatron-76.1b", "2x8xA100", 64},  // families none of whose members fit
+      {"gpt3-175b", "4x8xA100", 128},      // nothing fits
+      {"gpt3-175b", "8x8xA100", 256},
+      {"gpt3-175b", "16x8xA100", 512},
+      {"llama2-7b", "1x8xH100", 64},
+      {"llama2-7b", "2x8xH100", 64, 10, {}, 32768},
+      {"llama2-7b", "4x8xH100", 256},
+      {"llama2-13b", "2x8xH100", 128, 2},
+      {"llama2-13b", "3x4xA100", 48},
+      {"llama2-70b", "8x8xH100", 1024, 5},
       {"llama2-70b", "8x8xH100", 1024, 4, SearchConstraints{.tp = 8, .zero_stage = 1}},
-      {"llama2-13b", "2x8xH100", 128, 2, {}},
+      {"llama2-70b", "4x8xA100", 256},
+      {"mixtral-8x7b", "4x8xH100", 256},
+      {"mixtral-8x7b", "8x8xH100", 512},
+      {"deepseek-v3", "16x8xH100", 512},  // nothing fits
+      {"deepseek-v3", "32x8xH100", 512},
+      {"llama3-405b-128k", "16x8xH100", 16},
   };
-  int64_t simulated = 0, fitting = 0;
+  int64_t simulated = 0, fitting = 0, priced_all = 0, priced_pruned = 0;
+  size_t ranked = 0;
   for (const Case& k : cases) {
     SCOPED_TRACE(testing::Message()
                  << k.model << " on " << k.cluster << " top " << k.top << " " << describe(k.fixed));
-    const PlanInput in = input(k.model, k.cluster, k.batch);
+    PlanInput in = input(k.model, k.cluster, k.batch);
+    if (k.seq > 0) in.model.seq = k.seq;
     const SearchResult pruned = search(in, {k.top, k.fixed});
     const SearchResult all = search(in, {k.top, k.fixed, true});
     EXPECT_EQ(all.simulated, all.fitting);
@@ -217,8 +242,12 @@ TEST(Search, PrunedIsTheExhaustiveSearch) {
     EXPECT_EQ(pruned.evaluated, all.evaluated);
     EXPECT_EQ(pruned.fitting, all.fitting);
     EXPECT_EQ(pruned.splits, all.splits);
+    EXPECT_EQ(all.priced, all.evaluated);
+    EXPECT_LE(pruned.priced, all.priced);
+    priced_all += all.priced;
+    priced_pruned += pruned.priced;
     ASSERT_EQ(pruned.top.size(), all.top.size());
-    ASSERT_FALSE(all.top.empty());
+    ranked += all.top.empty() ? 0 : 1;
     for (size_t i = 0; i < all.top.size(); ++i) {
       const Plan& a = pruned.top[i].plan;
       const Plan& b = all.top[i].plan;
@@ -233,8 +262,32 @@ TEST(Search, PrunedIsTheExhaustiveSearch) {
     // The families' best members and the closest misses, with their figures, are in these.
     EXPECT_EQ(pruned.explanations, all.explanations);
   }
-  // Most fitting layouts never had their schedule replayed.
+  // Every case but the two where nothing fits ranked layouts; most fitting layouts never had
+  // their schedule replayed, and some layouts were not priced.
+  EXPECT_EQ(ranked, std::size(cases) - 2);
   EXPECT_LT(simulated * 4, fitting) << simulated << " of " << fitting << " replayed";
+  EXPECT_LT(priced_pruned, priced_all);
+}
+
+// Memory's lower bound (what search sets layouts aside by) is never above evaluate's total, on
+// every layout of a search over a dense, a grouped-query, an MoE model and more TP ranks than
+// K/V heads.
+TEST(Search, MemoryLowerBoundIsBelowTheTotal) {
+  int64_t checked = 0;
+  for (const auto& [model, cluster, batch] :
+       {std::tuple{"megatron-18.4b", "4x8xA100", 256}, std::tuple{"llama2-70b", "4x8xH100", 256},
+        std::tuple{"mixtral-8x7b", "4x8xH100", 256},
+        std::tuple{"llama3-405b-128k", "4x8xH100", 8}}) {
+    const PlanInput in = input(model, cluster, batch);
+    for (const Layout& l : search_layouts(in)) {
+      const double bound = memory_lower_bound(in, l);
+      const double total = evaluate_memory(in, l).memory.total();
+      ASSERT_LE(bound, total) << model << " " << describe(l);
+      EXPECT_GT(bound, 0) << model << " " << describe(l);
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 1000);
 }
 
 // On a cluster file with measured rates the engine clock prices the step with its own replay,

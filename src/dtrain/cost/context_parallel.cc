@@ -102,7 +102,20 @@ CpShape with_engine_wire(CpShape s, Precision precision) {
   return s;
 }
 
+bool cp_layout_ok(const CpShape& s, CpAlgorithm algo) {
+  if (s.cp < 1) return false;
+  if (s.cp == 1) return true;
+  if (s.seq % s.cp != 0) return false;
+  if ((algo == CpAlgorithm::ring || algo == CpAlgorithm::all_gather) && s.seq % (2 * s.cp) != 0) {
+    return false;
+  }
+  const int64_t ranks = static_cast<int64_t>(s.cp) * s.tp;
+  return algo != CpAlgorithm::ulysses ||
+         (s.heads % ranks == 0 && s.kv_heads_or_heads() % ranks == 0);
+}
+
 std::string cp_layout_error(const CpShape& s, CpAlgorithm algo) {
+  if (cp_layout_ok(s, algo)) return {};
   if (s.cp < 1) return str("--cp must be >= 1, got ", s.cp);
   if (s.cp == 1) return {};
   if (s.seq % s.cp != 0) return str("--cp ", s.cp, " does not divide --seq-length ", s.seq);
@@ -303,54 +316,64 @@ double cp_contiguous_imbalance_limit(int cp) {
   return 2.0 - 1.0 / cp;
 }
 
-CpChoice choose_cp_algorithm(const CpShape& s, Recompute recompute, bool ring_hidden) {
+CpChoice choose_cp_algorithm(const CpShape& s, Recompute recompute, bool ring_hidden,
+                             bool explain) {
   CpChoice c;
   if (s.cp == 1) {
-    c.why = "no context parallelism (cp=1)";
+    if (explain) c.why = "no context parallelism (cp=1)";
     return c;
   }
-  const bool ring_ok = cp_layout_error(s, CpAlgorithm::ring).empty();
-  const bool gather_ok = cp_layout_error(s, CpAlgorithm::all_gather).empty();
-  const bool ulysses_ok = cp_layout_error(s, CpAlgorithm::ulysses).empty();
+  const bool ring_ok = cp_layout_ok(s, CpAlgorithm::ring);
+  const bool gather_ok = cp_layout_ok(s, CpAlgorithm::all_gather);
+  const bool ulysses_ok = cp_layout_ok(s, CpAlgorithm::ulysses);
   if (!ring_ok && !gather_ok && !ulysses_ok) {
     throw Error(
         str(cp_layout_error(s, CpAlgorithm::ring), "; ", cp_layout_error(s, CpAlgorithm::ulysses)));
   }
   auto bytes = [&](CpAlgorithm a) { return cp_traffic_per_layer(s, a, recompute).bytes_sent(); };
+  enum class Reason { fewest_bytes, hidden_hops, gather, only_one };
+  Reason reason = Reason::only_one;
+  if (ulysses_ok && (!ring_ok || bytes(CpAlgorithm::ulysses) <= bytes(CpAlgorithm::ring)) &&
+      (!gather_ok || bytes(CpAlgorithm::ulysses) <= bytes(CpAlgorithm::all_gather))) {
+    c.algorithm = CpAlgorithm::ulysses;
+    reason = Reason::fewest_bytes;
+  } else if (ring_ok && ring_hidden) {
+    c.algorithm = CpAlgorithm::ring;
+    reason = Reason::hidden_hops;
+  } else if (gather_ok) {
+    c.algorithm = CpAlgorithm::all_gather;
+    reason = Reason::gather;
+  } else {
+    c.algorithm = ring_ok ? CpAlgorithm::ring : CpAlgorithm::ulysses;
+  }
+  if (!explain) return c;
+  // Why, in words (a search decides thousands of layouts and explains the few it reports).
   std::string costs;
   for (CpAlgorithm a : {CpAlgorithm::ring, CpAlgorithm::all_gather, CpAlgorithm::ulysses}) {
-    if (!cp_layout_error(s, a).empty()) continue;
+    if (!cp_layout_ok(s, a)) continue;
     costs += str(costs.empty() ? "" : ", ", name(a), " ", format_gb(bytes(a)));
   }
   costs = str(" (bytes per layer and micro-batch, both passes: ", costs, ")");
-  if (ulysses_ok) {
-    const double u = bytes(CpAlgorithm::ulysses);
-    const bool fewest = (!ring_ok || u <= bytes(CpAlgorithm::ring)) &&
-                        (!gather_ok || u <= bytes(CpAlgorithm::all_gather));
-    if (fewest) {
-      c.algorithm = CpAlgorithm::ulysses;
+  switch (reason) {
+    case Reason::fewest_bytes:
       c.why = str("ulysses: the heads divide cp x tp and its 8 all-to-alls send the fewest bytes",
                   costs);
-      return c;
-    }
+      break;
+    case Reason::hidden_hops:
+      c.why = str("ring: each K/V hop hides behind one block's attention compute", costs);
+      break;
+    case Reason::gather:
+      c.why =
+          str("all-gather: ",
+              ulysses_ok ? "ulysses sends more bytes"
+                         : str("ulysses cannot split ", s.heads, " heads (", s.kv_heads_or_heads(),
+                               " K/V) over cp x tp = ", int64_t{s.cp} * s.tp),
+              ", and the ring's hops would not hide behind its block compute", costs);
+      break;
+    case Reason::only_one:
+      c.why = str(name(c.algorithm), ": the only algorithm that can run", costs);
+      break;
   }
-  if (ring_ok && ring_hidden) {
-    c.algorithm = CpAlgorithm::ring;
-    c.why = str("ring: each K/V hop hides behind one block's attention compute", costs);
-    return c;
-  }
-  if (gather_ok) {
-    c.algorithm = CpAlgorithm::all_gather;
-    c.why =
-        str("all-gather: ",
-            ulysses_ok ? "ulysses sends more bytes"
-                       : str("ulysses cannot split ", s.heads, " heads (", s.kv_heads_or_heads(),
-                             " K/V) over cp x tp = ", int64_t{s.cp} * s.tp),
-            ", and the ring's hops would not hide behind its block compute", costs);
-    return c;
-  }
-  c.algorithm = ring_ok ? CpAlgorithm::ring : CpAlgorithm::ulysses;
-  c.why = str(name(c.algorithm), ": the only algorithm that can run", costs);
   return c;
 }
 

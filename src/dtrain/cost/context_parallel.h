@@ -130,6 +130,7 @@ double cp_dkv_block_bytes(const CpShape& s);
 // divisible by N; ring (and all-gather, which computes the same balanced causal split) T
 // divisible by 2N; ulysses --heads and --kv-heads divisible by N x t.
 std::string cp_layout_error(const CpShape& s, CpAlgorithm algo);
+bool cp_layout_ok(const CpShape& s, CpAlgorithm algo);  // cp_layout_error's verdict, no words
 
 // What one rank sends in one pass of one layer for one micro-batch.
 struct CpPassTraffic {
@@ -193,6 +194,8 @@ struct CpChoice {
   CpAlgorithm algorithm = CpAlgorithm::ring;
   std::string why;
 };
-CpChoice choose_cp_algorithm(const CpShape& s, Recompute recompute, bool ring_hidden);
+// `explain`: fill in `why` (a search that decides thousands of layouts leaves it out).
+CpChoice choose_cp_algorithm(const CpShape& s, Recompute recompute, bool ring_hidden,
+                             bool explain = true);
 
 }  // namespace dtrain::plan

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <array>
-#include <map>
 
 #include "dtrain/core/check.h"
 
@@ -89,18 +88,28 @@ GroupPlacement place_data_group(AxisSizes sizes, RankOrder order, int gpus_per_n
   GroupPlacement g;
   g.size = sizes.dp * sizes.cp;
   g.stride = std::min(dp_stride, cp_stride);
-  // Members' nodes, counted (the group is two strided axes, not one).
-  std::map<int64_t, int> per_node;
-  for (int i = 0; i < sizes.dp; ++i) {
-    for (int j = 0; j < sizes.cp; ++j) {
-      const int64_t rank =
-          static_cast<int64_t>(i) * dp_stride + static_cast<int64_t>(j) * cp_stride;
-      ++per_node[rank / gpus_per_node];
+  // Members' nodes, counted (the group is two strided axes, not one). The outer axis's stride is
+  // at least the inner axis's size times its stride, so walking outer-major visits the members
+  // in ascending rank order: each node's members are one run.
+  const bool dp_inner = dp_stride < cp_stride;
+  const int inner = dp_inner ? sizes.dp : sizes.cp, outer = dp_inner ? sizes.cp : sizes.dp;
+  const int64_t inner_stride = dp_inner ? dp_stride : cp_stride;
+  const int64_t outer_stride = dp_inner ? cp_stride : dp_stride;
+  g.nodes = 0;
+  g.ranks_per_node = 0;
+  int64_t node = -1;
+  int run = 0;
+  for (int i = 0; i < outer; ++i) {
+    for (int j = 0; j < inner; ++j) {
+      const int64_t n = (i * outer_stride + j * inner_stride) / gpus_per_node;
+      if (n != node) {
+        node = n;
+        ++g.nodes;
+        run = 0;
+      }
+      g.ranks_per_node = std::max(g.ranks_per_node, ++run);
     }
   }
-  g.nodes = static_cast<int>(per_node.size());
-  g.ranks_per_node = 0;
-  for (const auto& [node, count] : per_node) g.ranks_per_node = std::max(g.ranks_per_node, count);
   return g;
 }
 

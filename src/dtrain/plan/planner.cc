@@ -54,6 +54,38 @@ ScheduleKind schedule_of(const Layout& l) {
   return l.vp > 1 ? ScheduleKind::interleaved : l.schedule;
 }
 
+// The micro-batches whose activations stage `stage` holds at its peak: until their backward, or
+// with a split backward until their weight gradients (pipeline_model.h).
+double stage_inflight_microbatches(const Layout& l, int64_t microbatches, int stage) {
+  const ScheduleKind kind = schedule_of(l);
+  const int mbs = static_cast<int>(microbatches);
+  return kind == ScheduleKind::zero_bubble_h1
+             ? peak_weight_stash_microbatches(kind, l.pp, mbs, l.vp, stage)
+             : peak_inflight_microbatches(kind, l.pp, mbs, l.vp, stage);
+}
+
+// The model states of stage `stage` (params, grads, optimizer; its blocks and parameters),
+// nothing else filled in.
+MemoryBreakdown stage_state_memory(const PlanInput& in, const Layout& l, int stage) {
+  const ModelShape& m = in.model;
+  MemoryBreakdown mem;
+  mem.stage = stage;
+  mem.layers = stage_layer_count(m, l, stage);
+  mem.stage_params = stage_params_of(in, l, stage);
+  // Parameters are replicated over CP: ZeRO shards over dp x cp; routed experts over their own
+  // expert-data-parallel group, dp x cp / ep.
+  mem.moe_layers = stage_moe_layers(m, l, stage);
+  mem.expert_params = l.ep > 1 ? stage_expert_params(m, l, stage) : 0;
+  const ModelStateBytes states =
+      ep_model_state_bytes(mem.stage_params - mem.expert_params, mem.expert_params, l.dp * l.cp,
+                           mem.expert_params > 0 ? l.ep : 1, l.zero_stage, in.training.state_bytes);
+  if (mem.expert_params == 0) mem.expert_params = stage_expert_params(m, l, stage);
+  mem.params = static_cast<double>(states.params);
+  mem.grads = static_cast<double>(states.grads);
+  mem.optimizer = static_cast<double>(states.optimizer);
+  return mem;
+}
+
 MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t microbatches,
                                 int stage) {
   const ModelShape& m = in.model;
@@ -76,34 +108,16 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
   const double recompute_temp = cp_activation_bytes_per_layer(scratch_all, l.cp, l.cp_algo) -
                                 cp_activation_bytes_per_layer(scratch_shape, l.cp, l.cp_algo);
   const StateBytes sb = in.training.state_bytes;
-  MemoryBreakdown mem;
-  mem.stage = stage;
-  mem.layers = stage_layer_count(m, l, stage);
-  mem.stage_params = stage_params_of(in, l, stage);
-  // Parameters are replicated over CP: ZeRO shards over dp x cp; routed experts over their own
-  // expert-data-parallel group, dp x cp / ep.
-  mem.moe_layers = stage_moe_layers(m, l, stage);
-  mem.expert_params = l.ep > 1 ? stage_expert_params(m, l, stage) : 0;
-  const ModelStateBytes states =
-      ep_model_state_bytes(mem.stage_params - mem.expert_params, mem.expert_params, l.dp * l.cp,
-                           mem.expert_params > 0 ? l.ep : 1, l.zero_stage, sb);
-  if (mem.expert_params == 0) mem.expert_params = stage_expert_params(m, l, stage);
-  mem.params = static_cast<double>(states.params);
-  mem.grads = static_cast<double>(states.grads);
-  mem.optimizer = static_cast<double>(states.optimizer);
+  MemoryBreakdown mem = stage_state_memory(in, l, stage);
   mem.activation_per_layer = per_layer;
-  const ScheduleKind kind = schedule_of(l);
-  const int mbs = static_cast<int>(microbatches);
-  if (kind == ScheduleKind::zero_bubble_h1) {
+  if (schedule_of(l) == ScheduleKind::zero_bubble_h1) {
     // A split backward holds each micro-batch from its F until its W (pipeline_model.h), with
     // each layer's linears' output gradients from B to W (activation_memory.h; dense layers).
     ActivationShape stash_shape = mixed ? fp32_shape : shape;
     stash_shape.seq = local_shape.seq;
     mem.weight_grad_stash_per_layer = weight_grad_stash_bytes_per_layer(stash_shape);
-    mem.inflight_microbatches = peak_weight_stash_microbatches(kind, l.pp, mbs, l.vp, stage);
-  } else {
-    mem.inflight_microbatches = peak_inflight_microbatches(kind, l.pp, mbs, l.vp, stage);
   }
+  mem.inflight_microbatches = stage_inflight_microbatches(l, microbatches, stage);
   mem.activations = mem.inflight_microbatches * static_cast<double>(mem.layers) *
                     (per_layer + mem.weight_grad_stash_per_layer);
   // A routed layer keeps its router, expert and shared-expert tensors in place of the dense
@@ -403,16 +417,14 @@ std::string layout_error(const PlanInput& in, const Layout& l) {
     const CpShape cs = cp_shape(in, l);
     if (l.cp_algo == CpAlgorithm::automatic) {
       // auto needs one algorithm that can run: the sequence divides, then ring's 2 x cp or
-      // ulysses' heads.
-      const std::string ring = cp_layout_error(cs, CpAlgorithm::ring);
-      const std::string ulysses = cp_layout_error(cs, CpAlgorithm::ulysses);
-      if (!ring.empty() && !ulysses.empty()) {
+      // ulysses' heads (the words only when neither can).
+      if (!cp_layout_ok(cs, CpAlgorithm::ring) && !cp_layout_ok(cs, CpAlgorithm::ulysses)) {
+        const std::string ring = cp_layout_error(cs, CpAlgorithm::ring);
         if (m.seq % l.cp != 0) return ring;
-        return str(ring, "; nor can ulysses run: ", ulysses);
+        return str(ring, "; nor can ulysses run: ", cp_layout_error(cs, CpAlgorithm::ulysses));
       }
-    } else {
-      const std::string e = cp_layout_error(cs, l.cp_algo);
-      if (!e.empty()) return e;
+    } else if (!cp_layout_ok(cs, l.cp_algo)) {
+      return cp_layout_error(cs, l.cp_algo);
     }
   }
   const int64_t per_step = static_cast<int64_t>(l.dp) * l.micro_batch;
@@ -439,32 +451,54 @@ std::string layout_error(const PlanInput& in, const Layout& l) {
 namespace {
 
 // How evaluate_local times the pipeline: the schedule replayed (evaluate), or a lower bound on
-// its makespan (evaluate_lower_bound, what search ranks by before it replays).
-enum class PipelineTiming { simulated, lower_bound };
+// its makespan (evaluate_lower_bound, what search ranks by before it replays), or not at all
+// (evaluate_memory: the memory alone, what search needs of a layout that does not fit).
+enum class PipelineTiming { simulated, lower_bound, none };
 
 // evaluate on the per-rank shape `in.model`; `real_model` gives the model FLOPs.
 Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const Layout& l,
                     PipelineTiming timing) {
+  Plan plan;
+  plan.layout = l;
+  const int64_t microbatches =
+      given.training.global_batch / (static_cast<int64_t>(l.dp) * l.micro_batch);
+  plan.microbatches = microbatches;
+  const double mb = static_cast<double>(microbatches);
+
+  // Memory (no link enters it): the first and the last stage differ (embeddings, head, in-flight
+  // micro-batches), and with unequal stages every stage holds its own layers.
+  plan.stage_layers = pipeline_stage_layers(given.model, l);
+  plan.memory = memory_of_stage(given, l, microbatches, 0);
+  // An interior stage's memory depends on the stage only through its blocks, its routed blocks
+  // and the micro-batches it holds: a stage alike in those to an earlier one needs the same
+  // bytes, so it cannot be the first of the heaviest and is not priced again (a pipeline of 96
+  // stages has three or four kinds). The engine's split sizes its buckets block by block in
+  // place, so there every stage is priced.
+  struct InteriorKind {
+    int64_t layers, routed;
+    double inflight;
+    bool operator==(const InteriorKind&) const = default;
+  };
+  std::vector<InteriorKind> priced;
+  const bool share_alike = !engine_split(given);
+  for (int stage : heaviest_stage_candidates(given.model, l)) {
+    if (stage == 0) continue;
+    if (share_alike && stage != l.pp - 1) {
+      const InteriorKind kind{stage_layer_count(given.model, l, stage),
+                              stage_moe_layers(given.model, l, stage),
+                              stage_inflight_microbatches(l, microbatches, stage)};
+      if (std::find(priced.begin(), priced.end(), kind) != priced.end()) continue;
+      priced.push_back(kind);
+    }
+    MemoryBreakdown other = memory_of_stage(given, l, microbatches, stage);
+    if (other.total() > plan.memory.total()) plan.memory = other;
+  }
+  if (timing == PipelineTiming::none) return plan;
+
   // Collectives are priced at the share of the links' bandwidth they reach (rates.h).
   PlanInput in = given;
   in.cluster = effective_links(given.cluster);
   const Cluster& c = in.cluster;
-  Plan plan;
-  plan.layout = l;
-  const int64_t microbatches =
-      in.training.global_batch / (static_cast<int64_t>(l.dp) * l.micro_batch);
-  plan.microbatches = microbatches;
-  const double mb = static_cast<double>(microbatches);
-
-  // Memory: the first and the last stage differ (embeddings, head, in-flight micro-batches), and
-  // with unequal stages every stage holds its own layers.
-  plan.stage_layers = pipeline_stage_layers(in.model, l);
-  plan.memory = memory_of_stage(in, l, microbatches, 0);
-  for (int stage : heaviest_stage_candidates(in.model, l)) {
-    if (stage == 0) continue;
-    MemoryBreakdown other = memory_of_stage(in, l, microbatches, stage);
-    if (other.total() > plan.memory.total()) plan.memory = other;
-  }
 
   const AxisSizes sizes{l.dp, l.tp, l.pp, l.cp};
   const auto [tp_forward_s, tp_backward_s] = tp_times(
@@ -585,17 +619,17 @@ PlanInput per_rank_input(const PlanInput& in, const Layout& l) {
 namespace {
 
 // The layout with its CP algorithm chosen (choose_cp_algorithm's rule, the ring's overlap from
-// the clock) when it is automatic; `why` says why.
+// the clock) when it is automatic; `why` (unless null) says why.
 Layout resolve_cp(const PlanInput& in, const Layout& given, std::string* why) {
   Layout l = given;
   if (l.cp == 1) return l;
   if (l.cp_algo != CpAlgorithm::automatic) {
-    *why = str(name(l.cp_algo), ": given by --cp-algo");
+    if (why != nullptr) *why = str(name(l.cp_algo), ": given by --cp-algo");
     return l;
   }
   bool hidden = false;
   const CpShape shape = cp_shape(in, l);
-  if (cp_layout_error(shape, CpAlgorithm::ring).empty()) {
+  if (cp_layout_ok(shape, CpAlgorithm::ring)) {
     const AxisSizes sizes{l.dp, l.tp, l.pp, l.cp};
     const Cluster links = effective_links(in.cluster);
     PlanInput priced = in;
@@ -603,9 +637,9 @@ Layout resolve_cp(const PlanInput& in, const Layout& given, std::string* why) {
     hidden =
         ring_timing(priced, l, place_group(Axis::cp, sizes, l.order, links.gpus_per_node)).hidden();
   }
-  const CpChoice choice = choose_cp_algorithm(shape, l.recompute, hidden);
+  const CpChoice choice = choose_cp_algorithm(shape, l.recompute, hidden, why != nullptr);
   l.cp_algo = choice.algorithm;
-  *why = choice.why;
+  if (why != nullptr) *why = choice.why;
   return l;
 }
 
@@ -614,8 +648,7 @@ Layout resolve_cp(const PlanInput& in, const Layout& given, std::string* why) {
 MemoryBreakdown stage_memory(const PlanInput& in, const Layout& given, int stage) {
   const std::string error = layout_error(in, given);
   if (!error.empty()) throw Error(error);
-  std::string why;
-  const Layout l = resolve_cp(in, given, &why);
+  const Layout l = resolve_cp(in, given, nullptr);
   DTRAIN_CHECK(stage >= 0 && stage < l.pp, "stage ", stage, " outside 0..", l.pp - 1);
   const int64_t microbatches =
       in.training.global_batch / (static_cast<int64_t>(l.dp) * l.micro_batch);
@@ -628,8 +661,9 @@ namespace {
 Plan evaluate_timed(const PlanInput& in, const Layout& given, PipelineTiming timing) {
   const std::string error = layout_error(in, given);
   if (!error.empty()) throw Error(error);
+  // Only a replayed plan is reported, with its CP algorithm's reason.
   std::string why;
-  const Layout l = resolve_cp(in, given, &why);
+  const Layout l = resolve_cp(in, given, timing == PipelineTiming::simulated ? &why : nullptr);
   Plan p = in.model.kv_heads_or_heads() >= l.tp
                ? evaluate_local(in, in.model, l, timing)
                : evaluate_local(per_rank_input(in, l), in.model, l, timing);
@@ -645,6 +679,20 @@ Plan evaluate(const PlanInput& in, const Layout& given) {
 
 Plan evaluate_lower_bound(const PlanInput& in, const Layout& given) {
   return evaluate_timed(in, given, PipelineTiming::lower_bound);
+}
+
+Plan evaluate_memory(const PlanInput& in, const Layout& given) {
+  return evaluate_timed(in, given, PipelineTiming::none);
+}
+
+double memory_lower_bound(const PlanInput& in, const Layout& l) {
+  // The first stage's states, summed as MemoryBreakdown::total() begins its sum: the rest of
+  // that sum and the other stages only add bytes (and rounding a sum of non-negative terms
+  // never goes below a partial sum), so evaluate's total is never below this.
+  const MemoryBreakdown first = in.model.kv_heads_or_heads() >= l.tp
+                                    ? stage_state_memory(in, l, 0)
+                                    : stage_state_memory(per_rank_input(in, l), l, 0);
+  return first.params + first.grads + first.optimizer;
 }
 
 }  // namespace dtrain::plan

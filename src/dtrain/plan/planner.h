@@ -308,6 +308,13 @@ Plan evaluate(const PlanInput& input, const Layout& layout);
 // do not depend on it; on the engine clock it is 0 unless --step-time or --achieved-tflops set
 // it); the other pipeline figures (bubble, pipeline sends) are not filled in.
 Plan evaluate_lower_bound(const PlanInput& input, const Layout& layout);
+// The memory alone (evaluate's to the bit; no time, traffic or pipeline figures): what search
+// needs of a layout before it knows the layout fits.
+Plan evaluate_memory(const PlanInput& input, const Layout& layout);
+// A lower bound on evaluate's memory total that needs neither activations nor the CP algorithm
+// (the first stage's model states): what lets search set aside a layout that cannot fit, nor be
+// the closest miss, without pricing it.
+double memory_lower_bound(const PlanInput& input, const Layout& layout);
 
 // What a search may vary: each axis set here is fixed to that value (the user's --tp 8 with
 // --search), the others range over every valid value.
@@ -372,6 +379,9 @@ struct SearchResult {
   int64_t splits = 0;                     // (dp, cp, tp, pp) splits of the GPUs considered
   int64_t evaluated = 0;                  // layouts evaluated (memory, a bound on the step)
   int64_t fitting = 0;                    // of which fit in memory
+  // Of the evaluated, how many had their memory priced (evaluate_memory); the rest were set
+  // aside by memory_lower_bound: over the GPU's memory and no closer than the closest misses.
+  int64_t priced = 0;
   // Of those, how many had their schedule replayed (evaluate); the rest were ruled out by
   // evaluate_lower_bound, their step's lower bound being slower than every ranked plan.
   int64_t simulated = 0;
@@ -380,5 +390,7 @@ struct SearchResult {
 
 // Every valid layout with the Megatron rank order and the 1F1B schedule (interleaved for v > 1).
 SearchResult search(const PlanInput& input, const SearchOptions& options = {});
+// The layouts search evaluates, in its order.
+std::vector<Layout> search_layouts(const PlanInput& input, const SearchConstraints& fixed = {});
 
 }  // namespace dtrain::plan

@@ -553,6 +553,8 @@ json search_json(const PlanInput& in, const SearchResult& r) {
           {"splits", r.splits},
           {"evaluated", r.evaluated},
           {"fitting", r.fitting},
+          {"memory_priced", r.priced},
+          {"replayed", r.simulated},
           {"top", top},
           {"explanations", r.explanations},
           {"invalid_splits", invalid},

@@ -57,7 +57,7 @@ struct Family {
   int64_t count = 0;
   int64_t fitting = 0;
   std::optional<Ranked> best;   // replayed
-  std::optional<Plan> closest;  // memory only (evaluate_lower_bound) until it is reported
+  std::optional<Plan> closest;  // memory only (evaluate_memory) until it is reported
 
   // Memory decisions need no step time: every member is offered here, bound or replayed.
   void count_member(const Plan& p) {
@@ -351,6 +351,15 @@ SearchSize search_size(const PlanInput& in, const SearchConstraints& fixed) {
   return size;
 }
 
+std::vector<Layout> search_layouts(const PlanInput& in, const SearchConstraints& fixed) {
+  std::vector<Layout> layouts;
+  int64_t splits = 0;
+  for_each_layout(
+      in, fixed, [&](const Layout& l) { layouts.push_back(l); },
+      [](const std::string&, const Layout&) {}, &splits);
+  return layouts;
+}
+
 SearchResult search(const PlanInput& in, const SearchOptions& options) {
   validate(in);
   DTRAIN_CHECK(options.top >= 1, "--top must be >= 1, got ", options.top);
@@ -377,8 +386,8 @@ SearchResult search(const PlanInput& in, const SearchOptions& options) {
     }
   };
 
-  // First every layout with the lower bound on its pipeline (no replay): memory, which fit,
-  // the least-overfull ones, and a bound on each fitting layout's step.
+  // First every layout's memory: which fit and the least-overfull ones; then a bound on each
+  // fitting layout's step, the lower bound on its pipeline (no replay).
   struct Candidate {
     Layout layout;
     int64_t index = 0;      // enumeration order
@@ -391,20 +400,42 @@ SearchResult search(const PlanInput& in, const SearchOptions& options) {
   for_each_layout(
       in, options.fixed,
       [&](const Layout& l) {
-        const Plan p = evaluate_lower_bound(in, l);
         const int64_t index = result.evaluated++;
         uint32_t member_of = 0;
         for (size_t f = 0; f < families.size(); ++f) {
-          if (!families[f].member(l)) continue;
-          families[f].count_member(p);
-          member_of |= uint32_t{1} << f;
+          if (families[f].member(l)) member_of |= uint32_t{1} << f;
+        }
+        // A layout whose model states alone are over the GPU's memory, and at least the closest
+        // miss's total of the search and of each of its families, can neither fit nor become a
+        // closest miss (a later one replaces it only when strictly closer): it is counted, not
+        // priced. The exhaustive search prices every layout.
+        if (!options.exhaustive) {
+          const double bound = memory_lower_bound(in, l);
+          bool set_aside =
+              bound > c.gpu.memory_bytes && closest && bound >= closest->memory.total();
+          for (size_t f = 0; set_aside && f < families.size(); ++f) {
+            set_aside = (member_of >> f & 1) == 0 ||
+                        (families[f].closest && bound >= families[f].closest->memory.total());
+          }
+          if (set_aside) {
+            for (size_t f = 0; f < families.size(); ++f) {
+              if ((member_of >> f & 1) != 0) ++families[f].count;
+            }
+            return;
+          }
+        }
+        // The memory first: a layout that does not fit is never timed.
+        const Plan p = evaluate_memory(in, l);
+        ++result.priced;
+        for (size_t f = 0; f < families.size(); ++f) {
+          if ((member_of >> f & 1) != 0) families[f].count_member(p);
         }
         if (!p.memory.fits()) {
           if (!closest || p.memory.headroom() > closest->memory.headroom()) closest = p;
           return;
         }
         ++result.fitting;
-        fitting.push_back({l, index, p.time.step_s, member_of});
+        fitting.push_back({l, index, evaluate_lower_bound(in, l).time.step_s, member_of});
       },
       reject, &result.splits);
 
