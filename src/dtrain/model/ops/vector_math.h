@@ -78,4 +78,33 @@ inline float exp_approx(float x) {
   return p * std::bit_cast<float>(bits);
 }
 
+// exp(x) for x in [-200, 88], rounded to float from a double evaluation (x = n*ln2 + r,
+// |r| <= ln2/2, Taylor to degree 10: relative error below 1e-12 before the rounding), so libm's
+// expf but for the rare value within 1e-12 of a rounding boundary; exp(x) for x below -104 is 0
+// in float. No clamp and no branch, so a loop of it vectorizes (a compare on floats among the
+// doubles stops GCC 12's vectorizer): the caller brings x into range. For kernels compared with
+// libm's exp to a tolerance that exp_approx's 1 ulp would spend (the blockwise attention).
+inline float exp_rounded_in_range(float x) {
+  const auto d = static_cast<double>(x);
+  const double kLog2e = 1.4426950408889634;
+  const double kRoundShift = 6755399441055744.0;  // 1.5 * 2^52: its last bits hold n
+  const double t = d * kLog2e + kRoundShift;
+  const double n = t - kRoundShift;
+  const double r = d - n * 0.6931471805599453;
+  double p = 1.0 / 3628800.0;
+  p = 1.0 / 362880.0 + r * p;
+  p = 1.0 / 40320.0 + r * p;
+  p = 1.0 / 5040.0 + r * p;
+  p = 1.0 / 720.0 + r * p;
+  p = 1.0 / 120.0 + r * p;
+  p = 1.0 / 24.0 + r * p;
+  p = 1.0 / 6.0 + r * p;
+  p = 0.5 + r * p;
+  p = 1.0 + r * p;
+  p = 1.0 + r * p;
+  // 2^n in the exponent bits; n read from t's bits, as an integer (no conversion instruction).
+  const int64_t ni = std::bit_cast<int64_t>(t) - std::bit_cast<int64_t>(kRoundShift);
+  return static_cast<float>(p * std::bit_cast<double>((ni + 1023) << 52));
+}
+
 }  // namespace dtrain::model
