@@ -1,5 +1,5 @@
 // The planner's speed and its figures beside a published run: `dtrain bench plan` times a full
-// search for the 1T model of Narayanan et al. 2021 on 3072 A100s (its budget: under one second),
+// search for the 1T model of Narayanan et al. 2021 on 3072 A100s (its target: under 0.1 s),
 // and evaluates the layout that paper ran, beside the throughput it measured.
 #pragma once
 

@@ -1,9 +1,11 @@
 // search: enumerates every (dp, tp, pp) split of the GPUs, then every micro-batch, interleave
 // factor, ZeRO stage, recompute mode and sequence-parallel switch that the split allows; keeps
 // the fastest plans, and for each family of alternatives (tp across nodes, no pipeline, ZeRO-3,
-// no recompute, ...) its best member, to say why it lost. Every layout is first evaluated with a
-// lower bound on its pipeline (no schedule replayed); only those the bound cannot rule out are
-// replayed, in ascending order of the bound, so the result is the exhaustive search's.
+// no recompute, ...) its best member, to say why it lost. Every layout's memory comes first (a
+// layout whose model states alone rule it out, and out of the closest misses, is not priced);
+// each fitting layout then gets a lower bound on its step (no schedule replayed), and only those
+// the bound cannot rule out are replayed, in ascending order of the bound, so the result is the
+// exhaustive search's.
 #include <algorithm>
 #include <functional>
 #include <map>
