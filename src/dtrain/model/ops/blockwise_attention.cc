@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dtrain/core/cpu_dispatch.h"
+#include "dtrain/model/ops/head_tasks.h"
 #include "dtrain/model/ops/vector_math.h"
 
 namespace dtrain::model {
@@ -108,50 +109,53 @@ int64_t attention_merge_block(TokenBlock out, float* m, float* l, ConstTokenBloc
   const int64_t Tq = q.tokens, Tk = k.tokens, HS = s.HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const bool ascending = std::is_sorted(k.pos, k.pos + Tk);
-  thread_local std::vector<float> buffer;
-  float* p = scratch(buffer, kRowTile * Tk);
-  const Compute single{nullptr, cx.gemm_stats, cx.precision};
   int64_t pairs = 0;
   for (int64_t i = 0; i < Tq; ++i) {
     for (int64_t j = 0; j < Tk; ++j) pairs += k.pos[j] <= q.pos[i] ? 1 : 0;
   }
-  for (int64_t b = 0; b < s.B; ++b) {
-    for (int64_t h = 0; h < s.NH; ++h) {
-      float* mh = m + (b * s.NH + h) * Tq;
-      float* lh = l + (b * s.NH + h) * Tq;
-      float* o = at(out, b, h, HS);
-      for (int64_t i0 = 0; i0 < Tq; i0 += kRowTile) {
-        const int64_t rows = std::min(kRowTile, Tq - i0);
-        int64_t cols = 0;  // the keys any row of the tile needs
-        for (int64_t i = i0; i < i0 + rows; ++i) {
-          cols = std::max(cols, needed_keys(k, ascending, q.pos[i]));
-        }
-        if (cols == 0) continue;
-        // scores (rows, cols) = scale * q @ k^T
-        sgemm(Trans::no, Trans::yes, rows, cols, HS, scale, at(q, b, h, HS) + i0 * q.row_stride,
-              q.row_stride, at(k, b, h / s.group, HS), k.row_stride, 0.0f, p, cols, single);
-        for (int64_t i = i0; i < i0 + rows; ++i) {
-          float* row = p + (i - i0) * cols;
-          const int64_t n = std::min(cols, needed_keys(k, ascending, q.pos[i]));
-          const float block_max = visible_max(row, k.pos, q.pos[i], n);
-          std::fill(row + n, row + cols, 0.0f);
-          if (block_max == -std::numeric_limits<float>::infinity()) {
-            std::fill(row, row + n, 0.0f);  // every key of the block is after this query
-            continue;
+  // A task per (batch row, K/V head), its query heads in order; spread over cx's team as the
+  // dense attention's, each (row, head) computed as on one thread.
+  for_each_head(
+      cx, s.B, s.NH / s.group, s.group * pairs * HS,
+      [&](int64_t b, int64_t g, int, const Compute& single) {
+        thread_local std::vector<float> buffer;
+        float* p = scratch(buffer, kRowTile * Tk);
+        for (int64_t h = g * s.group; h < (g + 1) * s.group; ++h) {
+          float* mh = m + (b * s.NH + h) * Tq;
+          float* lh = l + (b * s.NH + h) * Tq;
+          float* o = at(out, b, h, HS);
+          for (int64_t i0 = 0; i0 < Tq; i0 += kRowTile) {
+            const int64_t rows = std::min(kRowTile, Tq - i0);
+            int64_t cols = 0;  // the keys any row of the tile needs
+            for (int64_t i = i0; i < i0 + rows; ++i) {
+              cols = std::max(cols, needed_keys(k, ascending, q.pos[i]));
+            }
+            if (cols == 0) continue;
+            // scores (rows, cols) = scale * q @ k^T
+            sgemm(Trans::no, Trans::yes, rows, cols, HS, scale, at(q, b, h, HS) + i0 * q.row_stride,
+                  q.row_stride, at(k, b, g, HS), k.row_stride, 0.0f, p, cols, single);
+            for (int64_t i = i0; i < i0 + rows; ++i) {
+              float* row = p + (i - i0) * cols;
+              const int64_t n = std::min(cols, needed_keys(k, ascending, q.pos[i]));
+              const float block_max = visible_max(row, k.pos, q.pos[i], n);
+              std::fill(row + n, row + cols, 0.0f);
+              if (block_max == -std::numeric_limits<float>::infinity()) {
+                std::fill(row, row + n, 0.0f);  // every key of the block is after this query
+                continue;
+              }
+              const float m_new = std::max(mh[i], block_max);
+              const float alpha = std::exp(mh[i] - m_new);  // 0 for the first visible block
+              lh[i] = lh[i] * alpha + visible_exp(row, k.pos, q.pos[i], m_new, n);
+              mh[i] = m_new;
+              float* orow = o + i * out.row_stride;
+              for (int64_t c = 0; c < HS; ++c) orow[c] *= alpha;
+            }
+            // out (rows, HS) += p @ v
+            sgemm(Trans::no, Trans::no, rows, HS, cols, 1.0f, p, cols, at(v, b, g, HS),
+                  v.row_stride, 1.0f, o + i0 * out.row_stride, out.row_stride, single);
           }
-          const float m_new = std::max(mh[i], block_max);
-          const float alpha = std::exp(mh[i] - m_new);  // 0 for the first visible block
-          lh[i] = lh[i] * alpha + visible_exp(row, k.pos, q.pos[i], m_new, n);
-          mh[i] = m_new;
-          float* orow = o + i * out.row_stride;
-          for (int64_t c = 0; c < HS; ++c) orow[c] *= alpha;
         }
-        // out (rows, HS) += p @ v
-        sgemm(Trans::no, Trans::no, rows, HS, cols, 1.0f, p, cols, at(v, b, h / s.group, HS),
-              v.row_stride, 1.0f, o + i0 * out.row_stride, out.row_stride, single);
-      }
-    }
-  }
+      });
   return pairs;
 }
 
@@ -196,53 +200,56 @@ void attention_block_backward(TokenBlock dq, TokenBlock dk, TokenBlock dv, Const
   const int64_t Tq = q.tokens, Tk = k.tokens, HS = s.HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const bool ascending = std::is_sorted(k.pos, k.pos + Tk);
-  thread_local std::vector<float> buffer;
-  float* p = scratch(buffer, 2 * kRowTile * Tk);
-  float* dp = p + kRowTile * Tk;
-  const Compute single{nullptr, cx.gemm_stats, cx.precision};
-  for (int64_t b = 0; b < s.B; ++b) {
-    for (int64_t h = 0; h < s.NH; ++h) {
-      const float* kh = at(k, b, h / s.group, HS);  // the group's K/V head
-      const float* vh = at(v, b, h / s.group, HS);
-      float* dkh = at(dk, b, h / s.group, HS);
-      float* dvh = at(dv, b, h / s.group, HS);
-      const float* lse_h = lse + (b * s.NH + h) * Tq;
-      const float* d_h = d + (b * s.NH + h) * Tq;
-      for (int64_t i0 = 0; i0 < Tq; i0 += kRowTile) {
-        const int64_t rows = std::min(kRowTile, Tq - i0);
-        int64_t cols = 0;
-        for (int64_t i = i0; i < i0 + rows; ++i) {
-          cols = std::max(cols, needed_keys(k, ascending, q.pos[i]));
-        }
-        if (cols == 0) continue;
-        const float* qh = at(q, b, h, HS) + i0 * q.row_stride;
-        const float* gh = at(dout, b, h, HS) + i0 * dout.row_stride;
-        // p (rows, cols) = exp(scale * q k^T - lse), 0 where masked
-        sgemm(Trans::no, Trans::yes, rows, cols, HS, scale, qh, q.row_stride, kh, k.row_stride,
-              0.0f, p, cols, single);
-        for (int64_t i = i0; i < i0 + rows; ++i) {
-          float* row = p + (i - i0) * cols;
-          const int64_t n = std::min(cols, needed_keys(k, ascending, q.pos[i]));
-          visible_exp(row, k.pos, q.pos[i], lse_h[i], n);
-          std::fill(row + n, row + cols, 0.0f);
-        }
-        // dv (cols, HS) += p^T @ dout;  dp (rows, cols) = dout @ v^T
-        sgemm(Trans::yes, Trans::no, cols, HS, rows, 1.0f, p, cols, gh, dout.row_stride, 1.0f, dvh,
-              dv.row_stride, single);
-        sgemm(Trans::no, Trans::yes, rows, cols, HS, 1.0f, gh, dout.row_stride, vh, v.row_stride,
-              0.0f, dp, cols, single);
-        // ds = p * (dp - d), into dp
-        for (int64_t i = i0; i < i0 + rows; ++i) {
-          softmax_grad_row(dp + (i - i0) * cols, p + (i - i0) * cols, d_h[i], cols);
-        }
-        // dq (rows, HS) += scale * ds @ k;  dk (cols, HS) += scale * ds^T @ q
-        sgemm(Trans::no, Trans::no, rows, HS, cols, scale, dp, cols, kh, k.row_stride, 1.0f,
-              at(dq, b, h, HS) + i0 * dq.row_stride, dq.row_stride, single);
-        sgemm(Trans::yes, Trans::no, cols, HS, rows, scale, dp, cols, qh, q.row_stride, 1.0f, dkh,
-              dk.row_stride, single);
-      }
-    }
-  }
+  // A task per (batch row, K/V head): the group's query heads add into its dK and dV in head
+  // order, so no two members write one row and the sums are those of one thread.
+  const int64_t work = s.group * Tq * Tk * HS;
+  for_each_head(cx, s.B, s.NH / s.group, work,
+                [&](int64_t b, int64_t g, int, const Compute& single) {
+                  thread_local std::vector<float> buffer;
+                  float* p = scratch(buffer, 2 * kRowTile * Tk);
+                  float* dp = p + kRowTile * Tk;
+                  const float* kh = at(k, b, g, HS);  // the group's K/V head
+                  const float* vh = at(v, b, g, HS);
+                  float* dkh = at(dk, b, g, HS);
+                  float* dvh = at(dv, b, g, HS);
+                  for (int64_t h = g * s.group; h < (g + 1) * s.group; ++h) {
+                    const float* lse_h = lse + (b * s.NH + h) * Tq;
+                    const float* d_h = d + (b * s.NH + h) * Tq;
+                    for (int64_t i0 = 0; i0 < Tq; i0 += kRowTile) {
+                      const int64_t rows = std::min(kRowTile, Tq - i0);
+                      int64_t cols = 0;
+                      for (int64_t i = i0; i < i0 + rows; ++i) {
+                        cols = std::max(cols, needed_keys(k, ascending, q.pos[i]));
+                      }
+                      if (cols == 0) continue;
+                      const float* qh = at(q, b, h, HS) + i0 * q.row_stride;
+                      const float* gh = at(dout, b, h, HS) + i0 * dout.row_stride;
+                      // p (rows, cols) = exp(scale * q k^T - lse), 0 where masked
+                      sgemm(Trans::no, Trans::yes, rows, cols, HS, scale, qh, q.row_stride, kh,
+                            k.row_stride, 0.0f, p, cols, single);
+                      for (int64_t i = i0; i < i0 + rows; ++i) {
+                        float* row = p + (i - i0) * cols;
+                        const int64_t n = std::min(cols, needed_keys(k, ascending, q.pos[i]));
+                        visible_exp(row, k.pos, q.pos[i], lse_h[i], n);
+                        std::fill(row + n, row + cols, 0.0f);
+                      }
+                      // dv (cols, HS) += p^T @ dout;  dp (rows, cols) = dout @ v^T
+                      sgemm(Trans::yes, Trans::no, cols, HS, rows, 1.0f, p, cols, gh,
+                            dout.row_stride, 1.0f, dvh, dv.row_stride, single);
+                      sgemm(Trans::no, Trans::yes, rows, cols, HS, 1.0f, gh, dout.row_stride, vh,
+                            v.row_stride, 0.0f, dp, cols, single);
+                      // ds = p * (dp - d), into dp
+                      for (int64_t i = i0; i < i0 + rows; ++i) {
+                        softmax_grad_row(dp + (i - i0) * cols, p + (i - i0) * cols, d_h[i], cols);
+                      }
+                      // dq (rows, HS) += scale * ds @ k;  dk (cols, HS) += scale * ds^T @ q
+                      sgemm(Trans::no, Trans::no, rows, HS, cols, scale, dp, cols, kh, k.row_stride,
+                            1.0f, at(dq, b, h, HS) + i0 * dq.row_stride, dq.row_stride, single);
+                      sgemm(Trans::yes, Trans::no, cols, HS, rows, scale, dp, cols, qh,
+                            q.row_stride, 1.0f, dkh, dk.row_stride, single);
+                    }
+                  }
+                });
 }
 
 }  // namespace dtrain::model
