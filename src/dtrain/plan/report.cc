@@ -336,11 +336,16 @@ std::string format_search(const PlanInput& in, const SearchResult& r) {
            r.fixed.any() ? str("; fixed: ", describe(r.fixed)) : std::string(), "\n\n");
   if (!r.top.empty()) {
     s += "Best layouts by predicted throughput\n";
-    s += "  " + pad_right("#", 4) + pad_right("layout", 48) + pad_right("step", 10) +
+    // The layout column fits the longest layout (CP, EP and v make some longer than 46).
+    size_t layout_width = 48;
+    for (const RankedPlan& t : r.top)
+      layout_width = std::max(layout_width, describe(t.plan.layout).size() + 2);
+    s += "  " + pad_right("#", 4) + pad_right("layout", layout_width) + pad_right("step", 10) +
          pad_right("tokens/s", 12) + pad_right("MFU", 8) + pad_right("memory", 10) + "days\n";
     for (size_t i = 0; i < r.top.size(); ++i) {
       const Plan& p = r.top[i].plan;
-      s += "  " + pad_right(std::to_string(i + 1), 4) + pad_right(describe(p.layout), 48) +
+      s += "  " + pad_right(std::to_string(i + 1), 4) +
+           pad_right(describe(p.layout), layout_width) +
            pad_right(format_seconds(p.time.step_s), 10) +
            pad_right(format_count(p.time.tokens_per_s), 12) +
            pad_right(format_percent(p.time.mfu), 8) + pad_right(format_gb(p.memory.total()), 10) +
