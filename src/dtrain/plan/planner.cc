@@ -454,20 +454,14 @@ namespace {
 // its makespan (evaluate_lower_bound, what search ranks by before it replays), or not at all
 // (evaluate_memory: the memory alone, what search needs of a layout that does not fit).
 enum class PipelineTiming { simulated, lower_bound, none };
+// Whether evaluate_local prices the memory: step_lower_bound needs the step's bound alone.
+enum class Memory { priced, skipped };
 
-// evaluate on the per-rank shape `in.model`; `real_model` gives the model FLOPs.
-Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const Layout& l,
-                    PipelineTiming timing) {
-  Plan plan;
-  plan.layout = l;
-  const int64_t microbatches =
-      given.training.global_batch / (static_cast<int64_t>(l.dp) * l.micro_batch);
-  plan.microbatches = microbatches;
-  const double mb = static_cast<double>(microbatches);
-
-  // Memory (no link enters it): the first and the last stage differ (embeddings, head, in-flight
-  // micro-batches), and with unequal stages every stage holds its own layers.
-  plan.stage_layers = pipeline_stage_layers(given.model, l);
+// The plan's memory: the heaviest stage's (the first of equals). The first and the last stage
+// differ (embeddings, head, in-flight micro-batches), and with unequal stages every stage holds
+// its own layers. No link enters it.
+void price_memory(const PlanInput& given, const Layout& l, int64_t microbatches, Plan* plan_out) {
+  Plan& plan = *plan_out;
   plan.memory = memory_of_stage(given, l, microbatches, 0);
   // An interior stage's memory depends on the stage only through its blocks, its routed blocks
   // and the micro-batches it holds: a stage alike in those to an earlier one needs the same
@@ -493,6 +487,20 @@ Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const 
     MemoryBreakdown other = memory_of_stage(given, l, microbatches, stage);
     if (other.total() > plan.memory.total()) plan.memory = other;
   }
+}
+
+// evaluate on the per-rank shape `in.model`; `real_model` gives the model FLOPs.
+Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const Layout& l,
+                    PipelineTiming timing, Memory memory = Memory::priced) {
+  Plan plan;
+  plan.layout = l;
+  const int64_t microbatches =
+      given.training.global_batch / (static_cast<int64_t>(l.dp) * l.micro_batch);
+  plan.microbatches = microbatches;
+  const double mb = static_cast<double>(microbatches);
+
+  plan.stage_layers = pipeline_stage_layers(given.model, l);
+  if (memory == Memory::priced) price_memory(given, l, microbatches, &plan);
   if (timing == PipelineTiming::none) return plan;
 
   // Collectives are priced at the share of the links' bandwidth they reach (rates.h).
@@ -658,15 +666,16 @@ MemoryBreakdown stage_memory(const PlanInput& in, const Layout& given, int stage
 
 namespace {
 
-Plan evaluate_timed(const PlanInput& in, const Layout& given, PipelineTiming timing) {
+Plan evaluate_timed(const PlanInput& in, const Layout& given, PipelineTiming timing,
+                    Memory memory = Memory::priced) {
   const std::string error = layout_error(in, given);
   if (!error.empty()) throw Error(error);
   // Only a replayed plan is reported, with its CP algorithm's reason.
   std::string why;
   const Layout l = resolve_cp(in, given, timing == PipelineTiming::simulated ? &why : nullptr);
   Plan p = in.model.kv_heads_or_heads() >= l.tp
-               ? evaluate_local(in, in.model, l, timing)
-               : evaluate_local(per_rank_input(in, l), in.model, l, timing);
+               ? evaluate_local(in, in.model, l, timing, memory)
+               : evaluate_local(per_rank_input(in, l), in.model, l, timing, memory);
   p.cp.why = why;
   return p;
 }
@@ -683,6 +692,10 @@ Plan evaluate_lower_bound(const PlanInput& in, const Layout& given) {
 
 Plan evaluate_memory(const PlanInput& in, const Layout& given) {
   return evaluate_timed(in, given, PipelineTiming::none);
+}
+
+double step_lower_bound(const PlanInput& in, const Layout& given) {
+  return evaluate_timed(in, given, PipelineTiming::lower_bound, Memory::skipped).time.step_s;
 }
 
 double memory_lower_bound(const PlanInput& in, const Layout& l) {

@@ -308,6 +308,8 @@ Plan evaluate(const PlanInput& input, const Layout& layout);
 // do not depend on it; on the engine clock it is 0 unless --step-time or --achieved-tflops set
 // it); the other pipeline figures (bubble, pipeline sends) are not filled in.
 Plan evaluate_lower_bound(const PlanInput& input, const Layout& layout);
+// Its step alone (the memory not priced): what search ranks a layout it knows fits by.
+double step_lower_bound(const PlanInput& input, const Layout& layout);
 // The memory alone (evaluate's to the bit; no time, traffic or pipeline figures): what search
 // needs of a layout before it knows the layout fits.
 Plan evaluate_memory(const PlanInput& input, const Layout& layout);

@@ -437,7 +437,7 @@ SearchResult search(const PlanInput& in, const SearchOptions& options) {
           return;
         }
         ++result.fitting;
-        fitting.push_back({l, index, evaluate_lower_bound(in, l).time.step_s, member_of});
+        fitting.push_back({l, index, step_lower_bound(in, l), member_of});
       },
       reject, &result.splits);
 
