@@ -451,8 +451,9 @@ std::string layout_error(const PlanInput& in, const Layout& l) {
 namespace {
 
 // How evaluate_local times the pipeline: the schedule replayed (evaluate), or a lower bound on
-// its makespan (evaluate_lower_bound, what search ranks by before it replays), or not at all
-// (evaluate_memory: the memory alone, what search needs of a layout that does not fit).
+// its makespan (evaluate_lower_bound and step_lower_bound, what search ranks by before it
+// replays), or not at all (evaluate_memory: the memory alone, what search needs of a layout
+// that does not fit).
 enum class PipelineTiming { simulated, lower_bound, none };
 // Whether evaluate_local prices the memory: step_lower_bound needs the step's bound alone.
 enum class Memory { priced, skipped };

@@ -385,7 +385,7 @@ struct SearchResult {
   // aside by memory_lower_bound: over the GPU's memory and no closer than the closest misses.
   int64_t priced = 0;
   // Of those, how many had their schedule replayed (evaluate); the rest were ruled out by
-  // evaluate_lower_bound, their step's lower bound being slower than every ranked plan.
+  // step_lower_bound, their step's lower bound being slower than every ranked plan.
   int64_t simulated = 0;
   SearchConstraints fixed;  // the axes the search held fixed
 };

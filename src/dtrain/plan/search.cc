@@ -393,7 +393,7 @@ SearchResult search(const PlanInput& in, const SearchOptions& options) {
   struct Candidate {
     Layout layout;
     int64_t index = 0;      // enumeration order
-    double step_s = 0;      // evaluate_lower_bound's: never above evaluate's
+    double step_s = 0;      // step_lower_bound's: never above evaluate's
     uint32_t families = 0;  // bit f: a member of families[f]
   };
   DTRAIN_CHECK(families.size() <= 32, "search: ", families.size(), " families, at most 32");
