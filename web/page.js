@@ -6,7 +6,6 @@
 'use strict';
 
 (function () {
-  const started = performance.now();
   let planner = null;  // {plan(requestText) -> reportText}
   let runs = 0;
 
@@ -173,6 +172,10 @@
     for (const [k, label] of all) {
       const w = Math.max(0, (t[k] / top) * 300);
       rows += `<tr><td>${esc(label)}</td><td class="n">${fig(report, `${base}.${k}`, fmt.s)}</td><td><svg width="300" height="12"><rect width="${w.toFixed(2)}" height="12" fill="#4e79a7"/></svg></td></tr>`;
+    }
+    const ep = `${base.replace(/\.time$/, '')}.moe.ep_s`;
+    if (typeof at(report, ep) === 'number') {
+      rows += `<tr><td>EP all-to-all (MoE)</td><td class="n">${fig(report, ep, fmt.s)}</td><td><svg width="300" height="12"><rect width="${((at(report, ep) / top) * 300).toFixed(2)}" height="12" fill="#f28e2b"/></svg></td></tr>`;
     }
     rows += `<tr class="total"><td>step</td><td class="n">${fig(report, `${base}.step_s`, fmt.s)}</td><td><svg width="300" height="12"><rect width="${((t.step_s / top) * 300).toFixed(2)}" height="12" fill="#333"/></svg></td></tr>`;
     rows += `<tr><td>without overlap</td><td class="n">${fig(report, `${base}.step_no_overlap_s`, fmt.s)}</td><td></td></tr>`;
@@ -377,7 +380,7 @@
     status.dataset.planMs = ms.toFixed(1);
     status.textContent = `${report.error !== undefined ? 'error' : report.top ? 'search' : 'plan'} in ${ms.toFixed(0)} ms`;
     if (runs === 1) {
-      const first = performance.now() - started;
+      const first = performance.now();  // since the navigation began
       document.body.dataset.firstPlanMs = first.toFixed(1);
     }
   }
@@ -447,11 +450,11 @@
   // The first plan: the address's flags, or a 7B model on 8 GPUs.
   function start() {
     const models = JSON.parse(planner.presets());
-    const select = fieldFor('model');
+    const list = document.getElementById('models');
     for (const name of models) {
       const o = document.createElement('option');
-      o.textContent = name;
-      select.appendChild(o);
+      o.value = name;
+      list.appendChild(o);
     }
     if (location.hash.length > 1) fromHash(location.hash);
     else fromHash('#model=llama2-7b&cluster=1x8xH100&tp=2&zero=1');
