@@ -1,6 +1,6 @@
-// `dtrain plan`: parses the model, training, cluster and layout flags into a plan::PlanInput and
-// a plan::Layout, then prints plan::evaluate (one layout) or plan::search (--search) as a table
-// or, with --json, as JSON. All checks and figures live in src/dtrain/plan.
+// `dtrain plan`: hands the flags given to plan/plan_request.h (the same reader the web page's
+// WebAssembly build uses), which checks them and evaluates one layout or searches (--search);
+// prints its table or, with --json, its JSON. All checks and figures live in src/dtrain/plan.
 #include <cmath>
 #include <iostream>
 #include <string>
@@ -11,14 +11,11 @@
 
 #include "build_info.h"
 #include "command_registry.h"
-#include "dtrain/clock/engine_clock.h"
 #include "dtrain/core/check.h"
-#include "dtrain/core/units.h"
 #include "dtrain/cost/offload.h"
-#include "dtrain/cost/pipeline_stages.h"
-#include "dtrain/machine/format.h"
 #include "dtrain/model/thread_team.h"
 #include "dtrain/plan/largest_model.h"
+#include "dtrain/plan/plan_request.h"
 #include "dtrain/plan/planner.h"
 #include "dtrain/plan/report.h"
 #include "dtrain/plan/sizing_report.h"
@@ -90,192 +87,68 @@ bool given(CLI::App* app, const char* flag) {
   return app->count(flag) > 0;
 }
 
-plan::ModelShape model_from(const PlanFlags& f, CLI::App* app) {
-  plan::ModelShape m;
-  if (given(app, "--model")) {  // --model "" is an unknown preset, not "no preset"
-    m = plan::model_preset(f.model);
-  } else {
-    DTRAIN_CHECK(given(app, "--layers") && given(app, "--hidden") && given(app, "--heads") &&
-                     given(app, "--vocab") && given(app, "--seq-length"),
-                 "give --model PRESET, or a custom shape with --layers, --hidden, --heads, "
-                 "--vocab and --seq-length");
-    m.name = "custom";
-  }
-  bool changed = false;
-  auto set = [&](const char* flag, int64_t value, int64_t& field) {
-    if (given(app, flag)) {
-      field = value;
-      changed = true;
-    }
+// The flags given, as plan/plan_request.h reads them: each one named without its dashes, with
+// its parsed value. The checks and the figures are plan/'s, shared with the web page.
+nlohmann::json flags_json(const PlanFlags& f, CLI::App* app) {
+  nlohmann::json j = nlohmann::json::object();
+  auto put = [&](const char* flag, const auto& value) {
+    if (given(app, flag)) j[flag + 2] = value;
   };
-  set("--layers", f.layers, m.layers);
-  set("--hidden", f.hidden, m.hidden);
-  set("--heads", f.heads, m.heads);
-  set("--kv-heads", f.kv_heads, m.kv_heads);
-  set("--ffn-hidden", f.ffn_hidden, m.ffn_hidden);
-  set("--vocab", f.vocab, m.vocab);
-  set("--seq-length", f.seq, m.seq);
-  if (given(app, "--family")) {
-    DTRAIN_CHECK(f.family == "gpt" || f.family == "llama", "--family must be gpt or llama, got '",
-                 f.family, "'");
-    m.family = f.family == "llama" ? plan::ModelFamily::llama : plan::ModelFamily::gpt;
-    changed = true;
-  }
-  set("--experts", f.experts, m.moe.experts);
-  set("--top-k", f.top_k, m.moe.top_k);
-  set("--moe-every", f.moe_every, m.moe.every);
-  set("--first-dense", f.first_dense, m.moe.first_dense);
-  set("--shared-experts", f.shared_experts, m.moe.shared_experts);
-  set("--expert-ffn", f.expert_ffn, m.moe.expert_ffn);
-  // A dense model with the MoE flags at their defaults (train's --dump-config writes top-k 1 and
-  // moe-every 1): nothing to shape, as train accepts them alone.
-  if (m.moe.experts == 0 && m.moe.top_k == 1 && m.moe.every == 1 && m.moe.first_dense == 0 &&
-      m.moe.shared_experts == 0 && m.moe.expert_ffn == 0) {
-    m.moe.top_k = 0;
-  }
-  if (given(app, "--params")) {
-    m.params_override = static_cast<int64_t>(std::llround(f.params));
-    changed = true;
-  }
-  if (changed && !f.model.empty()) m.name += " (modified)";
-  plan::validate(m);
-  return m;
-}
-
-plan::Cluster cluster_from(const PlanFlags& f, CLI::App* app) {
-  // --cluster "" goes on to parse_cluster, which says it is empty.
-  DTRAIN_CHECK(given(app, "--cluster"),
-               "--cluster is required: NODESxGPUSxTYPE (e.g. 8x8xH100) or a "
-               ".json file");
-  plan::Cluster c = plan::parse_cluster(f.cluster);
-  if (given(app, "--nodes")) c.nodes = f.nodes;
-  if (given(app, "--gpus-per-node")) c.gpus_per_node = f.gpus_per_node;
-  if (given(app, "--gpu-memory")) {
-    // A bare number would be bytes: "80" is a GPU of 80 bytes, on which nothing fits.
-    DTRAIN_CHECK(
-        f.gpu_memory.find_first_not_of("0123456789") != std::string::npos || f.gpu_memory.empty(),
-        "--gpu-memory: '", f.gpu_memory, "' has no unit; write ", f.gpu_memory,
-        "GB (10^9 bytes) or ", f.gpu_memory, "GiB (2^30 bytes)");
-    c.gpu.memory_bytes = static_cast<double>(parse_bytes(f.gpu_memory, "--gpu-memory"));
-    DTRAIN_CHECK(c.gpu.memory_bytes >= plan::kMinGpuMemoryBytes, "--gpu-memory: ", f.gpu_memory,
-                 " is not a GPU's memory (at least 128MiB; e.g. 80GB, 40GiB)");
-  }
-  if (given(app, "--peak-tflops")) c.gpu.peak_flops = f.peak_tflops * 1e12;
-  if (given(app, "--compute-efficiency")) {  // one efficiency for every product: no rates
-    c.gpu.compute_efficiency = f.efficiency;
-    c.gpu.rates = {};
-  }
-  if (given(app, "--intra-bandwidth")) c.intra_node.bandwidth_bytes_per_s = f.intra_bandwidth * 1e9;
-  if (given(app, "--intra-latency-us")) c.intra_node.latency_us = f.intra_latency_us;
-  if (given(app, "--inter-bandwidth")) c.inter_node.bandwidth_bytes_per_s = f.inter_bandwidth * 1e9;
-  if (given(app, "--inter-latency-us")) c.inter_node.latency_us = f.inter_latency_us;
-  plan::validate(c);
-  return c;
-}
-
-plan::Training training_from(const PlanFlags& f, CLI::App* app, const plan::ModelShape& m) {
-  plan::Training t;
-  DTRAIN_CHECK(given(app, "--global-batch") || m.default_global_batch > 0,
-               "--global-batch is required (sequences per step): model '", m.name,
-               "' has no default");
-  t.global_batch = given(app, "--global-batch") ? f.global_batch : m.default_global_batch;
-  t.tokens = given(app, "--tokens") ? f.tokens : m.default_tokens;
-  t.engine_threads = f.threads;
-  if (given(app, "--achieved-tflops")) t.achieved_flops_per_gpu = f.achieved_tflops * 1e12;
-  if (given(app, "--step-time")) t.step_time_s = f.step_time;
-  const auto precision = plan::parse_precision(f.precision);
-  DTRAIN_CHECK(precision.has_value(), "--precision must be one of ", plan::precision_names(),
-               "; got '", f.precision, "'");
-  t.state_bytes = *precision;
-  t.activation_bytes = f.activation_bytes;
-  const auto flops = plan::parse_flops_convention(f.flops);
-  DTRAIN_CHECK(flops.has_value(), "--flops must be narayanan or 6nd, got '", f.flops, "'");
-  t.flops = *flops;
-  const auto selective = plan::parse_selective_flops(f.selective_flops);
-  DTRAIN_CHECK(selective.has_value(), "--selective-flops must be eq8 or rerun, got '",
-               f.selective_flops, "'");
-  t.selective_flops = *selective;
-  t.bucket_bytes = static_cast<double>(parse_bytes(f.bucket, "--bucket-size"));
-  t.tokens_per_expert = f.tokens_per_expert;
-  return t;
-}
-
-plan::Recompute recompute_flag(const std::string& value) {
-  for (plan::Recompute r :
-       {plan::Recompute::none, plan::Recompute::selective, plan::Recompute::full}) {
-    if (value == plan::name(r)) return r;
-  }
-  throw Error(str("--recompute must be none, selective or full, got '", value, "'"));
-}
-
-plan::CpAlgorithm cp_algo_flag(const std::string& value) {
-  const auto algo = plan::parse_cp_algorithm(value);
-  DTRAIN_CHECK(algo.has_value(), "--cp-algo must be one of ", plan::kCpAlgorithmNames, ", got '",
-               value, "'");
-  return *algo;
-}
-
-plan::Layout layout_from(const PlanFlags& f, CLI::App* app, const plan::PlanInput& in) {
-  const plan::Cluster& c = in.cluster;
-  plan::Layout l;
-  l.cp = f.cp;
-  l.cp_algo = cp_algo_flag(f.cp_algo);
-  DTRAIN_CHECK(f.cp == 1 || f.cp <= c.world(), "--cp ", f.cp, " is more than the cluster's ",
-               c.world(), " GPUs");
-  // Alone, --cp-algo passes at a default (plan's auto, train's ring: its --dump-config writes it).
-  DTRAIN_CHECK(f.cp > 1 || !given(app, "--cp-algo") || f.cp_algo == "auto" || f.cp_algo == "ring",
-               "--cp-algo picks context parallelism's algorithm: add --cp N (N > 1)");
-  l.tp = f.tp;
-  l.pp = f.pp;
-  l.vp = f.vp;
-  l.ep = f.ep;
-  l.zero_stage = f.zero;
-  l.micro_batch = f.micro_batch;
-  l.sequence_parallel = f.sequence_parallel;
-  if (given(app, "--dp")) {
-    l.dp = f.dp;
-  } else {
-    DTRAIN_CHECK(l.tp >= 1 && l.pp >= 1, "--tp and --pp must be >= 1, got ", l.tp, " and ", l.pp);
-    if (l.cp > 1) {
-      const int64_t cells = int64_t{l.tp} * l.pp * l.cp;
-      DTRAIN_CHECK(c.world() % cells == 0, "--tp ", l.tp, " x --pp ", l.pp, " x --cp ", l.cp, " = ",
-                   cells, " does not divide the cluster's ", c.world(), " GPUs");
-    }
-    DTRAIN_CHECK(c.world() % (l.tp * l.pp) == 0, "--tp ", l.tp, " x --pp ", l.pp,
-                 " does not divide the cluster's ", c.world(), " GPUs");
-    l.dp = c.world() / (l.tp * l.pp * l.cp);
-  }
-  if (given(app, "--microbatches")) {
-    // M micro-batches per replica: b = B / (dp x M).
-    DTRAIN_CHECK(!given(app, "--micro-batch"), "give --micro-batch or --microbatches, not both");
-    DTRAIN_CHECK(f.microbatches >= 1, "--microbatches must be >= 1, got ", f.microbatches);
-    const int64_t per_replica = l.dp > 0 ? in.training.global_batch / l.dp : 0;
-    DTRAIN_CHECK(
-        l.dp > 0 && in.training.global_batch % l.dp == 0 && per_replica % f.microbatches == 0,
-        "--microbatches ", f.microbatches, " does not divide --global-batch ",
-        in.training.global_batch, " / --dp ", l.dp, " into whole micro-batches");
-    l.micro_batch = per_replica / f.microbatches;
-  }
-  l.recompute = recompute_flag(f.recompute);
-  bool found = false;
-  for (plan::ScheduleKind k :
-       {plan::ScheduleKind::gpipe, plan::ScheduleKind::one_f_one_b, plan::ScheduleKind::interleaved,
-        plan::ScheduleKind::zero_bubble_h1}) {
-    if (f.schedule == plan::name(k)) {
-      l.schedule = k;
-      found = true;
-    }
-  }
-  DTRAIN_CHECK(found, "--schedule must be gpipe, 1f1b, interleaved or zb-h1, got '", f.schedule,
-               "'");
-  const auto order = plan::parse_rank_order(f.order);
-  DTRAIN_CHECK(order.has_value(), "--rank-order must list tp, dp and pp innermost first (e.g. ",
-               "tp-dp-pp), got '", f.order, "'");
-  l.order = *order;
-  if (given(app, "--stage-layers")) {
-    l.stage_layers = plan::parse_stage_layers(f.stage_layers, "--stage-layers");
-  }
-  return l;
+  put("--model", f.model);
+  put("--family", f.family);
+  put("--layers", f.layers);
+  put("--hidden", f.hidden);
+  put("--heads", f.heads);
+  put("--kv-heads", f.kv_heads);
+  put("--ffn-hidden", f.ffn_hidden);
+  put("--vocab", f.vocab);
+  put("--seq-length", f.seq);
+  put("--params", f.params);
+  put("--experts", f.experts);
+  put("--top-k", f.top_k);
+  put("--moe-every", f.moe_every);
+  put("--first-dense", f.first_dense);
+  put("--shared-experts", f.shared_experts);
+  put("--expert-ffn", f.expert_ffn);
+  put("--tokens-per-expert", f.tokens_per_expert);
+  put("--global-batch", f.global_batch);
+  put("--tokens", f.tokens);
+  put("--achieved-tflops", f.achieved_tflops);
+  put("--step-time", f.step_time);
+  put("--precision", f.precision);
+  put("--threads", f.threads);
+  put("--activation-bytes", f.activation_bytes);
+  put("--flops", f.flops);
+  put("--selective-flops", f.selective_flops);
+  put("--bucket-size", f.bucket);
+  put("--cluster", f.cluster);
+  put("--nodes", f.nodes);
+  put("--gpus-per-node", f.gpus_per_node);
+  put("--gpu-memory", f.gpu_memory);
+  put("--peak-tflops", f.peak_tflops);
+  put("--compute-efficiency", f.efficiency);
+  put("--intra-bandwidth", f.intra_bandwidth);
+  put("--intra-latency-us", f.intra_latency_us);
+  put("--inter-bandwidth", f.inter_bandwidth);
+  put("--inter-latency-us", f.inter_latency_us);
+  put("--dp", f.dp);
+  put("--cp", f.cp);
+  put("--cp-algo", f.cp_algo);
+  put("--ep", f.ep);
+  put("--tp", f.tp);
+  put("--pp", f.pp);
+  put("--stage-layers", f.stage_layers);
+  put("--vp", f.vp);
+  put("--zero", f.zero);
+  put("--micro-batch", f.micro_batch);
+  put("--microbatches", f.microbatches);
+  put("--recompute", f.recompute);
+  put("--sequence-parallel", f.sequence_parallel);
+  put("--schedule", f.schedule);
+  put("--rank-order", f.order);
+  put("--search", f.search);
+  put("--top", f.top);
+  return j;
 }
 
 // A sizing report as the command prints it: its table, or its JSON with the build's facts.
@@ -308,17 +181,18 @@ void print_largest_model(const PlanFlags& f, CLI::App* app, const plan::Cluster&
 // --largest-model with a model: the widest member of its shape family (its depth, sequence,
 // vocabulary and head size) that fits with activations for the layout the flags give
 // (plan/largest_model.h), per ZeRO stage unless --zero is given.
-void print_largest_shape(const PlanFlags& f, CLI::App* app, const plan::Cluster& cluster) {
+void print_largest_shape(const PlanFlags& f, CLI::App* app, const nlohmann::json& flags,
+                         const plan::Cluster& cluster) {
   for (const char* flag : {"--params", "--search"}) {
     DTRAIN_CHECK(!given(app, flag), "--largest-model with a model searches its width: ", flag,
                  " does not apply");
   }
   plan::PlanInput in;
   in.cluster = cluster;
-  in.model = model_from(f, app);
-  in.training = training_from(f, app, in.model);
+  in.model = plan::model_from_flags(flags);
+  in.training = plan::training_from_flags(flags, in.model);
   plan::validate(in);
-  const plan::Layout base = layout_from(f, app, in);
+  const plan::Layout base = plan::layout_from_flags(flags, in);
   const bool zero_given = given(app, "--zero");
   const std::vector<int> stages =
       zero_given ? std::vector<int>{f.zero} : std::vector<int>{0, 1, 2, 3};
@@ -326,7 +200,8 @@ void print_largest_shape(const PlanFlags& f, CLI::App* app, const plan::Cluster&
 }
 
 // --offload: DeepSpeed's offload estimators for the model on this cluster (cost/offload.h).
-void print_offload(const PlanFlags& f, CLI::App* app, const plan::Cluster& c) {
+void print_offload(const PlanFlags& f, CLI::App* app, const nlohmann::json& flags,
+                   const plan::Cluster& c) {
   int64_t params = 0, largest = 0;
   std::string what;
   if (!given(app, "--model") && !given(app, "--layers")) {
@@ -337,7 +212,7 @@ void print_offload(const PlanFlags& f, CLI::App* app, const plan::Cluster& c) {
     largest = static_cast<int64_t>(std::llround(f.largest_layer));
     what = "--params";
   } else {
-    const plan::ModelShape m = model_from(f, app);
+    const plan::ModelShape m = plan::model_from_flags(flags);
     params = plan::param_count(m);
     largest = given(app, "--largest-layer") ? static_cast<int64_t>(std::llround(f.largest_layer))
                                             : plan::largest_module_params(m);
@@ -355,46 +230,12 @@ void print_offload(const PlanFlags& f, CLI::App* app, const plan::Cluster& c) {
   print_report(f, plan::offload_report(params, largest, what, c, convention, f.offload_convention));
 }
 
-// --search with layout flags: each one given fixes its axis; the others are searched.
-plan::SearchConstraints search_constraints(const PlanFlags& f, CLI::App* app) {
-  DTRAIN_CHECK(!given(app, "--schedule"),
-               "--schedule fixes one layout's schedule; --search ranks 1F1B layouts (interleaved "
-               "for --vp > 1): drop --schedule, or drop --search and give the layout");
-  DTRAIN_CHECK(!given(app, "--stage-layers"),
-               "--stage-layers fixes one layout's split; --search gives each pp the balanced "
-               "split: drop --stage-layers, or drop --search and give the layout");
-  DTRAIN_CHECK(
-      !given(app, "--rank-order"),
-      "--rank-order fixes one layout's rank order; --search uses tp-dp-pp (Megatron's): drop "
-      "--rank-order, or drop --search and give the layout");
-  DTRAIN_CHECK(!(given(app, "--micro-batch") && given(app, "--microbatches")),
-               "give --micro-batch or --microbatches, not both");
-  plan::SearchConstraints c;
-  if (given(app, "--dp")) c.dp = f.dp;
-  if (given(app, "--tp")) c.tp = f.tp;
-  if (given(app, "--pp")) c.pp = f.pp;
-  if (given(app, "--vp")) c.vp = f.vp;
-  if (given(app, "--zero")) c.zero_stage = f.zero;
-  if (given(app, "--micro-batch")) c.micro_batch = f.micro_batch;
-  if (given(app, "--microbatches")) c.microbatches = f.microbatches;
-  if (given(app, "--sequence-parallel")) c.sequence_parallel = true;
-  if (given(app, "--recompute")) c.recompute = recompute_flag(f.recompute);
-  if (given(app, "--cp")) c.cp = f.cp;
-  if (given(app, "--cp-algo")) c.cp_algo = cp_algo_flag(f.cp_algo);
-  if (given(app, "--ep")) c.ep = f.ep;
-  return c;
-}
-
 void run_plan(const PlanFlags& f, CLI::App* app) {
-  DTRAIN_CHECK(f.search || !given(app, "--top"),
-               "--top sets how many layouts --search prints: add --search, or drop --top");
-  DTRAIN_CHECK(!f.search || (!given(app, "--achieved-tflops") && !given(app, "--step-time")),
-               "--achieved-tflops and --step-time describe one measured layout; --search ranks "
-               "layouts by the model's predicted time: drop one of them");
-  plan::PlanInput input;
-  input.cluster = cluster_from(f, app);
+  const nlohmann::json flags = flags_json(f, app);
+  plan::check_plan_flags(flags);
+  const plan::Cluster cluster = plan::cluster_from_flags(flags);
   if (f.print_cluster) {
-    std::cout << plan::to_json(input.cluster).dump(2) << "\n";
+    std::cout << plan::to_json(cluster).dump(2) << "\n";
     return;
   }
   DTRAIN_CHECK(f.offload || !given(app, "--offload-convention"),
@@ -404,57 +245,22 @@ void run_plan(const PlanFlags& f, CLI::App* app) {
                "layer's parameters); the plan itself does not use it: add --offload, or drop "
                "--largest-layer");
   if (f.largest_model && (given(app, "--model") || given(app, "--layers"))) {
-    print_largest_shape(f, app, input.cluster);
+    print_largest_shape(f, app, flags, cluster);
     return;
   }
   if (f.largest_model) {
-    print_largest_model(f, app, input.cluster);
+    print_largest_model(f, app, cluster);
     return;
   }
   if (f.offload) {
-    print_offload(f, app, input.cluster);
+    print_offload(f, app, flags, cluster);
     return;
   }
-  input.model = model_from(f, app);
-  input.training = training_from(f, app, input.model);
-  // At its default (1) --threads passes alone, as train's --dump-config writes it.
-  DTRAIN_CHECK(
-      !given(app, "--threads") || f.threads == 1 || plan::has_measured_rates(input.cluster),
-      "--threads applies to the engine clock only: pass --cluster FILE with measured "
-      "rates (dtrain calibrate --compute -o FILE)");
-  if (plan::has_measured_rates(input.cluster)) {
-    plan::use_engine_profile(input, given(app, "--precision"), given(app, "--activation-bytes"));
-  }
-  plan::validate(input);
-  if (f.search) {
-    plan::SearchOptions options;
-    options.top = f.top;
-    options.fixed = search_constraints(f, app);
-    const plan::SearchResult result = plan::search(input, options);
-    if (f.json) {
-      std::cout << with_build(plan::search_json(input, result)).dump(2) << "\n";
-    } else {
-      std::cout << plan::format_search(input, result);
-    }
-    return;
-  }
-  const plan::Plan p = plan::evaluate(input, layout_from(f, app, input));
-  // A measured rate belongs to a run of this layout; one that cannot fit was never measured, and
-  // its MFU and days would describe nothing.
-  const bool measured = given(app, "--step-time") || given(app, "--achieved-tflops");
-  DTRAIN_CHECK(!measured || p.memory.fits(),
-               given(app, "--step-time") ? "--step-time" : "--achieved-tflops",
-               " describes a measured run of this layout, but the layout does not fit: a GPU "
-               "needs ",
-               plan::format_gb(p.memory.total()), " of its ", plan::format_gb(p.memory.capacity),
-               "; check the layout flags (--tp, --pp, --zero, --micro-batch, --recompute) "
-               "against the run that was measured");
+  const plan::PlanAnswer answer = plan::answer_plan(flags);
   if (f.json) {
-    nlohmann::json j = plan::input_json(input);
-    j["plan"] = plan::plan_json(p);
-    std::cout << with_build(j).dump(2) << "\n";
+    std::cout << with_build(plan::answer_json(answer)).dump(2) << "\n";
   } else {
-    std::cout << plan::format_plan(input, p);
+    std::cout << plan::answer_text(answer);
   }
 }
 

@@ -309,7 +309,7 @@ SearchConstraints search_constraints_from_flags(const json& flags) {
   return c;
 }
 
-PlanAnswer answer_plan(const json& flags) {
+void check_plan_flags(const json& flags) {
   DTRAIN_CHECK(flags.is_object(), "a plan request is a JSON object of dtrain plan's flags, got ",
                flags.dump());
   const bool searching = on(flags, "search");
@@ -318,6 +318,11 @@ PlanAnswer answer_plan(const json& flags) {
   DTRAIN_CHECK(!searching || (!given(flags, "achieved-tflops") && !given(flags, "step-time")),
                "--achieved-tflops and --step-time describe one measured layout; --search ranks "
                "layouts by the model's predicted time: drop one of them");
+}
+
+PlanAnswer answer_plan(const json& flags) {
+  check_plan_flags(flags);
+  const bool searching = on(flags, "search");
   PlanAnswer answer;
   PlanInput& input = answer.input;
   input.cluster = cluster_from_flags(flags);

@@ -30,6 +30,10 @@ Training training_from_flags(const nlohmann::json& flags, const ModelShape& mode
 Layout layout_from_flags(const nlohmann::json& flags, const PlanInput& input);
 SearchConstraints search_constraints_from_flags(const nlohmann::json& flags);
 
+// The checks on the flags' combination that come before any other (--top without --search, a
+// measured rate with --search).
+void check_plan_flags(const nlohmann::json& flags);
+
 // What `dtrain plan` answers (no --largest-model, --offload or --print-cluster): one layout's
 // plan, or with "search" the search's result.
 struct PlanAnswer {
