@@ -226,26 +226,26 @@
     return `<div class="facts"><h4>${esc(title)}</h4><table class="small">${rows}</table></div>`;
   }
 
-  // The pipeline: each stage's layers and the bubble, as a strip per stage.
+  // The pipeline: each stage's layers, the bubble, and the schedule's timeline as
+  // `dtrain pipeline --svg` draws it (unit times; at most 2P micro-batches, so that it reads).
   function pipeline(report, base) {
     const layers = at(report, `${base}.stage_layers`) || [];
     const layout = at(report, `${base}.layout`);
-    const bubble = at(report, `${base}.bubble`);
-    const width = 640;
-    const rowH = 16;
-    const busy = 1 - (bubble.fraction_of_total || 0);
-    let strips = '';
-    layers.forEach((n, i) => {
-      const y = i * (rowH + 4);
-      strips += `<rect x="60" y="${y}" width="${(busy * (width - 60)).toFixed(2)}" height="${rowH}" fill="#4e79a7"/>
-        <rect x="${(60 + busy * (width - 60)).toFixed(2)}" y="${y}" width="${((1 - busy) * (width - 60)).toFixed(2)}" height="${rowH}" fill="#ddd"/>
-        <text x="0" y="${y + 12}" font-size="11">stage ${i}: ${n}</text>`;
-    });
-    const h = layers.length * (rowH + 4);
-    return `<h3>Pipeline: ${fig(report, `${base}.layout.schedule`, fmt.text)}, P=${fig(report, `${base}.layout.pp`, fmt.int)}, v=${fig(report, `${base}.layout.vp`, fmt.int)}, layers per stage ${layers.map((_, i) => fig(report, `${base}.stage_layers.${i}`, fmt.int)).join(' ')}</h3>
-      <svg class="pipeline" width="${width}" height="${h}" viewBox="0 0 ${width} ${h}">${strips}</svg>
-      <p>bubble ${fig(report, `${base}.bubble.fraction_of_total`, fmt.pct)} of the step (the clock's replay of the schedule), ${fig(report, `${base}.bubble.formula_fraction_of_ideal`, fmt.pct)} of the ideal time by ${fig(report, `${base}.bubble.formula`, fmt.text)}; layout ${fig(report, `${base}.layout.flags`, fmt.text)}</p>`;
-    void layout;
+    const m = at(report, `${base}.microbatches`);
+    let timeline = '';
+    if (layout.pp > 1 && planner.pipelineSvg) {
+      const shown = Math.min(m, 2 * layout.pp);
+      const args = ['pipeline', '--stages', String(layout.pp), '--microbatches', String(shown), '--schedule', layout.schedule];
+      if (layout.schedule === 'interleaved') args.push('--vp', String(layout.vp));
+      const svg = planner.pipelineSvg(layout.schedule, layout.pp, shown, layout.schedule === 'interleaved' ? layout.vp : 1);
+      const command = ['dtrain', ...args, '--svg', 'timeline.svg'].join(' ');
+      timeline = svg.startsWith('error: ')
+        ? `<p class="error">${esc(svg)}</p>`
+        : `<div class="timeline" data-args="${esc(JSON.stringify(args))}" data-svg="${esc(svg)}">${svg}</div>
+           <p class="hint">The schedule's timeline for ${shown} of the step's ${fmt.int(m)} micro-batches, with unit forward, backward and weight times: <code>${esc(command)}</code></p>`;
+    }
+    return `<h3>Pipeline: ${fig(report, `${base}.layout.schedule`, fmt.text)}, P=${fig(report, `${base}.layout.pp`, fmt.int)}, v=${fig(report, `${base}.layout.vp`, fmt.int)}, M=${fig(report, `${base}.microbatches`, fmt.int)}; layers per stage ${layers.map((_, i) => fig(report, `${base}.stage_layers.${i}`, fmt.int)).join(' ')}</h3>
+      <p>bubble ${fig(report, `${base}.bubble.fraction_of_total`, fmt.pct)} of the step (the clock's replay of the schedule on each stage's own times), ${fig(report, `${base}.bubble.formula_fraction_of_ideal`, fmt.pct)} of the ideal time by ${fig(report, `${base}.bubble.formula`, fmt.text)}; layout ${fig(report, `${base}.layout.flags`, fmt.text)}</p>${timeline}`;
   }
 
   function drawPlan(report) {
@@ -466,6 +466,7 @@
     planner = {
       plan: M.cwrap('plan_json', 'string', ['string']),
       presets: M.cwrap('plan_model_presets', 'string', []),
+      pipelineSvg: M.cwrap('plan_pipeline_svg', 'string', ['string', 'number', 'number', 'number']),
     };
     start();
   });

@@ -100,6 +100,7 @@ await page.waitForSelector('#status[data-runs="1"]');
 const firstPlanMs = await page.getAttribute('body', 'data-first-plan-ms');
 
 let figures = 0;
+let timelineCount = 0;
 for (const c of cases) {
   await fill(page, c.f);
   const args = JSON.parse(await page.getAttribute('#command', 'data-args'));
@@ -138,9 +139,27 @@ for (const c of cases) {
       if (!paths.has(`top.${i}.time.step_s`)) fail(`${c.name}: layout ${i} is not in the table`);
     }
   }
+  // The pipeline's timeline is the SVG `dtrain pipeline --svg` writes, byte for byte.
+  let timelines = '';
+  for (const t of await page.$$('.timeline')) {
+    const targs = JSON.parse(await t.getAttribute('data-args'));
+    const svg = await t.getAttribute('data-svg');
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dtrain-web-svg-'));
+    const file = path.join(dir, 'timeline.svg');
+    const p = spawnSync(path.resolve(dtrain), [...targs, '--svg', file], {encoding: 'utf8'});
+    const want = p.status === 0 ? fs.readFileSync(file, 'utf8') : `failed: ${p.stderr}`;
+    fs.rmSync(dir, {recursive: true});
+    if (svg !== want) fail(`${c.name}: the timeline differs from dtrain ${targs.join(' ')} --svg (${svg.length} vs ${want.length} characters)`);
+    else timelines = `, its timeline equal to dtrain ${targs.join(' ')} --svg`;
+    timelineCount += 1;
+  }
   figures += shownFigures.length;
+  if (bad) {
+    fail(`${c.name}: ${bad} of ${shownFigures.length} figures differ from the command's`);
+    continue;
+  }
   const ms = await page.getAttribute('#status', 'data-plan-ms');
-  console.log(`ok   ${c.name}: ${shownFigures.length} figures equal dtrain ${args.join(' ').slice(0, 90)}${args.join(' ').length > 90 ? '...' : ''} (${ms} ms in the page)`);
+  console.log(`ok   ${c.name}: ${shownFigures.length} figures equal dtrain ${args.join(' ').slice(0, 90)}${args.join(' ').length > 90 ? '...' : ''} (${ms} ms in the page)${timelines}`);
   if (c.shot && shotDir) {
     fs.mkdirSync(shotDir, {recursive: true});
     await page.screenshot({path: path.join(shotDir, c.shot), fullPage: true, clip: {x: 0, y: 0, width: 1400, height: 1500}});
@@ -183,7 +202,7 @@ await browser.close();
 const planner = fs.statSync(path.join(siteDir, 'dtrain_plan.js')).size;
 const pageBytes = fs.readdirSync(siteDir).reduce((n, f) => n + fs.statSync(path.join(siteDir, f)).size, 0);
 console.log(`first plan ${firstPlanMs} ms after the page began loading; planner (wasm inlined) ${planner} bytes, page ${pageBytes} bytes in all`);
-console.log(`${cases.length} cases, ${figures} figures compared, ${badCases.length} bad inputs, ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+console.log(`${cases.length} cases, ${figures} figures and ${timelineCount} timelines compared, ${badCases.length} bad inputs, ${((Date.now() - t0) / 1000).toFixed(1)} s`);
 if (failures) {
   console.log(`${failures} failure(s)`);
   process.exit(1);
