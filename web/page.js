@@ -347,6 +347,40 @@
     document.querySelectorAll('.bad').forEach((n) => n.classList.remove('bad'));
   }
 
+  // The same layout, small, as `dtrain train` runs it on this machine's CPU (one thread per
+  // rank): the tiny preset of the model's family, deep enough for every pipeline chunk, with two
+  // micro-batches per stage. Only for dense layouts of at most 8 ranks; none otherwise.
+  function trainArgs(report) {
+    const l = report.plan.layout;
+    const world = l.dp * l.tp * l.pp * l.cp;
+    if (world > 8 || report.model.experts > 0) return null;
+    const llama = report.model.family === 'llama';
+    const microbatches = l.pp > 1 ? 2 * l.pp : 1;
+    const args = ['train', '--model', llama ? 'llama-tiny' : 'tiny', '--layers', String(Math.max(2, l.pp * l.vp)),
+      '--hidden', '128', '--heads', '8'];
+    if (llama) args.push('--kv-heads', '8');
+    args.push('--dp', String(l.dp), '--tp', String(l.tp), '--pp', String(l.pp), '--zero', String(l.zero_stage),
+      '--micro-batch', String(l.micro_batch), '--global-batch', String(l.dp * l.micro_batch * microbatches),
+      '--recompute', l.recompute);
+    if (l.vp > 1) args.push('--vp', String(l.vp));
+    if (l.pp > 1) args.push('--schedule', l.schedule);
+    if (l.cp > 1) args.push('--cp', String(l.cp));
+    if (l.cp > 1 && l.cp_algo !== 'auto') args.push('--cp-algo', l.cp_algo);
+    if (l.sequence_parallel) args.push('--sequence-parallel');
+    if (l.order !== 'tp-dp-pp') args.push('--rank-order', l.order);
+    args.push('--steps', '20');
+    return args;
+  }
+
+  function showTrain(report) {
+    const box = document.getElementById('train');
+    const args = report && !report.top && report.error === undefined ? trainArgs(report) : null;
+    box.hidden = !args;
+    const code = document.getElementById('train-command');
+    code.textContent = args ? ['dtrain', ...args].join(' ') : '';
+    code.dataset.args = args ? JSON.stringify(args) : '';
+  }
+
   function run() {
     if (!planner) return;
     clearErrors();
@@ -375,6 +409,7 @@
       result.dataset.kind = report.top ? 'search' : 'plan';
       status.dataset.state = 'ok';
     }
+    showTrain(report);
     runs += 1;
     status.dataset.runs = String(runs);
     status.dataset.planMs = ms.toFixed(1);
@@ -404,10 +439,12 @@
       clearErrors();
       document.getElementById('result').innerHTML = '';
     });
-    document.getElementById('copy').addEventListener('click', () => {
-      const text = document.getElementById('command').textContent;
-      if (navigator.clipboard) navigator.clipboard.writeText(text).catch(() => {});
-    });
+    for (const [button, code] of [['copy', 'command'], ['copy-train', 'train-command']]) {
+      document.getElementById(button).addEventListener('click', () => {
+        const text = document.getElementById(code).textContent;
+        if (navigator.clipboard) navigator.clipboard.writeText(text).catch(() => {});
+      });
+    }
     document.getElementById('cluster-file-input').addEventListener('change', (e) => {
       const file = e.target.files[0];
       if (!file) return;

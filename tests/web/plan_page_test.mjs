@@ -25,6 +25,16 @@ const clusterFile = JSON.parse(
     execFileSync(dtrain, ['plan', '--cluster', '2x8xA100', '--print-cluster']).toString());
 clusterFile.name = 'lab-a100';
 clusterFile.inter_node.bandwidth_bytes_per_s = 12.5e9;
+// And one `dtrain calibrate --compute` writes: this machine's CPU measured (quickly) in place of
+// the GPU, which the engine clock prices.
+const calibrated = (() => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dtrain-web-calibrate-'));
+  const file = path.join(dir, 'cpu.json');
+  execFileSync(dtrain, ['calibrate', '--ranks', '4', '--compute', '--quick', '-o', file], {stdio: 'ignore'});
+  const text = fs.readFileSync(file, 'utf8');
+  fs.rmSync(dir, {recursive: true});
+  return text;
+})();
 
 // Each case: the fields to fill, in any order (the command follows the form's order).
 const cases = [
@@ -34,6 +44,7 @@ const cases = [
   {name: 'search, 7B on 8 GPUs', f: {model: 'llama2-7b', cluster: '1x8xH100', search: true}},
   {name: 'search, 70B with tp held', f: {model: 'llama2-70b', cluster: '8x8xH100', search: true, tp: '8', top: '8'}},
   {name: 'search, 3.6B, top 10', f: {model: 'megatron-3.6b', cluster: '1x8xA100', search: true, top: '10'}},
+  {name: '13B interleaved on 8 GPUs', f: {model: 'llama2-13b', cluster: '1x8xA100', tp: '2', pp: '2', vp: '2', schedule: 'interleaved', 'sequence-parallel': true, recompute: 'selective'}},
   {name: 'GPT-3 with sequence parallelism', f: {model: 'gpt3-175b', cluster: '128x8xA100', tp: '8', pp: '16', recompute: 'selective', 'sequence-parallel': true}},
   {name: 'custom GPT', f: {layers: '24', hidden: '2048', heads: '16', vocab: '50257', 'seq-length': '2048', 'global-batch': '256', cluster: '2x8xA100', tp: '2'}},
   {name: 'custom Llama with GQA', f: {family: 'llama', layers: '32', hidden: '4096', heads: '32', 'kv-heads': '8', 'ffn-hidden': '14336', vocab: '128256', 'seq-length': '8192', 'global-batch': '512', cluster: '4x8xH100', tp: '4', pp: '2', zero: '1'}},
@@ -49,6 +60,8 @@ const cases = [
   {name: 'measured routing', f: {model: 'mixtral-8x7b', 'global-batch': '256', cluster: '4x8xH100', ep: '8', tp: '2', 'tokens-per-expert': '3,1,1,1,1,1,1,1'}},
   {name: 'measured step, selective rerun', f: {model: 'llama2-7b', cluster: '1x8xH100', 'step-time': '100', 'bucket-size': '50MiB', tokens: '1e12', 'selective-flops': 'rerun', recompute: 'selective', tp: '2', 'sequence-parallel': true}},
   {name: 'cluster file', f: {model: 'llama2-13b', 'cluster-file': JSON.stringify(clusterFile, null, 1), tp: '4', pp: '2', nodes: '4'}},
+  {name: 'calibrated CPU cluster (engine clock)', f: {layers: '4', hidden: '128', heads: '4', vocab: '512', 'seq-length': '64', 'global-batch': '16', 'cluster-file': calibrated, tp: '2', threads: '2'}},
+  {name: 'search on the calibrated cluster', f: {layers: '4', hidden: '128', heads: '4', vocab: '512', 'seq-length': '64', 'global-batch': '16', 'cluster-file': calibrated, search: true}},
   {name: 'search with cp held', f: {model: 'llama3-405b-128k', cluster: '256x8xH100', search: true, cp: '16', tp: '8', top: '5'}},
 ];
 const badCases = [
@@ -75,10 +88,11 @@ async function fill(page, f) {
   await page.waitForFunction((n) => Number(document.getElementById('status').dataset.runs) > n, runs);
 }
 
-// The command line the page shows, run in a folder holding cluster.json.
-function runCommand(args) {
+// The command line the page shows, run in a folder holding the case's cluster file as
+// cluster.json (the name "copy as command" gives it).
+function runCommand(args, f) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dtrain-web-'));
-  fs.writeFileSync(path.join(dir, 'cluster.json'), JSON.stringify(clusterFile, null, 1));
+  if (f['cluster-file']) fs.writeFileSync(path.join(dir, 'cluster.json'), f['cluster-file']);
   const r = spawnSync(path.resolve(dtrain), [...args, '--json'], {cwd: dir, encoding: 'utf8'});
   fs.rmSync(dir, {recursive: true});
   return r;
@@ -101,12 +115,13 @@ const firstPlanMs = await page.getAttribute('body', 'data-first-plan-ms');
 
 let figures = 0;
 let timelineCount = 0;
+let trainCount = 0;
 for (const c of cases) {
   await fill(page, c.f);
   const args = JSON.parse(await page.getAttribute('#command', 'data-args'));
   const shown = await page.textContent('#command');
   if (shown !== ['dtrain', ...args].join(' ')) fail(`${c.name}: command '${shown}' is not its args ${args}`);
-  const r = runCommand(args);
+  const r = runCommand(args, c.f);
   if (r.status !== 0) {
     fail(`${c.name}: dtrain ${args.join(' ')} failed: ${r.stderr}`);
     continue;
@@ -153,13 +168,23 @@ for (const c of cases) {
     else timelines = `, its timeline equal to dtrain ${targs.join(' ')} --svg`;
     timelineCount += 1;
   }
+  // The small `dtrain train` line, where the page offers one, runs.
+  const trainText = await page.getAttribute('#train-command', 'data-args');
+  let trained = '';
+  if (trainText) {
+    const targs = JSON.parse(trainText);
+    const tr = spawnSync(path.resolve(dtrain), targs, {encoding: 'utf8', cwd: os.tmpdir()});
+    if (tr.status !== 0) fail(`${c.name}: dtrain ${targs.join(' ')} failed: ${tr.stderr.slice(0, 300)}`);
+    else trained = `; dtrain ${targs.join(' ')} ran`;
+    trainCount += 1;
+  }
   figures += shownFigures.length;
   if (bad) {
     fail(`${c.name}: ${bad} of ${shownFigures.length} figures differ from the command's`);
     continue;
   }
   const ms = await page.getAttribute('#status', 'data-plan-ms');
-  console.log(`ok   ${c.name}: ${shownFigures.length} figures equal dtrain ${args.join(' ').slice(0, 90)}${args.join(' ').length > 90 ? '...' : ''} (${ms} ms in the page)${timelines}`);
+  console.log(`ok   ${c.name}: ${shownFigures.length} figures equal dtrain ${args.join(' ').slice(0, 90)}${args.join(' ').length > 90 ? '...' : ''} (${ms} ms in the page)${timelines}${trained}`);
   if (c.shot && shotDir) {
     fs.mkdirSync(shotDir, {recursive: true});
     await page.screenshot({path: path.join(shotDir, c.shot), fullPage: true, clip: {x: 0, y: 0, width: 1400, height: 1500}});
@@ -185,7 +210,7 @@ if (steps.some((s, i) => i > 0 && s < steps[i - 1])) fail(`sorting by step time 
 for (const c of badCases) {
   await fill(page, c.f);
   const args = JSON.parse(await page.getAttribute('#command', 'data-args'));
-  const r = runCommand(args);
+  const r = runCommand(args, c.f);
   const message = r.stderr.trim().split('\n').filter((l) => l.startsWith('error: '))[0];
   if (r.status === 0 || !message) {
     fail(`${c.name}: dtrain ${args.join(' ')} did not fail`);
@@ -202,7 +227,7 @@ await browser.close();
 const planner = fs.statSync(path.join(siteDir, 'dtrain_plan.js')).size;
 const pageBytes = fs.readdirSync(siteDir).reduce((n, f) => n + fs.statSync(path.join(siteDir, f)).size, 0);
 console.log(`first plan ${firstPlanMs} ms after the page began loading; planner (wasm inlined) ${planner} bytes, page ${pageBytes} bytes in all`);
-console.log(`${cases.length} cases, ${figures} figures and ${timelineCount} timelines compared, ${badCases.length} bad inputs, ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+console.log(`${cases.length} cases, ${figures} figures and ${timelineCount} timelines compared, ${trainCount} train lines run, ${badCases.length} bad inputs, ${((Date.now() - t0) / 1000).toFixed(1)} s`);
 if (failures) {
   console.log(`${failures} failure(s)`);
   process.exit(1);
