@@ -170,14 +170,14 @@
     const top = Math.max(t.step_no_overlap_s || 0, t.step_s || 0, ...all.map(([k]) => t[k])) || 1;
     let rows = '';
     for (const [k, label] of all) {
-      const w = Math.max(0, (t[k] / top) * 300);
-      rows += `<tr><td>${esc(label)}</td><td class="n">${fig(report, `${base}.${k}`, fmt.s)}</td><td><svg width="300" height="12"><rect width="${w.toFixed(2)}" height="12" fill="#4e79a7"/></svg></td></tr>`;
+      const w = Math.max(0, (t[k] / top) * 160);
+      rows += `<tr><td>${esc(label)}</td><td class="n">${fig(report, `${base}.${k}`, fmt.s)}</td><td><svg width="160" height="12"><rect width="${w.toFixed(2)}" height="12" fill="#4e79a7"/></svg></td></tr>`;
     }
     const ep = `${base.replace(/\.time$/, '')}.moe.ep_s`;
     if (typeof at(report, ep) === 'number') {
-      rows += `<tr><td>EP all-to-all (MoE)</td><td class="n">${fig(report, ep, fmt.s)}</td><td><svg width="300" height="12"><rect width="${((at(report, ep) / top) * 300).toFixed(2)}" height="12" fill="#f28e2b"/></svg></td></tr>`;
+      rows += `<tr><td>EP all-to-all (MoE)</td><td class="n">${fig(report, ep, fmt.s)}</td><td><svg width="160" height="12"><rect width="${((at(report, ep) / top) * 160).toFixed(2)}" height="12" fill="#f28e2b"/></svg></td></tr>`;
     }
-    rows += `<tr class="total"><td>step</td><td class="n">${fig(report, `${base}.step_s`, fmt.s)}</td><td><svg width="300" height="12"><rect width="${((t.step_s / top) * 300).toFixed(2)}" height="12" fill="#333"/></svg></td></tr>`;
+    rows += `<tr class="total"><td>step</td><td class="n">${fig(report, `${base}.step_s`, fmt.s)}</td><td><svg width="160" height="12"><rect width="${((t.step_s / top) * 160).toFixed(2)}" height="12" fill="#333"/></svg></td></tr>`;
     rows += `<tr><td>without overlap</td><td class="n">${fig(report, `${base}.step_no_overlap_s`, fmt.s)}</td><td></td></tr>`;
     return `<h3>Time per step (clock: ${fig(report, `${base}.clock`, fmt.text)}; ${fig(report, `${base}.step_source`, fmt.text)})</h3><table class="small">${rows}</table>`;
   }
