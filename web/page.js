@@ -500,6 +500,7 @@
 
   setup();
   createPlanner().then((M) => {
+    document.body.dataset.plannerReadyMs = performance.now().toFixed(1);  // the wasm compiled
     planner = {
       plan: M.cwrap('plan_json', 'string', ['string']),
       presets: M.cwrap('plan_model_presets', 'string', []),

@@ -112,6 +112,7 @@ const url = pathToFileURL(path.join(siteDir, 'index.html')).href;
 await page.goto(url);
 await page.waitForSelector('#status[data-runs="1"]');
 const firstPlanMs = await page.getAttribute('body', 'data-first-plan-ms');
+const plannerReadyMs = await page.getAttribute('body', 'data-planner-ready-ms');
 
 let figures = 0;
 let timelineCount = 0;
@@ -226,7 +227,7 @@ await browser.close();
 
 const planner = fs.statSync(path.join(siteDir, 'dtrain_plan.js')).size;
 const pageBytes = fs.readdirSync(siteDir).reduce((n, f) => n + fs.statSync(path.join(siteDir, f)).size, 0);
-console.log(`first plan ${firstPlanMs} ms after the page began loading; planner (wasm inlined) ${planner} bytes, page ${pageBytes} bytes in all`);
+console.log(`first plan ${firstPlanMs} ms after the page began loading (the planner compiled at ${plannerReadyMs} ms); planner (wasm inlined) ${planner} bytes, page ${pageBytes} bytes in all`);
 console.log(`${cases.length} cases, ${figures} figures and ${timelineCount} timelines compared, ${trainCount} train lines run, ${badCases.length} bad inputs, ${((Date.now() - t0) / 1000).toFixed(1)} s`);
 if (failures) {
   console.log(`${failures} failure(s)`);
