@@ -137,6 +137,26 @@ TEST(PipelineStages, ChunkAtATimeIsThePartition) {
       }
     }
   }
+  // A stage's blocks over its chunks: the sum of its chunks' (the interleaved split's ranks).
+  for (int layers = 1; layers <= 40; ++layers) {
+    for (int stages = 1; stages <= layers; ++stages) {
+      for (int chunks = 1; stages * chunks <= layers; ++chunks) {
+        const StagePartition part = balanced_partition(layers, stages, chunks);
+        const std::vector<int> per_rank = part.stage_layers();
+        for (int stage = 0; stage < stages; ++stage) {
+          EXPECT_EQ(balanced_stage_layers(layers, stages, chunks, stage),
+                    per_rank[static_cast<size_t>(stage)])
+              << layers << " " << stages << " " << chunks << " " << stage;
+        }
+        const std::vector<int64_t> counts = balanced_stage_layer_counts(layers, stages, chunks);
+        ASSERT_EQ(counts.size(), per_rank.size());
+        for (size_t k = 0; k < counts.size(); ++k) EXPECT_EQ(counts[k], per_rank[k]);
+        EXPECT_EQ(balanced_most_stage_layers(layers, stages, chunks),
+                  *std::max_element(per_rank.begin(), per_rank.end()))
+            << layers << " " << stages << " " << chunks;
+      }
+    }
+  }
   std::vector<int> llama(16, 126 / 16 + 1);
   llama.front() = llama.back() = 126 / 16;
   EXPECT_EQ(balanced_partition(126, 16).stage_layers(), llama);

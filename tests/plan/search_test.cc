@@ -13,6 +13,7 @@
 #include "dtrain/core/check.h"
 #include "dtrain/machine/measured_rates.h"
 #include "dtrain/plan/planner.h"
+#include "dtrain/plan/planner_internal.h"
 
 namespace dtrain::plan {
 namespace {
@@ -293,6 +294,54 @@ TEST(Search, MemoryLowerBoundIsBelowTheTotal) {
     }
   }
   EXPECT_GT(checked, 1000);
+}
+
+// What search prices with its memo (the pieces shared by layouts alike in some axes) is what
+// evaluate prices layout by layout, to the bit: memory, its lower bounds and the step's bound,
+// with one memo over every layout of each search, in its order (so a piece is reused by every
+// layout after the first that needed it). The step's compute bound is never above the step's
+// bound, nor above the replayed step. Dense, grouped-query, MoE, more TP ranks than K/V heads,
+// CP searched, and the 6ND convention's rescaled times.
+TEST(Search, MemoPricesAsEvaluateDoes) {
+  int64_t checked = 0, replayed = 0;
+  for (const auto& [model, cluster, batch, six_nd] :
+       {std::tuple{"megatron-18.4b", "4x8xA100", 256, false},
+        std::tuple{"llama2-70b", "4x8xH100", 256, false},
+        std::tuple{"mixtral-8x7b", "4x8xH100", 256, false},
+        std::tuple{"llama3-405b-128k", "4x8xH100", 8, false},
+        std::tuple{"gpt3-175b", "8x8xA100", 64, true}}) {
+    PlanInput in = input(model, cluster, batch);
+    if (six_nd) in.training.flops = FlopsConvention::six_nd;
+    detail::PricingMemo memo;
+    int64_t i = 0;
+    for (const Layout& l : search_layouts(in)) {
+      const std::string where = std::string(model) + " " + describe(l);
+      const double states = detail::first_stage_states(in, l, memo);
+      ASSERT_EQ(states, memory_lower_bound(in, l)) << where;
+      const MemoryBreakdown memoized = detail::layout_memory(in, l, memo);
+      const MemoryBreakdown alone = evaluate_memory(in, l).memory;
+      ASSERT_EQ(detail::evaluate_memory(in, l, memo).memory.total(), alone.total()) << where;
+      ASSERT_EQ(memoized.total(), alone.total()) << where;
+      ASSERT_EQ(memoized.activations, alone.activations) << where;
+      ASSERT_EQ(memoized.temporary, alone.temporary) << where;
+      ASSERT_EQ(memoized.stage, alone.stage) << where;
+      const double bound = detail::memory_lower_bound(in, l, memo, states);
+      ASSERT_LE(bound, alone.total()) << where;
+      ASSERT_GE(bound, states) << where;
+      const double step_bound = step_lower_bound(in, l);
+      ASSERT_EQ(detail::step_lower_bound(in, l, memo), step_bound) << where;
+      const double compute_bound = detail::step_compute_bound(in, l, memo);
+      ASSERT_LE(compute_bound, step_bound) << where;
+      ASSERT_GT(compute_bound, 0) << where;
+      if (i++ % 37 == 0) {
+        ASSERT_LE(compute_bound, evaluate(in, l).time.step_s) << where;
+        ++replayed;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 2000);
+  EXPECT_GT(replayed, 50);
 }
 
 // On a cluster file with measured rates the engine clock prices the step with its own replay,

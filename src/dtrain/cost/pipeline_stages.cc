@@ -51,6 +51,35 @@ int64_t balanced_chunk_first(int64_t layers, int64_t chunks_total, int64_t vs) {
   return vs * r.base + r.first + std::min(vs - 1, r.interior);
 }
 
+int64_t balanced_stage_layers(int64_t layers, int64_t stages, int64_t chunks, int64_t stage) {
+  DTRAIN_CHECK(stage >= 0 && stage < stages && chunks >= 1, "balanced split: stage ", stage, " of ",
+               stages, " with ", chunks, " chunks");
+  const Remainder r = remainder_of(layers, stages * chunks);
+  // Virtual stages stage, stage + P, ...: the base each, the first's extra on virtual stage 0,
+  // and one more on those among 1 .. interior.
+  int64_t sum = chunks * r.base + (stage == 0 ? r.first : 0);
+  for (int64_t vs = stage; vs <= r.interior; vs += stages) sum += vs >= 1 ? 1 : 0;
+  return sum;
+}
+
+std::vector<int64_t> balanced_stage_layer_counts(int64_t layers, int64_t stages, int64_t chunks) {
+  DTRAIN_CHECK(stages >= 1 && chunks >= 1, "balanced split: ", stages, " stages, ", chunks,
+               " chunks");
+  const Remainder r = remainder_of(layers, stages * chunks);
+  std::vector<int64_t> counts(static_cast<size_t>(stages), chunks * r.base);
+  counts[0] += r.first;
+  for (int64_t vs = 1; vs <= r.interior; ++vs) counts[static_cast<size_t>(vs % stages)] += 1;
+  return counts;
+}
+
+int64_t balanced_most_stage_layers(int64_t layers, int64_t stages, int64_t chunks) {
+  // Stage k >= 1 holds one more block for each of its virtual stages k, k + P, ... within the
+  // interior ones 1 .. interior, so stage 1 holds the most of them; stage 0 has its own extra.
+  if (stages == 1) return layers;
+  return std::max(balanced_stage_layers(layers, stages, chunks, 0),
+                  balanced_stage_layers(layers, stages, chunks, 1));
+}
+
 StagePartition::StagePartition(int stages, int chunks, std::vector<int> chunk_layers)
     : stages_(stages), chunks_(chunks), chunk_layers_(std::move(chunk_layers)) {
   DTRAIN_CHECK(stages >= 1 && chunks >= 1, "a partition needs stages >= 1 and chunks >= 1, got ",

@@ -80,6 +80,15 @@ StagePartition balanced_partition(int layers, int stages, int chunks = 1,
 // al. 2024 §3.3.2): L = 126, P = 16 -> 7, 8 x 14, 7 (the first and the last stage one fewer).
 int64_t balanced_chunk_layers(int64_t layers, int64_t chunks_total, int64_t vs);
 int64_t balanced_chunk_first(int64_t layers, int64_t chunks_total, int64_t vs);
+// The blocks of pipeline stage `stage` over its `chunks` virtual stages (stage, stage + P, ...)
+// of the balanced split of `layers` over P = `stages` ranks: the sum of balanced_chunk_layers
+// over them, with the split's remainder worked out once. Needs 0 <= stage < stages and
+// stages * chunks <= layers.
+int64_t balanced_stage_layers(int64_t layers, int64_t stages, int64_t chunks, int64_t stage);
+// Every stage's blocks at once (stage_layers() of balanced_partition), and the most any stage
+// holds: what the planner asks on every layout, with the remainder worked out once.
+std::vector<int64_t> balanced_stage_layer_counts(int64_t layers, int64_t stages, int64_t chunks);
+int64_t balanced_most_stage_layers(int64_t layers, int64_t stages, int64_t chunks);
 
 // An explicit split: `chunk_layers` lists the blocks of each virtual stage (P entries with
 // v = 1, P*v with interleaving). Throws when an entry is < 1, the count is wrong or the sum is

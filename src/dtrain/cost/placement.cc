@@ -79,7 +79,10 @@ int stride_of(Axis axis, AxisSizes sizes, RankOrder order) {
 
 }  // namespace
 
-GroupPlacement place_data_group(AxisSizes sizes, RankOrder order, int gpus_per_node) {
+namespace {
+
+// The walks themselves (place_group and place_data_group below remember their results).
+GroupPlacement place_data_group_walked(AxisSizes sizes, RankOrder order, int gpus_per_node) {
   DTRAIN_CHECK(gpus_per_node >= 1, "--gpus-per-node must be >= 1, got ", gpus_per_node);
   if (sizes.cp == 1) return place_group(Axis::dp, sizes, order, gpus_per_node);
   if (sizes.dp == 1) return place_group(Axis::cp, sizes, order, gpus_per_node);
@@ -113,7 +116,7 @@ GroupPlacement place_data_group(AxisSizes sizes, RankOrder order, int gpus_per_n
   return g;
 }
 
-GroupPlacement place_group(Axis axis, AxisSizes sizes, RankOrder order, int gpus_per_node) {
+GroupPlacement place_group_walked(Axis axis, AxisSizes sizes, RankOrder order, int gpus_per_node) {
   DTRAIN_CHECK(gpus_per_node >= 1, "--gpus-per-node must be >= 1, got ", gpus_per_node);
   GroupPlacement g;
   g.size = sizes.of(axis);
@@ -134,6 +137,8 @@ GroupPlacement place_group(Axis axis, AxisSizes sizes, RankOrder order, int gpus
   }
   return g;
 }
+
+}  // namespace
 
 PlacedCost placed_collective_cost(const CollectiveCall& call, const GroupPlacement& group,
                                   const Cluster& cluster) {
@@ -169,6 +174,58 @@ PlacedCost placed_send_cost(double bytes, const GroupPlacement& group, const Clu
   const Link& link = group.crosses_nodes() ? cluster.inter_node : cluster.intra_node;
   return {1, bytes, link.latency_us * 1e-6 + bytes / link.bandwidth_bytes_per_s,
           group.crosses_nodes(), false};
+}
+
+namespace {
+
+// The search places the same groups for thousands of layouts, and a group's walk visits every
+// member (3072 of a DP group): the last placements asked for are kept, per thread, keyed by
+// every argument (placement is a function of them alone).
+struct PlacementKey {
+  int axis = -1;  // -1: the data group (place_data_group)
+  AxisSizes sizes;
+  RankOrder order;
+  int gpus_per_node = 0;
+  bool operator==(const PlacementKey& o) const {
+    return axis == o.axis && sizes.dp == o.sizes.dp && sizes.tp == o.sizes.tp &&
+           sizes.pp == o.sizes.pp && sizes.cp == o.sizes.cp && order == o.order &&
+           gpus_per_node == o.gpus_per_node;
+  }
+};
+
+template <class Place>
+GroupPlacement remembered(const PlacementKey& key, Place place) {
+  struct Slot {
+    PlacementKey key;
+    GroupPlacement group;
+    bool filled = false;
+  };
+  constexpr size_t kSlots = 64;
+  thread_local std::array<Slot, kSlots> slots;
+  size_t h = static_cast<size_t>(key.axis + 1);
+  for (int x : {key.sizes.dp, key.sizes.tp, key.sizes.pp, key.sizes.cp, key.gpus_per_node}) {
+    h = h * 31 + static_cast<size_t>(x);
+  }
+  for (Axis a : key.order.inner_to_outer) h = h * 7 + static_cast<size_t>(a);
+  Slot& slot = slots[h % kSlots];
+  if (!slot.filled || !(slot.key == key)) {
+    slot.group = place();
+    slot.key = key;
+    slot.filled = true;
+  }
+  return slot.group;
+}
+
+}  // namespace
+
+GroupPlacement place_group(Axis axis, AxisSizes sizes, RankOrder order, int gpus_per_node) {
+  return remembered({static_cast<int>(axis), sizes, order, gpus_per_node},
+                    [&] { return place_group_walked(axis, sizes, order, gpus_per_node); });
+}
+
+GroupPlacement place_data_group(AxisSizes sizes, RankOrder order, int gpus_per_node) {
+  return remembered({-1, sizes, order, gpus_per_node},
+                    [&] { return place_data_group_walked(sizes, order, gpus_per_node); });
 }
 
 }  // namespace dtrain::plan

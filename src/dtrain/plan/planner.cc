@@ -66,33 +66,40 @@ double stage_inflight_microbatches(const Layout& l, int64_t microbatches, int st
 
 // The model states of stage `stage` (params, grads, optimizer; its blocks and parameters),
 // nothing else filled in.
-MemoryBreakdown stage_state_memory(const PlanInput& in, const Layout& l, int stage) {
-  const ModelShape& m = in.model;
+MemoryBreakdown stage_state_memory(const PlanInput& in, const Layout& l, int stage,
+                                   PricingMemo* memo = nullptr) {
   MemoryBreakdown mem;
   mem.stage = stage;
-  mem.layers = stage_layer_count(m, l, stage);
-  mem.stage_params = stage_params_of(in, l, stage);
+  // The memo's key is the balanced split's (tp, pp, v, ep, stage); the engine's split and an
+  // explicit one are priced on their own.
+  const bool shared = memo != nullptr && l.stage_layers.empty() && !engine_split(in);
+  const StageBlocks own = shared ? StageBlocks{} : stage_blocks(in, l, stage);
+  const StageBlocks& blocks = shared ? memo->blocks(in, l, stage) : own;
+  mem.layers = blocks.layers;
+  mem.stage_params = blocks.params;
   // Parameters are replicated over CP: ZeRO shards over dp x cp; routed experts over their own
   // expert-data-parallel group, dp x cp / ep.
-  mem.moe_layers = stage_moe_layers(m, l, stage);
-  mem.expert_params = l.ep > 1 ? stage_expert_params(m, l, stage) : 0;
+  mem.moe_layers = blocks.routed;
+  mem.expert_params = l.ep > 1 ? blocks.expert_params : 0;
   const ModelStateBytes states =
       ep_model_state_bytes(mem.stage_params - mem.expert_params, mem.expert_params, l.dp * l.cp,
                            mem.expert_params > 0 ? l.ep : 1, l.zero_stage, in.training.state_bytes);
-  if (mem.expert_params == 0) mem.expert_params = stage_expert_params(m, l, stage);
+  if (mem.expert_params == 0) mem.expert_params = blocks.expert_params;
   mem.params = static_cast<double>(states.params);
   mem.grads = static_cast<double>(states.grads);
   mem.optimizer = static_cast<double>(states.optimizer);
   return mem;
 }
 
-MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t microbatches,
-                                int stage) {
+}  // namespace
+
+LayerActivations detail::layer_activations(const PlanInput& in, const Layout& l) {
   const ModelShape& m = in.model;
+  LayerActivations a;
   const ActivationShape shape = activation_shape(m, in.training, l);
   // With context parallelism every per-token tensor holds seq / cp tokens, and the attention's
   // scores are the CP algorithm's (context_parallel.h).
-  const double per_layer = cp_activation_bytes_per_layer(shape, l.cp, l.cp_algo);
+  a.per_layer = cp_activation_bytes_per_layer(shape, l.cp, l.cp_algo);
   ActivationShape local_shape = shape;  // the rank's seq / cp tokens
   local_shape.seq = m.seq / l.cp;
   // The engine's mixed precision keeps its scratch, stash and head tensors in fp32.
@@ -105,43 +112,28 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
   // backward re-creates one layer's dropped activations at a time
   ActivationShape scratch_all = scratch_shape;
   scratch_all.recompute = Recompute::none;
-  const double recompute_temp = cp_activation_bytes_per_layer(scratch_all, l.cp, l.cp_algo) -
-                                cp_activation_bytes_per_layer(scratch_shape, l.cp, l.cp_algo);
-  const StateBytes sb = in.training.state_bytes;
-  MemoryBreakdown mem = stage_state_memory(in, l, stage);
-  mem.activation_per_layer = per_layer;
+  a.recompute_temp = cp_activation_bytes_per_layer(scratch_all, l.cp, l.cp_algo) -
+                     cp_activation_bytes_per_layer(scratch_shape, l.cp, l.cp_algo);
   if (schedule_of(l) == ScheduleKind::zero_bubble_h1) {
     // A split backward holds each micro-batch from its F until its W (pipeline_model.h), with
     // each layer's linears' output gradients from B to W (activation_memory.h; dense layers).
     ActivationShape stash_shape = mixed ? fp32_shape : shape;
     stash_shape.seq = local_shape.seq;
-    mem.weight_grad_stash_per_layer = weight_grad_stash_bytes_per_layer(stash_shape);
+    a.weight_grad_stash_per_layer = weight_grad_stash_bytes_per_layer(stash_shape);
   }
-  mem.inflight_microbatches = stage_inflight_microbatches(l, microbatches, stage);
-  mem.activations = mem.inflight_microbatches * static_cast<double>(mem.layers) *
-                    (per_layer + mem.weight_grad_stash_per_layer);
   // A routed layer keeps its router, expert and shared-expert tensors in place of the dense
-  // MLP's (moe.h); full recompute keeps the layer input alone either way, and re-creates one
-  // routed layer's tensors at a time into the scratch.
-  double moe_scratch = 0;
-  if (mem.moe_layers > 0) {
+  // MLP's (moe.h).
+  if (m.moe.enabled()) {
     const double tokens = static_cast<double>(l.micro_batch * m.seq / l.cp);
     const double routed_part =
         moe_mlp_activation_bytes(m, tokens, shape.bytes_per_element, l.tp, moe_load_factor(in, l));
     const double dense_part = dense_mlp_activation_bytes(m, tokens, shape.bytes_per_element,
                                                          shape.bytes_per_element, l.tp);
-    const double delta = routed_part - dense_part;
-    if (l.recompute == Recompute::full) {
-      mem.moe_activation_per_layer = per_layer;
-      moe_scratch = std::max(0.0, delta);
-    } else {
-      mem.moe_activation_per_layer = per_layer + delta;
-      mem.activations += mem.inflight_microbatches * static_cast<double>(mem.moe_layers) * delta;
-    }
+    a.moe_delta = routed_part - dense_part;
   }
   // The head's activations (final norm, logits, losses: head_activation_memory.h) live on the
   // last stage, for each micro-batch in flight there; the vocabulary is split over TP ranks.
-  HeadActivationShape head;
+  HeadActivationShape& head = a.head;
   head.seq = m.seq / l.cp;
   head.micro_batch = l.micro_batch;
   head.hidden = m.hidden;
@@ -156,24 +148,61 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
     head.kv_heads = m.kv_heads_or_heads();
     head.gated_mlp = true;
   }
+  a.head_per_microbatch = head_activation_bytes(head);
+  // The backward pass's gradient workspace, shared by all layers (head_activation_memory.h).
+  a.workspace = workspace_activation_bytes(head);
+  // The ring holds one block pair's scores at a time; the backward two (P and dP).
+  if (l.cp > 1 && l.cp_algo == CpAlgorithm::ring) {
+    a.ring_blocks = 2 * cp_ring_block_bytes(mixed ? fp32_shape : shape, l.cp);
+  }
+  return a;
+}
+
+namespace {
+
+MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t microbatches,
+                                int stage, const LayerActivations& a, PricingMemo* memo = nullptr) {
+  const ModelShape& m = in.model;
+  const double per_layer = a.per_layer;
+  const StateBytes sb = in.training.state_bytes;
+  MemoryBreakdown mem = stage_state_memory(in, l, stage, memo);
+  mem.activation_per_layer = per_layer;
+  mem.weight_grad_stash_per_layer = a.weight_grad_stash_per_layer;
+  mem.inflight_microbatches = stage_inflight_microbatches(l, microbatches, stage);
+  mem.activations = mem.inflight_microbatches * static_cast<double>(mem.layers) *
+                    (per_layer + mem.weight_grad_stash_per_layer);
+  // Full recompute keeps the layer input alone either way, and re-creates one routed layer's
+  // tensors at a time into the scratch.
+  double moe_scratch = 0;
+  if (mem.moe_layers > 0) {
+    const double delta = a.moe_delta;
+    if (l.recompute == Recompute::full) {
+      mem.moe_activation_per_layer = per_layer;
+      moe_scratch = std::max(0.0, delta);
+    } else {
+      mem.moe_activation_per_layer = per_layer + delta;
+      mem.activations += mem.inflight_microbatches * static_cast<double>(mem.moe_layers) * delta;
+    }
+  }
+  const HeadActivationShape& head = a.head;
   if (stage == l.pp - 1) {
-    mem.head_activations = mem.inflight_microbatches * head_activation_bytes(head);
+    mem.head_activations = mem.inflight_microbatches * a.head_per_microbatch;
     mem.activations += mem.head_activations;
   }
   if (in.training.activation_count != ActivationCount::paper) {
     mem.activations +=
         mem.inflight_microbatches * stage_boundary_activation_bytes(head, l.pp, l.vp, stage);
   }
-  int64_t layer_params =
-      scaled_to_override(m, engine_split(in) ? engine_layer_param_count(m, l.tp)
-                                             : shard_count(layer_param_count(m), l.tp));
-  if (mem.moe_layers > 0) {  // ZeRO-3 gathers a routed layer's dense part and its E / ep experts
-    layer_params = std::max(layer_params,
-                            scaled_to_override(m, moe_layer_dense_params(m, l.tp) +
-                                                      rank_routed_expert_params(m, 1, l.ep, l.tp)));
-  }
   double buffers = 0;
   if (l.zero_stage == 3) {
+    int64_t layer_params =
+        scaled_to_override(m, engine_split(in) ? engine_layer_param_count(m, l.tp)
+                                               : shard_count(layer_param_count(m), l.tp));
+    if (mem.moe_layers > 0) {  // ZeRO-3 gathers a routed layer's dense part and its E / ep experts
+      layer_params = std::max(
+          layer_params, scaled_to_override(m, moe_layer_dense_params(m, l.tp) +
+                                                  rank_routed_expert_params(m, 1, l.ep, l.tp)));
+    }
     buffers = static_cast<double>(zero3_gathered_bytes(layer_params, sb));
     // The engine keeps the embeddings gathered from the embedding's forward through the tied
     // LM head's, and their gradient from the head's backward through the embedding's (the
@@ -186,14 +215,10 @@ MemoryBreakdown memory_of_stage(const PlanInput& in, const Layout& l, int64_t mi
     buffers = std::min(in.training.bucket_bytes,
                        static_cast<double>(mem.stage_params * sb.grad));  // one bucket in flight
   }
-  // The backward pass's gradient workspace, shared by all layers (head_activation_memory.h).
-  mem.workspace = workspace_activation_bytes(head);
-  mem.layer_scratch = recompute_temp + moe_scratch;
+  mem.workspace = a.workspace;
+  mem.layer_scratch = a.recompute_temp + moe_scratch;
   mem.temporary = buffers + mem.layer_scratch + mem.workspace;
-  // The ring holds one block pair's scores at a time; the backward two (P and dP).
-  if (l.cp > 1 && l.cp_algo == CpAlgorithm::ring) {
-    mem.temporary += 2 * cp_ring_block_bytes(mixed ? fp32_shape : shape, l.cp);
-  }
+  if (l.cp > 1 && l.cp_algo == CpAlgorithm::ring) mem.temporary += a.ring_blocks;
   mem.capacity = in.cluster.gpu.memory_bytes;
   if (const std::optional<EngineRank> engine = engine_rank_of(in, l, microbatches, stage)) {
     mem.engine_peak_bytes = predict_rank(*engine).peak_bytes;
@@ -461,9 +486,11 @@ enum class Memory { priced, skipped };
 // The plan's memory: the heaviest stage's (the first of equals). The first and the last stage
 // differ (embeddings, head, in-flight micro-batches), and with unequal stages every stage holds
 // its own layers. No link enters it.
-void price_memory(const PlanInput& given, const Layout& l, int64_t microbatches, Plan* plan_out) {
-  Plan& plan = *plan_out;
-  plan.memory = memory_of_stage(given, l, microbatches, 0);
+MemoryBreakdown heaviest_stage_memory(const PlanInput& given, const Layout& l, int64_t microbatches,
+                                      PricingMemo* memo) {
+  const LayerActivations own = memo != nullptr ? LayerActivations{} : layer_activations(given, l);
+  const LayerActivations& a = memo != nullptr ? memo->activations(given, l) : own;
+  MemoryBreakdown heaviest = memory_of_stage(given, l, microbatches, 0, a, memo);
   // An interior stage's memory depends on the stage only through its blocks, its routed blocks
   // and the micro-batches it holds: a stage alike in those to an earlier one needs the same
   // bytes, so it cannot be the first of the heaviest and is not priced again (a pipeline of 96
@@ -485,14 +512,15 @@ void price_memory(const PlanInput& given, const Layout& l, int64_t microbatches,
       if (std::find(priced.begin(), priced.end(), kind) != priced.end()) continue;
       priced.push_back(kind);
     }
-    MemoryBreakdown other = memory_of_stage(given, l, microbatches, stage);
-    if (other.total() > plan.memory.total()) plan.memory = other;
+    MemoryBreakdown other = memory_of_stage(given, l, microbatches, stage, a, memo);
+    if (other.total() > heaviest.total()) heaviest = other;
   }
+  return heaviest;
 }
 
 // evaluate on the per-rank shape `in.model`; `real_model` gives the model FLOPs.
 Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const Layout& l,
-                    PipelineTiming timing, Memory memory = Memory::priced) {
+                    PipelineTiming timing, Memory memory, PricingMemo* memo) {
   Plan plan;
   plan.layout = l;
   const int64_t microbatches =
@@ -500,8 +528,11 @@ Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const 
   plan.microbatches = microbatches;
   const double mb = static_cast<double>(microbatches);
 
-  plan.stage_layers = pipeline_stage_layers(given.model, l);
-  if (memory == Memory::priced) price_memory(given, l, microbatches, &plan);
+  // The stages' blocks are reported with a replayed plan only (search prices 1e5 layouts).
+  if (timing == PipelineTiming::simulated) {
+    plan.stage_layers = pipeline_stage_layers(given.model, l);
+  }
+  if (memory == Memory::priced) plan.memory = heaviest_stage_memory(given, l, microbatches, memo);
   if (timing == PipelineTiming::none) return plan;
 
   // Collectives are priced at the share of the links' bandwidth they reach (rates.h).
@@ -529,7 +560,8 @@ Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const 
   comm.ep_forward_s = ep_forward_s;
   comm.ep_backward_s = ep_backward_s;
   comm.routed = plan.moe.moe_layers;
-  const StageCompute sc = stage_compute(in, real_model, l, comm);
+  const StageCompute sc = stage_compute(
+      in, real_model, l, comm, memo != nullptr ? &memo->times(in, real_model, l) : nullptr);
 
   // The slowest stage's times, TP and CP collectives and sends included (reported), and the
   // schedule simulated on every virtual stage (pipeline_simulation.h): each stage's own blocks
@@ -629,12 +661,23 @@ namespace {
 
 // The layout with its CP algorithm chosen (choose_cp_algorithm's rule, the ring's overlap from
 // the clock) when it is automatic; `why` (unless null) says why.
-Layout resolve_cp(const PlanInput& in, const Layout& given, std::string* why) {
+Layout resolve_cp(const PlanInput& in, const Layout& given, std::string* why,
+                  PricingMemo* memo = nullptr) {
   Layout l = given;
   if (l.cp == 1) return l;
   if (l.cp_algo != CpAlgorithm::automatic) {
     if (why != nullptr) *why = str(name(l.cp_algo), ": given by --cp-algo");
     return l;
+  }
+  // The CP group's placement (with b, tp, cp, recompute and sp) decides the choice: search
+  // asks the memo by it.
+  const GroupPlacement cp_group =
+      place_group(Axis::cp, AxisSizes{l.dp, l.tp, l.pp, l.cp}, l.order, in.cluster.gpus_per_node);
+  if (memo != nullptr && why == nullptr) {
+    if (const std::optional<CpAlgorithm> known = memo->cp_algorithm(l, cp_group)) {
+      l.cp_algo = *known;
+      return l;
+    }
   }
   bool hidden = false;
   const CpShape shape = cp_shape(in, l);
@@ -647,6 +690,7 @@ Layout resolve_cp(const PlanInput& in, const Layout& given, std::string* why) {
         ring_timing(priced, l, place_group(Axis::cp, sizes, l.order, links.gpus_per_node)).hidden();
   }
   const CpChoice choice = choose_cp_algorithm(shape, l.recompute, hidden, why != nullptr);
+  if (memo != nullptr) memo->set_cp_algorithm(l, cp_group, choice.algorithm);
   l.cp_algo = choice.algorithm;
   if (why != nullptr) *why = choice.why;
   return l;
@@ -661,22 +705,26 @@ MemoryBreakdown stage_memory(const PlanInput& in, const Layout& given, int stage
   DTRAIN_CHECK(stage >= 0 && stage < l.pp, "stage ", stage, " outside 0..", l.pp - 1);
   const int64_t microbatches =
       in.training.global_batch / (static_cast<int64_t>(l.dp) * l.micro_batch);
-  if (in.model.kv_heads_or_heads() >= l.tp) return memory_of_stage(in, l, microbatches, stage);
-  return memory_of_stage(per_rank_input(in, l), l, microbatches, stage);
+  if (in.model.kv_heads_or_heads() >= l.tp) {
+    return memory_of_stage(in, l, microbatches, stage, layer_activations(in, l));
+  }
+  const PlanInput local = per_rank_input(in, l);
+  return memory_of_stage(local, l, microbatches, stage, layer_activations(local, l));
 }
 
 namespace {
 
 Plan evaluate_timed(const PlanInput& in, const Layout& given, PipelineTiming timing,
-                    Memory memory = Memory::priced) {
+                    Memory memory = Memory::priced, PricingMemo* memo = nullptr) {
   const std::string error = layout_error(in, given);
   if (!error.empty()) throw Error(error);
   // Only a replayed plan is reported, with its CP algorithm's reason.
   std::string why;
-  const Layout l = resolve_cp(in, given, timing == PipelineTiming::simulated ? &why : nullptr);
+  const Layout l =
+      resolve_cp(in, given, timing == PipelineTiming::simulated ? &why : nullptr, memo);
   Plan p = in.model.kv_heads_or_heads() >= l.tp
-               ? evaluate_local(in, in.model, l, timing, memory)
-               : evaluate_local(per_rank_input(in, l), in.model, l, timing, memory);
+               ? evaluate_local(in, in.model, l, timing, memory, memo)
+               : evaluate_local(per_rank_input(in, l), in.model, l, timing, memory, memo);
   p.cp.why = why;
   return p;
 }
@@ -685,6 +733,106 @@ Plan evaluate_timed(const PlanInput& in, const Layout& given, PipelineTiming tim
 
 Plan evaluate(const PlanInput& in, const Layout& given) {
   return evaluate_timed(in, given, PipelineTiming::simulated);
+}
+
+Plan detail::evaluate_memory(const PlanInput& in, const Layout& given, PricingMemo& memo) {
+  return evaluate_timed(in, given, PipelineTiming::none, Memory::priced, &memo);
+}
+
+MemoryBreakdown detail::layout_memory(const PlanInput& in, const Layout& given, PricingMemo& memo) {
+  const std::string error = layout_error(in, given);
+  if (!error.empty()) throw Error(error);
+  const Layout l = resolve_cp(in, given, nullptr, &memo);
+  const int64_t microbatches =
+      in.training.global_batch / (static_cast<int64_t>(l.dp) * l.micro_batch);
+  if (in.model.kv_heads_or_heads() >= l.tp) {
+    return heaviest_stage_memory(in, l, microbatches, &memo);
+  }
+  return heaviest_stage_memory(per_rank_input(in, l), l, microbatches, &memo);
+}
+
+double detail::step_lower_bound(const PlanInput& in, const Layout& given, PricingMemo& memo) {
+  return evaluate_timed(in, given, PipelineTiming::lower_bound, Memory::skipped, &memo).time.step_s;
+}
+
+size_t PricingMemo::KeyHash::operator()(const Key& k) const {
+  // Multiply and fold each field in, then mix the high bits down: linear probing reads the
+  // low bits.
+  // Each field by its own odd constant, summed (the products run side by side), then mixed.
+  constexpr std::array<uint64_t, 8> kOdd{
+      0x9E3779B97F4A7C15ull, 0xC2B2AE3D27D4EB4Full, 0x165667B19E3779F9ull, 0xD6E8FEB86659FD93ull,
+      0xFF51AFD7ED558CCDull, 0xC4CEB9FE1A85EC53ull, 0x94D049BB133111EBull, 0xBF58476D1CE4E5B9ull};
+  uint64_t h = 0;
+  for (size_t i = 0; i < k.size(); ++i) h += static_cast<uint64_t>(k[i]) * kOdd[i];
+  h ^= h >> 31;
+  h *= 0xBF58476D1CE4E5B9ull;
+  return static_cast<size_t>(h ^ (h >> 29));
+}
+
+namespace {
+
+// A layout's CP choice and TP seconds depend on it through these, and its group's placement.
+PricingMemo::Key group_key(const Layout& l, const GroupPlacement& group) {
+  return {l.tp,
+          l.cp,
+          l.micro_batch,
+          static_cast<int64_t>(l.recompute),
+          l.sequence_parallel,
+          group.stride,
+          group.nodes,
+          group.ranks_per_node};
+}
+
+}  // namespace
+
+std::optional<CpAlgorithm> PricingMemo::cp_algorithm(const Layout& l, const GroupPlacement& group) {
+  const CpAlgorithm* known = cp_algorithms_.find(group_key(l, group));
+  if (known == nullptr) return std::nullopt;
+  return *known;
+}
+
+void PricingMemo::set_cp_algorithm(const Layout& l, const GroupPlacement& group,
+                                   CpAlgorithm algorithm) {
+  const Key key = group_key(l, group);
+  if (cp_algorithms_.find(key) == nullptr) cp_algorithms_.insert(key, algorithm);
+}
+
+const StageBlocks& PricingMemo::blocks(const PlanInput& in, const Layout& l, int stage) {
+  const Key key{l.tp, l.pp, l.vp, l.ep, stage, 0, 0, 0};
+  const StageBlocks* known = blocks_.find(key);
+  return known != nullptr ? *known : blocks_.insert(key, stage_blocks(in, l, stage));
+}
+
+const LayerTimes& PricingMemo::times(const PlanInput& in, const ModelShape& real_model,
+                                     const Layout& l) {
+  const Key key{
+      l.tp, l.cp, l.micro_batch, static_cast<int64_t>(l.recompute), l.sequence_parallel, l.ep,
+      0,    0};
+  const LayerTimes* known = times_.find(key);
+  return known != nullptr ? *known : times_.insert(key, layer_times(in, real_model, l));
+}
+
+std::pair<double, double> PricingMemo::tp_layer(const PlanInput& in, const Layout& l) {
+  const GroupPlacement group =
+      place_group(Axis::tp, AxisSizes{l.dp, l.tp, l.pp, l.cp}, l.order, in.cluster.gpus_per_node);
+  const Key key = group_key(l, group);
+  if (const std::pair<double, double>* known = tp_layers_.find(key)) return *known;
+  PlanInput priced = in;
+  priced.cluster = effective_links(in.cluster);
+  return tp_layers_.insert(key, tp_layer_seconds(priced, l, group));
+}
+
+const LayerActivations& PricingMemo::activations(const PlanInput& in, const Layout& l) {
+  const Key key{l.tp,
+                l.cp,
+                static_cast<int64_t>(l.cp_algo),
+                l.micro_batch,
+                static_cast<int64_t>(l.recompute),
+                l.sequence_parallel,
+                l.ep,
+                static_cast<int64_t>(schedule_of(l))};
+  const LayerActivations* known = activations_.find(key);
+  return known != nullptr ? *known : activations_.insert(key, layer_activations(in, l));
 }
 
 Plan evaluate_lower_bound(const PlanInput& in, const Layout& given) {
@@ -699,14 +847,108 @@ double step_lower_bound(const PlanInput& in, const Layout& given) {
   return evaluate_timed(in, given, PipelineTiming::lower_bound, Memory::skipped).time.step_s;
 }
 
-double memory_lower_bound(const PlanInput& in, const Layout& l) {
+namespace {
+
+double first_stage_state_bytes(const PlanInput& in, const Layout& l, PricingMemo* memo) {
   // The first stage's states, summed as MemoryBreakdown::total() begins its sum: the rest of
   // that sum and the other stages only add bytes (and rounding a sum of non-negative terms
   // never goes below a partial sum), so evaluate's total is never below this.
+  if (memo != nullptr && l.stage_layers.empty() && !engine_split(in)) {
+    // stage_state_memory's figures from the memo's blocks, with no breakdown filled in.
+    const StageBlocks& blocks = in.model.kv_heads_or_heads() >= l.tp
+                                    ? memo->blocks(in, l, 0)
+                                    : memo->blocks(per_rank_input(in, l), l, 0);
+    const int64_t experts = l.ep > 1 ? blocks.expert_params : 0;
+    const ModelStateBytes states =
+        ep_model_state_bytes(blocks.params - experts, experts, l.dp * l.cp, experts > 0 ? l.ep : 1,
+                             l.zero_stage, in.training.state_bytes);
+    return static_cast<double>(states.params) + static_cast<double>(states.grads) +
+           static_cast<double>(states.optimizer);
+  }
   const MemoryBreakdown first = in.model.kv_heads_or_heads() >= l.tp
-                                    ? stage_state_memory(in, l, 0)
-                                    : stage_state_memory(per_rank_input(in, l), l, 0);
+                                    ? stage_state_memory(in, l, 0, memo)
+                                    : stage_state_memory(per_rank_input(in, l), l, 0, memo);
   return first.params + first.grads + first.optimizer;
+}
+
+}  // namespace
+
+double memory_lower_bound(const PlanInput& in, const Layout& l) {
+  return first_stage_state_bytes(in, l, nullptr);
+}
+
+double detail::step_compute_bound(const PlanInput& in, const Layout& l, PricingMemo& memo) {
+  // The step is the makespan plus terms that are not negative, except where the engine clock
+  // or a measured step sets it (then nothing is bounded here).
+  if (has_measured_rates(in.cluster) || in.training.step_time_s > 0 ||
+      in.training.achieved_flops_per_gpu > 0 || !l.stage_layers.empty()) {
+    return 0;
+  }
+  auto bound = [&](const PlanInput& local) {
+    const LayerTimes& lt = memo.times(local, in.model, l);
+    // One block's forward, backward (B + W) and all three, rescaled as stage_compute rescales
+    // them (the FLOPs convention); with routed layers the lighter of a dense and a routed one.
+    auto forward = [&](const PassTimes& p) { return p.forward_s * lt.model_scale; };
+    auto backward = [&](const PassTimes& p) {
+      return ((p.backward_input_s - p.recompute_s) * lt.model_scale +
+              p.recompute_s * lt.recompute_scale) +
+             p.backward_weight_s * lt.model_scale;
+    };
+    double f = forward(lt.dense_layer), b = backward(lt.dense_layer);
+    double c = f + b;
+    if (in.model.moe.enabled()) {
+      f = std::min(f, forward(lt.moe_layer));
+      b = std::min(b, backward(lt.moe_layer));
+      c = std::min(c, forward(lt.moe_layer) + backward(lt.moe_layer));
+    }
+    // And each block's TP collectives (tp_times charges every block of a stage its calls).
+    const auto [tp_forward_s, tp_backward_s] = memo.tp_layer(local, l);
+    f += tp_forward_s;
+    b += tp_backward_s;
+    c += tp_forward_s + tp_backward_s;
+    // Every virtual stage holds at least floor(L / (P v)) blocks (pipeline_stages.h), and every
+    // chunk of the interleaved schedule 1/v of a stage's. The last rank's bound in
+    // pipeline_makespan_lower_bound: the forwards of the P - 1 virtual stages before it, its own
+    // M v chunks, and with a fused backward the backwards of those P - 1 on the way back.
+    const int vstages = l.pp * l.vp;
+    const double blocks = static_cast<double>(in.model.layers / vstages);
+    const double microbatches = static_cast<double>(in.training.global_batch /
+                                                    (static_cast<int64_t>(l.dp) * l.micro_batch));
+    const bool fused = schedule_of(l) != ScheduleKind::zero_bubble_h1;
+    const double before = static_cast<double>(l.pp - 1);
+    const double work = blocks * (before * f + microbatches * static_cast<double>(l.vp) * c +
+                                  (fused ? before * b : 0));
+    // That bound sums the same products in another order, with collectives and sends besides:
+    // lowered by far more than the rounding of either sum.
+    constexpr double kOrderSlack = 1e-4;
+    return work * (1 - kOrderSlack);
+  };
+  if (in.model.kv_heads_or_heads() < l.tp) return bound(per_rank_input(in, l));
+  return bound(in);
+}
+
+double detail::first_stage_states(const PlanInput& in, const Layout& l, PricingMemo& memo) {
+  return first_stage_state_bytes(in, l, &memo);
+}
+
+double detail::memory_lower_bound(const PlanInput& in, const Layout& given, PricingMemo& memo,
+                                  double states) {
+  // And the first stage's blocks' activations, the first term of its activations as
+  // memory_of_stage sums them (the terms it adds are bytes, none negative, except a routed
+  // layer's difference from the dense MLP, which can be): with the memo's pieces this costs a
+  // few products, and sets aside most layouts that cannot fit.
+  const Layout l = resolve_cp(in, given, nullptr, &memo);
+  const bool copies = in.model.kv_heads_or_heads() < l.tp;
+  const LayerActivations& a =
+      copies ? memo.activations(per_rank_input(in, l), l) : memo.activations(in, l);
+  if (in.model.moe.enabled() && l.recompute != Recompute::full && a.moe_delta < 0) return states;
+  const int64_t microbatches =
+      in.training.global_batch / (static_cast<int64_t>(l.dp) * l.micro_batch);
+  const int64_t layers = l.stage_layers.empty() && !engine_split(in)
+                             ? memo.blocks(copies ? per_rank_input(in, l) : in, l, 0).layers
+                             : stage_layer_count(in.model, l, 0);
+  return states + stage_inflight_microbatches(l, microbatches, 0) * static_cast<double>(layers) *
+                      (a.per_layer + a.weight_grad_stash_per_layer);
 }
 
 }  // namespace dtrain::plan

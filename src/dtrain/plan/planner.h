@@ -382,8 +382,12 @@ struct SearchResult {
   int64_t evaluated = 0;                  // layouts evaluated (memory, a bound on the step)
   int64_t fitting = 0;                    // of which fit in memory
   // Of the evaluated, how many had their memory priced (evaluate_memory); the rest were set
-  // aside by memory_lower_bound: over the GPU's memory and no closer than the closest misses.
+  // aside by a lower bound on it (the first stage's model states and its blocks'
+  // activations): over the GPU's memory and no closer than the closest misses.
   int64_t priced = 0;
+  // Of the fitting, how many had their step bounded in full (step_lower_bound: every collective,
+  // the pipeline's bound); the rest were ruled out by their first stage's compute alone.
+  int64_t bounded = 0;
   // Of those, how many had their schedule replayed (evaluate); the rest were ruled out by
   // step_lower_bound, their step's lower bound being slower than every ranked plan.
   int64_t simulated = 0;

@@ -4,11 +4,15 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <deque>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "dtrain/clock/time_model.h"
+#include "dtrain/cost/head_activation_memory.h"
 #include "dtrain/plan/planner.h"
 
 namespace dtrain::plan::detail {
@@ -28,6 +32,32 @@ int64_t engine_dp_pieces(const PlanInput& in, const Layout& l, int stage);
 bool engine_split(const PlanInput& in);
 int64_t stage_params_of(const PlanInput& in, const Layout& l, int stage);
 int largest_stage(const PlanInput& in, const Layout& l);
+
+// The blocks and parameters of pipeline stage `stage` on one rank: what its model states are
+// priced from. Depends on tp, pp, v, ep and the stage (and --stage-layers, which search never
+// sets).
+struct StageBlocks {
+  int64_t layers = 0;         // stage_layer_count
+  int64_t routed = 0;         // stage_moe_layers
+  int64_t params = 0;         // stage_params_of
+  int64_t expert_params = 0;  // stage_expert_params
+};
+StageBlocks stage_blocks(const PlanInput& in, const Layout& l, int stage);
+
+// planner.cc: one layer's activation figures of a layout, the same on every pipeline stage (so
+// computed once per layout, and by search once per set of layouts alike in the axes they depend
+// on: tp, cp and its algorithm, b, recompute, sp, ep and the schedule).
+struct LayerActivations {
+  double per_layer = 0;                    // one micro-batch's tensors kept for the backward
+  double recompute_temp = 0;               // one layer's dropped tensors, re-created
+  double weight_grad_stash_per_layer = 0;  // split backward (ZB-H1) only
+  double moe_delta = 0;                    // a routed layer's tensors over the dense MLP's
+  HeadActivationShape head;                // the rank's head and boundary tensors' shape
+  double head_per_microbatch = 0;          // the last stage's head, one micro-batch
+  double workspace = 0;                    // the backward's gradient workspace
+  double ring_blocks = 0;                  // the ring's block pair scores (ring CP only)
+};
+LayerActivations layer_activations(const PlanInput& in, const Layout& l);
 
 // step_time.cc: the step's compute and collectives.
 CpShape cp_shape(const PlanInput& in, const Layout& l);
@@ -88,10 +118,24 @@ struct RingTiming {
   }
 };
 
+// One layer's, the embedding's and the head's times per micro-batch (time_model.h, operation by
+// operation), the step's FLOPs and the convention's rescaling: what stage_compute builds the
+// stages from. Depends on tp, cp, b, recompute, sp and ep (search shares it: PricingMemo).
+struct LayerTimes {
+  TrainingFlops total;  // whole step, whole cluster, the real model
+  double model_scale = 1, recompute_scale = 1;
+  PassTimes dense_layer, moe_layer, embedding, head;
+};
+LayerTimes layer_times(const PlanInput& in, const ModelShape& real_model, const Layout& l);
+// `layer_times`, when given, is layer_times(in, real_model, l).
 StageCompute stage_compute(const PlanInput& in, const ModelShape& real_model, const Layout& l,
-                           const StageComm& comm);
+                           const StageComm& comm, const LayerTimes* layer_times = nullptr);
 std::pair<double, double> tp_times(const PlanInput& in, const Layout& l, int64_t microbatches,
                                    const GroupPlacement& group, std::vector<GroupTraffic>* rows);
+// tp_times' calls of one layer and one micro-batch (forward, backward seconds), no rows: what
+// search's step bound adds to each block.
+std::pair<double, double> tp_layer_seconds(const PlanInput& in, const Layout& l,
+                                           const GroupPlacement& group);
 double pp_send_time(const PlanInput& in, const Layout& l, int64_t microbatches,
                     const GroupPlacement& group, std::vector<GroupTraffic>* rows,
                     std::vector<double>* stage_bytes);
@@ -104,5 +148,107 @@ void dp_times(const PlanInput& in, const Layout& l, int64_t microbatches, const 
               const GroupPlacement& group, std::vector<GroupTraffic>* rows, TimeBreakdown* t);
 void engine_clock_times(const PlanInput& in, const Layout& l, int64_t microbatches,
                         TimeBreakdown* t);
+
+// What search keeps between the layouts of one input: the pieces of a price that depend on
+// fewer axes than a layout, each computed by the same functions once for all the layouts alike
+// in those axes (so the same bits as without it). Valid for one PlanInput only.
+class PricingMemo {
+ public:
+  // The CP algorithm resolve_cp chooses for an automatic layout (tp, cp, b, recompute, sp and
+  // the CP group's placement decide it).
+  std::optional<CpAlgorithm> cp_algorithm(const Layout& l, const GroupPlacement& cp_group);
+  void set_cp_algorithm(const Layout& l, const GroupPlacement& cp_group, CpAlgorithm algorithm);
+  // layer_activations of the layout, computed on first use.
+  const LayerActivations& activations(const PlanInput& in, const Layout& l);
+  // layer_times of the layout, computed on first use.
+  const LayerTimes& times(const PlanInput& in, const ModelShape& real_model, const Layout& l);
+  // tp_layer_seconds of the layout on its TP group, the links at their share (effective_links).
+  std::pair<double, double> tp_layer(const PlanInput& in, const Layout& l);
+  // stage_blocks of a layout of the balanced split priced on the per-rank model shape.
+  const StageBlocks& blocks(const PlanInput& in, const Layout& l, int stage);
+
+  using Key = std::array<int64_t, 8>;
+
+ private:
+  struct KeyHash {
+    size_t operator()(const Key& k) const;
+  };
+  struct KeyEqual {  // field by field: a key is built in place, and read back the same way
+    bool operator()(const Key& a, const Key& b) const {
+      for (size_t i = 0; i < a.size(); ++i) {
+        if (a[i] != b[i]) return false;
+      }
+      return true;
+    }
+  };
+  // An open-addressing hash table (linear probing, a power-of-two slot count) with the last
+  // entry found kept aside: one layout asks for the same piece several times (its bound, its
+  // memory, its step), and the next layout often for it again. Values live in a deque, so a
+  // reference to one stays valid while others are added.
+  template <class Value>
+  class Table {
+   public:
+    const Value* find(const Key& key) {
+      if (last_ != nullptr && KeyEqual{}(last_key_, key)) return last_;
+      if (slots_.empty()) return nullptr;
+      for (size_t i = KeyHash{}(key) & (slots_.size() - 1);; i = (i + 1) & (slots_.size() - 1)) {
+        const uint32_t slot = slots_[i];
+        if (slot == 0) return nullptr;
+        if (KeyEqual{}(keys_[slot - 1], key)) {
+          last_key_ = key;
+          last_ = &values_[slot - 1];
+          return last_;
+        }
+      }
+    }
+    // `key` must not be in the table yet.
+    const Value& insert(const Key& key, Value value) {
+      if (2 * (keys_.size() + 1) > slots_.size()) grow();
+      keys_.push_back(key);
+      values_.push_back(std::move(value));
+      place(keys_.size() - 1);
+      last_key_ = key;
+      last_ = &values_.back();
+      return *last_;
+    }
+
+   private:
+    void place(size_t index) {
+      size_t i = KeyHash{}(keys_[index]) & (slots_.size() - 1);
+      while (slots_[i] != 0) i = (i + 1) & (slots_.size() - 1);
+      slots_[i] = static_cast<uint32_t>(index + 1);
+    }
+    void grow() {
+      slots_.assign(std::max<size_t>(64, 2 * slots_.size()), 0);
+      for (size_t k = 0; k < keys_.size(); ++k) place(k);
+    }
+    std::vector<Key> keys_;
+    std::deque<Value> values_;
+    std::vector<uint32_t> slots_;  // 1 + the entry's index; 0: empty
+    Key last_key_{};
+    const Value* last_ = nullptr;
+  };
+  Table<CpAlgorithm> cp_algorithms_;
+  Table<LayerActivations> activations_;
+  Table<StageBlocks> blocks_;
+  Table<LayerTimes> times_;
+  Table<std::pair<double, double>> tp_layers_;
+};
+
+// evaluate_memory and step_lower_bound (planner.h) with the memo's pieces: the same figures.
+Plan evaluate_memory(const PlanInput& in, const Layout& l, PricingMemo& memo);
+// Its memory alone, no plan built around it (what search asks of 1e5 layouts).
+MemoryBreakdown layout_memory(const PlanInput& in, const Layout& l, PricingMemo& memo);
+double step_lower_bound(const PlanInput& in, const Layout& l, PricingMemo& memo);
+// A bound on step_lower_bound from the blocks' compute and TP collectives alone, through the
+// pipeline's last rank (no other collective, send or schedule priced): a few products with the
+// memo's pieces, what search orders the fitting layouts by before it asks for the step's bound.
+// 0 where it bounds nothing.
+double step_compute_bound(const PlanInput& in, const Layout& l, PricingMemo& memo);
+// memory_lower_bound (planner.h), the first stage's model states; and with the first stage's
+// blocks' activations added to those `states`: still never above evaluate's total, and far
+// closer.
+double first_stage_states(const PlanInput& in, const Layout& l, PricingMemo& memo);
+double memory_lower_bound(const PlanInput& in, const Layout& l, PricingMemo& memo, double states);
 
 }  // namespace dtrain::plan::detail

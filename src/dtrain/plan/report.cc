@@ -559,6 +559,7 @@ json search_json(const PlanInput& in, const SearchResult& r) {
           {"evaluated", r.evaluated},
           {"fitting", r.fitting},
           {"memory_priced", r.priced},
+          {"step_bounded", r.bounded},
           {"replayed", r.simulated},
           {"top", top},
           {"explanations", r.explanations},

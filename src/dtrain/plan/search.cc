@@ -7,7 +7,9 @@
 // the bound cannot rule out are replayed, in ascending order of the bound, so the result is the
 // exhaustive search's.
 #include <algorithm>
+#include <bit>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 
@@ -15,6 +17,7 @@
 #include "dtrain/core/check.h"
 #include "dtrain/machine/format.h"
 #include "dtrain/plan/planner.h"
+#include "dtrain/plan/planner_internal.h"
 
 namespace dtrain::plan {
 namespace {
@@ -52,22 +55,29 @@ bool settled(const std::optional<Ranked>& best, double bound) {
   return best && best->plan.time.step_s < bound;
 }
 
+// A plan with its memory alone (what a closest miss is until it is reported).
+Plan memory_plan(const Layout& l, const MemoryBreakdown& memory) {
+  Plan p;
+  p.layout = l;
+  p.memory = memory;
+  return p;
+}
+
 // A family of alternatives, with its best fitting member and its least-overfull one.
 struct Family {
   std::function<std::string(const Layout&)> label;  // given the member it is illustrated by
-  std::function<bool(const Layout&)> member;
   int64_t count = 0;
   int64_t fitting = 0;
   std::optional<Ranked> best;   // replayed
   std::optional<Plan> closest;  // memory only (evaluate_memory) until it is reported
 
   // Memory decisions need no step time: every member is offered here, bound or replayed.
-  void count_member(const Plan& p) {
+  void count_member(const Layout& l, const MemoryBreakdown& memory) {
     ++count;
-    if (p.memory.fits()) {
+    if (memory.fits()) {
       ++fitting;
-    } else if (!closest || p.memory.headroom() > closest->memory.headroom()) {
-      closest = p;
+    } else if (!closest || memory.headroom() > closest->memory.headroom()) {
+      closest = memory_plan(l, memory);
     }
   }
   void offer_replayed(const Ranked& r) {
@@ -75,39 +85,66 @@ struct Family {
   }
 };
 
+// The families, in make_families' order: family_members sets bit f for families[f].
+enum FamilyIndex : uint32_t {
+  kTpAcrossNodes,
+  kNoPipeline,
+  kPipeline,
+  kInterleaved,
+  kNoZero,
+  kZero12,
+  kZero3,
+  kNoRecompute,
+  kSelective,
+  kFullRecompute,
+  kTpWithoutSp,
+  kSp,
+  kNoCp,
+  kCp,
+  kNoEp,
+  kEp,
+  kFamilyCount
+};
+
+// Which families a layout belongs to: asked of every layout of a search (1e5 of them), so one
+// function of plain comparisons.
+uint32_t family_members(const Layout& l, int gpus_per_node) {
+  auto bit = [](FamilyIndex f, bool member) { return member ? uint32_t{1} << f : 0u; };
+  return bit(kTpAcrossNodes, l.tp > gpus_per_node) | bit(kNoPipeline, l.pp == 1) |
+         bit(kPipeline, l.pp > 1) | bit(kInterleaved, l.vp > 1) | bit(kNoZero, l.zero_stage == 0) |
+         bit(kZero12, l.zero_stage == 1 || l.zero_stage == 2) | bit(kZero3, l.zero_stage == 3) |
+         bit(kNoRecompute, l.recompute == Recompute::none) |
+         bit(kSelective, l.recompute == Recompute::selective) |
+         bit(kFullRecompute, l.recompute == Recompute::full) |
+         bit(kTpWithoutSp, l.tp > 1 && !l.sequence_parallel) | bit(kSp, l.sequence_parallel) |
+         bit(kNoCp, l.cp == 1) | bit(kCp, l.cp > 1) | bit(kNoEp, l.ep == 1) | bit(kEp, l.ep > 1);
+}
+
 std::vector<Family> make_families(const Cluster& c) {
   const int g = c.gpus_per_node;
   auto fixed = [](std::string text) {
     return [text = std::move(text)](const Layout&) { return text; };
   };
-  std::vector<Family> f;
-  f.push_back({[g, inter = c.inter_node.name](const Layout& l) {
-                 return str("tp=", l.tp, " crosses the node boundary (", g,
-                            " GPUs per node): its all-reduces would run over ", inter);
-               },
-               [g](const Layout& l) { return l.tp > g; }});
-  f.push_back({fixed("no pipeline (pp=1)"), [](const Layout& l) { return l.pp == 1; }});
-  f.push_back({fixed("pipeline parallelism (pp>1)"), [](const Layout& l) { return l.pp > 1; }});
-  f.push_back({fixed("interleaved pipeline (v>1)"), [](const Layout& l) { return l.vp > 1; }});
-  f.push_back({fixed("no ZeRO (optimizer state replicated)"),
-               [](const Layout& l) { return l.zero_stage == 0; }});
-  f.push_back({fixed("ZeRO-1/2 (optimizer state, gradients sharded)"),
-               [](const Layout& l) { return l.zero_stage == 1 || l.zero_stage == 2; }});
-  f.push_back({fixed("ZeRO-3 / FSDP (weights sharded too)"),
-               [](const Layout& l) { return l.zero_stage == 3; }});
-  f.push_back({fixed("no activation recompute"),
-               [](const Layout& l) { return l.recompute == Recompute::none; }});
-  f.push_back({fixed("selective recompute"),
-               [](const Layout& l) { return l.recompute == Recompute::selective; }});
-  f.push_back(
-      {fixed("full recompute"), [](const Layout& l) { return l.recompute == Recompute::full; }});
-  f.push_back({fixed("TP without sequence parallelism"),
-               [](const Layout& l) { return l.tp > 1 && !l.sequence_parallel; }});
-  f.push_back({fixed("sequence parallelism"), [](const Layout& l) { return l.sequence_parallel; }});
-  f.push_back({fixed("no context parallelism (cp=1)"), [](const Layout& l) { return l.cp == 1; }});
-  f.push_back({fixed("context parallelism (cp>1)"), [](const Layout& l) { return l.cp > 1; }});
-  f.push_back({fixed("experts replicated (ep=1)"), [](const Layout& l) { return l.ep == 1; }});
-  f.push_back({fixed("expert parallelism (ep>1)"), [](const Layout& l) { return l.ep > 1; }});
+  std::vector<Family> f(kFamilyCount);
+  f[kTpAcrossNodes].label = [g, inter = c.inter_node.name](const Layout& l) {
+    return str("tp=", l.tp, " crosses the node boundary (", g,
+               " GPUs per node): its all-reduces would run over ", inter);
+  };
+  f[kNoPipeline].label = fixed("no pipeline (pp=1)");
+  f[kPipeline].label = fixed("pipeline parallelism (pp>1)");
+  f[kInterleaved].label = fixed("interleaved pipeline (v>1)");
+  f[kNoZero].label = fixed("no ZeRO (optimizer state replicated)");
+  f[kZero12].label = fixed("ZeRO-1/2 (optimizer state, gradients sharded)");
+  f[kZero3].label = fixed("ZeRO-3 / FSDP (weights sharded too)");
+  f[kNoRecompute].label = fixed("no activation recompute");
+  f[kSelective].label = fixed("selective recompute");
+  f[kFullRecompute].label = fixed("full recompute");
+  f[kTpWithoutSp].label = fixed("TP without sequence parallelism");
+  f[kSp].label = fixed("sequence parallelism");
+  f[kNoCp].label = fixed("no context parallelism (cp=1)");
+  f[kCp].label = fixed("context parallelism (cp>1)");
+  f[kNoEp].label = fixed("experts replicated (ep=1)");
+  f[kEp].label = fixed("expert parallelism (ep>1)");
   return f;
 }
 
@@ -180,6 +217,7 @@ void for_each_layout(const PlanInput& in, const SearchConstraints& fixed,
   // The engine clock (measured rates) prices dtrain's MoE layer without TP, and EP at ZeRO 0,
   // fp32, without full recompute (planner.cc's layout_error says so for a given layout).
   const bool engine_moe = has_measured_rates(in.cluster) && m.moe.enabled();
+  const bool constrained = fixed.any();  // else every layout below is admitted
   for (int64_t tp : divisors(gpus)) {
     if (fixed.tp && *fixed.tp != tp) continue;
     for (int64_t pp : divisors(gpus / tp)) {
@@ -294,7 +332,7 @@ void for_each_layout(const PlanInput& in, const SearchConstraints& fixed,
                         (zero > 0 || rc == Recompute::full || in.training.activation_bytes < 4)) {
                       continue;
                     }
-                    if (fixed.admits(l, batch)) visit(l);
+                    if (!constrained || fixed.admits(l, batch)) visit(l);
                   }
               }
             }
@@ -392,34 +430,46 @@ SearchResult search(const PlanInput& in, const SearchOptions& options) {
   // fitting layout's step, the lower bound on its pipeline (no replay).
   struct Candidate {
     Layout layout;
-    int64_t index = 0;      // enumeration order
-    double step_s = 0;      // step_lower_bound's: never above evaluate's
-    uint32_t families = 0;  // bit f: a member of families[f]
+    int64_t index = 0;  // enumeration order
+    double step_s = 0;  // step_compute_bound's, then step_lower_bound's: never above evaluate's
+    bool exact_bound = false;  // step_s is step_lower_bound's
+    uint32_t families = 0;     // bit f: a member of families[f]
   };
-  DTRAIN_CHECK(families.size() <= 32, "search: ", families.size(), " families, at most 32");
+  static_assert(kFamilyCount <= 32, "family_members keeps one bit per family");
   std::vector<Candidate> fitting;
+  // The pieces shared by layouts alike in some axes (the exhaustive search prices each layout
+  // on its own: the pruned one is compared with it).
+  detail::PricingMemo memo;
+  // The closest misses' totals, of the search and of each family (infinite while none): what a
+  // layout's memory bound is held to.
+  double closest_total = std::numeric_limits<double>::infinity();
+  std::vector<double> family_closest_total(families.size(),
+                                           std::numeric_limits<double>::infinity());
   result.fixed = options.fixed;
   for_each_layout(
       in, options.fixed,
       [&](const Layout& l) {
         const int64_t index = result.evaluated++;
-        uint32_t member_of = 0;
-        for (size_t f = 0; f < families.size(); ++f) {
-          if (families[f].member(l)) member_of |= uint32_t{1} << f;
-        }
+        const uint32_t member_of = family_members(l, c.gpus_per_node);
         // A layout whose model states alone are over the GPU's memory, and at least the closest
         // miss's total of the search and of each of its families, can neither fit nor become a
         // closest miss (a later one replaces it only when strictly closer): it is counted, not
         // priced. The exhaustive search prices every layout.
         if (!options.exhaustive) {
-          const double bound = memory_lower_bound(in, l);
-          bool set_aside =
-              bound > c.gpu.memory_bytes && closest && bound >= closest->memory.total();
-          for (size_t f = 0; set_aside && f < families.size(); ++f) {
-            set_aside = (member_of >> f & 1) == 0 ||
-                        (families[f].closest && bound >= families[f].closest->memory.total());
-          }
-          if (set_aside) {
+          auto sets_aside = [&](double bound) {
+            if (!(bound > c.gpu.memory_bytes && bound >= closest_total)) return false;
+            for (uint32_t rest = member_of; rest != 0; rest &= rest - 1) {
+              if (!(bound >= family_closest_total[static_cast<size_t>(std::countr_zero(rest))])) {
+                return false;
+              }
+            }
+            return true;
+          };
+          // The model states first (a lookup and a sum), then with the blocks' activations.
+          const double states = detail::first_stage_states(in, l, memo);
+          const bool aside =
+              sets_aside(states) || sets_aside(detail::memory_lower_bound(in, l, memo, states));
+          if (aside) {
             for (size_t f = 0; f < families.size(); ++f) {
               if ((member_of >> f & 1) != 0) ++families[f].count;
             }
@@ -427,36 +477,69 @@ SearchResult search(const PlanInput& in, const SearchOptions& options) {
           }
         }
         // The memory first: a layout that does not fit is never timed.
-        const Plan p = evaluate_memory(in, l);
+        const MemoryBreakdown memory =
+            options.exhaustive ? evaluate_memory(in, l).memory : detail::layout_memory(in, l, memo);
         ++result.priced;
         for (size_t f = 0; f < families.size(); ++f) {
-          if ((member_of >> f & 1) != 0) families[f].count_member(p);
+          if ((member_of >> f & 1) == 0) continue;
+          families[f].count_member(l, memory);
+          if (families[f].closest) family_closest_total[f] = families[f].closest->memory.total();
         }
-        if (!p.memory.fits()) {
-          if (!closest || p.memory.headroom() > closest->memory.headroom()) closest = p;
+        if (!memory.fits()) {
+          if (!closest || memory.headroom() > closest->memory.headroom()) {
+            closest = memory_plan(l, memory);
+            closest_total = closest->memory.total();
+          }
           return;
         }
         ++result.fitting;
-        fitting.push_back({l, index, step_lower_bound(in, l), member_of});
+        // The exhaustive search bounds each step in full; the pruned one first by the first
+        // stage's compute (a few products), and in full only when that cannot rule it out.
+        if (options.exhaustive) {
+          ++result.bounded;
+          fitting.push_back({l, index, step_lower_bound(in, l), true, member_of});
+        } else {
+          fitting.push_back({l, index, detail::step_compute_bound(in, l, memo), false, member_of});
+        }
       },
       reject, &result.splits);
 
   // Then the fitting layouts in ascending order of their bound, each replayed only while it
   // could still enter the top list or be its family's best: once the slowest kept plan (or a
   // family's best) is faster than a layout's bound, it is faster than that layout's step and
-  // than every later one's, whose bounds are no lower.
-  std::sort(fitting.begin(), fitting.end(), [](const Candidate& a, const Candidate& b) {
-    return a.step_s != b.step_s ? a.step_s < b.step_s : a.index < b.index;
-  });
+  // than every later one's, whose bounds are no lower. A layout bounded by its compute alone
+  // goes back in line with its full bound when it is still needed at its turn (a bound only
+  // grows, so the line stays in ascending order of what each layout can still be).
+  auto later = [&](size_t a, size_t b) {  // a min-heap on (bound, enumeration order)
+    const Candidate& x = fitting[a];
+    const Candidate& y = fitting[b];
+    return x.step_s != y.step_s ? x.step_s > y.step_s : x.index > y.index;
+  };
+  std::vector<size_t> line(fitting.size());
+  for (size_t i = 0; i < line.size(); ++i) line[i] = i;
+  std::make_heap(line.begin(), line.end(), later);
   std::vector<Ranked> top;
   const auto top_count = static_cast<size_t>(options.top);
-  for (const Candidate& candidate : fitting) {
+  while (!line.empty()) {
+    std::pop_heap(line.begin(), line.end(), later);
+    Candidate& candidate = fitting[line.back()];
     bool needed = options.exhaustive || top.size() < top_count ||
                   !(top.back().plan.time.step_s < candidate.step_s);
     for (size_t f = 0; !needed && f < families.size(); ++f) {
       needed = (candidate.families >> f & 1) != 0 && !settled(families[f].best, candidate.step_s);
     }
-    if (!needed) continue;
+    if (!needed) {
+      line.pop_back();
+      continue;
+    }
+    if (!candidate.exact_bound) {
+      candidate.step_s = detail::step_lower_bound(in, candidate.layout, memo);
+      candidate.exact_bound = true;
+      ++result.bounded;
+      std::push_heap(line.begin(), line.end(), later);
+      continue;
+    }
+    line.pop_back();
     Ranked r{evaluate(in, candidate.layout), candidate.index};
     ++result.simulated;
     DTRAIN_CHECK(r.plan.memory.fits(), "search: ", describe(candidate.layout),
@@ -501,8 +584,10 @@ SearchResult search(const PlanInput& in, const SearchOptions& options) {
                                       " layouts do not fit in ", format_gb(c.gpu.memory_bytes),
                                       " per GPU"));
   }
-  for (Family& f : families) {
-    if (f.count == 0 || f.member(winner.layout)) continue;
+  const uint32_t winner_families = family_members(winner.layout, c.gpus_per_node);
+  for (size_t index = 0; index < families.size(); ++index) {
+    Family& f = families[index];
+    if (f.count == 0 || (winner_families >> index & 1) != 0) continue;
     if (f.best) {
       const Plan& best = f.best->plan;
       result.explanations.push_back(str(f.label(best.layout), ": best is ", describe(best.layout),

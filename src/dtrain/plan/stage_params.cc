@@ -40,6 +40,7 @@ int64_t chunk_first_layer(const ModelShape& m, const Layout& l, int stage, int c
 
 // Blocks on pipeline stage `stage`, all its chunks.
 int64_t stage_layer_count(const ModelShape& m, const Layout& l, int stage) {
+  if (l.stage_layers.empty()) return balanced_stage_layers(m.layers, l.pp, l.vp, stage);
   int64_t layers = 0;
   for (int c = 0; c < l.vp; ++c) layers += chunk_layer_count(m, l, stage, c);
   return layers;
@@ -55,6 +56,7 @@ bool even_split(const ModelShape& m, const Layout& l) {
 // The most blocks any stage holds (the TP and CP rows and ZeRO-3's pieces are that stage's).
 int64_t most_stage_layers(const ModelShape& m, const Layout& l) {
   if (even_split(m, l)) return m.layers / l.pp;
+  if (l.stage_layers.empty()) return balanced_most_stage_layers(m.layers, l.pp, l.vp);
   int64_t most = 0;
   for (int k = 0; k < l.pp; ++k) most = std::max(most, stage_layer_count(m, l, k));
   return most;
@@ -205,6 +207,15 @@ int64_t stage_params_of(const PlanInput& in, const Layout& l, int stage) {
                           : stage_param_count(in.model, l, stage);
 }
 
+StageBlocks stage_blocks(const PlanInput& in, const Layout& l, int stage) {
+  StageBlocks b;
+  b.layers = stage_layer_count(in.model, l, stage);
+  b.routed = stage_moe_layers(in.model, l, stage);
+  b.params = stage_params_of(in, l, stage);
+  b.expert_params = stage_expert_params(in.model, l, stage);
+  return b;
+}
+
 // The stage holding the most parameters on one TP rank (the first of equals).
 int largest_stage(const PlanInput& in, const Layout& l) {
   int largest = 0;
@@ -284,6 +295,7 @@ std::optional<EngineRank> engine_rank_of(const PlanInput& in, const Layout& l, i
 }
 
 std::vector<int64_t> pipeline_stage_layers(const ModelShape& m, const Layout& l) {
+  if (l.stage_layers.empty() && l.pp >= 1) return balanced_stage_layer_counts(m.layers, l.pp, l.vp);
   std::vector<int64_t> layers(static_cast<size_t>(std::max(1, l.pp)));
   for (int k = 0; k < l.pp; ++k)
     layers[static_cast<size_t>(k)] = detail::stage_layer_count(m, l, k);

@@ -107,31 +107,46 @@ ClockShape clock_shape(const PlanInput& in, const Layout& l) {
 
 }  // namespace
 
-StageCompute stage_compute(const PlanInput& in, const ModelShape& real_model, const Layout& l,
-                           const StageComm& comm) {
+LayerTimes layer_times(const PlanInput& in, const ModelShape& real_model, const Layout& l) {
   const ModelShape& m = in.model;
   const Training& tr = in.training;
   const double batch = static_cast<double>(tr.global_batch);
-  StageCompute sc;
-  sc.total = training_flops(real_model, batch, l.recompute, tr.flops, tr.selective_flops);
+  LayerTimes lt;
+  lt.total = training_flops(real_model, batch, l.recompute, tr.flops, tr.selective_flops);
   // Time charges the work redone, whatever convention HFU reports.
   const TrainingFlops timed =
       training_flops(real_model, batch, l.recompute, tr.flops, SelectiveFlops::rerun);
   const TrainingFlops reference = training_flops(real_model, batch, l.recompute,
                                                  FlopsConvention::narayanan, SelectiveFlops::rerun);
-  const double model_scale = reference.model > 0 ? timed.model / reference.model : 1;
-  const double recompute_scale =
-      reference.recompute > 0 ? timed.recompute / reference.recompute : 1;
+  lt.model_scale = reference.model > 0 ? timed.model / reference.model : 1;
+  lt.recompute_scale = reference.recompute > 0 ? timed.recompute / reference.recompute : 1;
   const ClockShape shape = clock_shape(in, l);
   const GpuSpec& gpu = in.cluster.gpu;
-  const PassTimes dense_layer = total(layer_ops(shape, gpu));
-  PassTimes moe_layer;
+  lt.dense_layer = total(layer_ops(shape, gpu));
   if (m.moe.enabled()) {
     ClockShape routed = shape;
     routed.moe_layer = true;
     routed.expert_load = moe_load_factor(in, l);
-    moe_layer = total(layer_ops(routed, gpu));
+    lt.moe_layer = total(layer_ops(routed, gpu));
   }
+  lt.embedding = total(embedding_ops(shape, gpu));
+  lt.head = total(head_ops(shape, gpu));
+  return lt;
+}
+
+StageCompute stage_compute(const PlanInput& in, const ModelShape& real_model, const Layout& l,
+                           const StageComm& comm, const LayerTimes* given) {
+  const ModelShape& m = in.model;
+  const Training& tr = in.training;
+  const GpuSpec& gpu = in.cluster.gpu;
+  const LayerTimes computed = given != nullptr ? LayerTimes{} : layer_times(in, real_model, l);
+  const LayerTimes& lt = given != nullptr ? *given : computed;
+  StageCompute sc;
+  sc.total = lt.total;
+  const double model_scale = lt.model_scale;
+  const double recompute_scale = lt.recompute_scale;
+  const PassTimes& dense_layer = lt.dense_layer;
+  const PassTimes& moe_layer = lt.moe_layer;
   auto sum = [](const PassTimes& p) {
     return p.forward_s + p.backward_input_s + p.backward_weight_s;
   };
@@ -152,12 +167,13 @@ StageCompute stage_compute(const PlanInput& in, const ModelShape& real_model, co
   PassTimes stage, blocks;
   StageTimes stage_times;
   double slowest = 0;
-  const PassTimes embedding = total(embedding_ops(shape, gpu));
-  const PassTimes head = total(head_ops(shape, gpu));
+  const PassTimes& embedding = lt.embedding;
+  const PassTimes& head = lt.head;
   const bool own_stages = l.vp == 1;
+  const std::vector<int64_t> stage_layers = pipeline_stage_layers(m, l);
   if (own_stages) sc.virtual_stage_times.resize(static_cast<size_t>(l.pp));
   for (int k = 0; k < l.pp; ++k) {
-    const int64_t layers = stage_layer_count(m, l, k);
+    const int64_t layers = stage_layers[static_cast<size_t>(k)];
     const int64_t routed_layers = stage_moe_layers(m, l, k);
     const double routed = static_cast<double>(routed_layers);
     PassTimes b = dense_layer.scaled(static_cast<double>(layers) - routed);
@@ -216,7 +232,19 @@ StageCompute stage_compute(const PlanInput& in, const ModelShape& real_model, co
   // The optimizer of the rank with the most parameters: its ZeRO shard (stage >= 1), routed
   // experts sharded over the expert-data-parallel group.
   double params = 0;
+  // An interior stage's parameters depend on it only through its blocks and routed blocks (the
+  // engine's split aside): one alike to an earlier interior stage holds as many, and is skipped.
+  std::vector<std::pair<int64_t, int64_t>> interior_seen;
+  const bool share_alike = !engine_split(in);
   for (int k : heaviest_stage_candidates(m, l)) {
+    if (share_alike && k != 0 && k != l.pp - 1) {
+      const std::pair<int64_t, int64_t> kind{stage_layers[static_cast<size_t>(k)],
+                                             stage_moe_layers(m, l, k)};
+      if (std::find(interior_seen.begin(), interior_seen.end(), kind) != interior_seen.end()) {
+        continue;
+      }
+      interior_seen.push_back(kind);
+    }
     double dense = static_cast<double>(stage_params_of(in, l, k));
     double experts = l.ep > 1 ? static_cast<double>(stage_expert_params(m, l, k)) : 0;
     dense -= experts;
@@ -229,6 +257,22 @@ StageCompute stage_compute(const PlanInput& in, const ModelShape& real_model, co
   const double layers = static_cast<double>(most_stage_layers(m, l));
   sc.optimizer_s = optimizer_seconds(params, tr.state_bytes, gpu, std::max(1.0, layers));
   return sc;
+}
+
+std::pair<double, double> tp_layer_seconds(const PlanInput& in, const Layout& l,
+                                           const GroupPlacement& group) {
+  if (l.tp == 1) return {0, 0};
+  const ModelShape& m = in.model;
+  double forward_s = 0, backward_s = 0;
+  for (const CollectiveCall& call :
+       tp_collectives_per_layer(l.micro_batch, m.seq / l.cp, m.hidden, in.training.activation_bytes,
+                                l.sequence_parallel, l.recompute)) {
+    const double per_layer = placed_collective_cost(call, group, in.cluster).time_s;
+    const double forward_share = 2.0 / static_cast<double>(call.count);
+    forward_s += per_layer * forward_share;
+    backward_s += per_layer * (1 - forward_share);
+  }
+  return {forward_s, backward_s};
 }
 
 // TP collectives of one micro-batch through the stage, split into forward and backward seconds
