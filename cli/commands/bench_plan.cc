@@ -21,7 +21,8 @@ void add_bench_plan(CLI::App& bench_app) {
   CLI::App* cmd = bench_app.add_subcommand(
       "plan",
       "Time a full layout search (default: the 1T model of Narayanan et al. 2021 on 3072 A100s; "
-      "target: under 0.1 s, every axis searched), the same search with TP held (8, or what the "
+      "target: under 0.1 s of CPU, every axis searched), the same search with TP held (8, or what "
+      "the "
       "cluster admits), and "
       "compare the paper's layout with its published throughput");
   cmd->add_option("--model", f->config.model, "Model preset to search for")->capture_default_str();

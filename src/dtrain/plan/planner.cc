@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -73,8 +74,9 @@ MemoryBreakdown stage_state_memory(const PlanInput& in, const Layout& l, int sta
   // The memo's key is the balanced split's (tp, pp, v, ep, stage); the engine's split and an
   // explicit one are priced on their own.
   const bool shared = memo != nullptr && l.stage_layers.empty() && !engine_split(in);
-  const StageBlocks own = shared ? StageBlocks{} : stage_blocks(in, l, stage);
-  const StageBlocks& blocks = shared ? memo->blocks(in, l, stage) : own;
+  std::optional<StageBlocks> own;  // built only without the memo
+  const StageBlocks& blocks =
+      shared ? memo->blocks(in, l, stage) : own.emplace(stage_blocks(in, l, stage));
   mem.layers = blocks.layers;
   mem.stage_params = blocks.params;
   // Parameters are replicated over CP: ZeRO shards over dp x cp; routed experts over their own
@@ -488,8 +490,9 @@ enum class Memory { priced, skipped };
 // its own layers. No link enters it.
 MemoryBreakdown heaviest_stage_memory(const PlanInput& given, const Layout& l, int64_t microbatches,
                                       PricingMemo* memo) {
-  const LayerActivations own = memo != nullptr ? LayerActivations{} : layer_activations(given, l);
-  const LayerActivations& a = memo != nullptr ? memo->activations(given, l) : own;
+  std::optional<LayerActivations> own;  // built only without the memo
+  const LayerActivations& a =
+      memo != nullptr ? memo->activations(given, l) : own.emplace(layer_activations(given, l));
   MemoryBreakdown heaviest = memory_of_stage(given, l, microbatches, 0, a, memo);
   // An interior stage's memory depends on the stage only through its blocks, its routed blocks
   // and the micro-batches it holds: a stage alike in those to an earlier one needs the same
@@ -503,7 +506,10 @@ MemoryBreakdown heaviest_stage_memory(const PlanInput& given, const Layout& l, i
   };
   std::vector<InteriorKind> priced;
   const bool share_alike = !engine_split(given);
-  for (int stage : heaviest_stage_candidates(given.model, l)) {
+  // heaviest_stage_candidates' stages: the last alone with equal stages (no list built: search
+  // asks this of every layout it prices), else every one.
+  const bool every_stage = !even_split(given.model, l);
+  for (int stage = every_stage ? 1 : l.pp - 1; stage < l.pp; ++stage) {
     if (stage == 0) continue;
     if (share_alike && stage != l.pp - 1) {
       const InteriorKind kind{stage_layer_count(given.model, l, stage),
@@ -517,6 +523,16 @@ MemoryBreakdown heaviest_stage_memory(const PlanInput& given, const Layout& l, i
   }
   return heaviest;
 }
+
+}  // namespace
+
+PlanInput detail::linked_input(const PlanInput& given) {
+  PlanInput in = given;
+  in.cluster = effective_links(given.cluster);
+  return in;
+}
+
+namespace {
 
 // evaluate on the per-rank shape `in.model`; `real_model` gives the model FLOPs.
 Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const Layout& l,
@@ -535,9 +551,10 @@ Plan evaluate_local(const PlanInput& given, const ModelShape& real_model, const 
   if (memory == Memory::priced) plan.memory = heaviest_stage_memory(given, l, microbatches, memo);
   if (timing == PipelineTiming::none) return plan;
 
-  // Collectives are priced at the share of the links' bandwidth they reach (rates.h).
-  PlanInput in = given;
-  in.cluster = effective_links(given.cluster);
+  // Collectives are priced at the share of the links' bandwidth they reach (rates.h); search
+  // keeps that input in its memo.
+  std::optional<PlanInput> local;  // built only without the memo
+  const PlanInput& in = memo != nullptr ? memo->linked(given) : local.emplace(linked_input(given));
   const Cluster& c = in.cluster;
 
   const AxisSizes sizes{l.dp, l.tp, l.pp, l.cp};
@@ -820,6 +837,14 @@ std::pair<double, double> PricingMemo::tp_layer(const PlanInput& in, const Layou
   PlanInput priced = in;
   priced.cluster = effective_links(in.cluster);
   return tp_layers_.insert(key, tp_layer_seconds(priced, l, group));
+}
+
+const PlanInput& PricingMemo::linked(const PlanInput& given) {
+  for (const auto& [kv_heads, in] : linked_) {
+    if (kv_heads == given.model.kv_heads) return *in;
+  }
+  linked_.emplace_back(given.model.kv_heads, std::make_unique<PlanInput>(linked_input(given)));
+  return *linked_.back().second;
 }
 
 const LayerActivations& PricingMemo::activations(const PlanInput& in, const Layout& l) {

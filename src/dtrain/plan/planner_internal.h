@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -149,6 +150,10 @@ void dp_times(const PlanInput& in, const Layout& l, int64_t microbatches, const 
 void engine_clock_times(const PlanInput& in, const Layout& l, int64_t microbatches,
                         TimeBreakdown* t);
 
+// The input with its links at the share collectives reach (effective_links): what a layout's
+// time is priced on.
+PlanInput linked_input(const PlanInput& given);
+
 // What search keeps between the layouts of one input: the pieces of a price that depend on
 // fewer axes than a layout, each computed by the same functions once for all the layouts alike
 // in those axes (so the same bits as without it). Valid for one PlanInput only.
@@ -158,6 +163,9 @@ class PricingMemo {
   // the CP group's placement decide it).
   std::optional<CpAlgorithm> cp_algorithm(const Layout& l, const GroupPlacement& cp_group);
   void set_cp_algorithm(const Layout& l, const GroupPlacement& cp_group, CpAlgorithm algorithm);
+  // linked_input of the search's input or of its per-rank form (which differs in the K/V heads
+  // alone: per_rank_input).
+  const PlanInput& linked(const PlanInput& given);
   // layer_activations of the layout, computed on first use.
   const LayerActivations& activations(const PlanInput& in, const Layout& l);
   // layer_times of the layout, computed on first use.
@@ -228,6 +236,7 @@ class PricingMemo {
     Key last_key_{};
     const Value* last_ = nullptr;
   };
+  std::vector<std::pair<int64_t, std::unique_ptr<PlanInput>>> linked_;  // by K/V heads
   Table<CpAlgorithm> cp_algorithms_;
   Table<LayerActivations> activations_;
   Table<StageBlocks> blocks_;

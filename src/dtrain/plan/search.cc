@@ -510,36 +510,58 @@ SearchResult search(const PlanInput& in, const SearchOptions& options) {
   // than every later one's, whose bounds are no lower. A layout bounded by its compute alone
   // goes back in line with its full bound when it is still needed at its turn (a bound only
   // grows, so the line stays in ascending order of what each layout can still be).
-  auto later = [&](size_t a, size_t b) {  // a min-heap on (bound, enumeration order)
-    const Candidate& x = fitting[a];
-    const Candidate& y = fitting[b];
-    return x.step_s != y.step_s ? x.step_s > y.step_s : x.index > y.index;
+  struct InLine {       // a fitting layout's place in line: small, so the heap's moves are cheap
+    double step_s = 0;  // the candidate's bound
+    int64_t index = 0;  // its enumeration order
+    uint32_t candidate = 0;  // fitting[candidate]
   };
-  std::vector<size_t> line(fitting.size());
-  for (size_t i = 0; i < line.size(); ++i) line[i] = i;
+  auto later = [](const InLine& a, const InLine& b) {  // a min-heap on (bound, order)
+    return a.step_s != b.step_s ? a.step_s > b.step_s : a.index > b.index;
+  };
+  std::vector<InLine> line;
+  line.reserve(fitting.size());
+  // Members of each family still in line: once the top list is full and faster than the head of
+  // the line, and every family with members left is settled there, nothing left is needed.
+  std::vector<int64_t> waiting(families.size(), 0);
+  for (size_t i = 0; i < fitting.size(); ++i) {
+    line.push_back({fitting[i].step_s, fitting[i].index, static_cast<uint32_t>(i)});
+    for (uint32_t rest = fitting[i].families; rest != 0; rest &= rest - 1) {
+      ++waiting[static_cast<size_t>(std::countr_zero(rest))];
+    }
+  }
   std::make_heap(line.begin(), line.end(), later);
   std::vector<Ranked> top;
   const auto top_count = static_cast<size_t>(options.top);
-  while (!line.empty()) {
+  auto all_settled = [&](double bound) {
+    if (options.exhaustive || top.size() < top_count || !(top.back().plan.time.step_s < bound)) {
+      return false;
+    }
+    for (size_t f = 0; f < families.size(); ++f) {
+      if (waiting[f] > 0 && !settled(families[f].best, bound)) return false;
+    }
+    return true;
+  };
+  while (!line.empty() && !all_settled(line.front().step_s)) {
     std::pop_heap(line.begin(), line.end(), later);
-    Candidate& candidate = fitting[line.back()];
+    Candidate& candidate = fitting[line.back().candidate];
     bool needed = options.exhaustive || top.size() < top_count ||
                   !(top.back().plan.time.step_s < candidate.step_s);
     for (size_t f = 0; !needed && f < families.size(); ++f) {
       needed = (candidate.families >> f & 1) != 0 && !settled(families[f].best, candidate.step_s);
     }
-    if (!needed) {
-      line.pop_back();
-      continue;
-    }
-    if (!candidate.exact_bound) {
+    if (needed && !candidate.exact_bound) {  // back in line with its full bound
       candidate.step_s = detail::step_lower_bound(in, candidate.layout, memo);
       candidate.exact_bound = true;
       ++result.bounded;
+      line.back().step_s = candidate.step_s;
       std::push_heap(line.begin(), line.end(), later);
       continue;
     }
     line.pop_back();
+    for (uint32_t rest = candidate.families; rest != 0; rest &= rest - 1) {
+      --waiting[static_cast<size_t>(std::countr_zero(rest))];
+    }
+    if (!needed) continue;
     Ranked r{evaluate(in, candidate.layout), candidate.index};
     ++result.simulated;
     DTRAIN_CHECK(r.plan.memory.fits(), "search: ", describe(candidate.layout),

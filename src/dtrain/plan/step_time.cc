@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -139,8 +140,9 @@ StageCompute stage_compute(const PlanInput& in, const ModelShape& real_model, co
   const ModelShape& m = in.model;
   const Training& tr = in.training;
   const GpuSpec& gpu = in.cluster.gpu;
-  const LayerTimes computed = given != nullptr ? LayerTimes{} : layer_times(in, real_model, l);
-  const LayerTimes& lt = given != nullptr ? *given : computed;
+  std::optional<LayerTimes> computed;  // built only when not given
+  const LayerTimes& lt =
+      given != nullptr ? *given : computed.emplace(layer_times(in, real_model, l));
   StageCompute sc;
   sc.total = lt.total;
   const double model_scale = lt.model_scale;
