@@ -315,25 +315,28 @@ void for_each_layout(const PlanInput& in, const SearchConstraints& fixed,
           if (pp > 1 && microbatches % pp == 0) {
             vps.insert(vps.end(), interleaved.begin(), interleaved.end());
           }
+          // One layout filled in axis by axis as the loops turn (a copy per layout showed in
+          // the search's profile).
+          Layout l = base;
+          l.micro_batch = b;
           for (int v : vps) {
+            l.vp = v;
+            l.schedule = v > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
             for (int zero = 0; zero <= (base.dp * base.cp > 1 ? 3 : 0); ++zero) {
+              l.zero_stage = zero;
               for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
-                for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp)
+                l.recompute = rc;
+                for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+                  l.sequence_parallel = sp == 1;
                   for (int ep : eps) {
-                    Layout l = base;
                     l.ep = ep;
-                    l.micro_batch = b;
-                    l.vp = v;
-                    l.zero_stage = zero;
-                    l.recompute = rc;
-                    l.sequence_parallel = sp == 1;
-                    l.schedule = v > 1 ? ScheduleKind::interleaved : ScheduleKind::one_f_one_b;
                     if (engine_moe && ep > 1 &&
                         (zero > 0 || rc == Recompute::full || in.training.activation_bytes < 4)) {
                       continue;
                     }
                     if (!constrained || fixed.admits(l, batch)) visit(l);
                   }
+                }
               }
             }
           }

@@ -220,7 +220,19 @@ StageBlocks stage_blocks(const PlanInput& in, const Layout& l, int stage) {
 int largest_stage(const PlanInput& in, const Layout& l) {
   int largest = 0;
   int64_t most = stage_params_of(in, l, 0);
+  // An interior stage's parameters depend on it only through its blocks and routed blocks (the
+  // engine's split aside): one alike to an earlier interior stage cannot hold more.
+  const bool share_alike = !engine_split(in) && l.stage_layers.empty();
+  const std::vector<int64_t> layers =
+      share_alike ? pipeline_stage_layers(in.model, l) : std::vector<int64_t>{};
+  std::vector<std::pair<int64_t, int64_t>> seen;
   for (int k : heaviest_stage_candidates(in.model, l)) {
+    if (share_alike && k != 0 && k != l.pp - 1) {
+      const std::pair<int64_t, int64_t> kind{layers[static_cast<size_t>(k)],
+                                             stage_moe_layers(in.model, l, k)};
+      if (std::find(seen.begin(), seen.end(), kind) != seen.end()) continue;
+      seen.push_back(kind);
+    }
     const int64_t params = k == 0 ? most : stage_params_of(in, l, k);
     if (params > most) {
       most = params;
