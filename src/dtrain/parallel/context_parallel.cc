@@ -23,7 +23,8 @@ using model::ConstTokenBlock;
 using model::TokenBlock;
 using Dims = ContextParallelGroup::Dims;
 
-constexpr int kTagRing = 0x4350;  // "CP": the ring's hops (the group's own communicator)
+constexpr int kTagRing = 0x4350;       // "CP": the ring's hops (the group's own communicator)
+constexpr int kTagRingGrads = 0x4351;  // the backward hops' dK/dV, behind their K/V
 
 int64_t bytes_of(int64_t floats) {
   return floats * static_cast<int64_t>(sizeof(float));
@@ -257,7 +258,9 @@ void ContextParallelGroup::ring_forward(Saved& s, float* out, const float* qkv, 
 
 // Backward: the rank's own block first, then the blocks arriving from r-1 with the dK, dV every
 // rank before has added; the last block's finished [dK|dV] goes home (to r+1, its owner) in one
-// more hop, while this rank's own arrives from r-1.
+// more hop, while this rank's own arrives from r-1. A hop's K/V leave as the block's backward
+// starts (they do not change in it) and travel while it runs; its dK/dV follow once the block
+// has added to them. One hop is one message pair to the counters, as before: the same bytes.
 void ContextParallelGroup::ring_backward(const Saved& s, float* dqkv, const float* dout,
                                          const float* qkv, const float* out, const Dims& d,
                                          const model::Compute& cx) {
@@ -266,11 +269,10 @@ void ContextParallelGroup::ring_backward(const Saved& s, float* dqkv, const floa
   const BlockShape shape{d.B, d.NH, d.C / d.NH, d.group()};
   std::vector<float> cur(static_cast<size_t>(2 * block), 0.0f),
       next(static_cast<size_t>(2 * block));
-  // A hop's message: [K|V] at the wire's element size, then [dK|dV] in fp32.
+  // A hop: [K|V] at the wire's element size, then [dK|dV] in fp32.
   const int64_t e = activation_wire_bytes(cx), kv_bytes = block * e;
-  const int64_t message = kv_bytes + bytes_of(block);
-  std::vector<uint8_t> send_wire(static_cast<size_t>(message)),
-      recv_wire(static_cast<size_t>(message));
+  std::vector<uint8_t> send_wire(static_cast<size_t>(kv_bytes)),
+      recv_wire(static_cast<size_t>(kv_bytes));
   pack_kv(cur.data(), qkv, d);
   const std::vector<int64_t> mine = positions(r, d.T);
   const ConstTokenBlock q{qkv, d.W(), d.T * d.W(), mine.data(), d.T};
@@ -280,20 +282,15 @@ void ContextParallelGroup::ring_backward(const Saved& s, float* dqkv, const floa
   model::attention_row_dot(rowdot.data(), go, o, shape);
   const TokenBlock dq{dqkv, d.W(), d.T * d.W()};
   for (int i = 0; i < N; ++i) {
-    if (i > 0) {
-      const double hop_start = span_start();
-      const int64_t sent_before = bytes_sent();
+    comm::RequestPtr kv_send, kv_recv;
+    double hop_start = 0;
+    int64_t sent_before = 0;
+    if (i + 1 < N) {
+      hop_start = span_start();
+      sent_before = bytes_sent();
       to_wire(send_wire.data(), cur.data(), block, e);
-      std::memcpy(send_wire.data() + kv_bytes, cur.data() + block,
-                  static_cast<size_t>(bytes_of(block)));
-      comm_.send_recv(send_wire.data(), message, (r + 1) % N, recv_wire.data(), message,
-                      (r - 1 + N) % N, kTagRing);
-      comm_.add_steps(1);
-      count_message("ring hop K/V/dK/dV", hop_start, sent_before);
-      from_wire(next.data(), recv_wire.data(), block, e);
-      std::memcpy(next.data() + block, recv_wire.data() + kv_bytes,
-                  static_cast<size_t>(bytes_of(block)));
-      std::swap(cur, next);
+      kv_send = comm_.isend(send_wire.data(), kv_bytes, (r + 1) % N, kTagRing);
+      kv_recv = comm_.irecv(recv_wire.data(), kv_bytes, (r - 1 + N) % N, kTagRing);
     }
     const std::vector<int64_t> pos = positions((r - i + N) % N, d.T);
     const ConstTokenBlock k{cur.data(), 2 * d.KV, d.T * 2 * d.KV, pos.data(), d.T};
@@ -302,6 +299,16 @@ void ContextParallelGroup::ring_backward(const Saved& s, float* dqkv, const floa
     const TokenBlock dv{cur.data() + block + d.KV, 2 * d.KV, d.T * 2 * d.KV};
     model::attention_block_backward(dq, dk, dv, go, q, k, v, s.lse.data(), rowdot.data(), shape,
                                     cx);
+    if (i + 1 < N) {
+      comm_.send_recv(cur.data() + block, bytes_of(block), (r + 1) % N, next.data() + block,
+                      bytes_of(block), (r - 1 + N) % N, kTagRingGrads);
+      kv_send->wait();
+      kv_recv->wait();
+      comm_.add_steps(1);
+      count_message("ring hop K/V/dK/dV", hop_start, sent_before);
+      from_wire(next.data(), recv_wire.data(), block, e);
+      std::swap(cur, next);
+    }
   }
   const double home_start = span_start();
   const int64_t home_before = bytes_sent();
