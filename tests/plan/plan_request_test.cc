@@ -33,7 +33,23 @@ TEST(PlanRequest, OneLayoutIsEvaluateReport) {
   l.zero_stage = 1;
   json want = input_json(in);
   want["plan"] = plan_json(evaluate(in, l));
+  want["request"] = {{"model", "llama2-7b"}, {"cluster", "1x8xH100"}, {"tp", 2}, {"zero", 1}};
   EXPECT_EQ(request(R"({"model": "llama2-7b", "cluster": "1x8xH100", "tp": 2, "zero": 1})"), want);
+}
+
+// A report echoes the flags it answers ("request"), and given back whole it answers itself
+// again: what `dtrain plan --json` prints is a request the page (and this function) take.
+TEST(PlanRequest, AReportAnswersItselfAgain) {
+  for (const char* flags :
+       {R"({"model": "llama2-7b", "cluster": "1x8xH100", "tp": 2, "zero": 1})",
+        R"({"model": "deepseek-v3", "cluster": "32x8xH100", "tp": 8, "pp": 8, "ep": 4,
+            "zero": 1, "recompute": "full"})",
+        R"({"model": "llama2-7b", "cluster": "1x8xH100", "search": true, "top": 3})"}) {
+    const std::string report = plan_request(flags);
+    ASSERT_FALSE(json::parse(report).contains("error")) << report;
+    EXPECT_EQ(json::parse(report)["request"], json::parse(flags));
+    EXPECT_EQ(plan_request(report), report) << flags;
+  }
 }
 
 TEST(PlanRequest, SearchHoldsTheAxesGiven) {

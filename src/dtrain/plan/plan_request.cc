@@ -320,10 +320,19 @@ void check_plan_flags(const json& flags) {
                "layouts by the model's predicted time: drop one of them");
 }
 
+const json& request_of(const json& request_or_report) {
+  // A report has its request; a request never has that key (no flag is named "request").
+  if (request_or_report.is_object() && request_or_report.contains("request")) {
+    return request_or_report.at("request");
+  }
+  return request_or_report;
+}
+
 PlanAnswer answer_plan(const json& flags) {
   check_plan_flags(flags);
   const bool searching = on(flags, "search");
   PlanAnswer answer;
+  answer.request = flags;
   PlanInput& input = answer.input;
   input.cluster = cluster_from_flags(flags);
   input.model = model_from_flags(flags);
@@ -360,9 +369,15 @@ PlanAnswer answer_plan(const json& flags) {
 }
 
 json answer_json(const PlanAnswer& answer) {
-  if (answer.search) return search_json(answer.input, *answer.search);
-  json j = input_json(answer.input);
-  j["plan"] = plan_json(*answer.plan);
+  json j;
+  if (answer.search) {
+    j = search_json(answer.input, *answer.search);
+  } else {
+    j = input_json(answer.input);
+    j["plan"] = plan_json(*answer.plan);
+  }
+  // The flags as read: the report carries its own request, which answers it again.
+  j["request"] = answer.request;
   return j;
 }
 
@@ -372,12 +387,12 @@ std::string answer_text(const PlanAnswer& answer) {
 }
 
 std::string plan_request(std::string_view request_json) {
-  const json flags = json::parse(request_json, nullptr, /*allow_exceptions=*/false);
-  if (flags.is_discarded()) {
+  const json parsed = json::parse(request_json, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) {
     return json{{"error", "the plan request is not valid JSON"}}.dump();
   }
   try {
-    return answer_json(answer_plan(flags)).dump();
+    return answer_json(answer_plan(request_of(parsed))).dump();
   } catch (const std::exception& e) {
     return json{{"error", e.what()}}.dump();
   }

@@ -37,18 +37,22 @@ void check_plan_flags(const nlohmann::json& flags);
 // What `dtrain plan` answers (no --largest-model, --offload or --print-cluster): one layout's
 // plan, or with "search" the search's result.
 struct PlanAnswer {
+  nlohmann::json request;  // the flags as given (the report echoes them as "request")
   PlanInput input;
   std::optional<Plan> plan;
   std::optional<SearchResult> search;
 };
 PlanAnswer answer_plan(const nlohmann::json& flags);
-// The report `dtrain plan --json` prints, less its "build" object.
+// The flags of a request, or of the "request" a report echoes: a report answers itself again.
+const nlohmann::json& request_of(const nlohmann::json& request_or_report);
+// The report `dtrain plan --json` prints, less its "build" object; its "request" is the flags.
 nlohmann::json answer_json(const PlanAnswer& answer);
 // The table `dtrain plan` prints.
 std::string answer_text(const PlanAnswer& answer);
 
 // The whole request as text, for callers without exceptions across their boundary (the
-// WebAssembly module): the report as JSON text, or {"error": "<the message>"}.
+// WebAssembly module): the report as JSON text, or {"error": "<the message>"}. A report
+// (`dtrain plan --json`'s output, or this function's) is a request too: its "request" is read.
 std::string plan_request(std::string_view request_json);
 
 }  // namespace dtrain::plan
