@@ -40,7 +40,7 @@ const calibrated = (() => {
 const cases = [
   {name: '7B on 8 GPUs', shot: 'llama2-7b-8xh100.png', f: {model: 'llama2-7b', cluster: '1x8xH100', tp: '2', zero: '1'}},
   {name: 'Llama 3 405B with CP', shot: 'llama3-405b-cp.png', f: {model: 'llama3-405b-128k', cluster: '256x8xH100', tp: '8', pp: '16', cp: '16', zero: '1', recompute: 'full'}},
-  {name: 'DeepSeek-V3 with EP', shot: 'deepseek-v3-ep.png', f: {model: 'deepseek-v3', cluster: '64x8xH100', ep: '8', pp: '8', zero: '1', recompute: 'full'}},
+  {name: 'DeepSeek-V3 with EP', shot: 'deepseek-v3-ep.png', f: {model: 'deepseek-v3', cluster: '64x8xH100', ep: '8', pp: '8', zero: '2', recompute: 'full'}},
   {name: 'search, 7B on 8 GPUs', f: {model: 'llama2-7b', cluster: '1x8xH100', search: true}},
   {name: 'search, 70B with tp held', f: {model: 'llama2-70b', cluster: '8x8xH100', search: true, tp: '8', top: '8'}},
   {name: 'search, 3.6B, top 10', f: {model: 'megatron-3.6b', cluster: '1x8xA100', search: true, top: '10'}},
