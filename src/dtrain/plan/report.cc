@@ -554,16 +554,11 @@ json search_json(const PlanInput& in, const SearchResult& r) {
   for (const Rejection& j : r.invalid_splits) {
     invalid.push_back({{"reason", j.reason}, {"count", j.count}, {"example", j.example}});
   }
-  return {{"input", input_json(in)},
-          {"splits", r.splits},
-          {"evaluated", r.evaluated},
-          {"fitting", r.fitting},
-          {"memory_priced", r.priced},
-          {"step_bounded", r.bounded},
-          {"replayed", r.simulated},
-          {"top", top},
-          {"explanations", r.explanations},
-          {"invalid_splits", invalid},
+  return {{"input", input_json(in)},        {"splits", r.splits},
+          {"evaluated", r.evaluated},       {"fitting", r.fitting},
+          {"memory_priced", r.priced},      {"step_bounded", r.bounded},
+          {"replayed", r.simulated},        {"top", top},
+          {"explanations", r.explanations}, {"invalid_splits", invalid},
           {"fixed", describe(r.fixed)}};
 }
 
