@@ -13,7 +13,7 @@
 #include "dtrain/core/check.h"
 #include "dtrain/machine/measured_rates.h"
 #include "dtrain/plan/planner.h"
-#include "dtrain/plan/planner_internal.h"
+#include "dtrain/plan/pricing_memo.h"
 
 namespace dtrain::plan {
 namespace {
